@@ -1,0 +1,218 @@
+"""A small typed layer over aetcd, rooted at a prefix.
+
+Every multi-key metadata change goes through `txn()` — one etcd transaction with compares — so
+no reader ever sees half a change and a crash never leaves one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import AsyncIterator, Iterable
+
+import aetcd
+import aetcd.rtypes
+from aetcd import rpc as etcdrpc
+from aetcd.client import _handle_errors
+from aetcd.utils import prefix_range_end
+
+from kmilvus.log import get_logger
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One write inside a transaction: put, delete, or delete everything under a prefix."""
+
+    kind: str  # "put" | "delete" | "delete_prefix"
+    key: str
+    value: bytes = b""
+    lease: int | None = None
+
+    @staticmethod
+    def put(key: str, value: bytes, lease: int | None = None) -> "Op":
+        return Op("put", key, value, lease)
+
+    @staticmethod
+    def delete(key: str) -> "Op":
+        return Op("delete", key)
+
+    @staticmethod
+    def delete_prefix(prefix: str) -> "Op":
+        return Op("delete_prefix", prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class Cmp:
+    """A transaction guard on one key."""
+
+    kind: str  # "value" | "missing" | "exists" | "mod_rev"
+    key: str
+    value: bytes | int = b""
+
+    @staticmethod
+    def value_eq(key: str, value: bytes) -> "Cmp":
+        return Cmp("value", key, value)
+
+    @staticmethod
+    def missing(key: str) -> "Cmp":
+        return Cmp("missing", key)
+
+    @staticmethod
+    def exists(key: str) -> "Cmp":
+        return Cmp("exists", key)
+
+    @staticmethod
+    def mod_revision(key: str, rev: int) -> "Cmp":
+        return Cmp("mod_rev", key, rev)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    kind: str  # "put" | "delete"
+    key: str   # relative to the KV root
+    value: bytes
+    revision: int
+
+
+class EtcdKV:
+    """Keys are relative to `root` (e.g. "kmilvus/meta"); values are bytes."""
+
+    def __init__(self, client: aetcd.Client, root: str):
+        self.client = client
+        self.root = root.rstrip("/")
+        self._prefix = self.root + "/"
+
+    @classmethod
+    async def connect(cls, endpoints: list[str], root: str, *, timeout: float = 10.0) -> "EtcdKV":
+        host, _, port = endpoints[0].removeprefix("http://").partition(":")
+        client = aetcd.Client(host=host or "127.0.0.1", port=int(port or 2379), timeout=timeout,
+                              options={"grpc.max_receive_message_length": 64 * 1024 * 1024})
+        await client.connect()
+        return cls(client, root)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    def sub(self, root: str) -> "EtcdKV":
+        """The same connection rooted further down."""
+        return EtcdKV(self.client, f"{self._prefix}{root}")
+
+    def _k(self, key: str) -> bytes:
+        return (self._prefix + key).encode()
+
+    def _rel(self, raw: bytes) -> str:
+        return raw.decode()[len(self._prefix):]
+
+    async def get(self, key: str) -> bytes | None:
+        r = await self.client.get(self._k(key))
+        return None if r is None else r.value
+
+    async def get_with_rev(self, key: str) -> tuple[bytes | None, int]:
+        r = await self.client.get(self._k(key))
+        return (None, 0) if r is None else (r.value, r.mod_revision)
+
+    async def get_prefix(self, prefix: str, *, keys_only: bool = False) -> list[tuple[str, bytes]]:
+        r = await self.client.get_prefix(self._k(prefix), sort_target="key", keys_only=keys_only)
+        return [(self._rel(kv.key), kv.value) for kv in r]
+
+    async def count_prefix(self, prefix: str) -> int:
+        return len(await self.get_prefix(prefix, keys_only=True))
+
+    async def put(self, key: str, value: bytes, lease: int | None = None) -> None:
+        await self.client.put(self._k(key), value, lease=lease)
+
+    async def delete(self, key: str) -> None:
+        await self.client.delete(self._k(key))
+
+    async def delete_prefix(self, prefix: str) -> None:
+        await self.client.delete_prefix(self._k(prefix))
+
+    async def txn(self, ops: Iterable[Op], compares: Iterable[Cmp] = ()) -> bool:
+        """Apply all `ops` atomically iff every compare holds; returns whether it applied."""
+        req = etcdrpc.TxnRequest()
+        for c in compares:
+            cmp = req.compare.add()
+            cmp.key = self._k(c.key)
+            if c.kind == "value":
+                cmp.target, cmp.result, cmp.value = etcdrpc.Compare.VALUE, etcdrpc.Compare.EQUAL, c.value
+            elif c.kind == "missing":
+                cmp.target, cmp.result, cmp.version = etcdrpc.Compare.VERSION, etcdrpc.Compare.EQUAL, 0
+            elif c.kind == "exists":
+                cmp.target, cmp.result, cmp.version = etcdrpc.Compare.VERSION, etcdrpc.Compare.GREATER, 0
+            elif c.kind == "mod_rev":
+                cmp.target, cmp.result, cmp.mod_revision = etcdrpc.Compare.MOD, etcdrpc.Compare.EQUAL, int(c.value)
+            else:
+                raise ValueError(c.kind)
+        for op in ops:
+            ro = req.success.add()
+            if op.kind == "put":
+                ro.request_put.key = self._k(op.key)
+                ro.request_put.value = op.value
+                if op.lease:
+                    ro.request_put.lease = op.lease
+            elif op.kind == "delete":
+                ro.request_delete_range.key = self._k(op.key)
+            elif op.kind == "delete_prefix":
+                ro.request_delete_range.key = self._k(op.key)
+                ro.request_delete_range.range_end = prefix_range_end(self._k(op.key))
+            else:
+                raise ValueError(op.kind)
+        resp = await self._txn(req)
+        return resp.succeeded
+
+    @_handle_errors
+    async def _txn(self, req):
+        # aetcd's own transaction() rebuilds ops from its own types and cannot express a
+        # prefix delete; the raw request can, with aetcd's connection and error mapping.
+        c = self.client
+        await c.connect()
+        return await c.kvstub.Txn(req, timeout=c._timeout, metadata=c.metadata)
+
+    async def multi_save_and_remove(self, saves: dict[str, bytes], removals: Iterable[str] = (),
+                                    remove_prefixes: Iterable[str] = (),
+                                    compares: Iterable[Cmp] = ()) -> bool:
+        ops = [Op.put(k, v) for k, v in saves.items()]
+        ops += [Op.delete(k) for k in removals]
+        ops += [Op.delete_prefix(p) for p in remove_prefixes]
+        return await self.txn(ops, compares)
+
+    async def watch_prefix(self, prefix: str, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
+        """Events under `prefix`, from `start_revision` (inclusive) when given."""
+        watch = await self.client.watch_prefix(self._k(prefix), start_revision=start_revision)
+        try:
+            async for ev in watch:
+                kind = "delete" if ev.kind == aetcd.rtypes.EventKind.DELETE else "put"
+                yield WatchEvent(kind, self._rel(ev.kv.key), ev.kv.value or b"", ev.kv.mod_revision)
+        finally:
+            await watch.cancel()
+
+    async def revision(self) -> int:
+        """The store's current revision (for watching from a consistent snapshot)."""
+        r = await self.client.get_prefix(self._k(""), keys_only=True)
+        return r.header.revision
+
+    # Leases -----------------------------------------------------------------------------
+    async def grant(self, ttl: int) -> int:
+        lease = await self.client.lease(ttl)
+        return lease.id
+
+    async def keepalive(self, lease_id: int) -> int:
+        """Refresh a lease; returns its remaining TTL (≤ 0: the lease is gone)."""
+        reply = await self.client.refresh_lease(lease_id)
+        return int(reply.TTL) if reply is not None else 0
+
+    async def revoke(self, lease_id: int) -> None:
+        await self.client.revoke_lease(lease_id)
+
+
+async def retrying(fn, *args, attempts: int = 50, delay: float = 0.05, **kwargs):
+    """Retry an idempotent etcd call through transient connection errors."""
+    for i in range(attempts):
+        try:
+            return await fn(*args, **kwargs)
+        except (aetcd.exceptions.ConnectionFailedError, aetcd.exceptions.ConnectionTimeoutError):
+            if i == attempts - 1:
+                raise
+            await asyncio.sleep(delay)

@@ -1,0 +1,119 @@
+"""A component announces itself at `session/{role}/{serverID}` under a lease it keeps alive.
+
+When the process dies the lease expires and the key disappears; the others watch the prefix and
+react (DataCoord reassigns a dead DataNode's channels, RootCoord stops waiting for a dead Proxy's
+time ticks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass
+from typing import AsyncIterator
+
+from kmilvus.log import get_logger
+from kmilvus.meta import Cmp, EtcdKV, Op
+
+log = get_logger(__name__)
+SERVER_ID_KEY = "session/id"
+
+
+@dataclass
+class SessionInfo:
+    server_id: int
+    role: str
+    address: str
+    hostname: str = ""
+    pid: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @staticmethod
+    def decode(raw: bytes) -> "SessionInfo":
+        return SessionInfo(**json.loads(raw))
+
+
+def session_key(role: str, server_id: int) -> str:
+    return f"session/{role}/{server_id}"
+
+
+async def next_server_id(kv: EtcdKV) -> int:
+    """A cluster-unique server ID: compare-and-swap on a counter."""
+    while True:
+        raw, rev = await kv.get_with_rev(SERVER_ID_KEY)
+        cur = int(raw) if raw else 0
+        cmp = Cmp.mod_revision(SERVER_ID_KEY, rev) if raw else Cmp.missing(SERVER_ID_KEY)
+        if await kv.txn([Op.put(SERVER_ID_KEY, str(cur + 1).encode())], [cmp]):
+            return cur + 1
+
+
+class Session:
+    def __init__(self, kv: EtcdKV, role: str, address: str, *, ttl: int = 10, server_id: int | None = None):
+        self.kv = kv
+        self.role = role
+        self.address = address
+        self.ttl = ttl
+        self.server_id = server_id or 0
+        self.lease = 0
+        self._task: asyncio.Task | None = None
+        self.lost = asyncio.Event()
+
+    @property
+    def info(self) -> SessionInfo:
+        return SessionInfo(self.server_id, self.role, self.address, socket.gethostname(), os.getpid())
+
+    async def register(self) -> None:
+        if not self.server_id:
+            self.server_id = await next_server_id(self.kv)
+        self.lease = await self.kv.grant(self.ttl)
+        await self.kv.put(session_key(self.role, self.server_id), self.info.encode(), lease=self.lease)
+        self._task = asyncio.create_task(self._keepalive(), name=f"session-{self.role}")
+        log.info("session registered", role=self.role, server_id=self.server_id, address=self.address)
+
+    async def _keepalive(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.ttl / 3, 0.2))
+            try:
+                if await self.kv.keepalive(self.lease) <= 0:
+                    log.warning("session lease expired; registering again", role=self.role)
+                    self.lease = await self.kv.grant(self.ttl)
+                    await self.kv.put(session_key(self.role, self.server_id), self.info.encode(), lease=self.lease)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - keep trying while etcd is away
+                log.warning("session keepalive failed", role=self.role, error=str(exc))
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.lease:
+            with contextlib.suppress(Exception):
+                await self.kv.revoke(self.lease)
+            self.lease = 0
+
+
+async def list_sessions(kv: EtcdKV, role: str) -> dict[int, SessionInfo]:
+    return {info.server_id: info for _, raw in await kv.get_prefix(f"session/{role}/")
+            if (info := SessionInfo.decode(raw))}
+
+
+async def watch_sessions(kv: EtcdKV, role: str) -> AsyncIterator[tuple[str, int, SessionInfo | None]]:
+    """Yields ("add", id, info) for current sessions, then ("add"|"del", id, info|None) as they change."""
+    rev = await kv.revision()
+    current = await list_sessions(kv, role)
+    for sid, info in current.items():
+        yield "add", sid, info
+    async for ev in kv.watch_prefix(f"session/{role}/", start_revision=rev + 1):
+        sid = int(ev.key.rsplit("/", 1)[1])
+        if ev.kind == "put":
+            yield "add", sid, SessionInfo.decode(ev.value)
+        else:
+            yield "del", sid, None

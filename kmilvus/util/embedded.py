@@ -1,0 +1,157 @@
+"""Start etcd and nats-server as child processes on free loopback ports.
+
+`kmilvus standalone` uses these when no endpoint is given, and so do the tests: the real
+servers, each with its own data directory, stopped (and reaped) with their owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_DEBIAN_PACKAGE = {"etcd": "etcd-server", "nats-server": "nats-server", "java": "default-jre-headless"}
+
+
+class MissingBinaryError(RuntimeError):
+    """A server binary is not installed; the message names the Debian package."""
+
+
+def find_binary(name: str) -> str:
+    found = shutil.which(name) or next(
+        (p for d in ("/usr/sbin", "/usr/bin", "/usr/local/bin") if os.access(p := f"{d}/{name}", os.X_OK)),
+        None,
+    )
+    if not found:
+        pkg = _DEBIAN_PACKAGE.get(name, name)
+        raise MissingBinaryError(f"{name} not found: install it with `apt-get install {pkg}`")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ChildServer:
+    """A server process we started; `stop()` terminates it and waits."""
+
+    name: str
+    proc: subprocess.Popen
+    endpoint: str
+    log_path: Path
+    extra: dict = field(default_factory=dict)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        self.proc.wait()
+
+
+def _spawn(name: str, argv: list[str], log_path: Path) -> subprocess.Popen:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log_path, "ab")
+    try:
+        # New process group: a Ctrl-C to the terminal reaches us, and we stop children in order.
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    finally:
+        out.close()
+
+
+def _wait(check, proc: subprocess.Popen, name: str, log_path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{name} exited with {proc.returncode} during start-up:\n{tail}")
+        with contextlib.suppress(OSError, ValueError):
+            if check():
+                return
+        time.sleep(0.02)
+    proc.kill()
+    raise RuntimeError(f"{name} not ready after {timeout}s; log: {log_path}")
+
+
+def start_etcd(data_dir: Path, *, port: int | None = None, timeout: float = 20.0) -> ChildServer:
+    """etcd with fast elections (single member) and a raised request size for binlog meta."""
+    binary = find_binary("etcd")
+    port = port or free_port()
+    peer = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    url = f"http://127.0.0.1:{port}"
+    purl = f"http://127.0.0.1:{peer}"
+    argv = [
+        binary, "--name", "kmilvus", "--data-dir", str(data_dir / "etcd"),
+        "--listen-client-urls", url, "--advertise-client-urls", url,
+        "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+        "--initial-cluster", f"kmilvus={purl}",
+        "--heartbeat-interval", "10", "--election-timeout", "100",
+        "--max-request-bytes", str(8 * 1024 * 1024),
+        "--quota-backend-bytes", str(4 * 1024**3),
+        "--log-level", "error",
+    ]
+    log_path = data_dir / "etcd.log"
+    proc = _spawn("etcd", argv, log_path)
+
+    def ready() -> bool:
+        with urllib.request.urlopen(f"{url}/health", timeout=1) as r:
+            return b'"true"' in r.read()
+
+    _wait(ready, proc, "etcd", log_path, timeout)
+    return ChildServer("etcd", proc, f"127.0.0.1:{port}", log_path)
+
+
+def start_nats(data_dir: Path, *, port: int | None = None, max_payload: int = 8 * 1024 * 1024,
+               timeout: float = 20.0) -> ChildServer:
+    """nats-server with JetStream on; max_payload is only settable from a config file in 2.9."""
+    binary = find_binary("nats-server")
+    port = port or free_port()
+    mport = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    conf = data_dir / "nats.conf"
+    store = data_dir / "jetstream"
+    conf.write_text(
+        f'listen: "127.0.0.1:{port}"\n'
+        f'http: "127.0.0.1:{mport}"\n'
+        f"max_payload: {max_payload}\n"
+        f"max_pending: {max(4 * max_payload, 64 * 1024 * 1024)}\n"
+        f'jetstream {{\n  store_dir: "{store}"\n  max_memory_store: 268435456\n}}\n'
+    )
+    log_path = data_dir / "nats.log"
+    proc = _spawn("nats-server", [binary, "-c", str(conf)], log_path)
+
+    def ready() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{mport}/healthz?js-enabled-only=true", timeout=1) as r:
+            return r.status == 200
+
+    _wait(ready, proc, "nats-server", log_path, timeout)
+    return ChildServer("nats-server", proc, f"nats://127.0.0.1:{port}", log_path, {"monitor_port": mport})
+
+
+async def wait_closed(*servers: ChildServer) -> None:
+    await asyncio.gather(*(asyncio.to_thread(s.stop) for s in servers))

@@ -1,0 +1,108 @@
+"""Milvus error codes (pkg/util/merr) and their mapping to common.Status.
+
+Every failure a client can see is a `MilvusError`: components raise it, servicers turn it into
+a `common.Status` with Milvus' `code`, the legacy `error_code` and a message naming the problem,
+exactly as pymilvus expects to show it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Awaitable, Callable
+
+from pymilvus.grpc_gen import common_pb2
+
+EC = common_pb2.ErrorCode
+
+# (merr code, legacy ErrorCode)
+SERVICE_NOT_READY = (1, EC.NotReadyServe)
+SERVICE_UNAVAILABLE = (2, EC.UnexpectedError)
+SERVICE_INTERNAL = (5, EC.UnexpectedError)
+COLLECTION_NOT_FOUND = (100, EC.CollectionNotExists)
+COLLECTION_ILLEGAL_SCHEMA = (105, EC.IllegalArgument)
+COLLECTION_MISMATCH = (106, EC.IllegalArgument)
+PARTITION_NOT_FOUND = (200, EC.UnexpectedError)
+CHANNEL_NOT_FOUND = (500, EC.UnexpectedError)
+SEGMENT_NOT_FOUND = (600, EC.SegmentNotFound)
+NODE_NOT_FOUND = (901, EC.UnexpectedError)
+IO_FAILED = (1000, EC.UnexpectedError)
+PARAMETER_INVALID = (1100, EC.IllegalArgument)
+PARAMETER_MISSING = (1101, EC.IllegalArgument)
+PARAMETER_TOO_LARGE = (1106, EC.IllegalArgument)
+METRIC_NOT_FOUND = (1200, EC.UnexpectedError)
+FIELD_NOT_FOUND = (1700, EC.IllegalArgument)
+FIELD_INVALID_NAME = (1701, EC.IllegalArgument)
+DIMENSION_INVALID = (1100, EC.IllegalDimension)
+COLLECTION_NAME_INVALID = (1100, EC.IllegalCollectionName)
+IMPORT_FAILED = (2100, EC.UnexpectedError)
+COMPACTION_FAILED = (2300, EC.UnexpectedError)
+
+
+class MilvusError(Exception):
+    """An error with Milvus' code; `str()` is the message the client sees."""
+
+    def __init__(self, kind: tuple[int, int], message: str):
+        super().__init__(message)
+        self.code, self.error_code = kind
+        self.message = message
+
+    def status(self) -> common_pb2.Status:
+        return common_pb2.Status(code=self.code, error_code=self.error_code, reason=self.message)
+
+
+def success() -> common_pb2.Status:
+    return common_pb2.Status()
+
+
+def ok(status: common_pb2.Status) -> bool:
+    return status.code == 0 and status.error_code == 0
+
+
+def check(status: common_pb2.Status) -> None:
+    """Raise the status as a MilvusError when it is not a success (internal RPC results)."""
+    if not ok(status):
+        err = MilvusError((status.code or 5, status.error_code or EC.UnexpectedError), status.reason)
+        raise err
+
+
+def status_of(exc: BaseException) -> common_pb2.Status:
+    if isinstance(exc, MilvusError):
+        return exc.status()
+    return MilvusError(SERVICE_INTERNAL, f"{type(exc).__name__}: {exc}").status()
+
+
+def collection_not_found(name: str | int) -> MilvusError:
+    return MilvusError(COLLECTION_NOT_FOUND, f"collection not found[collection={name}]")
+
+
+def invalid(message: str) -> MilvusError:
+    return MilvusError(PARAMETER_INVALID, message)
+
+
+def rpc(response_type: Any | None = None, *, status_field: str = "status"):
+    """Decorate a servicer method so any exception becomes a failed status in its response.
+
+    `response_type=None` means the RPC returns a bare common.Status.
+    The wrapped method may be called in-process (`context` omitted) or by gRPC.
+    """
+
+    def wrap(fn: Callable[..., Awaitable[Any]]):
+        @functools.wraps(fn)
+        async def inner(self, request, context=None):
+            try:
+                return await fn(self, request, context)
+            except Exception as exc:  # noqa: BLE001 - every failure goes back as a status
+                status = status_of(exc)
+                if not isinstance(exc, MilvusError):
+                    log = getattr(self, "log", None)
+                    if log is not None:
+                        log.error("rpc failed", rpc=fn.__name__, exc_info=True)
+                if response_type is None:
+                    return status
+                resp = response_type()
+                getattr(resp, status_field).CopyFrom(status)
+                return resp
+
+        return inner
+
+    return wrap

@@ -1,0 +1,82 @@
+"""Shared fixtures: real etcd, nats-server (JetStream) and moto_server, started once per run on
+free loopback ports in temp dirs. Tests isolate themselves with a unique `root` prefix (etcd
+keys, JetStream stream/subject names, storage root)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kmilvus.util.embedded import ChildServer, free_port, start_etcd, start_nats
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def servers_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("servers")
+
+
+@pytest.fixture(scope="session")
+def etcd_server(servers_dir) -> ChildServer:
+    srv = start_etcd(servers_dir / "etcd")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def nats_server(servers_dir) -> ChildServer:
+    srv = start_nats(servers_dir / "nats")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def etcd_endpoint(etcd_server) -> str:
+    return etcd_server.endpoint
+
+
+@pytest.fixture
+def nats_url(nats_server) -> str:
+    return nats_server.endpoint
+
+
+@pytest.fixture
+def root() -> str:
+    """A unique cluster name per test: etcd prefix, stream names and storage root derive from it."""
+    return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(servers_dir) -> str:
+    """A real S3 API (moto_server) on loopback."""
+    port = free_port()
+    exe = Path(sys.executable).with_name("moto_server")
+    log = open(servers_dir / "moto.log", "ab")
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/moto-api/", timeout=1)
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("moto_server did not start")
+            time.sleep(0.1)
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    yield url
+    proc.terminate()
+    proc.wait(10)
