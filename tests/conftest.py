@@ -80,3 +80,38 @@ def moto_endpoint(servers_dir) -> str:
     yield url
     proc.terminate()
     proc.wait(10)
+
+
+@pytest.fixture
+def node_factory(etcd_endpoint, nats_url, root, tmp_path):
+    """Start in-process kmilvus nodes on the shared servers; all stopped at teardown."""
+    from tests.harness import NodeThread, test_config
+
+    started = []
+
+    def make(roles=None, **overrides):
+        from kmilvus.server import ALL_ROLES
+
+        cfg = test_config(root, etcd_endpoint, nats_url, tmp_path / "storage", **overrides)
+        n = NodeThread(cfg, tuple(roles or ALL_ROLES)).start()
+        started.append(n)
+        return n
+
+    yield make
+    for n in reversed(started):
+        n.stop()
+
+
+@pytest.fixture
+def node(node_factory):
+    """One in-process `standalone`-shaped node (all five components)."""
+    return node_factory()
+
+
+@pytest.fixture
+def client(node):
+    from pymilvus import MilvusClient
+
+    c = MilvusClient(uri=node.uri)
+    yield c
+    c.close()

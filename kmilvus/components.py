@@ -1,0 +1,58 @@
+"""How components reach each other.
+
+Every component registers a session (role, server ID, gRPC address). A caller asks the
+`Registry` for a role (and, for DataNodes and Proxies, a server ID): it gets the component object
+itself when it lives in this process (no serialization on hot paths in `kmilvus standalone`),
+otherwise a `RemoteClient` stub. Both answer the same `await x.Method(request)` calls.
+"""
+
+from __future__ import annotations
+
+from kmilvus.meta import EtcdKV
+from kmilvus.proto import (data_coord_pb2_grpc, data_node_pb2_grpc, proxy_pb2_grpc,
+                           query_coord_pb2_grpc, root_coord_pb2_grpc)
+from kmilvus.sessionutil import list_sessions
+from kmilvus.util.grpcutil import RemoteClient
+
+ROOTCOORD, DATACOORD, QUERYCOORD, DATANODE, PROXY = "rootcoord", "datacoord", "querycoord", "datanode", "proxy"
+
+STUBS = {
+    ROOTCOORD: (root_coord_pb2_grpc.RootCoordStub, root_coord_pb2_grpc.add_RootCoordServicer_to_server),
+    DATACOORD: (data_coord_pb2_grpc.DataCoordStub, data_coord_pb2_grpc.add_DataCoordServicer_to_server),
+    QUERYCOORD: (query_coord_pb2_grpc.QueryCoordStub, query_coord_pb2_grpc.add_QueryCoordServicer_to_server),
+    DATANODE: (data_node_pb2_grpc.DataNodeStub, data_node_pb2_grpc.add_DataNodeServicer_to_server),
+    PROXY: (proxy_pb2_grpc.ProxyStub, proxy_pb2_grpc.add_ProxyServicer_to_server),
+}
+
+
+class Registry:
+    def __init__(self, kv: EtcdKV):
+        self.kv = kv
+        self._local: dict[str, dict[int, object]] = {}
+        self._remote: dict[tuple[str, int | None], RemoteClient] = {}
+
+    def add_local(self, role: str, server_id: int, component: object) -> None:
+        self._local.setdefault(role, {})[server_id] = component
+
+    def remove_local(self, role: str, server_id: int) -> None:
+        self._local.get(role, {}).pop(server_id, None)
+
+    def client(self, role: str, server_id: int | None = None):
+        local = self._local.get(role, {})
+        if server_id is None and local:
+            return next(iter(local.values()))
+        if server_id is not None and server_id in local:
+            return local[server_id]
+        key = (role, server_id)
+        if key not in self._remote:
+            self._remote[key] = RemoteClient(self.kv, role, STUBS[role][0], server_id=server_id)
+        return self._remote[key]
+
+    async def clients(self, role: str) -> dict[int, object]:
+        """One client per live session of `role`."""
+        return {sid: self.client(role, sid) for sid in await list_sessions(self.kv, role)}
+
+    async def close(self) -> None:
+        for c in self._remote.values():
+            await c.close()
+        self._remote.clear()

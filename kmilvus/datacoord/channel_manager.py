@@ -1,0 +1,147 @@
+"""vchannel → DataNode assignment (Milvus' datacoord ChannelManager).
+
+The assignment lives in etcd (`channel-watch/{vchannel}` → node ID and the channel's info);
+when a DataNode's session disappears its channels go to the remaining nodes, which resume them
+from the channel checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+from kmilvus import components as roles
+from kmilvus.datacoord.meta import SegmentMeta, SegmentState
+from kmilvus.log import get_logger
+from kmilvus.meta import EtcdKV
+from kmilvus.meta import catalog as keys
+from kmilvus.proto import data_node_pb2, internal_pb2
+from kmilvus.sessionutil import list_sessions, watch_sessions
+from kmilvus.util import merr
+
+log = get_logger(__name__)
+
+
+class ChannelManager:
+    def __init__(self, kv: EtcdKV, meta: SegmentMeta, registry: roles.Registry):
+        self.kv = kv
+        self.meta = meta
+        self.registry = registry
+        self.assign: dict[str, int] = {}                       # vchannel → node (0: none)
+        self.infos: dict[str, internal_pb2.ChannelWatchInfo] = {}
+        self.nodes: set[int] = set()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task | None = None
+        self.ready = asyncio.Event()
+
+    async def load(self) -> None:
+        for key, raw in await self.kv.get_prefix(keys.CHANNEL_WATCH_PREFIX):
+            rec = json.loads(raw)
+            ch = key.rsplit("/", 1)[1]
+            self.assign[ch] = rec["node"]
+            self.infos[ch] = internal_pb2.ChannelWatchInfo.FromString(bytes.fromhex(rec["info"]))
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._watch_nodes(), name="datacoord-watch-datanodes")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _persist(self, ch: str) -> None:
+        rec = {"node": self.assign[ch], "info": self.infos[ch].SerializeToString().hex()}
+        await self.kv.put(keys.channel_watch_key(ch), json.dumps(rec).encode())
+
+    async def _watch_nodes(self) -> None:
+        first = True
+        async for kind, sid, _ in watch_sessions(self.kv, roles.DATANODE):
+            async with self._lock:
+                if kind == "add":
+                    self.nodes.add(sid)
+                else:
+                    self.nodes.discard(sid)
+                    log.warning("datanode gone; reassigning its channels", node=sid)
+            await self.rebalance()
+            if first:
+                self.ready.set()
+                first = False
+
+    def channels_of(self, coll_id: int) -> list[str]:
+        return [ch for ch, info in self.infos.items() if info.collectionID == coll_id]
+
+    async def watch(self, info: internal_pb2.ChannelWatchInfo) -> None:
+        """Register a new vchannel (idempotent) and hand it to a DataNode if one is alive."""
+        async with self._lock:
+            if info.vchannel not in self.infos:
+                self.infos[info.vchannel] = info
+                self.assign[info.vchannel] = 0
+                await self._persist(info.vchannel)
+            if not self.nodes:  # the session watch may not have caught up yet
+                self.nodes.update(await list_sessions(self.kv, roles.DATANODE))
+        await self.rebalance()
+
+    async def rebalance(self) -> None:
+        """Give every channel without a live node to the least-loaded live node."""
+        async with self._lock:
+            orphans = [ch for ch, n in self.assign.items() if n not in self.nodes]
+            for ch in orphans:
+                if not self.nodes:
+                    self.assign[ch] = 0
+                    continue
+                load = {n: 0 for n in self.nodes}
+                for n in self.assign.values():
+                    if n in load:
+                        load[n] += 1
+                node = min(load, key=lambda n: (load[n], n))
+                try:
+                    await self._send_watch(node, ch)
+                except Exception as exc:  # noqa: BLE001 - retried on the next rebalance
+                    log.warning("watch channel failed", channel=ch, node=node, error=str(exc))
+                    continue
+                self.assign[ch] = node
+                await self._persist(ch)
+
+    async def _send_watch(self, node: int, ch: str) -> None:
+        """WatchDmChannels with the channel's checkpoint and the state of its segments."""
+        info = internal_pb2.ChannelWatchInfo()
+        info.CopyFrom(self.infos[ch])
+        cp = self.meta.checkpoints.get(ch)
+        if cp is not None:
+            info.seek_position.CopyFrom(cp)
+        del info.unflushed_segments[:]
+        del info.flushed_segmentIDs[:]
+        for s in self.meta.by_channel(ch):
+            if s.info.state in (SegmentState.Flushed,):
+                info.flushed_segmentIDs.append(s.id)
+            elif s.info.state == SegmentState.Dropped:
+                info.dropped_segmentIDs.append(s.id)
+            else:
+                info.unflushed_segments.append(s.info)
+        client = self.registry.client(roles.DATANODE, node)
+        merr.check(await client.WatchDmChannels(data_node_pb2.WatchDmChannelsRequest(channels=[info])))
+        log.info("channel assigned", channel=ch, node=node)
+
+    async def unwatch(self, channels: list[str], drop: bool) -> None:
+        """Stop the flowgraphs (drop: discard their buffers) and forget the channels."""
+        by_node: dict[int, list[str]] = {}
+        async with self._lock:
+            for ch in channels:
+                node = self.assign.pop(ch, None)
+                self.infos.pop(ch, None)
+                if node:
+                    by_node.setdefault(node, []).append(ch)
+        for node, chans in by_node.items():
+            if node not in self.nodes:
+                continue
+            try:
+                client = self.registry.client(roles.DATANODE, node)
+                merr.check(await client.UnwatchDmChannels(
+                    data_node_pb2.UnwatchDmChannelsRequest(vchannels=chans, drop=drop)))
+            except Exception as exc:  # noqa: BLE001 - a dead node has nothing left to stop
+                log.warning("unwatch failed", node=node, channels=chans, error=str(exc))
+
+    def node_of(self, ch: str) -> int:
+        return self.assign.get(ch, 0)

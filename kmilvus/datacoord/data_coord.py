@@ -1,0 +1,271 @@
+"""DataCoord (Milvus' internal/datacoord).
+
+Seed 000: `Flush` → `SealAllSegments` + a flush timestamp; `startDataNodeTsLoop` consumes
+`DataNodeTtMsg` and sends `FlushSegments` once a channel's tick has passed a sealed segment's
+seal time. Seed 002: `SaveBinlogPaths` commits binlogs, DDL binlog meta and positions. Beyond
+the seeds: DropCollection removes every file, key and stream consumer the collection owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
+
+from kmilvus import components as roles
+from kmilvus.allocator import IDAllocator, TimestampAllocator
+from kmilvus.config import Config
+from kmilvus.datacoord.channel_manager import ChannelManager
+from kmilvus.datacoord.meta import LIVE, SegmentMeta, SegmentState
+from kmilvus.datacoord.segment_manager import SegmentManager
+from kmilvus.log import get_logger
+from kmilvus.meta import EtcdKV
+from kmilvus.msgstream import channels as chan
+from kmilvus.proto import data_coord_pb2, data_coord_pb2_grpc, data_node_pb2, internal_pb2
+from kmilvus.storage import paths
+from kmilvus.util import merr
+
+log = get_logger(__name__)
+FLUSH_RESEND_AFTER = 10.0      # seconds before a FlushSegments without answer is sent again
+CHECKPOINT_PERSIST_EVERY = 1.0
+
+
+class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
+    role = roles.DATACOORD
+
+    def __init__(self, cfg: Config, kv: EtcdKV, stream, store, registry: roles.Registry, server_id: int = 0):
+        self.cfg = cfg
+        self.kv = kv
+        self.stream = stream
+        self.store = store
+        self.registry = registry
+        self.server_id = server_id
+        rootcoord = registry.client(roles.ROOTCOORD)
+        self.tso = TimestampAllocator(rootcoord)
+        self.ids = IDAllocator(rootcoord, batch=1000)
+        self.meta = SegmentMeta(kv)
+        self.segments = SegmentManager(cfg, self.meta, self.ids, self.tso)
+        self.channels = ChannelManager(kv, self.meta, registry)
+        self.ticks: dict[str, int] = {}          # latest DataNodeTtMsg per vchannel
+        self._dirty_cps: set[str] = set()
+        self._dropping: set[int] = set()
+        self._tasks: list[asyncio.Task] = []
+        self._tt_sub = None
+        self._assign_lock = asyncio.Lock()
+
+    # Lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.meta.load()
+        await self.channels.load()
+        for info in self.channels.infos.values():
+            self.segments.set_schema(info.collectionID, schema_pb2.CollectionSchema.FromString(info.schema))
+        await self.segments.seal_recovered()
+        self._tt_sub = await self.stream.subscribe_core(chan.datanode_tt_subject(self.cfg.cluster), self._on_tt)
+        self.channels.start()
+        self._tasks = [asyncio.create_task(self._background(), name="datacoord-background")]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        await self.channels.stop()
+        if self._tt_sub is not None:
+            with contextlib.suppress(Exception):
+                await self._tt_sub.unsubscribe()
+
+    async def _background(self) -> None:
+        """Seal policies, checkpoint persistence and stream trimming, at a steady pace."""
+        while True:
+            await asyncio.sleep(CHECKPOINT_PERSIST_EVERY)
+            try:
+                await self.segments.apply_seal_policies()
+                dirty, self._dirty_cps = self._dirty_cps, set()
+                await self.meta.persist_checkpoints(sorted(dirty))
+                for ch in dirty:
+                    cp = self.meta.checkpoints.get(ch)
+                    if cp is not None and cp.seq:
+                        await self.stream.purge(ch, before_seq=cp.seq + 1)
+                await self._check_flushable()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                log.warning("datacoord background step failed", error=str(exc))
+
+    # startDataNodeTsLoop (seed 000 §8) ----------------------------------------------------
+    async def _on_tt(self, data: bytes) -> None:
+        msg = internal_pb2.DataNodeTtMsg.FromString(data)
+        await self.handle_tt(msg)
+
+    async def handle_tt(self, msg: internal_pb2.DataNodeTtMsg) -> None:
+        ch = msg.channel_name
+        if ch not in self.channels.infos:
+            return
+        if msg.timestamp > self.ticks.get(ch, 0):
+            self.ticks[ch] = msg.timestamp
+        if msg.HasField("checkpoint") and msg.checkpoint.seq and self.meta.update_checkpoint(msg.checkpoint):
+            self._dirty_cps.add(ch)
+            await self.meta.notify()
+        await self._check_flushable([ch])
+
+    async def _check_flushable(self, chans: list[str] | None = None) -> None:
+        """FlushSegments for sealed segments whose channel tick passed their seal time and
+        every insert they were promised to."""
+        now = time.monotonic()
+        for ch in chans if chans is not None else list(self.ticks):
+            tick = self.ticks.get(ch, 0)
+            due = [s.id for s in self.meta.by_channel(ch, (SegmentState.Sealed,))
+                   if tick > s.info.seal_timestamp and tick > s.info.last_expire_time
+                   and (not s.flush_sent_at or now - s.flush_sent_at > FLUSH_RESEND_AFTER)]
+            if not due:
+                continue
+            node = self.channels.node_of(ch)
+            if not node:
+                continue
+            coll = self.meta.segments[due[0]].info.collectionID
+            for sid in due:
+                self.meta.segments[sid].flush_sent_at = now
+            try:
+                client = self.registry.client(roles.DATANODE, node)
+                merr.check(await client.FlushSegments(data_node_pb2.FlushSegmentsRequest(
+                    collectionID=coll, segmentIDs=due, channel=ch)))
+            except Exception as exc:  # noqa: BLE001 - resent later
+                log.warning("FlushSegments failed", channel=ch, node=node, error=str(exc))
+                for sid in due:
+                    if sid in self.meta.segments:
+                        self.meta.segments[sid].flush_sent_at = 0
+
+    # RPCs ---------------------------------------------------------------------------------
+    @merr.rpc(milvus_pb2.ComponentStates)
+    async def GetComponentStates(self, req, context=None):
+        st = milvus_pb2.ComponentStates()
+        st.state.nodeID, st.state.role, st.state.state_code = self.server_id, self.role, common_pb2.Healthy
+        return st
+
+    @merr.rpc()
+    async def WatchChannels(self, req: data_coord_pb2.WatchChannelsRequest, context=None):
+        self.segments.set_schema(req.collectionID, schema_pb2.CollectionSchema.FromString(req.schema))
+        for ch in req.channelNames:
+            await self.channels.watch(internal_pb2.ChannelWatchInfo(
+                vchannel=ch, collectionID=req.collectionID, schema=req.schema, partitionID=req.partitionID))
+        return merr.success()
+
+    @merr.rpc(data_coord_pb2.AssignSegmentIDResponse)
+    async def AssignSegmentID(self, req: data_coord_pb2.AssignSegmentIDRequest, context=None):
+        resp = data_coord_pb2.AssignSegmentIDResponse()
+        async with self._assign_lock:
+            for r in req.segmentIDRequests:
+                if r.collectionID in self._dropping or r.channel_name not in self.channels.infos:
+                    raise merr.MilvusError(merr.CHANNEL_NOT_FOUND,
+                                           f"channel not found[channel={r.channel_name}]")
+                resp.segIDAssignments.extend(await self.segments.assign(r))
+        return resp
+
+    @merr.rpc(data_coord_pb2.FlushResponse)
+    async def Flush(self, req: data_coord_pb2.FlushRequest, context=None):
+        """Seed 000 §4: seal every Growing segment; answer with them and the flush timestamp."""
+        async with self._assign_lock:
+            flush_ts = await self.tso.alloc()
+            await self.segments.seal_all_segments(req.collectionID, flush_ts)
+        pending = self.meta.by_collection(req.collectionID, (SegmentState.Sealed, SegmentState.Flushing))
+        flushed = self.meta.by_collection(req.collectionID, (SegmentState.Flushed,))
+        await self._check_flushable(self.channels.channels_of(req.collectionID))
+        return data_coord_pb2.FlushResponse(
+            dbID=req.dbID, collectionID=req.collectionID, segmentIDs=[s.id for s in pending],
+            flushSegmentIDs=[s.id for s in flushed], flush_ts=flush_ts,
+            time_of_seal=int(time.time()))
+
+    def _flush_done(self, segment_ids, flush_ts: int, coll_id: int) -> bool:
+        for sid in segment_ids:
+            s = self.meta.segments.get(sid)
+            if s is not None and s.info.state in LIVE:
+                return False
+        if coll_id:
+            for ch in self.channels.channels_of(coll_id):
+                cp = self.meta.checkpoints.get(ch)
+                if cp is None or cp.timestamp < flush_ts:
+                    return False
+        return True
+
+    @merr.rpc(milvus_pb2.GetFlushStateResponse)
+    async def GetFlushState(self, req: data_coord_pb2.GetFlushStateRequest, context=None):
+        """True when every segment sealed by the flush is Flushed (or gone) and every channel
+        checkpoint passed the flush timestamp; waits up to `wait_ms` for that to happen."""
+        check = lambda: self._flush_done(req.segmentIDs, req.flush_ts, req.collectionID)  # noqa: E731
+        done = check()
+        if not done and req.wait_ms:
+            with contextlib.suppress(asyncio.TimeoutError):
+                async with self.meta.changed:
+                    await asyncio.wait_for(self.meta.changed.wait_for(check), req.wait_ms / 1000)
+            done = check()
+        return milvus_pb2.GetFlushStateResponse(flushed=done)
+
+    @merr.rpc(data_coord_pb2.GetSegmentInfoResponse)
+    async def GetSegmentInfo(self, req: data_coord_pb2.GetSegmentInfoRequest, context=None):
+        resp = data_coord_pb2.GetSegmentInfoResponse()
+        for sid in req.segmentIDs:
+            s = self.meta.segments.get(sid)
+            if s is None:
+                if not req.includeUnHealthy:
+                    raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={sid}]")
+                continue
+            resp.infos.append(s.info)
+        return resp
+
+    @merr.rpc(data_coord_pb2.GetSegmentInfoResponse)
+    async def GetSegmentsByCollection(self, req, context=None):
+        states = set(req.states) or None
+        segs = sorted(self.meta.by_collection(req.collectionID, states), key=lambda s: s.id)
+        return data_coord_pb2.GetSegmentInfoResponse(infos=[s.info for s in segs])
+
+    @merr.rpc(data_coord_pb2.GetCollectionStatisticsResponse)
+    async def GetCollectionStatistics(self, req, context=None):
+        rows = sum(s.info.num_of_rows for s in self.meta.by_collection(req.collectionID, (SegmentState.Flushed,)))
+        resp = data_coord_pb2.GetCollectionStatisticsResponse()
+        resp.stats.add(key="row_count", value=str(rows))
+        return resp
+
+    @merr.rpc()
+    async def SaveBinlogPaths(self, req: internal_pb2.SaveBinlogPathsRequest, context=None):
+        if req.collectionID in self._dropping:
+            raise merr.collection_not_found(req.collectionID)
+        seg = await self.meta.save_binlog_paths(req)
+        if req.flushed:
+            log.info("segment flushed", segment=seg.id, rows=seg.info.num_of_rows, binlogs=seg.info.binlog_count)
+            if seg.info.num_of_rows == 0:
+                await self.meta.remove_segment(seg)  # an empty segment leaves nothing behind
+        if req.checkpoint.seq:
+            self._dirty_cps.add(req.checkpoint.channel_name)
+        return merr.success()
+
+    @merr.rpc()
+    async def ReportDataNodeTtMsgs(self, req, context=None):
+        for m in req.msgs:
+            await self.handle_tt(m)
+        return merr.success()
+
+    @merr.rpc()
+    async def DropCollection(self, req: data_coord_pb2.DropCollectionRequest, context=None):
+        """Remove everything the collection owns; each step idempotent, files before meta."""
+        coll = req.collectionID
+        self._dropping.add(coll)
+        try:
+            vchans = list(req.channelNames) or self.channels.channels_of(coll)
+            await self.channels.unwatch(vchans, drop=True)
+            for prefix in paths.collection_prefixes(coll):
+                await self.store.delete_prefix(prefix)
+            for ch in vchans:
+                await self.stream.purge(ch)
+                for name in await self.stream.consumer_names(ch):
+                    with contextlib.suppress(Exception):
+                        await self.stream.delete_consumer(name)
+                self.ticks.pop(ch, None)
+                self._dirty_cps.discard(ch)
+            await self.meta.drop_collection_meta(coll, vchans)
+            self.segments.max_rows.pop(coll, None)
+        finally:
+            self._dropping.discard(coll)
+        log.info("collection data dropped", collection=coll)
+        return merr.success()

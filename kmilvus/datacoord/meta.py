@@ -1,0 +1,167 @@
+"""DataCoord's segment meta: an in-memory index over etcd, written only in transactions.
+
+`SaveBinlogPaths` commits a segment's new binlogs, its DDL binlog meta, positions, row count,
+state and the channel checkpoint in ONE transaction, guarded on the segment still existing (a
+dropped collection's late flush is refused, never half-applied). Row counts are derived from the
+set of binlogs, so a retried SaveBinlogPaths changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from pymilvus.grpc_gen import common_pb2
+
+from kmilvus.meta import Cmp, EtcdKV, Op
+from kmilvus.meta import catalog as keys
+from kmilvus.proto import internal_pb2
+from kmilvus.util import merr
+
+SegmentState = common_pb2.SegmentState
+LIVE = (SegmentState.Growing, SegmentState.Sealed, SegmentState.Flushing)
+
+
+@dataclass
+class Segment:
+    info: internal_pb2.SegmentInfo
+    binlogs: dict[int, internal_pb2.Binlog] = field(default_factory=dict)
+    ddl_binlogs: dict[int, internal_pb2.DDLBinlogMeta] = field(default_factory=dict)
+    last_assign: float = 0.0      # monotonic time of the last quota handed out
+    created: float = 0.0          # monotonic time the segment was opened here
+    flush_sent_at: float = 0.0    # when FlushSegments was last sent (0: not yet)
+
+    @property
+    def id(self) -> int:
+        return self.info.ID
+
+
+class SegmentMeta:
+    def __init__(self, kv: EtcdKV):
+        self.kv = kv
+        self.segments: dict[int, Segment] = {}
+        self.checkpoints: dict[str, internal_pb2.MsgPosition] = {}
+        self.changed = asyncio.Condition()
+
+    async def load(self) -> None:
+        for _, raw in await self.kv.get_prefix(keys.segment_prefix()):
+            info = internal_pb2.SegmentInfo.FromString(raw)
+            self.segments[info.ID] = Segment(info)
+        for key, raw in await self.kv.get_prefix("datacoord-meta/binlog/"):
+            _, _, coll, seg, log_id = key.split("/")
+            if (s := self.segments.get(int(seg))) is not None:
+                s.binlogs[int(log_id)] = internal_pb2.Binlog.FromString(raw)
+        for key, raw in await self.kv.get_prefix("datacoord-meta/ddl-binlog/"):
+            _, _, coll, seg, idx = key.split("/")
+            if (s := self.segments.get(int(seg))) is not None:
+                s.ddl_binlogs[int(idx)] = internal_pb2.DDLBinlogMeta.FromString(raw)
+        for key, raw in await self.kv.get_prefix("datacoord-meta/channel-cp/"):
+            self.checkpoints[key.rsplit("/", 1)[1]] = internal_pb2.MsgPosition.FromString(raw)
+
+    async def notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    def by_collection(self, coll_id: int, states=None) -> list[Segment]:
+        return [s for s in self.segments.values()
+                if s.info.collectionID == coll_id and (states is None or s.info.state in states)]
+
+    def by_channel(self, channel: str, states=None) -> list[Segment]:
+        return [s for s in self.segments.values()
+                if s.info.insert_channel == channel and (states is None or s.info.state in states)]
+
+    async def add(self, info: internal_pb2.SegmentInfo, now: float) -> Segment:
+        await self.kv.put(keys.segment_key(info.collectionID, info.partitionID, info.ID), info.SerializeToString())
+        seg = Segment(info, created=now, last_assign=now)
+        self.segments[info.ID] = seg
+        return seg
+
+    async def save_infos(self, segs: list[Segment]) -> None:
+        """Persist several segments' info in one transaction (e.g. SealAllSegments)."""
+        if segs:
+            await self.kv.txn([Op.put(keys.segment_key(s.info.collectionID, s.info.partitionID, s.id),
+                                      s.info.SerializeToString()) for s in segs])
+            await self.notify()
+
+    async def save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest) -> Segment:
+        seg = self.segments.get(req.segmentID)
+        if seg is None or seg.info.state in (SegmentState.Dropped, SegmentState.NotExist):
+            raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
+        info = internal_pb2.SegmentInfo()
+        info.CopyFrom(seg.info)
+        binlogs = dict(seg.binlogs)
+        for b in req.binlogs:
+            binlogs[b.logID] = b
+        ddl = dict(seg.ddl_binlogs)
+        ops: list[Op] = []
+        for b in req.binlogs:
+            ops.append(Op.put(keys.binlog_key(info.collectionID, info.ID, b.logID), b.SerializeToString()))
+        for i, d in enumerate(req.ddl_binlog_metas):
+            idx = _idx(d.ddl_binlog_path) or i
+            ddl[idx] = d
+            ops.append(Op.put(keys.ddl_binlog_key(info.collectionID, info.ID, idx), d.SerializeToString()))
+        info.num_of_rows = sum(b.entries_num for b in binlogs.values())
+        info.binlog_count = len(binlogs)
+        info.binlog_size = sum(b.log_size for b in binlogs.values())
+        if req.dml_position.HasField("end_position"):
+            info.dml_position.CopyFrom(req.dml_position.end_position)
+        if req.dml_position.HasField("start_position") and not info.HasField("start_position"):
+            info.start_position.CopyFrom(req.dml_position.start_position)
+        if req.flushed:
+            info.state = SegmentState.Flushed
+            info.flushed_timestamp = max(info.seal_timestamp, info.dml_position.timestamp)
+        seg_key = keys.segment_key(info.collectionID, info.partitionID, info.ID)
+        ops.append(Op.put(seg_key, info.SerializeToString()))
+        if req.HasField("checkpoint") and req.checkpoint.seq:
+            ops.append(Op.put(keys.channel_checkpoint_key(req.checkpoint.channel_name), req.checkpoint.SerializeToString()))
+        if not await self.kv.txn(ops, [Cmp.exists(seg_key)]):
+            raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
+        seg.info, seg.binlogs, seg.ddl_binlogs = info, binlogs, ddl
+        if req.HasField("checkpoint") and req.checkpoint.seq:
+            self._advance_checkpoint(req.checkpoint)
+        await self.notify()
+        return seg
+
+    def _advance_checkpoint(self, cp: internal_pb2.MsgPosition) -> bool:
+        cur = self.checkpoints.get(cp.channel_name)
+        if cur is None or cp.seq > cur.seq or (cp.seq == cur.seq and cp.timestamp > cur.timestamp):
+            self.checkpoints[cp.channel_name] = cp
+            return True
+        return False
+
+    def update_checkpoint(self, cp: internal_pb2.MsgPosition) -> bool:
+        """In memory; `persist_checkpoints` writes them out at a bounded rate."""
+        return self._advance_checkpoint(cp)
+
+    async def persist_checkpoints(self, channels: list[str]) -> None:
+        ops = [Op.put(keys.channel_checkpoint_key(ch), self.checkpoints[ch].SerializeToString())
+               for ch in channels if ch in self.checkpoints]
+        if ops:
+            await self.kv.txn(ops)
+
+    async def drop_collection_meta(self, coll_id: int, vchannels: list[str]) -> None:
+        """Every key DataCoord holds for the collection, in one transaction."""
+        ops = [Op.delete_prefix(keys.segment_prefix(coll_id)),
+               Op.delete_prefix(keys.binlog_prefix(coll_id)),
+               Op.delete_prefix(keys.ddl_binlog_prefix(coll_id))]
+        for ch in vchannels:
+            ops += [Op.delete(keys.channel_checkpoint_key(ch)), Op.delete(keys.channel_watch_key(ch))]
+        await self.kv.txn(ops)
+        for s in self.by_collection(coll_id):
+            del self.segments[s.id]
+        for ch in vchannels:
+            self.checkpoints.pop(ch, None)
+        await self.notify()
+
+    async def remove_segment(self, seg: Segment) -> None:
+        i = seg.info
+        await self.kv.txn([Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID)),
+                           Op.delete_prefix(keys.binlog_prefix(i.collectionID, i.ID)),
+                           Op.delete_prefix(keys.ddl_binlog_prefix(i.collectionID, i.ID))])
+        self.segments.pop(i.ID, None)
+        await self.notify()
+
+
+def _idx(path: str) -> int:
+    tail = path.rsplit("/", 1)[-1]
+    return int(tail) if tail.isdigit() else 0

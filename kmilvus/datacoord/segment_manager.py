@@ -1,0 +1,104 @@
+"""Segment allocation and sealing (Milvus' datacoord SegmentManager).
+
+A Proxy asks for row quota per (channel, insert); Growing segments hand it out until they are
+full, then new ones open. A sealed segment gets no more quota. Each segment remembers the
+largest insert timestamp it handed quota to (`last_expire_time`): DataCoord flushes it only once
+the channel's tick has passed both that and its seal time, so every row it was promised has
+been consumed by the DataNode.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pymilvus.grpc_gen import schema_pb2
+
+from kmilvus.config import Config
+from kmilvus.datacoord.meta import Segment, SegmentMeta, SegmentState
+from kmilvus.proto import data_coord_pb2, internal_pb2
+from kmilvus.util import typeutil
+
+
+class SegmentManager:
+    def __init__(self, cfg: Config, meta: SegmentMeta, ids, tso):
+        self.cfg = cfg
+        self.meta = meta
+        self.ids = ids    # IDAllocator
+        self.tso = tso    # TimestampAllocator
+        self.max_rows: dict[int, int] = {}  # collection → rows per segment
+
+    def set_schema(self, coll_id: int, schema: schema_pb2.CollectionSchema) -> None:
+        row = max(1, typeutil.estimate_row_size(schema))
+        self.max_rows[coll_id] = max(1, int(self.cfg.segment_max_size_mb * 1024 * 1024 // row))
+
+    async def assign(self, r: data_coord_pb2.SegmentIDRequest) -> list[data_coord_pb2.SegmentIDAssignment]:
+        now = time.monotonic()
+        max_rows = self.max_rows.get(r.collectionID, 1_000_000)
+        limit = int(max_rows * self.cfg.segment_seal_proportion)
+        open_segs = [s for s in self.meta.by_channel(r.channel_name, (SegmentState.Growing,))
+                     if s.info.collectionID == r.collectionID and s.info.partitionID == r.partitionID]
+        need = r.count
+        out: list[data_coord_pb2.SegmentIDAssignment] = []
+        for s in sorted(open_segs, key=lambda s: s.id):
+            room = limit - s.info.assigned_rows
+            if need == 0 or room <= 0:
+                continue
+            take = min(room, need)
+            out.append(self._grant(s, take, r, now))
+            need -= take
+        while need > 0:
+            seg = await self._open(r, max_rows, now)
+            take = min(limit, need)
+            out.append(self._grant(seg, take, r, now))
+            need -= take
+        return out
+
+    def _grant(self, s: Segment, n: int, r, now: float) -> data_coord_pb2.SegmentIDAssignment:
+        s.info.assigned_rows += n
+        s.info.last_expire_time = max(s.info.last_expire_time, r.timestamp)
+        s.last_assign = now
+        return data_coord_pb2.SegmentIDAssignment(
+            segID=s.id, channel_name=r.channel_name, count=n, collectionID=r.collectionID,
+            partitionID=r.partitionID, expire_time=r.timestamp)
+
+    async def _open(self, r, max_rows: int, now: float) -> Segment:
+        info = internal_pb2.SegmentInfo(
+            ID=await self.ids.alloc(), collectionID=r.collectionID, partitionID=r.partitionID,
+            insert_channel=r.channel_name, state=SegmentState.Growing, max_row_num=max_rows,
+            created_timestamp=r.timestamp)
+        return await self.meta.add(info, now)
+
+    async def seal(self, segs: list[Segment], ts: int | None = None) -> list[Segment]:
+        """Seal Growing segments at `ts` (one transaction); returns those it sealed."""
+        segs = [s for s in segs if s.info.state == SegmentState.Growing]
+        if not segs:
+            return []
+        ts = ts or await self.tso.alloc()
+        for s in segs:
+            s.info.state = SegmentState.Sealed
+            s.info.seal_timestamp = ts
+        await self.meta.save_infos(segs)
+        return segs
+
+    async def seal_all_segments(self, coll_id: int, ts: int) -> list[Segment]:
+        """Seed 000 §4: SealAllSegments — every Growing segment of the collection."""
+        return await self.seal(self.meta.by_collection(coll_id, (SegmentState.Growing,)), ts)
+
+    async def apply_seal_policies(self) -> list[Segment]:
+        """Full, idle and lifetime policies."""
+        now = time.monotonic()
+        due = []
+        for s in self.meta.segments.values():
+            if s.info.state != SegmentState.Growing:
+                continue
+            limit = int(s.info.max_row_num * self.cfg.segment_seal_proportion)
+            if (s.info.assigned_rows >= limit
+                    or (s.info.assigned_rows and now - s.last_assign > self.cfg.segment_max_idle_time)
+                    or now - s.created > self.cfg.segment_max_lifetime):
+                due.append(s)
+        return await self.seal(due)
+
+    async def seal_recovered(self) -> None:
+        """After a restart the quota handed out by the previous instance is unknown: seal what
+        was Growing so no segment can be over-filled."""
+        await self.seal([s for s in self.meta.segments.values() if s.info.state == SegmentState.Growing])

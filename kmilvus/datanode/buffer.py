@@ -1,0 +1,54 @@
+"""What a flowgraph holds in memory: Arrow batches per segment, and the DDL it has seen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from kmilvus.proto import internal_pb2
+
+
+@dataclass
+class SegmentBuffer:
+    segment_id: int
+    partition_id: int
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    rows: int = 0
+    nbytes: int = 0
+    # Resume point that still covers this buffer: the tick before its first message.
+    start: internal_pb2.MsgPosition | None = None
+    first: internal_pb2.MsgPosition | None = None   # its first message
+    end: internal_pb2.MsgPosition | None = None     # its last message
+    min_ts: int = 0                                 # smallest insert timestamp it holds
+
+    def add(self, batch: pa.RecordBatch, pos: internal_pb2.MsgPosition, resume: internal_pb2.MsgPosition) -> None:
+        if not self.batches:
+            self.start, self.first, self.min_ts = resume, pos, pos.timestamp
+        self.min_ts = min(self.min_ts, pos.timestamp)
+        self.batches.append(batch)
+        self.rows += batch.num_rows
+        self.nbytes += batch.nbytes
+        self.end = pos
+
+
+@dataclass
+class DDLBuffer:
+    """DDNode's DDL of its collection (seed 002): flushed only with a segment, never on its own."""
+
+    timestamps: list[int] = field(default_factory=list)
+    types: list[int] = field(default_factory=list)
+    payloads: list[bytes] = field(default_factory=list)
+    start: internal_pb2.MsgPosition | None = None
+    end: internal_pb2.MsgPosition | None = None
+
+    def add(self, ts: int, msg_type: int, payload: bytes, pos: internal_pb2.MsgPosition) -> None:
+        if not self.timestamps:
+            self.start = pos
+        self.timestamps.append(ts)
+        self.types.append(msg_type)
+        self.payloads.append(bytes(payload))
+        self.end = pos
+
+    def __len__(self) -> int:
+        return len(self.timestamps)

@@ -1,0 +1,190 @@
+"""The DataNode service: runs flowgraphs for the vchannels DataCoord assigns it, writes binlogs
+on FlushSegments (and under memory pressure), and commits them with SaveBinlogPaths."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from pymilvus.grpc_gen import common_pb2, milvus_pb2
+
+from kmilvus import components as roles
+from kmilvus.allocator import IDAllocator
+from kmilvus.config import Config
+from kmilvus.datanode.buffer import DDLBuffer, SegmentBuffer
+from kmilvus.datanode.flowgraph import FlowGraph
+from kmilvus.log import get_logger
+from kmilvus.msgstream import channels as chan
+from kmilvus.proto import data_node_pb2_grpc, internal_pb2
+from kmilvus.storage import binlog, paths
+from kmilvus.util import merr
+
+log = get_logger(__name__)
+
+
+class DataNode(data_node_pb2_grpc.DataNodeServicer):
+    role = roles.DATANODE
+
+    def __init__(self, cfg: Config, stream, store, registry: roles.Registry, server_id: int):
+        self.cfg = cfg
+        self.stream = stream
+        self.store = store
+        self.registry = registry
+        self.server_id = server_id
+        self.datacoord = registry.client(roles.DATACOORD)
+        self.ids = IDAllocator(registry.client(roles.ROOTCOORD), batch=1000)
+        self.flowgraphs: dict[str, FlowGraph] = {}
+        self.buffered = 0
+        self._seg_locks: dict[int, asyncio.Lock] = {}
+        self._writes: set[asyncio.Task] = set()
+        self._tt_subject = chan.datanode_tt_subject(cfg.cluster)
+        self._pressure = asyncio.Event()
+        self._pressure_task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self._pressure_task = asyncio.create_task(self._relieve_pressure(), name="datanode-memory")
+
+    async def stop(self) -> None:
+        for fg in list(self.flowgraphs.values()):
+            await fg.stop()
+        self.flowgraphs.clear()
+        if self._pressure_task:
+            self._pressure_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pressure_task
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+
+    # Memory accounting ----------------------------------------------------------------------
+    def account(self, nbytes: int) -> None:
+        self.buffered += nbytes
+        if self.buffered > self.cfg.insert_buffer_size_mb * 1024 * 1024:
+            self._pressure.set()
+
+    def release(self, nbytes: int) -> None:
+        self.buffered = max(0, self.buffered - nbytes)
+
+    async def _relieve_pressure(self) -> None:
+        """Write the largest segment buffers out (not sealing them) until under the limit."""
+        limit = self.cfg.insert_buffer_size_mb * 1024 * 1024
+        while True:
+            await self._pressure.wait()
+            self._pressure.clear()
+            while self.buffered > limit * 0.5:
+                candidates = [(fg, fg.largest_buffer()) for fg in self.flowgraphs.values()]
+                candidates = [(fg, b) for fg, b in candidates if b is not None]
+                if not candidates:
+                    break
+                fg, b = max(candidates, key=lambda c: c[1].nbytes)
+                buf, _ = fg.take(b.segment_id, final=False)
+                await self._write(fg, b.segment_id, buf, None, flushed=False)
+
+    # Time ticks -------------------------------------------------------------------------------
+    async def report_tt(self, channel: str, ts: int, cp: internal_pb2.MsgPosition) -> None:
+        """Seed 000 §7: DataNodeTtMsg on every consumed tick."""
+        msg = internal_pb2.DataNodeTtMsg(channel_name=channel, timestamp=ts, checkpoint=cp, nodeID=self.server_id)
+        msg.base.msg_type = common_pb2.DataNodeTt
+        msg.base.timestamp = ts
+        msg.base.sourceID = self.server_id
+        await self.stream.publish_core(self._tt_subject, msg.SerializeToString())
+
+    def forget(self, vchannel: str) -> None:
+        self.flowgraphs.pop(vchannel, None)
+
+    # RPCs -----------------------------------------------------------------------------------
+    @merr.rpc(milvus_pb2.ComponentStates)
+    async def GetComponentStates(self, req, context=None):
+        st = milvus_pb2.ComponentStates()
+        st.state.nodeID, st.state.role, st.state.state_code = self.server_id, self.role, common_pb2.Healthy
+        return st
+
+    @merr.rpc()
+    async def WatchDmChannels(self, req, context=None):
+        for info in req.channels:
+            if info.vchannel in self.flowgraphs:
+                continue
+            fg = FlowGraph(self, info)
+            await fg.start()
+            self.flowgraphs[info.vchannel] = fg
+            log.info("watching channel", channel=info.vchannel, after_seq=info.seek_position.seq)
+        return merr.success()
+
+    @merr.rpc()
+    async def UnwatchDmChannels(self, req, context=None):
+        for ch in req.vchannels:
+            fg = self.flowgraphs.pop(ch, None)
+            if fg is not None:
+                await fg.stop(drop=req.drop)
+        return merr.success()
+
+    @merr.rpc()
+    async def FlushSegments(self, req, context=None):
+        """Seed 000 §8: detach each segment's buffer now; write and commit in the background."""
+        fg = self.flowgraphs.get(req.channel)
+        if fg is None:
+            raise merr.MilvusError(merr.CHANNEL_NOT_FOUND, f"channel not found[channel={req.channel}]")
+        for seg in req.segmentIDs:
+            buf, ddl = fg.take(seg, final=True)
+            task = asyncio.create_task(self._write(fg, seg, buf, ddl, flushed=True), name=f"flush-{seg}")
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
+        return merr.success()
+
+    # Writing binlogs ------------------------------------------------------------------------
+    async def _write(self, fg: FlowGraph, seg: int, buf: SegmentBuffer | None, ddl: DDLBuffer | None,
+                     flushed: bool) -> None:
+        lock = self._seg_locks.setdefault(seg, asyncio.Lock())
+        async with lock:
+            try:
+                await self._write_locked(fg, seg, buf, ddl, flushed)
+            finally:
+                fg.done(seg)
+                if flushed:
+                    self._seg_locks.pop(seg, None)
+
+    async def _write_locked(self, fg: FlowGraph, seg: int, buf: SegmentBuffer | None, ddl: DDLBuffer | None,
+                            flushed: bool) -> None:
+        coll, part = fg.collection_id, fg.partition(seg)
+        req = internal_pb2.SaveBinlogPathsRequest(segmentID=seg, collectionID=coll, partitionID=part,
+                                                  flushed=flushed, channel=fg.vchannel, nodeID=self.server_id)
+        written: list[str] = []
+        if buf is not None and buf.rows:
+            log_id = await self.ids.alloc()
+            key = paths.insert_log_key(coll, part, seg, log_id)
+            info = await binlog.awrite_insert_binlog(self.store, key, buf.batches)
+            written.append(key)
+            req.binlogs.add(logID=log_id, entries_num=info.entries_num, timestamp_from=info.timestamp_from,
+                            timestamp_to=info.timestamp_to, log_path=key, log_size=info.size)
+            for f in [0, 1, *[f.fieldID for f in fg.schema.fields]]:
+                req.field2BinlogPaths.add(ID=f, Paths=[key])
+            req.dml_position.start_position.CopyFrom(buf.first)
+            req.dml_position.end_position.CopyFrom(buf.end)
+        if ddl is not None and len(ddl):
+            ts_idx = await self.ids.alloc(2)
+            ts_key, ddl_key = await asyncio.to_thread(
+                binlog.write_ddl_binlogs, self.store, coll, ts_idx, ts_idx + 1,
+                ddl.timestamps, ddl.types, ddl.payloads)
+            written += [ts_key, ddl_key]
+            req.ddl_binlog_metas.add(ddl_binlog_path=ddl_key, ts_binlog_path=ts_key)
+            req.ddl_position.start_position.CopyFrom(ddl.start)
+            req.ddl_position.end_position.CopyFrom(ddl.end)
+        # The checkpoint committed with these binlogs no longer needs this segment's data; until
+        # the commit succeeds the segment stays in flight and holds tick-reported checkpoints back.
+        req.checkpoint.CopyFrom(fg.checkpoint(exclude=seg))
+        attempt = 0
+        while True:
+            try:
+                status = await self.datacoord.SaveBinlogPaths(req)
+            except Exception as exc:  # noqa: BLE001 - DataCoord restarting: keep the data, retry
+                status = merr.status_of(exc)
+            if merr.ok(status):
+                log.info("binlogs saved", segment=seg, rows=buf.rows if buf else 0, flushed=flushed)
+                return
+            if status.code in (merr.SEGMENT_NOT_FOUND[0], merr.COLLECTION_NOT_FOUND[0]):
+                break  # dropped meanwhile: nothing may point at these files, so remove them
+            attempt += 1
+            log.warning("SaveBinlogPaths failed; retrying", segment=seg, reason=status.reason)
+            await asyncio.sleep(min(0.1 * attempt, 2))
+        for key in written:
+            await self.store.delete(key)
+        log.warning("binlogs discarded", segment=seg, files=len(written))

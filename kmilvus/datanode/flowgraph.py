@@ -1,0 +1,159 @@
+"""One vchannel's flowgraph (seed 002: flowgraph : vchannel = 1 : 1).
+
+input (JetStream consumer from the checkpoint) → DDNode (DDL of its collection; skips what is
+already persisted) → InsertBufferNode (Arrow batches per segment) → time-tick reporting
+(`DataNodeTtMsg` with the channel checkpoint).
+
+Checkpoint: resuming after `seq` replays every message whose data is not yet in a binlog, and
+every row with ts < `timestamp` is already durable. Replayed messages of segments that are
+flushed, or whose rows are already in binlogs (their `dml_position`), are skipped, so each
+acknowledged row lands in the binlogs exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pymilvus.grpc_gen import schema_pb2
+
+from kmilvus.datanode.buffer import DDLBuffer, SegmentBuffer
+from kmilvus.log import get_logger
+from kmilvus.msgstream import MsgType
+from kmilvus.proto import internal_pb2
+
+if TYPE_CHECKING:
+    from kmilvus.datanode.data_node import DataNode
+
+log = get_logger(__name__)
+
+
+def read_ipc(payload) -> pa.RecordBatch:
+    reader = pa.ipc.open_stream(pa.py_buffer(payload))
+    batches = list(reader)
+    return batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+class FlowGraph:
+    def __init__(self, node: "DataNode", info: internal_pb2.ChannelWatchInfo):
+        self.node = node
+        self.info = info
+        self.vchannel = info.vchannel
+        self.collection_id = info.collectionID
+        self.schema = schema_pb2.CollectionSchema.FromString(info.schema)
+        self.skip: set[int] = set(info.flushed_segmentIDs) | set(info.dropped_segmentIDs)
+        self.persisted_upto: dict[int, int] = {s.ID: s.dml_position.seq for s in info.unflushed_segments}
+        self.partition_of: dict[int, int] = {s.ID: s.partitionID for s in info.unflushed_segments}
+        self.buffers: dict[int, SegmentBuffer] = {}
+        self.inflight: dict[int, tuple[int, int]] = {}   # segment being written → (start seq, min ts)
+        self.ddl = DDLBuffer()
+        seek = info.seek_position
+        self.tick = internal_pb2.MsgPosition(channel_name=self.vchannel, seq=seek.seq, timestamp=seek.timestamp)
+        self.dropped = False
+        self._consumer = None
+        self._task: asyncio.Task | None = None
+
+    # Lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._consumer = await self.node.stream.consume(self.vchannel, after_seq=self.tick.seq,
+                                                        name=f"{self.node.cfg.cluster}-dn{self.node.server_id}")
+        self._task = asyncio.create_task(self._run(), name=f"flowgraph-{self.vchannel}")
+
+    async def stop(self, drop: bool = False) -> None:
+        """Stop consuming and delete the consumer; `drop` also discards what is buffered."""
+        if self._task and self._task is not asyncio.current_task():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await self._consumer.close()
+            self._consumer = None
+        if drop:
+            self._discard()
+
+    def _discard(self) -> None:
+        freed = sum(b.nbytes for b in self.buffers.values())
+        self.buffers.clear()
+        self.ddl = DDLBuffer()
+        self.node.release(freed)
+
+    async def _run(self) -> None:
+        try:
+            async for msg in self._consumer:
+                await self._process(msg)
+                if self.dropped:
+                    break
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001
+            log.error("flowgraph failed", channel=self.vchannel, exc_info=True)
+            raise
+        if self.dropped:
+            # BackGroundGC (seed 001 §17): free everything, delete the consumer, forget the channel.
+            await self.stop(drop=True)
+            self.node.forget(self.vchannel)
+
+    # DDNode + InsertBufferNode -------------------------------------------------------------
+    async def _process(self, msg) -> None:
+        pos = msg.position
+        t = msg.type
+        if t == MsgType.Insert:
+            seg = int(msg.headers["segment"])
+            if seg in self.skip or pos.seq <= self.persisted_upto.get(seg, 0):
+                return  # already in binlogs (replay after a restart)
+            batch = read_ipc(msg.payload)
+            buf = self.buffers.get(seg)
+            if buf is None:
+                part = int(msg.headers.get("partition", 0))
+                self.partition_of[seg] = part
+                buf = self.buffers[seg] = SegmentBuffer(seg, part)
+            buf.add(batch, pos, self.tick)
+            self.node.account(batch.nbytes)
+        elif t == MsgType.TimeTick:
+            self.tick = pos
+            await self.node.report_tt(self.vchannel, msg.timestamp, self.checkpoint())
+        elif t == MsgType.CreateCollection:
+            self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
+        elif t == MsgType.DropCollection:
+            self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
+            self.dropped = True
+            log.info("flowgraph saw DropCollection", channel=self.vchannel)
+
+    def checkpoint(self, exclude: int | None = None) -> internal_pb2.MsgPosition:
+        seq, ts = self.tick.seq, self.tick.timestamp
+        for b in self.buffers.values():
+            seq, ts = min(seq, b.start.seq), min(ts, b.min_ts)
+        for seg, (s_seq, s_ts) in self.inflight.items():
+            if seg != exclude:
+                seq, ts = min(seq, s_seq), min(ts, s_ts)
+        return internal_pb2.MsgPosition(channel_name=self.vchannel, seq=seq, timestamp=ts)
+
+    # Flush ---------------------------------------------------------------------------------
+    def take(self, seg: int, final: bool) -> tuple[SegmentBuffer | None, DDLBuffer | None]:
+        """Detach a segment's buffer (and, for a manual flush, the DDL) for writing.
+
+        The data stays in the checkpoint (as in flight) until SaveBinlogPaths has committed it.
+        """
+        buf = self.buffers.pop(seg, None)
+        if final:
+            self.skip.add(seg)
+        if buf is not None:
+            self.inflight[seg] = (buf.start.seq, buf.min_ts)
+            self.node.release(buf.nbytes)
+            self.persisted_upto[seg] = buf.end.seq
+        ddl = None
+        if final and len(self.ddl):
+            ddl, self.ddl = self.ddl, DDLBuffer()
+        return buf, ddl
+
+    def partition(self, seg: int) -> int:
+        return self.partition_of.get(seg, self.info.partitionID)
+
+    def done(self, seg: int) -> None:
+        self.inflight.pop(seg, None)
+
+    def largest_buffer(self) -> SegmentBuffer | None:
+        return max(self.buffers.values(), key=lambda b: b.nbytes, default=None)

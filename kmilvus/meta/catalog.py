@@ -1,0 +1,92 @@
+"""Every etcd key kmilvus writes, in one place.
+
+Keys are relative to the cluster's meta root (`{cluster}/meta`). Everything a collection owns is
+reachable from its collection ID — that is what lets DropCollection remove all of it and a test
+prove nothing is left.
+"""
+
+from __future__ import annotations
+
+# RootCoord ------------------------------------------------------------------------------
+TSO_KEY = "tso/timestamp"
+ID_KEY = "id/allocator"
+
+
+def collection_key(coll_id: int) -> str:
+    return f"root-coord/collection/{coll_id}"
+
+
+COLLECTION_PREFIX = "root-coord/collection/"
+
+
+def collection_name_key(db: str, name: str) -> str:
+    return f"root-coord/collection-name/{db}/{name}"
+
+
+def drop_task_key(coll_id: int) -> str:
+    """A DropCollection in progress: its steps are resumed from here after a crash."""
+    return f"root-coord/drop-task/{coll_id}"
+
+
+DROP_TASK_PREFIX = "root-coord/drop-task/"
+
+# DataCoord ------------------------------------------------------------------------------
+
+
+def segment_key(coll_id: int, part_id: int, seg_id: int) -> str:
+    return f"datacoord-meta/s/{coll_id}/{part_id}/{seg_id}"
+
+
+def segment_prefix(coll_id: int | None = None) -> str:
+    return "datacoord-meta/s/" if coll_id is None else f"datacoord-meta/s/{coll_id}/"
+
+
+def binlog_key(coll_id: int, seg_id: int, log_id: int) -> str:
+    """Seed 002: `{prefix}/{collectionID}/{segmentID}/{idx}`."""
+    return f"datacoord-meta/binlog/{coll_id}/{seg_id}/{log_id}"
+
+
+def binlog_prefix(coll_id: int, seg_id: int | None = None) -> str:
+    base = f"datacoord-meta/binlog/{coll_id}/"
+    return base if seg_id is None else f"{base}{seg_id}/"
+
+
+def ddl_binlog_key(coll_id: int, seg_id: int, idx: int) -> str:
+    return f"datacoord-meta/ddl-binlog/{coll_id}/{seg_id}/{idx}"
+
+
+def ddl_binlog_prefix(coll_id: int, seg_id: int | None = None) -> str:
+    base = f"datacoord-meta/ddl-binlog/{coll_id}/"
+    return base if seg_id is None else f"{base}{seg_id}/"
+
+
+def channel_checkpoint_key(vchannel: str) -> str:
+    return f"datacoord-meta/channel-cp/{vchannel}"
+
+
+def channel_watch_key(vchannel: str) -> str:
+    """Which DataNode runs a vchannel's flowgraph (ChannelWatchInfo + node id)."""
+    return f"datacoord-meta/channel-watch/{vchannel}"
+
+
+CHANNEL_WATCH_PREFIX = "datacoord-meta/channel-watch/"
+
+# QueryCoord -----------------------------------------------------------------------------
+
+
+def loaded_collection_key(coll_id: int) -> str:
+    return f"querycoord-meta/loaded/{coll_id}"
+
+
+def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
+    """Every key prefix that belongs to one collection (used by drop and by its checks)."""
+    return [
+        collection_key(coll_id),
+        drop_task_key(coll_id),
+        segment_prefix(coll_id),
+        binlog_prefix(coll_id),
+        ddl_binlog_prefix(coll_id),
+        loaded_collection_key(coll_id),
+        *[channel_checkpoint_key(v) for v in vchannels],
+        *[channel_watch_key(v) for v in vchannels],
+    ]

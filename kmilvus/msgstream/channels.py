@@ -1,0 +1,74 @@
+"""Channel naming: physical channels (pchannels), virtual channels (vchannels) and the JetStream
+stream/subjects they map to.
+
+Pure functions so every component derives the same names from (cluster, collection, shard)
+without asking anyone. One JetStream stream per cluster holds all DML; each vchannel is one subject
+of it, so a consumer filtered on a subject sees exactly one vchannel, in stream-sequence order.
+"""
+
+from __future__ import annotations
+
+import re
+
+_VCHANNEL_RE = re.compile(r"^(?P<pchannel>.+)_(?P<collection>\d+)v(?P<shard>\d+)$")
+# NATS subject tokens may not contain '.', '*', '>' or whitespace; stream names are stricter.
+_BAD_TOKEN_RE = re.compile(r"[.*>\s]")
+_BAD_STREAM_RE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def pchannel_names(cluster: str, n: int) -> list[str]:
+    """The cluster's `n` physical DML channels (Milvus' `rootcoord-dml_i`)."""
+    return [f"{cluster}-dml_{i}" for i in range(n)]
+
+
+def vchannel_name(pchannel: str, collection_id: int, shard: int) -> str:
+    """Milvus' vchannel scheme: `{pchannel}_{collectionID}v{shard}`."""
+    return f"{pchannel}_{collection_id}v{shard}"
+
+
+def _parse(vchannel: str) -> re.Match[str]:
+    m = _VCHANNEL_RE.match(vchannel)
+    if m is None:
+        raise ValueError(f"not a vchannel name: {vchannel!r}")
+    return m
+
+
+def pchannel_of(vchannel: str) -> str:
+    """Inverse of `vchannel_name`: strip the trailing `_{id}v{shard}`."""
+    return _parse(vchannel)["pchannel"]
+
+
+def collection_of(vchannel: str) -> int:
+    """The collection ID encoded in a vchannel name."""
+    return int(_parse(vchannel)["collection"])
+
+
+def shard_of(vchannel: str) -> int:
+    """The shard index encoded in a vchannel name."""
+    return int(_parse(vchannel)["shard"])
+
+
+def token(s: str) -> str:
+    """`s` made usable as one NATS subject token (or consumer name)."""
+    return _BAD_TOKEN_RE.sub("_", s) or "_"
+
+
+def stream_name(cluster: str) -> str:
+    """The cluster's JetStream stream holding every DML vchannel."""
+    return _BAD_STREAM_RE.sub("_", f"KMILVUS_{cluster}_DML")
+
+
+def subject_of(cluster: str, vchannel: str) -> str:
+    """The JetStream subject of one vchannel."""
+    return f"{token(cluster)}.dml.{token(vchannel)}"
+
+
+def stream_subjects(cluster: str) -> list[str]:
+    """Subjects bound to `stream_name(cluster)`."""
+    return [f"{token(cluster)}.dml.>"]
+
+
+def datanode_tt_subject(cluster: str) -> str:
+    """Core NATS (not JetStream) subject of DataNodeTtMsg reports: losing one is harmless, the
+    next report supersedes it."""
+    return f"{token(cluster)}.datanode-tt"

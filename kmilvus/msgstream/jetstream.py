@@ -1,0 +1,589 @@
+"""The message stream on NATS JetStream: one file-backed stream per cluster, one subject per
+vchannel, positions = JetStream stream sequences.
+
+Producers publish with pipelined acks. Consumers are ordered push consumers we drive ourselves
+(ack none, flow control, idle heartbeats) rather than nats-py's, because nats-py's `next_msg`
+creates a task per message; here the subscription callback only appends to a deque and the
+iterator drains it. A gap (client-side drop, lost consumer after a server restart) recreates
+the consumer from the last stream sequence seen, so delivery is exact.
+
+Payloads above `max_message_bytes` are split into parts (`K-Chunk: i/n`, `K-Chunk-Id`); a
+consumer reassembles them (one join) and the message's position is its last part's sequence.
+Parts i > 0 carry `K-Chunk-Start` (part 0's sequence): if another producer's message landed
+between the parts and a consumer resumes after it, the parts before the resume point are read
+back from the stream instead of being lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg as NatsMsg
+from nats.aio.subscription import Subscription
+from nats.js import api
+
+from kmilvus.log import get_logger
+from kmilvus.msgstream import channels
+from kmilvus.msgstream.message import (
+    H_CHUNK,
+    H_CHUNK_ID,
+    H_CHUNK_START,
+    H_TYPE,
+    Msg,
+    MsgPosition,
+    from_nats,
+    nats_headers,
+)
+
+log = get_logger(__name__)
+
+MiB = 1024 * 1024
+DEFAULT_MAX_MESSAGE_BYTES = 4 * MiB
+ACK_TIMEOUT = 10.0  # no ack progress for this long → the publish is considered lost
+PUBLISH_ATTEMPTS = 3  # for publishes with a msg_id (safe to repeat: the server dedups)
+ACK_WINDOW = 1024  # publish_many awaits acks this many messages behind its sends
+HEARTBEAT = 2.0  # consumer idle heartbeat; 3 missed → recreate the consumer
+DUPLICATE_WINDOW = 120.0  # Nats-Msg-Id dedup window (seconds)
+MAX_OPEN_GROUPS = 256  # split messages being reassembled at once (abandoned ones are dropped)
+_H_MSG_ID = api.Header.MSG_ID.value
+_H_STATUS = api.Header.STATUS.value
+_H_DESCRIPTION = api.Header.DESCRIPTION.value
+_H_LAST_CONSUMER = api.Header.LAST_CONSUMER.value
+_H_STALLED = api.Header.CONSUMER_STALLED.value
+_HDR_SLACK = 512  # bytes kept free under max_payload for the part headers
+_SMALL_HDRS = 16 * 1024
+YIELD_BYTES = 64 * 1024  # header bytes assumed without measuring them
+
+
+class MsgStreamError(RuntimeError):
+    """A publish was rejected by JetStream (or, as AckTimeoutError, never acknowledged)."""
+
+
+class AckTimeoutError(MsgStreamError):
+    """No ack arrived: the message may or may not be stored (e.g. written to a dying
+    connection). Re-publishing is only safe with a msg_id."""
+
+
+class MsgStream:
+    """A NATS connection bound to one cluster's DML stream."""
+
+    def __init__(self, nc: NATS, cluster: str, max_message_bytes: int) -> None:
+        self.nc = nc
+        # In-flight cap well above publish_many's 2 windows, so only a stuck server blocks it.
+        self.js = nc.jetstream(timeout=10.0, publish_async_max_pending=65536)
+        self.cluster = cluster
+        self.stream = channels.stream_name(cluster)
+        self.max_message_bytes = max_message_bytes
+        self._subjects: dict[str, str] = {}
+        self._consumers: set[Consumer] = set()
+        self._closing = False
+
+    @classmethod
+    async def connect(cls, nats_url: str, cluster: str, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                      name: str = "") -> MsgStream:
+        """Connect (reconnecting forever) and make sure the cluster's stream exists."""
+        label = name or f"kmilvus-{cluster}"
+        nc = NATS()
+        self = cls(nc, cluster, max_message_bytes)
+
+        async def on_error(e: Exception) -> None:
+            log.warning("nats error", conn=label, error=repr(e))
+
+        async def on_disconnect() -> None:
+            if not self._closing:
+                log.warning("nats disconnected", conn=label)
+
+        async def on_reconnect() -> None:
+            log.warning("nats reconnected", conn=label)
+
+        await nc.connect(
+            nats_url, name=label, allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+            connect_timeout=5, ping_interval=10, max_outstanding_pings=3,
+            # Keep several multi-MB messages in the outbound buffer before forcing a flush.
+            pending_size=64 * MiB, error_cb=on_error, disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect,
+        )
+        try:
+            await self._ensure_stream()
+        except BaseException:
+            await nc.close()
+            raise
+        return self
+
+    async def _ensure_stream(self) -> None:
+        config = api.StreamConfig(
+            name=self.stream, subjects=channels.stream_subjects(self.cluster),
+            retention=api.RetentionPolicy.LIMITS, discard=api.DiscardPolicy.OLD,
+            storage=api.StorageType.FILE, max_msg_size=-1, duplicate_window=DUPLICATE_WINDOW,
+            num_replicas=1, allow_direct=True,  # direct get reads back parts of split messages
+        )
+        try:
+            await self.js.stream_info(self.stream)
+            return
+        except nats.js.errors.NotFoundError:
+            pass
+        try:
+            await self.js.add_stream(config)
+        except nats.js.errors.BadRequestError:
+            await self.js.stream_info(self.stream)  # created concurrently by another process
+
+    def subject(self, vchannel: str) -> str:
+        """The vchannel's subject (cached: computed once per vchannel)."""
+        s = self._subjects.get(vchannel)
+        if s is None:
+            s = self._subjects[vchannel] = channels.subject_of(self.cluster, vchannel)
+        return s
+
+    def producer(self) -> Producer:
+        return Producer(self)
+
+    async def consume(self, vchannel: str, *, after_seq: int = 0, name: str | None = None) -> Consumer:
+        """A consumer of `vchannel` from the first message with stream seq > `after_seq`.
+
+        `name` prefixes the server-side consumer name (a random suffix keeps it unique)."""
+        if after_seq < 0:
+            raise ValueError("after_seq must be >= 0")
+        c = Consumer(self, vchannel, after_seq, name)
+        await c._start()
+        self._consumers.add(c)
+        return c
+
+    async def purge(self, vchannel: str, *, before_seq: int | None = None) -> None:
+        """Remove `vchannel`'s messages with seq < `before_seq` (all of them when None)."""
+        if before_seq is not None and before_seq <= 1:
+            return  # nothing below seq 1 (and nats-py would drop seq=0, purging everything)
+        await self.js.purge_stream(self.stream, seq=before_seq, subject=self.subject(vchannel))
+
+    async def consumer_names(self, vchannel: str | None = None) -> list[str]:
+        """Server-side consumers on the stream (only those filtered on `vchannel` when given)."""
+        subject = self.subject(vchannel) if vchannel is not None else None
+        names: list[str] = []
+        offset = 0
+        while True:
+            page = await self.js.consumers_info(self.stream, offset=offset)
+            for ci in page:
+                if subject is None or ci.config.filter_subject == subject:
+                    names.append(ci.name)
+            offset += len(page)
+            if not page or len(page) < 256:
+                return names
+
+    async def last_seq(self, vchannel: str) -> int:
+        """The stream seq of `vchannel`'s last message, 0 if it has none."""
+        try:
+            raw = await self.js.get_msg(self.stream, subject=self.subject(vchannel), direct=True)
+        except nats.js.errors.NotFoundError:
+            return 0
+        return raw.seq or 0
+
+    async def publish_core(self, subject: str, data: bytes) -> None:
+        """Fire-and-forget core NATS publish (DataNodeTtMsg reports)."""
+        await self.nc.publish(subject, data)
+
+    async def subscribe_core(self, subject: str, cb: Callable[[bytes], Awaitable[None]]) -> Subscription:
+        """Core NATS subscription calling `await cb(data)` per message; `unsubscribe()` it."""
+
+        async def on_msg(m: NatsMsg) -> None:
+            await cb(m.data)
+
+        return await self.nc.subscribe(subject, cb=on_msg)
+
+    async def delete_stream(self) -> None:
+        """Delete the cluster's stream and every consumer on it (tests, teardown)."""
+        try:
+            await self.js.delete_stream(self.stream)
+        except nats.js.errors.NotFoundError:
+            pass
+
+    async def close(self) -> None:
+        """Close open consumers (deleting them server-side), flush and disconnect."""
+        self._closing = True
+        for c in list(self._consumers):
+            await c.close()
+        if not self.nc.is_closed:
+            await self.nc.close()
+
+
+class Producer:
+    """Publishes onto vchannels; acks are pipelined and awaited in bulk."""
+
+    def __init__(self, stream: MsgStream) -> None:
+        self._s = stream
+
+    async def publish(self, vchannel: str, msg: Msg, *, msg_id: str | None = None) -> int:
+        """Publish one message; returns its stream seq once JetStream stored it. `msg_id` makes
+        a re-publish idempotent (server-side dedup within the duplicate window), so with one a
+        lost ack is retried here."""
+        attempts = PUBLISH_ATTEMPTS if msg_id else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                futs = await self._send(vchannel, msg, msg_id)
+                return (await _wait_acks([futs]))[0]
+            except AckTimeoutError:
+                if attempt == attempts:
+                    raise
+                log.warning("publish not acknowledged, retrying", vchannel=vchannel, msg_id=msg_id)
+        raise AssertionError("unreachable")
+
+    async def publish_many(self, items: Sequence[tuple[str, Msg]]) -> list[int]:
+        """Publish all items back to back, then wait for every ack; seqs in input order.
+        Raises if any publish failed (the others may still have been stored).
+
+        Acks are awaited a window behind the sends, so the pipeline never drains and never holds
+        more than ~2 windows: nats-py's own in-flight cap would otherwise block forever if the
+        server stopped acking."""
+        pending: list[list[asyncio.Future[api.PubAck]]] = []
+        for i, (vchannel, msg) in enumerate(items):
+            pending.append(await self._send(vchannel, msg, None))
+            if i >= 2 * ACK_WINDOW and i % ACK_WINDOW == 0:
+                await _await_acks([f for futs in pending[i - 2 * ACK_WINDOW:i - ACK_WINDOW] for f in futs])
+        return await _wait_acks(pending)
+
+    async def _send(self, vchannel: str, msg: Msg, msg_id: str | None) -> list[asyncio.Future[api.PubAck]]:
+        """Send `msg` (split if needed); returns the ack futures of its NATS messages."""
+        s = self._s
+        js = s.js
+        subject = s.subject(vchannel)
+        headers = nats_headers(msg)
+        if msg_id:
+            headers[_H_MSG_ID] = msg_id
+        payload = msg.payload
+        if isinstance(payload, memoryview) and (payload.ndim != 1 or payload.format != "B"):
+            payload = payload.cast("B")
+        size = len(payload)
+        max_payload = s.nc.max_payload
+        if size <= s.max_message_bytes and size + _SMALL_HDRS <= max_payload:  # the common case
+            fut = await js.publish_async(subject, payload, headers=headers)
+            if size >= YIELD_BYTES:
+                await asyncio.sleep(0)
+            return [fut]
+        limit = min(s.max_message_bytes,
+                    max_payload - _headers_size(headers) - 2 * len(msg_id or "") - _HDR_SLACK)
+        if size <= limit:
+            return [await js.publish_async(subject, payload, headers=headers)]
+        if limit <= 0:
+            raise ValueError(f"headers of a {msg.type.name} message do not fit in max_payload")
+        view = memoryview(payload)
+        n = -(-size // limit)
+        cid = msg_id or uuid.uuid4().hex
+        futs: list[asyncio.Future[api.PubAck]] = []
+        start = 0
+        for i in range(n):
+            h = dict(headers)
+            h[H_CHUNK] = f"{i}/{n}"
+            h[H_CHUNK_ID] = cid
+            if msg_id:
+                h[_H_MSG_ID] = f"{msg_id}#{i}/{n}"
+            if i:
+                h[H_CHUNK_START] = str(start)
+            fut = await js.publish_async(subject, view[i * limit:(i + 1) * limit], headers=h)
+            await asyncio.sleep(0)
+            if i == 0:
+                # Later parts record part 0's seq; one round trip per multi-MB message.
+                start = (await _wait_acks([[fut]]))[0]
+            futs.append(fut)
+        return futs
+
+
+def _headers_size(headers: dict[str, str]) -> int:
+    return 12 + sum(len(k) + len(v) + 4 for k, v in headers.items())
+
+
+async def _await_acks(futs: list[asyncio.Future[api.PubAck]]) -> None:
+    """Wait until every future is done; fail if no ack at all arrives for ACK_TIMEOUT."""
+    remaining = {f for f in futs if not f.done()}
+    while remaining:
+        done, remaining = await asyncio.wait(remaining, timeout=ACK_TIMEOUT)
+        if not done:
+            for f in remaining:
+                f.cancel()
+            raise AckTimeoutError(f"{len(remaining)} publishes not acknowledged within {ACK_TIMEOUT}s")
+
+
+async def _wait_acks(pending: list[list[asyncio.Future[api.PubAck]]]) -> list[int]:
+    """Seq of each message's last NATS message; fails if an ack fails or acks stop coming."""
+    flat = [f for futs in pending for f in futs]
+    await _await_acks(flat)
+    errors = [f.exception() for f in flat if f.exception() is not None]
+    if errors:
+        raise MsgStreamError(f"{len(errors)} of {len(flat)} publishes failed: {errors[0]!r}") from errors[0]
+    return [futs[-1].result().seq for futs in pending]
+
+
+class _Group:
+    """The parts received so far of one split message."""
+
+    __slots__ = ("n", "parts")
+
+    def __init__(self, n: int, parts: list[bytes]) -> None:
+        self.n = n
+        self.parts = parts
+
+
+class Consumer:
+    """Ordered consumer of one vchannel; async-iterate it, or `next()` / `next_batch()`.
+
+    Yields `Msg` with `.position` = (vchannel, stream seq, timestamp); resuming with
+    `after_seq=position.seq` continues with exactly the next message.
+    """
+
+    def __init__(self, stream: MsgStream, vchannel: str, after_seq: int, name: str | None) -> None:
+        self._s = stream
+        self.vchannel = vchannel
+        self.subject = stream.subject(vchannel)
+        self._prefix = channels.token(name) if name else "kmc"
+        self._sseq = after_seq  # last stream seq processed (NATS message level, parts included)
+        self._dseq = 0  # last consumer seq of the current server-side consumer
+        self._buf: collections.deque[NatsMsg] = collections.deque()
+        self._wake = asyncio.Event()
+        self._rx = 0  # NATS messages received (liveness)
+        self._seen_rx = 0
+        self._seen_at = 0.0
+        self._sub: Subscription | None = None
+        self.consumer_name: str | None = None
+        self._groups: dict[str, _Group] = {}
+        self._closed = False
+
+    # -- server side consumer ------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        nc = self._s.nc
+        buf: collections.deque[NatsMsg] = collections.deque()
+        wake = self._wake
+
+        async def on_msg(m: NatsMsg) -> None:
+            buf.append(m)
+            self._rx += 1
+            wake.set()
+
+        inbox = nc.new_inbox()
+        # The server paces us with flow control; these limits only guard against a runaway.
+        sub = await nc.subscribe(inbox, cb=on_msg, pending_msgs_limit=1_000_000, pending_bytes_limit=1024 * MiB)
+        start = self._sseq + 1
+        config = api.ConsumerConfig(
+            name=f"{self._prefix}-{uuid.uuid4().hex[:12]}", description=f"kmilvus {self.vchannel}",
+            deliver_subject=inbox, filter_subject=self.subject, ack_policy=api.AckPolicy.NONE,
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE if start > 1 else api.DeliverPolicy.ALL,
+            opt_start_seq=start if start > 1 else None, replay_policy=api.ReplayPolicy.INSTANT,
+            flow_control=True, idle_heartbeat=HEARTBEAT, mem_storage=True, num_replicas=1,
+        )
+        try:
+            info = await self._s.js.add_consumer(self._s.stream, config)
+        except BaseException:
+            await _quietly(sub.unsubscribe())
+            raise
+        self._buf, self._sub, self.consumer_name, self._dseq = buf, sub, info.name, 0
+        self._seen_rx, self._seen_at = self._rx, asyncio.get_running_loop().time()
+
+    async def _stop(self) -> None:
+        sub, name, old = self._sub, self.consumer_name, self._buf
+        self._sub = self.consumer_name = None
+        self._buf = collections.deque()
+        if sub is not None:
+            await _quietly(sub.unsubscribe())
+        old.clear()  # delivery loops holding the old buffer see it empty and re-read self._buf
+        if name is not None and self._s.nc.is_connected:
+            await _quietly(self._s.js.delete_consumer(self._s.stream, name))
+
+    async def _restart(self, why: str) -> None:
+        """Recreate the server-side consumer from the last stream seq processed."""
+        log.warning("recreating consumer", vchannel=self.vchannel, consumer=self.consumer_name,
+                    after_seq=self._sseq, reason=why)
+        await self._stop()
+        while not self._closed:
+            try:
+                await self._start()
+                if self._closed:  # closed while we were recreating it
+                    await self._stop()
+                return
+            except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+                log.warning("consumer create failed, retrying", vchannel=self.vchannel, error=repr(e))
+                await asyncio.sleep(0.5)
+
+    async def close(self) -> None:
+        """Stop consuming and delete the server-side consumer."""
+        if self._closed:
+            return
+        self._closed = True
+        self._s._consumers.discard(self)
+        await self._stop()
+        self._wake.set()
+
+    # -- delivery -------------------------------------------------------------------------------
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Msg:
+        while True:
+            buf = self._buf
+            while buf:
+                msg = await self._process(buf.popleft())
+                if msg is not None:
+                    return msg
+            if self._closed:
+                raise StopAsyncIteration
+            await self._wait(None)
+
+    async def next(self, timeout: float | None = None) -> Msg | None:
+        """The next message, or None if none arrived within `timeout` seconds (or closed)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            buf = self._buf
+            while buf:
+                msg = await self._process(buf.popleft())
+                if msg is not None:
+                    return msg
+            if self._closed:
+                return None
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return None
+            await self._wait(left)
+
+    async def next_batch(self, max_msgs: int = 4096, timeout: float | None = None) -> list[Msg]:
+        """Everything already buffered (at most `max_msgs`), waiting up to `timeout` for the
+        first message; [] on timeout or when closed."""
+        first = await self.next(timeout)
+        if first is None:
+            return []
+        out = [first]
+        buf = self._buf
+        while buf and len(out) < max_msgs:
+            msg = await self._process(buf.popleft())
+            if msg is not None:
+                out.append(msg)
+            buf = self._buf  # a restart swaps the buffer
+        return out
+
+    async def _wait(self, timeout: float | None) -> None:
+        """Wait for NATS messages; recreate the consumer if even heartbeats stopped."""
+        self._wake.clear()
+        if self._buf or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        if self._rx != self._seen_rx:
+            self._seen_rx, self._seen_at = self._rx, loop.time()
+        limit = 3 * HEARTBEAT if timeout is None else min(timeout, 3 * HEARTBEAT)
+        try:
+            await asyncio.wait_for(self._wake.wait(), limit)
+        except asyncio.TimeoutError:
+            now = loop.time()
+            if self._rx != self._seen_rx:
+                self._seen_rx, self._seen_at = self._rx, now
+            elif now - self._seen_at >= 3 * HEARTBEAT and not self._closed:
+                self._seen_at = now
+                await self._restart("no heartbeat")
+
+    async def _process(self, m: NatsMsg) -> Msg | None:
+        """Handle one NATS message: a control message (None) or a data message/part."""
+        headers = m.headers
+        if headers is not None and _H_STATUS in headers and not m.data:
+            await self._control(m, headers)
+            return None
+        tokens = m.reply.split(".")
+        # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>[.<token>] (v1),
+        # or with <domain>.<account hash> after ACK (v2).
+        if len(tokens) == 9:
+            sseq, dseq = int(tokens[5]), int(tokens[6])
+        else:
+            sseq, dseq = int(tokens[7]), int(tokens[8])
+        if dseq != self._dseq + 1:
+            await self._restart(f"consumer seq gap {self._dseq} -> {dseq}")
+            return None
+        self._dseq = dseq
+        if sseq <= self._sseq:
+            return None  # already delivered (defensive: a restart overlapping)
+        self._sseq = sseq
+        if headers is None or H_TYPE not in headers:
+            log.warning("skipping foreign message", vchannel=self.vchannel, seq=sseq)
+            return None
+        if H_CHUNK not in headers:
+            msg = from_nats(headers, m.data)
+            msg.position = MsgPosition(channel_name=self.vchannel, seq=sseq, timestamp=msg.timestamp)
+            return msg
+        return await self._part(headers, m.data, sseq)
+
+    async def _control(self, m: NatsMsg, headers: dict[str, str]) -> None:
+        status = headers[_H_STATUS]
+        if status == "100":
+            if m.reply:  # flow control request: everything before it has been processed
+                await self._s.nc.publish(m.reply)
+                return
+            stalled = headers.get(_H_STALLED)
+            if stalled:
+                await self._s.nc.publish(stalled)
+            last = headers.get(_H_LAST_CONSUMER)
+            if last is not None and int(last) != self._dseq:
+                await self._restart(f"heartbeat says consumer seq {last}, we have {self._dseq}")
+            return
+        await self._restart(f"status {status} {headers.get(_H_DESCRIPTION, '')}")
+
+    async def _part(self, headers: dict[str, str], data: bytes, sseq: int) -> Msg | None:
+        i_s, _, n_s = headers[H_CHUNK].partition("/")
+        i, n = int(i_s), int(n_s)
+        cid = headers[H_CHUNK_ID]
+        groups = self._groups
+        if i == 0:
+            if len(groups) >= MAX_OPEN_GROUPS:
+                oldest = next(iter(groups))
+                log.warning("dropping incomplete split message", vchannel=self.vchannel, chunk_id=oldest)
+                del groups[oldest]
+            g = groups[cid] = _Group(n, [data])
+        else:
+            g = groups.get(cid)
+            if g is None or len(g.parts) != i:
+                if g is not None and i < len(g.parts):
+                    return None  # a re-published duplicate part
+                g = await self._recover(cid, i, n, headers, sseq)
+                if g is None:
+                    return None
+            g.parts.append(data)
+        if len(g.parts) < g.n:
+            return None
+        del groups[cid]
+        msg = from_nats(headers, b"".join(g.parts))
+        msg.position = MsgPosition(channel_name=self.vchannel, seq=sseq, timestamp=msg.timestamp)
+        return msg
+
+    async def _recover(self, cid: str, i: int, n: int, headers: dict[str, str], sseq: int) -> _Group | None:
+        """Read back parts 0..i-1 of a split message whose start precedes our resume point."""
+        self._groups.pop(cid, None)
+        start = int(headers.get(H_CHUNK_START, 0))
+        parts: list[bytes] = []
+        seq = start
+        js = self._s.js
+        while start and len(parts) < i and seq < sseq:
+            try:
+                raw = await js.get_msg(self._s.stream, seq=seq, subject=self.subject, next=True, direct=True)
+            except nats.js.errors.NotFoundError:
+                break
+            if raw.seq is None or raw.seq >= sseq:
+                break
+            h = raw.headers or {}
+            if h.get(H_CHUNK_ID) == cid and h.get(H_CHUNK, "").partition("/")[0] == str(len(parts)):
+                parts.append(raw.data or b"")
+            seq = raw.seq + 1
+        if len(parts) != i:
+            log.warning("skipping orphan part of a split message", vchannel=self.vchannel, chunk_id=cid,
+                        part=f"{i}/{n}", seq=sseq)
+            return None
+        g = self._groups[cid] = _Group(n, parts)
+        return g
+
+
+async def _quietly(aw: Awaitable[Any]) -> None:
+    """Best-effort cleanup: the connection may be closing or the consumer already gone."""
+    try:
+        await aw
+    except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+        log.info("cleanup step failed", error=repr(e))

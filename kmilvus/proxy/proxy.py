@@ -1,0 +1,259 @@
+"""The Proxy: Milvus' MilvusService (what pymilvus talks to) plus its internal service.
+
+Requests become tasks on `DdTaskQueue` (DDL, Flush) or `DmTaskQueue` (Insert); task bodies call
+RootCoord / DataCoord, which may live in this process or behind gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
+
+from kmilvus import __version__
+from kmilvus import components as roles
+from kmilvus.allocator import IDAllocator, TimestampAllocator
+from kmilvus.config import Config
+from kmilvus.log import get_logger
+from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc
+from kmilvus.proxy.insert import InsertTask
+from kmilvus.proxy.meta_cache import MetaCache
+from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
+from kmilvus.rootcoord.schema import validate_name
+from kmilvus.util import merr
+from kmilvus.util.timetick import TickSource
+
+log = get_logger(__name__)
+SERVER_VERSION = "v2.3.5"  # the Milvus API level kmilvus implements
+
+
+class Proxy(milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grpc.ProxyServicer):
+    role = roles.PROXY
+
+    def __init__(self, cfg: Config, registry: roles.Registry, stream, server_id: int):
+        self.cfg = cfg
+        self.registry = registry
+        self.stream = stream
+        self.server_id = server_id
+        self.rootcoord = registry.client(roles.ROOTCOORD)
+        self.datacoord = registry.client(roles.DATACOORD)
+        self.meta_cache = MetaCache(self.rootcoord)
+        self.tso = TimestampAllocator(self.rootcoord)
+        self.ids = IDAllocator(self.rootcoord)
+        self.ticks = TickSource(self.tso)
+        self.producer = stream.producer()
+        self.dd_queue = DdTaskQueue()
+        self.dm_queue = DmTaskQueue()
+        self._tick_task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        # Report a first tick before serving: RootCoord must count this producer before any of
+        # its inserts can exist, or a tick could pass them.
+        await self.report_tick()
+        self._tick_task = asyncio.create_task(self._tick_loop(), name="proxy-timetick")
+        self.dd_queue.start()
+        self.dm_queue.start()
+
+    async def stop(self) -> None:
+        if self._tick_task:
+            self._tick_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tick_task
+        await self.dd_queue.stop()
+        await self.dm_queue.stop()
+
+    async def report_tick(self) -> None:
+        ts = await self.ticks.tick()
+        merr.check(await self.rootcoord.UpdateChannelTimeTick(
+            internal_pb2.ChannelTimeTickMsg(sourceID=self.server_id, timestamp=ts)))
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.time_tick_interval)
+            try:
+                await self.report_tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - RootCoord may be restarting
+                log.warning("time tick report failed", error=str(exc))
+
+    # Connection and health -----------------------------------------------------------------
+    @merr.rpc(milvus_pb2.ConnectResponse)
+    async def Connect(self, req, context=None):
+        resp = milvus_pb2.ConnectResponse(identifier=self.server_id)
+        info = resp.server_info
+        info.build_tags = SERVER_VERSION
+        info.deploy_mode = "kmilvus"
+        info.reserved["kmilvus_version"] = __version__
+        return resp
+
+    @merr.rpc(milvus_pb2.GetVersionResponse)
+    async def GetVersion(self, req, context=None):
+        return milvus_pb2.GetVersionResponse(version=SERVER_VERSION)
+
+    @merr.rpc(milvus_pb2.CheckHealthResponse)
+    async def CheckHealth(self, req, context=None):
+        reasons = []
+        for role in (roles.ROOTCOORD, roles.DATACOORD):
+            try:
+                st = await self.registry.client(role).GetComponentStates(milvus_pb2.GetComponentStatesRequest())
+                if st.state.state_code != common_pb2.Healthy:
+                    reasons.append(f"{role} is {common_pb2.StateCode.Name(st.state.state_code)}")
+            except Exception as exc:  # noqa: BLE001
+                reasons.append(f"{role} unreachable: {exc}")
+        return milvus_pb2.CheckHealthResponse(isHealthy=not reasons, reasons=reasons)
+
+    @merr.rpc(milvus_pb2.ComponentStates)
+    async def GetComponentStates(self, req, context=None):
+        st = milvus_pb2.ComponentStates()
+        st.state.nodeID, st.state.role, st.state.state_code = self.server_id, self.role, common_pb2.Healthy
+        return st
+
+    @merr.rpc(milvus_pb2.AllocTimestampResponse)
+    async def AllocTimestamp(self, req, context=None):
+        return milvus_pb2.AllocTimestampResponse(timestamp=await self.tso.alloc())
+
+    @merr.rpc(milvus_pb2.ListDatabasesResponse)
+    async def ListDatabases(self, req, context=None):
+        return milvus_pb2.ListDatabasesResponse(db_names=["default"])
+
+    # DDL ----------------------------------------------------------------------------------
+    async def _dd(self, task: Task):
+        return await self.dd_queue.enqueue(task)
+
+    @merr.rpc()
+    async def CreateCollection(self, req, context=None):
+        return await self._dd(_CallTask(lambda: self.rootcoord.CreateCollection(req),
+                                        pre=lambda: validate_name(req.collection_name, "collection")))
+
+    @merr.rpc()
+    async def DropCollection(self, req, context=None):
+        return await self._dd(DropCollectionTask(self, req))
+
+    @merr.rpc(milvus_pb2.DescribeCollectionResponse)
+    async def DescribeCollection(self, req, context=None):
+        if req.collection_name:
+            validate_name(req.collection_name, "collection")
+        return await self.rootcoord.DescribeCollection(req)
+
+    @merr.rpc(milvus_pb2.BoolResponse)
+    async def HasCollection(self, req, context=None):
+        return await self.rootcoord.HasCollection(req)
+
+    @merr.rpc(milvus_pb2.ShowCollectionsResponse)
+    async def ShowCollections(self, req, context=None):
+        return await self.rootcoord.ShowCollections(req)
+
+    # DML ----------------------------------------------------------------------------------
+    @merr.rpc(milvus_pb2.MutationResult)
+    async def Insert(self, req, context=None):
+        return await self.dm_queue.enqueue(InsertTask(self, req))
+
+    # Flush (seed 000) ----------------------------------------------------------------------
+    @merr.rpc(milvus_pb2.FlushResponse)
+    async def Flush(self, req, context=None):
+        return await self._dd(FlushTask(self, req))
+
+    @merr.rpc(milvus_pb2.GetFlushStateResponse)
+    async def GetFlushState(self, req: milvus_pb2.GetFlushStateRequest, context=None):
+        coll_id = 0
+        if req.collection_name:
+            coll_id = (await self.meta_cache.get(req.db_name, req.collection_name)).id
+        return await self.datacoord.GetFlushState(data_coord_pb2.GetFlushStateRequest(
+            segmentIDs=req.segmentIDs, flush_ts=req.flush_ts, collectionID=coll_id,
+            wait_ms=int(self.cfg.flush_state_wait * 1000)))
+
+    @merr.rpc(milvus_pb2.GetPersistentSegmentInfoResponse)
+    async def GetPersistentSegmentInfo(self, req, context=None):
+        meta = await self.meta_cache.get(req.dbName, req.collectionName)
+        st = common_pb2.SegmentState
+        resp = await self.datacoord.GetSegmentsByCollection(data_coord_pb2.GetSegmentsByCollectionRequest(
+            collectionID=meta.id, states=list(req.states) or [st.Flushing, st.Flushed, st.Sealed]))
+        merr.check(resp.status)
+        out = milvus_pb2.GetPersistentSegmentInfoResponse()
+        for s in resp.infos:
+            out.infos.add(segmentID=s.ID, collectionID=s.collectionID, partitionID=s.partitionID,
+                          num_rows=s.num_of_rows, state=s.state, insert_channel=s.insert_channel)
+        return out
+
+    @merr.rpc(milvus_pb2.GetCollectionStatisticsResponse)
+    async def GetCollectionStatistics(self, req, context=None):
+        meta = await self.meta_cache.get(req.db_name, req.collection_name)
+        resp = await self.datacoord.GetCollectionStatistics(
+            data_coord_pb2.GetCollectionStatisticsRequest(collectionID=meta.id))
+        merr.check(resp.status)
+        return milvus_pb2.GetCollectionStatisticsResponse(stats=resp.stats)
+
+    # Internal service (called by RootCoord / QueryCoord) -----------------------------------
+    @merr.rpc()
+    async def InvalidateCollectionMetaCache(self, req, context=None):
+        self.meta_cache.remove(req.db_name, req.collection_name, req.collectionID)
+        return merr.success()
+
+    @merr.rpc()
+    async def ReleaseDQLMessageStream(self, req, context=None):
+        """Seed 001 §14: stop serving queries of the collection (this Proxy holds no DQL streams
+        yet, so dropping its cached meta is all there is to release)."""
+        self.meta_cache.remove("", coll_id=req.collectionID)
+        return merr.success()
+
+
+class _CallTask(Task):
+    """A DDL task whose Execute is one coordinator call answering a bare Status."""
+
+    name = "DdTask"
+
+    def __init__(self, call, pre=None):
+        super().__init__()
+        self._call, self._pre = call, pre
+
+    async def pre_execute(self) -> None:
+        if self._pre:
+            self._pre()
+
+    async def execute(self) -> None:
+        self.result = await self._call()
+
+
+class DropCollectionTask(Task):
+    """Seed 001 §3: PreExecute checks the name, Execute asks RootCoord, PostExecute drops the
+    collection from this Proxy's meta cache."""
+
+    name = "DropCollectionTask"
+
+    def __init__(self, proxy: Proxy, req: milvus_pb2.DropCollectionRequest):
+        super().__init__()
+        self.proxy, self.req = proxy, req
+
+    async def pre_execute(self) -> None:
+        validate_name(self.req.collection_name, "collection")
+
+    async def execute(self) -> None:
+        self.result = await self.proxy.rootcoord.DropCollection(self.req)
+        merr.check(self.result)
+
+    async def post_execute(self) -> None:
+        self.proxy.meta_cache.remove(self.req.db_name, self.req.collection_name)
+
+
+class FlushTask(Task):
+    """Seed 000 §2-3: PreExecute and PostExecute do nothing; Execute asks DataCoord to seal."""
+
+    name = "FlushTask"
+
+    def __init__(self, proxy: Proxy, req: milvus_pb2.FlushRequest):
+        super().__init__()
+        self.proxy, self.req = proxy, req
+
+    async def execute(self) -> None:
+        resp = milvus_pb2.FlushResponse(db_name=self.req.db_name or "default")
+        for name in self.req.collection_names:
+            meta = await self.proxy.meta_cache.get(self.req.db_name, name)
+            r = await self.proxy.datacoord.Flush(data_coord_pb2.FlushRequest(collectionID=meta.id))
+            merr.check(r.status)
+            resp.coll_segIDs[name].data.extend(r.segmentIDs)
+            resp.flush_coll_segIDs[name].data.extend(r.flushSegmentIDs)
+            resp.coll_seal_times[name] = r.time_of_seal
+            resp.coll_flush_ts[name] = r.flush_ts
+        self.result = resp

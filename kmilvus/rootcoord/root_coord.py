@@ -1,0 +1,361 @@
+"""RootCoord (Milvus' internal/rootcoord).
+
+Owns the TSO, global IDs and collection meta; runs DDL: CreateCollection and the seed-001
+DropCollection flow (`DropCollectionReqTask`), each meta change one etcd transaction. DDL
+messages go onto the collection's own vchannels so every flowgraph sees them in order with its
+DML. The drop's remaining steps are recorded in etcd and resumed after a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
+
+from kmilvus import components as roles
+from kmilvus.allocator import TimestampAllocator
+from kmilvus.config import Config
+from kmilvus.log import get_logger
+from kmilvus.meta import Cmp, EtcdKV, Op
+from kmilvus.meta import catalog as keys
+from kmilvus.msgstream import Msg, MsgType, channels
+from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2_grpc
+from kmilvus.rootcoord import schema as schemautil
+from kmilvus.rootcoord.timetick_sync import TimeTickSync
+from kmilvus.sessionutil import watch_sessions
+from kmilvus.tso import GlobalTSOAllocator, physical_ms
+from kmilvus.util import merr
+from kmilvus.util.timetick import TickSource
+
+log = get_logger(__name__)
+DEFAULT_DB = "default"
+DEFAULT_PARTITION = "_default"
+
+
+class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
+    role = roles.ROOTCOORD
+
+    def __init__(self, cfg: Config, kv: EtcdKV, stream, registry: roles.Registry, server_id: int = 0):
+        self.cfg = cfg
+        self.kv = kv
+        self.stream = stream
+        self.registry = registry
+        self.server_id = server_id
+        self.tso = GlobalTSOAllocator(kv, keys.TSO_KEY)
+        self.ids = GlobalTSOAllocator(kv, keys.ID_KEY)
+        self.collections: dict[int, internal_pb2.CollectionInfo] = {}
+        self.names: dict[tuple[str, str], int] = {}
+        self.pchannels = channels.pchannel_names(cfg.cluster, cfg.dml_channel_num)
+        self.producer = None
+        self.ticks: TickSource | None = None
+        self.tt_sync: TimeTickSync | None = None
+        self._ddl_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+
+    # Lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.tso.initialize()
+        await self.ids.initialize()
+        for _, raw in await self.kv.get_prefix(keys.COLLECTION_PREFIX):
+            info = internal_pb2.CollectionInfo.FromString(raw)
+            self._cache(info)
+        self.producer = self.stream.producer()
+        self.ticks = TickSource(TimestampAllocator(self))
+        self.tt_sync = TimeTickSync(self.producer, self.ticks, self._live_vchannels, self.cfg.time_tick_interval)
+        self.tt_sync.start()
+        self._spawn(self._watch_proxies(), "watch-proxies")
+        # Re-announce every collection's channels (idempotent) and finish interrupted drops.
+        self._spawn(self._recover(), "rootcoord-recover")
+
+    async def _recover(self) -> None:
+        datacoord = self.registry.client(roles.DATACOORD)
+        for info in list(self.collections.values()):
+            await self._watch_channels(datacoord, info)
+        for _, raw in await self.kv.get_prefix(keys.DROP_TASK_PREFIX):
+            info = internal_pb2.CollectionInfo.FromString(raw)
+            log.warning("resuming interrupted drop", collection=info.schema.name, id=info.ID)
+            await self._finish_drop(info)
+
+    async def stop(self) -> None:
+        if self.tt_sync:
+            await self.tt_sync.stop()
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+    def _spawn(self, coro, name: str) -> asyncio.Task:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _watch_proxies(self) -> None:
+        async for kind, sid, _ in watch_sessions(self.kv, roles.PROXY):
+            if kind == "del":
+                self.tt_sync.remove_source(sid)
+
+    def _cache(self, info: internal_pb2.CollectionInfo) -> None:
+        self.collections[info.ID] = info
+        self.names[(info.db_name or DEFAULT_DB, info.schema.name)] = info.ID
+
+    def _uncache(self, info: internal_pb2.CollectionInfo) -> None:
+        self.collections.pop(info.ID, None)
+        self.names.pop((info.db_name or DEFAULT_DB, info.schema.name), None)
+
+    def _live_vchannels(self) -> list[str]:
+        return [v for info in self.collections.values() for v in info.virtual_channel_names]
+
+    def _get(self, db: str, name: str = "", coll_id: int = 0) -> internal_pb2.CollectionInfo:
+        if coll_id:
+            info = self.collections.get(coll_id)
+        else:
+            info = self.collections.get(self.names.get((db or DEFAULT_DB, name), -1))
+        if info is None:
+            raise merr.collection_not_found(name or coll_id)
+        return info
+
+    # TSO / IDs -----------------------------------------------------------------------------
+    @merr.rpc(internal_pb2.AllocTimestampResponse)
+    async def AllocTimestamp(self, req, context=None):
+        n = req.count or 1
+        return internal_pb2.AllocTimestampResponse(timestamp=await self.tso.alloc(n), count=n)
+
+    @merr.rpc(internal_pb2.AllocIDResponse)
+    async def AllocID(self, req, context=None):
+        n = req.count or 1
+        return internal_pb2.AllocIDResponse(ID=await self.ids.alloc(n), count=n)
+
+    @merr.rpc()
+    async def UpdateChannelTimeTick(self, req, context=None):
+        self.tt_sync.update(req.sourceID, req.timestamp)
+        return merr.success()
+
+    @merr.rpc(milvus_pb2.ComponentStates)
+    async def GetComponentStates(self, req, context=None):
+        return _healthy(self.server_id, self.role)
+
+    # DDL -----------------------------------------------------------------------------------
+    @merr.rpc()
+    async def CreateCollection(self, req: milvus_pb2.CreateCollectionRequest, context=None):
+        schemautil.validate_name(req.collection_name, "collection")
+        try:
+            schema = schema_pb2.CollectionSchema.FromString(req.schema)
+        except Exception:  # noqa: BLE001
+            raise merr.invalid("the collection schema cannot be parsed") from None
+        if not schema.name:
+            schema.name = req.collection_name
+        if schema.name != req.collection_name:
+            raise merr.invalid(f"collection name [{req.collection_name}] not matches schema name [{schema.name}]")
+        schemautil.validate_schema(schema, max_dim=self.cfg.max_dim, max_varchar=self.cfg.max_varchar_length)
+        schema = schemautil.normalize(schema)
+        shards = req.shards_num or self.cfg.default_shards_num
+        if not 1 <= shards <= 16:
+            raise merr.invalid(f"shard num ({shards}) should be in range [1, 16]")
+        db = req.db_name or DEFAULT_DB
+        async with self._ddl_lock:
+            existing = self.collections.get(self.names.get((db, schema.name), -1))
+            if existing is not None:
+                if schemautil.same_schema(existing.schema, schema) and existing.shards_num == shards:
+                    return merr.success()  # Milvus: creating the same collection again succeeds
+                raise MilvusError_dup(schema.name)
+            info = await self._new_collection_info(db, schema, shards, req)
+            await self._create(info)
+        await self._watch_channels(self.registry.client(roles.DATACOORD), info)
+        log.info("collection created", collection=schema.name, id=info.ID, vchannels=list(info.virtual_channel_names))
+        return merr.success()
+
+    async def _new_collection_info(self, db, schema, shards, req) -> internal_pb2.CollectionInfo:
+        coll_id = await self.ids.alloc(2)
+        used = {p: 0 for p in self.pchannels}
+        for c in self.collections.values():
+            for p in c.physical_channel_names:
+                used[p] = used.get(p, 0) + 1
+        pchans = sorted(self.pchannels, key=lambda p: (used[p], self.pchannels.index(p)))[:shards]
+        return internal_pb2.CollectionInfo(
+            ID=coll_id, schema=schema, shards_num=shards, db_name=db,
+            consistency_level=req.consistency_level,
+            physical_channel_names=pchans,
+            virtual_channel_names=[channels.vchannel_name(p, coll_id, i) for i, p in enumerate(pchans)],
+            partitions=[internal_pb2.PartitionInfo(partitionID=coll_id + 1, partitionName=DEFAULT_PARTITION)],
+            properties=list(req.properties),
+        )
+
+    async def _create(self, info: internal_pb2.CollectionInfo) -> None:
+        async with self.ticks.publishing() as ts:
+            info.create_time = ts
+            info.partitions[0].created_timestamp = ts
+            msg = internal_pb2.CreateCollectionMsg(
+                db_name=info.db_name, collection_name=info.schema.name, collectionID=info.ID,
+                schema=info.schema.SerializeToString(), virtual_channel_names=info.virtual_channel_names)
+            msg.base.msg_type = common_pb2.CreateCollection
+            msg.base.timestamp = ts
+            payload = msg.SerializeToString()
+            await self.producer.publish_many([
+                (v, Msg(MsgType.CreateCollection, ts, payload, {"collection": str(info.ID)}))
+                for v in info.virtual_channel_names])
+            name_key = keys.collection_name_key(info.db_name, info.schema.name)
+            ok = await self.kv.txn(
+                [Op.put(keys.collection_key(info.ID), info.SerializeToString()),
+                 Op.put(name_key, str(info.ID).encode())],
+                [Cmp.missing(name_key)])
+            if not ok:
+                for v in info.virtual_channel_names:
+                    await self.stream.purge(v)
+                raise MilvusError_dup(info.schema.name)
+            self._cache(info)
+
+    async def _watch_channels(self, datacoord, info: internal_pb2.CollectionInfo) -> None:
+        status = await datacoord.WatchChannels(data_coord_pb2.WatchChannelsRequest(
+            collectionID=info.ID, channelNames=info.virtual_channel_names,
+            schema=info.schema.SerializeToString(), partitionID=info.partitions[0].partitionID))
+        merr.check(status)
+
+    @merr.rpc(milvus_pb2.DescribeCollectionResponse)
+    async def DescribeCollection(self, req: milvus_pb2.DescribeCollectionRequest, context=None):
+        info = self._get(req.db_name, req.collection_name, req.collectionID)
+        return describe_response(info)
+
+    @merr.rpc(milvus_pb2.BoolResponse)
+    async def HasCollection(self, req, context=None):
+        key = (req.db_name or DEFAULT_DB, req.collection_name)
+        return milvus_pb2.BoolResponse(value=key in self.names)
+
+    @merr.rpc(milvus_pb2.ShowCollectionsResponse)
+    async def ShowCollections(self, req, context=None):
+        db = req.db_name or DEFAULT_DB
+        infos = sorted((c for c in self.collections.values() if (c.db_name or DEFAULT_DB) == db),
+                       key=lambda c: c.create_time)
+        if req.collection_names:
+            wanted = set(req.collection_names)
+            infos = [c for c in infos if c.schema.name in wanted]
+        return milvus_pb2.ShowCollectionsResponse(
+            collection_names=[c.schema.name for c in infos],
+            collection_ids=[c.ID for c in infos],
+            created_timestamps=[c.create_time for c in infos],
+            created_utc_timestamps=[physical_ms(c.create_time) for c in infos],
+            inMemory_percentages=[0 for _ in infos],
+            query_service_available=[False for _ in infos],
+            shards_num=[c.shards_num for c in infos])
+
+    # DropCollection (seed 001) -------------------------------------------------------------
+    @merr.rpc()
+    async def DropCollection(self, req: milvus_pb2.DropCollectionRequest, context=None):
+        """DropCollectionReqTask: TSO first, ONE meta transaction, then the broadcast steps."""
+        db = req.db_name or DEFAULT_DB
+        async with self._ddl_lock:
+            coll_id = self.names.get((db, req.collection_name))
+            if coll_id is None:
+                return merr.success()  # dropping an unknown name succeeds, as in Milvus
+            info = internal_pb2.CollectionInfo()
+            info.CopyFrom(self.collections[coll_id])
+            info.drop_time = await self.tso.alloc()
+            info.state = internal_pb2.CollectionInfo.Dropping
+            # One transaction: schema/partitions gone, the drop's remaining steps recorded.
+            ok = await self.kv.txn(
+                [Op.delete(keys.collection_key(coll_id)),
+                 Op.delete(keys.collection_name_key(db, req.collection_name)),
+                 Op.put(keys.drop_task_key(coll_id), info.SerializeToString())],
+                [Cmp.exists(keys.collection_key(coll_id))])
+            if not ok:
+                raise merr.MilvusError(merr.SERVICE_INTERNAL, f"collection {req.collection_name} changed during drop")
+            self._uncache(info)
+            await self._broadcast_drop(info)
+        self._spawn(self._finish_drop(info, broadcast=False), f"drop-{coll_id}")
+        return merr.success()
+
+    async def _broadcast_drop(self, info: internal_pb2.CollectionInfo) -> None:
+        """Seed 001 §8-11: DropCollection onto the msgstream, release, invalidate every Proxy."""
+        async with self.ticks.publishing() as ts:
+            msg = internal_pb2.DropCollectionMsg(db_name=info.db_name, collectionName=info.schema.name,
+                                                 collectionID=info.ID)
+            msg.base.msg_type = common_pb2.DropCollection
+            msg.base.timestamp = ts
+            payload = msg.SerializeToString()
+            await self.producer.publish_many([
+                (v, Msg(MsgType.DropCollection, ts, payload, {"collection": str(info.ID)}))
+                for v in info.virtual_channel_names])
+        # ReleaseCollection on QueryCoord does not block the caller (seed 001 §10).
+        self._spawn(self._release(info), f"release-{info.ID}")
+        await self._invalidate_proxies(info)
+
+    async def _release(self, info: internal_pb2.CollectionInfo) -> None:
+        try:
+            qc = self.registry.client(roles.QUERYCOORD)
+            merr.check(await qc.ReleaseCollection(internal_pb2.ReleaseCollectionRequest(collectionID=info.ID)))
+        except Exception as exc:  # noqa: BLE001 - retried by the drop task on restart
+            log.warning("release collection failed", id=info.ID, error=str(exc))
+
+    async def _invalidate_proxies(self, info: internal_pb2.CollectionInfo) -> None:
+        req = internal_pb2.InvalidateCollMetaCacheRequest(
+            db_name=info.db_name, collection_name=info.schema.name, collectionID=info.ID)
+        proxies = await self.registry.clients(roles.PROXY)
+        results = await asyncio.gather(*(p.InvalidateCollectionMetaCache(req) for p in proxies.values()),
+                                       return_exceptions=True)
+        for sid, r in zip(proxies, results):
+            if isinstance(r, BaseException):
+                log.warning("invalidate meta cache failed", proxy=sid, error=str(r))
+
+    async def _finish_drop(self, info: internal_pb2.CollectionInfo, broadcast: bool = True) -> None:
+        """The resumable tail of a drop: every step idempotent; the task key goes last."""
+        if broadcast:
+            await self._broadcast_drop(info)
+        await self._release(info)
+        datacoord = self.registry.client(roles.DATACOORD)
+        for attempt in range(100):
+            try:
+                merr.check(await datacoord.DropCollection(data_coord_pb2.DropCollectionRequest(
+                    collectionID=info.ID, channelNames=info.virtual_channel_names)))
+                break
+            except Exception as exc:  # noqa: BLE001 - retry; a restart resumes from etcd anyway
+                log.warning("datacoord drop failed; retrying", id=info.ID, error=str(exc))
+                await asyncio.sleep(min(0.1 * (attempt + 1), 2))
+        else:
+            return
+        await self.kv.delete(keys.drop_task_key(info.ID))
+        log.info("collection dropped", id=info.ID, collection=info.schema.name)
+
+    @merr.rpc()
+    async def ReleaseDQLMessageStream(self, req, context=None):
+        """Seed 001 §14: QueryCoord asks RootCoord to redirect this to every Proxy."""
+        proxies = await self.registry.clients(roles.PROXY)
+        await asyncio.gather(*(p.ReleaseDQLMessageStream(req) for p in proxies.values()), return_exceptions=True)
+        return merr.success()
+
+
+def MilvusError_dup(name: str) -> merr.MilvusError:  # noqa: N802 - reads like the error it builds
+    return merr.MilvusError(merr.PARAMETER_INVALID,
+                            f"create duplicate collection with different parameters, collection: {name}")
+
+
+def describe_response(info: internal_pb2.CollectionInfo) -> milvus_pb2.DescribeCollectionResponse:
+    resp = milvus_pb2.DescribeCollectionResponse(
+        collectionID=info.ID,
+        virtual_channel_names=info.virtual_channel_names,
+        physical_channel_names=info.physical_channel_names,
+        created_timestamp=info.create_time,
+        created_utc_timestamp=physical_ms(info.create_time),
+        shards_num=info.shards_num,
+        consistency_level=info.consistency_level,
+        collection_name=info.schema.name,
+        db_name=info.db_name or DEFAULT_DB,
+        num_partitions=len(info.partitions),
+        properties=info.properties,
+    )
+    resp.schema.CopyFrom(info.schema)
+    return resp
+
+
+def _healthy(server_id: int, role: str) -> milvus_pb2.ComponentStates:
+    st = milvus_pb2.ComponentStates()
+    st.state.nodeID = server_id
+    st.state.role = role
+    st.state.state_code = common_pb2.Healthy
+    return st
+
+
+def now() -> float:
+    return time.monotonic()

@@ -1,0 +1,119 @@
+"""A kmilvus process: some set of components sharing one etcd connection, one JetStream
+connection, one object store and one internal gRPC server.
+
+`kmilvus standalone` runs all five; `kmilvus run ROLE` runs one; the operator runs the three
+coordinators. Components register sessions so the others find them wherever they run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from pymilvus.grpc_gen import milvus_pb2_grpc
+
+from kmilvus import components as roles
+from kmilvus.config import Config
+from kmilvus.datacoord import DataCoord
+from kmilvus.datanode import DataNode
+from kmilvus.log import get_logger
+from kmilvus.meta import EtcdKV
+from kmilvus.msgstream import MsgStream
+from kmilvus.proxy import Proxy
+from kmilvus.querycoord import QueryCoord
+from kmilvus.rootcoord import RootCoord
+from kmilvus.sessionutil import Session
+from kmilvus.sessionutil.session import next_server_id
+from kmilvus.storage import ObjectStore
+from kmilvus.util.grpcutil import start_server
+
+log = get_logger(__name__)
+ALL_ROLES = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD, roles.DATANODE, roles.PROXY)
+COORDINATORS = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD)
+
+
+class Node:
+    def __init__(self, cfg: Config, role_names: tuple[str, ...]):
+        unknown = set(role_names) - set(ALL_ROLES)
+        if unknown:
+            raise ValueError(f"unknown role(s): {', '.join(sorted(unknown))}")
+        self.cfg = cfg
+        self.role_names = [r for r in ALL_ROLES if r in role_names]  # start order
+        self.kv: EtcdKV | None = None
+        self.stream: MsgStream | None = None
+        self.store: ObjectStore | None = None
+        self.registry: roles.Registry | None = None
+        self.components: dict[str, object] = {}
+        self.sessions: list[Session] = []
+        self.internal_server = None
+        self.api_server = None
+        self.api_port = 0
+        self.internal_port = 0
+
+    @property
+    def proxy(self) -> Proxy | None:
+        return self.components.get(roles.PROXY)
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        t0 = time.monotonic()
+        self.kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
+        self.stream = await MsgStream.connect(cfg.nats_url, cfg.cluster, max_message_bytes=cfg.max_message_bytes)
+        self.store = ObjectStore.from_uri(cfg.storage_uri)
+        self.registry = roles.Registry(self.kv)
+        ids = {r: await next_server_id(self.kv) for r in self.role_names}
+        # The internal server goes up first with every servicer; components answer once started.
+        objs: dict[str, object] = {}
+        for r in self.role_names:
+            objs[r] = self._make(r, ids[r])
+        self.internal_server, self.internal_port = await start_server(
+            cfg.internal_host, 0, [(roles.STUBS[r][1], objs[r]) for r in self.role_names])
+        address = f"{cfg.internal_host}:{self.internal_port}"
+        for r in self.role_names:
+            comp = objs[r]
+            self.registry.add_local(r, ids[r], comp)
+            await comp.start()
+            session = Session(self.kv, r, address, ttl=cfg.session_ttl, server_id=ids[r])
+            await session.register()
+            self.sessions.append(session)
+            self.components[r] = comp
+            log.info("component started", role=r, server_id=ids[r])
+        if roles.PROXY in self.components:
+            self.api_server, self.api_port = await start_server(
+                cfg.proxy_host, cfg.proxy_port,
+                [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server, self.components[roles.PROXY])])
+        log.info("node ready", roles=",".join(self.role_names), seconds=round(time.monotonic() - t0, 3))
+
+    def _make(self, role: str, sid: int):
+        cfg, kv, stream, store, reg = self.cfg, self.kv, self.stream, self.store, self.registry
+        if role == roles.ROOTCOORD:
+            return RootCoord(cfg, kv, stream, reg, sid)
+        if role == roles.DATACOORD:
+            return DataCoord(cfg, kv, stream, store, reg, sid)
+        if role == roles.QUERYCOORD:
+            return QueryCoord(kv, reg, sid)
+        if role == roles.DATANODE:
+            return DataNode(cfg, stream, store, reg, sid)
+        return Proxy(cfg, reg, stream, sid)
+
+    async def stop(self) -> None:
+        """Stop serving, then components in reverse start order, then connections."""
+        if self.api_server is not None:
+            await self.api_server.stop(grace=1)
+        for r in reversed(list(self.components)):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.components[r].stop(), 5)
+        for s in self.sessions:
+            with contextlib.suppress(Exception):
+                await s.stop()
+        if self.internal_server is not None:
+            await self.internal_server.stop(grace=0.5)
+        if self.registry is not None:
+            await self.registry.close()
+        if self.stream is not None:
+            with contextlib.suppress(Exception):
+                await self.stream.close()
+        if self.kv is not None:
+            with contextlib.suppress(Exception):
+                await self.kv.close()

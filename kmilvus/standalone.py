@@ -1,0 +1,70 @@
+"""`kmilvus standalone`: every component in one process, etcd and nats-server as children when
+no endpoints are given, storage under the data directory by default."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+from kmilvus import components as roles
+from kmilvus.config import Config
+from kmilvus.log import get_logger
+from kmilvus.server import ALL_ROLES, Node
+from kmilvus.util.embedded import ChildServer, start_etcd, start_nats
+
+log = get_logger(__name__)
+
+
+async def serve(node: Node, ready_line: str | None = None) -> None:
+    """Start `node`, print the ready line, and run until SIGINT/SIGTERM; then stop everything."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await node.start()
+        if ready_line:
+            print(ready_line.format(port=node.api_port), file=sys.stderr, flush=True)
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await asyncio.wait_for(node.stop(), 8)
+
+
+def run_standalone(cfg: Config, data_dir: Path, *, etcd_endpoint: str | None, nats_url: str | None,
+                   storage_uri: str | None) -> int:
+    data_dir = data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    children: list[ChildServer] = []
+    try:
+        if etcd_endpoint:
+            cfg.etcd_endpoints = [etcd_endpoint]
+        else:
+            children.append(etcd := start_etcd(data_dir / "etcd"))
+            cfg.etcd_endpoints = [etcd.endpoint]
+        if nats_url:
+            cfg.nats_url = nats_url
+        else:
+            children.append(nats := start_nats(data_dir / "nats"))
+            cfg.nats_url = nats.endpoint
+        cfg.storage_uri = storage_uri or (data_dir / "storage").as_uri()
+        node = Node(cfg, ALL_ROLES)
+        asyncio.run(serve(node, f"kmilvus standalone ready on {cfg.proxy_host}:{{port}}"))
+        return 0
+    finally:
+        for child in reversed(children):
+            with contextlib.suppress(Exception):
+                child.stop(timeout=3)
+
+
+def run_role(cfg: Config, role_names: tuple[str, ...]) -> int:
+    node = Node(cfg, role_names)
+    line = None
+    if roles.PROXY in role_names:
+        line = "kmilvus proxy ready on " + cfg.proxy_host + ":{port}"
+    asyncio.run(serve(node, line))
+    return 0

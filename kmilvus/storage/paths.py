@@ -1,0 +1,67 @@
+"""Object keys of everything a collection owns (DESIGN.md "Storage layout", seed 002).
+
+    insert_log/{collectionID}/{partitionID}/{segmentID}/{logID}   Parquet, all fields of a flush chunk
+    data_definition_log/{collectionID}/ts/{idx}                   Parquet: ts
+    data_definition_log/{collectionID}/ddl/{idx}                  Parquet: ts, type, payload
+    stats_log/{collectionID}/...                                   (reserved)
+    delta_log/{collectionID}/...                                   (reserved)
+
+Keys are relative to the ObjectStore root; prefixes end with '/'.
+"""
+
+from __future__ import annotations
+
+INSERT_LOG = "insert_log"
+DDL_LOG = "data_definition_log"
+STATS_LOG = "stats_log"
+DELTA_LOG = "delta_log"
+
+
+def insert_log_prefix(coll: int) -> str:
+    return f"{INSERT_LOG}/{int(coll)}/"
+
+
+def partition_prefix(coll: int, part: int) -> str:
+    return f"{INSERT_LOG}/{int(coll)}/{int(part)}/"
+
+
+def segment_prefix(coll: int, part: int, seg: int) -> str:
+    return f"{INSERT_LOG}/{int(coll)}/{int(part)}/{int(seg)}/"
+
+
+def insert_log_key(coll: int, part: int, seg: int, log_id: int) -> str:
+    return f"{INSERT_LOG}/{int(coll)}/{int(part)}/{int(seg)}/{int(log_id)}"
+
+
+def parse_insert_log_key(key: str) -> tuple[int, int, int, int]:
+    """`insert_log/c/p/s/l` → (c, p, s, l); ValueError for anything else."""
+    parts = key.strip("/").split("/")
+    if len(parts) != 5 or parts[0] != INSERT_LOG:
+        raise ValueError(f"not an insert binlog key: {key!r}")
+    c, p, s, log = (int(x) for x in parts[1:])
+    return c, p, s, log
+
+
+def ddl_prefix(coll: int) -> str:
+    return f"{DDL_LOG}/{int(coll)}/"
+
+
+def ddl_ts_key(coll: int, idx: int) -> str:
+    return f"{DDL_LOG}/{int(coll)}/ts/{int(idx)}"
+
+
+def ddl_key(coll: int, idx: int) -> str:
+    return f"{DDL_LOG}/{int(coll)}/ddl/{int(idx)}"
+
+
+def stats_log_prefix(coll: int) -> str:
+    return f"{STATS_LOG}/{int(coll)}/"
+
+
+def delta_log_prefix(coll: int) -> str:
+    return f"{DELTA_LOG}/{int(coll)}/"
+
+
+def collection_prefixes(coll: int) -> list[str]:
+    """Every prefix under which a collection's files live: delete these and nothing is left."""
+    return [insert_log_prefix(coll), ddl_prefix(coll), stats_log_prefix(coll), delta_log_prefix(coll)]

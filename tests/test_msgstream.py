@@ -1,0 +1,284 @@
+"""kmilvus.msgstream against a real nats-server (JetStream)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from kmilvus.msgstream import (
+    Msg,
+    MsgStream,
+    MsgType,
+    channels,
+    collection_of,
+    datanode_tt_subject,
+    jetstream,
+    pchannel_names,
+    pchannel_of,
+    stream_name,
+    stream_subjects,
+    subject_of,
+    vchannel_name,
+)
+from kmilvus.msgstream.message import H_CHUNK, H_CHUNK_ID, H_CHUNK_START, nats_headers
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+async def ms(nats_url, root):
+    s = await MsgStream.connect(nats_url, root, name=f"test-{root}")
+    yield s
+    await s.delete_stream()
+    await s.close()
+
+
+def vch(root: str, collection: int, shard: int = 0) -> str:
+    return vchannel_name(pchannel_names(root, 2)[shard % 2], collection, shard)
+
+
+async def drain(consumer, n: int, timeout: float = 5.0) -> list[Msg]:
+    out = []
+    for _ in range(n):
+        m = await consumer.next(timeout)
+        assert m is not None, f"only {len(out)} of {n} messages arrived"
+        out.append(m)
+    return out
+
+
+def test_channel_names():
+    assert pchannel_names("c", 3) == ["c-dml_0", "c-dml_1", "c-dml_2"]
+    v = vchannel_name("c-dml_1", 4471, 2)
+    assert v == "c-dml_1_4471v2"
+    assert pchannel_of(v) == "c-dml_1" and collection_of(v) == 4471 and channels.shard_of(v) == 2
+    with pytest.raises(ValueError):
+        pchannel_of("c-dml_1")
+    assert stream_name("a.b c") == "KMILVUS_a_b_c_DML"
+    assert subject_of("c", "x.y*z>w v") == "c.dml.x_y_z_w_v"
+    assert stream_subjects("c") == ["c.dml.>"]
+    assert datanode_tt_subject("c") == "c.datanode-tt"
+
+
+def test_msgtype_values_are_milvus():
+    from pymilvus.grpc_gen import common_pb2
+
+    for t in MsgType:
+        assert common_pb2.MsgType.Value(t.name) == t.value
+
+
+def test_msg_headers():
+    m = Msg(MsgType.Insert, 7, b"", {"segment": "12", "rows": "3"})
+    assert m.get_int("segment") == 12 and m.get_int("missing") is None and m.get_int("missing", 5) == 5
+    with pytest.raises(ValueError):
+        nats_headers(Msg(MsgType.Insert, 1, b"", {"Chunk": "0/1"}))
+
+
+async def test_roundtrip_positions_and_isolation(ms, root):
+    a, b = vch(root, 1), vch(root, 2)
+    p = ms.producer()
+    sent = []
+    for i in range(6):
+        payload = os.urandom(100 + i)
+        msg = Msg(MsgType.Insert, 1000 + i, memoryview(payload) if i % 2 else payload,
+                  {"segment": str(i), "collection": "1"})
+        seq = await p.publish(a, msg)
+        sent.append((seq, payload, msg))
+        await p.publish(b, Msg(MsgType.Delete, 2000 + i, b"other"))  # must not reach `a`'s consumer
+    c = await ms.consume(a)
+    got = await drain(c, 6)
+    for (seq, payload, msg), m in zip(sent, got):
+        assert m.type == MsgType.Insert and m.timestamp == msg.timestamp
+        assert bytes(m.payload) == payload and m.headers == msg.headers
+        assert m.position.channel_name == a and m.position.seq == seq and m.position.timestamp == msg.timestamp
+    seqs = [m.position.seq for m in got]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 6
+    assert await c.next(0.3) is None  # b's messages were filtered out
+    assert await ms.last_seq(a) == sent[-1][0]
+    assert await ms.last_seq(vch(root, 3)) == 0
+    await c.close()
+
+
+async def test_resume_exactly(ms, root):
+    v = vch(root, 1)
+    p = ms.producer()
+    seqs = await p.publish_many([(v, Msg(MsgType.Insert, i + 1, str(i).encode())) for i in range(10)])
+    c = await ms.consume(v)
+    first = await drain(c, 4)
+    await c.close()
+    c = await ms.consume(v, after_seq=first[-1].position.seq)
+    rest = await drain(c, 6)
+    assert await c.next(0.3) is None
+    assert [m.payload for m in first + rest] == [str(i).encode() for i in range(10)]
+    assert [m.position.seq for m in first + rest] == seqs
+    await c.close()
+    # Resuming at the end waits for new messages; iteration works too.
+    c = await ms.consume(v, after_seq=seqs[-1])
+    assert await c.next(0.2) is None
+    new_seq = await p.publish(v, Msg(MsgType.TimeTick, 99))
+    async for m in c:
+        assert m.type == MsgType.TimeTick and m.position.seq == new_seq
+        break
+    await c.close()
+
+
+async def test_publish_many_order_with_time_ticks(ms, root):
+    vs = [vch(root, 1, 0), vch(root, 1, 1)]
+    items = []
+    ts = 0
+    for i in range(300):
+        for v in vs:
+            ts += 1
+            items.append((v, Msg(MsgType.Insert, ts, os.urandom(64), {"n": str(i)})))
+        if i % 10 == 9:
+            ts += 1
+            items += [(v, Msg(MsgType.TimeTick, ts)) for v in vs]
+    seqs = await ms.producer().publish_many(items)
+    assert len(seqs) == len(items) and all(x < y for x, y in zip(seqs, seqs[1:]))
+    for v in vs:
+        expected = [(s, m) for s, (ch, m) in zip(seqs, items) if ch == v]
+        c = await ms.consume(v)
+        got = []
+        while len(got) < len(expected):
+            batch = await c.next_batch(timeout=5)
+            assert batch
+            got += batch
+        assert [(m.position.seq, m.type, m.timestamp) for m in got] == [(s, m.type, m.timestamp) for s, m in expected]
+        assert got[-1].payload == b"" and got[0].payload == expected[0][1].payload
+        await c.close()
+
+
+async def test_large_payload_split_and_resume(ms, root):
+    v = vch(root, 1)
+    p = ms.producer()
+    big = os.urandom(20 * MiB)  # over max_message_bytes (4 MiB) and the server's max_payload (8 MiB)
+    before = await p.publish(v, Msg(MsgType.TimeTick, 1))
+    big_seq = await p.publish(v, Msg(MsgType.Insert, 2, big, {"segment": "9"}))
+    after = await p.publish(v, Msg(MsgType.TimeTick, 3))
+    assert big_seq - before == 5 and after == big_seq + 1  # 5 parts of 4 MiB
+    c = await ms.consume(v)
+    got = await drain(c, 3)
+    assert [m.position.seq for m in got] == [before, big_seq, after]
+    assert got[1].payload == big and got[1].headers == {"segment": "9"} and got[1].timestamp == 2
+    await c.close()
+    c = await ms.consume(v, after_seq=big_seq)
+    m = await c.next(5)
+    assert m.position.seq == after and m.type == MsgType.TimeTick
+    await c.close()
+    c = await ms.consume(v, after_seq=before)
+    m = await c.next(5)
+    assert m.position.seq == big_seq and m.payload == big
+    await c.close()
+
+
+async def test_split_message_interleaved_with_another_producer(ms, root):
+    """Parts of a split message with another producer's message in between: resuming after that
+    message reads back the earlier parts; an orphan part nobody can complete is skipped."""
+    v = vch(root, 1)
+    subj = ms.subject(v)
+    head = {**nats_headers(Msg(MsgType.Insert, 5, b"")), H_CHUNK_ID: "X"}
+    a0 = await ms.js.publish(subj, b"aaa", headers={**head, H_CHUNK: "0/2"})
+    tick = await ms.producer().publish(v, Msg(MsgType.TimeTick, 4))
+    a1 = await ms.js.publish(subj, b"bbb", headers={**head, H_CHUNK: "1/2", H_CHUNK_START: str(a0.seq)})
+    orphan = {**head, H_CHUNK_ID: "Y", H_CHUNK: "1/2"}
+    await ms.js.publish(subj, b"zzz", headers=orphan)  # part 0 never published
+    last = await ms.producer().publish(v, Msg(MsgType.TimeTick, 6))
+
+    c = await ms.consume(v)
+    got = await drain(c, 3)
+    assert [(m.position.seq, m.payload) for m in got] == [(tick, b""), (a1.seq, b"aaabbb"), (last, b"")]
+    await c.close()
+    c = await ms.consume(v, after_seq=tick)
+    got = await drain(c, 2)
+    assert [(m.position.seq, m.payload) for m in got] == [(a1.seq, b"aaabbb"), (last, b"")]
+    await c.close()
+
+
+async def test_msg_id_dedup(ms, root):
+    v = vch(root, 1)
+    p = ms.producer()
+    s1 = await p.publish(v, Msg(MsgType.Insert, 1, b"once"), msg_id="seg-1-batch-1")
+    s2 = await p.publish(v, Msg(MsgType.Insert, 1, b"once"), msg_id="seg-1-batch-1")
+    big = os.urandom(9 * MiB)
+    b1 = await p.publish(v, Msg(MsgType.Insert, 2, big), msg_id="seg-1-batch-2")
+    b2 = await p.publish(v, Msg(MsgType.Insert, 2, big), msg_id="seg-1-batch-2")
+    assert s1 == s2 and b1 == b2 and await ms.last_seq(v) == b1
+    c = await ms.consume(v)
+    got = await drain(c, 2)
+    assert [m.position.seq for m in got] == [s1, b1] and got[1].payload == big
+    assert await c.next(0.3) is None
+    await c.close()
+
+
+async def test_purge(ms, root):
+    a, b = vch(root, 1), vch(root, 2)
+    p = ms.producer()
+    seqs = await p.publish_many([(a, Msg(MsgType.Insert, i + 1, b"%d" % i)) for i in range(6)])
+    bseqs = await p.publish_many([(b, Msg(MsgType.Insert, 10 + i, b"b")) for i in range(2)])
+    await ms.purge(a, before_seq=seqs[3])
+    c = await ms.consume(a)
+    assert [m.position.seq for m in await drain(c, 3)] == seqs[3:]
+    assert await c.next(0.2) is None
+    await c.close()
+    await ms.purge(a)
+    assert await ms.last_seq(a) == 0 and await ms.last_seq(b) == bseqs[-1]
+    c = await ms.consume(b)
+    assert [m.position.seq for m in await drain(c, 2)] == bseqs
+    await c.close()
+    # Sequences are not reused after a purge.
+    assert await p.publish(a, Msg(MsgType.TimeTick, 99)) > bseqs[-1]
+
+
+async def test_close_deletes_server_side_consumer(ms, nats_url, root):
+    v = vch(root, 1)
+    c = await ms.consume(v, name="datanode-7")
+    names = await ms.consumer_names(v)
+    assert names == [c.consumer_name] and names[0].startswith("datanode-7-")
+    assert await ms.consumer_names(vch(root, 2)) == []
+    await c.close()
+    assert await ms.consumer_names(v) == [] and await ms.consumer_names() == []
+    # Closing the stream closes (and deletes) whatever is still open.
+    other = await MsgStream.connect(nats_url, root)
+    await other.consume(v)
+    await other.consume(vch(root, 2))
+    assert len(await ms.consumer_names()) == 2
+    await other.close()
+    assert await ms.consumer_names() == []
+
+
+async def test_consumer_recovers_when_server_side_consumer_vanishes(ms, root, monkeypatch):
+    monkeypatch.setattr(jetstream, "HEARTBEAT", 0.25)
+    v = vch(root, 1)
+    p = ms.producer()
+    seqs = await p.publish_many([(v, Msg(MsgType.Insert, i + 1, b"%d" % i)) for i in range(5)])
+    c = await ms.consume(v)
+    got = await drain(c, 2)
+    old = c.consumer_name
+    await ms.js.delete_consumer(ms.stream, old)
+    seqs += await p.publish_many([(v, Msg(MsgType.Insert, 10 + i, b"%d" % (5 + i))) for i in range(3)])
+    got += await drain(c, 6)
+    assert [m.position.seq for m in got] == seqs
+    assert c.consumer_name != old and await ms.consumer_names(v) == [c.consumer_name]
+    await c.close()
+
+
+async def test_core_publish_subscribe(ms, root):
+    got: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def cb(data: bytes) -> None:
+        await got.put(data)
+
+    sub = await ms.subscribe_core(datanode_tt_subject(root), cb)
+    await ms.nc.flush()
+    await ms.publish_core(datanode_tt_subject(root), b"tt-1")
+    await ms.publish_core(datanode_tt_subject(root), b"tt-2")
+    assert [await asyncio.wait_for(got.get(), 5) for _ in range(2)] == [b"tt-1", b"tt-2"]
+    await sub.unsubscribe()
+
+
+async def test_connect_is_idempotent(ms, nats_url, root):
+    seq = await ms.producer().publish(vch(root, 1), Msg(MsgType.CreateCollection, 1, b"schema"))
+    again = await MsgStream.connect(nats_url, root)
+    assert await again.last_seq(vch(root, 1)) == seq
+    await again.close()
