@@ -45,7 +45,10 @@ class Registry:
             return local[server_id]
         key = (role, server_id)
         if key not in self._remote:
-            self._remote[key] = RemoteClient(self.kv, role, STUBS[role][0], server_id=server_id)
+            # A pinned node that stops answering is replaced by whoever watches its session, so
+            # calls to it fail fast; coordinators are worth waiting for while they restart.
+            retries = 3 if server_id is not None else 30
+            self._remote[key] = RemoteClient(self.kv, role, STUBS[role][0], server_id=server_id, retries=retries)
         return self._remote[key]
 
     async def clients(self, role: str) -> dict[int, object]:

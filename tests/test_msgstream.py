@@ -10,6 +10,7 @@ import pytest
 from kmilvus.msgstream import (
     Msg,
     MsgStream,
+    MsgStreamError,
     MsgType,
     channels,
     collection_of,
@@ -282,3 +283,22 @@ async def test_connect_is_idempotent(ms, nats_url, root):
     again = await MsgStream.connect(nats_url, root)
     assert await again.last_seq(vch(root, 1)) == seq
     await again.close()
+
+
+async def test_small_max_message_bytes_and_memoryview_parts(nats_url, root):
+    s = await MsgStream.connect(nats_url, root, max_message_bytes=1000)
+    v = vch(root, 1)
+    data = os.urandom(4500)
+    seq = await s.producer().publish(v, Msg(MsgType.Insert, 3, memoryview(data), {"rows": "45"}))
+    c = await s.consume(v)
+    m = await c.next(5)
+    assert m.position.seq == seq and m.payload == data and m.get_int("rows") == 45
+    assert (await s.js.stream_info(s.stream)).state.messages == 5
+    await s.delete_stream()
+    await s.close()
+
+
+async def test_publish_many_raises_when_not_stored(ms, root):
+    await ms.delete_stream()
+    with pytest.raises(MsgStreamError):
+        await ms.producer().publish_many([(vch(root, 1), Msg(MsgType.TimeTick, 1))] * 3)

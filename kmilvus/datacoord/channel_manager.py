@@ -24,7 +24,8 @@ log = get_logger(__name__)
 
 
 class ChannelManager:
-    def __init__(self, kv: EtcdKV, meta: SegmentMeta, registry: roles.Registry):
+    def __init__(self, kv: EtcdKV, meta: SegmentMeta, registry: roles.Registry, on_assigned=None):
+        self.on_assigned = on_assigned   # called with a vchannel once a (new) node runs it
         self.kv = kv
         self.meta = meta
         self.registry = registry
@@ -103,6 +104,8 @@ class ChannelManager:
                     continue
                 self.assign[ch] = node
                 await self._persist(ch)
+                if self.on_assigned is not None:
+                    self.on_assigned(ch)
 
     async def _send_watch(self, node: int, ch: str) -> None:
         """WatchDmChannels with the channel's checkpoint and the state of its segments."""

@@ -47,7 +47,7 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
         self.ids = IDAllocator(rootcoord, batch=1000)
         self.meta = SegmentMeta(kv)
         self.segments = SegmentManager(cfg, self.meta, self.ids, self.tso)
-        self.channels = ChannelManager(kv, self.meta, registry)
+        self.channels = ChannelManager(kv, self.meta, registry, on_assigned=self._channel_moved)
         self.ticks: dict[str, int] = {}          # latest DataNodeTtMsg per vchannel
         self._dirty_cps: set[str] = set()
         self._dropping: set[int] = set()
@@ -93,6 +93,13 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
                 raise
             except Exception as exc:  # noqa: BLE001
                 log.warning("datacoord background step failed", error=str(exc))
+
+    def _channel_moved(self, ch: str) -> None:
+        """A node (re)started the channel's flowgraph: pending flushes go to it as soon as it
+        reports a tick, not after the resend timeout."""
+        self.ticks.pop(ch, None)
+        for s in self.meta.by_channel(ch, (SegmentState.Sealed,)):
+            s.flush_sent_at = 0
 
     # startDataNodeTsLoop (seed 000 §8) ----------------------------------------------------
     async def _on_tt(self, data: bytes) -> None:

@@ -59,8 +59,8 @@ _H_DESCRIPTION = api.Header.DESCRIPTION.value
 _H_LAST_CONSUMER = api.Header.LAST_CONSUMER.value
 _H_STALLED = api.Header.CONSUMER_STALLED.value
 _HDR_SLACK = 512  # bytes kept free under max_payload for the part headers
-_SMALL_HDRS = 16 * 1024
-YIELD_BYTES = 64 * 1024  # header bytes assumed without measuring them
+_SMALL_HDRS = 16 * 1024  # header bytes assumed without measuring them
+YIELD_BYTES = 64 * 1024  # after queueing a message this large, let nats-py's flusher write it
 
 
 class MsgStreamError(RuntimeError):
@@ -104,16 +104,17 @@ class MsgStream:
         async def on_reconnect() -> None:
             log.warning("nats reconnected", conn=label)
 
-        await nc.connect(
-            nats_url, name=label, allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-            connect_timeout=5, ping_interval=10, max_outstanding_pings=3,
-            # Keep several multi-MB messages in the outbound buffer before forcing a flush.
-            pending_size=64 * MiB, error_cb=on_error, disconnected_cb=on_disconnect,
-            reconnected_cb=on_reconnect,
-        )
         try:
+            await nc.connect(
+                nats_url, name=label, allow_reconnect=True, max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5, connect_timeout=5, ping_interval=10, max_outstanding_pings=3,
+                # Room for one max-size message; larger buffers make writes bursty (measured slower).
+                pending_size=8 * MiB, error_cb=on_error, disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+            )
             await self._ensure_stream()
-        except BaseException:
+        except BaseException:  # includes the caller's timeout cancelling an endless first connect
+            self._closing = True
             await nc.close()
             raise
         return self
@@ -132,8 +133,11 @@ class MsgStream:
             pass
         try:
             await self.js.add_stream(config)
-        except nats.js.errors.BadRequestError:
-            await self.js.stream_info(self.stream)  # created concurrently by another process
+        except nats.js.errors.BadRequestError as e:
+            try:  # created concurrently by another process?
+                await self.js.stream_info(self.stream)
+            except nats.js.errors.NotFoundError:
+                raise e from None
 
     def subject(self, vchannel: str) -> str:
         """The vchannel's subject (cached: computed once per vchannel)."""
@@ -268,7 +272,9 @@ class Producer:
         limit = min(s.max_message_bytes,
                     max_payload - _headers_size(headers) - 2 * len(msg_id or "") - _HDR_SLACK)
         if size <= limit:
-            return [await js.publish_async(subject, payload, headers=headers)]
+            fut = await js.publish_async(subject, payload, headers=headers)
+            await asyncio.sleep(0)
+            return [fut]
         if limit <= 0:
             raise ValueError(f"headers of a {msg.type.name} message do not fit in max_payload")
         view = memoryview(payload)

@@ -43,12 +43,14 @@ class InsertTask(Task):
         n = req.num_rows
         if n <= 0:
             raise merr.invalid("num_rows should be greater than 0")
-        size = req.ByteSize()
+        self.columns = typeutil.fields_data_to_columns(self.meta.schema, req.fields_data, n)
+        # The Arrow columns are the payload; their size costs nothing to read, unlike a 5 MB
+        # message's ByteSize().
+        size = sum(c.nbytes for c in self.columns.values())
         if size > cfg.max_insert_bytes:
             raise merr.MilvusError(merr.PARAMETER_TOO_LARGE,
-                                   f"insert request size {size} exceeds the limit {cfg.max_insert_bytes} bytes "
-                                   f"(maxInsertSize); split it into smaller batches")
-        self.columns = typeutil.fields_data_to_columns(self.meta.schema, req.fields_data, n)
+                                   f"insert request size {size} bytes exceeds the limit of {cfg.max_insert_bytes} "
+                                   f"bytes (proxy.maxInsertSize); split it into smaller batches")
 
     async def execute(self) -> None:
         meta, n, proxy = self.meta, self.req.num_rows, self.proxy

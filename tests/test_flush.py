@@ -1,0 +1,290 @@
+"""The Flush path end to end (seeds 000 and 002) against real etcd, JetStream and storage."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import grpc
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from pymilvus import Collection, MilvusClient, MilvusException, connections, utility
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
+
+from kmilvus.proto import data_coord_pb2
+from kmilvus.storage import paths
+from tests.flushutil import batch, bench_schema, read_collection
+from tests.util import wait_until
+
+Flushed = common_pb2.SegmentState.Flushed
+
+
+@pytest.fixture
+def orm(node):
+    alias = "a" + uuid.uuid4().hex[:8]
+    connections.connect(alias, uri=node.uri)
+    yield alias
+    connections.disconnect(alias)
+
+
+def segments(node, coll_id, states=()):
+    dc = node.component("datacoord")
+    resp = node.call(dc.GetSegmentsByCollection(
+        data_coord_pb2.GetSegmentsByCollectionRequest(collectionID=coll_id, states=list(states))))
+    return list(resp.infos)
+
+
+def insert_batches(coll, total, size=10_000, start=0):
+    for off in range(start, start + total, size):
+        ids, vecs, tags = batch(off, size)
+        res = coll.insert([ids, vecs, tags])
+        assert res.insert_count == size
+
+
+def test_orm_200k_flush_and_read_back_with_pyarrow_and_spark(node, orm):
+    coll = Collection("bench", bench_schema(), using=orm)
+    insert_batches(coll, 200_000)
+    coll.flush()
+    assert coll.num_entities == 200_000
+    infos = utility.get_query_segment_info if False else None  # noqa: F841 - query side not built
+    persistent = utility.get_persistent_segment_info if False else None  # noqa: F841
+    coll_id = coll.describe()["collection_id"]
+    segs = segments(node, coll_id)
+    assert segs and all(s.state == Flushed for s in segs)
+    # pymilvus' own view of persistent segments.
+    conn = connections._fetch_handler(orm)
+    psegs = conn.get_persistent_segment_infos("bench")
+    assert sum(s.num_rows for s in psegs) == 200_000 and all(s.state == Flushed for s in psegs)
+
+    table = read_collection(node.node.store, segs)
+    pk = table.column(str(100)).to_numpy()
+    assert table.num_rows == 200_000 and len(np.unique(pk)) == 200_000 and pk.min() == 0 and pk.max() == 199_999
+    order = np.argsort(pk)
+    vecs = np.stack(table.column("101").to_numpy(zero_copy_only=False))[order]
+    for start in (0, 70_000, 190_000):
+        np.testing.assert_array_equal(vecs[start:start + 10_000], batch(start, 10_000)[1])
+    tags = np.asarray(table.column("102").to_pylist(), dtype=object)[order]
+    assert tags[12345] == "tag12345"
+
+    # Plain pyarrow.parquet on one segment directory.
+    s = segs[0]
+    seg_dir = node.node.store.path(paths.segment_prefix(s.collectionID, s.partitionID, s.ID))
+    assert pq.read_table(seg_dir).num_rows == s.num_of_rows
+
+    # And Spark, on every segment directory.
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (SparkSession.builder.master("local[2]").appName("kmilvus-readback")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    try:
+        dirs = [node.node.store.uri(paths.segment_prefix(s.collectionID, s.partitionID, s.ID)) for s in segs]
+        df = spark.read.parquet(*dirs)
+        assert df.count() == 200_000
+        assert df.select("100").distinct().count() == 200_000
+        row = df.filter("`100` = 123456").select("101", "102").collect()[0]
+        np.testing.assert_array_equal(np.asarray(row[0], dtype=np.float32), batch(120_000, 10_000)[1][3456])
+        assert row[1] == "tag123456"
+    finally:
+        spark.stop()
+
+
+def test_milvus_client_insert_flush_num_entities(client):
+    schema = MilvusClient.create_schema()
+    schema.add_field("id", pymilvus_dt("INT64"), is_primary=True)
+    schema.add_field("vec", pymilvus_dt("FLOAT_VECTOR"), dim=128)
+    schema.add_field("tag", pymilvus_dt("VARCHAR"), max_length=64)
+    client.create_collection("mc", schema=schema)
+    ids, vecs, tags = batch(0, 5000)
+    rows = [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)]
+    res = client.insert("mc", rows)
+    assert res["insert_count"] == 5000 and list(res["ids"]) == ids
+    client.flush("mc")
+    assert client.get_collection_stats("mc")["row_count"] == 5000
+
+
+def pymilvus_dt(name):
+    from pymilvus import DataType
+
+    return getattr(DataType, name)
+
+
+def test_auto_id_returns_generated_keys(node, orm):
+    coll = Collection("auto", bench_schema(auto_id=True), using=orm)
+    _, vecs, tags = batch(0, 1000)
+    res = coll.insert([vecs, tags])
+    keys = list(res.primary_keys)
+    assert len(keys) == 1000 and len(set(keys)) == 1000 and res.timestamp > 0
+    coll.flush()
+    table = read_collection(node.node.store, segments(node, coll.describe()["collection_id"]))
+    assert sorted(table.column("100").to_pylist()) == sorted(keys)
+
+
+def test_flush_answers_sealed_segments_and_flush_ts(node, orm):
+    coll = Collection("f", bench_schema(), using=orm)
+    insert_batches(coll, 3000, size=1000)
+    with grpc.insecure_channel(node.uri.removeprefix("http://")) as ch:
+        stub = milvus_pb2_grpc.MilvusServiceStub(ch)
+        resp = stub.Flush(milvus_pb2.FlushRequest(collection_names=["f"]))
+        assert resp.status.code == 0
+        seg_ids = list(resp.coll_segIDs["f"].data)
+        flush_ts = resp.coll_flush_ts["f"]
+        assert seg_ids and flush_ts > 0
+        wait_until(lambda: stub.GetFlushState(milvus_pb2.GetFlushStateRequest(
+            segmentIDs=seg_ids, flush_ts=flush_ts, collection_name="f")).flushed, what="flush state")
+    dc = node.component("datacoord")
+    infos = node.call(dc.GetSegmentInfo(data_coord_pb2.GetSegmentInfoRequest(segmentIDs=seg_ids))).infos
+    for info in infos:  # seed 000's SegmentInfo fields
+        assert info.state == Flushed and info.num_of_rows > 0 and info.insert_channel.endswith("v0")
+        assert info.max_row_num > 0 and info.last_expire_time > 0 and info.seal_timestamp <= flush_ts
+        assert info.dml_position.seq > 0 and info.start_position.seq > 0
+    assert sum(i.num_of_rows for i in infos) == 3000
+
+
+def test_ddl_binlogs_written_with_the_segment_flush(node, orm):
+    coll = Collection("ddl", bench_schema(), using=orm)
+    insert_batches(coll, 1000, size=1000)
+    coll.flush()
+    coll_id = coll.describe()["collection_id"]
+    keys = [k for k, _ in node.call(node.node.store.list(f"data_definition_log/{coll_id}"))]
+    assert any(f"/{coll_id}/ts/" in k for k in keys) and any(f"/{coll_id}/ddl/" in k for k in keys)
+    seg = segments(node, coll_id)[0]
+    ddl_meta = node.call(node.node.kv.get_prefix(f"datacoord-meta/ddl-binlog/{coll_id}/{seg.ID}/"))
+    assert len(ddl_meta) == 1
+    binlog_meta = node.call(node.node.kv.get_prefix(f"datacoord-meta/binlog/{coll_id}/{seg.ID}/"))
+    assert len(binlog_meta) == seg.binlog_count >= 1
+
+
+def test_seal_by_size_makes_several_segments(node_factory):
+    node = node_factory(segment_max_size_mb=1)  # ≈ 1,800 rows of this schema per segment
+    alias = "s" + uuid.uuid4().hex[:6]
+    connections.connect(alias, uri=node.uri)
+    try:
+        coll = Collection("small", bench_schema(), using=alias)
+        insert_batches(coll, 10_000, size=2_500)
+        coll.flush()
+        assert coll.num_entities == 10_000
+        segs = segments(node, coll.describe()["collection_id"])
+        assert len(segs) >= 5 and all(s.state == Flushed and s.num_of_rows <= s.max_row_num for s in segs)
+    finally:
+        connections.disconnect(alias)
+
+
+def test_idle_segments_seal_and_flush_without_being_asked(node_factory):
+    node = node_factory(segment_max_idle_time=0.3)
+    c = MilvusClient(uri=node.uri)
+    c.create_collection("idle", schema=bench_schema())
+    ids, vecs, tags = batch(0, 100)
+    c.insert("idle", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+    coll_id = c.describe_collection("idle")["collection_id"]
+    wait_until(lambda: (s := segments(node, coll_id)) and all(x.state == Flushed for x in s), timeout=15,
+               what="idle segment flushed")
+    assert c.get_collection_stats("idle")["row_count"] == 100
+    c.close()
+
+
+def test_buffer_pressure_writes_several_binlogs_exactly_once(node_factory):
+    node = node_factory(insert_buffer_size_mb=2)
+    alias = "p" + uuid.uuid4().hex[:6]
+    connections.connect(alias, uri=node.uri)
+    try:
+        coll = Collection("pressure", bench_schema(), using=alias)
+        insert_batches(coll, 30_000, size=5_000)
+        coll.flush()
+        segs = segments(node, coll.describe()["collection_id"])
+        assert sum(s.binlog_count for s in segs) >= 3
+        pk = read_collection(node.node.store, segs).column("100").to_numpy()
+        assert len(pk) == 30_000 and len(np.unique(pk)) == 30_000
+        assert coll.num_entities == 30_000
+    finally:
+        connections.disconnect(alias)
+
+
+# Bad input -------------------------------------------------------------------------------
+
+
+async def insert_messages(stream, vchannel) -> int:
+    """How many Insert messages the vchannel holds (time ticks and DDL aside)."""
+    from kmilvus.msgstream import MsgType
+
+    last = await stream.last_seq(vchannel)
+    consumer = await stream.consume(vchannel, after_seq=0)
+    count = 0
+    try:
+        while True:
+            msg = await consumer.next(timeout=2)
+            assert msg is not None, "stream ended before its last message"
+            count += msg.type == MsgType.Insert
+            if msg.position.seq >= last:
+                return count
+    finally:
+        await consumer.close()
+
+
+def raw_insert(node, name, fields, num_rows):
+    with grpc.insecure_channel(node.uri.removeprefix("http://"),
+                               options=[("grpc.max_send_message_length", 512 << 20)]) as ch:
+        return milvus_pb2_grpc.MilvusServiceStub(ch).Insert(milvus_pb2.InsertRequest(
+            collection_name=name, fields_data=fields, num_rows=num_rows))
+
+
+def fd_long(name, values):
+    f = schema_pb2.FieldData(field_name=name, type=schema_pb2.DataType.Int64)
+    f.scalars.long_data.data.extend(values)
+    return f
+
+
+def fd_vec(name, n, dim):
+    f = schema_pb2.FieldData(field_name=name, type=schema_pb2.DataType.FloatVector)
+    f.vectors.dim = dim
+    f.vectors.float_vector.data.extend(np.zeros(n * dim, dtype=np.float32))
+    return f
+
+
+def fd_str(name, values):
+    f = schema_pb2.FieldData(field_name=name, type=schema_pb2.DataType.VarChar)
+    f.scalars.string_data.data.extend(values)
+    return f
+
+
+@pytest.mark.parametrize("case,code,needle", [
+    ("wrong_dim", 1100, "the dim (64) of field data(vec) is not equal to schema dim (128)"),
+    ("wrong_type", 1100, "tag"),
+    ("varchar_too_long", 1100, "exceeds max length (64)"),
+    ("missing_pk", 1101, "`id`"),
+    ("row_count_mismatch", 1100, "num_rows"),
+    ("unknown_collection", 100, "collection not found[collection=nope]"),
+    ("too_large", 1106, "exceeds the limit"),
+])
+def test_bad_insert_is_rejected_and_nothing_is_published(node_factory, case, code, needle):
+    node = node_factory(max_insert_bytes=4 * 1024 * 1024)
+    c = MilvusClient(uri=node.uri)
+    c.create_collection("bad", schema=bench_schema())
+    vch = c.describe_collection("bad")["collection_id"]
+    stream = node.node.stream
+    rc = node.component("rootcoord")
+    vchannels = list(next(iter(rc.collections.values())).virtual_channel_names)
+    n = 10
+    fields = {
+        "wrong_dim": [fd_long("id", range(n)), fd_vec("vec", n, 64), fd_str("tag", ["a"] * n)],
+        "wrong_type": [fd_long("id", range(n)), fd_vec("vec", n, 128), fd_long("tag", range(n))],
+        "varchar_too_long": [fd_long("id", range(n)), fd_vec("vec", n, 128), fd_str("tag", ["x" * 65] * n)],
+        "missing_pk": [fd_vec("vec", n, 128), fd_str("tag", ["a"] * n)],
+        "row_count_mismatch": [fd_long("id", range(n)), fd_vec("vec", n, 128), fd_str("tag", ["a"] * (n - 1))],
+        "unknown_collection": [fd_long("id", range(n)), fd_vec("vec", n, 128), fd_str("tag", ["a"] * n)],
+        "too_large": [fd_long("id", range(20_000)), fd_vec("vec", 20_000, 128), fd_str("tag", ["a"] * 20_000)],
+    }[case]
+    resp = raw_insert(node, "nope" if case == "unknown_collection" else "bad", fields,
+                      20_000 if case == "too_large" else n)
+    assert resp.status.code == code, resp.status
+    assert needle in resp.status.reason, resp.status.reason
+    assert all(node.call(insert_messages(stream, v)) == 0 for v in vchannels)  # nothing published
+    assert segments(node, vch) == []                                     # nothing allocated
+    c.close()
+
+
+def test_flush_unknown_collection(client):
+    with pytest.raises(MilvusException) as err:
+        client.flush("nope")
+    assert err.value.code == 100 and "collection not found" in err.value.message
