@@ -54,6 +54,8 @@ class NodeThread:
         return self.node.components[role]
 
     def stop(self) -> None:
+        if not self.loop.is_running():
+            return
         try:
             self.call(self.node.stop(), timeout=30)
         finally:
