@@ -85,14 +85,14 @@ def moto_endpoint(servers_dir) -> str:
 @pytest.fixture
 def node_factory(etcd_endpoint, nats_url, root, tmp_path):
     """Start in-process kmilvus nodes on the shared servers; all stopped at teardown."""
-    from tests.harness import NodeThread, test_config
+    from tests.harness import NodeThread, make_config
 
     started = []
 
     def make(roles=None, **overrides):
         from kmilvus.server import ALL_ROLES
 
-        cfg = test_config(root, etcd_endpoint, nats_url, tmp_path / "storage", **overrides)
+        cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage", **overrides)
         n = NodeThread(cfg, tuple(roles or ALL_ROLES)).start()
         started.append(n)
         return n

@@ -20,7 +20,7 @@ from kmilvus.server import ALL_ROLES, Node
 from kmilvus.util.embedded import free_port
 
 
-def test_config(root: str, etcd: str, nats: str, storage: Path, **overrides: Any) -> Config:
+def make_config(root: str, etcd: str, nats: str, storage: Path, **overrides: Any) -> Config:
     cfg = Config(cluster=root, etcd_endpoints=[etcd], nats_url=nats, storage_uri=storage.as_uri(),
                  proxy_port=free_port(), session_ttl=3, dml_channel_num=4)
     for k, v in overrides.items():
@@ -72,12 +72,13 @@ class ProcessNode:
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
-    def start(self, wait_for: str | None = None, timeout: float = 60) -> "ProcessNode":
+    def start(self, wait_for: str | None = None, timeout: float = 60, failpoints: str = "") -> "ProcessNode":
         exe = Path(sys.executable).with_name("kmilvus")
         env = dict(os.environ, KMILVUS_LOG_LEVEL="info", KMILVUS_SESSION_TTL=str(self.cfg.session_ttl),
                    KMILVUS_DML_CHANNEL_NUM=str(self.cfg.dml_channel_num),
                    KMILVUS_TIME_TICK_INTERVAL=str(self.cfg.time_tick_interval),
-                   KMILVUS_INSERT_BUFFER_SIZE_MB=str(self.cfg.insert_buffer_size_mb))
+                   KMILVUS_INSERT_BUFFER_SIZE_MB=str(self.cfg.insert_buffer_size_mb),
+                   KMILVUS_FAILPOINTS=failpoints)
         argv = [str(exe), "run", *self.roles, "--etcd-endpoint", self.cfg.etcd_endpoints[0],
                 "--nats-url", self.cfg.nats_url, "--storage-uri", self.cfg.storage_uri,
                 "--cluster", self.cfg.cluster, "--port", str(self.cfg.proxy_port)]

@@ -27,6 +27,7 @@ from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
 from kmilvus.util import merr
+from kmilvus.util.failpoint import failpoint
 from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
@@ -262,6 +263,7 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
                 [Cmp.exists(keys.collection_key(coll_id))])
             if not ok:
                 raise merr.MilvusError(merr.SERVICE_INTERNAL, f"collection {req.collection_name} changed during drop")
+            failpoint("rootcoord.drop.after_meta_txn")
             self._uncache(info)
             await self._broadcast_drop(info)
         self._spawn(self._finish_drop(info, broadcast=False), f"drop-{coll_id}")

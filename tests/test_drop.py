@@ -1,0 +1,216 @@
+"""DropCollection end to end (seed 001), with nothing left behind: etcd keys, files, stream
+consumers, Proxy caches — also when the coordinator or the DataNode is killed mid-drop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from pymilvus import Collection, MilvusClient, MilvusException, connections
+
+from kmilvus.meta import EtcdKV
+from kmilvus.msgstream import MsgStream
+from kmilvus.storage import ObjectStore
+from kmilvus.util.embedded import free_port
+from tests.flushutil import batch, bench_schema
+from tests.harness import ProcessNode, make_config
+
+IGNORED = ("tso/", "id/", "session/")
+COORDS = ("rootcoord", "datacoord", "querycoord")
+
+
+def etcd_keys(cfg) -> list[str]:
+    async def go():
+        kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
+        try:
+            return sorted(k for k, _ in await kv.get_prefix("", keys_only=True) if not k.startswith(IGNORED))
+        finally:
+            await kv.close()
+    return asyncio.run(go())
+
+
+def storage_tree(cfg) -> list[str]:
+    return sorted(ObjectStore.from_uri(cfg.storage_uri).walk_sync())
+
+
+def consumers(cfg, vchannels) -> list[str]:
+    async def go():
+        stream = await MsgStream.connect(cfg.nats_url, cfg.cluster)
+        try:
+            return [n for v in vchannels for n in await stream.consumer_names(v)]
+        finally:
+            await stream.close()
+    return asyncio.run(go())
+
+
+class Cluster:
+    """Coordinators, one DataNode and two Proxies, each its own `kmilvus run` process."""
+
+    def __init__(self, cfg, tmp_path):
+        self.cfg, self.tmp = cfg, tmp_path
+        self.procs: dict[str, ProcessNode] = {}
+
+    def start(self, name, roles, wait_for="node ready", failpoints="", **cfg_changes):
+        p = ProcessNode(self.cfg.replace(**cfg_changes), roles, self.tmp / f"{name}-{len(self.procs)}.log")
+        self.procs[name] = p.start(wait_for=wait_for, failpoints=failpoints)
+        return p
+
+    def proxy_uri(self, name):
+        return f"http://127.0.0.1:{self.procs[name].cfg.proxy_port}"
+
+    def stop(self):
+        for p in self.procs.values():
+            p.kill()
+
+
+@pytest.fixture
+def cluster(etcd_endpoint, nats_url, root, tmp_path):
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
+    c = Cluster(cfg, tmp_path)
+    yield c
+    c.stop()
+
+
+def start_all(cluster, coord_failpoints=""):
+    cluster.start("coords", COORDS, failpoints=coord_failpoints)
+    cluster.start("datanode", ("datanode",))
+    for name in ("p1", "p2"):
+        cluster.start(name, ("proxy",), proxy_port=free_port())
+
+
+def fill(uri, name="victim", rows=50_000, unflushed=1_000):
+    alias = "d" + uuid.uuid4().hex[:6]
+    connections.connect(alias, uri=uri)
+    try:
+        coll = Collection(name, bench_schema(), using=alias)
+        for off in range(0, rows, 10_000):
+            coll.insert(list(batch(off, 10_000)))
+        coll.flush()
+        assert coll.num_entities == rows
+        coll.insert(list(batch(rows, unflushed)))           # buffered in the DataNode, not flushed
+        return coll.describe()
+    finally:
+        connections.disconnect(alias)
+
+
+def assert_nothing_left(cluster, keys_before, files_before, vchannels, within=5.0):
+    deadline = time.monotonic() + within
+    while True:
+        keys, files, cons = etcd_keys(cluster.cfg), storage_tree(cluster.cfg), consumers(cluster.cfg, vchannels)
+        if keys == keys_before and files == files_before and not cons:
+            break
+        if time.monotonic() > deadline:
+            extra = sorted(set(keys) - set(keys_before))
+            raise AssertionError(f"left behind after {within}s: keys={extra[:10]} files={files[:10]} consumers={cons}")
+        time.sleep(0.1)
+    for name in ("p1", "p2"):
+        c = MilvusClient(uri=cluster.proxy_uri(name))
+        try:
+            assert not c.has_collection("victim")
+            with pytest.raises(MilvusException) as err:
+                c.describe_collection("victim")
+            assert err.value.code == 100
+            with pytest.raises(MilvusException) as err:
+                c.insert("victim", [{"id": 1, "vec": [0.0] * 128, "tag": "x"}])
+            assert err.value.code == 100
+        finally:
+            c.close()
+
+
+def warm_caches(cluster):
+    for name in ("p1", "p2"):  # both Proxies cache the collection before the drop
+        c = MilvusClient(uri=cluster.proxy_uri(name))
+        assert c.describe_collection("victim")["collection_name"] == "victim"
+        c.insert("victim", [{"id": 10**9 + hash(name) % 1000, "vec": [0.5] * 128, "tag": name}])
+        c.close()
+
+
+def test_drop_leaves_nothing_behind(cluster):
+    start_all(cluster)
+    keys_before, files_before = etcd_keys(cluster.cfg), storage_tree(cluster.cfg)
+    desc = fill(cluster.proxy_uri("p1"))
+    warm_caches(cluster)
+    assert storage_tree(cluster.cfg) != files_before and etcd_keys(cluster.cfg) != keys_before
+    c = MilvusClient(uri=cluster.proxy_uri("p2"))
+    t0 = time.perf_counter()
+    c.drop_collection("victim")
+    rpc = time.perf_counter() - t0
+    c.close()
+    assert rpc < 5
+    assert_nothing_left(cluster, keys_before, files_before, vchannels_of(desc, cluster))
+
+
+def vchannels_of(desc, cluster):
+    """Every vchannel name the collection could have had (one shard, any physical channel)."""
+    cid = desc["collection_id"]
+    return [f"{cluster.cfg.cluster}-dml_{i}_{cid}v0" for i in range(cluster.cfg.dml_channel_num)]
+
+
+def test_coordinator_killed_after_meta_txn_finishes_drop_on_restart(cluster):
+    start_all(cluster, coord_failpoints="rootcoord.drop.after_meta_txn")
+    keys_before, files_before = etcd_keys(cluster.cfg), storage_tree(cluster.cfg)
+    desc = fill(cluster.proxy_uri("p1"), rows=20_000)
+    warm_caches(cluster)
+    c = MilvusClient(uri=cluster.proxy_uri("p1"), timeout=5)
+    with pytest.raises(Exception):
+        c.drop_collection("victim", timeout=5)  # the coordinator dies inside this call
+    c.close()
+    coords = cluster.procs["coords"]
+    assert coords.proc.wait(10) != 0
+    assert any(k.startswith("root-coord/drop-task/") for k in etcd_keys(cluster.cfg))
+    cluster.start("coords", COORDS)                 # restarted without the failpoint
+    assert_nothing_left(cluster, keys_before, files_before, vchannels_of(desc, cluster), within=15)
+
+
+def test_datanode_killed_during_drop_brings_nothing_back(cluster):
+    start_all(cluster)
+    keys_before, files_before = etcd_keys(cluster.cfg), storage_tree(cluster.cfg)
+    desc = fill(cluster.proxy_uri("p1"), rows=20_000)
+    warm_caches(cluster)
+    c = MilvusClient(uri=cluster.proxy_uri("p2"))
+    c.drop_collection("victim")
+    cluster.procs["datanode"].kill()
+    c.close()
+    cluster.start("datanode", ("datanode",))
+    assert_nothing_left(cluster, keys_before, files_before, vchannels_of(desc, cluster), within=10)
+    time.sleep(1.0)  # the new DataNode has had time to pick up anything it wrongly could
+    assert etcd_keys(cluster.cfg) == keys_before and storage_tree(cluster.cfg) == files_before
+
+
+def test_drop_unknown_succeeds_and_same_name_starts_fresh(client):
+    client.drop_collection("never_existed")
+    client.create_collection("again", schema=bench_schema())
+    first = client.describe_collection("again")["collection_id"]
+    ids, vecs, tags = batch(0, 500)
+    client.insert("again", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+    client.flush("again")
+    client.drop_collection("again")
+    client.create_collection("again", schema=bench_schema())
+    assert client.describe_collection("again")["collection_id"] != first
+    client.insert("again", [{"id": 7, "vec": vecs[0], "tag": "new"}])
+    client.flush("again")
+    assert client.get_collection_stats("again")["row_count"] == 1
+
+
+def test_drop_while_flush_in_flight_ends_flush(node, client):
+    client.create_collection("inflight", schema=bench_schema())
+    ids, vecs, tags = batch(0, 2000)
+    client.insert("inflight", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+    import threading
+    errors = []
+
+    def flush():
+        try:
+            client.flush("inflight", timeout=30)
+        except MilvusException as exc:  # not-found is a clean end too
+            errors.append(exc)
+
+    t = threading.Thread(target=flush)
+    t.start()
+    client.drop_collection("inflight")
+    t.join(30)
+    assert not t.is_alive()
+    assert all(e.code == 100 for e in errors)
+    assert not client.has_collection("inflight")
