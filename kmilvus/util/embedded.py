@@ -25,11 +25,13 @@ class MissingBinaryError(RuntimeError):
     """A server binary is not installed; the message names the Debian package."""
 
 
+# Debian puts nats-server in /usr/sbin, which is not on every user's PATH.
+SEARCH_DIRS = ["/usr/sbin", "/usr/bin", "/usr/local/bin"]
+
+
 def find_binary(name: str) -> str:
     found = shutil.which(name) or next(
-        (p for d in ("/usr/sbin", "/usr/bin", "/usr/local/bin") if os.access(p := f"{d}/{name}", os.X_OK)),
-        None,
-    )
+        (p for d in SEARCH_DIRS if os.access(p := f"{d}/{name}", os.X_OK)), None)
     if not found:
         pkg = _DEBIAN_PACKAGE.get(name, name)
         raise MissingBinaryError(f"{name} not found: install it with `apt-get install {pkg}`")

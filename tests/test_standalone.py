@@ -1,0 +1,101 @@
+"""`kmilvus standalone` as a user runs it: the ready line, pymilvus against it, S3 storage,
+and SIGTERM stopping every component and child process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from pymilvus import MilvusClient
+
+from kmilvus.util.embedded import MissingBinaryError, find_binary, free_port
+from tests.flushutil import batch, bench_schema
+
+
+def start_standalone(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, int, Path]:
+    port = free_port()
+    log = tmp_path / "standalone.log"
+    exe = Path(sys.executable).with_name("kmilvus")
+    proc = subprocess.Popen([str(exe), "standalone", "--data-dir", str(tmp_path / "data"), "--port", str(port),
+                             "--cluster", "sa" + str(port), *args],
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    deadline = time.monotonic() + 60
+    while f"kmilvus standalone ready on 127.0.0.1:{port}" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("standalone did not become ready:\n" + log.read_text()[-3000:])
+        time.sleep(0.05)
+    return proc, port, log
+
+
+def stop_and_check_clean(proc: subprocess.Popen) -> None:
+    children = psutil.Process(proc.pid).children(recursive=True)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 0
+    assert time.monotonic() - t0 < 10
+    time.sleep(0.2)
+    alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"left running: {[c.name() for c in alive]}"
+
+
+def test_standalone_serves_pymilvus_and_stops_cleanly_on_sigterm(tmp_path):
+    proc, port, log = start_standalone(tmp_path)
+    try:
+        names = {c.name() for c in psutil.Process(proc.pid).children(recursive=True)}
+        assert {"etcd", "nats-server"} <= names
+        c = MilvusClient(uri=f"http://127.0.0.1:{port}")
+        c.create_collection("sa", schema=bench_schema())
+        ids, vecs, tags = batch(0, 100)
+        c.insert("sa", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+        c.flush("sa")
+        assert c.list_collections() == ["sa"] and c.get_collection_stats("sa")["row_count"] == 100
+        c.close()
+        assert list((tmp_path / "data" / "storage" / "insert_log").iterdir())
+        # Quiet by default: only the ready line (and nothing at info level) on the console.
+        assert "level=info" not in log.read_text()
+    finally:
+        stop_and_check_clean(proc)
+
+
+def test_standalone_with_external_servers_and_s3_storage(tmp_path, etcd_endpoint, nats_url, moto_endpoint):
+    bucket = "kmilvus-" + str(free_port())
+    proc, port, _ = start_standalone(tmp_path, "--etcd-endpoint", etcd_endpoint, "--nats-url", nats_url,
+                                     "--storage-uri", f"s3://{bucket}/root?endpoint={moto_endpoint}")
+    try:
+        assert not psutil.Process(proc.pid).children(recursive=True)  # started no servers of its own
+        c = MilvusClient(uri=f"http://127.0.0.1:{port}")
+        c.create_collection("s3c", schema=bench_schema())
+        ids, vecs, tags = batch(0, 1000)
+        c.insert("s3c", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+        c.flush("s3c")
+        assert c.get_collection_stats("s3c")["row_count"] == 1000
+        c.close()
+        from kmilvus.storage import ObjectStore
+
+        store = ObjectStore.from_uri(f"s3://{bucket}/root?endpoint={moto_endpoint}")
+        assert any(k.startswith("insert_log/") for k in store.walk_sync())
+    finally:
+        stop_and_check_clean(proc)
+
+
+def test_missing_binary_is_a_one_line_error_naming_the_debian_package(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from kmilvus import cli
+    from kmilvus.util import embedded
+
+    monkeypatch.setattr(embedded, "SEARCH_DIRS", [])
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(MissingBinaryError) as err:
+        find_binary("nats-server")
+    assert str(err.value) == "nats-server not found: install it with `apt-get install nats-server`"
+    result = CliRunner().invoke(cli.main, ["standalone", "--data-dir", str(tmp_path / "d")])
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: etcd not found: install it with `apt-get install etcd-server`"
