@@ -265,9 +265,7 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
                 await self.store.delete_prefix(prefix)
             for ch in vchans:
                 await self.stream.purge(ch)
-                for name in await self.stream.consumer_names(ch):
-                    with contextlib.suppress(Exception):
-                        await self.stream.delete_consumer(name)
+                await self.stream.delete_consumers(ch)
                 self.ticks.pop(ch, None)
                 self._dirty_cps.discard(ch)
             await self.meta.drop_collection_meta(coll, vchans)

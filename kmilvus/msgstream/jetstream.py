@@ -180,6 +180,17 @@ class MsgStream:
             if not page or len(page) < 256:
                 return names
 
+    async def delete_consumers(self, vchannel: str) -> int:
+        """Delete every server-side consumer on `vchannel` (e.g. left by a DataNode that died);
+        returns how many there were."""
+        names = await self.consumer_names(vchannel)
+        for name in names:
+            try:
+                await self.js.delete_consumer(self.stream, name)
+            except nats.js.errors.NotFoundError:
+                pass
+        return len(names)
+
     async def last_seq(self, vchannel: str) -> int:
         """The stream seq of `vchannel`'s last message, 0 if it has none."""
         try:

@@ -1,0 +1,79 @@
+"""Time ticks (DESIGN.md "The stream"): a tick T on a channel promises every message with ts < T
+is already in it; with several producers it is the minimum over them."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kmilvus.allocator import TimestampAllocator
+from kmilvus.meta import EtcdKV
+from kmilvus.msgstream import MsgStream, MsgType
+from kmilvus.proto import internal_pb2
+from kmilvus.rootcoord.timetick_sync import TimeTickSync
+from kmilvus.tso import GlobalTSOAllocator
+from kmilvus.util.timetick import TickSource
+
+
+class LocalTSO:
+    """RootCoord's AllocTimestamp over a real etcd-backed TSO."""
+
+    def __init__(self, tso: GlobalTSOAllocator):
+        self.tso = tso
+
+    async def AllocTimestamp(self, req, context=None):  # noqa: N802 - the RPC's name
+        return internal_pb2.AllocTimestampResponse(timestamp=await self.tso.alloc(req.count or 1), count=1)
+
+
+async def make_source(etcd_endpoint, root):
+    kv = await EtcdKV.connect([etcd_endpoint], root)
+    tso = GlobalTSOAllocator(kv, "tso")
+    await tso.initialize()
+    return kv, TickSource(TimestampAllocator(LocalTSO(tso)))
+
+
+async def test_tick_never_passes_an_unacknowledged_publish(etcd_endpoint, root):
+    kv, src = await make_source(etcd_endpoint, root)
+    release = asyncio.Event()
+    held = []
+
+    async def slow_publish():
+        async with src.publishing() as ts:
+            held.append(ts)
+            await release.wait()           # the "ack" has not come back yet
+
+    tasks = [asyncio.create_task(slow_publish()) for _ in range(20)]
+    while len(held) < 20:
+        await asyncio.sleep(0.001)
+    ticks = [await src.tick() for _ in range(5)]
+    assert all(t == min(held) for t in ticks)
+    release.set()
+    await asyncio.gather(*tasks)
+    assert await src.tick() > max(held)    # acknowledged: the tick moves past them
+    await kv.close()
+
+
+async def test_published_tick_is_the_minimum_over_producers(etcd_endpoint, nats_url, root):
+    kv, own = await make_source(etcd_endpoint, root)
+    stream = await MsgStream.connect(nats_url, root)
+    vch = f"{root}-dml_0_1v0"
+    sync = TimeTickSync(stream.producer(), own, lambda: [vch], interval=0.05)
+    first = await own.tick()
+    sync.update(7, first - 5)              # a Proxy lagging behind holds the tick back
+    sync.update(8, first + 10**12)         # one far ahead cannot push it past RootCoord's promise
+    tick = await sync.publish()
+    assert tick == first - 5
+    sync.update(7, first - 9)              # a source never moves backwards, and no progress ...
+    assert await sync.publish() == tick    # ... publishes nothing new
+    sync.remove_source(8)
+    sync.remove_source(7)                  # its session expired: it no longer holds ticks back
+    later = await sync.publish()
+    assert later > tick
+    consumer = await stream.consume(vch)
+    got = [await consumer.next(timeout=2), await consumer.next(timeout=2)]
+    await consumer.close()
+    assert [m.type for m in got] == [MsgType.TimeTick, MsgType.TimeTick]
+    assert [m.timestamp for m in got] == [tick, later]
+    assert got[0].position.seq < got[1].position.seq
+    await stream.delete_stream()
+    await stream.close()
+    await kv.close()
