@@ -37,6 +37,8 @@ class Config:
     segment_max_lifetime: float = 86400.0
     segment_assignment_expire: float = 2.0   # seconds a row quota stays reserved
     flush_state_wait: float = 0.45           # GetFlushState waits up to this long for `true`
+    gc_interval: float = 60.0                # seconds between garbage-collection passes
+    gc_tolerance: float = 600.0              # an unreferenced binlog is deleted after this long
     # DataNode.
     insert_buffer_size_mb: int = 256         # write binlogs of the largest segment past this
     flush_chunk_rows: int = 1 << 20

@@ -288,3 +288,22 @@ def test_flush_unknown_collection(client):
     with pytest.raises(MilvusException) as err:
         client.flush("nope")
     assert err.value.code == 100 and "collection not found" in err.value.message
+
+
+def test_garbage_collector_removes_unreferenced_binlogs_only(node_factory):
+    node = node_factory(gc_interval=0.2, gc_tolerance=0.5)
+    c = MilvusClient(uri=node.uri)
+    c.create_collection("gc", schema=bench_schema())
+    ids, vecs, tags = batch(0, 300)
+    c.insert("gc", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+    c.flush("gc")
+    seg = segments(node, c.describe_collection("gc")["collection_id"])[0]
+    store = node.node.store
+    prefix = paths.segment_prefix(seg.collectionID, seg.partitionID, seg.ID)
+    committed = sorted(k for k, _ in node.call(store.list(prefix)))
+    orphan = prefix + "999999999"  # what a DataNode killed before SaveBinlogPaths leaves behind
+    node.call(store.write(orphan, b"PAR1 partial"))
+    wait_until(lambda: not node.call(store.exists(orphan)), timeout=10, what="orphan collected")
+    assert sorted(k for k, _ in node.call(store.list(prefix))) == committed
+    assert c.get_collection_stats("gc")["row_count"] == 300
+    c.close()

@@ -18,6 +18,7 @@ from kmilvus import components as roles
 from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.datacoord.channel_manager import ChannelManager
+from kmilvus.datacoord.garbage_collector import GarbageCollector
 from kmilvus.datacoord.meta import LIVE, SegmentMeta, SegmentState
 from kmilvus.datacoord.segment_manager import SegmentManager
 from kmilvus.log import get_logger
@@ -48,6 +49,7 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
         self.meta = SegmentMeta(kv)
         self.segments = SegmentManager(cfg, self.meta, self.ids, self.tso)
         self.channels = ChannelManager(kv, self.meta, registry, on_assigned=self._channel_moved)
+        self.gc = GarbageCollector(self.meta, store, cfg.gc_tolerance)
         self.ticks: dict[str, int] = {}          # latest DataNodeTtMsg per vchannel
         self._dirty_cps: set[str] = set()
         self._dropping: set[int] = set()
@@ -64,7 +66,8 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
         await self.segments.seal_recovered()
         self._tt_sub = await self.stream.subscribe_core(chan.datanode_tt_subject(self.cfg.cluster), self._on_tt)
         self.channels.start()
-        self._tasks = [asyncio.create_task(self._background(), name="datacoord-background")]
+        self._tasks = [asyncio.create_task(self._background(), name="datacoord-background"),
+                       asyncio.create_task(self._gc_loop(), name="datacoord-gc")]
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -100,6 +103,16 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
         self.ticks.pop(ch, None)
         for s in self.meta.by_channel(ch, (SegmentState.Sealed,)):
             s.flush_sent_at = 0
+
+    async def _gc_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.gc_interval)
+            try:
+                await self.gc.collect()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                log.warning("garbage collection failed", error=str(exc))
 
     # startDataNodeTsLoop (seed 000 §8) ----------------------------------------------------
     async def _on_tt(self, data: bytes) -> None:

@@ -1,0 +1,47 @@
+"""DataCoord's garbage collector: binlog files nothing points at.
+
+A DataNode that dies between writing a binlog and committing it with SaveBinlogPaths leaves a
+file no meta refers to. The collector lists each known segment's directory and deletes files
+that have stayed unreferenced for `tolerance` seconds (a flush in progress commits long before).
+Directories of segments unknown to the meta (an import being written) are not its business.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kmilvus.datacoord.meta import SegmentMeta
+from kmilvus.log import get_logger
+from kmilvus.storage import paths
+
+log = get_logger(__name__)
+
+
+class GarbageCollector:
+    def __init__(self, meta: SegmentMeta, store, tolerance: float):
+        self.meta = meta
+        self.store = store
+        self.tolerance = tolerance
+        self._unreferenced_since: dict[str, float] = {}
+
+    async def collect(self) -> list[str]:
+        """One pass; returns the keys it deleted."""
+        now = time.monotonic()
+        seen: set[str] = set()
+        deleted: list[str] = []
+        for seg in list(self.meta.segments.values()):
+            i = seg.info
+            referenced = {b.log_path for b in seg.binlogs.values()}
+            for key, _ in await self.store.list(paths.segment_prefix(i.collectionID, i.partitionID, i.ID)):
+                if key in referenced:
+                    continue
+                seen.add(key)
+                first = self._unreferenced_since.setdefault(key, now)
+                if now - first >= self.tolerance and i.ID in self.meta.segments:
+                    await self.store.delete(key)
+                    deleted.append(key)
+                    seen.discard(key)
+        self._unreferenced_since = {k: t for k, t in self._unreferenced_since.items() if k in seen}
+        if deleted:
+            log.info("orphan binlogs deleted", files=len(deleted))
+        return deleted
