@@ -8,6 +8,8 @@ otherwise a `RemoteClient` stub. Both answer the same `await x.Method(request)` 
 
 from __future__ import annotations
 
+from pymilvus.grpc_gen import common_pb2, milvus_pb2
+
 from kmilvus.meta import EtcdKV
 from kmilvus.proto import (data_coord_pb2_grpc, data_node_pb2_grpc, proxy_pb2_grpc,
                            query_coord_pb2_grpc, root_coord_pb2_grpc)
@@ -23,6 +25,13 @@ STUBS = {
     DATANODE: (data_node_pb2_grpc.DataNodeStub, data_node_pb2_grpc.add_DataNodeServicer_to_server),
     PROXY: (proxy_pb2_grpc.ProxyStub, proxy_pb2_grpc.add_ProxyServicer_to_server),
 }
+
+
+def healthy(server_id: int, role: str) -> milvus_pb2.ComponentStates:
+    """A component's GetComponentStates answer once it has started."""
+    st = milvus_pb2.ComponentStates()
+    st.state.nodeID, st.state.role, st.state.state_code = server_id, role, common_pb2.Healthy
+    return st
 
 
 class Registry:

@@ -9,7 +9,7 @@ import grpc
 import pytest
 from pymilvus import (Collection, CollectionSchema, DataType, FieldSchema, MilvusClient, MilvusException,
                       connections, utility)
-from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc, schema_pb2
+from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc, schema_pb2
 
 from kmilvus.meta import EtcdKV
 from tests.util import wait_until

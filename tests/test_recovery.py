@@ -4,7 +4,6 @@ insert ends up in the binlogs exactly once."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import numpy as np

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 
-from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
+from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
 from kmilvus.allocator import IDAllocator, TimestampAllocator
@@ -160,9 +160,7 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
     # RPCs ---------------------------------------------------------------------------------
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
-        st = milvus_pb2.ComponentStates()
-        st.state.nodeID, st.state.role, st.state.state_code = self.server_id, self.role, common_pb2.Healthy
-        return st
+        return roles.healthy(self.server_id, self.role)
 
     @merr.rpc()
     async def WatchChannels(self, req: data_coord_pb2.WatchChannelsRequest, context=None):

@@ -94,9 +94,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
     # RPCs -----------------------------------------------------------------------------------
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
-        st = milvus_pb2.ComponentStates()
-        st.state.nodeID, st.state.role, st.state.state_code = self.server_id, self.role, common_pb2.Healthy
-        return st
+        return roles.healthy(self.server_id, self.role)
 
     @merr.rpc()
     async def WatchDmChannels(self, req, context=None):

@@ -106,9 +106,7 @@ class Proxy(milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grpc.ProxyServicer)
 
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
-        st = milvus_pb2.ComponentStates()
-        st.state.nodeID, st.state.role, st.state.state_code = self.server_id, self.role, common_pb2.Healthy
-        return st
+        return roles.healthy(self.server_id, self.role)
 
     @merr.rpc(milvus_pb2.AllocTimestampResponse)
     async def AllocTimestamp(self, req, context=None):

@@ -4,7 +4,7 @@ ReleaseDQLMessageStream) and remove the collection's loaded-state meta."""
 
 from __future__ import annotations
 
-from pymilvus.grpc_gen import common_pb2, milvus_pb2
+from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus import components as roles
 from kmilvus.log import get_logger
@@ -32,9 +32,7 @@ class QueryCoord(query_coord_pb2_grpc.QueryCoordServicer):
 
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
-        st = milvus_pb2.ComponentStates()
-        st.state.nodeID, st.state.role, st.state.state_code = self.server_id, self.role, common_pb2.Healthy
-        return st
+        return roles.healthy(self.server_id, self.role)
 
     @merr.rpc()
     async def ReleaseCollection(self, req: internal_pb2.ReleaseCollectionRequest, context=None):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
@@ -137,7 +136,7 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
 
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
-        return _healthy(self.server_id, self.role)
+        return roles.healthy(self.server_id, self.role)
 
     # DDL -----------------------------------------------------------------------------------
     @merr.rpc()
@@ -350,14 +349,3 @@ def describe_response(info: internal_pb2.CollectionInfo) -> milvus_pb2.DescribeC
     resp.schema.CopyFrom(info.schema)
     return resp
 
-
-def _healthy(server_id: int, role: str) -> milvus_pb2.ComponentStates:
-    st = milvus_pb2.ComponentStates()
-    st.state.nodeID = server_id
-    st.state.role = role
-    st.state.state_code = common_pb2.Healthy
-    return st
-
-
-def now() -> float:
-    return time.monotonic()

@@ -12,6 +12,7 @@ from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus.util import merr
 from kmilvus.util.merr import MilvusError
+from kmilvus.util.typeutil import type_param
 
 DT = schema_pb2.DataType
 SUPPORTED = {DT.Bool, DT.Int8, DT.Int16, DT.Int32, DT.Int64, DT.Float, DT.Double, DT.VarChar,
@@ -35,13 +36,6 @@ def validate_name(name: str, what: str = "collection") -> None:
     if not _NAME.match(name):
         raise MilvusError(merr.PARAMETER_INVALID,
                           f"Invalid {what} name: {name}. {cap} name can only contain numbers, letters and underscores.")
-
-
-def type_param(field: schema_pb2.FieldSchema, key: str) -> str | None:
-    for kv in field.type_params:
-        if kv.key == key:
-            return kv.value
-    return None
 
 
 def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_varchar: int) -> None:

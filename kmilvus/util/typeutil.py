@@ -86,7 +86,8 @@ def _check_supported(field: schema_pb2.FieldSchema) -> None:
                           f"data type {type_name(field.data_type)} is not supported (field {field.name})")
 
 
-def _type_param(field: schema_pb2.FieldSchema, key: str) -> str | None:
+def type_param(field: schema_pb2.FieldSchema, key: str) -> str | None:
+    """A field's type param (`dim`, `max_length`) as written, or None."""
     for kv in field.type_params:
         if kv.key == key:
             return kv.value
@@ -94,7 +95,7 @@ def _type_param(field: schema_pb2.FieldSchema, key: str) -> str | None:
 
 
 def dim_of(field: schema_pb2.FieldSchema) -> int:
-    raw = _type_param(field, "dim")
+    raw = type_param(field, "dim")
     if raw is None:
         raise MilvusError(merr.PARAMETER_MISSING,
                           f"dimension is not defined in field type params of field {field.name}, "
@@ -108,7 +109,7 @@ def dim_of(field: schema_pb2.FieldSchema) -> int:
 
 
 def max_length_of(field: schema_pb2.FieldSchema) -> int:
-    raw = _type_param(field, "max_length")
+    raw = type_param(field, "max_length")
     if raw is None:
         raise MilvusError(merr.PARAMETER_MISSING,
                           f"type param(max_length) should be specified for the field({field.name})")
