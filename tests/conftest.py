@@ -5,7 +5,6 @@ keys, JetStream stream/subject names, storage root)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
