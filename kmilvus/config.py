@@ -40,7 +40,7 @@ class Config:
     gc_interval: float = 60.0                # seconds between garbage-collection passes
     gc_tolerance: float = 600.0              # an unreferenced binlog is deleted after this long
     # DataNode.
-    insert_buffer_size_mb: int = 256         # write binlogs of the largest segment past this
+    insert_buffer_size_mb: int = 64          # write binlogs of the largest segment past this
     flush_chunk_rows: int = 1 << 20
     # Sessions.
     session_ttl: int = 10                    # seconds; a dead component's lease expires after this
