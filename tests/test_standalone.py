@@ -99,3 +99,25 @@ def test_missing_binary_is_a_one_line_error_naming_the_debian_package(monkeypatc
     result = CliRunner().invoke(cli.main, ["standalone", "--data-dir", str(tmp_path / "d")])
     assert result.exit_code == 1
     assert result.output.strip() == "Error: etcd not found: install it with `apt-get install etcd-server`"
+
+
+def test_prometheus_metrics_are_exposed(tmp_path):
+    import urllib.request
+
+    mport = free_port()
+    proc, port, _ = start_standalone(tmp_path, "--metrics-port", str(mport))
+    try:
+        c = MilvusClient(uri=f"http://127.0.0.1:{port}")
+        c.create_collection("m", schema=bench_schema())
+        ids, vecs, tags = batch(0, 250)
+        c.insert("m", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+        c.flush("m")
+        c.close()
+        time.sleep(1.2)  # DataCoord exports segment gauges once a second
+        text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
+        assert "kmilvus_proxy_inserted_rows_total 250.0" in text
+        assert 'kmilvus_datacoord_segments{state="Flushed"} 1.0' in text
+        assert 'kmilvus_rpc_latency_seconds_count{method="Insert",role="proxy"} 1.0' in text
+        assert "kmilvus_datanode_flushed_segments_total 1.0" in text
+    finally:
+        stop_and_check_clean(proc)

@@ -15,6 +15,7 @@ import time
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
+from kmilvus import metrics
 from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.datacoord.channel_manager import ChannelManager
@@ -84,6 +85,7 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
         while True:
             await asyncio.sleep(CHECKPOINT_PERSIST_EVERY)
             try:
+                self._export_metrics()
                 await self.segments.apply_seal_policies()
                 dirty, self._dirty_cps = self._dirty_cps, set()
                 await self.meta.persist_checkpoints(sorted(dirty))
@@ -103,6 +105,13 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
         self.ticks.pop(ch, None)
         for s in self.meta.by_channel(ch, (SegmentState.Sealed,)):
             s.flush_sent_at = 0
+
+    def _export_metrics(self) -> None:
+        counts = {name: 0 for name in SegmentState.keys()}
+        for s in self.meta.segments.values():
+            counts[SegmentState.Name(s.info.state)] += 1
+        for name, n in counts.items():
+            metrics.SEGMENTS.labels(name).set(n)
 
     async def _gc_loop(self) -> None:
         while True:
@@ -283,5 +292,6 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
             self.segments.max_rows.pop(coll, None)
         finally:
             self._dropping.discard(coll)
+        metrics.DROPPED_COLLECTIONS.inc()
         log.info("collection data dropped", collection=coll)
         return merr.success()

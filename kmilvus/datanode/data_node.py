@@ -9,6 +9,7 @@ import contextlib
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
+from kmilvus import metrics
 from kmilvus.allocator import IDAllocator
 from kmilvus.config import Config
 from kmilvus.datanode.buffer import DDLBuffer, SegmentBuffer
@@ -58,11 +59,13 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
     # Memory accounting ----------------------------------------------------------------------
     def account(self, nbytes: int) -> None:
         self.buffered += nbytes
+        metrics.BUFFERED_BYTES.set(self.buffered)
         if self.buffered > self.cfg.insert_buffer_size_mb * 1024 * 1024:
             self._pressure.set()
 
     def release(self, nbytes: int) -> None:
         self.buffered = max(0, self.buffered - nbytes)
+        metrics.BUFFERED_BYTES.set(self.buffered)
 
     async def _relieve_pressure(self) -> None:
         """Write the largest segment buffers out (not sealing them) until under the limit."""
@@ -151,6 +154,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             key = paths.insert_log_key(coll, part, seg, log_id)
             info = await binlog.awrite_insert_binlog(self.store, key, buf.batches)
             written.append(key)
+            metrics.BINLOG_BYTES.inc(info.size)
+            metrics.BINLOG_ROWS.inc(info.entries_num)
             req.binlogs.add(logID=log_id, entries_num=info.entries_num, timestamp_from=info.timestamp_from,
                             timestamp_to=info.timestamp_to, log_path=key, log_size=info.size)
             for f in [0, 1, *[f.fieldID for f in fg.schema.fields]]:
@@ -176,6 +181,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             except Exception as exc:  # noqa: BLE001 - DataCoord restarting: keep the data, retry
                 status = merr.status_of(exc)
             if merr.ok(status):
+                if flushed:
+                    metrics.FLUSHED_SEGMENTS.inc()
                 log.info("binlogs saved", segment=seg, rows=buf.rows if buf else 0, flushed=flushed)
                 return
             if status.code in (merr.SEGMENT_NOT_FOUND[0], merr.COLLECTION_NOT_FOUND[0]):

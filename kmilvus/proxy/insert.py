@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
+from kmilvus import metrics
 from kmilvus.msgstream import Msg, MsgType
 from kmilvus.proto import data_coord_pb2
 from kmilvus.proxy.meta_cache import CollectionMeta
@@ -65,6 +66,8 @@ class InsertTask(Task):
             batch = typeutil.columns_to_record_batch(meta.schema, self.columns, row_ids, ts)
             items = await self._route(batch, shards, ts)
             await proxy.producer.publish_many(items)
+        metrics.INSERTED_ROWS.inc(n)
+        metrics.INSERTED_BYTES.inc(batch.nbytes)
         self.result = milvus_pb2.MutationResult(
             IDs=typeutil.primary_keys_to_ids(pk, keys), insert_cnt=n, timestamp=ts,
             succ_index=range(n))

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from typing import Callable
 
+from kmilvus import metrics
 from kmilvus.log import get_logger
 from kmilvus.msgstream import Msg, MsgType
 from kmilvus.util.timetick import TickSource
@@ -48,6 +49,7 @@ class TimeTickSync:
             if chans:
                 await self.producer.publish_many([(ch, Msg(MsgType.TimeTick, tick)) for ch in chans])
             self.last = tick
+            metrics.TIME_TICK.set(tick >> 18)
             return tick
 
     async def _loop(self) -> None:

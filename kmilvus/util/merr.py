@@ -8,6 +8,7 @@ exactly as pymilvus expects to show it.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Awaitable, Callable
 
 from pymilvus.grpc_gen import common_pb2
@@ -87,12 +88,18 @@ def rpc(response_type: Any | None = None, *, status_field: str = "status"):
     """
 
     def wrap(fn: Callable[..., Awaitable[Any]]):
+        from kmilvus import metrics
+
+        method = fn.__name__
+
         @functools.wraps(fn)
         async def inner(self, request, context=None):
+            started = time.perf_counter()
             try:
                 return await fn(self, request, context)
             except Exception as exc:  # noqa: BLE001 - every failure goes back as a status
                 status = status_of(exc)
+                metrics.RPC_FAILURES.labels(getattr(self, "role", "?"), method, str(status.code)).inc()
                 if not isinstance(exc, MilvusError):
                     log = getattr(self, "log", None)
                     if log is not None:
@@ -102,6 +109,8 @@ def rpc(response_type: Any | None = None, *, status_field: str = "status"):
                 resp = response_type()
                 getattr(resp, status_field).CopyFrom(status)
                 return resp
+            finally:
+                metrics.RPC_LATENCY.labels(getattr(self, "role", "?"), method).observe(time.perf_counter() - started)
 
         return inner
 

@@ -1,0 +1,22 @@
+"""Prometheus metrics (names follow Milvus' `milvus_<component>_...` style, prefixed kmilvus_).
+
+Exposed by `--metrics-port` on every kmilvus process; the operator serves them too.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RPC_LATENCY = Histogram(
+    "kmilvus_rpc_latency_seconds", "Time to answer an RPC, by component and method.",
+    ["role", "method"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+RPC_FAILURES = Counter("kmilvus_rpc_failures_total", "RPCs answered with a failed status.", ["role", "method", "code"])
+INSERTED_ROWS = Counter("kmilvus_proxy_inserted_rows_total", "Rows acknowledged to clients by Insert.")
+INSERTED_BYTES = Counter("kmilvus_proxy_inserted_bytes_total", "Arrow bytes published by Insert.")
+FLUSHED_SEGMENTS = Counter("kmilvus_datanode_flushed_segments_total", "Segments flushed (manual or sealed).")
+BINLOG_BYTES = Counter("kmilvus_datanode_binlog_bytes_total", "Bytes written to insert binlogs.")
+BINLOG_ROWS = Counter("kmilvus_datanode_binlog_rows_total", "Rows written to insert binlogs.")
+BUFFERED_BYTES = Gauge("kmilvus_datanode_buffered_bytes", "Insert data held in DataNode memory.")
+SEGMENTS = Gauge("kmilvus_datacoord_segments", "Segments known to DataCoord, by state.", ["state"])
+TIME_TICK = Gauge("kmilvus_rootcoord_time_tick_ms", "Physical time (ms) of the last published time tick.")
+DROPPED_COLLECTIONS = Counter("kmilvus_datacoord_dropped_collections_total", "Collections whose data was removed.")
