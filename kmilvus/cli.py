@@ -55,20 +55,46 @@ def standalone(data_dir, port, host, etcd_endpoint, nats_url, storage_uri, metri
 @click.option("--nats-url", required=True, envvar="KMILVUS_NATS_URL", help="nats://HOST:PORT of JetStream.")
 @click.option("--storage-uri", required=True, envvar="KMILVUS_STORAGE_URI", help="file:///PATH or s3://BUCKET/PREFIX?endpoint=URL")
 @click.option("--port", type=int, default=19530, show_default=True, help="Milvus API port (proxy).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve the Milvus API on.")
+@click.option("--internal-host", default=None, envvar="KMILVUS_INTERNAL_HOST",
+              help="Address other components reach this process at (in Kubernetes: the pod IP). "
+                   "Default: --host, or 127.0.0.1 when --host is a wildcard.")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
 @_common
-def run(roles, etcd_endpoint, nats_url, storage_uri, port, host, metrics_port, log_level, cluster):
+def run(roles, etcd_endpoint, nats_url, storage_uri, port, host, internal_host, metrics_port, log_level, cluster):
     """Run one or more components; they find the others through sessions in etcd."""
     from kmilvus.standalone import run_role
 
     log.setup(log_level)
     cfg = Config.from_env(etcd_endpoints=[etcd_endpoint], nats_url=nats_url, storage_uri=storage_uri,
-                          proxy_port=port, proxy_host=host, internal_host=host, metrics_port=metrics_port,
+                          proxy_port=port, proxy_host=host, metrics_port=metrics_port,
+                          internal_host=internal_host or (host if host not in ("0.0.0.0", "::") else "127.0.0.1"),
                           cluster=cluster)
     _serve_metrics(cfg)
     sys.exit(run_role(cfg, tuple(roles)))
 
+
+@main.command()
+@click.option("--etcd-endpoint", default=None, envvar="KMILVUS_ETCD_ENDPOINT", help="HOST:PORT of etcd.")
+@click.option("--nats-url", default=None, envvar="KMILVUS_NATS_URL", help="nats://HOST:PORT of JetStream.")
+@click.option("--storage-uri", default=None, envvar="KMILVUS_STORAGE_URI", help="file:///PATH or s3://BUCKET/PREFIX?endpoint=URL")
+@click.option("--namespace", "namespaces", multiple=True, help="Serve this namespace (repeatable; default: cluster-wide).")
+@click.option("--peering", default="kmilvus", show_default=True, help="kopf peering name: one active replica at a time.")
+@click.option("--standalone", is_flag=True, help="No peering: this replica is always active.")
+@click.option("--priority", type=int, default=None, help="Peering priority (default: start time, newest wins).")
+@click.option("--metrics-port", type=int, default=9091, show_default=True, help="Prometheus metrics port (0: off).")
+@click.option("--health-port", type=int, default=8080, show_default=True, help="Liveness/readiness /healthz port (0: off).")
+@click.option("--sdk-namespace", default=None, help="Namespace for Collections created through the SDK (default: first --namespace or default).")
+@_common
+def operator(etcd_endpoint, nats_url, storage_uri, namespaces, peering, standalone, priority, metrics_port,
+             health_port, sdk_namespace, log_level, cluster):
+    """Run the coordinators and the Kubernetes controllers (kopf) in one process."""
+    from kmilvus.operator_main import OperatorArgs, run as run_operator
+
+    sys.exit(run_operator(OperatorArgs(
+        etcd_endpoint=etcd_endpoint, nats_url=nats_url, storage_uri=storage_uri, namespaces=tuple(namespaces),
+        cluster=cluster, peering=peering, standalone=standalone, priority=priority, metrics_port=metrics_port,
+        health_port=health_port, sdk_namespace=sdk_namespace, log_level=log_level)))
 
 def _serve_metrics(cfg: Config) -> None:
     if cfg.metrics_port:
