@@ -77,3 +77,18 @@ async def test_published_tick_is_the_minimum_over_producers(etcd_endpoint, nats_
     await stream.delete_stream()
     await stream.close()
     await kv.close()
+
+
+async def test_after_restart_ticks_wait_for_live_proxies_to_report(etcd_endpoint, nats_url, root):
+    kv, own = await make_source(etcd_endpoint, root)
+    stream = await MsgStream.connect(nats_url, root)
+    sync = TimeTickSync(stream.producer(), own, lambda: [f"{root}-dml_0_1v0"], interval=0.05)
+    sync.expect({41, 42}, wait=30)
+    assert await sync.publish() == 0              # proxy 41 and 42 may still be publishing
+    lagging = await own.tick()
+    sync.update(41, lagging)
+    sync.remove_source(42)                        # its session expired
+    assert await sync.publish() == lagging
+    await stream.delete_stream()
+    await stream.close()
+    await kv.close()

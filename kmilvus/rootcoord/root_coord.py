@@ -23,7 +23,7 @@ from kmilvus.msgstream import Msg, MsgType, channels
 from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2_grpc
 from kmilvus.rootcoord import schema as schemautil
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
-from kmilvus.sessionutil import watch_sessions
+from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
 from kmilvus.util import merr
 from kmilvus.util.failpoint import failpoint
@@ -64,6 +64,8 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
         self.producer = self.stream.producer()
         self.ticks = TickSource(TimestampAllocator(self))
         self.tt_sync = TimeTickSync(self.producer, self.ticks, self._live_vchannels, self.cfg.time_tick_interval)
+        # Proxies alive from before a restart may have inserts in flight: hear from them first.
+        self.tt_sync.expect(set(await list_sessions(self.kv, roles.PROXY)), wait=2 * self.cfg.session_ttl)
         self.tt_sync.start()
         self._spawn(self._watch_proxies(), "watch-proxies")
         # Re-announce every collection's channels (idempotent) and finish interrupted drops.

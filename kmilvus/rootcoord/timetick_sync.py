@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Callable
 
 from kmilvus import metrics
@@ -26,20 +27,33 @@ class TimeTickSync:
         self.channels = channels
         self.interval = interval
         self.sources: dict[int, int] = {}
+        # Producers known to exist (live sessions) that have not reported since we started: a
+        # tick must not pass what they may still be publishing. Bounded by `expect_until`.
+        self.expected: set[int] = set()
+        self.expect_until = 0.0
         self.last = 0
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
 
+    def expect(self, source_ids: set[int], wait: float) -> None:
+        """After a restart: wait (at most `wait` s) for these live producers' first reports."""
+        self.expected = set(source_ids) - set(self.sources)
+        self.expect_until = time.monotonic() + wait
+
     def update(self, source_id: int, ts: int) -> None:
+        self.expected.discard(source_id)
         if ts > self.sources.get(source_id, 0):
             self.sources[source_id] = ts
 
     def remove_source(self, source_id: int) -> None:
+        self.expected.discard(source_id)
         self.sources.pop(source_id, None)
 
     async def publish(self) -> int:
         """Publish the current minimum on every channel if it moved; returns the tick."""
         async with self._lock:
+            if self.expected and time.monotonic() < self.expect_until:
+                return self.last
             tick = await self.own.tick()
             if self.sources:
                 tick = min(tick, *self.sources.values())
