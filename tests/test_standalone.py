@@ -121,3 +121,13 @@ def test_prometheus_metrics_are_exposed(tmp_path):
         assert "kmilvus_datanode_flushed_segments_total 1.0" in text
     finally:
         stop_and_check_clean(proc)
+
+
+def test_sigkilled_standalone_leaves_no_server_behind(tmp_path):
+    proc, _, _ = start_standalone(tmp_path)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert {c.name() for c in children} >= {"etcd", "nats-server"}
+    proc.kill()
+    proc.wait(10)
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"orphaned: {[c.name() for c in alive]}"

@@ -74,13 +74,25 @@ class ChildServer:
         self.proc.wait()
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL it when its parent dies (Linux PR_SET_PDEATHSIG), so a
+    kmilvus killed with SIGKILL or crashing hard leaves no etcd or nats-server behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     out = open(log_path, "ab")
     try:
         # New process group: a Ctrl-C to the terminal reaches us, and we stop children in order.
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, **(env or {})})
+                                start_new_session=True, env={**os.environ, **(env or {})},
+                                preexec_fn=_die_with_parent)
     finally:
         out.close()
 
