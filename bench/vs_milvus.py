@@ -1,0 +1,395 @@
+"""kmilvus vs Milvus 2.3.5, one machine, one run: `./dev bench-vs-milvus`.
+
+    ./dev bench-vs-milvus                       # 3 runs each, 200k + 1M rows, bulk import of 1M
+    ./dev bench-vs-milvus --runs 3 --rows 20000 --bulk-rows 20000 --small-count 3   # quick look
+    .venv/bin/python bench/vs_milvus.py ...     # same, once ./dev setup has run
+
+Both systems are driven by the SAME script, bench/workload.py, each from a client venv of its own:
+kmilvus by /work/main/.venv (pymilvus 3.0), Milvus 2.3.5 (PyPI `milvus`, an embedded standalone:
+etcd, rocksmq and local storage in one process) by bench/.venv-milvus (pymilvus 2.3.7, which
+needs setuptools<70 and marshmallow<4), created here on first use. Runs alternate between the
+systems (k, M, M, k, k, M, ...), each on a fresh server in a fresh data dir; every figure is the
+median of the runs with min and max. Results: bench/results/vs_milvus.{json,md,png}.
+
+Isolation and clean-up: each workload runs in its own session (process group) and, where
+`unshare -n` works (root), in a private network namespace with only loopback, so nothing either
+server opens is reachable from outside — Milvus 2.3.5 binds its gRPC and metrics ports on all
+interfaces even with every component's `.ip` set to 127.0.0.1, and this also keeps its fixed
+default ports (2379, 9091, 19529, 53100, ...) from colliding with anything else on the machine.
+Every pid a workload's server tree ever had (kmilvus' etcd and nats-server run in sessions of
+their own) is recorded in a pid file and killed at the end, also on error or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+import workload as w
+
+MILVUS_REQUIREMENTS = ["milvus==2.3.5", "pymilvus==2.3.7", "setuptools<70", "marshmallow<4",
+                       "numpy", "psutil", "pyarrow", "matplotlib"]
+SYSTEMS = {"kmilvus": "kmilvus", "milvus": "Milvus 2.3.5"}
+
+
+def log(msg: str) -> None:
+    print(f"[vs_milvus {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Set-up.
+
+def ensure_milvus_venv(venv: Path) -> Path:
+    """bench/.venv-milvus with milvus==2.3.5 + pymilvus 2.3.7 (+ matplotlib for the chart)."""
+    py = venv / "bin" / "python"
+    want = hashlib.sha256("\n".join(MILVUS_REQUIREMENTS).encode()).hexdigest()
+    stamp = venv / ".bench-stamp"
+    if py.exists() and stamp.exists() and stamp.read_text() == want:
+        return py
+    log(f"creating {venv} (milvus==2.3.5, pymilvus==2.3.7, matplotlib)")
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", *MILVUS_REQUIREMENTS], check=True)
+    subprocess.run([str(py), "-c", ("import milvus, pymilvus, matplotlib, psutil, pyarrow; "
+                    "from pymilvus import connections, Collection, utility")], check=True)
+    stamp.write_text(want)
+    return py
+
+
+def netns_prefix() -> list[str]:
+    """`unshare -n` + loopback up, if this machine lets us (root, unshare, ip)."""
+    ip = shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip") if os.access(p, os.X_OK)), None)
+    if not shutil.which("unshare") or not ip:
+        return []
+    prefix = ["unshare", "-n", "sh", "-c", f'{ip} link set lo up && exec "$@"', "sh"]
+    with contextlib.suppress(Exception):
+        if subprocess.run(prefix + ["true"], capture_output=True, timeout=10, check=False).returncode == 0:
+            return prefix
+    return []
+
+
+# ------------------------------------------------------------------------------------------------
+# Child processes: every one is killed at the end, whatever happens.
+
+class Reaper:
+    def __init__(self):
+        self.popens: list[subprocess.Popen] = []
+        self.pidfiles: list[Path] = []
+        self.killed: list[str] = []
+
+    def kill_leftovers(self, pidfile: Path) -> list[str]:
+        """Kill every pid in `pidfile` that is still the process recorded there."""
+        import psutil
+
+        left = []
+        if not pidfile.exists():
+            return left
+        seen = set()
+        for line in pidfile.read_text().splitlines():
+            parts = line.split()
+            if len(parts) < 2 or (parts[0], parts[1]) in seen:
+                continue
+            seen.add((parts[0], parts[1]))
+            with contextlib.suppress(psutil.Error, ValueError):
+                p = psutil.Process(int(parts[0]))
+                if abs(p.create_time() - float(parts[1])) < 0.01:
+                    p.kill()
+                    left.append(f"{p.pid} {' '.join(parts[2:])}")
+        return left
+
+    def stop_popen(self, p: subprocess.Popen, grace: float = 10.0) -> None:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGTERM)    # the workload stops its server on SIGTERM
+            try:
+                p.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(5)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)        # anything left in its process group
+
+    def cleanup(self) -> None:
+        for p in self.popens:
+            self.stop_popen(p)
+        for f in self.pidfiles:
+            self.killed += self.kill_leftovers(f)
+        self.popens.clear()
+
+
+REAPER = Reaper()
+
+
+def _on_signal(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Runs.
+
+def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx: int,
+            prefix: list[str]) -> dict:
+    out = tmp / f"{system}-{idx}.json"
+    pidfile = tmp / f"{system}-{idx}.pids"
+    REAPER.pidfiles.append(pidfile)
+    argv = prefix + [python, str(BENCH / "workload.py"), "run", "--system", system, "--rows", args.rows,
+                     "--small-count", str(args.small_count), "--files-cap", str(args.files_cap),
+                     "--out", str(out), "--pidfile", str(pidfile), "--tmp-dir", str(tmp)]
+    if parquet:
+        argv += ["--bulk", str(parquet)]
+    if system == "kmilvus":
+        argv += ["--kmilvus-bin", str(Path(python).parent / "kmilvus")]
+    log(f"run {idx}: {SYSTEMS[system]}")
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(ROOT))
+    REAPER.popens.append(p)
+    try:
+        rc = p.wait(args.run_timeout)
+    except subprocess.TimeoutExpired:
+        log(f"run {idx} {system}: timed out after {args.run_timeout} s; stopping it")
+        rc = None
+    finally:
+        REAPER.stop_popen(p)
+        REAPER.popens.remove(p)
+        left = REAPER.kill_leftovers(pidfile)
+        if left:
+            log(f"killed leftover processes of {system}: {left}")
+    res = {"system": system, "run": idx, "error": f"exit code {rc}" if rc != 0 else None}
+    if out.exists():
+        res = json.loads(out.read_text()) | {"run": idx, "error": res["error"]}
+    res["wall_s"] = time.monotonic() - t0
+    return res
+
+
+def aggregate(runs: dict[str, list[dict]], rows: list[int], files_cap: float) -> tuple[list, list, dict]:
+    """Table header, body and the chart's data."""
+    mets = {s: [w.metrics(r) for r in rs if not r.get("error") or r.get("sizes")] for s, rs in runs.items()}
+    header = ["measure", "kmilvus", "Milvus 2.3.5", "kmilvus ÷ Milvus", "better (by)"]
+    body, chart = [], {}
+    for row in w.table_rows(rows):
+        key, unit, better = row["key"], row["unit"], row["better"]
+        cells, meds, capped = [], {}, {}
+        for s in ("kmilvus", "milvus"):
+            vals = [m.get(key) for m in mets[s]]
+            good = [v for v in vals if v is not None]
+            cell = w.fmt_stat(vals, unit)
+            if key == "files_gone" and mets[s] and not good:
+                cell, capped[s] = f"> {files_cap:.0f} s (all {len(vals)} runs)", True
+                meds[s] = files_cap
+            elif key == "files_gone" and len(good) < len(vals):
+                cell = w.fmt_stat(good, unit) + f", > {files_cap:.0f} s in {len(vals) - len(good)}"
+                meds[s] = statistics.median(good + [files_cap] * (len(vals) - len(good)))
+            elif key.startswith("bulk") and mets[s] and not good:
+                st = {r.get("bulk_import", {}).get("status") for r in runs[s]}
+                cell = "n/a (not implemented yet)" if "unimplemented" in st else \
+                    f"n/a ({'/'.join(sorted(x for x in st if x))})"
+            elif good:
+                meds[s] = statistics.median(good)
+            cells.append(cell)
+            if good or capped.get(s):
+                chart.setdefault(key, {"label": row["label"], "unit": unit})[s] = {
+                    "median": meds.get(s), "min": min(good) if good else files_cap,
+                    "max": max(good) if good else files_cap, "capped": bool(capped.get(s)) or len(good) < len(vals)}
+        k, m = meds.get("kmilvus"), meds.get("milvus")
+        ratio, win = "", ""
+        if k is not None and m:
+            lt = capped.get("milvus") and not capped.get("kmilvus")   # Milvus' true value is larger
+            ratio = f"{'< ' if lt else ''}{k / m:.3g}×"
+            factor = (k / m if better == "higher" else m / k) if k else float("inf")
+            if capped.get("kmilvus") and capped.get("milvus"):
+                ratio, win = "?", "?"
+            elif abs(factor - 1) < 0.05:
+                win = "≈"
+            elif factor > 1:
+                win = f"kmilvus {'> ' if lt else ''}{factor:.1f}×"
+            else:
+                win = f"Milvus {1 / factor:.1f}×"
+        body.append([row["label"], cells[0], cells[1], ratio, win])
+    return header, body, chart
+
+
+def draw_chart(data_path: Path, png: Path) -> None:
+    """Grouped bars (median) with min–max error bars: throughput, latency (log), memory."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    doc = json.loads(data_path.read_text())
+    chart = doc["chart"]
+    groups = [
+        ("throughput (rows/s, higher is better)", [k for k, v in chart.items() if v["unit"] == "rps"], 1.0, False),
+        ("latency (seconds, log scale, lower is better)", [k for k, v in chart.items() if v["unit"] in ("s", "ms")
+                                                           and k != "startup_s"], 1.0, True),
+        ("peak RSS, all processes (MiB, lower is better)", [k for k, v in chart.items() if v["unit"] == "MiB"],
+         1 / 2**20, False),
+    ]
+    groups = [g for g in groups if g[1]]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(12, 4.2 * len(groups)))
+    axes = [axes] if len(groups) == 1 else axes
+    colors = {"kmilvus": "#1f77b4", "milvus": "#ff7f0e"}
+    for ax, (title, keys, scale, logy) in zip(axes, groups):
+        width = 0.38
+        for j, s in enumerate(("kmilvus", "milvus")):
+            xs, ys, lo, hi, capped = [], [], [], [], []
+            for i, k in enumerate(keys):
+                d = chart[k].get(s)
+                if not d or d["median"] is None:
+                    continue
+                med = d["median"] * scale
+                xs.append(i + (j - 0.5) * width)
+                ys.append(med)
+                lo.append(med - d["min"] * scale)
+                hi.append(d["max"] * scale - med)
+                capped.append(d.get("capped"))
+            bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=4, color=colors[s],
+                          label=f"{SYSTEMS[s]} (median, min–max)")
+            for b, c in zip(bars, capped):
+                if c:
+                    b.set_hatch("//")
+                    ax.annotate(f"> {doc['files_cap']:.0f} s", (b.get_x() + b.get_width() / 2, b.get_height()),
+                                ha="center", va="bottom", fontsize=8)
+            for i, k in enumerate(keys):
+                d = chart[k].get(s)
+                if not d or d["median"] is None:
+                    ax.annotate("n/a", (i + (j - 0.5) * width, 0), xycoords=("data", "axes fraction"),
+                                xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8,
+                                color=colors[s])
+        ax.set_xticks(range(len(keys)))
+        ax.set_xticklabels([textwrap.fill(chart[k]["label"], 22) for k in keys], fontsize=8)
+        ax.set_title(title)
+        if logy:
+            ax.set_yscale("log")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"kmilvus vs Milvus 2.3.5 — {doc['when']} — {doc['runs_per_system']} runs each", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3, help="runs per system (≥ 3 for min/median/max)")
+    ap.add_argument("--rows", default="200000,1000000")
+    ap.add_argument("--bulk-rows", type=int, default=1_000_000, help="0 = skip the bulk import")
+    ap.add_argument("--small-count", type=int, default=10)
+    ap.add_argument("--files-cap", type=float, default=30.0, help="seconds to wait for dropped files")
+    ap.add_argument("--run-timeout", type=float, default=600.0)
+    ap.add_argument("--milvus-venv", default=str(BENCH / ".venv-milvus"))
+    ap.add_argument("--kmilvus-python", default=str(ROOT / ".venv" / "bin" / "python"))
+    ap.add_argument("--no-netns", action="store_true", help="do not use a private network namespace")
+    ap.add_argument("--out-dir", default=str(BENCH / "results"))
+    ap.add_argument("--name", default="vs_milvus")
+    ap.add_argument("--chart-from", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--png", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.chart_from:
+        draw_chart(Path(args.chart_from), Path(args.png))
+        return 0
+
+    t_start = time.monotonic()
+    signal.signal(signal.SIGTERM, _on_signal)
+    atexit.register(REAPER.cleanup)
+    rows = [int(x) for x in args.rows.split(",") if x.strip()]
+    milvus_py = str(ensure_milvus_venv(Path(args.milvus_venv)))
+    prefix = [] if args.no_netns else netns_prefix()
+    log("private network namespace per run: " + ("yes" if prefix else "no (Milvus listens on all interfaces)"))
+    tmp = Path(tempfile.mkdtemp(prefix="vs-milvus-"))
+    runs: dict[str, list[dict]] = {"kmilvus": [], "milvus": []}
+    pythons = {"kmilvus": args.kmilvus_python, "milvus": milvus_py}
+    try:
+        parquet = None
+        if args.bulk_rows:
+            parquet = tmp / f"bulk_{args.bulk_rows}.parquet"
+            subprocess.run([args.kmilvus_python, str(BENCH / "workload.py"), "gen-parquet", str(parquet),
+                            "--rows", str(args.bulk_rows)], check=True)
+        for i in range(args.runs):
+            order = ["kmilvus", "milvus"] if i % 2 == 0 else ["milvus", "kmilvus"]
+            for s in order:
+                runs[s].append(run_one(s, pythons[s], args, tmp, parquet, i + 1, prefix))
+            log(f"run {i + 1}/{args.runs} of both done; {time.monotonic() - t_start:.0f} s so far")
+    finally:
+        REAPER.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    header, body, chart = aggregate(runs, rows, args.files_cap)
+    when = datetime.datetime.now().isoformat(timespec="seconds")
+    total = time.monotonic() - t_start
+    first = {s: next((r for r in rs if r.get("pymilvus")), {}) for s, rs in runs.items()}
+    errors = [f"{r['system']} run {r['run']}: {r['error']}" for rs in runs.values() for r in rs if r.get("error")]
+    mem_by_proc = {s: {k: f"{v / 2**20:,.0f} MiB" for k, v in
+                       (first[s].get("memory") or {}).get("per_process_peak_rss", {}).items()} for s in runs}
+    bulk_notes = {s: {r.get("bulk_import", {}).get("status") for r in rs} for s, rs in runs.items()}
+    notes = [
+        (f"{when}, {platform.node()}, {os.cpu_count()} CPUs; {args.runs} runs per system, alternating; "
+        f"total {total / 60:.1f} min; each cell: median [min–max] over the runs"),
+        (f"kmilvus ({first['kmilvus'].get('server_version', '?')}) driven by pymilvus "
+        f"{first['kmilvus'].get('pymilvus', '?')}; Milvus {first['milvus'].get('server_version', '?')} "
+        f"(PyPI `milvus`, embedded etcd + rocksmq + local storage) driven by pymilvus {first['milvus'].get('pymilvus', '?')}"),
+        ("same script (bench/workload.py): ORM Collection.insert of column lists, 10,000 rows per call, "
+        "one at a time; Flush + GetFlushState polled every 10 ms; one shard"),
+        ("peak RSS = max over 50 ms samples of the SUM over all of the system's processes "
+        f"(kmilvus + etcd + nats-server; Milvus: one process). Per process, first run: {mem_by_proc}"),
+        (f"dropped files: watched DATA/.../insert_log/<collectionID>, capped at {args.files_cap:.0f} s "
+        "(Milvus 2.3.5's GC removes them after dataCoord.gc.dropTolerance = 3 h)"),
+        (f"bulk import: {args.bulk_rows:,} rows from one Parquet file (id int64, vec list<float32>, tag string); "
+        f"statuses: {bulk_notes}"),
+        "network: " + ("each run in a private network namespace (loopback only)" if prefix else
+                       "host network; Milvus 2.3.5 binds its gRPC/metrics ports on all interfaces"),
+        "load average at the start of each run: " + "; ".join(
+            f"{r['system']} {r['run']}: {r['loadavg_start'][0]:.1f}" for rs in zip(*runs.values()) for r in rs
+            if r.get("loadavg_start")),
+    ] + ([f"ERRORS: {errors}"] if errors else []) + (
+        [f"killed leftover processes: {REAPER.killed}"] if REAPER.killed else [])
+    print()
+    print(w.text_table(header, body))
+    for n in notes:
+        print("  - " + n)
+
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"when": when, "args": vars(args), "runs_per_system": args.runs, "files_cap": args.files_cap,
+           "host": platform.node(), "cpus": os.cpu_count(), "total_s": total, "netns": bool(prefix),
+           "table": {"header": header, "body": body}, "chart": chart, "notes": notes, "runs": runs}
+    jpath, mpath, ppath = out / f"{args.name}.json", out / f"{args.name}.md", out / f"{args.name}.png"
+    jpath.write_text(json.dumps(doc, indent=1, default=str))
+    mpath.write_text("\n".join([f"# kmilvus vs Milvus 2.3.5 ({when})", "",
+                                "Command: `./dev bench-vs-milvus " + " ".join(sys.argv[1:]) + "`", "",
+                                w.markdown_table(header, body), ""] + [f"- {n}" for n in notes] +
+                               ["", f"![chart]({ppath.name})", ""]))
+    try:
+        subprocess.run([milvus_py, str(Path(__file__).resolve()), "--chart-from", str(jpath), "--png", str(ppath)],
+                       check=True, timeout=120)
+    except Exception as exc:  # noqa: BLE001 - the table is the result; the chart is a view of it
+        log(f"chart failed: {exc}")
+    log(f"wrote {jpath}, {mpath}, {ppath} in {total / 60:.1f} min")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:
+        log(f"interrupted ({exc}); stopping every process started")
+        REAPER.cleanup()
+        sys.exit(130)

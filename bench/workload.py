@@ -1,0 +1,899 @@
+"""The flush-path workload shared by bench/bench_flush.py and bench/vs_milvus.py.
+
+One file, no kmilvus imports, so the SAME code drives kmilvus (pymilvus 3.0, /work/main/.venv)
+and Milvus 2.3.5 (pymilvus 2.3.7, bench/.venv-milvus). It only uses pymilvus APIs both versions
+have: ORM `connections` / `Collection` / `utility`, and the raw `MilvusService` stub that both
+ship (`pymilvus.grpc_gen.milvus_pb2`) for the RPCs that are timed on their own.
+
+Workload (DESIGN.md "Numbers to beat"): collection `id INT64 pk, vec FLOAT_VECTOR(128),
+tag VARCHAR(64)`, one shard, inserts of 10,000 rows, one at a time.
+
+Client path. pymilvus' fastest honest insert path, measured on both versions: ORM
+`Collection.insert([ids, vectors, tags])` (column-based) with plain Python lists; per 10k batch
+pymilvus 3.0 spends ~60 ms building the request from lists, ~110 ms from a 2-D numpy array
+(it iterates numpy scalars), ~70-80 ms from row dicts (MilvusClient.insert). So data is generated
+once with numpy and converted to lists before the timed region (`gc.freeze()` keeps the
+collector from walking millions of generated objects in the middle of a timed insert); vectors
+repeat after 200k rows (see `Batches`).
+
+Measurements (seconds unless said otherwise):
+  insert rows/s      rows / wall time of the sequential insert loop, as the client sees it
+  flush_rpc          the `Flush` RPC alone
+  flushed            from the `Flush` call until `GetFlushState` answers true (polled every 10 ms
+                     with the flush's segment IDs and flush_ts, as pymilvus does every 500 ms)
+  small_flush        insert 1,000 rows, Flush, poll until flushed (whole sequence), k times
+  num_entities       `Collection.num_entities` (GetCollectionStatistics) after the flush
+  drop_rpc           the `DropCollection` RPC alone
+  files_gone         from the drop until no file is left under insert_log/<collectionID>
+  bulk_import        `utility.do_bulk_insert` of a Parquet file until the task is Completed
+  memory             peak of the SUM of RSS of every process of the server (kmilvus + etcd +
+                     nats-server; Milvus' single process), sampled every 50 ms by a separate
+                     process (`workload.py memwatch`), per phase and over the whole run
+
+Command line (used by vs_milvus.py; bench_flush.py imports this module):
+  python bench/workload.py run --system kmilvus|milvus --rows 200000,1000000 [--bulk PARQUET]
+                               [--out JSON] [--pidfile FILE] [--uri URI --storage-dir DIR]
+  python bench/workload.py gen-parquet PATH --rows 1000000
+  python bench/workload.py memwatch --root PID ...   (internal)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import logging
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import psutil
+
+warnings.filterwarnings("ignore")
+
+DIM = 128
+BATCH = 10_000
+TAG_MAX = 64
+SMALL_ROWS = 1_000
+POLL = 0.010               # GetFlushState poll interval
+FILES_POLL = 0.020         # insert_log directory poll interval after a drop
+HERE = Path(__file__).resolve().parent
+READY_RE = re.compile(r"kmilvus standalone ready on ([\d.]+):(\d+)")
+
+
+def log(msg: str) -> None:
+    print(f"[workload {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stats(xs: list[float]) -> dict:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Data, generated once, outside every timed region.
+
+class Batches:
+    """`rows` rows as 10k-row column batches of Python lists: [ids, vectors, tags].
+
+    IDs and tags are unique. Vectors are unique within the first `pool_rows` rows and then
+    repeat (batch b reuses the vector lists of batch b mod pool): creating 128 Python floats per
+    row is what generation costs (~10 s and 4 GiB per million rows), and neither server looks
+    at vector values on this path (no dedup, no index); binlog compression cannot exploit the
+    repeat either, as repeated rows lie 100 MB apart."""
+
+    _pool: ClassVar[list] = []   # per-process vector pool, shared by every Batches
+
+    def __init__(self, rows: int, *, start_id: int = 0, seed: int = 0, batch: int = BATCH,
+                 pool_rows: int = 200_000):
+        self.rows, self.batches = rows, []
+        pool = Batches._pool if batch == BATCH else []
+        rng = np.random.default_rng(seed)
+        npool = max(1, min(rows, pool_rows) // batch + (1 if min(rows, pool_rows) % batch else 0))
+        while len(pool) < npool:
+            pool.append(rng.random((batch, DIM), dtype=np.float32).tolist())
+        for b, s in enumerate(range(0, rows, batch)):
+            n = min(batch, rows - s)
+            ids = list(range(start_id + s, start_id + s + n))
+            vecs = pool[b % npool]
+            vecs = vecs if n == len(vecs) else vecs[:n]
+            tags = [f"tag-{(start_id + s + i) % 1000:04d}-{start_id + s + i:012d}" for i in range(n)]
+            self.batches.append([ids, vecs, tags])
+        gc.collect()
+        gc.freeze()      # generated objects leave the collector's view (see module doc)
+
+    def free(self) -> None:
+        self.batches = []
+        gc.unfreeze()
+        gc.collect()
+
+
+def write_parquet(path: Path, rows: int, *, start_id: int = 50_000_000, seed: int = 7) -> Path:
+    """The bulk-import file in pymilvus BulkWriter's Parquet layout (vector = list<float32>)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("id", pa.int64()), ("vec", pa.list_(pa.float32())), ("tag", pa.string())])
+    with pq.ParquetWriter(tmp, schema) as w:
+        for s in range(0, rows, 50_000):
+            n = min(50_000, rows - s)
+            ids = np.arange(start_id + s, start_id + s + n, dtype=np.int64)
+            flat = rng.random(n * DIM, dtype=np.float32)
+            offsets = pa.array(np.arange(0, n * DIM + 1, DIM, dtype=np.int32))
+            tags = pa.array([f"tag-{i % 1000:04d}-{i:012d}" for i in ids.tolist()])
+            w.write_table(pa.table({"id": ids, "vec": pa.ListArray.from_arrays(offsets, pa.array(flat)),
+                                    "tag": tags}, schema=schema), row_group_size=50_000)
+    tmp.rename(path)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------
+# Process trees.
+
+def tree(pid: int) -> list:
+    """psutil.Process objects of `pid` and all its descendants (kmilvus' etcd and nats-server run
+    in sessions of their own but are still its children)."""
+    try:
+        root = psutil.Process(pid)
+        return [root] + root.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def kill_tree(procs: list, timeout: float = 5.0) -> None:
+    """SIGKILL every process in `procs` that is still the same process (pid + create time)."""
+    alive = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            if p.is_running():
+                p.kill()
+                alive.append(p)
+    psutil.wait_procs(alive, timeout=timeout)
+
+
+def record_pids(pidfile: str | None, procs) -> None:
+    if not pidfile:
+        return
+    with open(pidfile, "a") as f:
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                f.write(f"{p.pid} {p.create_time()!r} {p.name()}\n")
+
+
+class MemWatch:
+    """Runs `workload.py memwatch` as a separate process (so sampling costs the client nothing)
+    and tells it phase names; `stop()` returns its JSON report."""
+
+    def __init__(self, root_pid: int, *, pidfile: str | None = None, interval: float = 0.05):
+        argv = [sys.executable, str(Path(__file__).resolve()), "memwatch", "--root", str(root_pid),
+                "--interval", str(interval)]
+        if pidfile:
+            argv += ["--pidfile", pidfile]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def phase(self, name: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.write(f"phase {name}\n")
+            self.proc.stdin.flush()
+
+    def stop(self) -> dict:
+        try:
+            out, _ = self.proc.communicate("quit\n", timeout=30)
+            return json.loads(out)
+        except Exception as exc:  # noqa: BLE001 - memory is reported as missing, not fatal
+            self.proc.kill()
+            return {"error": repr(exc)}
+
+
+def memwatch_main(args) -> None:
+    """Sample the RSS sum of the trees under --root every --interval s; phases come on stdin."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    roots = list(args.root)
+    procs: dict[int, psutil.Process] = {}
+    seen: set[tuple[int, float]] = set()
+    per_name_peak: dict[str, int] = {}
+    phases: dict[str, dict] = {}
+    phase, t_phase = "start", time.monotonic()
+    cpu_at_switch: dict[str, float] = {}
+    peak_total, n, last_refresh = 0, 0, 0.0
+    cpu_of: dict[int, float] = {}
+
+    def refresh() -> None:
+        new = []
+        for r in roots:
+            for p in tree(r):
+                key = (p.pid, p.create_time())
+                if p.pid not in procs or key not in seen:
+                    procs[p.pid] = p
+                    seen.add(key)
+                    new.append(p)
+        record_pids(args.pidfile, new)
+
+    name_of: dict[int, str] = {}
+
+    def cpu_total() -> dict[str, float]:
+        """CPU seconds (user + system) so far, per process name."""
+        for pid, p in list(procs.items()):
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                cpu_of[pid] = t.user + t.system + t.children_user + t.children_system
+                name_of.setdefault(pid, p.name())
+        out: dict[str, float] = {}
+        for pid, c in cpu_of.items():
+            out[name_of.get(pid, "?")] = out.get(name_of.get(pid, "?"), 0.0) + c
+        return out
+
+    def close_phase(now: float) -> None:
+        nonlocal cpu_at_switch
+        c = cpu_total()
+        ph = phases.setdefault(phase, {"peak_rss": 0})
+        ph["seconds"] = ph.get("seconds", 0.0) + now - t_phase
+        by = ph.setdefault("cpu_by_process", {})
+        for k, v in c.items():
+            by[k] = by.get(k, 0.0) + v - cpu_at_switch.get(k, 0.0)
+        ph["cpu_seconds"] = sum(by.values())
+        cpu_at_switch = c
+
+    refresh()
+    cpu_at_switch = cpu_total()
+    done = False
+    while not done:
+        now = time.monotonic()
+        if now - last_refresh > 0.5:
+            refresh()
+            last_refresh = now
+        total = 0
+        for pid, p in list(procs.items()):
+            try:
+                rss = p.memory_info().rss
+            except psutil.Error:
+                procs.pop(pid, None)
+                continue
+            total += rss
+            name = p.name()
+            per_name_peak[name] = max(per_name_peak.get(name, 0), rss)
+        n += 1
+        peak_total = max(peak_total, total)
+        ph = phases.setdefault(phase, {"peak_rss": 0})
+        ph["peak_rss"] = max(ph["peak_rss"], total)
+        r, _, _ = select.select([sys.stdin], [], [], args.interval)
+        if r:
+            line = sys.stdin.readline()
+            if not line or line.startswith("quit"):
+                done = True
+            elif line.startswith("phase "):
+                now = time.monotonic()
+                close_phase(now)
+                phase, t_phase = line.split(None, 1)[1].strip(), now
+    close_phase(time.monotonic())
+    print(json.dumps({"peak_rss": peak_total, "samples": n, "phases": phases,
+                      "per_process_peak_rss": per_name_peak}))
+
+
+# ------------------------------------------------------------------------------------------------
+# Servers.
+
+class Server:
+    system = "?"
+    pid: int | None = None
+    host, port = "127.0.0.1", 0
+    storage_dir: Path | None = None     # where insert_log/<collectionID> lives, if known
+    version = "?"
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class KmilvusServer(Server):
+    """`kmilvus standalone` in a temp data dir on a free port; ready when it logs its line."""
+
+    system = "kmilvus"
+
+    def __init__(self, data_dir: Path, *, port: int | None = None, exe: str | None = None,
+                 pidfile: str | None = None):
+        self.data_dir, self.port = Path(data_dir), port or free_port()
+        self.exe = exe or str(Path(sys.executable).parent / "kmilvus")
+        self.storage_dir = self.data_dir / "storage"
+        self.pidfile, self.proc, self._procs = pidfile, None, []
+        self.log_path = self.data_dir.parent / "kmilvus-standalone.log"
+
+    def start(self, timeout: float = 90.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        logf = open(self.log_path, "w")  # noqa: SIM115 - closed by the pump thread
+        self.proc = subprocess.Popen([self.exe, "standalone", "--data-dir", str(self.data_dir),
+                                      "--port", str(self.port)],
+                                     stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.PIPE,
+                                     text=True, bufsize=1)
+        self.pid = self.proc.pid
+        record_pids(self.pidfile, tree(self.pid))
+        ready = threading.Event()
+
+        def pump() -> None:          # keep draining stderr so the server never blocks on it
+            for line in self.proc.stderr:
+                logf.write(line)
+                logf.flush()
+                if READY_RE.search(line):
+                    ready.set()
+            logf.close()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                tail = self.log_path.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"kmilvus standalone did not start:\n{tail}")
+        self._procs = tree(self.pid)
+        record_pids(self.pidfile, self._procs)
+        with contextlib.suppress(Exception):
+            self.version = subprocess.run([self.exe, "--version"], capture_output=True, text=True,
+                                          timeout=30, check=False).stdout.strip()
+
+    def stop(self) -> None:
+        if not self.proc:
+            return
+        procs = self._procs + [p for p in tree(self.pid) if p not in self._procs]
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                log("kmilvus did not stop in 20 s after SIGTERM; killing its tree")
+        kill_tree(procs)          # etcd / nats-server if the server left them behind
+        self.proc = None
+
+
+class MilvusLiteServer(Server):
+    """Milvus 2.3.5 standalone from the PyPI `milvus` package (embedded etcd, rocksmq, local
+    storage: one process). Every component's `.ip` is set to 127.0.0.1; note that the 2.3.5
+    binary's gRPC and metrics listeners still bind all interfaces (vs_milvus.py runs it in a
+    private network namespace when it can)."""
+
+    system = "milvus"
+    COMPONENTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexCoord", "indexNode",
+                  "dataCoord", "dataNode")
+
+    def __init__(self, data_dir: Path, *, port: int | None = None, pidfile: str | None = None):
+        self.data_dir, self.port = Path(data_dir), port or free_port()
+        self.storage_dir = self.data_dir / "data"
+        self.pidfile, self.srv, self._procs = pidfile, None, []
+
+    @staticmethod
+    def _bin_cache() -> Path:
+        """Unpack the package's lzma'd binaries once per venv; each run hard-links them."""
+        import milvus
+
+        cache = Path(sys.prefix) / "milvus-bin-cache"
+        if not (cache / "bin" / "milvus").exists():
+            milvus._initialize_data_files(str(cache))
+        return cache / "bin"
+
+    def start(self) -> None:
+        import milvus
+        from milvus import MilvusServer, MilvusServerConfig
+
+        self.version = milvus.__version__
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cache, bin_dir = self._bin_cache(), self.data_dir / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        for f in cache.iterdir():
+            with contextlib.suppress(FileExistsError):
+                try:
+                    os.link(f, bin_dir / f.name)
+                except OSError:
+                    shutil.copy2(f, bin_dir / f.name)
+        cfg = MilvusServerConfig(data_dir=str(self.data_dir), proxy_port=self.port)
+        for comp in self.COMPONENTS:
+            cfg.set(f"{comp}.ip", "127.0.0.1")
+        self.srv = MilvusServer(cfg)
+        self.srv.start()               # waits for /healthz, then 1 s more
+        self.pid = self.srv.server_proc.pid
+        self._procs = tree(self.pid)
+        record_pids(self.pidfile, self._procs)
+
+    def stop(self) -> None:
+        if not self.srv:
+            return
+        procs = self._procs + [p for p in tree(self.pid) if p not in self._procs]
+        with contextlib.suppress(Exception):
+            self.srv.stop()            # SIGTERM, 1 s, SIGKILL
+        kill_tree(procs)
+        self.srv = None
+
+
+class AttachedServer(Server):
+    """A server someone else started (`--uri`); memory is sampled if its pid can be found."""
+
+    def __init__(self, uri: str, storage_dir: str | None = None, system: str = "attached"):
+        m = re.match(r"^(?:\w+://)?([^:/]+):(\d+)", uri)
+        if not m:
+            raise SystemExit(f"bad --uri {uri!r}; expected http://HOST:PORT")
+        self.host, self.port, self.system = m.group(1), int(m.group(2)), system
+        self.storage_dir = Path(storage_dir) if storage_dir else None
+        with contextlib.suppress(Exception):
+            for c in psutil.net_connections("tcp"):
+                if c.status == psutil.CONN_LISTEN and c.laddr.port == self.port and c.pid:
+                    self.pid = c.pid
+                    break
+
+
+# ------------------------------------------------------------------------------------------------
+# The client side.
+
+class Client:
+    def __init__(self, host: str, port: int, alias: str = "bench"):
+        from pymilvus import connections
+
+        self.alias = alias
+        connections.connect(alias=alias, host=host, port=str(port), timeout=60)
+        self.handler = connections._fetch_handler(alias)
+        self.stub = self.handler._stub
+
+    def close(self) -> None:
+        from pymilvus import connections
+
+        with contextlib.suppress(Exception):
+            connections.disconnect(self.alias)
+
+    def create(self, name: str):
+        from pymilvus import Collection, CollectionSchema, DataType, FieldSchema, utility
+
+        if utility.has_collection(name, using=self.alias):
+            utility.drop_collection(name, using=self.alias)
+        schema = CollectionSchema([
+            FieldSchema("id", DataType.INT64, is_primary=True),
+            FieldSchema("vec", DataType.FLOAT_VECTOR, dim=DIM),
+            FieldSchema("tag", DataType.VARCHAR, max_length=TAG_MAX),
+        ])
+        return Collection(name, schema, using=self.alias, shards_num=1)
+
+    def collection_id(self, name: str) -> int:
+        return int(self.handler.describe_collection(name)["collection_id"])
+
+    def insert_all(self, coll, data: Batches) -> float:
+        t0 = time.perf_counter()
+        for b in data.batches:
+            coll.insert(b)
+        return time.perf_counter() - t0
+
+    def flush(self, name: str, timeout: float = 600.0) -> tuple[float, float]:
+        """(Flush RPC seconds, seconds from the Flush call until GetFlushState is true)."""
+        from pymilvus.grpc_gen import milvus_pb2
+
+        t0 = time.perf_counter()
+        resp = self.stub.Flush(milvus_pb2.FlushRequest(collection_names=[name]), timeout=60)
+        t_rpc = time.perf_counter() - t0
+        if resp.status.error_code != 0:
+            raise RuntimeError(f"Flush failed: {resp.status}")
+        req = milvus_pb2.GetFlushStateRequest(segmentIDs=list(resp.coll_segIDs[name].data),
+                                              flush_ts=resp.coll_flush_ts[name],
+                                              collection_name=name)
+        while True:
+            st = self.stub.GetFlushState(req, timeout=60)
+            if st.status.error_code != 0:
+                raise RuntimeError(f"GetFlushState failed: {st.status}")
+            if st.flushed:
+                return t_rpc, time.perf_counter() - t0
+            if time.perf_counter() - t0 > timeout:
+                raise TimeoutError(f"{name} not flushed after {timeout} s")
+            time.sleep(POLL)
+
+    def drop(self, name: str) -> float:
+        from pymilvus.grpc_gen import milvus_pb2
+
+        t0 = time.perf_counter()
+        st = self.stub.DropCollection(milvus_pb2.DropCollectionRequest(collection_name=name),
+                                      timeout=60)
+        dt = time.perf_counter() - t0
+        if st.error_code != 0:
+            raise RuntimeError(f"DropCollection failed: {st}")
+        return dt
+
+
+def files_under(d: Path) -> int:
+    n = 0
+    for _, _, files in os.walk(d):
+        n += len(files)
+    return n
+
+
+def wait_files_gone(d: Path, t0: float, cap: float) -> float | None:
+    """Seconds from t0 until no file is left under `d` (None: still there after `cap`)."""
+    while True:
+        if not d.exists() or files_under(d) == 0:
+            return time.perf_counter() - t0
+        if time.perf_counter() - t0 > cap:
+            return None
+        time.sleep(FILES_POLL)
+
+
+def bulk_import(client: Client, name: str, files: list[str], timeout: float = 900.0) -> dict:
+    """do_bulk_insert + get_bulk_insert_state until Completed; UNIMPLEMENTED → not implemented."""
+    import grpc
+    from pymilvus import BulkInsertState, utility
+
+    quiet = logging.getLogger("pymilvus")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)          # an UNIMPLEMENTED answer is expected, not news
+    t0 = time.perf_counter()
+    try:
+        task = utility.do_bulk_insert(collection_name=name, files=files, using=client.alias)
+    except Exception as exc:  # noqa: BLE001
+        code = exc.code() if isinstance(exc, grpc.RpcError) else None
+        text = f"{type(exc).__name__}: {exc}"
+        if code == grpc.StatusCode.UNIMPLEMENTED or "UNIMPLEMENTED" in text or "not implemented" in text.lower():
+            return {"status": "unimplemented", "error": text[:300]}
+        return {"status": "error", "error": text[:500]}
+    finally:
+        quiet.setLevel(level)
+    rpc = time.perf_counter() - t0
+    done = {BulkInsertState.ImportCompleted}
+    failed = {BulkInsertState.ImportFailed, BulkInsertState.ImportFailedAndCleaned}
+    while True:
+        st = utility.get_bulk_insert_state(task, using=client.alias)
+        if st.state in done:
+            return {"status": "ok", "seconds": time.perf_counter() - t0, "rpc": rpc,
+                    "row_count": st.row_count}
+        if st.state in failed:
+            return {"status": "failed", "error": str(st.infos)[:500], "seconds": time.perf_counter() - t0}
+        if time.perf_counter() - t0 > timeout:
+            return {"status": "timeout", "seconds": time.perf_counter() - t0}
+        time.sleep(0.05)
+
+
+# ------------------------------------------------------------------------------------------------
+# Flat metrics of a run, and how to print them (shared by bench_flush.py and vs_milvus.py).
+
+def metrics(res: dict) -> dict:
+    """A run's result → {metric key: number or None}. None = not measured / not reached."""
+    m: dict = {}
+    for n, s in res.get("sizes", {}).items():
+        m[f"insert_rps_{n}"] = s["insert_rows_per_s"]
+        m[f"flush_rpc_{n}"] = s["flush_rpc_s"]
+        m[f"flushed_{n}"] = s["flushed_s"]
+        m[f"num_entities_{n}"] = s["num_entities_s"]["median"]
+    if "small_flush" in res:
+        m["small_flush"] = res["small_flush"]["total_s"]["median"]
+        m["small_flush_only"] = res["small_flush"]["flushed_s"]["median"]
+    if "drop" in res:
+        m["drop_rpc"] = res["drop"]["rpc_s"]
+        m["files_gone"] = res["drop"]["files_gone_s"]
+    if "bulk_import" in res:
+        b = res["bulk_import"]
+        m["bulk_import_s"] = b.get("seconds") if b["status"] == "ok" else None
+        m["bulk_import_rps"] = b.get("rows_per_s") if b["status"] == "ok" else None
+    mem = res.get("memory") or {}
+    phases = mem.get("phases") or {}
+    for n in res.get("sizes", {}):
+        peaks = [phases[p]["peak_rss"] for p in (f"insert_{n}", f"flush_{n}", f"stats_{n}") if p in phases]
+        m[f"peak_rss_{n}"] = max(peaks) if peaks else None
+    if "peak_rss" in mem:
+        m["peak_rss_run"] = mem["peak_rss"]
+    m["startup_s"] = res.get("startup_s")
+    return m
+
+
+def human_rows(n: int) -> str:
+    return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+def table_rows(rows: list[int]) -> list[dict]:
+    """(key, label, unit, better) of every printed row; unit 'rps' | 's' | 'ms' | 'MiB'."""
+    first = human_rows(rows[0]) if rows else ""
+    out = []
+    for n in rows:
+        out.append({"key": f"insert_rps_{n}", "label": f"insert rows/s, {human_rows(n)} rows", "unit": "rps", "better": "higher"})
+    for n in rows:
+        out.append({"key": f"flush_rpc_{n}", "label": f"Flush RPC, {human_rows(n)}", "unit": "ms", "better": "lower"})
+        out.append({"key": f"flushed_{n}", "label": f"until flushed, {human_rows(n)}", "unit": "s", "better": "lower"})
+    out.append({"key": "small_flush", "label": "small flush: insert 1k, Flush, until flushed (median)", "unit": "s", "better": "lower"})
+    out.append({"key": f"num_entities_{rows[0]}" if rows else "", "label": f"num_entities latency ({first} rows)", "unit": "ms", "better": "lower"})
+    out.append({"key": "drop_rpc", "label": f"drop_collection RPC ({human_rows(rows[-1]) if rows else ''} rows)", "unit": "ms", "better": "lower"})
+    out.append({"key": "files_gone", "label": "dropped collection's files gone", "unit": "s", "better": "lower"})
+    out.append({"key": "bulk_import_s", "label": "bulk import from Parquet, until Completed", "unit": "s", "better": "lower"})
+    out.append({"key": "bulk_import_rps", "label": "bulk import rows/s", "unit": "rps", "better": "higher"})
+    for n in rows:
+        out.append({"key": f"peak_rss_{n}", "label": f"peak RSS (sum), {human_rows(n)} insert+flush", "unit": "MiB", "better": "lower"})
+    out.append({"key": "peak_rss_run", "label": "peak RSS (sum), whole run", "unit": "MiB", "better": "lower"})
+    out.append({"key": "startup_s", "label": "server start-up (not a target)", "unit": "s", "better": "lower"})
+    return out
+
+
+def fmt_value(v, unit: str) -> str:
+    if v is None:
+        return "n/a"
+    if unit == "rps":
+        return f"{v:,.0f}"
+    if unit == "ms":
+        return f"{v * 1e3:,.1f} ms"
+    if unit == "MiB":
+        return f"{v / 2**20:,.0f} MiB"
+    return f"{v:,.2f} s" if v < 100 else f"{v:,.0f} s"
+
+
+def fmt_stat(values: list, unit: str) -> str:
+    """'median [min–max]' of the non-None values; one value → just it."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "n/a"
+    med = statistics.median(vals)
+    s = fmt_value(med, unit)
+    if len(vals) > 1:
+        lo, hi = fmt_value(min(vals), unit), fmt_value(max(vals), unit)
+        for suffix in (" ms", " s", " MiB"):
+            lo = lo.removesuffix(suffix)
+        s += f" [{lo}–{hi}]"
+    if len(vals) < len(values):
+        s += f" ({len(values) - len(vals)} n/a)"
+    return s
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def text_table(header: list[str], body: list[list[str]]) -> str:
+    w = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i]) for i, c in enumerate(r))
+    return "\n".join([line(header), "  ".join("-" * x for x in w)] + [line(r) for r in body])
+
+
+# ------------------------------------------------------------------------------------------------
+# One run: every measurement against one (fresh) server.
+
+def run_suite(server: Server, *, rows: list[int], small_count: int = 10, num_entities_count: int = 10,
+              drop: bool = True, files_cap: float = 30.0, parquet: str | None = None,
+              pidfile: str | None = None, data_cache: dict | None = None) -> dict:
+    """Runs every measurement against an already started `server`; returns a JSON-able dict."""
+    import pymilvus
+
+    res: dict = {"system": server.system, "server_version": server.version,
+                 "pymilvus": pymilvus.__version__, "python": sys.version.split()[0],
+                 "rows": rows, "batch": BATCH, "loadavg_start": os.getloadavg(), "sizes": {}}
+    mem = MemWatch(server.pid, pidfile=pidfile) if server.pid else None
+    phase = mem.phase if mem else (lambda _n: None)
+    cache = data_cache if data_cache is not None else {}
+    client = Client(server.host, server.port)
+    try:
+        t_run = time.perf_counter()
+        for i, n in enumerate(rows):
+            phase(f"gen_{n}")
+            if n not in cache:
+                log(f"generating {n:,} rows")
+                cache.clear()                      # one data set in memory at a time
+                cache[n] = Batches(n)
+            data = cache[n]
+            name = f"bench_{n}"
+            coll = client.create(name)
+            phase(f"insert_{n}")
+            log(f"{server.system}: inserting {n:,} rows into {name}")
+            cpu0 = time.process_time()
+            dt = client.insert_all(coll, data)
+            client_cpu = time.process_time() - cpu0
+            phase(f"flush_{n}")
+            rpc, flushed = client.flush(name)
+            phase(f"stats_{n}")
+            ne = []
+            count = None
+            for _ in range(num_entities_count):
+                t0 = time.perf_counter()
+                count = coll.num_entities
+                ne.append(time.perf_counter() - t0)
+            res["sizes"][str(n)] = {"insert_s": dt, "insert_rows_per_s": n / dt, "insert_client_cpu_s": client_cpu,
+                                    "flush_rpc_s": rpc,
+                                    "flushed_s": flushed, "num_entities_s": stats(ne),
+                                    "num_entities": count, "collection_id": client.collection_id(name)}
+            log(f"{server.system}: {n:,} rows: {n / dt:,.0f} rows/s, Flush RPC {rpc * 1e3:.1f} ms, "
+                f"flushed after {flushed:.2f} s, num_entities={count} in {statistics.median(ne) * 1e3:.1f} ms")
+            if i == 0 and small_count:
+                phase("small_flush")
+                res["small_flush"] = small_flush(client, small_count)
+                log(f"{server.system}: small flush median {res['small_flush']['total_s']['median']:.3f} s")
+        if drop and rows:
+            phase("drop")
+            name = f"bench_{rows[-1]}"
+            cid = client.collection_id(name)
+            d = server.storage_dir / "insert_log" / str(cid) if server.storage_dir else None
+            files_before = files_under(d) if d is not None and d.exists() else None
+            t0 = time.perf_counter()
+            rpc = client.drop(name)
+            gone = None
+            if d is not None:
+                gone = wait_files_gone(d, t0, files_cap)
+            res["drop"] = {"collection_rows": rows[-1], "rpc_s": rpc, "files_gone_s": gone,
+                           "files_cap_s": files_cap, "watched_dir": str(d) if d else None,
+                           "files_left": files_under(d) if d and d.exists() else 0,
+                           "files_before": files_before}
+            log(f"{server.system}: drop RPC {rpc * 1e3:.1f} ms, files gone: "
+                f"{f'{gone:.2f} s' if gone is not None else f'> {files_cap:.0f} s' if d else 'n/a'}")
+        if parquet:
+            cache.clear()
+            gc.unfreeze()
+            gc.collect()
+            phase("bulk_import")
+            res["bulk_import"] = run_bulk(client, server, parquet)
+            log(f"{server.system}: bulk import: {res['bulk_import']}")
+        phase("end")
+        res["total_s"] = time.perf_counter() - t_run
+    finally:
+        client.close()
+        res["loadavg_end"] = os.getloadavg()
+        if mem:
+            res["memory"] = mem.stop()
+    return res
+
+
+def small_flush(client: Client, k: int) -> dict:
+    data = Batches(SMALL_ROWS * k, start_id=90_000_000, seed=1, batch=SMALL_ROWS, pool_rows=SMALL_ROWS * k)
+    name = "bench_small"
+    coll = client.create(name)
+    total, rpcs, flushed = [], [], []
+    for b in data.batches:
+        t0 = time.perf_counter()
+        coll.insert(b)
+        rpc, fl = client.flush(name)
+        total.append(time.perf_counter() - t0)
+        rpcs.append(rpc)
+        flushed.append(fl)
+    data.free()
+    return {"k": k, "rows": SMALL_ROWS, "total_s": stats(total), "flush_rpc_s": stats(rpcs),
+            "flushed_s": stats(flushed), "all_total_s": total}
+
+
+def run_bulk(client: Client, server: Server, parquet: str) -> dict:
+    """Import `parquet` (absolute path; for kmilvus also linked under its storage root, so a
+    storage-relative key works too) into a fresh collection."""
+    src = Path(parquet).resolve()
+    name = "bench_bulk"
+    client.create(name)
+    files = [str(src)]
+    if server.system == "kmilvus" and server.storage_dir:
+        dst = server.storage_dir / "bulk" / src.name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+        files = [str(dst)]
+    r = bulk_import(client, name, files)
+    if r["status"] == "failed" and server.system == "kmilvus" and server.storage_dir:
+        # Maybe it wants a key relative to its storage root.
+        client.create(name)
+        r2 = bulk_import(client, name, [f"bulk/{src.name}"])
+        if r2["status"] == "ok":
+            r = r2
+        else:
+            r["retry_relative"] = r2
+    if r["status"] == "ok":
+        from pymilvus import Collection
+
+        r["num_entities"] = Collection(name, using=client.alias).num_entities
+    r["file"] = str(src)
+    r["file_rows"] = parquet_rows(src)
+    if r["status"] == "ok" and r["file_rows"]:
+        r["rows_per_s"] = r["file_rows"] / r["seconds"]
+    return r
+
+
+def parquet_rows(path: Path) -> int | None:
+    with contextlib.suppress(Exception):
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    return None
+
+
+def start_server(system: str, data_dir: Path, *, pidfile: str | None = None, uri: str | None = None,
+                 storage_dir: str | None = None, kmilvus_bin: str | None = None) -> Server:
+    if uri:
+        return AttachedServer(uri, storage_dir, system)
+    if system == "kmilvus":
+        srv = KmilvusServer(data_dir / "data", exe=kmilvus_bin, pidfile=pidfile)
+    elif system == "milvus":
+        srv = MilvusLiteServer(data_dir / "data", pidfile=pidfile)
+    else:
+        raise SystemExit(f"unknown system {system!r}")
+    t0 = time.perf_counter()
+    srv.start()
+    srv.startup_s = time.perf_counter() - t0
+    log(f"{system} {srv.version} ready on 127.0.0.1:{srv.port} (pid {srv.pid}) in {srv.startup_s:.1f} s")
+    return srv
+
+
+def run_main(args) -> None:
+    rows = [int(x) for x in args.rows.split(",") if x]
+    tmp = Path(tempfile.mkdtemp(prefix=f"bench-{args.system}-", dir=args.tmp_dir))
+    server = None
+    stopping = False
+
+    def on_signal(signum, _frame):
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        server = start_server(args.system, tmp, pidfile=args.pidfile, uri=args.uri,
+                              storage_dir=args.storage_dir, kmilvus_bin=args.kmilvus_bin)
+        res = run_suite(server, rows=rows, small_count=args.small_count, drop=not args.no_drop,
+                        files_cap=args.files_cap, parquet=args.bulk, pidfile=args.pidfile)
+        res["startup_s"] = getattr(server, "startup_s", None)
+        text = json.dumps(res, indent=1)
+        if args.out:
+            Path(args.out).write_text(text)
+        else:
+            print(text)
+    finally:
+        if server:
+            server.stop()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="start a server (or attach), run the workload, print JSON")
+    r.add_argument("--system", choices=["kmilvus", "milvus"], required=True)
+    r.add_argument("--rows", default="200000,1000000")
+    r.add_argument("--small-count", type=int, default=10)
+    r.add_argument("--files-cap", type=float, default=30.0)
+    r.add_argument("--no-drop", action="store_true")
+    r.add_argument("--bulk", default=None, help="Parquet file to bulk-import")
+    r.add_argument("--uri", default=None)
+    r.add_argument("--storage-dir", default=None, help="with --uri: the server's storage root")
+    r.add_argument("--kmilvus-bin", default=None)
+    r.add_argument("--pidfile", default=None, help="append every server pid seen here")
+    r.add_argument("--tmp-dir", default=None)
+    r.add_argument("--out", default=None)
+    r.add_argument("--keep", action="store_true", help="keep the server's data dir")
+    g = sub.add_parser("gen-parquet")
+    g.add_argument("path")
+    g.add_argument("--rows", type=int, default=1_000_000)
+    m = sub.add_parser("memwatch")
+    m.add_argument("--root", type=int, action="append", required=True)
+    m.add_argument("--interval", type=float, default=0.05)
+    m.add_argument("--pidfile", default=None)
+    args = ap.parse_args(argv)
+    if args.cmd == "run":
+        run_main(args)
+    elif args.cmd == "gen-parquet":
+        t0 = time.perf_counter()
+        write_parquet(Path(args.path), args.rows)
+        log(f"wrote {args.rows:,} rows to {args.path} in {time.perf_counter() - t0:.1f} s")
+    else:
+        memwatch_main(args)
+
+
+if __name__ == "__main__":
+    main()
