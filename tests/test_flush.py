@@ -90,18 +90,24 @@ def test_orm_200k_flush_and_read_back_with_pyarrow_and_spark(node, orm):
         spark.stop()
 
 
-def test_milvus_client_insert_flush_num_entities(client):
+def test_milvus_client_200k_insert_flush_num_entities(node, client):
     schema = MilvusClient.create_schema()
     schema.add_field("id", pymilvus_dt("INT64"), is_primary=True)
     schema.add_field("vec", pymilvus_dt("FLOAT_VECTOR"), dim=128)
     schema.add_field("tag", pymilvus_dt("VARCHAR"), max_length=64)
     client.create_collection("mc", schema=schema)
-    ids, vecs, tags = batch(0, 5000)
-    rows = [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)]
-    res = client.insert("mc", rows)
-    assert res["insert_count"] == 5000 and list(res["ids"]) == ids
+    _, vecs, _ = batch(0, 10_000)
+    vec_rows = vecs.tolist()
+    for off in range(0, 200_000, 10_000):
+        rows = [{"id": off + j, "vec": vec_rows[j], "tag": f"tag{off + j}"} for j in range(10_000)]
+        res = client.insert("mc", rows)
+        assert res["insert_count"] == 10_000 and res["ids"][0] == off
     client.flush("mc")
-    assert client.get_collection_stats("mc")["row_count"] == 5000
+    assert client.get_collection_stats("mc")["row_count"] == 200_000
+    segs = segments(node, client.describe_collection("mc")["collection_id"])
+    assert segs and all(s.state == Flushed for s in segs)
+    pk = read_collection(node.node.store, segs).column("100").to_numpy()
+    assert len(pk) == 200_000 and len(np.unique(pk)) == 200_000
 
 
 def pymilvus_dt(name):
