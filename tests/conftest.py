@@ -114,3 +114,14 @@ def client(node):
     c = MilvusClient(uri=node.uri)
     yield c
     c.close()
+
+
+@pytest.fixture
+def orm(node):
+    """A pymilvus ORM connection alias to `node`."""
+    from pymilvus import connections
+
+    alias = "a" + uuid.uuid4().hex[:8]
+    connections.connect(alias, uri=node.uri)
+    yield alias
+    connections.disconnect(alias)

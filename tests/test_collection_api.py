@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import uuid
 
 import grpc
 import pytest
 from pymilvus import (Collection, CollectionSchema, DataType, FieldSchema, MilvusClient, MilvusException,
-                      connections, utility)
+                      utility)
 from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc, schema_pb2
 
 from kmilvus.meta import EtcdKV
@@ -25,14 +24,6 @@ def all_types_schema(auto_id=False, pk_type=DataType.INT64):
         FieldSchema("s", DataType.VARCHAR, max_length=100), FieldSchema("j", DataType.JSON),
         FieldSchema("vec", DataType.FLOAT_VECTOR, dim=8),
     ], description="all types")
-
-
-@pytest.fixture
-def orm(node):
-    alias = "a" + uuid.uuid4().hex[:8]
-    connections.connect(alias, uri=node.uri)
-    yield alias
-    connections.disconnect(alias)
 
 
 @pytest.mark.parametrize("auto_id,pk", [(False, DataType.INT64), (True, DataType.INT64),

@@ -20,14 +20,6 @@ from tests.util import wait_until
 Flushed = common_pb2.SegmentState.Flushed
 
 
-@pytest.fixture
-def orm(node):
-    alias = "a" + uuid.uuid4().hex[:8]
-    connections.connect(alias, uri=node.uri)
-    yield alias
-    connections.disconnect(alias)
-
-
 def segments(node, coll_id, states=()):
     dc = node.component("datacoord")
     resp = node.call(dc.GetSegmentsByCollection(

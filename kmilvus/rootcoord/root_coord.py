@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
+from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
 from kmilvus.allocator import TimestampAllocator
@@ -190,15 +190,9 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
         async with self.ticks.publishing() as ts:
             info.create_time = ts
             info.partitions[0].created_timestamp = ts
-            msg = internal_pb2.CreateCollectionMsg(
+            await self._publish_ddl(info, ts, MsgType.CreateCollection, internal_pb2.CreateCollectionMsg(
                 db_name=info.db_name, collection_name=info.schema.name, collectionID=info.ID,
-                schema=info.schema.SerializeToString(), virtual_channel_names=info.virtual_channel_names)
-            msg.base.msg_type = common_pb2.CreateCollection
-            msg.base.timestamp = ts
-            payload = msg.SerializeToString()
-            await self.producer.publish_many([
-                (v, Msg(MsgType.CreateCollection, ts, payload, {"collection": str(info.ID)}))
-                for v in info.virtual_channel_names])
+                schema=info.schema.SerializeToString(), virtual_channel_names=info.virtual_channel_names))
             name_key = keys.collection_name_key(info.db_name, info.schema.name)
             ok = await self.kv.txn(
                 [Op.put(keys.collection_key(info.ID), info.SerializeToString()),
@@ -209,6 +203,14 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
                     await self.stream.purge(v)
                 raise MilvusError_dup(info.schema.name)
             self._cache(info)
+
+    async def _publish_ddl(self, info: internal_pb2.CollectionInfo, ts: int, msg_type: MsgType, msg) -> None:
+        """DDL goes onto the collection's own vchannels, in order with its DML (DESIGN.md)."""
+        msg.base.msg_type = int(msg_type)
+        msg.base.timestamp = ts
+        payload = msg.SerializeToString()
+        await self.producer.publish_many([(v, Msg(msg_type, ts, payload, {"collection": str(info.ID)}))
+                                          for v in info.virtual_channel_names])
 
     async def _watch_channels(self, datacoord, info: internal_pb2.CollectionInfo) -> None:
         status = await datacoord.WatchChannels(data_coord_pb2.WatchChannelsRequest(
@@ -273,14 +275,8 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
     async def _broadcast_drop(self, info: internal_pb2.CollectionInfo) -> None:
         """Seed 001 §8-11: DropCollection onto the msgstream, release, invalidate every Proxy."""
         async with self.ticks.publishing() as ts:
-            msg = internal_pb2.DropCollectionMsg(db_name=info.db_name, collectionName=info.schema.name,
-                                                 collectionID=info.ID)
-            msg.base.msg_type = common_pb2.DropCollection
-            msg.base.timestamp = ts
-            payload = msg.SerializeToString()
-            await self.producer.publish_many([
-                (v, Msg(MsgType.DropCollection, ts, payload, {"collection": str(info.ID)}))
-                for v in info.virtual_channel_names])
+            await self._publish_ddl(info, ts, MsgType.DropCollection, internal_pb2.DropCollectionMsg(
+                db_name=info.db_name, collectionName=info.schema.name, collectionID=info.ID))
         # ReleaseCollection on QueryCoord does not block the caller (seed 001 §10).
         self._spawn(self._release(info), f"release-{info.ID}")
         await self._invalidate_proxies(info)
