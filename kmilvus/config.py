@@ -35,17 +35,36 @@ class Config:
     segment_seal_proportion: float = 1.0
     segment_max_idle_time: float = 600.0     # seal a Growing segment with no insert for this long
     segment_max_lifetime: float = 86400.0
-    segment_assignment_expire: float = 2.0   # seconds a row quota stays reserved
     flush_state_wait: float = 0.45           # GetFlushState waits up to this long for `true`
     gc_interval: float = 60.0                # seconds between garbage-collection passes
     gc_tolerance: float = 600.0              # an unreferenced binlog is deleted after this long
     # DataNode.
     insert_buffer_size_mb: int = 64          # write binlogs of the largest segment past this
-    flush_chunk_rows: int = 1 << 20
     # Sessions.
     session_ttl: int = 10                    # seconds; a dead component's lease expires after this
     # Messages.
     max_message_bytes: int = 4 * 1024 * 1024  # split insert payloads below NATS max_payload
+    # Spark jobs (bulk import, compaction): how DataCoord runs SparkApplications.
+    spark_runner: str = "local"              # "local": spark-submit --master spark_master
+    spark_master: str = "local[2]"
+    spark_submit: str = ""                   # path of spark-submit ("" = the venv's / pyspark's)
+    spark_work_dir: str = ""                 # local runs' work dirs ("" = $TMPDIR/kmilvus-spark)
+    spark_image: str = "kmilvus/kmilvus-spark:0.1.0"
+    spark_namespace: str = "default"
+    spark_driver_memory: str = "1g"
+    spark_executor_memory: str = "1g"
+    spark_executor_instances: int = 1
+    spark_max_concurrent_jobs: int = 2       # applications running at once; more wait (Pending)
+    spark_job_timeout: float = 3600.0        # seconds before a running application is cancelled
+    spark_poll_interval: float = 0.5         # seconds between application state checks
+    etcd_max_txn_ops: int = 128              # etcd's --max-txn-ops: a job's commit must fit
+    # Compaction: merge small flushed segments (policy: enough small ones in a partition/channel).
+    auto_compaction: bool = True
+    compaction_check_interval: float = 60.0  # seconds between policy checks
+    compaction_min_segments: int = 8         # small flushed segments that trigger a compaction
+    compaction_small_proportion: float = 0.5  # "small": fewer rows than this × the target's
+    compaction_target_size_mb: int = 0      # target segment size (0 = segment_max_size_mb)
+    compaction_max_sources: int = 32         # source segments per plan at most
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "Config":

@@ -21,8 +21,10 @@ from kmilvus.util.embedded import free_port
 
 
 def make_config(root: str, etcd: str, nats: str, storage: Path, **overrides: Any) -> Config:
+    # Automatic compaction would start Spark jobs in the middle of unrelated tests; the tests
+    # of compaction turn it on themselves.
     cfg = Config(cluster=root, etcd_endpoints=[etcd], nats_url=nats, storage_uri=storage.as_uri(),
-                 proxy_port=free_port(), session_ttl=3, dml_channel_num=4)
+                 proxy_port=free_port(), session_ttl=3, dml_channel_num=4, auto_compaction=False)
     for k, v in overrides.items():
         setattr(cfg, k, v)
     return cfg
@@ -78,6 +80,7 @@ class ProcessNode:
                    KMILVUS_DML_CHANNEL_NUM=str(self.cfg.dml_channel_num),
                    KMILVUS_TIME_TICK_INTERVAL=str(self.cfg.time_tick_interval),
                    KMILVUS_INSERT_BUFFER_SIZE_MB=str(self.cfg.insert_buffer_size_mb),
+                   KMILVUS_AUTO_COMPACTION=str(self.cfg.auto_compaction).lower(),
                    KMILVUS_FAILPOINTS=failpoints)
         argv = [str(exe), "run", *self.roles, "--etcd-endpoint", self.cfg.etcd_endpoints[0],
                 "--nats-url", self.cfg.nats_url, "--storage-uri", self.cfg.storage_uri,

@@ -19,6 +19,7 @@ from kmilvus import metrics
 from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.datacoord.channel_manager import ChannelManager
+from kmilvus.datacoord.jobs import DataCoordJobsMixin
 from kmilvus.datacoord.garbage_collector import GarbageCollector
 from kmilvus.datacoord.meta import LIVE, SegmentMeta, SegmentState
 from kmilvus.datacoord.segment_manager import SegmentManager
@@ -34,7 +35,7 @@ FLUSH_RESEND_AFTER = 10.0      # seconds before a FlushSegments without answer i
 CHECKPOINT_PERSIST_EVERY = 1.0
 
 
-class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
+class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
     role = roles.DATACOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, store, registry: roles.Registry, server_id: int = 0):
@@ -69,8 +70,10 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
         self.channels.start()
         self._tasks = [asyncio.create_task(self._background(), name="datacoord-background"),
                        asyncio.create_task(self._gc_loop(), name="datacoord-gc")]
+        await self.start_jobs()
 
     async def stop(self) -> None:
+        await self.stop_jobs()
         for t in self._tasks:
             t.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -278,6 +281,7 @@ class DataCoord(data_coord_pb2_grpc.DataCoordServicer):
         """Remove everything the collection owns; each step idempotent, files before meta."""
         coll = req.collectionID
         self._dropping.add(coll)
+        await self.cancel_collection_jobs(coll)
         try:
             vchans = list(req.channelNames) or self.channels.channels_of(coll)
             await self.channels.unwatch(vchans, drop=True)

@@ -71,6 +71,24 @@ def channel_watch_key(vchannel: str) -> str:
 
 CHANNEL_WATCH_PREFIX = "datacoord-meta/channel-watch/"
 
+
+def import_job_key(coll_id: int, job_id: int) -> str:
+    """A bulk-import job (ImportJob proto), owned by its collection."""
+    return f"datacoord-meta/import-job/{coll_id}/{job_id}"
+
+
+def import_job_prefix(coll_id: int | None = None) -> str:
+    return "datacoord-meta/import-job/" if coll_id is None else f"datacoord-meta/import-job/{coll_id}/"
+
+
+def compaction_job_key(coll_id: int, compaction_id: int) -> str:
+    """A compaction job (CompactionJob proto), owned by its collection."""
+    return f"datacoord-meta/compaction-job/{coll_id}/{compaction_id}"
+
+
+def compaction_job_prefix(coll_id: int | None = None) -> str:
+    return "datacoord-meta/compaction-job/" if coll_id is None else f"datacoord-meta/compaction-job/{coll_id}/"
+
 # QueryCoord -----------------------------------------------------------------------------
 
 
@@ -87,6 +105,8 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
         binlog_prefix(coll_id),
         ddl_binlog_prefix(coll_id),
         loaded_collection_key(coll_id),
+        import_job_prefix(coll_id),
+        compaction_job_prefix(coll_id),
         *[channel_checkpoint_key(v) for v in vchannels],
         *[channel_watch_key(v) for v in vchannels],
     ]

@@ -18,6 +18,7 @@ from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc
 from kmilvus.proxy.insert import InsertTask
+from kmilvus.proxy.jobs import ProxyJobsMixin
 from kmilvus.proxy.meta_cache import MetaCache
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
@@ -28,7 +29,7 @@ log = get_logger(__name__)
 SERVER_VERSION = "v2.3.5"  # the Milvus API level kmilvus implements
 
 
-class Proxy(milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grpc.ProxyServicer):
+class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grpc.ProxyServicer):
     role = roles.PROXY
 
     def __init__(self, cfg: Config, registry: roles.Registry, stream, server_id: int):

@@ -1,0 +1,214 @@
+"""Spark jobs benchmark: bulk import and compaction of 1M × 128-dim rows, each beside a plain
+Spark Parquet read-and-write of the same data, in the same run, through the same spark-submit.
+
+    .venv/bin/python bench/bench_spark.py                    # 1M rows, 3 rounds, local[2]
+    .venv/bin/python bench/bench_spark.py --rows 200000 --rounds 1
+
+Every measurement is one `spark-submit --master local[2]` (kmilvus.spark.LocalSparkRunner, the
+runner DataCoord uses), so each pays the same JVM start. Reported per job, median of the rounds
+(rounds interleave the jobs so machine noise hits them alike):
+
+- job s:   inside the application, from its first read to its last write (excludes JVM and
+           SparkSession start);
+- wall s:  spark-submit from start to exit;
+- rows/s and MB/s from the job time; MB = Arrow (in-memory) bytes of the rows.
+
+`ratio` = plain copy job time / kmilvus job time (throughput relative to the plain copy; the
+target is ≥ 0.7). Data: int64 pk, 128-dim float32 vector, varchar tag (DESIGN.md's collection).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from pymilvus.grpc_gen import common_pb2, schema_pb2
+
+from kmilvus.spark import application
+from kmilvus.spark.runner import LocalSparkRunner
+from kmilvus.storage import ObjectStore, paths, write_insert_binlog
+from kmilvus.util import typeutil
+
+DT = schema_pb2.DataType
+PLAIN_COPY = '''
+import json, sys, time
+from pyspark.sql import SparkSession
+spec = json.loads(sys.argv[1])
+spark = SparkSession.builder.appName("plain-copy").getOrCreate()
+t0 = time.time()
+spark.read.parquet(*spec["src"]).write.mode("overwrite").parquet(spec["dst"])
+json.dump({"seconds": time.time() - t0}, open(spec["out"], "w"))
+spark.stop()
+'''
+
+
+def make_schema(dim: int) -> schema_pb2.CollectionSchema:
+    s = schema_pb2.CollectionSchema(name="bench")
+    s.fields.add(fieldID=100, name="id", data_type=DT.Int64, is_primary_key=True)
+    s.fields.add(fieldID=101, name="vec", data_type=DT.FloatVector,
+                 type_params=[common_pb2.KeyValuePair(key="dim", value=str(dim))])
+    s.fields.add(fieldID=102, name="tag", data_type=DT.VarChar,
+                 type_params=[common_pb2.KeyValuePair(key="max_length", value="64")])
+    return s
+
+
+def make_table(n: int, dim: int) -> pa.Table:
+    rng = np.random.default_rng(0)
+    return pa.table({"id": pa.array(np.arange(n, dtype=np.int64)),
+                     "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * dim, dtype=np.float32)), dim),
+                     "tag": pa.array([f"tag-{i % 1000:04d}-payload" for i in range(n)])})
+
+
+async def submit(runner: LocalSparkRunner, app: dict) -> tuple[float, str]:
+    t0 = time.monotonic()
+    handle = await runner.submit(app)
+    while not (st := await runner.state(handle)).state.terminal:
+        await asyncio.sleep(0.1)
+    wall = time.monotonic() - t0
+    if st.state.value != "COMPLETED":
+        raise RuntimeError(f"{app['metadata']['name']} {st.state.value}: {st.message}")
+    await runner.release(handle)
+    return wall, st.state.value
+
+
+def plain_app(name: str, main: Path, src: list[str], dst: str, out: str) -> dict:
+    app = application.build_application("import", {}, name=name)
+    app["spec"]["mainApplicationFile"] = str(main)
+    app["spec"]["arguments"] = [json.dumps({"src": src, "dst": dst, "out": out})]
+    return app
+
+
+def import_spec(schema, src: str, storage_uri: str, n: int, seg_rows: int, job: int) -> dict:
+    segs = -(-n // seg_rows)
+    return {"kind": "import", "job_id": job, "collection_id": 1, "partition_id": 2, "collection_name": "bench",
+            "schema": base64.b64encode(schema.SerializeToString()).decode(), "storage_uri": storage_uri,
+            "files": [src], "options": {}, "timestamp": 1 << 40, "row_id_start": 1 << 41, "row_id_count": n,
+            "log_id_start": 1 << 42, "log_id_count": n, "segment_id_start": 1000 + job * 100,
+            "segment_count": segs, "segment_max_rows": seg_rows, "manifest_key": f"manifests/import-{job}.json"}
+
+
+def make_sources(store: ObjectStore, schema, table: pa.Table, n_src: int) -> list[dict]:
+    """`n_src` flushed-segment-like sources written with kmilvus' own binlog writer."""
+    n = table.num_rows
+    cols = {100: table.column("id").combine_chunks(), 101: table.column("vec").combine_chunks(),
+            102: table.column("tag").combine_chunks()}
+    batch = typeutil.columns_to_record_batch(schema, cols, np.arange(n, dtype=np.int64) + (1 << 41), 1 << 40)
+    out = []
+    bounds = np.linspace(0, n, n_src + 1, dtype=np.int64)
+    for i in range(n_src):
+        key = paths.insert_log_key(1, 2, 500 + i, 1)
+        info = write_insert_binlog(store, key, batch.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i])))
+        out.append({"segment_id": 500 + i, "binlogs": [{"key": key, "rows": info.entries_num, "size": info.size}]})
+    return out
+
+
+def compact_spec(schema, storage_uri: str, sources: list[dict], n: int, seg_rows: int, job: int) -> dict:
+    targets = -(-n // seg_rows)
+    return {"kind": "compact", "job_id": job, "collection_id": 1,
+            "schema": base64.b64encode(schema.SerializeToString()).decode(), "storage_uri": storage_uri,
+            "manifest_key": f"manifests/compact-{job}.json", "log_id_start": 1 << 43, "log_id_count": n,
+            "plans": [{"plan_id": 1, "partition_id": 2, "channel": "c",
+                       "target_ids": list(range(9000 + job * 10, 9000 + job * 10 + targets)), "sources": sources}]}
+
+
+def fmt(label: str, rows: int, nbytes: int, job_s: list[float], wall_s: list[float], base: float | None) -> str:
+    j, w = statistics.median(job_s), statistics.median(wall_s)
+    ratio = f"{base / j:5.2f}" if base else "  -  "
+    return (f"{label:<28} job {j:6.2f} s  wall {w:6.2f} s  {rows / j:>10,.0f} rows/s  "
+            f"{nbytes / j / 1e6:7.1f} MB/s   ratio {ratio}")
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sources", type=int, default=20, help="source segments for the compaction")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed)")
+    args = ap.parse_args()
+
+    root = Path(args.dir or tempfile.mkdtemp(prefix="bench-spark-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        schema = make_schema(args.dim)
+        table = make_table(args.rows, args.dim)
+        nbytes = table.nbytes
+        src = root / "input.parquet"
+        pq.write_table(table, src, row_group_size=128_000)
+        store_uri = (root / "store").as_uri()
+        store = ObjectStore.from_uri(store_uri)
+        sources = make_sources(store, schema, table, args.sources)
+        source_paths = [store.uri(b["key"]) for s in sources for b in s["binlogs"]]
+        seg_rows = max(1, (512 << 20) // typeutil.estimate_row_size(schema))
+        main_py = root / "plain_copy.py"
+        main_py.write_text(PLAIN_COPY)
+        runner = LocalSparkRunner(master=args.master, work_dir=str(root / "work"))
+        res: dict[str, tuple[list, list]] = {k: ([], []) for k in ("plain-import", "import", "plain-compact", "compact")}
+        print(f"{args.rows:,} rows × {args.dim} dims, {nbytes / 1e6:.0f} MB in memory, input Parquet "
+              f"{src.stat().st_size / 1e6:.0f} MB; {args.sources} source segments; master {args.master}; "
+              f"{args.rounds} round(s)", flush=True)
+        for r in range(args.rounds):
+            # Plain copy of the import's input, then the import.
+            out = root / f"plain-{r}.json"
+            wall, _ = await submit(runner, plain_app(f"plain-import-{r}", main_py, [src.as_uri()],
+                                                     (root / f"copy-{r}").as_uri(), str(out)))
+            res["plain-import"][0].append(json.loads(out.read_text())["seconds"])
+            res["plain-import"][1].append(wall)
+            spec = import_spec(schema, str(src), store_uri, args.rows, seg_rows, r)
+            wall, _ = await submit(runner, application.build_application(
+                "import", spec, name=f"bench-import-{r}"))
+            m = json.loads(store.read_sync(spec["manifest_key"]))
+            assert m["rows"] == args.rows, m
+            res["import"][0].append(m["spark_seconds"])
+            res["import"][1].append(wall)
+            # Plain copy of the compaction's sources, then the compaction.
+            wall, _ = await submit(runner, plain_app(f"plain-compact-{r}", main_py, source_paths,
+                                                     (root / f"ccopy-{r}").as_uri(), str(out)))
+            res["plain-compact"][0].append(json.loads(out.read_text())["seconds"])
+            res["plain-compact"][1].append(wall)
+            cspec = compact_spec(schema, store_uri, sources, args.rows, seg_rows, r)
+            wall, _ = await submit(runner, application.build_application(
+                "compact", cspec, name=f"bench-compact-{r}"))
+            cm = json.loads(store.read_sync(cspec["manifest_key"]))
+            assert cm["rows"] == args.rows, cm
+            res["compact"][0].append(cm["spark_seconds"])
+            res["compact"][1].append(wall)
+            for k in (f"copy-{r}", f"ccopy-{r}"):
+                shutil.rmtree(root / k, ignore_errors=True)
+            for s in range(spec["segment_count"]):
+                store.delete_prefix_sync(paths.segment_prefix(1, 2, spec["segment_id_start"] + s))
+            for t in cspec["plans"][0]["target_ids"]:
+                store.delete_prefix_sync(paths.segment_prefix(1, 2, t))
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v[0][-1]:.2f}/{v[1][-1]:.2f} s" for k, v in res.items()),
+                  flush=True)
+        print()
+        base = statistics.median(res["plain-import"][0])
+        print(fmt("plain Spark copy (import)", args.rows, nbytes, *res["plain-import"], None))
+        print(fmt("kmilvus import (Parquet)", args.rows, nbytes, *res["import"], base))
+        base = statistics.median(res["plain-compact"][0])
+        print(fmt("plain Spark copy (compact)", args.rows, nbytes, *res["plain-compact"], None))
+        print(fmt(f"kmilvus compaction ({args.sources}→{-(-args.rows // seg_rows)})", args.rows, nbytes,
+                  *res["compact"], base))
+    finally:
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

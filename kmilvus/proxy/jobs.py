@@ -1,0 +1,151 @@
+"""The Proxy's bulk-import and compaction RPCs (MilvusService), as pymilvus 3.0 sends them:
+
+    utility.do_bulk_insert(name, files=[...])     → Import                → [job ID]
+    utility.get_bulk_insert_state(task_id)         → GetImportState
+    utility.list_bulk_insert_tasks(limit, name)    → ListImportTasks
+    Collection.compact() / MilvusClient.compact()  → ManualCompaction       → compaction ID
+    get_compaction_state / wait_for_compaction_completed → GetCompactionState
+    get_compaction_plans / get_compaction_tasks    → GetCompactionStateWithPlans
+
+DataCoord runs the jobs (Spark); the Proxy resolves names and translates its job records.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pymilvus.grpc_gen import common_pb2, milvus_pb2
+
+from kmilvus.log import get_logger
+from kmilvus.proto import data_coord_pb2
+from kmilvus.util import merr
+
+log = get_logger(__name__)
+MB = 1024 * 1024
+TS = common_pb2.CompactionTaskState
+
+
+def import_state(job: data_coord_pb2.ImportJob) -> milvus_pb2.GetImportStateResponse:
+    """An ImportJob as pymilvus' BulkInsertState reads it (state, row_count, infos, ...)."""
+    resp = milvus_pb2.GetImportStateResponse(
+        state=job.state, row_count=job.row_count, id_list=list(job.id_ranges), id=job.jobID,
+        collection_id=job.collectionID, segment_ids=list(job.segmentIDs), create_ts=job.create_ts)
+    try:
+        progress = json.loads(job.progress) if job.progress else {}
+    except ValueError:
+        progress = {}
+    if job.state == common_pb2.ImportCompleted:
+        percent = 100
+    else:
+        percent = {"inspected": 10, "counted": 30, "validated": 50, "written": 90}.get(progress.get("phase", ""), 0)
+    infos = {
+        "files": ",".join(job.files), "collection": job.collection_name, "partition": job.partition_name,
+        "failed_reason": job.reason, "progress_percent": str(percent), "spark_state": job.spark_state,
+        "spark_application": job.app_name, "expected_rows": str(job.expected_rows),
+        "input_bytes": str(job.input_bytes), "phase": str(progress.get("phase", "")),
+    }
+    if job.complete_ts:
+        infos["persist_cost"] = str(max(0, job.complete_ts - job.create_ts))
+    for k, v in infos.items():
+        resp.infos.add(key=k, value=v)
+    return resp
+
+
+def compaction_counts(job: data_coord_pb2.CompactionJob) -> dict[str, int]:
+    states = [p.state for p in job.plans]
+    return {"executing": sum(s in (TS.CompactionTaskStateExecuting, TS.CompactionTaskStatePipelining,
+                                   TS.CompactionTaskStateMetaSaved) for s in states),
+            "completed": sum(s == TS.CompactionTaskStateCompleted for s in states),
+            "failed": sum(s == TS.CompactionTaskStateFailed for s in states),
+            "timeout": sum(s == TS.CompactionTaskStateTimeout for s in states)}
+
+
+def merge_infos(job: data_coord_pb2.CompactionJob) -> list[milvus_pb2.CompactionMergeInfo]:
+    return [milvus_pb2.CompactionMergeInfo(
+        sources=list(p.sources), target=p.targets[0] if p.targets else -1, targets=list(p.targets),
+        plan_id=p.planID, trigger_id=job.compactionID, collection_id=job.collectionID,
+        partition_id=p.partitionID, channel=p.channel, type=common_pb2.CompactionTypeMix, state=p.state,
+        failure_reason=p.reason) for p in job.plans]
+
+
+class ProxyJobsMixin:
+    """MilvusService RPCs for bulk import and compaction (a base class of Proxy)."""
+
+    # ---------------------------------------------------------------------------- import
+    @merr.rpc(milvus_pb2.ImportResponse)
+    async def Import(self, req: milvus_pb2.ImportRequest, context=None):
+        meta = await self.meta_cache.get(req.db_name, req.collection_name)
+        if req.partition_name and req.partition_name != "_default":
+            raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name}]")
+        if not req.files:
+            raise merr.invalid("import requires at least one file")
+        resp = await self.datacoord.Import(data_coord_pb2.ImportJobRequest(
+            collectionID=meta.id, partitionID=meta.partition_id, collection_name=meta.name,
+            partition_name=req.partition_name or "_default", schema=meta.schema.SerializeToString(),
+            vchannels=meta.vchannels, files=list(req.files), options=list(req.options)))
+        merr.check(resp.status)
+        log.info("bulk import accepted", collection=meta.name, job=resp.jobID, files=len(req.files))
+        return milvus_pb2.ImportResponse(tasks=[resp.jobID])
+
+    @merr.rpc(milvus_pb2.GetImportStateResponse)
+    async def GetImportState(self, req: milvus_pb2.GetImportStateRequest, context=None):
+        resp = await self.datacoord.GetImportJob(data_coord_pb2.GetImportJobRequest(jobID=req.task))
+        merr.check(resp.status)
+        return import_state(resp.job)
+
+    @merr.rpc(milvus_pb2.ListImportTasksResponse)
+    async def ListImportTasks(self, req: milvus_pb2.ListImportTasksRequest, context=None):
+        coll = 0
+        if req.collection_name:
+            coll = (await self.meta_cache.get(req.db_name, req.collection_name)).id
+        resp = await self.datacoord.ListImportJobs(data_coord_pb2.ListImportJobsRequest(
+            collectionID=coll, limit=req.limit))
+        merr.check(resp.status)
+        return milvus_pb2.ListImportTasksResponse(tasks=[import_state(j) for j in resp.jobs])
+
+    # ---------------------------------------------------------------------------- compaction
+    async def _compaction_collection(self, db: str, name: str, coll_id: int) -> int:
+        if name:
+            return (await self.meta_cache.get(db, name)).id
+        if coll_id:
+            return coll_id
+        raise merr.invalid("compaction needs a collection name or ID")
+
+    @merr.rpc(milvus_pb2.ManualCompactionResponse)
+    async def ManualCompaction(self, req: milvus_pb2.ManualCompactionRequest, context=None):
+        if req.majorCompaction or req.l0Compaction:
+            raise merr.invalid("only mix compaction (merging small segments) is supported")
+        coll = await self._compaction_collection(req.db_name, req.collection_name, req.collectionID)
+        resp = await self.datacoord.Compact(data_coord_pb2.CompactRequest(
+            collectionID=coll, segmentIDs=list(req.segment_ids), target_size=max(0, req.target_size) * MB))
+        merr.check(resp.status)
+        log.info("manual compaction", collection=coll, compaction=resp.compactionID, plans=resp.plan_count)
+        return milvus_pb2.ManualCompactionResponse(compactionID=resp.compactionID,
+                                                   compactionPlanCount=resp.plan_count)
+
+    async def _compaction_jobs(self, compaction_id: int, coll: int = 0) -> list[data_coord_pb2.CompactionJob]:
+        resp = await self.datacoord.GetCompactionJobs(data_coord_pb2.GetCompactionJobsRequest(
+            compactionID=compaction_id, collectionID=coll))
+        merr.check(resp.status)
+        return list(resp.jobs)
+
+    @merr.rpc(milvus_pb2.GetCompactionStateResponse)
+    async def GetCompactionState(self, req: milvus_pb2.GetCompactionStateRequest, context=None):
+        job = (await self._compaction_jobs(req.compactionID))[0]
+        n = compaction_counts(job)
+        return milvus_pb2.GetCompactionStateResponse(
+            state=job.state, executingPlanNo=n["executing"], completedPlanNo=n["completed"],
+            failedPlanNo=n["failed"], timeoutPlanNo=n["timeout"])
+
+    @merr.rpc(milvus_pb2.GetCompactionPlansResponse)
+    async def GetCompactionStateWithPlans(self, req: milvus_pb2.GetCompactionPlansRequest, context=None):
+        if req.compactionID:
+            jobs = await self._compaction_jobs(req.compactionID)
+        else:
+            coll = await self._compaction_collection(req.db_name, req.collection_name, req.collection_id)
+            jobs = await self._compaction_jobs(0, coll)
+        resp = milvus_pb2.GetCompactionPlansResponse(
+            state=common_pb2.Completed if all(j.state == common_pb2.Completed for j in jobs) else common_pb2.Executing)
+        for j in jobs:
+            resp.mergeInfos.extend(merge_infos(j))
+        return resp

@@ -1,0 +1,285 @@
+"""Bulk-import input files: where they are, what format, how many rows, and the checks that need
+no more than a file's footer or header line.
+
+Shared by DataCoord (to reject a bad import before any Spark job starts and to size the ID ranges
+it pre-allocates) and by the Spark import job (which repeats the checks: it is the authority when
+it runs from a SparkApplication without the coordinator having looked).
+
+A file is named as the user gave it to `do_bulk_insert(files=[...])`:
+
+- `s3://bucket/key` / `s3a://bucket/key`  an object on S3 (the storage's endpoint and credentials
+  when the storage is S3, else AWS_* environment variables)
+- `/abs/path` / `file:///abs/path`       a local file
+- `relative/key`                          an object under the storage root (Milvus' convention:
+                                          files live in the storage bucket)
+
+Formats by extension: `.parquet`, `.json` (`{"rows": [...]}`, a top-level array, or JSON lines),
+`.jsonl` / `.ndjson`, `.csv` (header line with field names; vectors as `"[1.0, 2.0]"`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from dataclasses import asdict, dataclass
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pymilvus.grpc_gen import schema_pb2
+
+from kmilvus.storage.objectstore import ObjectStore
+from kmilvus.util import typeutil
+
+DT = schema_pb2.DataType
+FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv"}
+HEADER_PEEK = 1 << 20
+
+
+@dataclass
+class InputFile:
+    uri: str             # as the user named it
+    fmt: str             # parquet | json | csv
+    fs_path: str         # path on `filesystem()`
+    local: bool
+    size: int = 0
+    rows: int = -1       # exact for Parquet, -1 when unknown (text formats)
+    s3_endpoint: str = ""  # scheme://host:port of the S3 endpoint ("" = AWS / environment)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> InputFile:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    def filesystem(self) -> pafs.FileSystem:
+        if self.local:
+            return pafs.LocalFileSystem()
+        return _s3_filesystem(self.s3_endpoint)
+
+    def spark_path(self) -> str:
+        """What `spark.read` takes (s3a:// needs hadoop-aws on the Spark classpath)."""
+        return ("file://" + self.fs_path) if self.local else ("s3a://" + self.fs_path)
+
+
+@dataclass
+class Problem:
+    """Why an import cannot be accepted: the file, the row (None: the whole file), the reason."""
+
+    file: str
+    reason: str
+    row: int | None = None
+    field: str | None = None
+
+    def message(self) -> str:
+        where = f"file {self.file}" + (f", row {self.row}" if self.row is not None else "")
+        return f"{where}: {self.reason}"
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "row": self.row, "field": self.field, "reason": self.reason,
+                "message": self.message()}
+
+
+class ImportError_(ValueError):
+    """Raised with the first problem found (and the rest, up to a few)."""
+
+    def __init__(self, problems: list[Problem]):
+        super().__init__(problems[0].message())
+        self.problems = problems
+
+
+def _s3_filesystem(endpoint: str) -> pafs.S3FileSystem:
+    kw: dict = {}
+    endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    if endpoint:
+        e = urlparse(endpoint if "://" in endpoint else "http://" + endpoint)
+        kw["endpoint_override"] = e.netloc
+        kw["scheme"] = e.scheme or "http"
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        kw["region"] = region
+    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+        kw["access_key"] = os.environ["AWS_ACCESS_KEY_ID"]
+        kw["secret_key"] = os.environ["AWS_SECRET_ACCESS_KEY"]
+    return pafs.S3FileSystem(**kw)
+
+
+def _store_endpoint(storage_uri: str) -> str:
+    u = urlparse(storage_uri)
+    if u.scheme not in ("s3", "s3a"):
+        return ""
+    for part in u.query.split("&"):
+        k, _, v = part.partition("=")
+        if k == "endpoint":
+            return unquote(v)
+    return ""
+
+
+def format_of(uri: str, options: dict | None = None) -> str:
+    forced = (options or {}).get("format")
+    if forced:
+        if forced not in ("parquet", "json", "csv"):
+            raise ImportError_([Problem(uri, f"unsupported format {forced!r} (parquet, json or csv)")])
+        return forced
+    path = urlparse(uri).path if "://" in uri else uri
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in FORMATS:
+        raise ImportError_([Problem(uri, f"unsupported file type {ext or '(none)'!r}: "
+                                         f"use .parquet, .json, .jsonl or .csv")])
+    return FORMATS[ext]
+
+
+def resolve(uri: str, storage_uri: str, options: dict | None = None) -> InputFile:
+    """Name → InputFile (no I/O)."""
+    fmt = format_of(uri, options)
+    if uri.startswith(("s3://", "s3a://")):
+        u = urlparse(uri)
+        if not u.netloc or not u.path.strip("/"):
+            raise ImportError_([Problem(uri, "an S3 file needs a bucket and a key: s3://bucket/key")])
+        return InputFile(uri, fmt, f"{u.netloc}/{u.path.strip('/')}", local=False,
+                         s3_endpoint=_store_endpoint(storage_uri))
+    if uri.startswith("file://"):
+        return InputFile(uri, fmt, os.path.abspath(unquote(urlparse(uri).path)), local=True)
+    if uri.startswith("/"):
+        return InputFile(uri, fmt, os.path.abspath(uri), local=True)
+    if "://" in uri:
+        raise ImportError_([Problem(uri, "unsupported file location (use a path, file:// or s3://)")])
+    store = ObjectStore.from_uri(storage_uri)
+    try:
+        path = store.path(uri)
+    except ValueError as exc:
+        raise ImportError_([Problem(uri, str(exc))]) from None
+    return InputFile(uri, fmt, path, local=store.local,
+                     s3_endpoint="" if store.local else _store_endpoint(storage_uri))
+
+
+# ------------------------------------------------------------------------------ schema checks
+
+
+def importable_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.FieldSchema]:
+    """The fields an input file must carry: every user field but an autoID primary key."""
+    return [f for f in typeutil.user_fields(schema) if not (f.is_primary_key and f.autoID)]
+
+
+def _column_problems(uri: str, names: list[str], schema: schema_pb2.CollectionSchema) -> list[Problem]:
+    out: list[Problem] = []
+    fields = {f.name: f for f in typeutil.user_fields(schema)}
+    want = {f.name for f in importable_fields(schema)}
+    for n in names:
+        f = fields.get(n)
+        if f is None:
+            out.append(Problem(uri, f"column '{n}' is not a field of collection {schema.name}", field=n))
+        elif f.is_primary_key and f.autoID:
+            out.append(Problem(uri, f"the primary key '{n}' is auto-generated (autoID): the file must "
+                                    f"not provide it", field=n))
+    for n in sorted(want - set(names)):
+        out.append(Problem(uri, f"field '{n}' is missing", field=n))
+    return out
+
+
+def _arrow_type_ok(field: schema_pb2.FieldSchema, t: pa.DataType) -> str | None:
+    """None when a Parquet column of type `t` can feed `field`, else the reason."""
+    dt = field.data_type
+    want = typeutil.type_name(dt)
+    if dt == DT.Bool:
+        ok = pa.types.is_boolean(t)
+    elif dt in (DT.Int8, DT.Int16, DT.Int32, DT.Int64):
+        ok = pa.types.is_integer(t)
+    elif dt in (DT.Float, DT.Double):
+        ok = pa.types.is_floating(t) or pa.types.is_integer(t)
+    elif dt == DT.VarChar:
+        ok = pa.types.is_string(t) or pa.types.is_large_string(t)
+    elif dt == DT.JSON:
+        ok = (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+              or pa.types.is_large_binary(t))
+    elif dt == DT.FloatVector:
+        if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
+            return f"field '{field.name}' has type {t}, the collection expects {want} (a list of floats)"
+        if not (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type)):
+            return f"field '{field.name}' has type {t}, the collection expects {want} (a list of floats)"
+        dim = typeutil.dim_of(field)
+        if pa.types.is_fixed_size_list(t) and t.list_size != dim:
+            return (f"the dim ({t.list_size}) of field data({field.name}) is not equal to schema dim "
+                    f"({dim})")
+        return None
+    else:
+        return f"field '{field.name}': data type {want} cannot be imported"
+    return None if ok else f"field '{field.name}' has type {t}, the collection expects {want}"
+
+
+def parquet_problems(uri: str, arrow_schema: pa.Schema,
+                     schema: schema_pb2.CollectionSchema) -> list[Problem]:
+    out = _column_problems(uri, arrow_schema.names, schema)
+    fields = {f.name: f for f in importable_fields(schema)}
+    for col in arrow_schema:
+        f = fields.get(col.name)
+        if f is not None and (why := _arrow_type_ok(f, col.type)):
+            out.append(Problem(uri, why, field=f.name))
+    return out
+
+
+def csv_header(f: InputFile, sep: str = ",") -> list[str]:
+    with f.filesystem().open_input_stream(f.fs_path) as src:
+        head = src.read(HEADER_PEEK)
+    text = head.decode("utf-8-sig", errors="replace")
+    line = next(csv.reader(io.StringIO(text), delimiter=sep), None)
+    return [c.strip() for c in line] if line else []
+
+
+def inspect(f: InputFile, schema: schema_pb2.CollectionSchema,
+            options: dict | None = None) -> list[Problem]:
+    """Size, Parquet row count, and the problems a footer / header reveals. Fills `f` in place."""
+    fs = f.filesystem()
+    try:
+        info = fs.get_file_info(f.fs_path)
+    except OSError as exc:
+        return [Problem(f.uri, f"cannot read the file: {exc}")]
+    if info.type != pafs.FileType.File:
+        return [Problem(f.uri, "file not found")]
+    f.size = info.size
+    if f.fmt == "parquet":
+        try:
+            with fs.open_input_file(f.fs_path) as src:
+                pf = pq.ParquetFile(src)
+                f.rows = pf.metadata.num_rows
+                arrow = pf.schema_arrow
+        except Exception as exc:  # noqa: BLE001 - a broken file is the user's problem to see
+            return [Problem(f.uri, f"not a readable Parquet file: {exc}")]
+        return parquet_problems(f.uri, arrow, schema)
+    if f.fmt == "csv":
+        sep = (options or {}).get("sep") or ","
+        names = csv_header(f, sep)
+        if not names:
+            return [Problem(f.uri, "the CSV file has no header line")]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            return [Problem(f.uri, f"duplicated column name {dup[0]} in the CSV header")]
+        return _column_problems(f.uri, names, schema)
+    return []
+
+
+def min_row_bytes(schema: schema_pb2.CollectionSchema, fmt: str) -> int:
+    """A lower bound on the bytes one row takes in a text file (sizes the row-ID range)."""
+    fields = importable_fields(schema)
+    if fmt == "csv":
+        n = max(1, len(fields))          # separators + the newline
+        for f in fields:
+            if f.data_type == DT.FloatVector:
+                n += 2 * typeutil.dim_of(f)  # "[" + dim digits + (dim - 1) commas + "]"
+        return n
+    n = 2                                # {}
+    for f in fields:
+        n += len(f.name) + 3 + 1         # "name": plus one character of value
+        if f.data_type == DT.FloatVector:
+            n += 2 * typeutil.dim_of(f)
+    return n + max(0, len(fields) - 1)
+
+
+def row_bound(f: InputFile, schema: schema_pb2.CollectionSchema) -> int:
+    """Exact rows (Parquet) or an upper bound (text) for one inspected file."""
+    if f.rows >= 0:
+        return f.rows
+    return f.size // max(1, min_row_bytes(schema, f.fmt)) + 1

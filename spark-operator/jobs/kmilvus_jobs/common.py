@@ -1,0 +1,104 @@
+"""What both jobs share: the spec argument, events, the SparkSession, manifests, failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+EVENT_PREFIX = "KMILVUS_JOB "
+EVENTS_ENV = "KMILVUS_JOB_EVENTS"
+
+
+class JobFailure(Exception):
+    """The job cannot complete; `problems` are what the manifest and the caller report."""
+
+    def __init__(self, problems: list[dict]):
+        self.problems = problems
+        super().__init__(problems[0].get("message") or problems[0].get("reason", "job failed"))
+
+
+def load_spec(arg: str) -> dict:
+    """The job spec: inline JSON, or the path of a JSON file (`@path` works too)."""
+    arg = arg.strip()
+    if arg.startswith("{"):
+        return json.loads(arg)
+    arg = arg.removeprefix("@")
+    with open(arg) as f:
+        return json.load(f)
+
+
+def emit(event: str, **fields) -> None:
+    """One JSON event on stdout (the driver log) and, for local runs, in the runner's events file."""
+    rec = {"event": event, "ts": round(time.time(), 3), **fields}
+    line = json.dumps(rec, default=str)
+    print(EVENT_PREFIX + line, flush=True)
+    path = os.environ.get(EVENTS_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
+def progress(phase: str, **counts) -> None:
+    emit("progress", progress={"phase": phase, **counts})
+
+
+def session(app_name: str):
+    """The SparkSession spark-submit configured (master, conf); quiet logs."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def write_manifest(storage_uri: str, key: str, manifest: dict) -> None:
+    from kmilvus.storage import ObjectStore
+
+    store = ObjectStore.from_uri(storage_uri)
+    store.write_sync(key, json.dumps(manifest, indent=1, sort_keys=True, default=str).encode())
+
+
+def failed_manifest(spec: dict, problems: list[dict], started: float) -> dict:
+    return {"kind": spec.get("kind"), "job_id": spec.get("job_id"),
+            "collection_id": spec.get("collection_id"), "status": "failed",
+            "error": problems[0], "errors": problems[:20], "segments": [], "rows": 0,
+            "seconds": round(time.time() - started, 3)}
+
+
+def main(kind: str, run) -> int:
+    """Entry point: `spark-submit <kind>_job.py SPEC` where SPEC is JSON or a JSON file path."""
+    if len(sys.argv) < 2:
+        print(f"usage: {kind}_job.py SPEC_JSON_OR_PATH", file=sys.stderr)
+        return 2
+    started = time.time()
+    spec = load_spec(sys.argv[1])
+    if spec.get("kind") != kind:
+        print(f"spec kind {spec.get('kind')!r} is not {kind!r}", file=sys.stderr)
+        return 2
+    spark = session(f"kmilvus-{kind}-{spec.get('collection_id')}-{spec.get('job_id')}")
+    emit("running", kind=kind, job_id=spec.get("job_id"), app_id=spark.sparkContext.applicationId)
+    try:
+        manifest = run(spark, spec)
+    except JobFailure as f:
+        write_manifest(spec["storage_uri"], spec["manifest_key"], failed_manifest(spec, f.problems, started))
+        emit("failed", error=str(f), problems=f.problems[:5])
+        spark.stop()
+        return 1
+    except BaseException as exc:  # noqa: BLE001 - reported in the manifest, then re-raised
+        problem = {"file": None, "row": None, "field": None,
+                   "reason": f"{type(exc).__name__}: {exc}"[:2000], "message": f"{type(exc).__name__}: {exc}"[:2000]}
+        try:
+            write_manifest(spec["storage_uri"], spec["manifest_key"], failed_manifest(spec, [problem], started))
+        finally:
+            emit("failed", error=problem["reason"], trace=traceback.format_exc()[-4000:])
+        spark.stop()
+        return 1
+    manifest["seconds"] = round(time.time() - started, 3)
+    write_manifest(spec["storage_uri"], spec["manifest_key"], manifest)
+    emit("completed", progress={"phase": "completed", "rows": manifest.get("rows", 0)},
+         segments=len(manifest.get("segments", [])), seconds=manifest["seconds"])
+    spark.stop()
+    return 0

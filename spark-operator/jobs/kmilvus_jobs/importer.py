@@ -1,0 +1,434 @@
+"""Bulk import: Parquet / JSON / CSV files → validated → segments in kmilvus' binlog layout.
+
+Spec (JSON, built by DataCoord's ImportManager):
+
+    kind "import", job_id, collection_id, partition_id, collection_name,
+    schema            base64 CollectionSchema
+    storage_uri       the kmilvus storage root the binlogs go to
+    files             [InputFile dicts] (or plain names, resolved against storage_uri)
+    options           {"sep": ",", "format": ...}
+    timestamp         the import's timestamp (every row gets it)
+    row_id_start, row_id_count        row IDs: row_id_start + (row's index in the import)
+    log_id_start, log_id_count        a binlog's log ID: log_id_start + index of its first row
+    segment_id_start, segment_count   segment IDs, in row order
+    segment_max_rows  rows per segment at most
+    manifest_key      where the manifest goes (a key in storage_uri)
+
+How (no Python runs per row; Spark parses and types, pyarrow checks and writes):
+
+1. Footer / header checks per file (names, types, dims) — the same ones DataCoord ran.
+2. One DataFrame per file with the fields typed for kmilvus (ints as bigint until range-checked),
+   the file index, the row's index in its file, and `__err`: a problem Spark found parsing the
+   row (JSON through VARIANT: missing / unknown keys, wrong types; CSV through try_cast).
+   Parquet row indexes come from `_metadata.row_index`; text files are one task per file.
+3. Row counts per file (Parquet: footers; text: a count over the cached parse) give every row
+   a dense index `__g` and so its row ID and target segment (segments of equal size ≤ max).
+4. Primary keys unique within the import (unless autoID): one aggregation over the key column.
+5. `mapInArrow(binlog_writer)`: per task, check values (nulls, ranges, lengths, dims, NaN/Inf,
+   JSON) on whole Arrow batches, convert to `typeutil.arrow_schema`, write one binlog per
+   (task, segment), answer the files written or the first problem.
+6. Any problem: delete every file written, fail with a report naming file, row and reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+
+from kmilvus_jobs.common import JobFailure, progress
+from kmilvus_jobs.sources import (
+    ROW_INDEX_MASK,
+    arrow_csv_frame,
+    arrow_parquet_frame,
+    arrow_text_frame,
+    spark_native,
+)
+from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, binlog_writer, decode_schema
+
+CSV_NULL = "\u0000\u0001kmilvus-null\u0001\u0000"   # no CSV cell is read as null
+SNIPPET = 60
+DRIVER_KEY_CHECK_ROWS = 20_000_000   # Parquet imports up to this size check keys in the driver
+
+
+def _types():
+    from pyspark.sql import types as T
+
+    from kmilvus.util import typeutil
+
+    DT = typeutil.DT
+    return {DT.Bool: T.BooleanType(), DT.Int8: T.LongType(), DT.Int16: T.LongType(),
+            DT.Int32: T.LongType(), DT.Int64: T.LongType(), DT.Float: T.FloatType(),
+            DT.Double: T.DoubleType(), DT.VarChar: T.StringType(), DT.JSON: T.StringType(),
+            DT.FloatVector: T.ArrayType(T.FloatType())}
+
+
+def _arrow_types():
+    import pyarrow as pa
+
+    from kmilvus.util import typeutil
+
+    DT = typeutil.DT
+    return {DT.Bool: pa.bool_(), DT.Int8: pa.int64(), DT.Int16: pa.int64(), DT.Int32: pa.int64(),
+            DT.Int64: pa.int64(), DT.Float: pa.float32(), DT.Double: pa.float64(),
+            DT.VarChar: pa.string(), DT.JSON: pa.string(), DT.FloatVector: pa.list_(pa.float32())}
+
+
+def _first_error(conds):
+    from pyspark.sql import functions as F
+
+    if not conds:
+        return F.lit(None).cast("string")
+    return F.coalesce(*[F.when(c, m) for c, m in conds])
+
+
+def _snippet(col):
+    from pyspark.sql import functions as F
+
+    return F.substring(col, 1, SNIPPET)
+
+
+# ------------------------------------------------------------------------------ per format
+
+
+def parquet_frame(spark, i: int, f, schema, fields):
+    from pyspark.sql import functions as F
+
+    types = _types()
+    if not spark_native(spark, f):
+        arrow = _arrow_types()
+        return arrow_parquet_frame(spark, f, i, [(fl.name, str(fl.fieldID), arrow[fl.data_type]) for fl in fields])
+    raw = spark.read.parquet(f.spark_path())
+    have = {s.name: s.dataType for s in raw.schema}
+    cols = []
+    for fl in fields:
+        c = F.col(f"`{fl.name}`")
+        want = types[fl.data_type]
+        cols.append((c if have.get(fl.name) == want else c.cast(want)).alias(str(fl.fieldID)))
+    return raw.select(*cols, F.lit(i).cast("int").alias("__file"),
+                      F.col("_metadata.row_index").cast("long").alias("__row"),
+                      F.lit(None).cast("string").alias("__err"))
+
+
+def json_frame(spark, i: int, f, schema, fields):
+    from pyspark.sql import functions as F
+
+    from kmilvus.util import typeutil
+
+    DT = typeutil.DT
+    raw = (spark.read.text(f.spark_path(), wholetext=True) if spark_native(spark, f)
+           else arrow_text_frame(spark, f, i).select("value"))
+    v = F.col("value")
+    t = F.ltrim(v)
+    arr = (F.when(t.startswith("["), F.from_json(v, "array<string>"))
+           .when(t.rlike(r'^\{\s*"rows"\s*:'), F.from_json(v, "struct<rows:array<string>>").getField("rows"))
+           .otherwise(F.split(v, r"\r?\n")))
+    file_err = F.when(arr.isNull(), F.lit('the file is not valid JSON: expected {"rows": [...]}, an array of '
+                                          'rows, or one JSON object per line'))
+    # Parse the file once, then explode without carrying the file's text along with every row.
+    parsed = raw.select(F.coalesce(arr, F.array(F.lit(None).cast("string"))).alias("__arr"),
+                        file_err.alias("__ferr"))
+    rows = (parsed.select(F.posexplode("__arr").alias("__row", "__raw"), "__ferr")
+            .where(F.col("__raw").isNull() | (F.trim(F.col("__raw")) != "")))
+    allowed = [fl.name for fl in fields]
+    struct = ", ".join(f"`{fl.name}` {_types()[fl.data_type].simpleString()}" for fl in fields)
+    # One typed parse per row (Jackson, partial results: a value of the wrong type reads as null)
+    # and one key listing (null when the row is not a JSON object).
+    rows = rows.select("*", F.from_json(F.col("__raw"), struct).alias("__s"),
+                       F.expr("json_object_keys(__raw)").alias("__k"))
+    keys = F.col("__k")
+    extras = F.array_except(keys, F.array(*[F.lit(n) for n in allowed]))
+    conds = [(F.col("__ferr").isNotNull(), F.col("__ferr")),
+             (keys.isNull(), F.concat(F.lit("the row is not a valid JSON object: "), _snippet(F.col("__raw"))))]
+    pk = typeutil.primary_field(schema)
+    if pk.autoID:
+        conds.append((F.array_contains(keys, pk.name),
+                      F.lit(f"the primary key '{pk.name}' is auto-generated (autoID): the file must not provide it")))
+    conds.append((F.size(extras) > 0, F.concat(F.lit("key '"), F.element_at(extras, 1),
+                                               F.lit(f"' is not a field of collection {schema.name}"))))
+    values = []
+    for fl in fields:
+        name, dt = fl.name, fl.data_type
+        val = F.col("__s").getField(name)
+        raw_value = F.coalesce(_snippet(F.get_json_object(F.col("__raw"), f"$.{name}")), F.lit("null"))
+        what = "a list of numbers" if dt == DT.FloatVector else f"a valid {typeutil.type_name(dt)}"
+        conds.append((~F.array_contains(keys, name), F.lit(f"field '{name}' is missing")))
+        conds.append((val.isNull(), F.concat(F.lit(f"the value of field '{name}' is null or not {what}: "),
+                                             raw_value)))
+        if dt == DT.JSON:
+            conds.append((F.expr(f"try_parse_json(__s.`{name}`)").isNull(),
+                          F.concat(F.lit(f"the value of JSON field '{name}' must be an object or a string "
+                                         f"holding JSON: "), raw_value)))
+        values.append(val.alias(str(fl.fieldID)))
+    return rows.select(*values, F.lit(i).cast("int").alias("__file"), F.col("__row").cast("long").alias("__row"),
+                       _first_error(conds).alias("__err"))
+
+
+def csv_frame(spark, i: int, f, schema, fields, options):
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from kmilvus.spark.files import csv_header
+    from kmilvus.util import typeutil
+
+    DT = typeutil.DT
+    sep = (options or {}).get("sep") or ","
+    names = csv_header(f, sep)
+    if spark_native(spark, f):
+        sch = T.StructType([T.StructField(n, T.StringType()) for n in names]
+                           + [T.StructField("_corrupt_record", T.StringType())])
+        raw = (spark.read.schema(sch).option("header", True).option("multiLine", True).option("sep", sep)
+               .option("quote", '"').option("escape", '"').option("mode", "PERMISSIVE")
+               .option("columnNameOfCorruptRecord", "_corrupt_record").option("nullValue", CSV_NULL)
+               .option("enforceSchema", True).csv(f.spark_path()))
+        raw = raw.withColumn("__row", F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_INDEX_MASK)))
+    else:
+        raw = arrow_csv_frame(spark, f, i, names, sep)
+    conds = [(F.col("_corrupt_record").isNotNull(),
+              F.concat(F.lit(f"malformed CSV line (expected {len(names)} columns): "),
+                       _snippet(F.col("_corrupt_record"))))]
+    values = []
+    for fl in fields:
+        name, dt = fl.name, fl.data_type
+        s = F.col(f"`{name}`")
+        want = typeutil.type_name(dt)
+        bad = F.concat(F.lit(f"the value of field '{name}' is not a valid {want}: '"), _snippet(s), F.lit("'"))
+        if dt == DT.Bool:
+            val = F.trim(s).try_cast("boolean")
+            ok = val.isNotNull()
+        elif dt in (DT.Int8, DT.Int16, DT.Int32, DT.Int64):
+            val = F.trim(s).try_cast("bigint")
+            ok = val.isNotNull()
+        elif dt in (DT.Float, DT.Double):
+            val = F.trim(s).try_cast("float" if dt == DT.Float else "double")
+            ok = val.isNotNull()
+        elif dt == DT.VarChar:
+            val, ok = s, s.isNotNull()
+        elif dt == DT.JSON:
+            val, ok = s, F.expr(f"try_parse_json(`{name}`)").isNotNull()
+        elif dt == DT.FloatVector:
+            val = F.from_json(s, "array<float>")
+            ok = val.isNotNull()
+            bad = F.concat(F.lit(f"the value of field '{name}' is not a list of numbers: '"), _snippet(s), F.lit("'"))
+        else:
+            raise JobFailure([{"file": f.uri, "row": None, "field": name,
+                               "reason": f"data type {want} cannot be imported"}])
+        conds.append((~ok, bad))
+        values.append(F.when(ok, val).cast(_types()[dt]).alias(str(fl.fieldID)))
+    return raw.select(*values, F.lit(i).cast("int").alias("__file"), F.col("__row").cast("long").alias("__row"),
+                      _first_error(conds).alias("__err"))
+
+
+# ------------------------------------------------------------------------------ primary keys
+
+
+def duplicate_key_spark(df, pk):
+    """(value, count, (file, row), (file, row)) of a duplicated primary key, or None.
+
+    One aggregation over the key column; the rows are looked up only when a duplicate exists."""
+    from pyspark.sql import functions as F
+
+    key = str(pk.fieldID)
+    agg = (df.select(key).where(F.col(key).isNotNull()).groupBy(key).count().where("count > 1")
+           .agg(F.count(F.lit(1)).alias("keys"), F.min(F.struct(key, "count")).alias("first")).collect())
+    if not agg or not agg[0]["keys"]:
+        return None
+    value, n = agg[0]["first"][key], agg[0]["first"]["count"]
+    rows = (df.where(F.col(key) == F.lit(value)).select("__file", "__row")
+            .orderBy("__file", "__row").limit(2).collect())
+    return value, n, (rows[0]["__file"], rows[0]["__row"]), (rows[-1]["__file"], rows[-1]["__row"])
+
+
+def duplicate_key_parquet(files, counts, pk):
+    """The same check for Parquet inputs of moderate size: read only the key column with pyarrow
+    in the driver (a few MB per million rows) and sort it — far cheaper than a Spark shuffle."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    cols = []
+    for f in files:
+        with f.filesystem().open_input_file(f.fs_path) as src:
+            cols.append(pq.read_table(src, columns=[pk.name]).column(0).combine_chunks())
+    if pa.types.is_integer(cols[0].type):
+        keys = np.concatenate([c.to_numpy(zero_copy_only=False).astype(np.int64, copy=False) for c in cols])
+        order = np.argsort(keys, kind="stable")
+        sk = keys[order]
+        same = np.flatnonzero(sk[1:] == sk[:-1])
+        if not len(same):
+            return None
+        value = int(sk[same[0]])
+        where = np.flatnonzero(keys == value)
+    else:
+        keys = pa.chunked_array(cols).combine_chunks() if len(cols) > 1 else cols[0]
+        counts_ = pc.value_counts(keys)
+        dup = pc.filter(counts_, pc.greater(counts_.field("counts"), 1))
+        if not len(dup):
+            return None
+        value = dup.field("values")[0].as_py()
+        where = np.flatnonzero(pc.equal(keys, value).to_numpy(zero_copy_only=False))
+    offsets = np.cumsum([0] + list(counts))
+
+    def locate(g):
+        fi = int(np.searchsorted(offsets, g, side="right") - 1)
+        return fi, int(g - offsets[fi])
+
+    return value, len(where), locate(int(where[0])), locate(int(where[1]))
+
+
+# ------------------------------------------------------------------------------ the job
+
+
+def _problem(files, file_index, row, field, reason) -> dict:
+    uri = files[file_index].uri if file_index is not None and 0 <= file_index < len(files) else None
+    row = None if row is None or row < 0 else int(row)
+    where = (f"file {uri}" if uri else "import") + (f", row {row}" if row is not None else "")
+    return {"file": uri, "row": row, "field": field, "reason": reason, "message": f"{where}: {reason}"}
+
+
+def cleanup(storage_uri: str, keys: list[str], prefixes: list[str]) -> None:
+    """Remove what the job wrote (files it reported and every target segment directory)."""
+    from kmilvus.storage import ObjectStore
+
+    store = ObjectStore.from_uri(storage_uri)
+    for k in keys:
+        store.delete_sync(k)
+    for p in prefixes:
+        store.delete_prefix_sync(p)
+
+
+def run(spark, spec: dict) -> dict:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from kmilvus.spark.files import ImportError_, InputFile, inspect, resolve
+    from kmilvus.storage import paths
+    from kmilvus.util import typeutil
+
+    started = time.time()
+    schema = decode_schema(spec["schema"])
+    options = dict(spec.get("options") or {})
+    storage_uri = spec["storage_uri"]
+    coll, part = int(spec["collection_id"]), int(spec["partition_id"])
+    try:
+        files = [InputFile.from_dict(d) if isinstance(d, dict) else resolve(d, storage_uri, options)
+                 for d in spec["files"]]
+    except ImportError_ as exc:
+        raise JobFailure([p.to_dict() for p in exc.problems]) from None
+    problems = []
+    for f in files:
+        problems += inspect(f, schema, options)
+    if problems:
+        raise JobFailure([p.to_dict() for p in problems])
+    fields = [f for f in typeutil.user_fields(schema) if not (f.is_primary_key and f.autoID)]
+    pk = typeutil.primary_field(schema)
+    progress("inspected", files=len(files), bytes=sum(f.size for f in files),
+             rows=sum(max(0, f.rows) for f in files))
+
+    frames = []
+    for i, f in enumerate(files):
+        if f.fmt == "parquet":
+            frames.append(parquet_frame(spark, i, f, schema, fields))
+        elif f.fmt == "json":
+            frames.append(json_frame(spark, i, f, schema, fields))
+        else:
+            frames.append(csv_frame(spark, i, f, schema, fields, options))
+    df = functools.reduce(lambda a, b: a.unionByName(b), frames)
+    text = any(f.fmt != "parquet" for f in files)
+    cached = None
+    if text:
+        cached = df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            bad = df.where(F.col("__err").isNotNull()).select("__file", "__row", "__err").limit(1).collect()
+            if bad:
+                r = bad[0]
+                raise JobFailure([_problem(files, r["__file"], r["__row"], None, r["__err"])])
+            got = {r["__file"]: r["count"] for r in df.groupBy("__file").count().collect()}
+        except BaseException:
+            cached.unpersist()
+            raise
+        counts = [int(got.get(i, 0)) for i in range(len(files))]
+    else:
+        counts = [f.rows for f in files]
+    total = sum(counts)
+    progress("counted", rows=total)
+
+    try:
+        seg_rows = max(1, int(spec["segment_max_rows"]))
+        n_seg = max(1, math.ceil(total / seg_rows)) if total else 0
+        if total > int(spec["row_id_count"]) or total > int(spec["log_id_count"]) or n_seg > int(spec["segment_count"]):
+            raise JobFailure([_problem(files, None, None, None,
+                                       f"the import has {total} rows in {n_seg} segments but the coordinator "
+                                       f"reserved IDs for {spec['row_id_count']} rows and {spec['segment_count']} "
+                                       f"segments")])
+        offsets, acc = [], 0
+        for c in counts:
+            offsets.append(acc)
+            acc += c
+        if len(files) == 1:
+            g = F.col("__row") + F.lit(offsets[0]).cast("long")
+        else:
+            g = F.element_at(F.array(*[F.lit(o).cast("long") for o in offsets]), F.col("__file") + 1) + F.col("__row")
+        df = df.withColumn("__g", g)
+        # Segment k holds rows [ceil(k·total/n), ceil((k+1)·total/n)): sizes differ by one at most.
+        df = df.withColumn("__seg", F.expr(f"cast((__g * {n_seg}) div {max(1, total)} as int)"))
+
+        if not pk.autoID and total:
+            if text or total > int(spec.get("driver_key_check_rows", DRIVER_KEY_CHECK_ROWS)):
+                dup = duplicate_key_spark(df, pk)
+            else:
+                dup = duplicate_key_parquet(files, counts, pk)
+            if dup is not None:
+                value, n, (fa, ra), (fb, rb) = dup
+                other = (f"file {files[fb].uri}, " if fb != fa else "") + f"row {rb}"
+                raise JobFailure([_problem(files, fa, ra, pk.name,
+                                           f"duplicate primary key {value!r} ({n} rows; again at {other})")])
+            progress("validated", rows=total)
+
+        seg_start = int(spec["segment_id_start"])
+        segments = [[coll, part, seg_start + k] for k in range(n_seg)]
+        ctx = {"mode": "import", "schema": spec["schema"], "storage_uri": storage_uri, "segments": segments,
+               "log_id_start": int(spec["log_id_start"]), "row_id_start": int(spec["row_id_start"]),
+               "timestamp": int(spec["timestamp"])}
+        results = [r.asDict() for r in df.mapInArrow(binlog_writer(ctx), RESULT_SPARK_SCHEMA).collect()] if total else []
+    except BaseException:
+        cleanup(storage_uri, [], [paths.segment_prefix(coll, part, int(spec["segment_id_start"]) + k)
+                                  for k in range(int(spec["segment_count"]))])
+        raise
+    finally:
+        if cached is not None:
+            cached.unpersist()
+
+    binlogs = [r for r in results if r["kind"] == "binlog"]
+    errors = sorted((r for r in results if r["kind"] == "error"), key=lambda r: (r["file"], r["row"]))
+    written = sum(r["rows"] for r in binlogs)
+    if not errors and written != total:
+        errors = [{"file": -1, "row": -1, "field": None,
+                   "reason": f"wrote {written} rows but the input has {total}"}]
+    if errors:
+        cleanup(storage_uri, [r["key"] for r in binlogs],
+                [paths.segment_prefix(*s) for s in segments])
+        raise JobFailure([_problem(files, e["file"], e["row"], e["field"], e["reason"]) for e in errors])
+
+    out_segments = []
+    row_id_start = int(spec["row_id_start"])
+    for k, (c, p, sid) in enumerate(segments):
+        logs = sorted((r for r in binlogs if r["seg"] == k), key=lambda r: r["log_id"])
+        rows = sum(r["rows"] for r in logs)
+        first = -(-k * total // n_seg)
+        out_segments.append({
+            "segment_id": sid, "partition_id": p, "rows": rows,
+            "size": sum(r["size"] for r in logs), "memory_size": sum(r["memory_size"] for r in logs),
+            "timestamp_from": min((r["ts_from"] for r in logs), default=0),
+            "timestamp_to": max((r["ts_to"] for r in logs), default=0),
+            "row_id_from": row_id_start + first, "row_id_to": row_id_start + first + rows - 1,
+            "binlogs": [{"log_id": r["log_id"], "key": r["key"], "rows": r["rows"], "size": r["size"],
+                         "memory_size": r["memory_size"], "timestamp_from": r["ts_from"],
+                         "timestamp_to": r["ts_to"]} for r in logs]})
+    progress("written", rows=written, segments=len(out_segments))
+    return {"kind": "import", "status": "completed", "job_id": spec.get("job_id"), "collection_id": coll,
+            "partition_id": part, "rows": written, "timestamp": int(spec["timestamp"]),
+            "files": [{"uri": f.uri, "format": f.fmt, "size": f.size, "rows": c} for f, c in zip(files, counts)],
+            "input_bytes": sum(f.size for f in files), "segments": out_segments,
+            "spark_seconds": round(time.time() - started, 3)}

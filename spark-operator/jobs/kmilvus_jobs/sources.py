@@ -1,0 +1,170 @@
+"""Reading input files into Spark: Spark's own readers for local files (and s3a:// when the
+Spark image carries hadoop-aws), else pyarrow inside Spark tasks (`mapInArrow`), which reads any
+pyarrow filesystem — S3 included — with no extra jars."""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+ROW_INDEX_MASK = (1 << 33) - 1   # monotonically_increasing_id(): partition << 33 | row in partition
+
+
+def s3a_available(spark) -> bool:
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
+        return True
+    except Exception:  # noqa: BLE001 - py4j wraps ClassNotFoundException
+        return False
+
+
+def spark_native(spark, f) -> bool:
+    return f.local or s3a_available(spark)
+
+
+def _tasks(spark, items: list, n: int | None = None):
+    """A DataFrame of task numbers 0..len(items)-1 spread over the cluster."""
+    n = max(1, min(len(items), n or spark.sparkContext.defaultParallelism))
+    return spark.range(0, len(items), numPartitions=n).withColumnRenamed("id", "__task")
+
+
+def arrow_parquet_frame(spark, f, file_index: int, columns: list[tuple[str, str, object]]):
+    """Parquet via pyarrow, one task item per row group.
+
+    columns: (source column name, output column name, output arrow type); the frame also has
+    __file, __row (row index in the file) and __err (null).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with f.filesystem().open_input_file(f.fs_path) as src:
+        md = pq.ParquetFile(src).metadata
+    starts, acc = [], 0
+    for i in range(md.num_row_groups):
+        starts.append(acc)
+        acc += md.row_group(i).num_rows
+    fdict = f.to_dict()
+    src_names = [c[0] for c in columns]
+    out_schema = pa.schema([(c[1], c[2]) for c in columns]
+                           + [("__file", pa.int32()), ("__row", pa.int64()), ("__err", pa.string())])
+
+    def read(batches):
+        import numpy as np
+
+        from kmilvus.spark.files import InputFile
+
+        inp = InputFile.from_dict(fdict)
+        with inp.filesystem().open_input_file(inp.fs_path) as src:
+            pf = pq.ParquetFile(src)
+            for b in batches:
+                for rg in b.column("__task").to_pylist():
+                    t = pf.read_row_group(rg, columns=src_names)
+                    arrays = []
+                    for (name, _, typ), col in zip(columns, t.columns):
+                        col = to_list(col.combine_chunks())
+                        arrays.append(col if col.type == typ else col.cast(typ))
+                    n = t.num_rows
+                    arrays += [pa.array(np.full(n, file_index, np.int32)),
+                               pa.array(np.arange(starts[rg], starts[rg] + n, dtype=np.int64)),
+                               pa.nulls(n, pa.string())]
+                    yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+
+    tasks = _tasks(spark, starts)
+    return tasks.mapInArrow(read, spark_schema_of(out_schema))
+
+
+def arrow_text_frame(spark, f, file_index: int):
+    """A whole text file as one row (`value`), read by a task (JSON from S3)."""
+    import pyarrow as pa
+
+    fdict = f.to_dict()
+    schema = pa.schema([("value", pa.string()), ("__file", pa.int32())])
+
+    def read(batches):
+        from kmilvus.spark.files import InputFile
+
+        inp = InputFile.from_dict(fdict)
+        for b in batches:
+            for _ in b.column("__task").to_pylist():
+                with inp.filesystem().open_input_stream(inp.fs_path) as src:
+                    text = src.read().decode("utf-8-sig", errors="replace")
+                yield pa.RecordBatch.from_arrays([pa.array([text]), pa.array([file_index], pa.int32())],
+                                                 schema=schema)
+
+    return _tasks(spark, [0]).mapInArrow(read, spark_schema_of(schema))
+
+
+def arrow_csv_frame(spark, f, file_index: int, names: list[str], sep: str):
+    """A CSV file via pyarrow.csv in a task: every column a string, plus __row and a corrupt-line
+    column (always null: pyarrow rejects a malformed file outright, which fails the job)."""
+    import pyarrow as pa
+
+    fdict = f.to_dict()
+    schema = pa.schema([(n, pa.string()) for n in names]
+                       + [("_corrupt_record", pa.string()), ("__row", pa.int64()), ("__file", pa.int32())])
+
+    def read(batches):
+        import numpy as np
+        import pyarrow.csv as pcsv
+
+        from kmilvus.spark.files import InputFile
+
+        inp = InputFile.from_dict(fdict)
+        for b in batches:
+            for _ in b.column("__task").to_pylist():
+                with inp.filesystem().open_input_stream(inp.fs_path) as src:
+                    t = pcsv.read_csv(src, read_options=pcsv.ReadOptions(use_threads=False),
+                                      parse_options=pcsv.ParseOptions(delimiter=sep, newlines_in_values=True),
+                                      convert_options=pcsv.ConvertOptions(
+                                          column_types={n: pa.string() for n in names},
+                                          strings_can_be_null=False, quoted_strings_can_be_null=False))
+                n = t.num_rows
+                arrays = [t.column(c).combine_chunks() for c in names]
+                arrays += [pa.nulls(n, pa.string()), pa.array(np.arange(n, dtype=np.int64)),
+                           pa.array(np.full(n, file_index, np.int32))]
+                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return _tasks(spark, [0]).mapInArrow(read, spark_schema_of(schema))
+
+
+def to_list(col):
+    """fixed_size_list / large_list → list (what Spark's Arrow reader takes for array<...>)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(col.type):
+        size = col.type.list_size
+        values = col.values.slice(col.offset * size, len(col) * size)
+        offsets = pa.array(np.arange(len(col) + 1, dtype=np.int32) * size)
+        return pa.ListArray.from_arrays(offsets, values, mask=col.is_null() if col.null_count else None)
+    if pa.types.is_large_list(col.type):
+        return col.cast(pa.list_(col.type.value_type))
+    return col
+
+
+def spark_schema_of(schema) -> T.StructType:
+    import pyarrow as pa
+
+    def conv(t):
+        if pa.types.is_boolean(t):
+            return T.BooleanType()
+        if pa.types.is_int8(t):
+            return T.ByteType()
+        if pa.types.is_int16(t):
+            return T.ShortType()
+        if pa.types.is_int32(t):
+            return T.IntegerType()
+        if pa.types.is_int64(t):
+            return T.LongType()
+        if pa.types.is_float32(t):
+            return T.FloatType()
+        if pa.types.is_float64(t):
+            return T.DoubleType()
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return T.StringType()
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return T.BinaryType()
+        if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            return T.ArrayType(conv(t.value_type))
+        raise TypeError(f"no Spark type for {t}")
+
+    return T.StructType([T.StructField(f.name, conv(f.type), True) for f in schema])

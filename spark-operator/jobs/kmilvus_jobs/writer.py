@@ -1,0 +1,374 @@
+"""The binlog writer that runs inside Spark tasks (`DataFrame.mapInArrow`).
+
+Spark hands each task its rows as Arrow record batches; this turns them into kmilvus insert
+binlogs — exactly `kmilvus.util.typeutil.arrow_schema(schema)` ("0" row ID, "1" timestamp, then
+one column per field named by field ID, FloatVector as `fixed_size_list<float32, dim>`), written
+with kmilvus' Parquet options (`kmilvus.storage.binlog.parquet_options`, ≈64 MiB row groups) — and
+answers one small record per file written (or per problem found).
+
+Every step is columnar (pyarrow compute over whole batches); no Python code runs per row.
+
+Input columns (besides the fields, named by field ID):
+  __g    int64  the row's index in the job (dense, 0-based): import row IDs are
+                `row_id_start + __g`; a file's log ID is `log_id_start + __g` of its first row
+  __seg  int32  index into the job's target segment list
+  __file int32  index of the input file (import: for error reports)
+  __row  int64  the row's index in that file (import: for error reports)
+  __err  string a problem Spark already found while parsing the row (import), else null
+
+Files are deterministic: a retried task writes the same keys. Locally a file is written under a
+dot-prefixed temporary name and renamed when complete, so readers never see half a binlog.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+RESULT_SCHEMA = pa.schema([
+    ("kind", pa.string()), ("seg", pa.int32()), ("log_id", pa.int64()), ("key", pa.string()),
+    ("rows", pa.int64()), ("size", pa.int64()), ("memory_size", pa.int64()),
+    ("ts_from", pa.int64()), ("ts_to", pa.int64()), ("file", pa.int32()), ("row", pa.int64()),
+    ("field", pa.string()), ("reason", pa.string()),
+])
+RESULT_SPARK_SCHEMA = ("kind string, seg int, log_id long, key string, rows long, size long, "
+                       "memory_size long, ts_from long, ts_to long, file int, row long, field string, "
+                       "reason string")
+SYSTEM_COLUMNS = ("__g", "__seg", "__file", "__row", "__err")
+
+
+def decode_schema(b64: str):
+    from pymilvus.grpc_gen import schema_pb2
+
+    return schema_pb2.CollectionSchema.FromString(base64.b64decode(b64))
+
+
+class RowProblem(Exception):
+    def __init__(self, index: int, field: str | None, reason: str):
+        super().__init__(reason)
+        self.index, self.field, self.reason = index, field, reason
+
+
+def _first(mask: pa.Array) -> int:
+    return int(pc.indices_nonzero(mask)[0].as_py())
+
+
+def _as_array(col) -> pa.Array:
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def _check_not_null(name: str, arr: pa.Array) -> None:
+    if arr.null_count:
+        raise RowProblem(_first(pc.is_null(arr)), name, f"the value of field '{name}' is null")
+
+
+def _check_json(name: str, arr: pa.Array, max_len: int) -> None:
+    lengths = pc.binary_length(arr)
+    too_long = pc.greater(lengths, max_len)
+    if pc.any(too_long).as_py():
+        i = _first(too_long)
+        raise RowProblem(i, name, f"the length ({lengths[i].as_py()}) of json field ({name}) exceeds "
+                                  f"max length ({max_len})")
+    rows = arr.cast(pa.binary()).to_pylist()
+    try:   # one C-level parse of every row (see kmilvus.util.typeutil._validate_json)
+        parsed = json.loads(b"[[" + b"],[".join(rows) + b"]]", parse_constant=_reject)
+        if len(parsed) == len(rows) and all(len(e) == 1 for e in parsed):
+            return
+    except (ValueError, TypeError):
+        pass
+    for i, raw in enumerate(rows):
+        try:
+            json.loads(raw, parse_constant=_reject)
+        except (ValueError, TypeError) as exc:
+            raise RowProblem(i, name, f"the value of json field ({name}) is not valid JSON: {exc}") from None
+
+
+def _reject(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def check_and_convert(field, arr: pa.Array, typeutil) -> pa.Array:
+    """Validate one column of the import (as Spark typed it) and convert it to the binlog type."""
+    DT = typeutil.DT
+    name, dt = field.name, field.data_type
+    arr = _as_array(arr)
+    if dt == DT.FloatVector:
+        dim = typeutil.dim_of(field)
+        _check_not_null(name, arr)
+        lengths = pc.list_value_length(arr)
+        bad = pc.not_equal(lengths, dim)
+        if pc.any(bad).as_py():
+            i = _first(bad)
+            raise RowProblem(i, name, f"the dim ({lengths[i].as_py()}) of field data({name}) is not equal "
+                                      f"to schema dim ({dim})")
+        values = arr.flatten()
+        if values.type != pa.float32():
+            values = values.cast(pa.float32())
+        if values.null_count:
+            i = _first(pc.is_null(values))
+            raise RowProblem(i // dim, name, f"float vector field ({name}) has a null or non-numeric "
+                                             f"element at position {i % dim}")
+        finite = pc.is_finite(values)
+        if not pc.all(finite).as_py():
+            i = _first(pc.invert(finite))
+            raise RowProblem(i // dim, name, f"float vector field ({name}) contains NaN or Inf: value "
+                                             f"{values[i].as_py()} at position {i % dim}")
+        return pa.FixedSizeListArray.from_arrays(values, dim)
+    _check_not_null(name, arr)
+    if dt in (DT.Int8, DT.Int16, DT.Int32):
+        lo, hi = {DT.Int8: (-(1 << 7), (1 << 7) - 1), DT.Int16: (-(1 << 15), (1 << 15) - 1),
+                  DT.Int32: (-(1 << 31), (1 << 31) - 1)}[dt]
+        bad = pc.or_(pc.less(arr, lo), pc.greater(arr, hi))
+        if pc.any(bad).as_py():
+            i = _first(bad)
+            raise RowProblem(i, name, f"the value ({arr[i].as_py()}) of field ({name}) is out of range: "
+                                      f"[{lo}, {hi}]")
+    elif dt in (DT.Float, DT.Double):
+        finite = pc.is_finite(arr)
+        if not pc.all(finite).as_py():
+            i = _first(pc.invert(finite))
+            raise RowProblem(i, name, f"{typeutil.type_name(dt)} field ({name}) contains NaN or Inf: "
+                                      f"value {arr[i].as_py()}")
+    elif dt == DT.VarChar:
+        max_len = typeutil.max_length_of(field)
+        lengths = pc.binary_length(arr)
+        bad = pc.greater(lengths, max_len)
+        if pc.any(bad).as_py():
+            i = _first(bad)
+            raise RowProblem(i, name, f"the length ({lengths[i].as_py()}) of VarChar field ({name}) "
+                                      f"exceeds max length ({max_len})")
+    elif dt == DT.JSON:
+        _check_json(name, arr, typeutil.JSON_MAX_LENGTH)
+    want = typeutil.arrow_type(field)
+    return arr if arr.type == want else arr.cast(want)
+
+
+# ------------------------------------------------------------------------------ the writer
+
+
+class _Piece:
+    """One binlog file: the rows of one target segment that one task writes."""
+
+    def __init__(self, store, key: str, schema: pa.Schema, options: dict):
+        self.store, self.key = store, key
+        self.path = store.path(key)
+        self.schema, self.options = schema, options
+        self.buffer: list[pa.RecordBatch] = []
+        self.buffered = 0
+        self.rows = 0
+        self.memory = 0
+        self.ts_from: int | None = None
+        self.ts_to: int | None = None
+        self.rg_rows = 0
+        self._stream = None
+        self._writer = None
+        self._tmp = None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if not self.rg_rows:
+            from kmilvus.storage import binlog
+
+            self.rg_rows = binlog.row_group_rows(pa.Table.from_batches([batch]))
+        mm = pc.min_max(batch.column(1))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        self.ts_from = lo if self.ts_from is None else min(self.ts_from, lo)
+        self.ts_to = hi if self.ts_to is None else max(self.ts_to, hi)
+        self.buffer.append(batch)
+        self.buffered += batch.num_rows
+        self.rows += batch.num_rows
+        self.memory += batch.nbytes
+        if self.buffered >= self.rg_rows:
+            self._flush()
+
+    def _open(self) -> None:
+        from kmilvus.storage.objectstore import temp_name
+
+        fs = self.store.filesystem
+        if self.store.local:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self._tmp = temp_name(self.path)
+            self._stream = fs.open_output_stream(self._tmp)
+        else:
+            self._stream = fs.open_output_stream(self.path)
+        self._writer = pq.ParquetWriter(self._stream, self.schema, **self.options)
+
+    def _flush(self) -> None:
+        if not self.buffer:
+            return
+        if self._writer is None:
+            self._open()
+        table = pa.Table.from_batches(self.buffer, schema=self.schema)
+        self._writer.write_table(table, row_group_size=max(self.rg_rows, table.num_rows))
+        self.buffer, self.buffered = [], 0
+
+    def close(self) -> int:
+        self._flush()
+        self._writer.close()
+        size = self._stream.tell()
+        self._stream.close()
+        if self._tmp is not None:
+            os.replace(self._tmp, self.path)
+            self._tmp = None
+        return size
+
+    def abort(self) -> None:
+        for closer in (self._writer, self._stream):
+            if closer is not None:
+                try:
+                    closer.close()
+                except Exception:  # noqa: BLE001 - best effort on the way out
+                    pass
+        target = self._tmp or (None if self.store.local else self.path)
+        if target:
+            try:
+                self.store.filesystem.delete_file(target)
+            except (OSError, FileNotFoundError):
+                pass
+
+
+class BinlogWriter:
+    """State of one task: open pieces by segment index, or the problem that stopped it."""
+
+    def __init__(self, ctx: dict):
+        from kmilvus.storage import ObjectStore, binlog
+        from kmilvus.util import typeutil
+
+        self.ctx = ctx
+        self.typeutil = typeutil
+        self.mode = ctx["mode"]
+        self.schema = decode_schema(ctx["schema"])
+        self.arrow_schema = typeutil.arrow_schema(self.schema)
+        self.options = binlog.parquet_options(self.arrow_schema)
+        self.store = ObjectStore.from_uri(ctx["storage_uri"])
+        self.segments = ctx["segments"]            # [[collection, partition, segment], ...]
+        self.log_id_start = int(ctx["log_id_start"])
+        self.fields = typeutil.user_fields(self.schema)
+        self.pk = typeutil.primary_field(self.schema)
+        self.pieces: dict[int, _Piece] = {}
+        self.problem: dict | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.problem is not None
+
+    def _fail(self, batch: pa.RecordBatch, index: int, field: str | None, reason: str) -> None:
+        file = int(batch.column("__file")[index].as_py()) if "__file" in batch.schema.names else -1
+        row = batch.column("__row")[index].as_py() if "__row" in batch.schema.names else None
+        self.problem = {"kind": "error", "file": file, "row": -1 if row is None else int(row),
+                        "field": field, "reason": reason}
+        self.abort()
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0 or self.failed:
+            return
+        try:
+            out = self._convert(batch)
+        except RowProblem as p:
+            self._fail(batch, p.index, p.field, p.reason)
+            return
+        seg = batch.column("__seg")
+        g = batch.column("__g")
+        mm = pc.min_max(seg)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo == hi:
+            self._route(lo, out, g)
+            return
+        for s in range(lo, hi + 1):
+            mask = pc.equal(seg, s)
+            if pc.any(mask).as_py():
+                self._route(s, out.filter(mask), g.filter(mask))
+
+    def _route(self, seg_index: int, out: pa.RecordBatch, g: pa.Array) -> None:
+        piece = self.pieces.get(seg_index)
+        if piece is None:
+            from kmilvus.storage import paths
+
+            coll, part, seg_id = self.segments[seg_index]
+            log_id = self.log_id_start + int(g[0].as_py())
+            piece = _Piece(self.store, paths.insert_log_key(coll, part, seg_id, log_id),
+                           self.arrow_schema, self.options)
+            piece.log_id = log_id
+            self.pieces[seg_index] = piece
+        piece.add(out)
+
+    def _convert(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        tu = self.typeutil
+        names = batch.schema.names
+        if self.mode == "compact":
+            cols = {}
+            for f in self.fields:
+                col = _as_array(batch.column(str(f.fieldID)))
+                if f.data_type == tu.DT.FloatVector:
+                    dim = tu.dim_of(f)
+                    col = pa.FixedSizeListArray.from_arrays(col.flatten().cast(pa.float32()), dim)
+                cols[f.fieldID] = col
+            return tu.columns_to_record_batch(self.schema, cols, _as_array(batch.column("0")).to_numpy(),
+                                              _as_array(batch.column("1")).to_numpy())
+        if "__err" in names:
+            err = batch.column("__err")
+            if err.null_count != batch.num_rows:
+                i = _first(pc.is_valid(err))
+                raise RowProblem(i, None, err[i].as_py())
+        cols = {}
+        for f in self.fields:
+            if f.is_primary_key and f.autoID:
+                continue
+            cols[f.fieldID] = check_and_convert(f, batch.column(str(f.fieldID)), tu)
+        g = _as_array(batch.column("__g")).to_numpy()
+        row_ids = g + int(self.ctx["row_id_start"])
+        if self.pk.autoID:
+            ids = pa.array(row_ids, pa.int64())
+            cols[self.pk.fieldID] = ids if self.pk.data_type == tu.DT.Int64 else ids.cast(pa.string())
+        return tu.columns_to_record_batch(self.schema, cols, row_ids, int(self.ctx["timestamp"]))
+
+    def finish(self) -> pa.RecordBatch:
+        if self.failed:
+            return pa.RecordBatch.from_pylist([_record(**self.problem)], schema=RESULT_SCHEMA)
+        records = []
+        for seg_index, piece in sorted(self.pieces.items()):
+            size = piece.close()
+            records.append(_record(kind="binlog", seg=seg_index, log_id=piece.log_id, key=piece.key,
+                                   rows=piece.rows, size=size, memory_size=piece.memory,
+                                   ts_from=piece.ts_from, ts_to=piece.ts_to))
+        return pa.RecordBatch.from_pylist(records, schema=RESULT_SCHEMA)
+
+    def abort(self) -> None:
+        for piece in self.pieces.values():
+            piece.abort()
+        self.pieces.clear()
+
+
+def _record(**kw) -> dict:
+    base = {n: None for n in RESULT_SCHEMA.names}
+    base.update(kw)
+    return base
+
+
+def binlog_writer(ctx: dict):
+    """The function for `df.mapInArrow(binlog_writer(ctx), RESULT_SPARK_SCHEMA)`.
+
+    ctx: mode ("import" | "compact"), schema (base64 CollectionSchema), storage_uri, segments
+    ([collection, partition, segment] per target index), log_id_start; import also row_id_start
+    and timestamp.
+    """
+
+    def run(batches):
+        writer = BinlogWriter(ctx)
+        try:
+            for batch in batches:
+                writer.add(batch)      # after a problem: drain the input, write nothing
+            result = writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        yield result
+
+    return run
