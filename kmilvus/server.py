@@ -34,7 +34,10 @@ COORDINATORS = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD)
 
 
 class Node:
-    def __init__(self, cfg: Config, role_names: tuple[str, ...]):
+    def __init__(self, cfg: Config, role_names: tuple[str, ...], *, job_runner=None):
+        """`job_runner`: how DataCoord runs Spark jobs (default: local spark-submit); the operator
+        passes one that creates SparkApplication resources, before DataCoord resumes its jobs."""
+        self.job_runner = job_runner
         unknown = set(role_names) - set(ALL_ROLES)
         if unknown:
             raise ValueError(f"unknown role(s): {', '.join(sorted(unknown))}")
@@ -90,7 +93,10 @@ class Node:
         if role == roles.ROOTCOORD:
             return RootCoord(cfg, kv, stream, reg, sid)
         if role == roles.DATACOORD:
-            return DataCoord(cfg, kv, stream, store, reg, sid)
+            dc = DataCoord(cfg, kv, stream, store, reg, sid)
+            if self.job_runner is not None:
+                dc.set_job_runner(self.job_runner)
+            return dc
         if role == roles.QUERYCOORD:
             return QueryCoord(kv, reg, sid)
         if role == roles.DATANODE:
