@@ -112,3 +112,20 @@ async def test_session_expires_when_keepalive_stops(kv):
             break
         await asyncio.sleep(0.1)
     assert await list_sessions(kv, "proxy") == {}
+
+
+async def test_leader_lock_is_held_by_one_process_at_a_time(kv):
+    from kmilvus.sessionutil.leader import LeaderLock
+
+    a, b = LeaderLock(kv, "coordinators", ttl=1), LeaderLock(kv, "coordinators", ttl=1)
+    await a.acquire()
+    waiter = asyncio.create_task(b.acquire(poll=0.05))
+    await asyncio.sleep(0.5)
+    assert not waiter.done()                 # b waits while a holds it
+    await a.release()
+    await asyncio.wait_for(waiter, 5)        # then b gets it
+    # A holder that dies (no more keepalives) loses the lock when its lease expires.
+    b._keepalive.cancel()
+    c = LeaderLock(kv, "coordinators", ttl=1)
+    await asyncio.wait_for(c.acquire(poll=0.05), 10)
+    await c.release()

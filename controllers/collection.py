@@ -1,0 +1,401 @@
+"""Collection: a Milvus collection declared as a custom resource.
+
+- reconcile (create / resume / spec update): validate the spec (no etcd touched when it is
+  invalid), then create the collection through RootCoord, or adopt an existing one with the same
+  name and schema (SchemaConflict otherwise); a changed schema is refused (SchemaSynced=False,
+  reason SchemaImmutable, and a Warning event) because Milvus cannot alter one (seed 001).
+- delete (finalizer): deletionPolicy Delete runs RootCoord's DropCollection and waits until its
+  resumable tail has finished (etcd `root-coord/drop-task/{id}` gone); Retain keeps the data.
+  Either way the Segment resources go.
+- monitor (daemon): mirrors DataCoord's segments as Segment resources and keeps rows / segment
+  counts in the status; notices a collection dropped behind the resource's back (an SDK-mirrored
+  resource is then deleted, an operator-managed one is created again).
+
+Every path is level-triggered: it compares the resource with what the coordinators hold now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import kopf
+from pymilvus.grpc_gen import common_pb2, milvus_pb2
+
+from controllers import conditions, metrics
+from controllers import resources as R
+from controllers.runtime import Runtime
+from controllers.schema import (
+    CONSISTENCY,
+    DEFAULT_CONSISTENCY,
+    SpecError,
+    Target,
+    same_schema,
+    schema_diff,
+    target,
+    to_schema,
+)
+from controllers.segments import SegmentMirror, delete_segments
+from kmilvus.meta import catalog
+from kmilvus.util import merr
+
+log = logging.getLogger("kmilvus.operator.collection")
+NOT_FOUND = merr.COLLECTION_NOT_FOUND[0]
+DROP_WAIT = 30.0
+RETRY_REASONS = ("SchemaConflict", "NameConflict")   # may clear up without a spec change
+
+
+@dataclass
+class Outcome:
+    status: dict = field(default_factory=dict)
+    events: list[tuple[str, str, str]] = field(default_factory=list)   # (type, reason, message)
+    delete_resource: bool = False
+
+
+def _meta(body) -> tuple[str, str, str, int | None]:
+    m = body["metadata"]
+    return m["name"], m.get("namespace"), m.get("uid", ""), m.get("generation")
+
+
+def _is_sdk(body) -> bool:
+    return (body["metadata"].get("annotations") or {}).get(R.ANN_CREATED_BY) == "sdk"
+
+
+def _deleting(body) -> bool:
+    return bool(body["metadata"].get("deletionTimestamp"))
+
+
+def _prop(desc, key: str) -> str | None:
+    for kv in desc.properties:
+        if kv.key == key:
+            return kv.value
+    return None
+
+
+async def describe(rootcoord, t: Target | None = None, *, collection_id: int = 0):
+    """DescribeCollection (by name, or by ID), or None when there is no such collection."""
+    req = (milvus_pb2.DescribeCollectionRequest(collectionID=collection_id) if collection_id else
+           milvus_pb2.DescribeCollectionRequest(db_name=t.database, collection_name=t.name))
+    rsp = await rootcoord.DescribeCollection(req)
+    if merr.ok(rsp.status):
+        return rsp
+    if rsp.status.code == NOT_FOUND:
+        return None
+    raise kopf.TemporaryError(f"DescribeCollection {collection_id or t.name}: {rsp.status.reason}", delay=1)
+
+
+async def converge(rt: Runtime, body) -> Outcome:
+    """Compare the resource with RootCoord and converge; returns the status to write."""
+    name, ns, uid, gen = _meta(body)
+    spec = dict(body.get("spec") or {})
+    old = dict(body.get("status") or {})
+    conds = list(old.get("conditions") or [])
+    out = Outcome()
+
+    def cond(ctype: str, ok: bool, reason: str, msg: str) -> bool:
+        nonlocal conds
+        conds, transitioned = conditions.set_condition(conds, ctype, ok, reason, msg, gen)
+        return transitioned
+
+    # 1. The spec alone: an invalid one never reaches etcd.
+    try:
+        schema = to_schema(spec, name)
+    except SpecError as exc:
+        msg = f"invalid Collection spec: {exc}"
+        if old.get("collectionID") and old.get("phase") == "Ready":
+            # An edit of a live collection's spec: refused; the collection keeps serving.
+            if cond("SchemaSynced", False, exc.reason, msg + "; the collection keeps its schema"):
+                out.events.append(("Warning", exc.reason, msg))
+            out.status = {"conditions": conds, "observedGeneration": gen}
+            return out
+        if cond("Ready", False, exc.reason, msg):
+            out.events.append(("Warning", exc.reason, msg))
+        out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
+        return out
+    t = target(spec, name)
+    shards = spec.get("shardsNum", 1)
+    co = await rt.coordinators()
+    known_id = old.get("collectionID")
+    created_by = old.get("createdBy")
+    if known_id:
+        # spec.name / spec.database are immutable too: never create a second collection for a rename.
+        mine = await describe(co.rootcoord, collection_id=known_id)
+        if mine is not None and (mine.db_name or "default", mine.collection_name) != t.key:
+            msg = (f"this resource manages collection {mine.collection_name} (ID {known_id}) in database "
+                   f"{mine.db_name or 'default'}; spec.name and spec.database cannot change (now {t.name} in "
+                   f"{t.database}). Revert the change, or create a new Collection.")
+            if cond("SchemaSynced", False, "NameImmutable", msg):
+                out.events.append(("Warning", "NameChangeRefused", msg))
+            out.status = {"conditions": conds, "observedGeneration": gen}
+            return out
+    desc = await describe(co.rootcoord, t)
+
+    if desc is not None and desc.collectionID == known_id:
+        # 2a. Ours already: the schema is immutable.
+        if not same_schema(schema, desc.schema) or desc.shards_num != shards:
+            diff = schema_diff(schema, desc.schema)
+            if desc.shards_num != shards:
+                diff = "; ".join(p for p in (diff if diff != "no field differs" else "",
+                                             f"shardsNum {desc.shards_num} -> {shards}") if p)
+            msg = (f"the schema of collection {t.name} cannot change ({diff}): Milvus does not support "
+                   "altering a collection schema, so it keeps the schema it was created with. Revert the "
+                   "change, or create a new Collection.")
+            if cond("SchemaSynced", False, "SchemaImmutable", msg):
+                out.events.append(("Warning", "SchemaChangeRefused", msg))
+        elif not conditions.is_true(conds, "SchemaSynced"):
+            was_refused = conditions.get(conds, "SchemaSynced") is not None
+            cond("SchemaSynced", True, "InSync", "the spec matches the collection's schema")
+            if was_refused:
+                out.events.append(("Normal", "SchemaInSync", f"the spec matches collection {t.name}'s schema again"))
+        if not conditions.is_true(conds, "Ready"):
+            cond("Ready", True, "Ready", f"collection {t.name} (ID {desc.collectionID}) exists")
+    elif desc is not None:
+        # 2b. It exists but is not ours yet: adopt it when it is the same collection.
+        owner = _prop(desc, R.PROP_OWNER)
+        if owner and not owner.endswith("/" + uid) and await _owner_exists(rt, owner):
+            msg = (f"collection {t.name} in database {t.database} belongs to Collection {owner.rsplit('/', 1)[0]}; "
+                   "two resources cannot manage one collection")
+            if cond("Ready", False, "NameConflict", msg):
+                out.events.append(("Warning", "NameConflict", msg))
+            out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
+            return out
+        if not same_schema(schema, desc.schema) or desc.shards_num != shards:
+            diff = schema_diff(schema, desc.schema)
+            if desc.shards_num != shards:
+                diff += f"; shardsNum {desc.shards_num} in Milvus, {shards} in the spec"
+            msg = (f"a collection named {t.name} already exists in database {t.database} with a different "
+                   f"schema ({diff}); it was not adopted")
+            if cond("Ready", False, "SchemaConflict", msg):
+                out.events.append(("Warning", "SchemaConflict", msg))
+            out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
+            return out
+        created_by = "sdk" if _is_sdk(body) or _prop(desc, R.PROP_MANAGED_BY) != "operator" else "operator"
+        msg = f"adopted existing collection {t.name} (ID {desc.collectionID})"
+        cond("Ready", True, "Adopted", msg)
+        cond("SchemaSynced", True, "InSync", "the spec matches the collection's schema")
+        out.events.append(("Normal", "Adopted", msg))
+        rt.stats.inc("adopted")
+    else:
+        # 2c. Missing.
+        if _is_sdk(body):
+            out.delete_resource = True   # dropped through the SDK: the mirror follows
+            out.events.append(("Normal", "DroppedBySDK",
+                               f"collection {t.name} (ID {known_id}) was dropped through the Milvus API"))
+            return out
+        if known_id:
+            out.events.append(("Warning", "CollectionLost",
+                               f"collection {t.name} (ID {known_id}) no longer exists in Milvus; creating it again"))
+        req = milvus_pb2.CreateCollectionRequest(
+            db_name=t.database, collection_name=t.name, schema=schema.SerializeToString(), shards_num=shards,
+            consistency_level=CONSISTENCY[spec.get("consistencyLevel", DEFAULT_CONSISTENCY)],
+            properties=[common_pb2.KeyValuePair(key=R.PROP_MANAGED_BY, value="operator"),
+                        common_pb2.KeyValuePair(key=R.PROP_OWNER, value=f"{ns}/{name}/{uid}")])
+        st = await co.rootcoord.CreateCollection(req)
+        if not merr.ok(st):
+            if st.error_code == common_pb2.IllegalArgument or st.code in (merr.PARAMETER_INVALID[0],
+                                                                          merr.COLLECTION_ILLEGAL_SCHEMA[0]):
+                msg = f"Milvus refused the collection: {st.reason}"
+                if cond("Ready", False, "CreateFailed", msg):
+                    out.events.append(("Warning", "CreateFailed", msg))
+                out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
+                return out
+            raise kopf.TemporaryError(f"CreateCollection {t.name}: {st.reason}", delay=1)
+        desc = await describe(co.rootcoord, t)
+        if desc is None:
+            raise kopf.TemporaryError(f"collection {t.name} vanished right after its creation", delay=1)
+        created_by = "operator"
+        msg = (f"created collection {t.name} (ID {desc.collectionID}) with {desc.shards_num} shard(s): "
+               f"{', '.join(desc.virtual_channel_names)}")
+        cond("Ready", True, "Created", msg)
+        cond("SchemaSynced", True, "InSync", "the spec matches the collection's schema")
+        out.events.append(("Normal", "Created", msg))
+        rt.stats.inc("created")
+
+    out.status = {
+        "phase": "Ready",
+        "collectionID": desc.collectionID,
+        "database": t.database,
+        "name": t.name,
+        "vchannels": list(desc.virtual_channel_names),
+        "createdBy": created_by or ("sdk" if _is_sdk(body) else "operator"),
+        "observedGeneration": gen,
+        "conditions": conds,
+    }
+    if "rows" not in old:
+        out.status["rows"] = 0
+    if "segments" not in old:
+        out.status["segments"] = {"growing": 0, "sealed": 0, "flushing": 0, "flushed": 0, "total": 0}
+    for child in rt.child_reconcilers:   # extension point (SparkApplication children, later)
+        await child(rt, body, desc)
+    return out
+
+
+async def _owner_exists(rt: Runtime, owner: str) -> bool:
+    ns, name, uid = (owner.split("/") + ["", "", ""])[:3]
+    try:
+        obj = await rt.kube.get(R.COLLECTION, ns, name)
+    except Exception:  # noqa: BLE001 - gone, or unreadable: treat as gone
+        return False
+    return obj.get("metadata", {}).get("uid") == uid and not obj.get("metadata", {}).get("deletionTimestamp")
+
+
+def post_events(body, events) -> None:
+    for etype, reason, msg in events:
+        kopf.event(body, type=etype, reason=reason, message=msg)
+
+
+def _status_delta(old: dict, new: dict) -> dict:
+    return {k: v for k, v in new.items() if old.get(k) != v}
+
+
+# Handlers --------------------------------------------------------------------------------------
+async def reconcile(body, memo, patch, logger, **_):
+    rt: Runtime = memo.runtime
+    name, ns, uid, _gen = _meta(body)
+    async with rt.lock(uid):
+        try:
+            out = await converge(rt, body)
+        except kopf.TemporaryError:
+            metrics.RECONCILES.labels("Collection", "retry").inc()
+            raise
+    rt.stats.inc("collection_reconciles")
+    metrics.RECONCILES.labels("Collection", out.status.get("phase", "deleted")).inc()
+    post_events(body, out.events)
+    if out.delete_resource:
+        await rt.kube.delete(R.COLLECTION, ns, name)
+        return
+    delta = _status_delta(dict(body.get("status") or {}), out.status)
+    if delta:
+        patch.status.update(delta)
+
+
+async def delete(body, memo, patch, logger, **_):
+    rt: Runtime = memo.runtime
+    name, ns, uid, _gen = _meta(body)
+    spec = dict(body.get("spec") or {})
+    status = dict(body.get("status") or {})
+    cid = status.get("collectionID")
+    policy = spec.get("deletionPolicy", "Delete")
+    started = time.monotonic()
+    async with rt.lock(uid):
+        if policy == "Retain":
+            if cid:
+                kopf.event(body, type="Normal", reason="Retained",
+                           message=f"collection {status.get('name')} (ID {cid}) kept: deletionPolicy is Retain")
+        elif cid:
+            co = await rt.coordinators()
+            try:
+                t = target(spec, name)
+            except Exception:  # noqa: BLE001 - a broken spec: use what the status recorded
+                t = Target(status.get("database", "default"), status.get("name", ""))
+            desc = await describe(co.rootcoord, t) if t.name else None
+            dropping = await co.kv.get(catalog.drop_task_key(cid)) is not None
+            if desc is not None and desc.collectionID == cid:
+                st = await co.rootcoord.DropCollection(
+                    milvus_pb2.DropCollectionRequest(db_name=t.database, collection_name=t.name))
+                if not merr.ok(st):
+                    raise kopf.TemporaryError(f"DropCollection {t.name}: {st.reason}", delay=1)
+                dropping = True
+            if dropping:
+                if not await wait_dropped(co, cid, DROP_WAIT):
+                    if (status.get("phase")) != "Deleting":
+                        patch.status["phase"] = "Deleting"
+                        kopf.event(body, type="Normal", reason="Dropping",
+                                   message=f"dropping collection {t.name} (ID {cid}) and all its data")
+                    raise kopf.TemporaryError(f"the drop of collection {cid} is still running", delay=1)
+                kopf.event(body, type="Normal", reason="Dropped",
+                           message=f"collection {t.name} (ID {cid}): schema, segments, binlogs and stream "
+                                   "data removed")
+                metrics.DROP_SECONDS.observe(time.monotonic() - started)
+                rt.stats.inc("dropped")
+        if cid:
+            await delete_segments(rt, ns, cid)
+            rt.forget_segments(cid)
+    rt.forget(uid)
+
+
+async def wait_dropped(co, collection_id: int, timeout: float) -> bool:
+    """RootCoord's drop is finished when its resumable task record is gone from etcd."""
+    key = catalog.drop_task_key(collection_id)
+    deadline = time.monotonic() + timeout
+    while await co.kv.get(key) is not None:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return collection_id not in co.rootcoord.collections
+
+
+async def monitor(stopped, body, memo, logger, **_):
+    """Segments -> Segment resources, rows and segment counts -> status; notices lost collections
+    and retries conflicts that may have gone away (level-triggered, not only on spec changes)."""
+    rt: Runtime = memo.runtime
+    mirror = SegmentMirror(rt, body)
+    last_retry = time.monotonic()
+    while not stopped and not _deleting(body):
+        status = body.get("status") or {}
+        cid = status.get("collectionID")
+        try:
+            if rt.active:
+                co = await rt.coordinators()
+                if cid and cid not in co.rootcoord.collections and status.get("phase") == "Ready":
+                    await _reconverge(rt, body)
+                elif cid:
+                    await mirror.sync(cid)
+                elif (status.get("phase") == "Failed" and (conditions.get(status.get("conditions"), "Ready") or {})
+                      .get("reason") in RETRY_REASONS
+                      and time.monotonic() - last_retry >= rt.opts.retry_interval):
+                    last_retry = time.monotonic()
+                    await _reconverge(rt, body)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - keep mirroring; the next pass retries
+            logger.warning(f"monitor pass failed: {exc}")
+            await stopped.wait(1)
+        if cid:
+            await rt.wait_segments(cid, min(rt.opts.segment_rows_interval, 2.0), stopped)
+        else:
+            await stopped.wait(1.0)
+
+
+async def _reconverge(rt: Runtime, body) -> None:
+    """Converge outside a kopf handler (the collection disappeared, or a conflict may be gone):
+    recreate, adopt, or follow an SDK drop by deleting the resource."""
+    name, ns, uid, _gen = _meta(body)
+    async with rt.lock(uid):
+        if _deleting(body):
+            return
+        co = await rt.coordinators()
+        cid = (body.get("status") or {}).get("collectionID")
+        # A drop through RootCoord is done in two steps; only act once it has finished.
+        if cid and await co.kv.get(catalog.drop_task_key(cid)) is not None:
+            return
+        out = await converge(rt, body)
+        post_events(body, out.events)
+        if out.delete_resource:
+            if cid:
+                await delete_segments(rt, ns, cid)
+            await rt.kube.delete(R.COLLECTION, ns, name)
+            return
+        delta = _status_delta(dict(body.get("status") or {}), out.status)
+        if delta:
+            await rt.kube.patch(R.COLLECTION, ns, name, {"status": delta}, status=True)
+
+
+def index(namespace, name, uid, spec, **_):
+    try:
+        key = target(spec or {}, name).key
+    except Exception:  # noqa: BLE001
+        return None
+    return {key: {"namespace": namespace, "name": name, "uid": uid}}
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    kopf.index(*R.COLLECTIONS, id="collection_names", registry=registry)(index)
+    handler = kopf.on.resume(*R.COLLECTIONS, id="reconcile", backoff=2.0, registry=registry)(reconcile)
+    kopf.on.create(*R.COLLECTIONS, id="reconcile", backoff=2.0, registry=registry)(handler)
+    kopf.on.update(*R.COLLECTIONS, id="reconcile", field="spec", backoff=2.0, registry=registry)(handler)
+    kopf.on.delete(*R.COLLECTIONS, id="drop", backoff=2.0, registry=registry)(delete)
+    kopf.daemon(*R.COLLECTIONS, id="monitor", cancellation_backoff=1.0, cancellation_timeout=5.0, backoff=2.0,
+                registry=registry)(monitor)

@@ -1,0 +1,158 @@
+"""A small asyncio Kubernetes API client for what kopf's handler patches cannot do.
+
+kopf applies a handler's `patch` when the handler returns; daemons (segment mirror, flush
+progress) write status while they run and create / delete child objects (Segments, mirrored
+Collections), so they need a client of their own. It speaks plain JSON over aiohttp with the
+credentials kopf logged in with (`kopf.ConnectionInfo`: token, client certificate, CA), counts
+every request (Prometheus, and `KubeClient.requests` for benchmarks), and retries nothing by
+itself: callers are reconcilers that run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from controllers import metrics
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: Any, method: str, path: str):
+        self.status = status
+        self.body = body
+        msg = body.get("message") if isinstance(body, dict) else str(body)[:300]
+        super().__init__(f"{method} {path}: HTTP {status}: {msg}")
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):
+    pass
+
+
+def _error(status: int, body: Any, method: str, path: str) -> ApiError:
+    cls = NotFound if status == 404 else Conflict if status == 409 else ApiError
+    return cls(status, body, method, path)
+
+
+class KubeClient:
+    """`login` returns a `kopf.ConnectionInfo` (or None); it is called on first use and on 401."""
+
+    def __init__(self, login: Callable[[], Awaitable[Any]], *, user_agent: str = "kmilvus-operator",
+                 max_connections: int = 16):
+        self._login = login
+        self.user_agent = user_agent
+        self.max_connections = max_connections   # a pool, reused (keep-alive): no connection storms
+        self._session: aiohttp.ClientSession | None = None
+        self._server = ""
+        self._lock = asyncio.Lock()
+        self.requests = 0                        # total requests sent (bench / tests)
+
+    async def _ensure(self, force: bool = False) -> aiohttp.ClientSession:
+        async with self._lock:
+            if self._session is not None and not force:
+                return self._session
+            info = await self._login()
+            if info is None:
+                raise RuntimeError("no Kubernetes credentials: the login returned nothing")
+            if self._session is not None:
+                await self._session.close()
+            ssl = info.as_ssl_context()
+            self._server = info.server.rstrip("/")
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.max_connections, ssl=ssl),
+                headers={**info.as_http_headers(), "User-Agent": self.user_agent},
+                timeout=aiohttp.ClientTimeout(total=60, sock_connect=10))
+            return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def request(self, method: str, path: str, *, params: dict | None = None, body: Any = None,
+                      content_type: str = "application/json") -> Any:
+        for attempt in (0, 1):
+            session = await self._ensure(force=attempt > 0)
+            url = self._server + path
+            if params:
+                url += "?" + urllib.parse.urlencode(params)
+            data = None if body is None else json.dumps(body)
+            self.requests += 1
+            metrics.API_REQUESTS.labels(method.lower()).inc()
+            async with session.request(method, url, data=data,
+                                       headers={"Content-Type": content_type} if data else None) as rsp:
+                text = await rsp.text()
+                try:
+                    payload = json.loads(text) if text else None
+                except ValueError:
+                    payload = text
+                if rsp.status == 401 and attempt == 0:
+                    continue  # credentials rotated (projected service-account tokens): log in again
+                if rsp.status >= 400:
+                    raise _error(rsp.status, payload, method, path)
+                return payload
+        raise AssertionError("unreachable")
+
+    # Verbs -----------------------------------------------------------------------------------
+    async def get(self, res: Resource, namespace: str | None, name: str) -> dict:
+        return await self.request("GET", res.path(namespace, name))
+
+    async def list(self, res: Resource, namespace: str | None = None, *,
+                   labels: dict[str, str] | None = None) -> list[dict]:
+        params = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
+        rsp = await self.request("GET", res.path(namespace), params=params)
+        items = (rsp or {}).get("items", [])
+        if labels:  # also filter here: not every API server (or emulator) honours selectors
+            items = [i for i in items
+                     if all((i.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in labels.items())]
+        return items
+
+    async def create(self, res: Resource, namespace: str | None, body: dict) -> dict:
+        body = {"apiVersion": res.api_version, "kind": res.kind, **body}
+        return await self.request("POST", res.path(namespace), body=body)
+
+    async def patch(self, res: Resource, namespace: str | None, name: str, patch: dict, *,
+                    status: bool = False) -> dict:
+        return await self.request("PATCH", res.path(namespace, name, "status" if status else None),
+                                  body=patch, content_type="application/merge-patch+json")
+
+    async def delete(self, res: Resource, namespace: str | None, name: str, *, missing_ok: bool = True) -> None:
+        try:
+            await self.request("DELETE", res.path(namespace, name),
+                               body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
+        except NotFound:
+            if not missing_ok:
+                raise

@@ -1,0 +1,255 @@
+"""Collection spec (the custom resource) <-> Milvus collection schema.
+
+The CRD's openAPIV3Schema and CEL rules reject bad specs at the API server; `check_spec` repeats
+every one of those rules (and RootCoord's own, through `kmilvus.rootcoord.schema.validate_schema`)
+so a spec that got through anyway — no CEL support, an old CRD, a direct etcd write — is reported
+in conditions before anything touches etcd.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from pymilvus.grpc_gen import common_pb2, schema_pb2
+
+from kmilvus.rootcoord import schema as schemautil
+from kmilvus.util.merr import MilvusError
+
+DT = schema_pb2.DataType
+DATA_TYPES = {"Bool": DT.Bool, "Int8": DT.Int8, "Int16": DT.Int16, "Int32": DT.Int32, "Int64": DT.Int64,
+              "Float": DT.Float, "Double": DT.Double, "VarChar": DT.VarChar, "JSON": DT.JSON,
+              "FloatVector": DT.FloatVector}
+TYPE_NAMES = {v: k for k, v in DATA_TYPES.items()}
+CONSISTENCY = {name: value for name, value in common_pb2.ConsistencyLevel.items()}
+CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
+DEFAULT_DB = "default"
+DEFAULT_CONSISTENCY = "Bounded"
+MAX_DIM = 32768
+MAX_VARCHAR = 65535
+MAX_FIELDS = 64
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class SpecError(ValueError):
+    """A spec Milvus would refuse; `reason` is a CamelCase condition reason."""
+
+    def __init__(self, message: str, reason: str = "InvalidSpec"):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which Milvus collection a Collection resource stands for."""
+    database: str
+    name: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.database, self.name)
+
+
+def default_name(meta_name: str) -> str:
+    """spec.name defaults to metadata.name, with the '-' and '.' Kubernetes allows (and Milvus
+    does not) turned into '_'."""
+    return meta_name.replace("-", "_").replace(".", "_")
+
+
+def target(spec: dict, meta_name: str) -> Target:
+    return Target(spec.get("database") or DEFAULT_DB, spec.get("name") or default_name(meta_name))
+
+
+def check_spec(spec: dict, meta_name: str) -> list[str]:
+    """Every problem the CRD schema (incl. its CEL rules) would have caught, in plain words."""
+    problems: list[str] = []
+    if not isinstance(spec, dict):
+        return ["spec must be an object"]
+    t = target(spec, meta_name)
+    for what, value in (("spec.name", t.name), ("spec.database", t.database)):
+        if not NAME_RE.match(value) or len(value) > schemautil.MAX_NAME_LENGTH:
+            problems.append(f"{what} {value!r} is not a valid Milvus name: 1-255 characters, a letter or "
+                            "underscore first, then letters, digits and underscores")
+    shards = spec.get("shardsNum", 1)
+    if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 16:
+        problems.append(f"spec.shardsNum must be an integer in [1, 16], got {shards!r}")
+    level = spec.get("consistencyLevel", DEFAULT_CONSISTENCY)
+    if level not in CONSISTENCY:
+        problems.append(f"spec.consistencyLevel must be one of {', '.join(CONSISTENCY)}, got {level!r}")
+    policy = spec.get("deletionPolicy", "Delete")
+    if policy not in ("Delete", "Retain"):
+        problems.append(f"spec.deletionPolicy must be Delete or Retain, got {policy!r}")
+    fields = spec.get("fields")
+    if not isinstance(fields, list) or not fields:
+        return problems + ["spec.fields must list at least one field"]
+    if len(fields) > MAX_FIELDS:
+        problems.append(f"spec.fields has {len(fields)} fields; at most {MAX_FIELDS} are allowed")
+    names: list[str] = []
+    pks: list[str] = []
+    vectors = 0
+    for i, f in enumerate(fields):
+        where = f"spec.fields[{i}]"
+        if not isinstance(f, dict):
+            problems.append(f"{where} must be an object")
+            continue
+        name = f.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > schemautil.MAX_NAME_LENGTH:
+            problems.append(f"{where}.name {name!r} is not a valid Milvus field name")
+        else:
+            where = f"field {name!r}"
+            names.append(name)
+        dtype = f.get("dataType")
+        if dtype not in DATA_TYPES:
+            problems.append(f"{where}: dataType must be one of {', '.join(DATA_TYPES)}, got {dtype!r}")
+        if f.get("isPrimaryKey"):
+            pks.append(str(name))
+            if dtype not in ("Int64", "VarChar"):
+                problems.append(f"{where}: a primary key must be Int64 or VarChar, got {dtype}")
+        if f.get("autoID") and not f.get("isPrimaryKey"):
+            problems.append(f"{where}: only the primary key can set autoID")
+        dim = f.get("dim")
+        if dtype == "FloatVector":
+            vectors += 1
+            if dim is None:
+                problems.append(f"{where}: a FloatVector field needs dim")
+            elif not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= MAX_DIM:
+                problems.append(f"{where}: dim must be in [1, {MAX_DIM}], got {dim!r}")
+        elif dim is not None:
+            problems.append(f"{where}: dim only applies to FloatVector fields")
+        max_length = f.get("maxLength")
+        if dtype == "VarChar":
+            if max_length is None:
+                problems.append(f"{where}: a VarChar field needs maxLength")
+            elif not isinstance(max_length, int) or isinstance(max_length, bool) or not 1 <= max_length <= MAX_VARCHAR:
+                problems.append(f"{where}: maxLength must be in [1, {MAX_VARCHAR}], got {max_length!r}")
+        elif max_length is not None:
+            problems.append(f"{where}: maxLength only applies to VarChar fields")
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        problems.append(f"duplicated field name(s): {', '.join(dups)}")
+    if len(pks) != 1:
+        problems.append(f"exactly one field must be the primary key, found {len(pks)}"
+                        + (f" ({', '.join(pks)})" if pks else ""))
+    if not vectors:
+        problems.append("a collection needs a FloatVector field")
+    return problems
+
+
+def to_schema(spec: dict, meta_name: str) -> schema_pb2.CollectionSchema:
+    """The Milvus schema a spec asks for; raises SpecError with every problem found."""
+    problems = check_spec(spec, meta_name)
+    if problems:
+        raise SpecError("; ".join(problems))
+    t = target(spec, meta_name)
+    schema = schema_pb2.CollectionSchema(name=t.name, description=spec.get("description", ""))
+    for f in spec["fields"]:
+        fs = schema.fields.add(name=f["name"], data_type=DATA_TYPES[f["dataType"]],
+                               is_primary_key=bool(f.get("isPrimaryKey")), autoID=bool(f.get("autoID")),
+                               description=f.get("description", ""))
+        if "dim" in f:
+            fs.type_params.add(key="dim", value=str(f["dim"]))
+        if "maxLength" in f:
+            fs.type_params.add(key="max_length", value=str(f["maxLength"]))
+    schema.autoID = any(f.autoID for f in schema.fields if f.is_primary_key)
+    try:  # RootCoord's own rules, with Milvus' wording
+        schemautil.validate_schema(schema, max_dim=MAX_DIM, max_varchar=MAX_VARCHAR)
+    except MilvusError as exc:
+        raise SpecError(exc.message) from None
+    return schema
+
+
+def representable(schema: schema_pb2.CollectionSchema) -> schema_pb2.CollectionSchema:
+    """The part of a stored schema a Collection spec can express (so SDK extras don't conflict)."""
+    out = schema_pb2.CollectionSchema(name=schema.name, description=schema.description)
+    for f in schema.fields:
+        fs = out.fields.add(name=f.name, data_type=f.data_type, is_primary_key=f.is_primary_key,
+                            autoID=f.autoID, description=f.description)
+        for kv in f.type_params:
+            if kv.key in ("dim", "max_length"):
+                fs.type_params.add(key=kv.key, value=kv.value)
+    return out
+
+
+def same_schema(spec_schema: schema_pb2.CollectionSchema, stored: schema_pb2.CollectionSchema) -> bool:
+    return schemautil.same_schema(representable(spec_schema), representable(stored))
+
+
+def schema_diff(spec_schema: schema_pb2.CollectionSchema, stored: schema_pb2.CollectionSchema) -> str:
+    """A short human description of how two schemas differ."""
+    def fields(s):
+        return {f.name: (TYPE_NAMES.get(f.data_type, DT.Name(f.data_type)), f.is_primary_key, f.autoID,
+                         {kv.key: kv.value for kv in f.type_params if kv.key in ("dim", "max_length")})
+                for f in s.fields}
+    a, b = fields(spec_schema), fields(stored)
+    parts = []
+    added = [n for n in a if n not in b]
+    removed = [n for n in b if n not in a]
+    changed = [n for n in a if n in b and a[n] != b[n]]
+    if added:
+        parts.append("added " + ", ".join(added))
+    if removed:
+        parts.append("removed " + ", ".join(removed))
+    for n in changed:
+        parts.append(f"changed {n} {_desc(b[n])} -> {_desc(a[n])}")
+    if not parts and [f.name for f in spec_schema.fields] != [f.name for f in stored.fields]:
+        parts.append("reordered fields")
+    return "; ".join(parts) or "no field differs"
+
+
+def _desc(d) -> str:
+    dtype, pk, auto, params = d
+    extra = ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+    return f"({dtype}{',pk' if pk else ''}{',autoID' if auto else ''}{',' + extra if extra else ''})"
+
+
+def spec_from_collection(desc) -> dict:
+    """A Collection spec for an existing collection (a milvus DescribeCollectionResponse)."""
+    fields = []
+    for f in desc.schema.fields:
+        if f.data_type not in TYPE_NAMES:
+            raise SpecError(f"field {f.name}: data type {DT.Name(f.data_type)} has no Collection spec form",
+                            reason="Unrepresentable")
+        out: dict = {"name": f.name, "dataType": TYPE_NAMES[f.data_type]}
+        if f.is_primary_key:
+            out["isPrimaryKey"] = True
+        if f.autoID:
+            out["autoID"] = True
+        if f.description:
+            out["description"] = f.description
+        for kv in f.type_params:
+            if kv.key == "dim":
+                out["dim"] = int(kv.value)
+            elif kv.key == "max_length":
+                out["maxLength"] = int(kv.value)
+        fields.append(out)
+    spec = {"name": desc.collection_name, "database": desc.db_name or DEFAULT_DB,
+            "shardsNum": desc.shards_num or 1,
+            "consistencyLevel": CONSISTENCY_NAMES.get(desc.consistency_level, DEFAULT_CONSISTENCY),
+            "fields": fields, "deletionPolicy": "Delete"}
+    if desc.schema.description:
+        spec["description"] = desc.schema.description
+    return spec
+
+
+def k8s_name(database: str, name: str, hashed: bool = False) -> str:
+    """A DNS-1123 name for a mirrored collection; a short hash keeps lossy mappings distinct
+    (and `hashed=True` forces it, when the plain name is taken)."""
+    base = name.lower().replace("_", "-")
+    if database != DEFAULT_DB:
+        base = f"{database.lower().replace('_', '-')}.{base}"
+    base = re.sub(r"[^a-z0-9.-]", "-", base).strip("-.") or "collection"
+    exact = base.replace("-", "_") == name and database == DEFAULT_DB and DNS_LABEL_RE.match(base)
+    if exact and len(base) <= 200 and not hashed:
+        return base
+    digest = hashlib.sha1(f"{database}/{name}".encode()).hexdigest()[:8]
+    return f"{base[:190].strip('-.')}-{digest}"
+
+
+def label_value(value: str) -> str:
+    """A valid label value (<= 63 characters) for a name; long names get a hash suffix."""
+    v = re.sub(r"[^A-Za-z0-9_.-]", "-", value).strip("-_.")
+    if len(v) <= 63:
+        return v
+    return f"{v[:54].strip('-_.')}-{hashlib.sha1(value.encode()).hexdigest()[:8]}"

@@ -1,0 +1,158 @@
+"""Segment resources: DataCoord's segments mirrored, owned by their Collection.
+
+A Segment is written when it appears, when its state changes, and — for row / binlog counts
+alone — at most every `segment_rows_interval` seconds; it is deleted when DataCoord no longer has
+the segment (dropped, compacted away, or its collection dropped). The Collection's status gets the
+row count and the segment counts by state on the same schedule.
+
+Segments carry their data in `spec` (identity) and `status` (what DataCoord reports) without a
+status subresource, so one POST creates a complete object.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pymilvus.grpc_gen import common_pb2
+
+from controllers import conditions, metrics
+from controllers import resources as R
+from controllers.kube import Conflict, NotFound
+from controllers.schema import label_value
+from kmilvus.proto import data_coord_pb2
+
+log = logging.getLogger("kmilvus.operator.segments")
+STATE = common_pb2.SegmentState
+MIRRORED = {STATE.Growing: "Growing", STATE.Sealed: "Sealed", STATE.Flushing: "Flushing",
+            STATE.Flushed: "Flushed", STATE.Importing: "Importing"}
+
+
+def segment_name(collection_resource: str, segment_id: int) -> str:
+    return f"{collection_resource[:230].rstrip('-.')}-{segment_id}"
+
+
+def _position(p) -> dict | None:
+    if not p.channel_name and not p.seq:
+        return None
+    return {"channel": p.channel_name, "seq": p.seq, "timestamp": p.timestamp}
+
+
+def segment_status(info) -> dict:
+    st = {"state": MIRRORED.get(info.state, STATE.Name(info.state)), "rows": info.num_of_rows,
+          "binlogs": info.binlog_count, "binlogSize": info.binlog_size}
+    if info.state == STATE.Growing:
+        st["assignedRows"] = info.assigned_rows
+    for key, pos in (("startPosition", info.start_position), ("dmlPosition", info.dml_position)):
+        if (p := _position(pos)) is not None:
+            st[key] = p
+    return st
+
+
+class SegmentMirror:
+    def __init__(self, rt, collection_body):
+        self.rt = rt
+        self.body = collection_body      # kopf's live view: status follows the resource
+        m = collection_body["metadata"]
+        self.name, self.ns, self.uid = m["name"], m.get("namespace"), m.get("uid")
+        self.written: dict[int, tuple[dict, float]] = {}   # segment ID -> (status written, when)
+        self.loaded_for: int | None = None
+        self.coll_written: tuple[dict, float] | None = None
+
+    def _labels(self, cid: int) -> dict:
+        return {R.LABEL_COLLECTION: label_value(self.name), R.LABEL_COLLECTION_ID: str(cid),
+                R.LABEL_MANAGED_BY: R.MANAGED_BY}
+
+    async def _load(self, cid: int, segments: list) -> None:
+        """Learn which Segment resources exist (after a restart) — only when there can be any."""
+        self.written = {}
+        status = self.body.get("status") or {}
+        if segments or (status.get("segments") or {}).get("total"):
+            for item in await self.rt.kube.list(R.SEGMENT, self.ns, labels={R.LABEL_COLLECTION_ID: str(cid)}):
+                sid = (item.get("spec") or {}).get("segmentID")
+                if sid is not None:
+                    self.written[int(sid)] = (item.get("status") or {}, 0.0)
+        self.loaded_for = cid
+
+    async def sync(self, cid: int) -> None:
+        co = await self.rt.coordinators()
+        rsp = await co.datacoord.GetSegmentsByCollection(
+            data_coord_pb2.GetSegmentsByCollectionRequest(collectionID=cid))
+        infos = [i for i in rsp.infos if i.state in MIRRORED]
+        if self.loaded_for != cid:
+            await self._load(cid, infos)
+        now = time.monotonic()
+        every = self.rt.opts.segment_rows_interval
+        current = {i.ID: i for i in infos}
+        for sid, info in current.items():
+            new = segment_status(info)
+            if sid not in self.written:
+                await self._create(cid, info, new)
+            else:
+                old, when = self.written[sid]
+                if old.get("state") != new["state"] or (old != new and now - when >= every):
+                    await self._patch(sid, new)
+        for sid in [s for s in self.written if s not in current]:
+            await self.rt.kube.delete(R.SEGMENT, self.ns, segment_name(self.name, sid))
+            metrics.SEGMENT_WRITES.labels("delete").inc()
+            self.written.pop(sid, None)
+        await self._collection_status(cid, infos, now)
+
+    async def _create(self, cid: int, info, status: dict) -> None:
+        body = {
+            "metadata": {
+                "name": segment_name(self.name, info.ID), "namespace": self.ns, "labels": self._labels(cid),
+                "ownerReferences": [{"apiVersion": R.API_VERSION, "kind": "Collection", "name": self.name,
+                                     "uid": self.uid, "controller": True}],
+            },
+            "spec": {"segmentID": info.ID, "collection": (self.body.get("status") or {}).get("name", ""),
+                     "collectionID": cid, "partitionID": info.partitionID, "channel": info.insert_channel},
+            "status": {**status, "lastUpdateTime": conditions.now_iso()},
+        }
+        try:
+            await self.rt.kube.create(R.SEGMENT, self.ns, body)
+            metrics.SEGMENT_WRITES.labels("create").inc()
+        except Conflict:  # left from before a restart: bring it up to date
+            await self.rt.kube.patch(R.SEGMENT, self.ns, body["metadata"]["name"], {"status": body["status"]})
+            metrics.SEGMENT_WRITES.labels("patch").inc()
+        self.written[info.ID] = (status, time.monotonic())
+
+    async def _patch(self, sid: int, status: dict) -> None:
+        try:
+            await self.rt.kube.patch(R.SEGMENT, self.ns, segment_name(self.name, sid),
+                                     {"status": {**status, "lastUpdateTime": conditions.now_iso()}})
+            metrics.SEGMENT_WRITES.labels("patch").inc()
+            self.written[sid] = (status, time.monotonic())
+        except NotFound:
+            self.written.pop(sid, None)   # deleted by someone: created again on the next pass
+
+    async def _collection_status(self, cid: int, infos: list, now: float) -> None:
+        counts = {"growing": 0, "sealed": 0, "flushing": 0, "flushed": 0, "total": len(infos)}
+        for i in infos:
+            key = MIRRORED[i.state].lower()
+            if key in counts:
+                counts[key] += 1
+        rows = sum(i.num_of_rows for i in infos if i.state == STATE.Flushed)
+        new = {"rows": rows, "segments": counts}
+        status = self.body.get("status") or {}
+        seen = {"rows": status.get("rows"), "segments": status.get("segments")}
+        if seen == new:
+            return
+        # What we wrote last counts until kopf's view of the resource catches up with it.
+        basis, last = self.coll_written if self.coll_written else (seen, 0.0)
+        if basis == new and now - last < 5.0:
+            return
+        if basis.get("segments") == new["segments"] and now - last < self.rt.opts.segment_rows_interval:
+            return   # rows alone: bounded rate
+        await self.rt.kube.patch(R.COLLECTION, self.ns, self.name, {"status": new}, status=True)
+        self.coll_written = (new, now)
+
+
+async def delete_segments(rt, namespace: str, collection_id: int) -> int:
+    """Delete every Segment resource of a collection (ownerReferences would too, eventually)."""
+    n = 0
+    for item in await rt.kube.list(R.SEGMENT, namespace, labels={R.LABEL_COLLECTION_ID: str(collection_id)}):
+        await rt.kube.delete(R.SEGMENT, namespace, item["metadata"]["name"])
+        metrics.SEGMENT_WRITES.labels("delete").inc()
+        n += 1
+    return n

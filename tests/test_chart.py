@@ -1,0 +1,576 @@
+"""The Helm chart (charts/kmilvus), rendered offline with Helm's own library (helm-python-sdk):
+lint, strict schema validation of every rendered object, the chart's CRD copies against crds/,
+and the properties a cluster operator relies on (Service port, probes, hardening, secrets by
+reference, least-privilege RBAC)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import re
+from pathlib import Path
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+# kubernetes-validate re-reads its (large) JSON schemas on every call; memoise the reads.
+if not hasattr(kubernetes_validate.utils.schema_contents, "cache_info"):
+    kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
+        kubernetes_validate.utils.schema_contents)
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "kmilvus"
+CRDS = ROOT / "crds"
+# The chart declares kubeVersion >=1.27; validate against an old and a recent schema set.
+KUBE_VERSIONS = ("1.29", "1.34")
+NS = "kmilvus"
+RELEASE = "kmilvus"
+
+EXTERNAL = {
+    "externalEtcd": {"endpoint": "etcd-client.infra.svc:2379"},
+    "externalNats": {
+        "url": "nats://nats.infra.svc:4222",
+        "auth": {"existingSecret": "nats-creds", "usernameKey": "user", "passwordKey": "pass"},
+    },
+    "storage": {
+        "uri": "s3://binlogs/kmilvus?endpoint=http://ceph-rgw.infra.svc:7480",
+        "region": "eu-west-1",
+        "existingSecret": "s3-creds",
+        "accessKeyIdKey": "access",
+        "secretAccessKeyKey": "secret",
+    },
+    "image": {"repository": "registry.example.com/kmilvus", "tag": "1.2.3", "pullPolicy": "Always"},
+    "operator": {"replicas": 2, "nodeSelector": {"pool": "system"},
+                 "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]},
+    "proxy": {"replicas": 3, "podDisruptionBudget": {"enabled": True},
+              "service": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["10.0.0.0/8"]},
+              "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                  {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                                      "labelSelector": {"matchLabels": {
+                                                          "app.kubernetes.io/component": "proxy"}}}}]}}},
+    "datanode": {"replicas": 2, "podDisruptionBudget": {"enabled": True}},
+    "config": {"session_ttl": "15", "SEGMENT_MAX_SIZE_MB": 256},
+}
+IN_CHART = {"etcd": {"enabled": True}, "nats": {"enabled": True}, "minio": {"enabled": True}}
+CLUSTER_WIDE = {
+    **IN_CHART,
+    "operator": {"clusterWide": True},
+    "metrics": {"podAnnotations": True, "serviceMonitor": {"enabled": True}},
+    "etcd": {"enabled": True, "persistence": {"enabled": False}},
+}
+MULTI_NS = {"operator": {"watchNamespaces": ["team-a", "team-b"]}}
+SCENARIOS = {"default": {}, "external": EXTERNAL, "in-chart": IN_CHART, "cluster-wide": CLUSTER_WIDE,
+             "multi-namespace": MULTI_NS}
+KMILVUS_COMPONENTS = ("operator", "proxy", "datanode")
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+def render(values: dict) -> list[dict]:
+    with helm.Chart.load(CHART) as chart:
+        out = chart.render(values, name=RELEASE, namespace=NS)
+    docs = []
+    for path, text in sorted(out.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        docs.extend(d for d in yaml.safe_load_all(text) if d)
+    return docs
+
+
+@pytest.fixture(scope="module", params=list(SCENARIOS))
+def scenario(request):
+    return request.param, render(SCENARIOS[request.param])
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs, kind, name):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def workloads(docs):
+    return [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+
+
+def flag(args: list[str], name: str) -> list[str]:
+    """The values given to a (repeatable) command-line flag."""
+    return [args[i + 1] for i, a in enumerate(args) if a == name]
+
+
+def operator_args(docs) -> list[str]:
+    return one(docs, "Deployment", f"{RELEASE}-operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def component(obj) -> str:
+    return obj["metadata"]["labels"]["app.kubernetes.io/component"]
+
+
+def load_yaml_docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def crd_schema(crd: dict, version: str) -> dict:
+    for v in crd["spec"]["versions"]:
+        if v["name"] == version:
+            return v["schema"]["openAPIV3Schema"]
+    raise AssertionError(f"{crd['metadata']['name']} has no version {version}")
+
+
+@functools.lru_cache(maxsize=None)
+def _chart_crds() -> dict[str, dict]:
+    out = {}
+    for f in sorted((CHART / "crds").glob("*.yaml")):
+        for d in load_yaml_docs(f):
+            out[(d["spec"]["group"], d["spec"]["names"]["kind"])] = d
+    return out
+
+
+def chart_crds() -> dict[str, dict]:
+    """CRDs under charts/kmilvus/crds, by (group, kind) (a fresh copy)."""
+    return copy.deepcopy(_chart_crds())
+
+
+def validate_strict(obj: dict) -> None:
+    """Every built-in object validates against the Kubernetes schemas, unknown fields rejected;
+    instances of our or kopf's CRDs validate against the CRD's own schema."""
+    group = obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else ""
+    crds = _chart_crds()
+    if (group, obj["kind"]) in crds:
+        jsonschema.validate(obj, crd_schema(crds[(group, obj["kind"])], obj["apiVersion"].split("/")[1]))
+        return
+    if obj["kind"] == "ServiceMonitor":  # prometheus-operator CRD: not bundled, checked by hand
+        assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+        assert set(obj["spec"]) <= {"selector", "namespaceSelector", "podTargetLabels", "endpoints", "jobLabel"}
+        assert obj["spec"]["endpoints"] and obj["spec"]["selector"]["matchLabels"]
+        return
+    for version in KUBE_VERSIONS:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            path = ".".join(str(p) for p in e.path)
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} invalid for Kubernetes {version} at {path}: {e.message}")
+
+
+# ------------------------------------------------------------------------------------ lint
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_helm_lint_is_clean(name):
+    report = helm.lint(CHART, SCENARIOS[name], strict=True, namespace=NS)
+    assert report["total_charts_linted"] == 1
+    assert report["errors"] == []
+    serious = [m for m in report["messages"] if m["severity"] >= 2]
+    assert serious == [], serious
+
+
+def test_chart_metadata_is_helm3():
+    with helm.Chart.load(CHART) as chart:
+        meta = chart.metadata
+        crd_files = {c["name"] for c in chart.crds}
+    assert meta["apiVersion"] == "v2" and meta["name"] == "kmilvus"
+    assert "crds/kopf-peerings.yaml" in crd_files
+    assert any("collections" in f for f in crd_files)
+
+
+# ------------------------------------------------------------------------------------ validation
+
+def test_every_rendered_object_validates_strictly(scenario):
+    name, docs = scenario
+    assert len(docs) > 10, name
+    for obj in docs:
+        validate_strict(obj)
+
+
+def test_rendered_objects_are_namespaced_to_the_release(scenario):
+    name, docs = scenario
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"}
+    served = set(SCENARIOS[name].get("operator", {}).get("watchNamespaces") or [NS])
+    for obj in docs:
+        if obj["kind"] in cluster_scoped:
+            assert "namespace" not in obj["metadata"]
+        elif obj["kind"] in ("Role", "RoleBinding", "KopfPeering") or obj["metadata"]["name"] == "kmilvus-spark":
+            assert obj["metadata"]["namespace"] in served
+        else:
+            assert obj["metadata"]["namespace"] == NS, f"{obj['kind']}/{obj['metadata']['name']}"
+    names = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in docs]
+    assert len(names) == len(set(names)), "duplicate objects"
+
+
+def test_chart_crds_validate_strictly():
+    crds = chart_crds()
+    assert {k for g, k in crds if g == "kmilvus.io"} == {"Collection", "FlushRequest", "Segment"}
+    assert {k for g, k in crds if g == "kopf.dev"} == {"ClusterKopfPeering", "KopfPeering"}
+    for crd in crds.values():
+        validate_strict(crd)
+    for kind, plural in (("Collection", "collections"), ("FlushRequest", "flushrequests"), ("Segment", "segments")):
+        spec = crds[("kmilvus.io", kind)]["spec"]
+        assert spec["scope"] == "Namespaced" and spec["names"]["plural"] == plural
+        versions = {v["name"]: v for v in spec["versions"]}
+        assert versions["v1alpha1"]["served"] and versions["v1alpha1"]["storage"]
+        if kind != "Segment":  # Segments are written whole by the operator
+            assert "status" in versions["v1alpha1"].get("subresources", {})
+
+
+def _repo_crd_files() -> list[Path]:
+    if not CRDS.is_dir():
+        return []
+    return [f for f in sorted(CRDS.glob("*.yaml"))
+            if any(d.get("kind") == "CustomResourceDefinition" for d in load_yaml_docs(f))]
+
+
+def test_chart_crds_are_copies_of_crds_dir():
+    """The chart installs crds/ from its own crds/ folder: the copies must not drift."""
+    repo_files = _repo_crd_files()
+    if not repo_files:
+        # crds/ holds no CRDs yet: the chart carries its own best version of all three.
+        assert {k for g, k in chart_crds() if g == "kmilvus.io"} == {"Collection", "FlushRequest", "Segment"}
+        return
+    hint = "run charts/kmilvus/hack/sync-crds.sh"
+    for f in repo_files:
+        copy = CHART / "crds" / f.name
+        assert copy.is_file(), f"charts/kmilvus/crds/{f.name} missing ({hint})"
+        assert copy.read_bytes() == f.read_bytes(), f"charts/kmilvus/crds/{f.name} differs from crds/{f.name} ({hint})"
+    repo_names = {d["metadata"]["name"] for f in repo_files for d in load_yaml_docs(f)
+                  if d.get("kind") == "CustomResourceDefinition"}
+    chart_names = {d["metadata"]["name"] for d in chart_crds().values() if d["spec"]["group"] != "kopf.dev"}
+    assert chart_names == repo_names, f"stale or missing CRDs in the chart ({hint})"
+
+
+def test_crd_examples_match_the_crds():
+    """crds/examples (used by e2e and NOTES.txt) are valid instances of the chart's CRDs."""
+    examples = sorted((CRDS / "examples").glob("*.yaml")) if (CRDS / "examples").is_dir() else []
+    crds = chart_crds()
+    checked = 0
+    for f in examples:
+        for obj in load_yaml_docs(f):
+            group, version = obj["apiVersion"].split("/")
+            if (group, obj["kind"]) in crds:
+                jsonschema.validate(obj, crd_schema(crds[(group, obj["kind"])], version))
+                checked += 1
+    assert checked == 0 or checked >= len(examples)
+    assert crds[("kmilvus.io", "Collection")]  # the schema used above exists either way
+
+
+# ------------------------------------------------------------------------------------ properties
+
+def test_milvus_service_on_19530(scenario):
+    _, docs = scenario
+    svc = one(docs, "Service", f"{RELEASE}-milvus")
+    ports = {p["name"]: p for p in svc["spec"]["ports"]}
+    assert ports["milvus"]["port"] == 19530
+    assert ports["milvus"]["targetPort"] == "milvus"
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "proxy"
+    proxy = one(docs, "Deployment", f"{RELEASE}-proxy")
+    c = proxy["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "milvus", "containerPort": 19530, "protocol": "TCP"} in c["ports"]
+    assert c["args"][:2] == ["run", "proxy"] and "0.0.0.0" in c["args"]
+
+
+def test_component_workloads(scenario):
+    _, docs = scenario
+    op = one(docs, "Deployment", f"{RELEASE}-operator")
+    assert op["spec"]["strategy"]["type"] == "Recreate"
+    c = op["spec"]["template"]["spec"]["containers"][0]
+    assert c["args"][0] == "operator"
+    assert flag(c["args"], "--metrics-port") == ["9091"] and flag(c["args"], "--health-port") == ["8080"]
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8080, "metrics": 9091}
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    dn = one(docs, "StatefulSet", f"{RELEASE}-datanode")
+    assert dn["spec"]["serviceName"] == f"{RELEASE}-datanode"
+    headless = one(docs, "Service", f"{RELEASE}-datanode")
+    assert headless["spec"]["clusterIP"] == "None"
+    dn_args = dn["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert dn_args[:2] == ["run", "datanode"] and flag(dn_args, "--host") == ["$(POD_IP)"]
+
+
+def test_kmilvus_pods_have_probes_and_env(scenario):
+    _, docs = scenario
+    kms = [w for w in workloads(docs) if component(w) in KMILVUS_COMPONENTS]
+    assert {component(w) for w in kms} == set(KMILVUS_COMPONENTS)
+    for w in kms:
+        for c in w["spec"]["template"]["spec"]["containers"]:
+            assert c.get("livenessProbe") and c.get("readinessProbe"), w["metadata"]["name"]
+            env = {e["name"]: e for e in c["env"]}
+            assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+            assert env["KMILVUS_INTERNAL_HOST"]["value"] == "$(POD_IP)"
+            assert {"configMapRef": {"name": f"{RELEASE}-config"}} in c["envFrom"]
+            assert c["resources"]["requests"]
+            assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+
+
+def test_every_pod_is_hardened(scenario):
+    _, docs = scenario
+    for w in workloads(docs):
+        pod = w["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, w["metadata"]["name"]
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["runAsNonRoot"] is True
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert "add" not in sc["capabilities"]
+            assert c["image"] and ":" in c["image"] and not c["image"].endswith(":latest")
+        if component(w) != "operator":
+            assert pod["automountServiceAccountToken"] is False, w["metadata"]["name"]
+
+
+# Env vars that carry credentials themselves (names of Secrets and of their keys are fine).
+SECRETISH = re.compile(r"(PASSWORD|PASSWD|SECRET_ACCESS_KEY|ACCESS_KEY_ID|SESSION_TOKEN|_TOKEN)$")
+
+
+def test_secrets_are_referenced_never_inlined(scenario):
+    _, docs = scenario
+    for w in workloads(docs):
+        for c in w["spec"]["template"]["spec"]["containers"]:
+            for e in c.get("env", []):
+                if SECRETISH.search(e["name"]):
+                    assert "value" not in e, f"{w['metadata']['name']}: {e['name']} is inlined"
+                    assert "secretKeyRef" in e["valueFrom"], e
+    for cm in by_kind(docs, "ConfigMap"):
+        for k in cm["data"]:
+            assert not re.search(r"PASSWORD|SECRET_ACCESS", k), k
+
+
+def test_external_endpoints_and_secret_refs():
+    docs = render(EXTERNAL)
+    cm = one(docs, "ConfigMap", f"{RELEASE}-config")["data"]
+    assert cm["KMILVUS_ETCD_ENDPOINT"] == "etcd-client.infra.svc:2379"
+    assert cm["KMILVUS_STORAGE_URI"] == "s3://binlogs/kmilvus?endpoint=http://ceph-rgw.infra.svc:7480"
+    assert cm["AWS_DEFAULT_REGION"] == "eu-west-1"
+    assert cm["KMILVUS_SESSION_TTL"] == "15" and cm["KMILVUS_SEGMENT_MAX_SIZE_MB"] == "256"
+    assert "KMILVUS_NATS_URL" not in cm  # composed from the secret-backed env below
+    assert not [d for d in docs if d["kind"] == "Secret"]  # nothing generated, nothing copied
+    for w in workloads(docs):
+        c = w["spec"]["template"]["spec"]["containers"][0]
+        assert c["image"] == "registry.example.com/kmilvus:1.2.3" and c["imagePullPolicy"] == "Always"
+        env = {e["name"]: e for e in c["env"]}
+        assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "access"}
+        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "secret"}
+        assert env["NATS_USER"]["valueFrom"]["secretKeyRef"] == {"name": "nats-creds", "key": "user"}
+        assert env["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "nats-creds", "key": "pass"}
+        names = [e["name"] for e in c["env"]]
+        assert names.index("NATS_PASSWORD") < names.index("KMILVUS_NATS_URL")  # $(VAR) needs order
+        assert env["KMILVUS_NATS_URL"]["value"] == "nats://$(NATS_USER):$(NATS_PASSWORD)@nats.infra.svc:4222"
+    op = one(docs, "Deployment", f"{RELEASE}-operator")
+    assert op["spec"]["replicas"] == 2
+    assert op["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "system"}
+    assert op["spec"]["template"]["spec"]["tolerations"][0]["key"] == "dedicated"
+    assert one(docs, "Deployment", f"{RELEASE}-proxy")["spec"]["replicas"] == 3
+    assert one(docs, "StatefulSet", f"{RELEASE}-datanode")["spec"]["replicas"] == 2
+    svc = one(docs, "Service", f"{RELEASE}-milvus")
+    assert svc["spec"]["type"] == "LoadBalancer" and svc["spec"]["loadBalancerSourceRanges"] == ["10.0.0.0/8"]
+    assert {p["metadata"]["name"] for p in by_kind(docs, "PodDisruptionBudget")} == {
+        f"{RELEASE}-proxy", f"{RELEASE}-datanode"}
+    assert not [w for w in workloads(docs) if component(w) in ("etcd", "nats", "minio")]
+
+
+def test_default_values_use_external_services_without_credentials():
+    docs = render({})
+    cm = one(docs, "ConfigMap", f"{RELEASE}-config")["data"]
+    assert cm["KMILVUS_ETCD_ENDPOINT"] == "etcd:2379"
+    assert cm["KMILVUS_NATS_URL"] == "nats://nats:4222"
+    assert cm["KMILVUS_CLUSTER"] == RELEASE
+    assert not [w for w in workloads(docs) if component(w) in ("etcd", "nats", "minio")]
+    for w in workloads(docs):
+        env = {e["name"] for e in w["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert not env & {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "NATS_PASSWORD"}
+    assert not by_kind(docs, "ServiceMonitor")
+    assert not by_kind(docs, "PodDisruptionBudget")
+
+
+def test_in_chart_etcd_nats_minio():
+    docs = render(IN_CHART)
+    cm = one(docs, "ConfigMap", f"{RELEASE}-config")["data"]
+    assert cm["KMILVUS_ETCD_ENDPOINT"] == f"{RELEASE}-etcd.{NS}.svc:2379"
+    assert cm["KMILVUS_NATS_URL"] == f"nats://{RELEASE}-nats.{NS}.svc:4222"
+    assert cm["KMILVUS_STORAGE_URI"] == f"s3://kmilvus/data?endpoint=http://{RELEASE}-minio.{NS}.svc:9000"
+    etcd = one(docs, "StatefulSet", f"{RELEASE}-etcd")
+    assert one(docs, "Service", f"{RELEASE}-etcd")["spec"]["ports"][0]["port"] == 2379
+    assert etcd["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+    nats = one(docs, "StatefulSet", f"{RELEASE}-nats")
+    assert nats["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "nats-server", "--config", "/etc/nats/nats.conf"]
+    conf = one(docs, "ConfigMap", f"{RELEASE}-nats-config")["data"]["nats.conf"]
+    assert re.search(r"^max_payload: 8MB$", conf, re.M)
+    assert "jetstream {" in conf and "store_dir: /data" in conf
+    assert one(docs, "Service", f"{RELEASE}-nats")["spec"]["ports"][0]["port"] == 4222
+    secret = one(docs, "Secret", f"{RELEASE}-minio")
+    password = base64.b64decode(secret["data"]["rootPassword"]).decode()
+    assert len(password) == 32
+    for w in workloads(docs):
+        c = w["spec"]["template"]["spec"]["containers"][0]
+        for e in c.get("env", []):
+            assert e.get("value") != password
+        if component(w) in KMILVUS_COMPONENTS:
+            env = {e["name"]: e for e in c["env"]}
+            assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
+                "name": f"{RELEASE}-minio", "key": "rootPassword"}
+    minio = one(docs, "StatefulSet", f"{RELEASE}-minio")
+    menv = {e["name"]: e for e in minio["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert menv["MINIO_ROOT_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-minio"
+
+
+def test_monitoring_is_optional():
+    docs = render(CLUSTER_WIDE)
+    sm = one(docs, "ServiceMonitor", RELEASE)
+    svc = one(docs, "Service", f"{RELEASE}-metrics")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert svc["spec"]["selector"]["kmilvus.io/metrics"] == "true"
+    for w in workloads(docs):
+        if component(w) in KMILVUS_COMPONENTS:
+            tmpl = w["spec"]["template"]["metadata"]
+            assert tmpl["labels"]["kmilvus.io/metrics"] == "true"
+            assert tmpl["annotations"]["prometheus.io/scrape"] == "true"
+            assert tmpl["annotations"]["prometheus.io/port"] == "9091"
+
+
+# ------------------------------------------------------------------------------------ RBAC
+
+READ = {"get", "list", "watch"}
+
+
+def _rules(docs, kind):
+    return [(r["metadata"].get("namespace"), rule) for r in by_kind(docs, kind) for rule in r["rules"]]
+
+
+def test_rbac_has_no_wildcards(scenario):
+    _, docs = scenario
+    for kind in ("Role", "ClusterRole"):
+        for _, rule in _rules(docs, kind):
+            for key in ("verbs", "resources", "apiGroups", "resourceNames"):
+                assert "*" not in rule.get(key, []), rule
+            assert "secrets" not in rule["resources"]
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+
+
+def test_namespaced_operator_rbac_is_least_privilege():
+    docs = render({})
+    # a namespaced operator needs nothing at cluster scope (kopf's scanning is off)
+    assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
+    role = one(docs, "Role", f"{RELEASE}-operator")
+    assert role["metadata"]["namespace"] == NS
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    for need in [("kmilvus.io", "collections", "patch"), ("kmilvus.io", "collections/status", "patch"),
+                 ("kmilvus.io", "collections/finalizers", "update"), ("kmilvus.io", "flushrequests", "watch"),
+                 ("kmilvus.io", "flushrequests/status", "patch"), ("kmilvus.io", "segments", "create"),
+                 ("kmilvus.io", "segments", "delete"), ("kmilvus.io", "segments/status", "patch"),
+                 ("sparkoperator.k8s.io", "sparkapplications", "create"),
+                 ("sparkoperator.k8s.io", "sparkapplications", "watch"),
+                 ("", "events", "create"), ("", "pods", "list"), ("", "services", "get"),
+                 ("kopf.dev", "kopfpeerings", "list"), ("kopf.dev", "kopfpeerings", "patch")]:
+        assert need in granted, need
+    # collections are mirrored from pymilvus (create/delete), never wiped wholesale
+    assert ("kmilvus.io", "collections", "deletecollection") not in granted
+    assert ("kmilvus.io", "flushrequests", "create") not in granted  # users ask for flushes
+    # pods and services are read-only
+    assert not {v for g, r, v in granted if r in ("pods", "services")} - READ
+    # the peering object it writes is its own (it may create it when missing)
+    for rule in role["rules"]:
+        if "kopfpeerings" in rule["resources"] and set(rule["verbs"]) & {"patch", "update", "delete"}:
+            assert rule["resourceNames"] == [RELEASE] and "delete" not in rule["verbs"]
+    rb = one(docs, "RoleBinding", f"{RELEASE}-operator")
+    assert rb["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-operator", "namespace": NS}]
+    assert rb["roleRef"]["name"] == role["metadata"]["name"]
+    peering = one(docs, "KopfPeering", RELEASE)
+    assert peering["metadata"]["namespace"] == NS
+    args = operator_args(docs)
+    assert flag(args, "--namespace") == [NS] and flag(args, "--peering") == [RELEASE]
+    assert flag(args, "--sdk-namespace") == [NS]
+
+
+def test_multi_namespace_and_cluster_wide_rbac():
+    docs = render(MULTI_NS)
+    assert {r["metadata"]["namespace"] for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-operator")} \
+        == {"team-a", "team-b"}
+    assert {p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")} == {"team-a", "team-b"}
+    assert {s["metadata"]["namespace"] for s in by_kind(docs, "ServiceAccount")
+            if s["metadata"]["name"] == "kmilvus-spark"} == {"team-a", "team-b"}
+    for rb in by_kind(docs, "RoleBinding"):
+        if rb["metadata"]["name"].endswith("-operator"):
+            assert rb["subjects"][0]["namespace"] == NS  # the operator's SA lives in the release ns
+    args = operator_args(docs)
+    assert flag(args, "--namespace") == ["team-a", "team-b"]
+    assert flag(args, "--sdk-namespace") == ["team-a"]
+
+    docs = render(CLUSTER_WIDE)
+    assert not [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-operator")]
+    (cr,) = by_kind(docs, "ClusterRole")
+    resources = {r for rule in cr["rules"] for r in rule["resources"]}
+    assert {"collections", "segments", "sparkapplications", "clusterkopfpeerings"} <= resources
+    assert one(docs, "ClusterKopfPeering", RELEASE)
+    (crb,) = by_kind(docs, "ClusterRoleBinding")
+    assert crb["roleRef"]["name"] == cr["metadata"]["name"]
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-operator", "namespace": NS}]
+    for rule in cr["rules"]:
+        if "clusterkopfpeerings" in rule["resources"] and set(rule["verbs"]) & {"patch", "update"}:
+            assert rule["resourceNames"] == [RELEASE]
+    assert not by_kind(docs, "KopfPeering")
+    args = operator_args(docs)
+    assert flag(args, "--namespace") == []  # no --namespace: cluster-wide
+    assert flag(args, "--sdk-namespace") == [NS]
+
+
+def test_spark_driver_rbac():
+    docs = render({})
+    sa = one(docs, "ServiceAccount", "kmilvus-spark")
+    assert sa["metadata"]["namespace"] == NS
+    role = one(docs, "Role", "kmilvus-spark")
+    (rule,) = role["rules"]
+    assert rule["apiGroups"] == [""]
+    assert set(rule["resources"]) == {"pods", "services", "configmaps", "persistentvolumeclaims"}
+    rb = one(docs, "RoleBinding", "kmilvus-spark")
+    assert rb["subjects"] == [{"kind": "ServiceAccount", "name": "kmilvus-spark", "namespace": NS}]
+    env = {e["name"]: e.get("value") for e in
+           one(docs, "Deployment", f"{RELEASE}-operator")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["KMILVUS_SPARK_SERVICE_ACCOUNT"] == "kmilvus-spark"
+    assert env["KMILVUS_SPARK_IMAGE"] == "kmilvus/kmilvus-spark:0.1.0"
+
+
+def test_notes_explain_port_forward_and_pymilvus():
+    with helm.Chart.load(CHART) as chart:
+        out = chart.render({}, name=RELEASE, namespace=NS)
+    notes = next(v for k, v in out.items() if k.endswith("NOTES.txt"))
+    assert f"kubectl -n {NS} port-forward svc/{RELEASE}-milvus 19530:19530" in notes
+    assert 'MilvusClient(uri="http://127.0.0.1:19530")' in notes
+
+
+# ------------------------------------------------------------------------------------ CLI contract
+
+@pytest.mark.parametrize("name", ["default", "multi-namespace", "cluster-wide"])
+def test_container_args_parse_with_the_kmilvus_cli(name, monkeypatch):
+    """The args the chart gives each container are accepted by the real `kmilvus` CLI."""
+    import click
+
+    from kmilvus import cli
+
+    docs = render(SCENARIOS[name])
+    for key, value in one(docs, "ConfigMap", f"{RELEASE}-config")["data"].items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("KMILVUS_INTERNAL_HOST", "10.0.0.7")
+    for w in workloads(docs):
+        if component(w) not in KMILVUS_COMPONENTS:
+            continue
+        args = w["spec"]["template"]["spec"]["containers"][0]["args"]
+        command = cli.main.get_command(click.Context(cli.main), args[0])
+        assert command is not None, f"kmilvus has no `{args[0]}` command"
+        ctx = command.make_context(args[0], list(args[1:]))
+        if component(w) == "operator":
+            served = SCENARIOS[name].get("operator", {})
+            expected = () if served.get("clusterWide") else tuple(served.get("watchNamespaces") or [NS])
+            assert ctx.params["namespaces"] == expected
+            assert ctx.params["metrics_port"] == 9091 and ctx.params["health_port"] == 8080
+            assert ctx.params["peering"] == RELEASE
+        else:
+            assert ctx.params["roles"] == (component(w),)
+            assert ctx.params["etcd_endpoint"] and ctx.params["storage_uri"] and ctx.params["nats_url"]

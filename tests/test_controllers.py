@@ -1,0 +1,552 @@
+"""The kopf controllers against KMock (tests/kmock_compat.py) with REAL etcd, JetStream, storage
+and coordinators: the operator runs on its own event loop in a thread (as in a pod: kopf and the
+coordinators share one loop); the test's loop serves KMock; pymilvus talks to a proxy+datanode
+node that finds the operator's coordinators through sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import Future
+
+import kopf
+import numpy as np
+import pytest
+from pymilvus import DataType, MilvusClient
+
+import controllers.app
+from controllers import resources as R
+from controllers.kube import KubeClient
+from controllers.runtime import Options, Runtime
+from kmilvus.meta import EtcdKV, catalog
+from tests.harness import make_config
+from tests.kmock_compat import KMockCompat, declare_crds
+from tests.test_crds import check_instance
+
+pytestmark = [pytest.mark.kmock(cls=KMockCompat), pytest.mark.timeout(60)]
+NS = "default"
+COLL = "kmilvus.io/v1alpha1/collections"
+FLUSH = "kmilvus.io/v1alpha1/flushrequests"
+SEGS = "kmilvus.io/v1alpha1/segments"
+
+
+class OperatorThread:
+    """`kmilvus operator` minus the CLI: controllers.app.run on its own loop and thread."""
+
+    def __init__(self, cfg, url: str, **opts):
+        async def login():
+            return kopf.ConnectionInfo(server=url, insecure=True)
+
+        opts.setdefault("peering", None)
+        self.opts = Options(login=login, sdk_poll_interval=0.3, flush_poll_ms=200, retry_interval=0.5, **opts)
+        self.cfg = cfg
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.stop_flag = threading.Event()
+        self.runtime: Runtime | None = None
+        self.task: asyncio.Task | None = None
+        self.done: Future | None = None
+
+    def start(self) -> OperatorThread:
+        self.thread.start()
+        ready: Future = Future()
+
+        async def main():
+            self.runtime = Runtime(self.cfg, self.opts)
+            self.task = asyncio.current_task()
+            ready.set_result(True)
+            await controllers.app.run(self.cfg, self.opts, stop_flag=self.stop_flag, runtime=self.runtime)
+
+        self.done = asyncio.run_coroutine_threadsafe(main(), self.loop)
+        ready.result(10)
+        return self
+
+    def call(self, coro, timeout: float = 30):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def component(self, role: str):
+        return self.runtime.node.components[role]
+
+    def kill(self) -> None:
+        """Cancel the operator task at once (no graceful stop-flag), as a crash would."""
+        self.loop.call_soon_threadsafe(self.task.cancel)
+        self._join()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self._join()
+
+    def _join(self) -> None:
+        try:
+            self.done.result(30)
+        except BaseException:  # noqa: BLE001 - cancelled on purpose
+            pass
+        self.stop_flag.set()   # kopf waits for a threading.Event in an executor thread: release it
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+async def eventually(pred, timeout: float = 20.0, what: str = ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
+        await asyncio.sleep(0.05)
+
+
+def obj(kmock, res: str, name: str, ns: str | None = NS):
+    key = (kmock.resource(res), ns, name)
+    if key not in kmock.objects or kmock.objects[key].deleted:
+        return None
+    return dict(kmock.objects[key].raw)
+
+
+def cond(o: dict | None, ctype: str) -> dict:
+    for c in ((o or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return c
+    return {}
+
+
+def events(kmock, reason: str | None = None, involved: str | None = None) -> list[dict]:
+    out = []
+    for (res, _, _), o in kmock.objects.items():
+        if str(res.plural) == "events" and not o.deleted:
+            e = o.raw
+            if (reason is None or e.get("reason") == reason) and \
+                    (involved is None or e.get("involvedObject", {}).get("name") == involved):
+                out.append(e)
+    return out
+
+
+def collection(name: str, dim: int = 8, **spec) -> dict:
+    fields = spec.pop("fields", None) or [
+        {"name": "id", "dataType": "Int64", "isPrimaryKey": True},
+        {"name": "vec", "dataType": "FloatVector", "dim": dim},
+        {"name": "tag", "dataType": "VarChar", "maxLength": 32}]
+    return {"metadata": {"name": name, "namespace": NS}, "spec": {"fields": fields, **spec}}
+
+
+@pytest.fixture
+async def kube(kmock):
+    declare_crds(kmock)
+
+    async def login():
+        return kopf.ConnectionInfo(server=str(kmock.url), insecure=True)
+
+    client = KubeClient(login)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+def cfg(root, etcd_endpoint, nats_url, tmp_path):
+    return make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
+
+
+@pytest.fixture
+async def operators(kmock, cfg):
+    started: list[OperatorThread] = []
+
+    def start(**opts) -> OperatorThread:
+        op = OperatorThread(cfg, str(kmock.url), **opts).start()
+        started.append(op)
+        return op
+
+    yield start
+    for op in started:   # off the test's loop: it serves KMock, which the operators still talk to
+        if op.thread.is_alive():
+            await asyncio.to_thread(op.stop)
+
+
+async def start_operator(operators, **opts) -> OperatorThread:
+    op = await asyncio.to_thread(operators, **opts)
+    await eventually(lambda: op.runtime.active, 20, "the coordinators to start")
+    return op
+
+
+def insert_rows(uri: str, name: str, n: int, dim: int = 8) -> None:
+    c = MilvusClient(uri=uri)
+    try:
+        rng = np.random.default_rng(0)
+        rows = [{"id": i, "vec": rng.random(dim, dtype=np.float32).tolist(), "tag": f"t{i % 7}"} for i in range(n)]
+        c.insert(name, rows)
+    finally:
+        c.close()
+
+
+async def ready(kmock, name: str, timeout: float = 20) -> dict:
+    return await eventually(lambda: (o := obj(kmock, COLL, name)) and cond(o, "Ready").get("status") == "True" and o,
+                            timeout, f"Collection {name} Ready")
+
+
+# ----------------------------------------------------------------------------------------------
+async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, operators, node_factory):
+    op = await start_operator(operators)
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    rc = op.component("rootcoord")
+
+    await kube.create(R.COLLECTION, NS, collection("docs", dim=8, shardsNum=2))
+    o = await ready(kmock, "docs")
+    cid = o["status"]["collectionID"]
+    assert cid in rc.collections and rc.collections[cid].schema.name == "docs"
+    assert o["status"]["phase"] == "Ready" and o["status"]["createdBy"] == "operator"
+    assert len(o["status"]["vchannels"]) == 2 and o["status"]["observedGeneration"] == 1
+    assert cond(o, "Ready")["reason"] == "Created" and cond(o, "Ready")["lastTransitionTime"]
+    await eventually(lambda: events(kmock, "Created", "docs"), 5, "a Created event")
+    uid = o["metadata"]["uid"]
+
+    await asyncio.to_thread(insert_rows, data.uri, "docs", 1000)
+    await eventually(lambda: [s for s in kmock.objects if s[0] == SEGS and obj(kmock, SEGS, s[2])], 10,
+                     "a Growing Segment resource")
+
+    await kube.create(R.FLUSHREQUEST, NS, {"metadata": {"name": "f1"},
+                                           "spec": {"collectionNames": ["docs"]}})
+    f = await eventually(lambda: (x := obj(kmock, FLUSH, "f1")) and x.get("status", {}).get("phase") == "Completed"
+                         and x, 20, "FlushRequest Completed")
+    st = f["status"]
+    assert st["total"] >= 1 and st["flushed"] == st["total"] and st["flushTs"] > 0 and st["completionTime"]
+    assert st["collections"][0]["collectionID"] == cid and st["collections"][0]["sealedSegments"]
+    assert cond(f, "Complete")["status"] == "True"
+    await eventually(lambda: events(kmock, "FlushCompleted", "f1"), 5, "a FlushCompleted event")
+
+    def flushed_segments():
+        segs = [obj(kmock, SEGS, k[2]) for k in list(kmock.objects) if k[0] == SEGS]
+        segs = [s for s in segs if s]
+        return segs if segs and all(s["status"]["state"] == "Flushed" for s in segs) else None
+
+    segs = await eventually(flushed_segments, 10, "Segments mirrored as Flushed")
+    assert sum(s["status"]["rows"] for s in segs) == 1000
+    for s in segs:
+        ref = s["metadata"]["ownerReferences"][0]
+        assert (ref["kind"], ref["name"], ref["uid"]) == ("Collection", "docs", uid)
+        assert s["metadata"]["labels"][R.LABEL_COLLECTION_ID] == str(cid)
+        assert s["spec"]["collection"] == "docs" and s["status"]["binlogs"] >= 1
+    await eventually(lambda: obj(kmock, COLL, "docs")["status"].get("rows") == 1000, 15, "status.rows")
+    assert obj(kmock, COLL, "docs")["status"]["segments"]["flushed"] == len(segs)
+    # Everything the operator wrote is valid for the CRDs and survives a real API server's pruning.
+    for written in [obj(kmock, COLL, "docs"), obj(kmock, FLUSH, "f1"), *segs]:
+        assert check_instance(written) == [], written["metadata"]["name"]
+
+    # A schema edit is refused: condition + Warning event; the collection keeps its schema.
+    fields = o["spec"]["fields"] + [{"name": "extra", "dataType": "Int32"}]
+    await kube.patch(R.COLLECTION, NS, "docs", {"spec": {"fields": fields}})
+    o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "SchemaSynced").get("status") == "False"
+                         and x, 10, "SchemaSynced=False")
+    assert cond(o, "SchemaSynced")["reason"] == "SchemaImmutable" and "added extra" in cond(o, "SchemaSynced")["message"]
+    assert cond(o, "Ready")["status"] == "True" and o["status"]["observedGeneration"] == 2
+    ev = await eventually(lambda: events(kmock, "SchemaChangeRefused", "docs"), 5, "a SchemaChangeRefused event")
+    assert ev[0]["type"] == "Warning"
+    assert [f.name for f in rc.collections[cid].schema.fields] == ["id", "vec", "tag"]
+    # A rename is refused too (never a second collection).
+    await kube.patch(R.COLLECTION, NS, "docs", {"spec": {"name": "docs2", "fields": fields[:3]}})
+    await eventually(lambda: cond(obj(kmock, COLL, "docs"), "SchemaSynced").get("reason") == "NameImmutable", 10,
+                     "SchemaSynced=False NameImmutable")
+    assert {c.schema.name for c in rc.collections.values()} == {"docs"}
+    await kube.patch(R.COLLECTION, NS, "docs", {"spec": {"name": None, "fields": fields}})
+    # An invalid edit (the CRD would refuse it; KMock runs no CEL): refused the same way.
+    bad = [dict(f) for f in o["spec"]["fields"]]
+    bad[1]["dim"] = 0
+    await kube.patch(R.COLLECTION, NS, "docs", {"spec": {"fields": bad}})
+    o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "SchemaSynced").get("reason") == "InvalidSpec"
+                         and x, 10, "SchemaSynced=False InvalidSpec")
+    assert cond(o, "Ready")["status"] == "True" and o["status"]["phase"] == "Ready"
+    # Reverting the edit brings the condition back.
+    await kube.patch(R.COLLECTION, NS, "docs", {"spec": {"fields": fields[:3]}})
+    await eventually(lambda: cond(obj(kmock, COLL, "docs"), "SchemaSynced").get("status") == "True", 10,
+                     "SchemaSynced=True")
+    await eventually(lambda: events(kmock, "SchemaInSync", "docs"), 5, "a SchemaInSync event")
+
+    # Delete: dropped through RootCoord, nothing left in etcd, Segments gone.
+    await kube.delete(R.COLLECTION, NS, "docs")
+    await eventually(lambda: obj(kmock, COLL, "docs") is None, 20, "the Collection to go")
+    assert cid not in rc.collections
+    kv = op.runtime.node.kv
+    for prefix in catalog.collection_owned_prefixes(cid, o["status"]["vchannels"]):
+        assert not op.call(kv.get_prefix(prefix)), prefix
+    assert not [k for k in kmock.objects if k[0] == SEGS and obj(kmock, SEGS, k[2])]
+    await eventually(lambda: events(kmock, "Dropped", "docs"), 5, "a Dropped event")
+
+
+async def test_delete_collection_while_flush_runs(kmock, kube, operators, node_factory):
+    op = await start_operator(operators)
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    await kube.create(R.COLLECTION, NS, collection("busy"))
+    cid = (await ready(kmock, "busy"))["status"]["collectionID"]
+    await asyncio.to_thread(insert_rows, data.uri, "busy", 200)
+    dc = op.component("datacoord")
+
+    async def never_flush(*_a, **_k):   # the sealed segments never get flushed
+        return None
+
+    dc._check_flushable = never_flush
+    await kube.create(R.FLUSHREQUEST, NS, {"metadata": {"name": "f2"}, "spec": {"collectionNames": ["busy"]}})
+    await eventually(lambda: (x := obj(kmock, FLUSH, "f2")) and x.get("status", {}).get("phase") == "Flushing",
+                     10, "Flushing")
+    await kube.delete(R.COLLECTION, NS, "busy")
+    f = await eventually(lambda: (x := obj(kmock, FLUSH, "f2")) and x.get("status", {}).get("phase") == "Failed"
+                         and x, 20, "FlushRequest Failed")
+    assert cond(f, "Failed")["reason"] == "CollectionDropped" and cond(f, "Complete")["status"] == "False"
+    await eventually(lambda: obj(kmock, COLL, "busy") is None, 20, "the Collection to go")
+    assert cid not in op.component("rootcoord").collections and not dc.meta.by_collection(cid)
+    # ttlSecondsAfterFinished: a finished FlushRequest goes away by itself.
+    await kube.patch(R.FLUSHREQUEST, NS, "f2", {"spec": {"ttlSecondsAfterFinished": 0}})
+    await kube.create(R.FLUSHREQUEST, NS, {"metadata": {"name": "f3"},
+                                           "spec": {"collectionNames": ["nope"], "ttlSecondsAfterFinished": 0}})
+    await eventually(lambda: obj(kmock, FLUSH, "f3") is None, 10, "f3 deleted after its TTL")
+    await eventually(lambda: events(kmock, "CollectionNotFound", "f3"), 5, "a CollectionNotFound event")
+
+
+async def test_retain_keeps_the_collection(kmock, kube, operators):
+    op = await start_operator(operators)
+    await kube.create(R.COLLECTION, NS, collection("kept", deletionPolicy="Retain"))
+    cid = (await ready(kmock, "kept"))["status"]["collectionID"]
+    await kube.delete(R.COLLECTION, NS, "kept")
+    await eventually(lambda: obj(kmock, COLL, "kept") is None, 10, "the Collection to go")
+    await eventually(lambda: events(kmock, "Retained", "kept"), 5, "a Retained event")
+    rc = op.component("rootcoord")
+    assert cid in rc.collections
+    await asyncio.sleep(1.0)   # several SDK-mirror passes: an operator-made collection is not mirrored back
+    assert not [k for k in kmock.objects if k[0] == COLL and obj(kmock, COLL, k[2])]
+    # Declaring it again adopts the kept collection (same schema), data and ID included.
+    await kube.create(R.COLLECTION, NS, collection("kept"))
+    o = await ready(kmock, "kept")
+    assert o["status"]["collectionID"] == cid and cond(o, "Ready")["reason"] == "Adopted"
+    assert o["status"]["createdBy"] == "operator"
+
+
+@pytest.mark.parametrize("case", ["dim0", "two_pks", "bad_name"])
+async def test_invalid_collection_reported_without_touching_etcd(kmock, kube, operators, case):
+    op = await start_operator(operators)
+    rc = op.component("rootcoord")
+    calls = []
+    for method in ("CreateCollection", "DescribeCollection", "DropCollection"):
+        real = getattr(rc, method)
+
+        async def spy(req, context=None, _real=real, _m=method):
+            calls.append(_m)
+            return await _real(req, context)
+        setattr(rc, method, spy)
+    body = collection("bad")
+    if case == "dim0":
+        body["spec"]["fields"][1]["dim"] = 0
+    elif case == "two_pks":
+        body["spec"]["fields"][2] = {"name": "tag", "dataType": "Int64", "isPrimaryKey": True}
+    else:
+        body["spec"]["name"] = "9-bad name"
+    before = op.call(op.runtime.node.kv.get_prefix("root-coord/"))
+    await kube.create(R.COLLECTION, NS, body)
+    o = await eventually(lambda: (x := obj(kmock, COLL, "bad")) and x.get("status", {}).get("phase") == "Failed"
+                         and x, 10, "phase Failed")
+    c = cond(o, "Ready")
+    assert c["status"] == "False" and c["reason"] == "InvalidSpec"
+    assert {"dim0": "dim must be in [1, 32768]", "two_pks": "exactly one field must be the primary key",
+            "bad_name": "is not a valid Milvus name"}[case] in c["message"]
+    ev = await eventually(lambda: events(kmock, "InvalidSpec", "bad"), 5, "an InvalidSpec event")
+    assert ev[0]["type"] == "Warning"
+    assert calls == [] and not rc.collections
+    assert op.call(op.runtime.node.kv.get_prefix("root-coord/")) == before
+    await kube.delete(R.COLLECTION, NS, "bad")
+    await eventually(lambda: obj(kmock, COLL, "bad") is None, 10, "the invalid Collection to go")
+    assert calls == []
+
+
+async def test_sdk_created_collections_and_adoption(kmock, kube, operators, node_factory):
+    op = await start_operator(operators)
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    rc = op.component("rootcoord")
+
+    def sdk_create(name: str, dim: int):
+        c = MilvusClient(uri=data.uri)
+        schema = MilvusClient.create_schema()
+        schema.add_field("id", DataType.INT64, is_primary=True)
+        schema.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
+        c.create_collection(name, schema=schema)
+        c.close()
+
+    await asyncio.to_thread(sdk_create, "From_SDK", 4)
+    mirrored = await eventually(
+        lambda: [o for k in list(kmock.objects) if k[0] == COLL and (o := obj(kmock, COLL, k[2]))
+                 and o["spec"].get("name") == "From_SDK" and cond(o, "Ready").get("status") == "True"], 15,
+        "the SDK collection mirrored and Ready")
+    m = mirrored[0]
+    assert m["metadata"]["annotations"][R.ANN_CREATED_BY] == "sdk" and m["status"]["createdBy"] == "sdk"
+    assert cond(m, "Ready")["reason"] == "Adopted" and m["spec"]["fields"][1] == {
+        "name": "vec", "dataType": "FloatVector", "dim": 4}
+    cid = m["status"]["collectionID"]
+
+    # A resource for an existing collection with another schema: SchemaConflict, nothing adopted.
+    await kube.create(R.COLLECTION, NS, {"metadata": {"name": "mine"},
+                                         "spec": {"name": "From_SDK", "fields": collection("x", dim=16)["spec"]["fields"]}})
+    o = await eventually(lambda: (x := obj(kmock, COLL, "mine")) and cond(x, "Ready").get("status") == "False"
+                         and x, 10, "SchemaConflict")
+    assert cond(o, "Ready")["reason"] == "SchemaConflict" and "changed vec (FloatVector,dim=4) -> (FloatVector,dim=16)" in \
+        cond(o, "Ready")["message"]
+    await eventually(lambda: events(kmock, "SchemaConflict", "mine"), 5, "a SchemaConflict event")
+    assert cid in rc.collections and rc.collections[cid].schema.fields[1].type_params[0].value == "4"
+
+    # Deleting the mirrored resource drops the collection ...
+    await kube.delete(R.COLLECTION, NS, m["metadata"]["name"])
+    await eventually(lambda: cid not in rc.collections and obj(kmock, COLL, m["metadata"]["name"]) is None, 15,
+                     "the SDK collection dropped")
+    c = MilvusClient(uri=data.uri)
+    assert not await asyncio.to_thread(c.has_collection, "From_SDK")
+    # ... and the conflict is gone: the waiting resource converges by itself (no spec change).
+    o = await ready(kmock, "mine")
+    assert cond(o, "Ready")["reason"] == "Created" and o["status"]["collectionID"] != cid
+    await kube.delete(R.COLLECTION, NS, "mine")
+    await eventually(lambda: obj(kmock, COLL, "mine") is None and not rc.collections, 10, "mine dropped")
+    # And a collection dropped through the SDK takes its mirrored resource with it.
+    await asyncio.to_thread(sdk_create, "gone", 4)
+    await eventually(lambda: cond(obj(kmock, COLL, "gone"), "Ready").get("status") == "True", 15, "gone mirrored")
+    await asyncio.to_thread(c.drop_collection, "gone")
+    await eventually(lambda: obj(kmock, COLL, "gone") is None, 15, "the mirror of a dropped collection to go")
+    c.close()
+
+
+async def test_operator_killed_mid_drop_finishes_after_restart(kmock, kube, operators, node_factory):
+    op = await start_operator(operators)
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    await kube.create(R.COLLECTION, NS, collection("doomed"))
+    o = await ready(kmock, "doomed")
+    cid, vchannels = o["status"]["collectionID"], o["status"]["vchannels"]
+    await asyncio.to_thread(insert_rows, data.uri, "doomed", 300)
+    await kube.create(R.FLUSHREQUEST, NS, {"metadata": {"name": "fd"}, "spec": {"collectionNames": ["doomed"]}})
+    await eventually(lambda: (x := obj(kmock, FLUSH, "fd")) and x.get("status", {}).get("phase") == "Completed",
+                     20, "flushed")
+    await eventually(lambda: [k for k in kmock.objects if k[0] == SEGS and obj(kmock, SEGS, k[2])], 10, "Segments")
+    rc = op.component("rootcoord")
+    killed = threading.Event()
+
+    async def crash_after_meta_txn(info):
+        killed.set()
+        op.task.cancel()            # the operator dies right after RootCoord's one meta transaction
+        await asyncio.Event().wait()
+
+    rc._broadcast_drop = crash_after_meta_txn
+    await kube.delete(R.COLLECTION, NS, "doomed")
+    await eventually(killed.is_set, 10, "the drop to start")
+    await asyncio.to_thread(op._join)
+    kv = await EtcdKV.connect(op.cfg.etcd_endpoints, f"{op.cfg.cluster}/meta")
+    try:   # killed right after the meta transaction: meta gone, the drop's task record left
+        assert await kv.get(catalog.drop_task_key(cid)) is not None
+        assert await kv.get(catalog.collection_key(cid)) is None
+        assert await kv.get_prefix(catalog.segment_prefix(cid))
+    finally:
+        await kv.close()
+    assert obj(kmock, COLL, "doomed") is not None   # the finalizer holds it: the drop is half done
+
+    op2 = await start_operator(operators)
+    await eventually(lambda: obj(kmock, COLL, "doomed") is None, 30, "the drop to finish after the restart")
+    assert cid not in op2.component("rootcoord").collections
+    for prefix in catalog.collection_owned_prefixes(cid, vchannels):
+        assert not op2.call(op2.runtime.node.kv.get_prefix(prefix)), prefix
+    assert not [k for k in kmock.objects if k[0] == SEGS and obj(kmock, SEGS, k[2])]
+
+
+async def test_two_replicas_never_both_act(kmock, kube, operators, cfg):
+    """Two replicas started together: kopf peering lets one act, and the coordinators (the part
+    that must never run twice) are never registered by both at once — checked on etcd's session
+    keys, watched from before either starts."""
+    from kmilvus.sessionutil import watch_sessions
+
+    kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
+    live: set[int] = set()
+    most = 0
+
+    async def watch():
+        nonlocal most
+        async for kind, sid, _ in watch_sessions(kv, "rootcoord"):
+            (live.add if kind == "add" else live.discard)(sid)
+            most = max(most, len(live))
+
+    watcher = asyncio.create_task(watch())
+    try:
+        a, b = await asyncio.gather(asyncio.to_thread(operators, peering="kmilvus", priority=200),
+                                    asyncio.to_thread(operators, peering="kmilvus", priority=100))
+        await eventually(lambda: a.runtime.active and not b.runtime.active, 20, "A to lead, B to stand by")
+        await kube.create(R.COLLECTION, NS, collection("one"))
+        await ready(kmock, "one")
+        await asyncio.sleep(1.0)
+        assert a.runtime.stats.counts["created"] == 1 and b.runtime.node is None
+        assert not b.runtime.stats.counts["collection_reconciles"]
+        peers = obj(kmock, "kopf.dev/v1/clusterkopfpeerings", "kmilvus", None)["status"]
+        assert len(peers) == 2 and sorted(p["priority"] for p in peers.values()) == [100, 200]
+
+        await asyncio.to_thread(a.stop)                 # A leaves; B takes over
+        await eventually(lambda: b.runtime.active, 30, "B to take over")
+        await kube.create(R.COLLECTION, NS, collection("two"))
+        await ready(kmock, "two")
+        assert b.runtime.stats.counts["created"] == 1
+        assert {c.schema.name for c in b.component("rootcoord").collections.values()} == {"one", "two"}
+        assert most == 1, f"{most} RootCoord sessions were registered at the same time"
+        assert len(live) == 1
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        await kv.close()
+
+
+async def test_kmilvus_operator_cli(kmock, kube, cfg, tmp_path):
+    """The real entry point: `kmilvus operator` as a process, flags and env fallbacks, peering on
+    (it creates its peering object), /healthz and Prometheus metrics, SIGTERM."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    import yaml
+
+    from kmilvus.util.embedded import free_port
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "k",
+        "clusters": [{"name": "k", "cluster": {"server": str(kmock.url)}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "k", "context": {"cluster": "k", "user": "u"}}]}))
+    health, metrics = free_port(), free_port()
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig), KMILVUS_ETCD_ENDPOINT=cfg.etcd_endpoints[0],
+               KMILVUS_NATS_URL=cfg.nats_url, KMILVUS_STORAGE_URI=cfg.storage_uri, KMILVUS_SESSION_TTL="3")
+    argv = [str(Path(sys.executable).with_name("kmilvus")), "operator", "--cluster", cfg.cluster,
+            "--namespace", NS, "--health-port", str(health), "--metrics-port", str(metrics)]
+    log = open(tmp_path / "operator.log", "wb")
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def get(port: int, path: str) -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
+                return r.read().decode()
+        except OSError:
+            return ""
+
+    async def active() -> bool:   # kopf caches probe results for 10 s: the gauge is live
+        return "kmilvus_operator_active 1.0" in await asyncio.to_thread(get, metrics, "/metrics")
+
+    try:
+        deadline = time.monotonic() + 30
+        while not await active():
+            assert proc.poll() is None, (tmp_path / "operator.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (tmp_path / "operator.log").read_text()[-3000:]
+            await asyncio.sleep(0.2)
+        assert obj(kmock, "kopf.dev/v1/kopfpeerings", "kmilvus", NS) is not None   # created when missing
+        await kube.create(R.COLLECTION, NS, collection("cli"))
+        await ready(kmock, "cli")
+        text = await asyncio.to_thread(get, metrics, "/metrics")
+        assert 'kmilvus_operator_reconciles_total{kind="Collection",result="Ready"} 1.0' in text
+        assert "kmilvus_operator_kube_requests_total" in text
+        probe = json.loads(await asyncio.to_thread(get, health, "/healthz"))   # liveness / readiness
+        assert probe["coordinators"]["cluster"] == cfg.cluster
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            await asyncio.to_thread(proc.wait, 10)

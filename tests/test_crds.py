@@ -1,0 +1,292 @@
+"""crds/: the CustomResourceDefinitions are valid apiextensions.k8s.io/v1 objects with structural
+schemas; the examples validate against them; invalid instances are rejected by the openAPIV3Schema
+(checked with jsonschema) — and what only the CEL rules catch (jsonschema cannot run CEL) is caught
+by the controller's own validation, rule by rule."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from controllers.schema import check_spec, k8s_name, spec_from_collection, to_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+CRDS = ROOT / "crds"
+EXAMPLES = CRDS / "examples"
+
+if not hasattr(kubernetes_validate.utils.schema_contents, "cache_info"):
+    kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
+        kubernetes_validate.utils.schema_contents)
+
+
+@functools.cache
+def crds() -> dict[str, dict]:
+    out = {}
+    for path in sorted(CRDS.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        out[doc["spec"]["names"]["kind"]] = doc
+    return out
+
+
+def schema(kind: str) -> dict:
+    (version,) = crds()[kind]["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def validate(kind: str, obj: dict) -> list[str]:
+    v = jsonschema.Draft7Validator(schema(kind))
+    return sorted(e.message for e in v.iter_errors(obj))
+
+
+def pruned(obj, node: dict, path: str = "") -> list[str]:
+    """Fields of `obj` an API server would prune: not declared in the structural schema."""
+    if node.get("x-kubernetes-preserve-unknown-fields") or path == ".metadata":
+        return []
+    out = []
+    if isinstance(obj, dict) and node.get("type") == "object":
+        props = node.get("properties") or {}
+        for k, v in obj.items():
+            if k not in props:
+                out.append(f"{path}.{k}")
+            else:
+                out += pruned(v, props[k], f"{path}.{k}")
+    elif isinstance(obj, list) and node.get("type") == "array":
+        for i, v in enumerate(obj):
+            out += pruned(v, node["items"], f"{path}[{i}]")
+    return out
+
+
+def check_instance(obj: dict) -> list[str]:
+    """Schema errors plus pruned fields of an object as written by the operator."""
+    return validate(obj["kind"], obj) + [f"pruned: {p}" for p in pruned(obj, schema(obj["kind"]))]
+
+
+def collection(**spec) -> dict:
+    base = {"fields": [{"name": "id", "dataType": "Int64", "isPrimaryKey": True},
+                       {"name": "vec", "dataType": "FloatVector", "dim": 128},
+                       {"name": "tag", "dataType": "VarChar", "maxLength": 64}]}
+    base.update(spec)
+    return {"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", "metadata": {"name": "c"}, "spec": base}
+
+
+def with_field(i: int, **changes) -> dict:
+    c = collection()
+    c["spec"]["fields"][i].update(changes)
+    for k, v in list(c["spec"]["fields"][i].items()):
+        if v is None:
+            del c["spec"]["fields"][i][k]
+    return c
+
+
+# The CRDs themselves ----------------------------------------------------------------------------
+def test_three_crds_in_group_with_names():
+    assert set(crds()) == {"Collection", "FlushRequest", "Segment"}
+    for crd in crds().values():
+        s = crd["spec"]
+        assert crd["apiVersion"] == "apiextensions.k8s.io/v1" and s["group"] == "kmilvus.io"
+        assert crd["metadata"]["name"] == f"{s['names']['plural']}.kmilvus.io"
+        assert s["scope"] == "Namespaced" and "kmilvus" in s["names"]["categories"] and s["names"]["shortNames"]
+        (v,) = s["versions"]
+        assert v["name"] == "v1alpha1" and v["served"] and v["storage"]
+        assert {c["name"] for c in v["additionalPrinterColumns"]} >= {"Age"}
+
+
+@pytest.mark.parametrize("kind", ["Collection", "FlushRequest", "Segment"])
+def test_crd_validates_strictly_as_a_kubernetes_object(kind):
+    kubernetes_validate.validate(crds()[kind], "1.29", strict=True)
+
+
+def _walk(node: dict, path: str):
+    yield path, node
+    for k, sub in (node.get("properties") or {}).items():
+        yield from _walk(sub, f"{path}.{k}")
+    if isinstance(node.get("items"), dict):
+        yield from _walk(node["items"], f"{path}[]")
+
+
+@pytest.mark.parametrize("kind", ["Collection", "FlushRequest", "Segment"])
+def test_schema_is_structural(kind):
+    for path, node in _walk(schema(kind), kind):
+        if path.endswith(".metadata"):
+            assert node == {"type": "object"}, path   # only type for metadata
+            continue
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), f"{path}: no type"
+        if node.get("type") == "array":
+            assert isinstance(node.get("items"), dict), f"{path}: array without items"
+        if "properties" in node:
+            assert node["type"] == "object", path
+            assert "additionalProperties" not in node, path
+        for junctor in ("allOf", "anyOf", "oneOf", "not"):
+            assert junctor not in node, f"{path}: keep value validations out of junctors"
+        if node.get("x-kubernetes-list-type") == "map":
+            keys = node["x-kubernetes-list-map-keys"]
+            assert set(keys) <= set(node["items"].get("required", [])), f"{path}: map keys must be required"
+        for rule in node.get("x-kubernetes-validations", []):
+            assert rule["rule"] and rule["message"], path
+        # CEL cost is bounded: lists and strings used in rules have maxima.
+        if node.get("x-kubernetes-validations") and node.get("type") == "array":
+            assert "maxItems" in node, path
+
+
+def test_collection_crd_details():
+    crd = crds()["Collection"]
+    (v,) = crd["spec"]["versions"]
+    assert v["subresources"] == {"status": {}}
+    cols = {c["name"]: c["jsonPath"] for c in v["additionalPrinterColumns"]}
+    assert {"ID", "Phase", "Rows", "Ready", "Age"} <= set(cols)
+    spec = schema("Collection")["properties"]["spec"]
+    f = spec["properties"]["fields"]["items"]["properties"]
+    assert f["dataType"]["enum"] == ["Bool", "Int8", "Int16", "Int32", "Int64", "Float", "Double", "VarChar",
+                                     "JSON", "FloatVector"]
+    assert (f["dim"]["minimum"], f["dim"]["maximum"]) == (1, 32768)
+    assert f["name"]["pattern"] == "^[A-Za-z_][A-Za-z0-9_]*$" and f["name"]["maxLength"] == 255
+    assert spec["properties"]["deletionPolicy"]["enum"] == ["Delete", "Retain"]
+    rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
+    assert "self.fields.filter(f, has(f.isPrimaryKey) && f.isPrimaryKey).size() == 1" in rules
+    assert spec["properties"]["fields"]["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"
+    status = schema("Collection")["properties"]["status"]["properties"]
+    assert {"collectionID", "vchannels", "phase", "rows", "segments", "conditions", "observedGeneration",
+            "createdBy"} <= set(status)
+    assert status["createdBy"]["enum"] == ["operator", "sdk"]
+    cond = status["conditions"]["items"]["properties"]
+    assert {"type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"} == set(cond)
+
+
+def test_flushrequest_and_segment_crd_details():
+    fr = schema("FlushRequest")
+    assert fr["properties"]["status"]["properties"]["phase"]["enum"] == ["Pending", "Flushing", "Completed", "Failed"]
+    assert {"flushTs", "collections", "flushed", "total", "conditions", "completionTime"} <= set(
+        fr["properties"]["status"]["properties"])
+    assert "ttlSecondsAfterFinished" in fr["properties"]["spec"]["properties"]
+    (v,) = crds()["Segment"]["spec"]["versions"]
+    cols = [c["name"] for c in v["additionalPrinterColumns"] if not c.get("priority")]
+    assert cols == ["Collection", "State", "Rows", "Channel", "Age"]
+
+
+# Instances ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_validate(path):
+    doc = yaml.safe_load(path.read_text())
+    assert validate(doc["kind"], doc) == []
+    if doc["kind"] == "Collection":
+        assert check_spec(doc["spec"], doc["metadata"]["name"]) == []
+        to_schema(doc["spec"], doc["metadata"]["name"])
+
+
+def test_a_good_collection_validates():
+    assert validate("Collection", collection()) == []
+
+
+@pytest.mark.parametrize("bad,expect", [
+    (with_field(1, dim=0), "0 is less than the minimum of 1"),
+    (with_field(1, dim=40000), "40000 is greater than the maximum of 32768"),
+    (with_field(0, name="1id"), "does not match"),
+    (with_field(0, name="a-b"), "does not match"),
+    (with_field(0, name="x" * 256), "is too long"),
+    (with_field(2, dataType="Text"), "is not one of"),
+    (with_field(2, maxLength=0), "0 is less than the minimum of 1"),
+    (collection(name="my collection"), "does not match"),
+    (collection(shardsNum=17), "17 is greater than the maximum of 16"),
+    (collection(deletionPolicy="Orphan"), "is not one of"),
+    (collection(consistencyLevel="Weak"), "is not one of"),
+    (collection(fields=[]), "should be non-empty"),
+    (with_field(1, dataType=None), "'dataType' is a required property"),
+    ({"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", "metadata": {}, "spec": {}},
+     "'fields' is a required property"),
+], ids=["dim0", "dim-too-big", "name-digit", "name-dash", "name-too-long", "bad-type", "maxlength0",
+        "bad-collection-name", "shards", "policy", "consistency", "no-fields", "no-datatype", "no-fields-key"])
+def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
+    errors = validate("Collection", bad)
+    assert any(expect in e for e in errors), errors
+    # the controller says so too, whatever the CRD did
+    assert check_spec(bad.get("spec") or {}, "c")
+
+
+# What only CEL catches: jsonschema lets it through, the controller does not.
+@pytest.mark.parametrize("bad,expect", [
+    (with_field(2, dataType="Int64", maxLength=None, isPrimaryKey=True), "exactly one field must be the primary key"),
+    (with_field(0, isPrimaryKey=False), "exactly one field must be the primary key, found 0"),
+    (collection(fields=[{"name": "id", "dataType": "Int64", "isPrimaryKey": True}]), "needs a FloatVector field"),
+    (with_field(1, dim=None), "a FloatVector field needs dim"),
+    (with_field(0, dim=8), "dim only applies to FloatVector"),
+    (with_field(2, maxLength=None), "a VarChar field needs maxLength"),
+    (with_field(0, maxLength=8), "maxLength only applies to VarChar"),
+    (with_field(0, dataType="Float"), "a primary key must be Int64 or VarChar"),
+    (with_field(2, autoID=True), "only the primary key can set autoID"),
+], ids=["two-pks", "no-pk", "no-vector", "vector-without-dim", "dim-on-int", "varchar-without-maxlength",
+        "maxlength-on-int", "float-pk", "autoid-not-pk"])
+def test_cel_covered_cases_caught_by_the_controller(bad, expect):
+    assert validate("Collection", bad) == []   # structural schema: fine
+    problems = check_spec(bad["spec"], "c")
+    assert any(expect in p for p in problems), problems
+
+
+def test_every_cel_rule_has_a_controller_check():
+    """Each CEL message of the Collection CRD corresponds to a case above (keep them in step)."""
+    covered = {"exactly one field must be the primary key (isPrimaryKey)", "a collection needs a FloatVector field",
+               "a FloatVector field needs dim", "dim only applies to FloatVector fields",
+               "a VarChar field needs maxLength", "maxLength only applies to VarChar fields",
+               "a primary key must be Int64 or VarChar", "only the primary key can set autoID"}
+    immutability = set()
+    messages = set()
+    for path, node in _walk(schema("Collection"), "Collection"):
+        for r in node.get("x-kubernetes-validations", []):
+            (immutability if "oldSelf" in r["rule"] else messages).add(" ".join(r["message"].split()))
+    assert messages == covered
+    assert len(immutability) == 4   # name, database, shardsNum, fields: the controller refuses edits too
+
+
+def test_duplicate_field_names_rejected():
+    bad = with_field(2, name="vec", dataType="Int32", maxLength=None)
+    assert any("duplicated field name" in p for p in check_spec(bad["spec"], "c"))
+
+
+def test_flushrequest_instances():
+    good = {"apiVersion": "kmilvus.io/v1alpha1", "kind": "FlushRequest", "metadata": {"name": "f"},
+            "spec": {"collectionNames": ["a", "b_2"], "ttlSecondsAfterFinished": 60}}
+    assert validate("FlushRequest", good) == []
+    for spec, expect in (({"collectionNames": []}, "should be non-empty"),
+                         ({"collectionNames": ["a-b"]}, "does not match"),
+                         ({"collectionNames": ["a"], "ttlSecondsAfterFinished": -1}, "less than the minimum"),
+                         ({}, "'collectionNames' is a required property")):
+        bad = copy.deepcopy(good)
+        bad["spec"] = spec
+        assert any(expect in e for e in validate("FlushRequest", bad)), spec
+
+
+def test_segment_instance():
+    seg = {"apiVersion": "kmilvus.io/v1alpha1", "kind": "Segment", "metadata": {"name": "c-1"},
+           "spec": {"segmentID": 1, "collection": "c", "collectionID": 7, "partitionID": 8, "channel": "ch"},
+           "status": {"state": "Flushed", "rows": 10, "binlogs": 1, "binlogSize": 100,
+                      "dmlPosition": {"channel": "ch", "seq": 3, "timestamp": 4}}}
+    assert validate("Segment", seg) == []
+    seg["status"]["state"] = "Melted"
+    assert validate("Segment", seg)
+
+
+# Spec <-> Milvus schema --------------------------------------------------------------------------
+def test_spec_round_trip_through_a_milvus_schema():
+    from pymilvus.grpc_gen import milvus_pb2
+
+    spec = collection(description="d", shardsNum=2)["spec"]
+    schema = to_schema(spec, "my-coll")
+    assert schema.name == "my_coll"   # metadata.name with '-' -> '_'
+    desc = milvus_pb2.DescribeCollectionResponse(collection_name="my_coll", db_name="default", shards_num=2)
+    desc.schema.CopyFrom(schema)
+    back = spec_from_collection(desc)
+    assert back["fields"] == spec["fields"] and back["shardsNum"] == 2 and back["name"] == "my_coll"
+
+
+def test_k8s_names_for_mirrored_collections():
+    assert k8s_name("default", "docs") == "docs"
+    assert k8s_name("default", "my_docs") == "my-docs"
+    a, b = k8s_name("default", "Docs"), k8s_name("default", "docs_")
+    assert a.startswith("docs-") and b.startswith("docs-") and a != b
+    assert k8s_name("db1", "docs").startswith("db1.docs-")
+    assert len(k8s_name("default", "x" * 255)) <= 253
