@@ -64,22 +64,39 @@ def test_orm_200k_flush_and_read_back_with_pyarrow_and_spark(node, orm):
     seg_dir = node.node.store.path(paths.segment_prefix(s.collectionID, s.partitionID, s.ID))
     assert pq.read_table(seg_dir).num_rows == s.num_of_rows
 
-    # And Spark, on every segment directory.
-    from pyspark.sql import SparkSession
+    # And Spark, on every segment directory — in its own process, as a user's job would run.
+    dirs = [node.node.store.uri(paths.segment_prefix(s.collectionID, s.partitionID, s.ID)) for s in segs]
+    got = spark_read(dirs, pk=123456)
+    assert got["count"] == 200_000 and got["distinct"] == 200_000
+    np.testing.assert_array_equal(np.asarray(got["vec"], dtype=np.float32), batch(120_000, 10_000)[1][3456])
+    assert got["tag"] == "tag123456"
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (SparkSession.builder.master("local[2]").appName("kmilvus-readback")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    try:
-        dirs = [node.node.store.uri(paths.segment_prefix(s.collectionID, s.partitionID, s.ID)) for s in segs]
-        df = spark.read.parquet(*dirs)
-        assert df.count() == 200_000
-        assert df.select("100").distinct().count() == 200_000
-        row = df.filter("`100` = 123456").select("101", "102").collect()[0]
-        np.testing.assert_array_equal(np.asarray(row[0], dtype=np.float32), batch(120_000, 10_000)[1][3456])
-        assert row[1] == "tag123456"
-    finally:
-        spark.stop()
+
+SPARK_READ = """
+import json, sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[2]").appName("kmilvus-readback")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+args = json.loads(sys.argv[1])
+df = spark.read.parquet(*args["dirs"])
+row = df.filter(f"`100` = {args['pk']}").select("101", "102").collect()[0]
+print(json.dumps({"count": df.count(), "distinct": df.select("100").distinct().count(),
+                  "vec": list(row[0]), "tag": row[1]}))
+spark.stop()
+"""
+
+
+def spark_read(dirs, pk):
+    """spark.read.parquet over segment directories, in a separate Python process."""
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+    out = subprocess.run([sys.executable, "-c", SPARK_READ, json.dumps({"dirs": dirs, "pk": pk})],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_milvus_client_200k_insert_flush_num_entities(node, client):

@@ -8,6 +8,7 @@ import base64
 import csv
 import json
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -325,7 +326,7 @@ def test_drop_collection_during_compaction_leaves_nothing(node_factory):
 
 
 @pytest.fixture(scope="module")
-def spark(moto_endpoint):
+def spark(moto_endpoint, tmp_path_factory):
     # moto first: its AWS_* variables must be in the environment the Spark workers inherit.
     os.environ["PYTHONPATH"] = os.pathsep.join([JOBS_DIR] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -338,6 +339,11 @@ def spark(moto_endpoint):
          .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
          .config("spark.sql.execution.arrow.maxRecordsPerBatch", "32768").getOrCreate())
     s.sparkContext.setLogLevel("ERROR")
+    # Ship the job package to the Python workers explicitly: a JVM started earlier in this
+    # process (another test's SparkSession) would not see the PYTHONPATH set above.
+    archive = shutil.make_archive(str(tmp_path_factory.mktemp("pyfiles") / "kmilvus_jobs"), "zip",
+                                  JOBS_DIR, "kmilvus_jobs")
+    s.sparkContext.addPyFile(archive)
     yield s
     s.stop()
 
