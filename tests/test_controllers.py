@@ -23,6 +23,7 @@ from kmilvus.meta import EtcdKV, catalog
 from tests.harness import make_config
 from tests.kmock_compat import KMockCompat, declare_crds
 from tests.test_crds import check_instance
+from tests.util import eventually, kmock_object
 
 pytestmark = [pytest.mark.kmock(cls=KMockCompat), pytest.mark.timeout(60)]
 NS = "default"
@@ -87,22 +88,9 @@ class OperatorThread:
         self.thread.join(10)
 
 
-async def eventually(pred, timeout: float = 20.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
-        await asyncio.sleep(0.05)
-
 
 def obj(kmock, res: str, name: str, ns: str | None = NS):
-    key = (kmock.resource(res), ns, name)
-    if key not in kmock.objects or kmock.objects[key].deleted:
-        return None
-    return dict(kmock.objects[key].raw)
+    return kmock_object(kmock, res, name, ns)
 
 
 def cond(o: dict | None, ctype: str) -> dict:

@@ -27,6 +27,7 @@ from controllers.spark_runner import SPARK_APPLICATION, SparkApplicationRunner, 
 from kmilvus.spark import application
 from kmilvus.spark.runner import JobState, LocalSparkRunner
 from tests.kmock_compat import KMockCompat, declare_crds
+from tests.util import eventually, kmock_object
 
 pytestmark = [pytest.mark.kmock(cls=KMockCompat), pytest.mark.timeout(120)]
 NS = "default"
@@ -35,22 +36,9 @@ COLL = "kmilvus.io/v1alpha1/collections"
 DIM = 8
 
 
-async def eventually(pred, timeout: float = 20.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await pred() if asyncio.iscoroutinefunction(pred) else pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
-        await asyncio.sleep(0.05)
-
 
 def obj(kmock, res: str, name: str, ns: str | None = NS):
-    key = (kmock.resource(res), ns, name)
-    if key not in kmock.objects or kmock.objects[key].deleted:
-        return None
-    return dict(kmock.objects[key].raw)
+    return kmock_object(kmock, res, name, ns)
 
 
 def apps(kmock) -> list[dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable
 
@@ -16,3 +17,23 @@ def wait_until(pred: Callable[[], object], timeout: float = 10.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
         time.sleep(interval)
+
+
+async def eventually(pred, timeout: float = 20.0, what: str = "") -> object:
+    """`wait_until` for async tests: `pred` may be a plain or a coroutine function."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await pred() if asyncio.iscoroutinefunction(pred) else pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
+        await asyncio.sleep(0.05)
+
+
+def kmock_object(kmock, res: str, name: str, ns: str | None) -> dict | None:
+    """An object as KMock holds it, or None when it does not exist (or was deleted)."""
+    key = (kmock.resource(res), ns, name)
+    if key not in kmock.objects or kmock.objects[key].deleted:
+        return None
+    return dict(kmock.objects[key].raw)
