@@ -440,15 +440,10 @@ class Consumer:
         return self
 
     async def __anext__(self) -> Msg:
-        while True:
-            buf = self._buf
-            while buf:
-                msg = await self._process(buf.popleft())
-                if msg is not None:
-                    return msg
-            if self._closed:
-                raise StopAsyncIteration
-            await self._wait(None)
+        msg = await self.next()
+        if msg is None:  # without a timeout, next() only answers None once closed
+            raise StopAsyncIteration
+        return msg
 
     async def next(self, timeout: float | None = None) -> Msg | None:
         """The next message, or None if none arrived within `timeout` seconds (or closed)."""

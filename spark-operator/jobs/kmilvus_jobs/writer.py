@@ -23,7 +23,6 @@ dot-prefixed temporary name and renamed when complete, so readers never see half
 from __future__ import annotations
 
 import base64
-import json
 import os
 
 import pyarrow as pa
@@ -78,21 +77,11 @@ def _check_json(name: str, arr: pa.Array, max_len: int) -> None:
         raise RowProblem(i, name, f"the length ({lengths[i].as_py()}) of json field ({name}) exceeds "
                                   f"max length ({max_len})")
     rows = arr.cast(pa.binary()).to_pylist()
-    try:   # one C-level parse of every row (see kmilvus.util.typeutil._validate_json)
-        parsed = json.loads(b"[[" + b"],[".join(rows) + b"]]", parse_constant=_reject)
-        if len(parsed) == len(rows) and all(len(e) == 1 for e in parsed):
-            return
-    except (ValueError, TypeError):
-        pass
-    for i, raw in enumerate(rows):
-        try:
-            json.loads(raw, parse_constant=_reject)
-        except (ValueError, TypeError) as exc:
-            raise RowProblem(i, name, f"the value of json field ({name}) is not valid JSON: {exc}") from None
+    from kmilvus.util.typeutil import first_invalid_json
 
-
-def _reject(name: str):
-    raise ValueError(f"{name} is not valid JSON")
+    bad = first_invalid_json(rows)
+    if bad is not None:
+        raise RowProblem(bad[0], name, f"the value of json field ({name}) is not valid JSON: {bad[1]}")
 
 
 def check_and_convert(field, arr: pa.Array, typeutil) -> pa.Array:
