@@ -334,3 +334,25 @@ async def test_collection_prefixes_remove_everything_it_owns(store):
         extra = set(raw_paths(store)) - set(before_raw)
         tops = {store.path(p.split("/")[0]) for p in paths.collection_prefixes(6)}
         assert extra <= tops | {store.root}, extra
+
+
+def test_local_writes_fsync_the_file_before_the_rename_and_its_directories_after(tmp_path, monkeypatch):
+    """Issue 11 defect 4: meta committed after a write must never point at data the OS has not
+    written — the file is fsynced before it is renamed into place, its directories after."""
+    from kmilvus.storage import objectstore
+
+    synced: list[str] = []
+    real = objectstore._fsync_file
+
+    def recording(path: str) -> None:
+        synced.append(path)
+        real(path)
+
+    monkeypatch.setattr(objectstore, "_fsync_file", recording)
+    store = objectstore.ObjectStore.from_uri((tmp_path / "root").as_uri())
+    store.write_sync("insert_log/1/2/3/44", b"data")
+    root = str(tmp_path / "root")
+    assert ".44.tmp-" in synced[0]                      # the temp file, before the rename
+    assert synced[1:] == [f"{root}/insert_log/1/2/3", f"{root}/insert_log/1/2", f"{root}/insert_log/1",
+                          f"{root}/insert_log", root]
+    assert (tmp_path / "root/insert_log/1/2/3/44").read_bytes() == b"data"

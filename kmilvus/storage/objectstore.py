@@ -7,7 +7,9 @@ Spark address the same objects directly.
 
 Writes are atomic for readers: locally a temp file (dot-prefixed, so pyarrow datasets and Spark
 ignore it) in the same directory is renamed over the key; on S3 an object only becomes visible
-once its (multipart) upload completes. Local deletes prune the directories they leave empty, up
+once its (multipart) upload completes. Local writes are durable when they return: the file is
+fsynced before the rename and its directories after it, so etcd meta committed next never
+points at data the OS has not written. Local deletes prune the directories they leave empty, up
 to the root, so dropping everything a collection owns returns the tree to its earlier state.
 """
 
@@ -153,7 +155,9 @@ class ObjectStore:
             tmp = temp_name(path)
             try:
                 produce(tmp)
+                _fsync_file(tmp)
                 os.replace(tmp, path)
+                self._fsync_dirs(os.path.dirname(path))
                 return
             except FileNotFoundError:
                 _unlink_quiet(tmp)
@@ -162,6 +166,17 @@ class ObjectStore:
             except BaseException:
                 _unlink_quiet(tmp)
                 raise
+
+    def _fsync_dirs(self, directory: str) -> None:
+        """fsync `directory` and its parents up to the root: the rename and any directory
+        created for it are then on disk."""
+        root = os.path.abspath(self.root)
+        d = os.path.abspath(directory)
+        while True:
+            _fsync_file(d)
+            if d == root or len(d) <= len(root) or d == os.path.dirname(d):
+                return
+            d = os.path.dirname(d)
 
     def read_sync(self, key: str) -> bytes:
         with self.filesystem.open_input_file(self.path(key)) as f:
@@ -271,6 +286,15 @@ class ObjectStore:
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.root_uri})"
+
+
+def _fsync_file(path: str) -> None:
+    """fsync a file or directory by path."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _unlink_quiet(path: str) -> None:
