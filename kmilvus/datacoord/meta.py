@@ -4,6 +4,11 @@
 state and the channel checkpoint in ONE transaction, guarded on the segment still existing (a
 dropped collection's late flush is refused, never half-applied). Row counts are derived from the
 set of binlogs, so a retried SaveBinlogPaths changes nothing.
+
+Writers of segment state (seal, SaveBinlogPaths) hold `write_lock` across their read, etcd
+transaction and in-memory update, and SaveBinlogPaths updates only the fields it owns on the
+live SegmentInfo: quota grants (`assigned_rows`, `last_expire_time`) happen in memory while a
+transaction is in flight, and a seal must never be undone by a binlog save that started before it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class SegmentMeta:
         self.segments: dict[int, Segment] = {}
         self.checkpoints: dict[str, internal_pb2.MsgPosition] = {}
         self.changed = asyncio.Condition()
+        self.write_lock = asyncio.Lock()
 
     async def load(self) -> None:
         for _, raw in await self.kv.get_prefix(keys.segment_prefix()):
@@ -77,13 +83,18 @@ class SegmentMeta:
         return seg
 
     async def save_infos(self, segs: list[Segment]) -> None:
-        """Persist several segments' info in one transaction (e.g. SealAllSegments)."""
+        """Persist several segments' info in one transaction (e.g. SealAllSegments); the caller
+        holds `write_lock` from its change in memory to here."""
         if segs:
             await self.kv.txn([Op.put(keys.segment_key(s.info.collectionID, s.info.partitionID, s.id),
                                       s.info.SerializeToString()) for s in segs])
             await self.notify()
 
     async def save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest) -> Segment:
+        async with self.write_lock:
+            return await self._save_binlog_paths(req)
+
+    async def _save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest) -> Segment:
         seg = self.segments.get(req.segmentID)
         if seg is None or seg.info.state in (SegmentState.Dropped, SegmentState.NotExist):
             raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
@@ -116,7 +127,15 @@ class SegmentMeta:
             ops.append(Op.put(keys.channel_checkpoint_key(req.checkpoint.channel_name), req.checkpoint.SerializeToString()))
         if not await self.kv.txn(ops, [Cmp.exists(seg_key)]):
             raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
-        seg.info, seg.binlogs, seg.ddl_binlogs = info, binlogs, ddl
+        live = seg.info  # may have been granted quota meanwhile: keep that, set what this save owns
+        live.num_of_rows, live.binlog_count, live.binlog_size = info.num_of_rows, info.binlog_count, info.binlog_size
+        if info.HasField("dml_position"):
+            live.dml_position.CopyFrom(info.dml_position)
+        if info.HasField("start_position"):
+            live.start_position.CopyFrom(info.start_position)
+        if req.flushed:
+            live.state, live.flushed_timestamp = info.state, info.flushed_timestamp
+        seg.binlogs, seg.ddl_binlogs = binlogs, ddl
         if req.HasField("checkpoint") and req.checkpoint.seq:
             self._advance_checkpoint(req.checkpoint)
         await self.notify()

@@ -70,15 +70,16 @@ class SegmentManager:
 
     async def seal(self, segs: list[Segment], ts: int | None = None) -> list[Segment]:
         """Seal Growing segments at `ts` (one transaction); returns those it sealed."""
-        segs = [s for s in segs if s.info.state == SegmentState.Growing]
-        if not segs:
-            return []
-        ts = ts or await self.tso.alloc()
-        for s in segs:
-            s.info.state = SegmentState.Sealed
-            s.info.seal_timestamp = ts
-        await self.meta.save_infos(segs)
-        return segs
+        async with self.meta.write_lock:
+            segs = [s for s in segs if s.info.state == SegmentState.Growing]
+            if not segs:
+                return []
+            ts = ts or await self.tso.alloc()
+            for s in segs:
+                s.info.state = SegmentState.Sealed
+                s.info.seal_timestamp = ts
+            await self.meta.save_infos(segs)
+            return segs
 
     async def seal_all_segments(self, coll_id: int, ts: int) -> list[Segment]:
         """Seed 000 §4: SealAllSegments — every Growing segment of the collection."""
