@@ -74,14 +74,15 @@ class ProcessNode:
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
-    def start(self, wait_for: str | None = None, timeout: float = 60, failpoints: str = "") -> "ProcessNode":
+    def start(self, wait_for: str | None = None, timeout: float = 60, failpoints: str = "",
+              env: dict[str, str] | None = None) -> "ProcessNode":
         exe = Path(sys.executable).with_name("kmilvus")
         env = dict(os.environ, KMILVUS_LOG_LEVEL="info", KMILVUS_SESSION_TTL=str(self.cfg.session_ttl),
                    KMILVUS_DML_CHANNEL_NUM=str(self.cfg.dml_channel_num),
                    KMILVUS_TIME_TICK_INTERVAL=str(self.cfg.time_tick_interval),
                    KMILVUS_INSERT_BUFFER_SIZE_MB=str(self.cfg.insert_buffer_size_mb),
                    KMILVUS_AUTO_COMPACTION=str(self.cfg.auto_compaction).lower(),
-                   KMILVUS_FAILPOINTS=failpoints)
+                   KMILVUS_FAILPOINTS=failpoints, **(env or {}))
         argv = [str(exe), "run", *self.roles, "--etcd-endpoint", self.cfg.etcd_endpoints[0],
                 "--nats-url", self.cfg.nats_url, "--storage-uri", self.cfg.storage_uri,
                 "--cluster", self.cfg.cluster, "--port", str(self.cfg.proxy_port)]

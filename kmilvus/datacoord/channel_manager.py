@@ -1,8 +1,10 @@
 """vchannel → DataNode assignment (Milvus' datacoord ChannelManager).
 
-The assignment lives in etcd (`channel-watch/{vchannel}` → node ID and the channel's info);
-when a DataNode's session disappears its channels go to the remaining nodes, which resume them
-from the channel checkpoint.
+The assignment lives in etcd (`channel-watch/{vchannel}` → node ID, watch version and the
+channel's info); when a DataNode's session disappears its channels go to the remaining nodes,
+which resume them from the channel checkpoint. Every assignment bumps the channel's watch
+version: DataCoord accepts time ticks and binlogs for a channel only from its current watch
+(node and version), so a DataNode that was paused or cut off while its channel moved is fenced.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class ChannelManager:
         self.meta = meta
         self.registry = registry
         self.assign: dict[str, int] = {}                       # vchannel → node (0: none)
+        self.versions: dict[str, int] = {}                     # vchannel → current watch version
         self.infos: dict[str, internal_pb2.ChannelWatchInfo] = {}
         self.nodes: set[int] = set()
         self._lock = asyncio.Lock()
@@ -41,6 +44,7 @@ class ChannelManager:
             rec = json.loads(raw)
             ch = key.rsplit("/", 1)[1]
             self.assign[ch] = rec["node"]
+            self.versions[ch] = rec.get("version", 0)
             self.infos[ch] = internal_pb2.ChannelWatchInfo.FromString(bytes.fromhex(rec["info"]))
 
     def start(self) -> None:
@@ -53,7 +57,8 @@ class ChannelManager:
                 await self._task
 
     async def _persist(self, ch: str) -> None:
-        rec = {"node": self.assign[ch], "info": self.infos[ch].SerializeToString().hex()}
+        rec = {"node": self.assign[ch], "version": self.versions.get(ch, 0),
+               "info": self.infos[ch].SerializeToString().hex()}
         await self.kv.put(keys.channel_watch_key(ch), json.dumps(rec).encode())
 
     async def _watch_nodes(self) -> None:
@@ -97,6 +102,11 @@ class ChannelManager:
                     if n in load:
                         load[n] += 1
                 node = min(load, key=lambda n: (load[n], n))
+                # The new version is persisted before any node acts under it: a restarted
+                # DataCoord never hands out a version twice.
+                self.versions[ch] = self.versions.get(ch, 0) + 1
+                self.assign[ch] = 0
+                await self._persist(ch)
                 try:
                     await self._send_watch(node, ch)
                 except Exception as exc:  # noqa: BLE001 - retried on the next rebalance
@@ -111,6 +121,7 @@ class ChannelManager:
         """WatchDmChannels with the channel's checkpoint and the state of its segments."""
         info = internal_pb2.ChannelWatchInfo()
         info.CopyFrom(self.infos[ch])
+        info.watch_version = self.versions.get(ch, 0)
         cp = self.meta.checkpoints.get(ch)
         if cp is not None:
             info.seek_position.CopyFrom(cp)
@@ -134,6 +145,7 @@ class ChannelManager:
             for ch in channels:
                 node = self.assign.pop(ch, None)
                 self.infos.pop(ch, None)
+                self.versions.pop(ch, None)
                 if node:
                     by_node.setdefault(node, []).append(ch)
         for node, chans in by_node.items():
@@ -148,3 +160,8 @@ class ChannelManager:
 
     def node_of(self, ch: str) -> int:
         return self.assign.get(ch, 0)
+
+    def is_current_watch(self, ch: str, node: int, version: int) -> bool:
+        """Whether `node` acts on `ch` under its current watch (not a stale one)."""
+        n = self.assign.get(ch, 0)
+        return n != 0 and n == node and self.versions.get(ch, 0) == version

@@ -58,6 +58,7 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
         self._tasks: list[asyncio.Task] = []
         self._tt_sub = None
         self._assign_lock = asyncio.Lock()
+        self._flush_ts: dict[int, int] = {}      # collection → latest flush timestamp
 
     # Lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -135,6 +136,8 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
         ch = msg.channel_name
         if ch not in self.channels.infos:
             return
+        if not self.channels.is_current_watch(ch, msg.nodeID, msg.watch_version):
+            return  # a stale watch (the channel moved): its checkpoint must not count
         if msg.timestamp > self.ticks.get(ch, 0):
             self.ticks[ch] = msg.timestamp
         if msg.HasField("checkpoint") and msg.checkpoint.seq and self.meta.update_checkpoint(msg.checkpoint):
@@ -190,7 +193,13 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
                 if r.collectionID in self._dropping or r.channel_name not in self.channels.infos:
                     raise merr.MilvusError(merr.CHANNEL_NOT_FOUND,
                                            f"channel not found[channel={r.channel_name}]")
-                resp.segIDAssignments.extend(await self.segments.assign(r))
+                granted = await self.segments.assign(r)
+                resp.segIDAssignments.extend(granted)
+                if r.timestamp < self._flush_ts.get(r.collectionID, 0):
+                    # An insert older than a flush that already sealed its collection (its
+                    # timestamp was taken before the flush's): seal what it went to, so the flush
+                    # waits a few ticks for it, not for the idle seal.
+                    await self.segments.seal([self.meta.segments[a.segID] for a in granted])
         return resp
 
     @merr.rpc(data_coord_pb2.FlushResponse)
@@ -199,6 +208,7 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
         async with self._assign_lock:
             flush_ts = await self.tso.alloc()
             await self.segments.seal_all_segments(req.collectionID, flush_ts)
+            self._flush_ts[req.collectionID] = flush_ts
         pending = self.meta.by_collection(req.collectionID, (SegmentState.Sealed, SegmentState.Flushing))
         flushed = self.meta.by_collection(req.collectionID, (SegmentState.Flushed,))
         await self._check_flushable(self.channels.channels_of(req.collectionID))
@@ -261,6 +271,10 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
     async def SaveBinlogPaths(self, req: internal_pb2.SaveBinlogPathsRequest, context=None):
         if req.collectionID in self._dropping:
             raise merr.collection_not_found(req.collectionID)
+        if req.channel and not self.channels.is_current_watch(req.channel, req.nodeID, req.watch_version):
+            raise merr.MilvusError(merr.CHANNEL_NOT_FOUND,
+                                   f"channel {req.channel} is not watched by node {req.nodeID} "
+                                   f"(watch version {req.watch_version}) any more")
         seg = await self.meta.save_binlog_paths(req)
         if req.flushed:
             log.info("segment flushed", segment=seg.id, rows=seg.info.num_of_rows, binlogs=seg.info.binlog_count)
@@ -294,6 +308,7 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
                 self._dirty_cps.discard(ch)
             await self.meta.drop_collection_meta(coll, vchans)
             self.segments.max_rows.pop(coll, None)
+            self._flush_ts.pop(coll, None)
         finally:
             self._dropping.discard(coll)
         metrics.DROPPED_COLLECTIONS.inc()

@@ -12,13 +12,13 @@ from kmilvus import components as roles
 from kmilvus import metrics
 from kmilvus.allocator import IDAllocator
 from kmilvus.config import Config
-from kmilvus.datanode.buffer import DDLBuffer, SegmentBuffer
-from kmilvus.datanode.flowgraph import FlowGraph
+from kmilvus.datanode.flowgraph import FlowGraph, PendingWrite
 from kmilvus.log import get_logger
 from kmilvus.msgstream import channels as chan
 from kmilvus.proto import data_node_pb2_grpc, internal_pb2
 from kmilvus.storage import binlog, paths
 from kmilvus.util import merr
+from kmilvus.util.failpoint import afailpoint
 
 log = get_logger(__name__)
 
@@ -79,13 +79,13 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                 if not candidates:
                     break
                 fg, b = max(candidates, key=lambda c: c[1].nbytes)
-                buf, _ = fg.take(b.segment_id, final=False)
-                await self._write(fg, b.segment_id, buf, None, flushed=False)
+                await self._write(fg, fg.take(b.segment_id, final=False))
 
     # Time ticks -------------------------------------------------------------------------------
-    async def report_tt(self, channel: str, ts: int, cp: internal_pb2.MsgPosition) -> None:
-        """Seed 000 §7: DataNodeTtMsg on every consumed tick."""
-        msg = internal_pb2.DataNodeTtMsg(channel_name=channel, timestamp=ts, checkpoint=cp, nodeID=self.server_id)
+    async def report_tt(self, fg: FlowGraph, ts: int, cp: internal_pb2.MsgPosition) -> None:
+        """Seed 000 §7: DataNodeTtMsg on every consumed tick, under the flowgraph's watch."""
+        msg = internal_pb2.DataNodeTtMsg(channel_name=fg.vchannel, timestamp=ts, checkpoint=cp,
+                                         nodeID=self.server_id, watch_version=fg.watch_version)
         msg.base.msg_type = common_pb2.DataNodeTt
         msg.base.timestamp = ts
         msg.base.sourceID = self.server_id
@@ -93,6 +93,14 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
 
     def forget(self, vchannel: str) -> None:
         self.flowgraphs.pop(vchannel, None)
+
+    async def drop_all(self) -> None:
+        """Stop every flowgraph and discard what it buffered (this node lost its session: its
+        channels move to other nodes, which replay the unflushed data from the checkpoints)."""
+        for ch in list(self.flowgraphs):
+            fg = self.flowgraphs.pop(ch)
+            await fg.stop(drop=True)
+        log.warning("dropped every channel", node=self.server_id)
 
     # RPCs -----------------------------------------------------------------------------------
     @merr.rpc(milvus_pb2.ComponentStates)
@@ -102,8 +110,13 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
     @merr.rpc()
     async def WatchDmChannels(self, req, context=None):
         for info in req.channels:
-            if info.vchannel in self.flowgraphs:
-                continue
+            old = self.flowgraphs.get(info.vchannel)
+            if old is not None:
+                if old.watch_version == info.watch_version:
+                    continue
+                # Reassigned to this node under a new watch: start over from the checkpoint.
+                await old.stop(drop=True)
+                self.flowgraphs.pop(info.vchannel, None)
             fg = FlowGraph(self, info)
             await fg.start()
             self.flowgraphs[info.vchannel] = fg
@@ -125,29 +138,88 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         if fg is None:
             raise merr.MilvusError(merr.CHANNEL_NOT_FOUND, f"channel not found[channel={req.channel}]")
         for seg in req.segmentIDs:
-            buf, ddl = fg.take(seg, final=True)
-            task = asyncio.create_task(self._write(fg, seg, buf, ddl, flushed=True), name=f"flush-{seg}")
+            task = asyncio.create_task(self._write(fg, fg.take(seg, final=True)), name=f"flush-{seg}")
             self._writes.add(task)
             task.add_done_callback(self._writes.discard)
         return merr.success()
 
     # Writing binlogs ------------------------------------------------------------------------
-    async def _write(self, fg: FlowGraph, seg: int, buf: SegmentBuffer | None, ddl: DDLBuffer | None,
-                     flushed: bool) -> None:
-        lock = self._seg_locks.setdefault(seg, asyncio.Lock())
+    async def _write(self, fg: FlowGraph, w: PendingWrite) -> None:
+        """Writes of one segment run one at a time, in the order they were taken."""
+        lock = self._seg_locks.setdefault(w.segment_id, asyncio.Lock())
         async with lock:
             try:
-                await self._write_locked(fg, seg, buf, ddl, flushed)
+                await self._write_locked(fg, w)
             finally:
-                fg.done(seg)
-                if flushed:
-                    self._seg_locks.pop(seg, None)
+                fg.done(w)
+                if w.final:
+                    self._seg_locks.pop(w.segment_id, None)
 
-    async def _write_locked(self, fg: FlowGraph, seg: int, buf: SegmentBuffer | None, ddl: DDLBuffer | None,
-                            flushed: bool) -> None:
+    def _owns(self, fg: FlowGraph) -> bool:
+        """Whether `fg` still runs here (not unwatched, moved or dropped meanwhile)."""
+        return self.flowgraphs.get(fg.vchannel) is fg
+
+    async def _write_locked(self, fg: FlowGraph, w: PendingWrite) -> None:
+        seg, buf, flushed = w.segment_id, w.buf, w.final
+        # Storage may be away for a while (S3 outage, a full or read-only disk): keep the data
+        # and its hold on the checkpoint, and try again, for as long as the channel is ours.
+        attempt = 0
+        while True:
+            try:
+                req, written = await self._write_files(fg, w)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried; the data stays in memory meanwhile
+                attempt += 1
+                log.warning("writing binlogs failed; retrying", segment=seg, attempt=attempt, error=str(exc))
+                if not self._owns(fg):
+                    return
+                await asyncio.sleep(min(0.2 * attempt, 5))
+        await afailpoint("datanode.save.flush" if flushed else "datanode.save.pressure")
+        # The checkpoint committed with these binlogs no longer needs THIS write's data; until
+        # the commit succeeds the write stays in flight and holds tick-reported checkpoints back.
+        req.checkpoint.CopyFrom(fg.checkpoint(exclude=w.token))
+        attempt = 0
+        while True:
+            try:
+                status = await self.datacoord.SaveBinlogPaths(req)
+            except Exception as exc:  # noqa: BLE001 - DataCoord restarting: keep the data, retry
+                status = merr.status_of(exc)
+            if merr.ok(status):
+                if flushed:
+                    metrics.FLUSHED_SEGMENTS.inc()
+                log.info("binlogs saved", segment=seg, rows=buf.rows if buf else 0, flushed=flushed)
+                return
+            if status.code in (merr.SEGMENT_NOT_FOUND[0], merr.COLLECTION_NOT_FOUND[0]):
+                break  # dropped meanwhile: nothing may point at these files, so remove them
+            if status.code == merr.CHANNEL_NOT_FOUND[0]:
+                # Not this node's channel (any more): its new owner replays the data from the
+                # checkpoint, so this node's buffers of the channel must go. The files stay: an
+                # earlier attempt whose answer was lost may have committed them; if not, the
+                # garbage collector removes them once no meta refers to them.
+                log.warning("channel watched elsewhere: dropping it", channel=fg.vchannel,
+                            segment=seg, reason=status.reason)
+                if self._owns(fg):
+                    self.flowgraphs.pop(fg.vchannel, None)
+                    await fg.stop(drop=True)
+                return
+            attempt += 1
+            log.warning("SaveBinlogPaths failed; retrying", segment=seg, reason=status.reason)
+            if not self._owns(fg):
+                return  # the channel went elsewhere: its new owner replays this data (files: as above)
+            await asyncio.sleep(min(0.1 * attempt, 2))
+        for key in written:
+            await self.store.delete(key)
+        log.warning("binlogs discarded", segment=seg, files=len(written))
+
+    async def _write_files(self, fg: FlowGraph, w: PendingWrite) -> tuple[internal_pb2.SaveBinlogPathsRequest, list[str]]:
+        """Write the insert binlog and (final writes) the DDL binlogs; the request that commits them."""
+        seg, buf, ddl, flushed = w.segment_id, w.buf, w.ddl, w.final
         coll, part = fg.collection_id, fg.partition(seg)
         req = internal_pb2.SaveBinlogPathsRequest(segmentID=seg, collectionID=coll, partitionID=part,
-                                                  flushed=flushed, channel=fg.vchannel, nodeID=self.server_id)
+                                                  flushed=flushed, channel=fg.vchannel, nodeID=self.server_id,
+                                                  watch_version=fg.watch_version)
         written: list[str] = []
         if buf is not None and buf.rows:
             log_id = await self.ids.alloc()
@@ -171,25 +243,4 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             req.ddl_binlog_metas.add(ddl_binlog_path=ddl_key, ts_binlog_path=ts_key)
             req.ddl_position.start_position.CopyFrom(ddl.start)
             req.ddl_position.end_position.CopyFrom(ddl.end)
-        # The checkpoint committed with these binlogs no longer needs this segment's data; until
-        # the commit succeeds the segment stays in flight and holds tick-reported checkpoints back.
-        req.checkpoint.CopyFrom(fg.checkpoint(exclude=seg))
-        attempt = 0
-        while True:
-            try:
-                status = await self.datacoord.SaveBinlogPaths(req)
-            except Exception as exc:  # noqa: BLE001 - DataCoord restarting: keep the data, retry
-                status = merr.status_of(exc)
-            if merr.ok(status):
-                if flushed:
-                    metrics.FLUSHED_SEGMENTS.inc()
-                log.info("binlogs saved", segment=seg, rows=buf.rows if buf else 0, flushed=flushed)
-                return
-            if status.code in (merr.SEGMENT_NOT_FOUND[0], merr.COLLECTION_NOT_FOUND[0]):
-                break  # dropped meanwhile: nothing may point at these files, so remove them
-            attempt += 1
-            log.warning("SaveBinlogPaths failed; retrying", segment=seg, reason=status.reason)
-            await asyncio.sleep(min(0.1 * attempt, 2))
-        for key in written:
-            await self.store.delete(key)
-        log.warning("binlogs discarded", segment=seg, files=len(written))
+        return req, written

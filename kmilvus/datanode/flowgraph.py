@@ -7,13 +7,21 @@ already persisted) → InsertBufferNode (Arrow batches per segment) → time-tic
 Checkpoint: resuming after `seq` replays every message whose data is not yet in a binlog, and
 every row with ts < `timestamp` is already durable. Replayed messages of segments that are
 flushed, or whose rows are already in binlogs (their `dml_position`), are skipped, so each
-acknowledged row lands in the binlogs exactly once.
+acknowledged row lands in the binlogs exactly once. Every write taken out of the buffers holds
+the checkpoint back under its own token until SaveBinlogPaths committed it — per write, not per
+segment, so two writes of one segment in flight (a pressure write and the final flush) never
+release each other's hold.
+
+Ownership: the flowgraph acts under the channel's watch (node ID and `watch_version`); DataCoord
+refuses time ticks and binlogs from any other watch, and a refused flowgraph drops the channel.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -36,6 +44,18 @@ def read_ipc(payload) -> pa.RecordBatch:
     return batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
+@dataclass
+class PendingWrite:
+    """Data detached from a flowgraph's buffers for one binlog write; `token` is its hold on the
+    checkpoint until the write is committed (or discarded)."""
+
+    token: int
+    segment_id: int
+    buf: SegmentBuffer | None
+    ddl: DDLBuffer | None
+    final: bool
+
+
 class FlowGraph:
     def __init__(self, node: "DataNode", info: internal_pb2.ChannelWatchInfo):
         self.node = node
@@ -47,7 +67,9 @@ class FlowGraph:
         self.persisted_upto: dict[int, int] = {s.ID: s.dml_position.seq for s in info.unflushed_segments}
         self.partition_of: dict[int, int] = {s.ID: s.partitionID for s in info.unflushed_segments}
         self.buffers: dict[int, SegmentBuffer] = {}
-        self.inflight: dict[int, tuple[int, int]] = {}   # segment being written → (start seq, min ts)
+        self.inflight: dict[int, tuple[int, int]] = {}   # write token → (start seq, min ts) it holds
+        self._tokens = itertools.count(1)
+        self.watch_version = info.watch_version
         self.ddl = DDLBuffer()
         seek = info.seek_position
         self.tick = internal_pb2.MsgPosition(channel_name=self.vchannel, seq=seek.seq, timestamp=seek.timestamp)
@@ -114,7 +136,7 @@ class FlowGraph:
             self.node.account(batch.nbytes)
         elif t == MsgType.TimeTick:
             self.tick = pos
-            await self.node.report_tt(self.vchannel, msg.timestamp, self.checkpoint())
+            await self.node.report_tt(self, msg.timestamp, self.checkpoint())
         elif t == MsgType.CreateCollection:
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
         elif t == MsgType.DropCollection:
@@ -123,37 +145,41 @@ class FlowGraph:
             log.info("flowgraph saw DropCollection", channel=self.vchannel)
 
     def checkpoint(self, exclude: int | None = None) -> internal_pb2.MsgPosition:
+        """Where a restart would resume: before every buffered row and every write in flight
+        except `exclude` (the token of the write this checkpoint is committed with)."""
         seq, ts = self.tick.seq, self.tick.timestamp
         for b in self.buffers.values():
             seq, ts = min(seq, b.start.seq), min(ts, b.min_ts)
-        for seg, (s_seq, s_ts) in self.inflight.items():
-            if seg != exclude:
+        for token, (s_seq, s_ts) in self.inflight.items():
+            if token != exclude:
                 seq, ts = min(seq, s_seq), min(ts, s_ts)
         return internal_pb2.MsgPosition(channel_name=self.vchannel, seq=seq, timestamp=ts)
 
     # Flush ---------------------------------------------------------------------------------
-    def take(self, seg: int, final: bool) -> tuple[SegmentBuffer | None, DDLBuffer | None]:
+    def take(self, seg: int, final: bool) -> PendingWrite:
         """Detach a segment's buffer (and, for a manual flush, the DDL) for writing.
 
-        The data stays in the checkpoint (as in flight) until SaveBinlogPaths has committed it.
+        The data keeps holding the checkpoint back, under the write's token, until
+        SaveBinlogPaths has committed it (`done`).
         """
         buf = self.buffers.pop(seg, None)
         if final:
             self.skip.add(seg)
+        token = next(self._tokens)
         if buf is not None:
-            self.inflight[seg] = (buf.start.seq, buf.min_ts)
+            self.inflight[token] = (buf.start.seq, buf.min_ts)
             self.node.release(buf.nbytes)
             self.persisted_upto[seg] = buf.end.seq
         ddl = None
         if final and len(self.ddl):
             ddl, self.ddl = self.ddl, DDLBuffer()
-        return buf, ddl
+        return PendingWrite(token, seg, buf, ddl, final)
 
     def partition(self, seg: int) -> int:
         return self.partition_of.get(seg, self.info.partitionID)
 
-    def done(self, seg: int) -> None:
-        self.inflight.pop(seg, None)
+    def done(self, write: PendingWrite) -> None:
+        self.inflight.pop(write.token, None)
 
     def largest_buffer(self) -> SegmentBuffer | None:
         return max(self.buffers.values(), key=lambda b: b.nbytes, default=None)
