@@ -3,6 +3,12 @@ connection, one object store and one internal gRPC server.
 
 `kmilvus standalone` runs all five; `kmilvus run ROLE` runs one; the operator runs the three
 coordinators. Components register sessions so the others find them wherever they run.
+
+Coordinators run only in the process that holds their leader lock (`leader/{role}` in etcd);
+another process started with the same roles waits as a standby and takes over when the lease
+of the active one expires. The active coordinators write etcd only through a KV fenced on that
+lock, so a leader that was paused past its lease cannot change anything when it resumes: it
+steps down (`Node.lost`) and the process exits.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from kmilvus.proxy import Proxy
 from kmilvus.querycoord import QueryCoord
 from kmilvus.rootcoord import RootCoord
 from kmilvus.sessionutil import Session
+from kmilvus.sessionutil.leader import LeaderLock
 from kmilvus.sessionutil.session import next_server_id
 from kmilvus.storage import ObjectStore
 from kmilvus.util.grpcutil import start_server
@@ -53,6 +60,10 @@ class Node:
         self.api_server = None
         self.api_port = 0
         self.internal_port = 0
+        self.leader: LeaderLock | None = None
+        self.lost = asyncio.Event()          # set when the coordinators stepped down
+        self._coord_kv: EtcdKV | None = None
+        self._supervisors: set[asyncio.Task] = set()
 
     @property
     def proxy(self) -> Proxy | None:
@@ -65,6 +76,12 @@ class Node:
         self.stream = await MsgStream.connect(cfg.nats_url, cfg.cluster, max_message_bytes=cfg.max_message_bytes)
         self.store = ObjectStore.from_uri(cfg.storage_uri)
         self.registry = roles.Registry(self.kv)
+        coordinators = [r for r in self.role_names if r in COORDINATORS]
+        if coordinators:
+            self.leader = LeaderLock(self.kv, *coordinators, ttl=cfg.session_ttl)
+            await self.leader.acquire()
+            self._coord_kv = self.leader.fenced(self.kv)
+            self._supervise(self._on_leader_lost(), "leader-watch")
         ids = {r: await next_server_id(self.kv) for r in self.role_names}
         # The internal server goes up first with every servicer; components answer once started.
         objs: dict[str, object] = {}
@@ -75,11 +92,16 @@ class Node:
         address = f"{cfg.internal_host}:{self.internal_port}"
         for r in self.role_names:
             comp = objs[r]
+            if r == roles.ROOTCOORD and self.leader is not None:
+                comp.leader_check = self.leader.still_valid
             self.registry.add_local(r, ids[r], comp)
             await comp.start()
             session = Session(self.kv, r, address, ttl=cfg.session_ttl, server_id=ids[r])
             await session.register()
             self.sessions.append(session)
+            if r == roles.PROXY:
+                comp.session_valid = session.still_valid
+            self._supervise(self._on_session_lost(r, session), f"session-watch-{r}")
             self.components[r] = comp
             log.info("component started", role=r, server_id=ids[r])
         if roles.PROXY in self.components:
@@ -88,8 +110,48 @@ class Node:
                 [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server, self.components[roles.PROXY])])
         log.info("node ready", roles=",".join(self.role_names), seconds=round(time.monotonic() - t0, 3))
 
+    def _supervise(self, coro, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._supervisors.add(task)
+        task.add_done_callback(self._supervisors.discard)
+
+    async def _on_leader_lost(self) -> None:
+        """Step down: stop the coordinators (their writes are refused anyway) and tell the
+        process to exit."""
+        await self.leader.lost.wait()
+        for r in reversed(COORDINATORS):
+            comp = self.components.pop(r, None)
+            if comp is not None:
+                with contextlib.suppress(Exception):  # fenced writes fail while stopping
+                    await asyncio.wait_for(comp.stop(), 5)
+                self.registry.remove_local(r, comp.server_id)
+        self.lost.set()
+
+    async def _on_session_lost(self, role: str, session: Session) -> None:
+        """A lost session means the others think this component is gone. A DataNode gives up
+        every channel (they were reassigned and are replayed from their checkpoints) and comes
+        back under a new server ID; other components register again as they are."""
+        await session.lost.wait()
+        comp = self.components.get(role)
+        if comp is None:
+            return
+        new_id = session.server_id
+        if role == roles.DATANODE:
+            await comp.drop_all()
+            new_id = await next_server_id(self.kv)
+            self.registry.remove_local(role, comp.server_id)
+            comp.server_id = new_id
+            self.registry.add_local(role, new_id, comp)
+        fresh = Session(self.kv, role, session.address, ttl=self.cfg.session_ttl, server_id=new_id)
+        await fresh.register()
+        if role == roles.PROXY:
+            comp.session_valid = fresh.still_valid
+        self.sessions[self.sessions.index(session)] = fresh
+        self._supervise(self._on_session_lost(role, fresh), f"session-watch-{role}")
+
     def _make(self, role: str, sid: int):
-        cfg, kv, stream, store, reg = self.cfg, self.kv, self.stream, self.store, self.registry
+        cfg, stream, store, reg = self.cfg, self.stream, self.store, self.registry
+        kv = self._coord_kv if role in COORDINATORS and self._coord_kv is not None else self.kv
         if role == roles.ROOTCOORD:
             return RootCoord(cfg, kv, stream, reg, sid)
         if role == roles.DATACOORD:
@@ -105,6 +167,8 @@ class Node:
 
     async def stop(self) -> None:
         """Stop serving, then components in reverse start order, then connections."""
+        for t in list(self._supervisors):
+            t.cancel()
         if self.api_server is not None:
             await self.api_server.stop(grace=1)
         for r in reversed(list(self.components)):
@@ -113,6 +177,8 @@ class Node:
         for s in self.sessions:
             with contextlib.suppress(Exception):
                 await s.stop()
+        if self.leader is not None:
+            await self.leader.release()
         if self.internal_server is not None:
             await self.internal_server.stop(grace=0.5)
         if self.registry is not None:

@@ -19,7 +19,9 @@ log = get_logger(__name__)
 
 
 async def serve(node: Node, ready_line: str | None = None) -> None:
-    """Start `node`, print the ready line, and run until SIGINT/SIGTERM; then stop everything."""
+    """Start `node`, print the ready line, and run until SIGINT/SIGTERM — or until the node's
+    coordinators lost their leader lock (a supervisor restarts the process, which then waits as a
+    standby); then stop everything."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -28,7 +30,10 @@ async def serve(node: Node, ready_line: str | None = None) -> None:
         await node.start()
         if ready_line:
             print(ready_line.format(port=node.api_port), file=sys.stderr, flush=True)
-        await stop.wait()
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(node.lost.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -54,7 +59,7 @@ def run_standalone(cfg: Config, data_dir: Path, *, etcd_endpoint: str | None, na
         cfg.storage_uri = storage_uri or (data_dir / "storage").as_uri()
         node = Node(cfg, ALL_ROLES)
         asyncio.run(serve(node, f"kmilvus standalone ready on {cfg.proxy_host}:{{port}}"))
-        return 0
+        return 1 if node.lost.is_set() else 0
     finally:
         for child in reversed(children):
             with contextlib.suppress(Exception):
@@ -67,4 +72,4 @@ def run_role(cfg: Config, role_names: tuple[str, ...]) -> int:
     if roles.PROXY in role_names:
         line = "kmilvus proxy ready on " + cfg.proxy_host + ":{port}"
     asyncio.run(serve(node, line))
-    return 0
+    return 1 if node.lost.is_set() else 0

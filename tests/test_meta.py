@@ -129,3 +129,73 @@ async def test_leader_lock_is_held_by_one_process_at_a_time(kv):
     c = LeaderLock(kv, "coordinators", ttl=1)
     await asyncio.wait_for(c.acquire(poll=0.05), 10)
     await c.release()
+
+
+async def test_a_paused_leader_steps_down_and_its_fenced_writes_fail(kv):
+    """Issue 11 defect 2: a leader paused past its lease (no keepalives, as under SIGSTOP) is
+    refused every write once it resumes, and steps down."""
+    from kmilvus.meta import FencedError
+    from kmilvus.sessionutil.leader import LeaderLock
+
+    a = LeaderLock(kv, "rootcoord", "datacoord", ttl=1)
+    await a.acquire()
+    fenced_a = a.fenced(kv)
+    await fenced_a.put("k", b"from-a")                    # the leader writes while it holds the lock
+    assert await kv.get("k") == b"from-a"
+    a._keepalive.cancel()                                  # "SIGSTOP": no keepalive any more
+    b = LeaderLock(kv, "rootcoord", "datacoord", ttl=1)
+    await asyncio.wait_for(b.acquire(poll=0.05), 10)       # the lease expired: a standby takes over
+    assert not a.valid()
+    for write in (fenced_a.put("k", b"stale"), fenced_a.delete("k"), fenced_a.delete_prefix(""),
+                  fenced_a.txn([Op.put("k", b"stale")])):
+        with pytest.raises(FencedError):
+            await write
+    assert await kv.get("k") == b"from-a"
+    await b.fenced(kv).put("k", b"from-b")
+    assert await kv.get("k") == b"from-b"
+    await b.release()
+
+
+async def test_fenced_writes_are_refused_by_etcd_when_another_process_holds_the_key(kv):
+    """Even when the local deadline has not passed yet (clock skew, a long GC pause right after a
+    renewal), etcd itself refuses the write: the transaction compares the leader key."""
+    from kmilvus.meta import FencedError
+    from kmilvus.sessionutil.leader import LeaderLock
+
+    a = LeaderLock(kv, "datacoord", ttl=5)
+    await a.acquire()
+    await kv.revoke(a.lease)                               # the lease is gone on the server side
+    b = LeaderLock(kv, "datacoord", ttl=5)
+    await asyncio.wait_for(b.acquire(poll=0.05), 10)
+    assert a.valid()                                       # a does not know yet
+    with pytest.raises(FencedError):
+        await a.fenced(kv).txn([Op.put("x", b"1")], [Cmp.missing("x")])
+    assert await kv.get("x") is None
+    # A compare of the caller's own that fails is still an ordinary `False`, not a fencing error.
+    fb = b.fenced(kv)
+    await fb.put("x", b"1")
+    assert await fb.txn([Op.put("x", b"2")], [Cmp.missing("x")]) is False
+    await b.release()
+
+
+async def test_a_leader_whose_lease_expired_sets_lost(kv):
+    from kmilvus.sessionutil.leader import LeaderLock
+
+    a = LeaderLock(kv, "querycoord", ttl=1)
+    await a.acquire()
+    await kv.revoke(a.lease)
+    await asyncio.wait_for(a.lost.wait(), 10)
+    assert not a.valid()
+    await a.release()
+
+
+async def test_session_whose_lease_expired_is_lost_not_silently_reregistered(kv):
+    """Issue 11 defect 3: a component whose session expired must not come back under the same
+    ID on its own; its owner decides (a DataNode drops its channels and gets a new ID)."""
+    s = Session(kv, "datanode", "127.0.0.1:4", ttl=1)
+    await s.register()
+    await kv.revoke(s.lease)
+    await asyncio.wait_for(s.lost.wait(), 10)
+    await asyncio.sleep(1.0)
+    assert await list_sessions(kv, "datanode") == {}
+    await s.stop()

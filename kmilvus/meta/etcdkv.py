@@ -17,6 +17,7 @@ from aetcd.client import _handle_errors
 from aetcd.utils import prefix_range_end
 
 from kmilvus.log import get_logger
+from kmilvus.util import merr
 
 log = get_logger(__name__)
 
@@ -76,13 +77,27 @@ class WatchEvent:
     revision: int
 
 
+class FencedError(merr.MilvusError):
+    """A write refused because this process no longer holds the leader lock it is fenced on."""
+
+    def __init__(self, message: str):
+        super().__init__(merr.SERVICE_NOT_READY, message)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fence:
+    key: bytes      # absolute etcd key of the leader lock
+    value: bytes    # this holder's identity
+
+
 class EtcdKV:
     """Keys are relative to `root` (e.g. "kmilvus/meta"); values are bytes."""
 
-    def __init__(self, client: aetcd.Client, root: str):
+    def __init__(self, client: aetcd.Client, root: str, fence: _Fence | None = None):
         self.client = client
         self.root = root.rstrip("/")
         self._prefix = self.root + "/"
+        self._fence = fence
 
     @classmethod
     async def connect(cls, endpoints: list[str], root: str, *, timeout: float = 10.0) -> "EtcdKV":
@@ -96,8 +111,14 @@ class EtcdKV:
         await self.client.close()
 
     def sub(self, root: str) -> "EtcdKV":
-        """The same connection rooted further down."""
-        return EtcdKV(self.client, f"{self._prefix}{root}")
+        """The same connection rooted further down (and fenced the same way)."""
+        return EtcdKV(self.client, f"{self._prefix}{root}", self._fence)
+
+    def fenced(self, key: str, value: bytes) -> "EtcdKV":
+        """This KV, with every write applied only while `key` holds `value` (a leader lock);
+        otherwise the write raises FencedError and changes nothing. etcd decides, in the same
+        transaction as the write: no local clock is trusted."""
+        return EtcdKV(self.client, self.root, _Fence(self._k(key), value))
 
     def _k(self, key: str) -> bytes:
         return (self._prefix + key).encode()
@@ -121,17 +142,34 @@ class EtcdKV:
         return len(await self.get_prefix(prefix, keys_only=True))
 
     async def put(self, key: str, value: bytes, lease: int | None = None) -> None:
+        if self._fence is not None:
+            await self.txn([Op.put(key, value, lease)])
+            return
         await self.client.put(self._k(key), value, lease=lease)
 
     async def delete(self, key: str) -> None:
+        if self._fence is not None:
+            await self.txn([Op.delete(key)])
+            return
         await self.client.delete(self._k(key))
 
     async def delete_prefix(self, prefix: str) -> None:
+        if self._fence is not None:
+            await self.txn([Op.delete_prefix(prefix)])
+            return
         await self.client.delete_prefix(self._k(prefix))
 
     async def txn(self, ops: Iterable[Op], compares: Iterable[Cmp] = ()) -> bool:
-        """Apply all `ops` atomically iff every compare holds; returns whether it applied."""
+        """Apply all `ops` atomically iff every compare holds; returns whether it applied.
+
+        On a fenced KV the leader key is one more compare; when that one fails, FencedError."""
         req = etcdrpc.TxnRequest()
+        fence = self._fence
+        if fence is not None:
+            cmp = req.compare.add()
+            cmp.key, cmp.target, cmp.result, cmp.value = (fence.key, etcdrpc.Compare.VALUE,
+                                                           etcdrpc.Compare.EQUAL, fence.value)
+            req.failure.add().request_range.key = fence.key
         for c in compares:
             cmp = req.compare.add()
             cmp.key = self._k(c.key)
@@ -160,6 +198,10 @@ class EtcdKV:
             else:
                 raise ValueError(op.kind)
         resp = await self._txn(req)
+        if not resp.succeeded and fence is not None:
+            kvs = resp.responses[0].response_range.kvs
+            if not kvs or kvs[0].value != fence.value:
+                raise FencedError(f"not the leader any more ({fence.key.decode()})")
         return resp.succeeded
 
     @_handle_errors

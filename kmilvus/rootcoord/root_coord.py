@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
@@ -34,6 +35,10 @@ DEFAULT_DB = "default"
 DEFAULT_PARTITION = "_default"
 
 
+async def _leader_unknown() -> bool:
+    return True
+
+
 class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
     role = roles.ROOTCOORD
 
@@ -53,6 +58,7 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
         self.tt_sync: TimeTickSync | None = None
         self._ddl_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
+        self.leader_check: Callable[[], Awaitable[bool]] = _leader_unknown  # Node sets its lock's check
 
     # Lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -124,12 +130,20 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
     @merr.rpc(internal_pb2.AllocTimestampResponse)
     async def AllocTimestamp(self, req, context=None):
         n = req.count or 1
+        await self._check_leader()
         return internal_pb2.AllocTimestampResponse(timestamp=await self.tso.alloc(n), count=n)
 
     @merr.rpc(internal_pb2.AllocIDResponse)
     async def AllocID(self, req, context=None):
         n = req.count or 1
+        await self._check_leader()
         return internal_pb2.AllocIDResponse(ID=await self.ids.alloc(n), count=n)
+
+    async def _check_leader(self) -> None:
+        """Timestamps and IDs come from a window in memory, without etcd: a leader paused past
+        its lease must not hand them out when it resumes (its successor's are larger)."""
+        if not await self.leader_check():
+            raise merr.MilvusError(merr.SERVICE_NOT_READY, "rootcoord lost its leader lock")
 
     @merr.rpc()
     async def UpdateChannelTimeTick(self, req, context=None):

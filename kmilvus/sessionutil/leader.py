@@ -1,8 +1,12 @@
 """Active-standby fencing for coordinators (Milvus' `enableActiveStandby`).
 
-Only the process holding `leader/{name}` may run the coordinators. The key is created only if
-missing, under a lease the holder keeps alive, so two processes can never hold it at once; a
-holder that dies loses it when its lease expires.
+Only the process holding `leader/{name}` keys may run those coordinators. The keys are created
+only if missing, under a lease the holder keeps alive, so two processes never hold one at once.
+A holder that cannot renew its lease in time — it crashed, was paused (SIGSTOP), or lost etcd —
+is fenced: every write through `fenced(kv)` is refused by etcd itself, because each transaction
+compares the leader key with this holder's identity; and `valid()` turns false at the local lease
+deadline (a monotonic clock keeps running while a process is stopped), which guards what is
+decided without etcd (the TSO window). When etcd answers that the lease is gone, it steps down.
 """
 
 from __future__ import annotations
@@ -11,39 +15,99 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
+import uuid
 
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, Op
 
 log = get_logger(__name__)
+SAFETY = 0.5  # seconds of the lease a holder never uses: clock rates and network delay
 
 
 class LeaderLock:
-    def __init__(self, kv: EtcdKV, name: str, *, ttl: int = 10):
+    def __init__(self, kv: EtcdKV, *names: str, ttl: int = 10):
+        if not names:
+            raise ValueError("a leader lock needs at least one name")
         self.kv = kv
-        self.key = f"leader/{name}"
+        self.keys = [f"leader/{n}" for n in names]
+        self.key = self.keys[0]
         self.ttl = ttl
         self.lease = 0
-        self.identity = f"{socket.gethostname()}:{os.getpid()}:{id(self)}".encode()
+        self.identity = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}".encode()
+        self.lost = asyncio.Event()
+        self._deadline = 0.0        # monotonic time until which the lease is surely ours
         self._keepalive: asyncio.Task | None = None
 
+    def valid(self) -> bool:
+        """True while this process surely holds the lock."""
+        return bool(self.lease) and not self.lost.is_set() and time.monotonic() < self._deadline
+
     async def acquire(self, poll: float = 0.2) -> None:
-        """Wait until this process holds the lock."""
-        self.lease = await self.kv.grant(self.ttl)
-        self._keepalive = asyncio.create_task(self._keep(), name=f"leader-{self.key}")
+        """Wait until this process holds every key of the lock."""
         waited = False
-        while not await self.kv.txn([Op.put(self.key, self.identity, lease=self.lease)], [Cmp.missing(self.key)]):
+        while True:
+            sent = time.monotonic()
+            self.lease = await self.kv.grant(self.ttl)
+            puts = [Op.put(k, self.identity, lease=self.lease) for k in self.keys]
+            if await self.kv.txn(puts, [Cmp.missing(k) for k in self.keys]):
+                break
+            await self.kv.revoke(self.lease)
+            self.lease = 0
             if not waited:
-                log.info("waiting for the leader lock", key=self.key)
+                log.info("standby: waiting for the leader lock", keys=",".join(self.keys))
                 waited = True
             await asyncio.sleep(poll)
-        log.info("leader lock acquired", key=self.key)
+        self._deadline = sent + self.ttl - SAFETY
+        self._keepalive = asyncio.create_task(self._keep(), name=f"leader-{self.key}")
+        log.info("leader lock acquired", keys=",".join(self.keys))
+
+    def fenced(self, kv: EtcdKV) -> EtcdKV:
+        """`kv` whose every write applies only while this process holds the lock."""
+        return kv.fenced(self.key, self.identity)
+
+    async def still_valid(self) -> bool:
+        """`valid()`, or — past the local deadline (a busy or paused process) — whether etcd
+        says the lease still exists, which proves nobody else could have taken the lock. For
+        what is decided without etcd (timestamps from the TSO window in memory)."""
+        if self.valid():
+            return True
+        if not self.lease or self.lost.is_set():
+            return False
+        sent = time.monotonic()
+        try:
+            remaining = await self.kv.keepalive(self.lease)
+        except Exception:  # noqa: BLE001 - etcd unreachable: we cannot know, so no
+            return False
+        if remaining <= 0:
+            self._step_down("lease expired")
+            return False
+        self._deadline = sent + min(remaining, self.ttl) - SAFETY
+        return True
 
     async def _keep(self) -> None:
-        while True:
-            await asyncio.sleep(max(self.ttl / 3, 0.2))
-            with contextlib.suppress(Exception):
-                await self.kv.keepalive(self.lease)
+        """Renew the lease. Only etcd's answer that the lease is gone means the lock is lost: a
+        renewal that comes late (a busy or paused process) leaves `valid()` false meanwhile —
+        writes are refused locally — and restores it if the lease still exists, which proves
+        nobody else could have taken the lock."""
+        while not self.lost.is_set():
+            await asyncio.sleep(max(self.ttl / 4, 0.1))
+            sent = time.monotonic()
+            try:
+                remaining = await self.kv.keepalive(self.lease)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - etcd away: writes stay refused until renewed
+                log.warning("leader keepalive failed", keys=",".join(self.keys), error=str(exc))
+                continue
+            if remaining <= 0:
+                self._step_down("lease expired")
+                return
+            self._deadline = sent + min(remaining, self.ttl) - SAFETY
+
+    def _step_down(self, why: str) -> None:
+        log.error("leadership lost: stepping down", keys=",".join(self.keys), reason=why)
+        self.lost.set()
 
     async def release(self) -> None:
         if self._keepalive is not None:
@@ -52,7 +116,7 @@ class LeaderLock:
                 await self._keepalive
             self._keepalive = None
         if self.lease:
-            with contextlib.suppress(Exception):
-                await self.kv.txn([Op.delete(self.key)], [Cmp.value_eq(self.key, self.identity)])
+            with contextlib.suppress(Exception):  # best effort: the lease expires anyway
+                await self.kv.txn([Op.delete(k) for k in self.keys], [Cmp.value_eq(self.key, self.identity)])
                 await self.kv.revoke(self.lease)
             self.lease = 0

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import socket
+import time
 from dataclasses import asdict, dataclass
 from typing import AsyncIterator
 
@@ -62,6 +63,7 @@ class Session:
         self.lease = 0
         self._task: asyncio.Task | None = None
         self.lost = asyncio.Event()
+        self._deadline = 0.0   # monotonic time until which the lease surely exists on the server
 
     @property
     def info(self) -> SessionInfo:
@@ -70,23 +72,55 @@ class Session:
     async def register(self) -> None:
         if not self.server_id:
             self.server_id = await next_server_id(self.kv)
+        sent = time.monotonic()
         self.lease = await self.kv.grant(self.ttl)
+        self._deadline = sent + self.ttl
         await self.kv.put(session_key(self.role, self.server_id), self.info.encode(), lease=self.lease)
         self._task = asyncio.create_task(self._keepalive(), name=f"session-{self.role}")
         log.info("session registered", role=self.role, server_id=self.server_id, address=self.address)
 
     async def _keepalive(self) -> None:
+        """Renew the lease; when etcd says it is gone, set `lost` and stop. The owner decides
+        what a lost session means (a DataNode gives up its channels and comes back under a new
+        ID); re-registering silently under the same ID would let a node act on channels that
+        moved while it was away."""
         while True:
             await asyncio.sleep(max(self.ttl / 3, 0.2))
+            sent = time.monotonic()
             try:
-                if await self.kv.keepalive(self.lease) <= 0:
-                    log.warning("session lease expired; registering again", role=self.role)
-                    self.lease = await self.kv.grant(self.ttl)
-                    await self.kv.put(session_key(self.role, self.server_id), self.info.encode(), lease=self.lease)
+                remaining = await self.kv.keepalive(self.lease)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - keep trying while etcd is away
                 log.warning("session keepalive failed", role=self.role, error=str(exc))
+                continue
+            if remaining <= 0:
+                log.warning("session lease expired", role=self.role, server_id=self.server_id)
+                self.lease = 0
+                self.lost.set()
+                return
+            self._deadline = sent + remaining
+
+    def valid(self) -> bool:
+        """True while the session surely still exists: the others still count this component
+        (RootCoord still holds time ticks for a Proxy's publishes in flight)."""
+        return bool(self.lease) and not self.lost.is_set() and time.monotonic() < self._deadline
+
+    async def still_valid(self) -> bool:
+        """`valid()`, or — past the local deadline (a busy or paused process) — whether etcd
+        says the lease still exists: then it never expired and nobody stopped counting us."""
+        if self.valid():
+            return True
+        if not self.lease or self.lost.is_set():
+            return False
+        sent = time.monotonic()
+        try:
+            remaining = await self.kv.keepalive(self.lease)
+        except Exception:  # noqa: BLE001 - etcd unreachable: we cannot know, so no
+            return False
+        if remaining > 0:
+            self._deadline = sent + remaining
+        return remaining > 0
 
     async def stop(self) -> None:
         if self._task:
