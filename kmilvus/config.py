@@ -28,6 +28,7 @@ class Config:
     max_dim: int = 32768
     max_varchar_length: int = 65535
     max_insert_bytes: int = 64 * 1024 * 1024  # Milvus' proxy.maxInsertSize... checked per request
+    max_pending_insert_mb: int = 256         # inserts queued or running in one Proxy; past it: rate limit
     # Time ticks.
     time_tick_interval: float = 0.1          # seconds; Milvus' proxy.timeTickInterval is 200 ms
     # DataCoord: segments and seal policies.

@@ -13,6 +13,7 @@ RPC_LATENCY = Histogram(
 RPC_FAILURES = Counter("kmilvus_rpc_failures_total", "RPCs answered with a failed status.", ["role", "method", "code"])
 INSERTED_ROWS = Counter("kmilvus_proxy_inserted_rows_total", "Rows acknowledged to clients by Insert.")
 INSERTED_BYTES = Counter("kmilvus_proxy_inserted_bytes_total", "Arrow bytes published by Insert.")
+RATE_LIMITED = Counter("kmilvus_proxy_rate_limited_total", "Inserts refused with the rate-limit code (back-pressure).")
 FLUSHED_SEGMENTS = Counter("kmilvus_datanode_flushed_segments_total", "Segments flushed (manual or sealed).")
 BINLOG_BYTES = Counter("kmilvus_datanode_binlog_bytes_total", "Bytes written to insert binlogs.")
 BINLOG_ROWS = Counter("kmilvus_datanode_binlog_rows_total", "Rows written to insert binlogs.")

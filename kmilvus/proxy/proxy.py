@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
 
@@ -17,16 +18,21 @@ from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc
-from kmilvus.proxy.insert import InsertTask
+from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
 from kmilvus.proxy.meta_cache import MetaCache
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
+from kmilvus import metrics
 from kmilvus.util import merr
 from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
 SERVER_VERSION = "v2.3.5"  # the Milvus API level kmilvus implements
+
+
+async def _always() -> bool:
+    return True
 
 
 class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grpc.ProxyServicer):
@@ -37,6 +43,8 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
         self.registry = registry
         self.stream = stream
         self.server_id = server_id
+        self.session_valid: Callable[[], Awaitable[bool]] = _always   # Node sets its session's check
+        self.pending_insert_bytes = 0
         self.rootcoord = registry.client(roles.ROOTCOORD)
         self.datacoord = registry.client(roles.DATACOORD)
         self.meta_cache = MetaCache(self.rootcoord)
@@ -147,7 +155,20 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
     # DML ----------------------------------------------------------------------------------
     @merr.rpc(milvus_pb2.MutationResult)
     async def Insert(self, req, context=None):
-        return await self.dm_queue.enqueue(InsertTask(self, req))
+        """Back-pressure: the inserts a Proxy holds (queued or running) are bounded in bytes;
+        past the bound a request is refused with Milvus' rate-limit code, which pymilvus retries
+        with back-off — memory is bounded by design, never by an unbounded queue."""
+        size = estimate_fields_data_bytes(req.fields_data)
+        limit = self.cfg.max_pending_insert_mb * 1024 * 1024
+        if self.pending_insert_bytes and self.pending_insert_bytes + size > limit:
+            metrics.RATE_LIMITED.inc()
+            raise merr.MilvusError(merr.RATE_LIMIT, f"rate limit exceeded[rate=inserts pending in this proxy "
+                                                    f"exceed {self.cfg.max_pending_insert_mb} MB]")
+        self.pending_insert_bytes += size
+        try:
+            return await self.dm_queue.enqueue(InsertTask(self, req))
+        finally:
+            self.pending_insert_bytes -= size
 
     # Flush (seed 000) ----------------------------------------------------------------------
     @merr.rpc(milvus_pb2.FlushResponse)

@@ -19,6 +19,7 @@ EC = common_pb2.ErrorCode
 SERVICE_NOT_READY = (1, EC.NotReadyServe)
 SERVICE_UNAVAILABLE = (2, EC.UnexpectedError)
 SERVICE_INTERNAL = (5, EC.UnexpectedError)
+RATE_LIMIT = (8, EC.RateLimit)
 COLLECTION_NOT_FOUND = (100, EC.CollectionNotExists)
 COLLECTION_ILLEGAL_SCHEMA = (105, EC.IllegalArgument)
 COLLECTION_MISMATCH = (106, EC.IllegalArgument)
