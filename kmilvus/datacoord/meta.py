@@ -15,6 +15,7 @@ from pymilvus.grpc_gen import common_pb2
 
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
+from kmilvus.datacoord.segment_feed import SegmentFeed
 from kmilvus.proto import internal_pb2
 from kmilvus.util import merr
 
@@ -42,6 +43,7 @@ class SegmentMeta:
         self.segments: dict[int, Segment] = {}
         self.checkpoints: dict[str, internal_pb2.MsgPosition] = {}
         self.changed = asyncio.Condition()
+        self.feed = SegmentFeed()          # segment changes pushed to the operator
 
     async def load(self) -> None:
         for _, raw in await self.kv.get_prefix(keys.segment_prefix()):
@@ -58,7 +60,9 @@ class SegmentMeta:
         for key, raw in await self.kv.get_prefix("datacoord-meta/channel-cp/"):
             self.checkpoints[key.rsplit("/", 1)[1]] = internal_pb2.MsgPosition.FromString(raw)
 
-    async def notify(self) -> None:
+    async def notify(self, *changed: Segment, removed: bool = False) -> None:
+        """Wake waiters on the meta; `changed` segments also go to the change feed."""
+        self.feed.publish((s.info for s in changed), removed=removed)
         async with self.changed:
             self.changed.notify_all()
 
@@ -74,6 +78,7 @@ class SegmentMeta:
         await self.kv.put(keys.segment_key(info.collectionID, info.partitionID, info.ID), info.SerializeToString())
         seg = Segment(info, created=now, last_assign=now)
         self.segments[info.ID] = seg
+        self.feed.publish([info])
         return seg
 
     async def save_infos(self, segs: list[Segment]) -> None:
@@ -81,7 +86,7 @@ class SegmentMeta:
         if segs:
             await self.kv.txn([Op.put(keys.segment_key(s.info.collectionID, s.info.partitionID, s.id),
                                       s.info.SerializeToString()) for s in segs])
-            await self.notify()
+            await self.notify(*segs)
 
     async def save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest) -> Segment:
         seg = self.segments.get(req.segmentID)
@@ -119,7 +124,7 @@ class SegmentMeta:
         seg.info, seg.binlogs, seg.ddl_binlogs = info, binlogs, ddl
         if req.HasField("checkpoint") and req.checkpoint.seq:
             self._advance_checkpoint(req.checkpoint)
-        await self.notify()
+        await self.notify(seg)
         return seg
 
     def _advance_checkpoint(self, cp: internal_pb2.MsgPosition) -> bool:
@@ -147,11 +152,12 @@ class SegmentMeta:
         for ch in vchannels:
             ops += [Op.delete(keys.channel_checkpoint_key(ch)), Op.delete(keys.channel_watch_key(ch))]
         await self.kv.txn(ops)
-        for s in self.by_collection(coll_id):
+        gone = self.by_collection(coll_id)
+        for s in gone:
             del self.segments[s.id]
         for ch in vchannels:
             self.checkpoints.pop(ch, None)
-        await self.notify()
+        await self.notify(*gone, removed=True)
 
     async def remove_segment(self, seg: Segment) -> None:
         i = seg.info
@@ -159,7 +165,7 @@ class SegmentMeta:
                            Op.delete_prefix(keys.binlog_prefix(i.collectionID, i.ID)),
                            Op.delete_prefix(keys.ddl_binlog_prefix(i.collectionID, i.ID))])
         self.segments.pop(i.ID, None)
-        await self.notify()
+        await self.notify(seg, removed=True)
 
 
 def _idx(path: str) -> int:
