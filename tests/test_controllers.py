@@ -209,6 +209,8 @@ async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, opera
 
     segs = await eventually(flushed_segments, 10, "Segments mirrored as Flushed")
     assert sum(s["status"]["rows"] for s in segs) == 1000
+    # DataCoord pushed each segment's creation, seal and flush through the change feed.
+    assert op.runtime.stats.counts["segment_events"] >= 3 * len(segs)
     for s in segs:
         ref = s["metadata"]["ownerReferences"][0]
         assert (ref["kind"], ref["name"], ref["uid"]) == ("Collection", "docs", uid)
