@@ -1,6 +1,6 @@
 """Benchmark: N Collection resources created at once reach Ready, then are deleted again.
 
-`kmilvus operator` (kopf + RootCoord/DataCoord/QueryCoord in one process) runs as a child process
+`kmilvus-operator` (kopf + RootCoord/DataCoord/QueryCoord in one process) runs as a child process
 against KMock (the API-server emulator with the test-side compatibility layer,
 tests/kmock_compat.py) served from this process through a kubeconfig, with real etcd and NATS
 JetStream started here. Reported: the time until all are Ready and until all are gone (collections
@@ -111,7 +111,7 @@ async def bench(n: int, standalone: bool, data_dir: Path, log_level: str = "warn
             env = dict(os.environ, KUBECONFIG=str(kubeconfig(data_dir / "kubeconfig", url)),
                        KMILVUS_ETCD_ENDPOINT=etcd.endpoint, KMILVUS_NATS_URL=nats.endpoint,
                        KMILVUS_STORAGE_URI=(data_dir / "storage").as_uri(), KMILVUS_DML_CHANNEL_NUM="16")
-            argv = [str(Path(sys.executable).with_name("kmilvus")), "operator", "--cluster", CLUSTER,
+            argv = [str(Path(sys.executable).with_name("kmilvus-operator")), "--cluster", CLUSTER,
                     "--metrics-port", str(metrics), "--health-port", str(health), "--log-level", log_level]
             argv += ["--standalone"] if standalone else ["--peering", "kmilvus"]
             log = open(data_dir / "operator.log", "wb")

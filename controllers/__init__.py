@@ -1,5 +1,7 @@
 """kopf controllers: thin, level-triggered adapters between the kmilvus.io custom resources and
-the coordinators (RootCoord, DataCoord, QueryCoord) running in the same process.
+the coordinators (RootCoord, DataCoord, QueryCoord) running in the same process. They reach the
+coordinators only through `kmilvus.coordinator.CoordinatorClient` (public RPCs and the segment
+change feed); the core (`kmilvus/`) never imports this package.
 
 - `controllers.collection` — Collection: create / adopt / refuse schema edits / drop; the
   monitor daemon mirrors Segments and row counts.
@@ -7,10 +9,10 @@ the coordinators (RootCoord, DataCoord, QueryCoord) running in the same process.
 - `controllers.segments` — Segment resources (read-only mirrors owned by their Collection).
 - `controllers.sdk` — collections created through pymilvus show up as Collection resources.
 - `controllers.leader` — one active replica (kopf peering) holds the coordinators.
-- `controllers.spark` — extension point for SparkApplication children of a Collection;
-  `controllers.spark_runner` (the Spark work) creates and follows those SparkApplications for
-  DataCoord's jobs.
-- `controllers.app` — assembles the registry and settings and runs kopf (`kmilvus operator`).
+- `controllers.spark_runner` — DataCoord's job runner on Kubernetes: creates and follows the
+  SparkApplications of bulk imports and compactions.
+- `controllers.app` — assembles the registry and settings and runs kopf.
+- `controllers.main` — the `kmilvus-operator` command.
 """
 
 from controllers.runtime import Options, Runtime

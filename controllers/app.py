@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from controllers import collection, flush, leader, spark
+from controllers import collection, flush, leader
 from controllers.runtime import Options, Runtime
 from kmilvus.config import Config
 
@@ -18,7 +18,6 @@ def build_registry(opts: Options) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     collection.register(registry)
     flush.register(registry)
-    spark.register(registry)
     leader.register(registry, peering=opts.peering, clusterwide=not opts.namespaces)
     return registry
 

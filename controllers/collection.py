@@ -5,13 +5,14 @@
   name and schema (SchemaConflict otherwise); a changed schema is refused (SchemaSynced=False,
   reason SchemaImmutable, and a Warning event) because Milvus cannot alter one (seed 001).
 - delete (finalizer): deletionPolicy Delete runs RootCoord's DropCollection and waits until its
-  resumable tail has finished (etcd `root-coord/drop-task/{id}` gone); Retain keeps the data.
+  resumable tail has finished (RootCoord's GetDropState); Retain keeps the data.
   Either way the Segment resources go.
 - monitor (daemon): mirrors DataCoord's segments as Segment resources and keeps rows / segment
   counts in the status; notices a collection dropped behind the resource's back (an SDK-mirrored
   resource is then deleted, an operator-managed one is created again).
 
-Every path is level-triggered: it compares the resource with what the coordinators hold now.
+Every path is level-triggered: it compares the resource with what the coordinators hold now,
+asked through `kmilvus.coordinator.CoordinatorClient` (never their state or etcd keys).
 """
 
 from __future__ import annotations
@@ -38,11 +39,10 @@ from controllers.schema import (
     to_schema,
 )
 from controllers.segments import SegmentMirror, delete_segments
-from kmilvus.meta import catalog
+from kmilvus.coordinator import CoordinatorClient
 from kmilvus.util import merr
 
 log = logging.getLogger("kmilvus.operator.collection")
-NOT_FOUND = merr.COLLECTION_NOT_FOUND[0]
 DROP_WAIT = 30.0
 RETRY_REASONS = ("SchemaConflict", "NameConflict")   # may clear up without a spec change
 
@@ -74,16 +74,14 @@ def _prop(desc, key: str) -> str | None:
     return None
 
 
-async def describe(rootcoord, t: Target | None = None, *, collection_id: int = 0):
+async def describe(co: CoordinatorClient, t: Target | None = None, *, collection_id: int = 0):
     """DescribeCollection (by name, or by ID), or None when there is no such collection."""
-    req = (milvus_pb2.DescribeCollectionRequest(collectionID=collection_id) if collection_id else
-           milvus_pb2.DescribeCollectionRequest(db_name=t.database, collection_name=t.name))
-    rsp = await rootcoord.DescribeCollection(req)
-    if merr.ok(rsp.status):
-        return rsp
-    if rsp.status.code == NOT_FOUND:
-        return None
-    raise kopf.TemporaryError(f"DescribeCollection {collection_id or t.name}: {rsp.status.reason}", delay=1)
+    try:
+        if collection_id:
+            return await co.describe_collection(collection_id=collection_id)
+        return await co.describe_collection(t.database, t.name)
+    except merr.MilvusError as exc:
+        raise kopf.TemporaryError(f"DescribeCollection {collection_id or t.name}: {exc.message}", delay=1) from None
 
 
 async def converge(rt: Runtime, body) -> Outcome:
@@ -121,7 +119,7 @@ async def converge(rt: Runtime, body) -> Outcome:
     created_by = old.get("createdBy")
     if known_id:
         # spec.name / spec.database are immutable too: never create a second collection for a rename.
-        mine = await describe(co.rootcoord, collection_id=known_id)
+        mine = await describe(co, collection_id=known_id)
         if mine is not None and (mine.db_name or "default", mine.collection_name) != t.key:
             msg = (f"this resource manages collection {mine.collection_name} (ID {known_id}) in database "
                    f"{mine.db_name or 'default'}; spec.name and spec.database cannot change (now {t.name} in "
@@ -130,7 +128,7 @@ async def converge(rt: Runtime, body) -> Outcome:
                 out.events.append(("Warning", "NameChangeRefused", msg))
             out.status = {"conditions": conds, "observedGeneration": gen}
             return out
-    desc = await describe(co.rootcoord, t)
+    desc = await describe(co, t)
 
     if desc is not None and desc.collectionID == known_id:
         # 2a. Ours already: the schema is immutable.
@@ -192,7 +190,7 @@ async def converge(rt: Runtime, body) -> Outcome:
             consistency_level=CONSISTENCY[spec.get("consistencyLevel", DEFAULT_CONSISTENCY)],
             properties=[common_pb2.KeyValuePair(key=R.PROP_MANAGED_BY, value="operator"),
                         common_pb2.KeyValuePair(key=R.PROP_OWNER, value=f"{ns}/{name}/{uid}")])
-        st = await co.rootcoord.CreateCollection(req)
+        st = await co.create_collection(req)
         if not merr.ok(st):
             if st.error_code == common_pb2.IllegalArgument or st.code in (merr.PARAMETER_INVALID[0],
                                                                           merr.COLLECTION_ILLEGAL_SCHEMA[0]):
@@ -202,7 +200,7 @@ async def converge(rt: Runtime, body) -> Outcome:
                 out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
                 return out
             raise kopf.TemporaryError(f"CreateCollection {t.name}: {st.reason}", delay=1)
-        desc = await describe(co.rootcoord, t)
+        desc = await describe(co, t)
         if desc is None:
             raise kopf.TemporaryError(f"collection {t.name} vanished right after its creation", delay=1)
         created_by = "operator"
@@ -227,8 +225,6 @@ async def converge(rt: Runtime, body) -> Outcome:
         out.status["rows"] = 0
     if "segments" not in old:
         out.status["segments"] = {"growing": 0, "sealed": 0, "flushing": 0, "flushed": 0, "total": 0}
-    for child in rt.child_reconcilers:   # extension point (SparkApplication children, later)
-        await child(rt, body, desc)
     return out
 
 
@@ -290,13 +286,13 @@ async def delete(body, memo, patch, logger, **_):
                 t = target(spec, name)
             except Exception:  # noqa: BLE001 - a broken spec: use what the status recorded
                 t = Target(status.get("database", "default"), status.get("name", ""))
-            desc = await describe(co.rootcoord, t) if t.name else None
-            dropping = await co.kv.get(catalog.drop_task_key(cid)) is not None
+            desc = await describe(co, t) if t.name else None
+            dropping = (await co.drop_state(cid)).dropping
             if desc is not None and desc.collectionID == cid:
-                st = await co.rootcoord.DropCollection(
-                    milvus_pb2.DropCollectionRequest(db_name=t.database, collection_name=t.name))
-                if not merr.ok(st):
-                    raise kopf.TemporaryError(f"DropCollection {t.name}: {st.reason}", delay=1)
+                try:
+                    await co.drop_collection(t.database, t.name)
+                except merr.MilvusError as exc:
+                    raise kopf.TemporaryError(f"DropCollection {t.name}: {exc.message}", delay=1) from None
                 dropping = True
             if dropping:
                 if not await wait_dropped(co, cid, DROP_WAIT):
@@ -316,15 +312,15 @@ async def delete(body, memo, patch, logger, **_):
     rt.forget(uid)
 
 
-async def wait_dropped(co, collection_id: int, timeout: float) -> bool:
-    """RootCoord's drop is finished when its resumable task record is gone from etcd."""
-    key = catalog.drop_task_key(collection_id)
+async def wait_dropped(co: CoordinatorClient, collection_id: int, timeout: float) -> bool:
+    """True once RootCoord's drop has finished (its resumable tail included) and the collection
+    is gone; False when `timeout` passes first."""
     deadline = time.monotonic() + timeout
-    while await co.kv.get(key) is not None:
+    while (state := await co.drop_state(collection_id)).dropping:
         if time.monotonic() > deadline:
             return False
         await asyncio.sleep(0.05)
-    return collection_id not in co.rootcoord.collections
+    return not state.exists
 
 
 async def monitor(stopped, body, memo, logger, **_):
@@ -339,7 +335,8 @@ async def monitor(stopped, body, memo, logger, **_):
         try:
             if rt.active:
                 co = await rt.coordinators()
-                if cid and cid not in co.rootcoord.collections and status.get("phase") == "Ready":
+                if (cid and status.get("phase") == "Ready"
+                        and await describe(co, collection_id=cid) is None):
                     await _reconverge(rt, body)
                 elif cid:
                     await mirror.sync(cid)
@@ -369,7 +366,7 @@ async def _reconverge(rt: Runtime, body) -> None:
         co = await rt.coordinators()
         cid = (body.get("status") or {}).get("collectionID")
         # A drop through RootCoord is done in two steps; only act once it has finished.
-        if cid and await co.kv.get(catalog.drop_task_key(cid)) is not None:
+        if cid and (await co.drop_state(cid)).dropping:
             return
         out = await converge(rt, body)
         post_events(body, out.events)

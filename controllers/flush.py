@@ -23,7 +23,6 @@ from controllers import resources as R
 from controllers.collection import describe
 from controllers.kube import NotFound
 from controllers.schema import DEFAULT_DB, NAME_RE, Target
-from kmilvus.proto import data_coord_pb2
 from kmilvus.util import merr
 
 log = logging.getLogger("kmilvus.operator.flush")
@@ -73,16 +72,17 @@ class FlushRun:
         co = await self.rt.coordinators()
         descs = []
         for n in names:
-            d = await describe(co.rootcoord, Target(db, n))
+            d = await describe(co, Target(db, n))
             if d is None:
                 await self.fail("CollectionNotFound", f"collection {n} does not exist in database {db}")
                 return
             descs.append(d)
         entries = []
         for d in descs:
-            rsp = await co.datacoord.Flush(data_coord_pb2.FlushRequest(collectionID=d.collectionID))
-            if not merr.ok(rsp.status):
-                raise kopf.TemporaryError(f"Flush {d.collection_name}: {rsp.status.reason}", delay=1)
+            try:
+                rsp = await co.flush(d.collectionID)
+            except merr.MilvusError as exc:
+                raise kopf.TemporaryError(f"Flush {d.collection_name}: {exc.message}", delay=1) from None
             entries.append({"name": d.collection_name, "collectionID": d.collectionID, "flushTs": rsp.flush_ts,
                             "sealedSegments": list(rsp.segmentIDs), "flushed": 0,
                             "total": len(rsp.segmentIDs), "done": False})
@@ -102,19 +102,18 @@ class FlushRun:
         wait_ms = max(50, self.rt.opts.flush_poll_ms)
 
         async def check(e):
-            r = await co.datacoord.GetFlushState(data_coord_pb2.GetFlushStateRequest(
-                segmentIDs=e["sealedSegments"], flush_ts=e["flushTs"], collectionID=e["collectionID"],
-                wait_ms=wait_ms))
-            if not merr.ok(r.status):
-                raise kopf.TemporaryError(f"GetFlushState {e['name']}: {r.status.reason}", delay=1)
-            infos = await co.datacoord.GetSegmentInfo(data_coord_pb2.GetSegmentInfoRequest(
-                segmentIDs=e["sealedSegments"], includeUnHealthy=True))
-            live = {i.ID for i in infos.infos if i.state in LIVE}
-            return r.flushed, len([s for s in e["sealedSegments"] if s not in live])
+            try:
+                done = await co.flush_state(e["collectionID"], e["sealedSegments"], e["flushTs"], wait_ms)
+                infos = await co.segment_infos(e["sealedSegments"])
+                exists = await co.describe_collection(collection_id=e["collectionID"]) is not None
+            except merr.MilvusError as exc:
+                raise kopf.TemporaryError(f"GetFlushState {e['name']}: {exc.message}", delay=1) from None
+            live = {i.ID for i in infos if i.state in LIVE}
+            return done, len([s for s in e["sealedSegments"] if s not in live]), exists
 
         results = await asyncio.gather(*(check(e) for e in pending))
-        for e, (done, flushed) in zip(pending, results):
-            if e["collectionID"] not in co.rootcoord.collections:
+        for e, (done, flushed, exists) in zip(pending, results):
+            if not exists:
                 await self.fail("CollectionDropped",
                                 f"collection {e['name']} (ID {e['collectionID']}) was dropped while flushing")
                 return

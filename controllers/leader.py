@@ -52,7 +52,7 @@ async def ensure_peering_object(rt, clusterwide: bool) -> None:
 def register(registry: kopf.OperatorRegistry, *, peering: str | None, clusterwide: bool) -> None:
     @kopf.on.login(registry=registry)
     async def login(memo, **_):
-        return await memo.runtime._login()
+        return await memo.runtime.login()
 
     @kopf.on.startup(registry=registry)
     async def startup(memo, settings, collection_names, **_):

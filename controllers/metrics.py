@@ -1,4 +1,4 @@
-"""Prometheus metrics of the operator (served by `kmilvus operator --metrics-port`).
+"""Prometheus metrics of the operator (served by `kmilvus-operator --metrics-port`).
 
 Module-level, in prometheus_client's default registry, so several operators in one process (tests)
 share them instead of registering the same names twice.

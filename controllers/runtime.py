@@ -6,7 +6,9 @@ Only one replica may run the coordinators: two RootCoords would hand out the sam
 kopf's peering decides which replica is active (the others are paused); `acquire()` /
 `release()` follow it (see `controllers.leader`), and before starting, a new leader waits until
 the previous leader's coordinator sessions have left etcd. Handlers reach the coordinators with
-`await runtime.coordinators()`, which waits a bounded time and otherwise asks kopf to retry.
+`await runtime.coordinators()`, which waits a bounded time and otherwise asks kopf to retry, and
+returns their facade (`kmilvus.coordinator.CoordinatorClient`): the controllers use its public
+calls and its segment change feed, never a coordinator's state or etcd keys.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import kopf
 from controllers import metrics, sdk
 from controllers.kube import KubeClient
 from kmilvus.config import Config
+from kmilvus.coordinator import CoordinatorClient
 from kmilvus.meta import EtcdKV
 from kmilvus.sessionutil.leader import LeaderLock
 from kmilvus.server import COORDINATORS, Node
@@ -40,7 +43,7 @@ class Options:
     sdk_namespace: str | None = None          # where SDK-created collections appear
     mirror_sdk: bool = True
     sdk_poll_interval: float = 1.0
-    segment_scan_interval: float = 0.25       # how often DataCoord's segment map is compared
+    feed_retry_interval: float = 1.0          # resubscribe to the segment change feed after this
     segment_rows_interval: float = 10.0       # row-count-only changes are written at most this often
     flush_poll_ms: int = 500
     retry_interval: float = 10.0              # Failed with a conflict: converge again this often
@@ -50,14 +53,6 @@ class Options:
     @property
     def home_namespace(self) -> str:
         return self.sdk_namespace or (self.namespaces[0] if self.namespaces else "default")
-
-
-@dataclass
-class Coordinators:
-    rootcoord: Any
-    datacoord: Any
-    querycoord: Any
-    kv: EtcdKV
 
 
 @dataclass
@@ -75,21 +70,19 @@ class Runtime:
         self.opts = opts or Options()
         self.settings = settings
         self.node: Node | None = None
-        self.kube = KubeClient(self._login)
+        self.kube = KubeClient(self.login)
         self.stats = Stats()
         self.collection_index = None              # kopf index (db, name) -> CRs, set at startup
-        self.child_reconcilers: list = []         # extension point: SparkApplication children (later)
         self._holders = 0
         self._gate = asyncio.Lock()
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._seg_events: dict[int, asyncio.Event] = collections.defaultdict(asyncio.Event)
-        self._seg_sig: dict[int, tuple] = {}
         self.started_at: float | None = None
 
     # Credentials ------------------------------------------------------------------------------
-    async def _login(self):
+    async def login(self):
         if self.opts.login is not None:
             return await self.opts.login()
         settings = self.settings or kopf.OperatorSettings()
@@ -143,7 +136,7 @@ class Runtime:
         self._ready.set()
         metrics.ACTIVE.set(1)
         log.info("coordinators started (%s)", why)
-        self._tasks = [asyncio.create_task(self._scan_segments(), name="kmilvus-segment-scan")]
+        self._tasks = [asyncio.create_task(self._follow_segments(), name="kmilvus-segment-feed")]
         if self.opts.mirror_sdk:
             self._tasks.append(asyncio.create_task(sdk.mirror_loop(self), name="kmilvus-sdk-mirror"))
 
@@ -188,7 +181,7 @@ class Runtime:
             await self._stop("operator exiting")
         await self.kube.close()
 
-    async def coordinators(self) -> Coordinators:
+    async def coordinators(self) -> CoordinatorClient:
         if not self._ready.is_set():
             try:
                 await asyncio.wait_for(self._ready.wait(), self.opts.coordinator_wait)
@@ -197,8 +190,7 @@ class Runtime:
         node = self.node
         if node is None:
             raise kopf.TemporaryError("the coordinators stopped", delay=2)
-        c = node.components
-        return Coordinators(c["rootcoord"], c["datacoord"], c["querycoord"], node.kv)
+        return CoordinatorClient.from_registry(node.registry)
 
     def lock(self, key: str) -> asyncio.Lock:
         """Serialises the reconcile / delete / monitor paths of one Collection resource."""
@@ -208,27 +200,23 @@ class Runtime:
         self._locks.pop(key, None)
 
     # Segment change detection -----------------------------------------------------------------
-    async def _scan_segments(self) -> None:
-        """One loop compares DataCoord's in-memory segment map and wakes the monitors of the
-        collections whose segments changed (rather than every monitor polling DataCoord)."""
+    async def _follow_segments(self) -> None:
+        """One subscription to DataCoord's segment change feed wakes the monitors of the
+        collections whose segments changed (rather than every monitor polling DataCoord). After a
+        broken feed every monitor is woken once, so changes missed meanwhile are re-read."""
         while True:
             try:
-                dc = self.node.components["datacoord"] if self.node else None
-                if dc is not None:
-                    sig: dict[int, list] = {}
-                    for s in list(dc.meta.segments.values()):
-                        i = s.info
-                        sig.setdefault(i.collectionID, []).append((i.ID, i.state, i.num_of_rows, i.binlog_count))
-                    new = {cid: tuple(sorted(v)) for cid, v in sig.items()}
-                    for cid in set(new) | set(self._seg_sig):
-                        if new.get(cid) != self._seg_sig.get(cid):
-                            self._seg_events[cid].set()
-                    self._seg_sig = new
+                co = await self.coordinators()
+                async for ev in co.watch_segments():
+                    self.stats.inc("segment_events")
+                    self._seg_events[ev.collectionID].set()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("segment scan failed")
-            await asyncio.sleep(self.opts.segment_scan_interval)
+            except Exception as exc:  # noqa: BLE001 - resubscribed below; monitors re-read
+                log.warning("segment change feed broke: %s", exc)
+            for ev in self._seg_events.values():
+                ev.set()
+            await asyncio.sleep(self.opts.feed_retry_interval)
 
     async def wait_segments(self, collection_id: int, timeout: float, stopped=None) -> bool:
         """Wait until the collection's segments change (True), `timeout` passes or the daemon's

@@ -15,8 +15,6 @@ import asyncio
 import logging
 import time
 
-from pymilvus.grpc_gen import milvus_pb2
-
 from controllers import resources as R
 from controllers.kube import Conflict
 from controllers.schema import DEFAULT_DB, SpecError, k8s_name, spec_from_collection, target
@@ -49,27 +47,23 @@ async def mirror_once(rt, recent: dict[tuple[str, str], float]) -> int:
         recent.pop(k)
     indexed = _indexed(rt)
     candidates = []
-    for info in list(co.rootcoord.collections.values()):
-        key = (info.db_name or DEFAULT_DB, info.schema.name)
+    for desc in await co.list_collections():
+        key = (desc.db_name or DEFAULT_DB, desc.collection_name)
         if key in indexed or key in recent:
             continue
-        props = {kv.key: kv.value for kv in info.properties}
+        props = {kv.key: kv.value for kv in desc.properties}
         if props.get(R.PROP_MANAGED_BY) == "operator":
             continue
-        candidates.append(key)
+        candidates.append((key, desc))
     if not candidates:
         return 0
     declared = await _declared(rt)
     made = 0
     ns = rt.opts.home_namespace
-    for db, name in candidates:
+    for (db, name), rsp in candidates:
         if (db, name) in declared:
             recent[(db, name)] = now
             continue
-        rsp = await co.rootcoord.DescribeCollection(
-            milvus_pb2.DescribeCollectionRequest(db_name=db, collection_name=name))
-        if rsp.status.code != 0 or rsp.status.error_code != 0:
-            continue   # dropped meanwhile
         try:
             spec = spec_from_collection(rsp)
         except SpecError as exc:

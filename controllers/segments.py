@@ -20,7 +20,6 @@ from controllers import conditions, metrics
 from controllers import resources as R
 from controllers.kube import Conflict, NotFound
 from controllers.schema import label_value
-from kmilvus.proto import data_coord_pb2
 
 log = logging.getLogger("kmilvus.operator.segments")
 STATE = common_pb2.SegmentState
@@ -76,9 +75,7 @@ class SegmentMirror:
 
     async def sync(self, cid: int) -> None:
         co = await self.rt.coordinators()
-        rsp = await co.datacoord.GetSegmentsByCollection(
-            data_coord_pb2.GetSegmentsByCollectionRequest(collectionID=cid))
-        infos = [i for i in rsp.infos if i.state in MIRRORED]
+        infos = [i for i in await co.list_segments(cid) if i.state in MIRRORED]
         if self.loaded_for != cid:
             await self._load(cid, infos)
         now = time.monotonic()

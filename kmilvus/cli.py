@@ -1,4 +1,4 @@
-"""The `kmilvus` command."""
+"""The `kmilvus` command (the operator is `kmilvus-operator`, in `controllers.main`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ def _common(f):
 @click.group()
 @click.version_option(__version__, prog_name="kmilvus")
 def main() -> None:
-    """kmilvus: Milvus' data path in Python — run it standalone, per component, or as an operator."""
+    """kmilvus: Milvus' data path in Python — run it standalone or per component.
+
+    The Kubernetes operator is its own command, `kmilvus-operator` (package `controllers`).
+    """
 
 
 @main.command()
@@ -73,28 +76,6 @@ def run(roles, etcd_endpoint, nats_url, storage_uri, port, host, internal_host, 
     _serve_metrics(cfg)
     sys.exit(run_role(cfg, tuple(roles)))
 
-
-@main.command()
-@click.option("--etcd-endpoint", default=None, envvar="KMILVUS_ETCD_ENDPOINT", help="HOST:PORT of etcd.")
-@click.option("--nats-url", default=None, envvar="KMILVUS_NATS_URL", help="nats://HOST:PORT of JetStream.")
-@click.option("--storage-uri", default=None, envvar="KMILVUS_STORAGE_URI", help="file:///PATH or s3://BUCKET/PREFIX?endpoint=URL")
-@click.option("--namespace", "namespaces", multiple=True, help="Serve this namespace (repeatable; default: cluster-wide).")
-@click.option("--peering", default="kmilvus", show_default=True, help="kopf peering name: one active replica at a time.")
-@click.option("--standalone", is_flag=True, help="No peering: this replica is always active.")
-@click.option("--priority", type=int, default=None, help="Peering priority (default: start time, newest wins).")
-@click.option("--metrics-port", type=int, default=9091, show_default=True, help="Prometheus metrics port (0: off).")
-@click.option("--health-port", type=int, default=8080, show_default=True, help="Liveness/readiness /healthz port (0: off).")
-@click.option("--sdk-namespace", default=None, help="Namespace for Collections created through the SDK (default: first --namespace or default).")
-@_common
-def operator(etcd_endpoint, nats_url, storage_uri, namespaces, peering, standalone, priority, metrics_port,
-             health_port, sdk_namespace, log_level, cluster):
-    """Run the coordinators and the Kubernetes controllers (kopf) in one process."""
-    from kmilvus.operator_main import OperatorArgs, run as run_operator
-
-    sys.exit(run_operator(OperatorArgs(
-        etcd_endpoint=etcd_endpoint, nats_url=nats_url, storage_uri=storage_uri, namespaces=tuple(namespaces),
-        cluster=cluster, peering=peering, standalone=standalone, priority=priority, metrics_port=metrics_port,
-        health_port=health_port, sdk_namespace=sdk_namespace, log_level=log_level)))
 
 def _serve_metrics(cfg: Config) -> None:
     if cfg.metrics_port:

@@ -270,7 +270,7 @@ def test_milvus_service_on_19530(scenario):
     proxy = one(docs, "Deployment", f"{RELEASE}-proxy")
     c = proxy["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "milvus", "containerPort": 19530, "protocol": "TCP"} in c["ports"]
-    assert c["args"][:2] == ["run", "proxy"] and "0.0.0.0" in c["args"]
+    assert c["command"] == ["kmilvus"] and c["args"][:2] == ["run", "proxy"] and "0.0.0.0" in c["args"]
 
 
 def test_component_workloads(scenario):
@@ -278,7 +278,7 @@ def test_component_workloads(scenario):
     op = one(docs, "Deployment", f"{RELEASE}-operator")
     assert op["spec"]["strategy"]["type"] == "Recreate"
     c = op["spec"]["template"]["spec"]["containers"][0]
-    assert c["args"][0] == "operator"
+    assert c["command"] == ["kmilvus-operator"] and c["args"][0].startswith("--")
     assert flag(c["args"], "--metrics-port") == ["9091"] and flag(c["args"], "--health-port") == ["8080"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8080, "metrics": 9091}
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
@@ -288,6 +288,7 @@ def test_component_workloads(scenario):
     headless = one(docs, "Service", f"{RELEASE}-datanode")
     assert headless["spec"]["clusterIP"] == "None"
     dn_args = dn["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert dn["spec"]["template"]["spec"]["containers"][0]["command"] == ["kmilvus"]
     assert dn_args[:2] == ["run", "datanode"] and flag(dn_args, "--host") == ["$(POD_IP)"]
 
 
@@ -549,9 +550,11 @@ def test_notes_explain_port_forward_and_pymilvus():
 
 @pytest.mark.parametrize("name", ["default", "multi-namespace", "cluster-wide"])
 def test_container_args_parse_with_the_kmilvus_cli(name, monkeypatch):
-    """The args the chart gives each container are accepted by the real `kmilvus` CLI."""
+    """The command and args the chart gives each container are accepted by the real CLIs:
+    `kmilvus-operator` (controllers.main) for the operator, `kmilvus run ROLE` for the others."""
     import click
 
+    from controllers import main as operator_cli
     from kmilvus import cli
 
     docs = render(SCENARIOS[name])
@@ -561,10 +564,16 @@ def test_container_args_parse_with_the_kmilvus_cli(name, monkeypatch):
     for w in workloads(docs):
         if component(w) not in KMILVUS_COMPONENTS:
             continue
-        args = w["spec"]["template"]["spec"]["containers"][0]["args"]
-        command = cli.main.get_command(click.Context(cli.main), args[0])
-        assert command is not None, f"kmilvus has no `{args[0]}` command"
-        ctx = command.make_context(args[0], list(args[1:]))
+        c = w["spec"]["template"]["spec"]["containers"][0]
+        args = c["args"]
+        if component(w) == "operator":
+            assert c["command"] == ["kmilvus-operator"]
+            ctx = operator_cli.main.make_context("kmilvus-operator", list(args))
+        else:
+            assert c["command"] == ["kmilvus"]
+            command = cli.main.get_command(click.Context(cli.main), args[0])
+            assert command is not None, f"kmilvus has no `{args[0]}` command"
+            ctx = command.make_context(args[0], list(args[1:]))
         if component(w) == "operator":
             served = SCENARIOS[name].get("operator", {})
             expected = () if served.get("clusterWide") else tuple(served.get("watchNamespaces") or [NS])

@@ -33,7 +33,7 @@ SEGS = "kmilvus.io/v1alpha1/segments"
 
 
 class OperatorThread:
-    """`kmilvus operator` minus the CLI: controllers.app.run on its own loop and thread."""
+    """`kmilvus-operator` minus the CLI: controllers.app.run on its own loop and thread."""
 
     def __init__(self, cfg, url: str, **opts):
         async def login():
@@ -209,6 +209,8 @@ async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, opera
 
     segs = await eventually(flushed_segments, 10, "Segments mirrored as Flushed")
     assert sum(s["status"]["rows"] for s in segs) == 1000
+    # DataCoord pushed each segment's creation, seal and flush through the change feed.
+    assert op.runtime.stats.counts["segment_events"] >= 3 * len(segs)
     for s in segs:
         ref = s["metadata"]["ownerReferences"][0]
         assert (ref["kind"], ref["name"], ref["uid"]) == ("Collection", "docs", uid)
@@ -480,7 +482,7 @@ async def test_two_replicas_never_both_act(kmock, kube, operators, cfg):
 
 
 async def test_kmilvus_operator_cli(kmock, kube, cfg, tmp_path):
-    """The real entry point: `kmilvus operator` as a process, flags and env fallbacks, peering on
+    """The real entry point: `kmilvus-operator` as a process, flags and env fallbacks, peering on
     (it creates its peering object), /healthz and Prometheus metrics, SIGTERM."""
     import json
     import os
@@ -503,7 +505,7 @@ async def test_kmilvus_operator_cli(kmock, kube, cfg, tmp_path):
     health, metrics = free_port(), free_port()
     env = dict(os.environ, KUBECONFIG=str(kubeconfig), KMILVUS_ETCD_ENDPOINT=cfg.etcd_endpoints[0],
                KMILVUS_NATS_URL=cfg.nats_url, KMILVUS_STORAGE_URI=cfg.storage_uri, KMILVUS_SESSION_TTL="3")
-    argv = [str(Path(sys.executable).with_name("kmilvus")), "operator", "--cluster", cfg.cluster,
+    argv = [str(Path(sys.executable).with_name("kmilvus-operator")), "--cluster", cfg.cluster,
             "--namespace", NS, "--health-port", str(health), "--metrics-port", str(metrics)]
     log = open(tmp_path / "operator.log", "wb")
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -106,7 +106,7 @@ def test_proxy_service_and_workloads(built):
     op = one(built, "Deployment", "kmilvus-operator")
     assert op["spec"]["strategy"]["type"] == "Recreate"
     c = op["spec"]["template"]["spec"]["containers"][0]
-    assert c["args"][0] == "operator"
+    assert c["command"] == ["kmilvus-operator"]
     assert flag(c["args"], "--metrics-port") == ["9091"] and flag(c["args"], "--health-port") == ["8080"]
     assert flag(c["args"], "--namespace") == [NS] and flag(c["args"], "--sdk-namespace") == [NS]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -221,19 +221,24 @@ def test_spark_operator_rbac():
 
 
 def test_container_args_parse_with_the_kmilvus_cli(built, monkeypatch):
-    """The args each container gets are accepted by the real `kmilvus` CLI."""
+    """The command and args each container gets are accepted by the real CLIs: `kmilvus-operator`
+    (controllers.main) for the operator, `kmilvus run ROLE` for the others."""
     import click
 
+    from controllers import main as operator_cli
     from kmilvus import cli
 
     for key, value in one(built, "ConfigMap", "kmilvus-config")["data"].items():
         monkeypatch.setenv(key, value)
     for w in (d for d in built if d["kind"] in ("Deployment", "StatefulSet")):
-        args = w["spec"]["template"]["spec"]["containers"][0]["args"]
+        c = w["spec"]["template"]["spec"]["containers"][0]
+        args = c["args"]
+        if c["command"] == ["kmilvus-operator"]:
+            ctx = operator_cli.main.make_context("kmilvus-operator", list(args))
+            assert ctx.params["namespaces"] == (NS,) and ctx.params["sdk_namespace"] == NS
+            continue
+        assert c["command"] == ["kmilvus"]
         command = cli.main.get_command(click.Context(cli.main), args[0])
         assert command is not None, f"kmilvus has no `{args[0]}` command"
         ctx = command.make_context(args[0], list(args[1:]))
-        if args[0] == "operator":
-            assert ctx.params["namespaces"] == (NS,) and ctx.params["sdk_namespace"] == NS
-        else:
-            assert ctx.params["roles"] in (("proxy",), ("datanode",))
+        assert ctx.params["roles"] in (("proxy",), ("datanode",))

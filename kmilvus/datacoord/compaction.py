@@ -364,7 +364,7 @@ class CompactionManager(JobManagerBase):
                 dc.meta.segments[seg.id] = seg
             for s, info in zip(sources, dropped):
                 s.info = info
-            await dc.meta.notify()
+            await dc.meta.notify(*new, *sources)
         log.info("compaction plan swapped", compaction=job.compactionID, plan=plan.planID,
                  sources=len(sources), targets=[t.id for t in new], rows=src_rows)
         return sources
@@ -398,7 +398,7 @@ class CompactionManager(JobManagerBase):
         async with self._gc_lock:
             if segs is None:
                 segs = [s for s in dc.meta.segments.values() if s.info.state == SegmentState.Dropped]
-            n = 0
+            n, gone = 0, []
             for s in segs:
                 i = s.info
                 if i.state != SegmentState.Dropped or i.collectionID in dc._dropping:
@@ -413,8 +413,9 @@ class CompactionManager(JobManagerBase):
                                      Op.delete_prefix(keys.ddl_binlog_prefix(i.collectionID, i.ID))])
                     dc.meta.segments.pop(i.ID, None)
                 n += 1
+                gone.append(s)
             if n:
-                await dc.meta.notify()
+                await dc.meta.notify(*gone, removed=True)
                 log.info("compacted segments collected", segments=n)
             return n
 

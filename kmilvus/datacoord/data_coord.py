@@ -260,6 +260,11 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
         segs = sorted(self.meta.by_collection(req.collectionID, states), key=lambda s: s.id)
         return data_coord_pb2.GetSegmentInfoResponse(infos=[s.info for s in segs])
 
+    async def WatchSegments(self, req: data_coord_pb2.WatchSegmentsRequest, context=None):
+        """Server-streaming: every segment meta change from now on (the operator's feed)."""
+        async for ev in self.meta.feed.subscribe(req.collectionIDs):
+            yield ev
+
     @merr.rpc(data_coord_pb2.GetCollectionStatisticsResponse)
     async def GetCollectionStatistics(self, req, context=None):
         rows = sum(s.info.num_of_rows for s in self.meta.by_collection(req.collectionID, (SegmentState.Flushed,)))

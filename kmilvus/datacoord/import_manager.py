@@ -316,7 +316,7 @@ class ImportManager(JobManagerBase):
                                                            "while the import ran")
             for s in segs:
                 dc.meta.segments[s.id] = s
-            await dc.meta.notify()
+            await dc.meta.notify(*segs)
         with contextlib.suppress(Exception):
             await dc.store.delete(spec["manifest_key"])
         log.info("import completed", job=job.jobID, collection=coll, rows=total, segments=len(segs),

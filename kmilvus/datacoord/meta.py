@@ -20,6 +20,7 @@ from pymilvus.grpc_gen import common_pb2
 
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
+from kmilvus.datacoord.segment_feed import SegmentFeed
 from kmilvus.proto import internal_pb2
 from kmilvus.util import merr
 
@@ -48,6 +49,7 @@ class SegmentMeta:
         self.checkpoints: dict[str, internal_pb2.MsgPosition] = {}
         self.changed = asyncio.Condition()
         self.write_lock = asyncio.Lock()
+        self.feed = SegmentFeed()          # segment changes pushed to the operator
 
     async def load(self) -> None:
         for _, raw in await self.kv.get_prefix(keys.segment_prefix()):
@@ -64,7 +66,9 @@ class SegmentMeta:
         for key, raw in await self.kv.get_prefix("datacoord-meta/channel-cp/"):
             self.checkpoints[key.rsplit("/", 1)[1]] = internal_pb2.MsgPosition.FromString(raw)
 
-    async def notify(self) -> None:
+    async def notify(self, *changed: Segment, removed: bool = False) -> None:
+        """Wake waiters on the meta; `changed` segments also go to the change feed."""
+        self.feed.publish((s.info for s in changed), removed=removed)
         async with self.changed:
             self.changed.notify_all()
 
@@ -80,6 +84,7 @@ class SegmentMeta:
         await self.kv.put(keys.segment_key(info.collectionID, info.partitionID, info.ID), info.SerializeToString())
         seg = Segment(info, created=now, last_assign=now)
         self.segments[info.ID] = seg
+        self.feed.publish([info])
         return seg
 
     async def save_infos(self, segs: list[Segment]) -> None:
@@ -88,7 +93,7 @@ class SegmentMeta:
         if segs:
             await self.kv.txn([Op.put(keys.segment_key(s.info.collectionID, s.info.partitionID, s.id),
                                       s.info.SerializeToString()) for s in segs])
-            await self.notify()
+            await self.notify(*segs)
 
     async def save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest) -> Segment:
         async with self.write_lock:
@@ -138,7 +143,7 @@ class SegmentMeta:
         seg.binlogs, seg.ddl_binlogs = binlogs, ddl
         if req.HasField("checkpoint") and req.checkpoint.seq:
             self._advance_checkpoint(req.checkpoint)
-        await self.notify()
+        await self.notify(seg)
         return seg
 
     def _advance_checkpoint(self, cp: internal_pb2.MsgPosition) -> bool:
@@ -166,11 +171,12 @@ class SegmentMeta:
         for ch in vchannels:
             ops += [Op.delete(keys.channel_checkpoint_key(ch)), Op.delete(keys.channel_watch_key(ch))]
         await self.kv.txn(ops)
-        for s in self.by_collection(coll_id):
+        gone = self.by_collection(coll_id)
+        for s in gone:
             del self.segments[s.id]
         for ch in vchannels:
             self.checkpoints.pop(ch, None)
-        await self.notify()
+        await self.notify(*gone, removed=True)
 
     async def remove_segment(self, seg: Segment) -> None:
         i = seg.info
@@ -178,7 +184,7 @@ class SegmentMeta:
                            Op.delete_prefix(keys.binlog_prefix(i.collectionID, i.ID)),
                            Op.delete_prefix(keys.ddl_binlog_prefix(i.collectionID, i.ID))])
         self.segments.pop(i.ID, None)
-        await self.notify()
+        await self.notify(seg, removed=True)
 
 
 def _idx(path: str) -> int:

@@ -21,7 +21,7 @@ from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.msgstream import Msg, MsgType, channels
-from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2_grpc
+from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc
 from kmilvus.rootcoord import schema as schemautil
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
@@ -258,6 +258,17 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
             inMemory_percentages=[0 for _ in infos],
             query_service_available=[False for _ in infos],
             shards_num=[c.shards_num for c in infos])
+
+    @merr.rpc(root_coord_pb2.ListCollectionsResponse)
+    async def ListCollections(self, req, context=None):
+        return root_coord_pb2.ListCollectionsResponse(
+            collections=[describe_response(c) for c in sorted(self.collections.values(), key=lambda c: c.ID)])
+
+    @merr.rpc(root_coord_pb2.GetDropStateResponse)
+    async def GetDropState(self, req: root_coord_pb2.GetDropStateRequest, context=None):
+        """`dropping` until the drop's resumable tail (its etcd task record) is finished."""
+        dropping = await self.kv.get(keys.drop_task_key(req.collectionID)) is not None
+        return root_coord_pb2.GetDropStateResponse(exists=req.collectionID in self.collections, dropping=dropping)
 
     # DropCollection (seed 001) -------------------------------------------------------------
     @merr.rpc()

@@ -8,6 +8,7 @@ context=None)`. In one process a caller holds the object itself; across processe
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any, Callable
 
 import grpc
@@ -102,6 +103,18 @@ class RemoteClient:
             raise AssertionError("unreachable")
 
         return call
+
+    async def stream(self, name: str, request) -> AsyncIterator[Any]:
+        """A server-streaming RPC's messages. Not retried: a broken stream raises, and the caller
+        resubscribes (the next call re-resolves an unavailable peer)."""
+        stub = await self._get_stub()
+        try:
+            async for msg in getattr(stub, name)(request):
+                yield msg
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNAVAILABLE:
+                await self._reset()
+            raise
 
     async def close(self) -> None:
         await self._reset()

@@ -1,4 +1,4 @@
-"""`kmilvus operator`: the coordinators (RootCoord, DataCoord, QueryCoord) and the kopf
+"""`kmilvus-operator`: the coordinators (RootCoord, DataCoord, QueryCoord) and the kopf
 controllers in one process and one event loop.
 
 - liveness / readiness: kopf's health endpoint on :8080/healthz (the `coordinators` probe says
@@ -8,16 +8,21 @@ controllers in one process and one event loop.
   --standalone disables it); standby replicas keep watching and take over when the active one's
   keep-alives stop.
 
-kopf and the Kubernetes client are imported here lazily, from the `controllers` package: the core
-(`kmilvus/`) does not depend on them.
+Its own console script (not a `kmilvus` sub-command) so that the core (`kmilvus/`) never imports
+the operator, kopf or the Kubernetes client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 from dataclasses import dataclass
 
+import click
+
+from kmilvus import __version__
 from kmilvus import log as klog
 from kmilvus.config import Config
 
@@ -47,7 +52,6 @@ def make_config(args: OperatorArgs) -> Config:
                  "etcd_endpoints": [args.etcd_endpoint] if args.etcd_endpoint else None}
     cfg = Config.from_env(**overrides)
     if not args.etcd_endpoint:
-        import os
         env = os.environ.get("KMILVUS_ETCD_ENDPOINT")
         if env:
             cfg.etcd_endpoints = [e.strip() for e in env.split(",") if e.strip()]
@@ -73,3 +77,30 @@ def run(args: OperatorArgs) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kmilvus-operator")
+@click.option("--etcd-endpoint", default=None, envvar="KMILVUS_ETCD_ENDPOINT", help="HOST:PORT of etcd.")
+@click.option("--nats-url", default=None, envvar="KMILVUS_NATS_URL", help="nats://HOST:PORT of JetStream.")
+@click.option("--storage-uri", default=None, envvar="KMILVUS_STORAGE_URI", help="file:///PATH or s3://BUCKET/PREFIX?endpoint=URL")
+@click.option("--namespace", "namespaces", multiple=True, help="Serve this namespace (repeatable; default: cluster-wide).")
+@click.option("--peering", default="kmilvus", show_default=True, help="kopf peering name: one active replica at a time.")
+@click.option("--standalone", is_flag=True, help="No peering: this replica is always active.")
+@click.option("--priority", type=int, default=None, help="Peering priority (default: start time, newest wins).")
+@click.option("--metrics-port", type=int, default=9091, show_default=True, help="Prometheus metrics port (0: off).")
+@click.option("--health-port", type=int, default=8080, show_default=True, help="Liveness/readiness /healthz port (0: off).")
+@click.option("--sdk-namespace", default=None, help="Namespace for Collections created through the SDK (default: first --namespace or default).")
+@click.option("--cluster", default=None, help="Cluster name: etcd prefix, stream and channel names.")
+@click.option("--log-level", default=None, help="debug|info|warning|error (default: warning; env KMILVUS_LOG_LEVEL)")
+def main(etcd_endpoint, nats_url, storage_uri, namespaces, peering, standalone, priority, metrics_port,
+         health_port, sdk_namespace, cluster, log_level) -> None:
+    """Run the coordinators and the Kubernetes controllers (kopf) in one process."""
+    sys.exit(run(OperatorArgs(
+        etcd_endpoint=etcd_endpoint, nats_url=nats_url, storage_uri=storage_uri, namespaces=tuple(namespaces),
+        cluster=cluster, peering=peering, standalone=standalone, priority=priority, metrics_port=metrics_port,
+        health_port=health_port, sdk_namespace=sdk_namespace, log_level=log_level)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""What other processes (the Kubernetes operator) may ask of the coordinators: `client`."""
+
+from kmilvus.coordinator.client import CoordinatorClient, DropState
+
+__all__ = ["CoordinatorClient", "DropState"]

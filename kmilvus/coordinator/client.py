@@ -1,0 +1,112 @@
+"""The coordinators' facade for the operator: typed calls over their public RPCs only.
+
+The operator (`controllers/`) reads and changes collections and segments through this class and
+nothing else — never a coordinator's in-memory maps or etcd keys — so it works the same whether
+RootCoord and DataCoord live in its process or elsewhere: `from_registry` hands it the component
+objects when they are local and gRPC clients (found through sessions) otherwise; both answer the
+same `await x.Method(request)` calls. The segment change feed is `DataCoord.WatchSegments`: an
+async generator in-process, a server-streaming RPC remotely.
+
+Failures other than "not found" raise `merr.MilvusError` (from the response's status).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pymilvus.grpc_gen import common_pb2, milvus_pb2
+
+from kmilvus import components as roles
+from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2
+from kmilvus.util import merr
+from kmilvus.util.grpcutil import RemoteClient
+
+NOT_FOUND = merr.COLLECTION_NOT_FOUND[0]
+
+
+@dataclass(frozen=True)
+class DropState:
+    exists: bool       # the collection's meta is live
+    dropping: bool     # a drop has begun and its resumable tail has not finished
+
+
+class CoordinatorClient:
+    def __init__(self, rootcoord: Any, datacoord: Any):
+        self._rootcoord = rootcoord
+        self._datacoord = datacoord
+
+    @classmethod
+    def from_registry(cls, registry: roles.Registry) -> CoordinatorClient:
+        """In-process components when the registry holds them, gRPC clients otherwise."""
+        return cls(registry.client(roles.ROOTCOORD), registry.client(roles.DATACOORD))
+
+    # Collections (RootCoord) ---------------------------------------------------------------
+    async def describe_collection(self, db: str = "", name: str = "", *,
+                                  collection_id: int = 0) -> milvus_pb2.DescribeCollectionResponse | None:
+        """By ID when given, else by (database, name); None when there is no such collection."""
+        req = (milvus_pb2.DescribeCollectionRequest(collectionID=collection_id) if collection_id else
+               milvus_pb2.DescribeCollectionRequest(db_name=db, collection_name=name))
+        rsp = await self._rootcoord.DescribeCollection(req)
+        if rsp.status.code == NOT_FOUND:
+            return None
+        merr.check(rsp.status)
+        return rsp
+
+    async def list_collections(self) -> list[milvus_pb2.DescribeCollectionResponse]:
+        """Every collection of every database, with its properties."""
+        rsp = await self._rootcoord.ListCollections(root_coord_pb2.ListCollectionsRequest())
+        merr.check(rsp.status)
+        return list(rsp.collections)
+
+    async def create_collection(self, req: milvus_pb2.CreateCollectionRequest) -> common_pb2.Status:
+        """The status as RootCoord answered it (the caller tells bad input from a retry)."""
+        return await self._rootcoord.CreateCollection(req)
+
+    async def drop_collection(self, db: str, name: str) -> None:
+        merr.check(await self._rootcoord.DropCollection(
+            milvus_pb2.DropCollectionRequest(db_name=db, collection_name=name)))
+
+    async def drop_state(self, collection_id: int) -> DropState:
+        rsp = await self._rootcoord.GetDropState(root_coord_pb2.GetDropStateRequest(collectionID=collection_id))
+        merr.check(rsp.status)
+        return DropState(exists=rsp.exists, dropping=rsp.dropping)
+
+    # Segments and flush (DataCoord) --------------------------------------------------------
+    async def flush(self, collection_id: int) -> data_coord_pb2.FlushResponse:
+        """Seal every Growing segment: the sealed segment IDs and the flush timestamp."""
+        rsp = await self._datacoord.Flush(data_coord_pb2.FlushRequest(collectionID=collection_id))
+        merr.check(rsp.status)
+        return rsp
+
+    async def flush_state(self, collection_id: int, segment_ids: Sequence[int], flush_ts: int,
+                          wait_ms: int = 0) -> bool:
+        rsp = await self._datacoord.GetFlushState(data_coord_pb2.GetFlushStateRequest(
+            segmentIDs=segment_ids, flush_ts=flush_ts, collectionID=collection_id, wait_ms=wait_ms))
+        merr.check(rsp.status)
+        return rsp.flushed
+
+    async def segment_infos(self, segment_ids: Sequence[int]) -> list[internal_pb2.SegmentInfo]:
+        """The segments that still exist among `segment_ids`."""
+        rsp = await self._datacoord.GetSegmentInfo(data_coord_pb2.GetSegmentInfoRequest(
+            segmentIDs=segment_ids, includeUnHealthy=True))
+        merr.check(rsp.status)
+        return list(rsp.infos)
+
+    async def list_segments(self, collection_id: int,
+                       states: Iterable[int] = ()) -> list[internal_pb2.SegmentInfo]:
+        """The collection's segments (in `states` when given), by ID."""
+        rsp = await self._datacoord.GetSegmentsByCollection(data_coord_pb2.GetSegmentsByCollectionRequest(
+            collectionID=collection_id, states=list(states)))
+        merr.check(rsp.status)
+        return list(rsp.infos)
+
+    def watch_segments(self, collection_ids: Iterable[int] = ()) -> AsyncIterator[data_coord_pb2.SegmentEvent]:
+        """Every segment meta change from now on (of `collection_ids` when given). The stream
+        ends with an error when the subscriber fell behind or DataCoord went away: resubscribe,
+        then re-read with `list_segments()`."""
+        req = data_coord_pb2.WatchSegmentsRequest(collectionIDs=list(collection_ids))
+        if isinstance(self._datacoord, RemoteClient):
+            return self._datacoord.stream("WatchSegments", req)
+        return self._datacoord.WatchSegments(req)
