@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,8 +56,10 @@ class Proc:
     log: Path
     port: int = 0
     proc: subprocess.Popen | None = None
+    log_offset: int = 0    # where this run's output starts in the (appended) log
 
     def start(self) -> "Proc":
+        self.log_offset = self.log.stat().st_size if self.log.exists() else 0
         out = open(self.log, "ab")
         self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True)
@@ -78,30 +80,28 @@ class Proc:
 
     def wait_log(self, needle: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
-        while needle not in self.log.read_text(errors="replace"):
+        while needle.encode() not in self.log.read_bytes()[self.log_offset:]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name}: no {needle!r} in {self.log}")
             time.sleep(0.05)
 
 
-@dataclass
 class Client(threading.Thread):
-    uri: str
-    name: str
-    start_key: int
-    acked: list[int] = field(default_factory=list)
-    failed: list[int] = field(default_factory=list)
-    longest_gap: float = 0.0
-    stop_flag: threading.Event = field(default_factory=threading.Event)
+    """Inserts 1,000-row batches through one Proxy; remembers acked and failed keys."""
 
-    def __post_init__(self) -> None:
-        threading.Thread.__init__(self, daemon=True)
+    def __init__(self, uri: str, alias: str, start_key: int):
+        super().__init__(daemon=True)
+        self.uri, self.alias, self.start_key = uri, alias, start_key
+        self.acked: list[int] = []
+        self.failed: list[int] = []
+        self.longest_gap = 0.0
+        self.stop_flag = threading.Event()
 
     def run(self) -> None:
         from pymilvus import Collection, connections
 
-        connections.connect(self.name, uri=self.uri, timeout=30)
-        coll = Collection("chaos", using=self.name)
+        connections.connect(self.alias, uri=self.uri, timeout=30)
+        coll = Collection("chaos", using=self.alias)
         rng = np.random.default_rng(self.start_key)
         key, last_ok = self.start_key, time.monotonic()
         while not self.stop_flag.is_set():
