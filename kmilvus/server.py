@@ -8,7 +8,6 @@ coordinators. Components register sessions so the others find them wherever they
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 from pymilvus.grpc_gen import milvus_pb2_grpc
@@ -108,18 +107,22 @@ class Node:
         if self.api_server is not None:
             await self.api_server.stop(grace=1)
         for r in reversed(list(self.components)):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.components[r].stop(), 5)
+            await _best_effort(asyncio.wait_for(self.components[r].stop(), 5), f"stop {r}")
         for s in self.sessions:
-            with contextlib.suppress(Exception):
-                await s.stop()
+            await _best_effort(s.stop(), "stop session")
         if self.internal_server is not None:
             await self.internal_server.stop(grace=0.5)
         if self.registry is not None:
             await self.registry.close()
         if self.stream is not None:
-            with contextlib.suppress(Exception):
-                await self.stream.close()
+            await _best_effort(self.stream.close(), "close stream")
         if self.kv is not None:
-            with contextlib.suppress(Exception):
-                await self.kv.close()
+            await _best_effort(self.kv.close(), "close etcd")
+
+
+async def _best_effort(aw, what: str) -> None:
+    """Shutdown goes on past a step that fails (the rest must still stop); the failure is logged."""
+    try:
+        await aw
+    except Exception:  # noqa: BLE001 - logged; stopping continues
+        log.warning("shutdown step failed", step=what, exc_info=True)
