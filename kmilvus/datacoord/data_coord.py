@@ -66,7 +66,7 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
             channels_of=self.channels.channels_of, collections=self.channels.collections,
             schema_of=self.channels.schema_of, rows_per_segment=self.segments.rows_per_segment,
             dropping=self._dropping.__contains__))
-        self.imports = self.jobs.imports            # read by tests and the operator's status
+        self.imports = self.jobs.imports            # shortcuts for in-process callers (tests)
         self.compactions = self.jobs.compactions
 
     def set_job_runner(self, runner) -> None:

@@ -313,7 +313,11 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
     async def ReleaseDQLMessageStream(self, req, context=None):
         """Seed 001 §14: QueryCoord asks RootCoord to redirect this to every Proxy."""
         proxies = await self.registry.clients(roles.PROXY)
-        await asyncio.gather(*(p.ReleaseDQLMessageStream(req) for p in proxies.values()), return_exceptions=True)
+        results = await asyncio.gather(*(p.ReleaseDQLMessageStream(req) for p in proxies.values()),
+                                       return_exceptions=True)
+        for sid, r in zip(proxies, results):
+            if isinstance(r, BaseException):  # a Proxy that is gone holds no stream to release
+                log.warning("release DQL stream failed", proxy=sid, error=str(r))
         return merr.success()
 
 
