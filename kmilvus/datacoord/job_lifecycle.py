@@ -31,7 +31,7 @@ from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.proto import internal_pb2
 from kmilvus.spark import application
 from kmilvus.spark import files as infiles
-from kmilvus.spark.runner import JobRunner, JobState, JobStatus
+from kmilvus.spark.runner import JobState, JobStatus
 from kmilvus.spark.tracking import follow, manifest_error, read_manifest
 from kmilvus.storage import ObjectStore, paths
 from kmilvus.util import merr

@@ -6,8 +6,6 @@ RootCoord / DataCoord, which may live in this process or behind gRPC.
 
 from __future__ import annotations
 
-import asyncio
-
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
 
 from kmilvus import __version__
