@@ -1,5 +1,6 @@
 """DataCoord's decisions, in-process on real etcd and NATS: segment row quotas, the seal policies
-(full, idle, lifetime), Flush's SealAllSegments and GetFlushState's readiness rule."""
+(full, idle, lifetime), Flush's SealAllSegments, GetFlushState's readiness rule and channel
+checkpoints."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kmilvus.proto import data_coord_pb2, internal_pb2
 from kmilvus.util import merr
 from tests.coordutil import Coords
 from tests.harness import make_config
+from tests.util import eventually
 
 
 @pytest.fixture
@@ -178,3 +180,40 @@ async def test_empty_flushed_segment_leaves_no_meta(coords):
     merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 10, resp.flush_ts + 1)))
     assert sid not in c.dc.meta.segments
     assert await c.kv.get_prefix(keys.segment_prefix(coll)) == []
+
+
+def _tt(channel: str, seq: int, ts: int) -> internal_pb2.DataNodeTtMsg:
+    return internal_pb2.DataNodeTtMsg(channel_name=channel, timestamp=ts,
+                                      checkpoint=internal_pb2.MsgPosition(channel_name=channel, seq=seq, timestamp=ts))
+
+
+async def _stored_checkpoint(c: Coords, channel: str) -> internal_pb2.MsgPosition | None:
+    raw = await c.kv.get(keys.channel_checkpoint_key(channel))
+    return internal_pb2.MsgPosition.FromString(raw) if raw is not None else None
+
+
+async def test_channel_checkpoint_only_moves_forward_and_is_persisted(coords):
+    c = coords
+    _, (ch, _) = await _collection(c)
+    await c.dc.handle_tt(_tt(ch, 7, 700))
+    await c.dc.handle_tt(_tt(ch, 5, 900))            # an older position (a late report) is ignored
+    await c.dc.handle_tt(_tt("unknown-channel", 9, 900))
+    assert (c.dc.meta.checkpoints[ch].seq, c.dc.meta.checkpoints[ch].timestamp) == (7, 700)
+    assert "unknown-channel" not in c.dc.meta.checkpoints
+
+    async def persisted() -> bool:
+        cp = await _stored_checkpoint(c, ch)
+        return cp is not None and (cp.seq, cp.timestamp) == (7, 700)
+
+    await eventually(persisted, what="checkpoint persisted by the background step")
+
+
+async def test_save_binlog_paths_commits_the_checkpoint_with_the_segment(coords):
+    c = coords
+    coll, (ch, _) = await _collection(c)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 12, resp.flush_ts + 1, rows=3)))
+    cp = await _stored_checkpoint(c, ch)              # in the same transaction: no wait
+    assert cp is not None and (cp.seq, cp.timestamp) == (12, resp.flush_ts + 1)
+    assert c.dc.meta.checkpoints[ch].seq == 12
