@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from kmilvus.util.constants import MAX_DIM, MAX_VARCHAR_LENGTH
+
 
 @dataclass
 class Config:
@@ -25,8 +27,8 @@ class Config:
     # RootCoord.
     dml_channel_num: int = 16                # physical channels
     default_shards_num: int = 1
-    max_dim: int = 32768
-    max_varchar_length: int = 65535
+    max_dim: int = MAX_DIM
+    max_varchar_length: int = MAX_VARCHAR_LENGTH
     max_insert_bytes: int = 64 * 1024 * 1024  # Milvus' proxy.maxInsertSize... checked per request
     max_pending_insert_mb: int = 256         # inserts queued or running in one Proxy; past it: rate limit
     # Time ticks.

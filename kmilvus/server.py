@@ -14,7 +14,6 @@ steps down (`Node.lost`) and the process exits.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 from pymilvus.grpc_gen import milvus_pb2_grpc
@@ -122,8 +121,8 @@ class Node:
         for r in reversed(COORDINATORS):
             comp = self.components.pop(r, None)
             if comp is not None:
-                with contextlib.suppress(Exception):  # fenced writes fail while stopping
-                    await asyncio.wait_for(comp.stop(), 5)
+                # Its writes are refused by now (fenced): stopping may fail, and is logged.
+                await _best_effort(asyncio.wait_for(comp.stop(), 5), f"stop {r} after losing the lock")
                 self.registry.remove_local(r, comp.server_id)
         self.lost.set()
 
@@ -172,11 +171,9 @@ class Node:
         if self.api_server is not None:
             await self.api_server.stop(grace=1)
         for r in reversed(list(self.components)):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.components[r].stop(), 5)
+            await _best_effort(asyncio.wait_for(self.components[r].stop(), 5), f"stop {r}")
         for s in self.sessions:
-            with contextlib.suppress(Exception):
-                await s.stop()
+            await _best_effort(s.stop(), "stop session")
         if self.leader is not None:
             await self.leader.release()
         if self.internal_server is not None:
@@ -184,8 +181,14 @@ class Node:
         if self.registry is not None:
             await self.registry.close()
         if self.stream is not None:
-            with contextlib.suppress(Exception):
-                await self.stream.close()
+            await _best_effort(self.stream.close(), "close stream")
         if self.kv is not None:
-            with contextlib.suppress(Exception):
-                await self.kv.close()
+            await _best_effort(self.kv.close(), "close etcd")
+
+
+async def _best_effort(aw, what: str) -> None:
+    """Shutdown goes on past a step that fails (the rest must still stop); the failure is logged."""
+    try:
+        await aw
+    except Exception:  # noqa: BLE001 - logged; stopping continues
+        log.warning("shutdown step failed", step=what, exc_info=True)

@@ -4,7 +4,6 @@ no endpoints are given, storage under the data directory by default."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
 from pathlib import Path
@@ -62,8 +61,10 @@ def run_standalone(cfg: Config, data_dir: Path, *, etcd_endpoint: str | None, na
         return 1 if node.lost.is_set() else 0
     finally:
         for child in reversed(children):
-            with contextlib.suppress(Exception):
+            try:
                 child.stop(timeout=3)
+            except Exception:  # noqa: BLE001 - logged; the other child must still be stopped
+                log.warning("child server did not stop cleanly", exc_info=True)
 
 
 def run_role(cfg: Config, role_names: tuple[str, ...]) -> int:

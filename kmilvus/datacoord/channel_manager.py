@@ -10,8 +10,9 @@ version: DataCoord accepts time ticks and binlogs for a channel only from its cu
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+
+from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus import components as roles
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
@@ -21,6 +22,7 @@ from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_node_pb2, internal_pb2
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.util import merr
+from kmilvus.util.tasks import BackgroundTasks
 
 log = get_logger(__name__)
 
@@ -36,7 +38,7 @@ class ChannelManager:
         self.infos: dict[str, internal_pb2.ChannelWatchInfo] = {}
         self.nodes: set[int] = set()
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task | None = None
+        self._tasks = BackgroundTasks()
         self.ready = asyncio.Event()
 
     async def load(self) -> None:
@@ -48,13 +50,10 @@ class ChannelManager:
             self.infos[ch] = internal_pb2.ChannelWatchInfo.FromString(bytes.fromhex(rec["info"]))
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._watch_nodes(), name="datacoord-watch-datanodes")
+        self._tasks.spawn(self._watch_nodes(), "datacoord-watch-datanodes")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._tasks.stop()
 
     async def _persist(self, ch: str) -> None:
         rec = {"node": self.assign[ch], "version": self.versions.get(ch, 0),
@@ -77,6 +76,17 @@ class ChannelManager:
 
     def channels_of(self, coll_id: int) -> list[str]:
         return [ch for ch, info in self.infos.items() if info.collectionID == coll_id]
+
+    def collections(self) -> set[int]:
+        """Every collection with a watched channel."""
+        return {info.collectionID for info in self.infos.values()}
+
+    def schema_of(self, coll_id: int) -> schema_pb2.CollectionSchema | None:
+        """The collection's schema as its channels were watched with (None: not watched)."""
+        for info in self.infos.values():
+            if info.collectionID == coll_id and info.schema:
+                return schema_pb2.CollectionSchema.FromString(info.schema)
+        return None
 
     async def watch(self, info: internal_pb2.ChannelWatchInfo) -> None:
         """Register a new vchannel (idempotent) and hand it to a DataNode if one is alive."""

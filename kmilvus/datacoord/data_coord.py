@@ -19,9 +19,10 @@ from kmilvus import metrics
 from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.datacoord.channel_manager import ChannelManager
-from kmilvus.datacoord.jobs import DataCoordJobsMixin
 from kmilvus.datacoord.garbage_collector import GarbageCollector
-from kmilvus.datacoord.meta import LIVE, SegmentMeta, SegmentState
+from kmilvus.datacoord.job_lifecycle import JobPort
+from kmilvus.datacoord.jobs import DataCoordJobsRPCs, JobService
+from kmilvus.datacoord.meta import SegmentMeta, SegmentState
 from kmilvus.datacoord.segment_manager import SegmentManager
 from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
@@ -29,13 +30,15 @@ from kmilvus.msgstream import channels as chan
 from kmilvus.proto import data_coord_pb2, data_coord_pb2_grpc, data_node_pb2, internal_pb2
 from kmilvus.storage import paths
 from kmilvus.util import merr
+from kmilvus.util.constants import LIVE_SEGMENT_STATES
+from kmilvus.util.tasks import BackgroundTasks
 
 log = get_logger(__name__)
 FLUSH_RESEND_AFTER = 10.0      # seconds before a FlushSegments without answer is sent again
 CHECKPOINT_PERSIST_EVERY = 1.0
 
 
-class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
+class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
     role = roles.DATACOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, store, registry: roles.Registry, server_id: int = 0):
@@ -55,10 +58,21 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
         self.ticks: dict[str, int] = {}          # latest DataNodeTtMsg per vchannel
         self._dirty_cps: set[str] = set()
         self._dropping: set[int] = set()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks = BackgroundTasks()
         self._tt_sub = None
         self._assign_lock = asyncio.Lock()
         self._flush_ts: dict[int, int] = {}      # collection → latest flush timestamp
+        self.jobs = JobService(JobPort(
+            cfg=cfg, kv=kv, store=store, meta=self.meta, alloc_ids=self.ids.alloc, alloc_ts=self.tso.alloc,
+            channels_of=self.channels.channels_of, collections=self.channels.collections,
+            schema_of=self.channels.schema_of, rows_per_segment=self.segments.rows_per_segment,
+            dropping=self._dropping.__contains__))
+        self.imports = self.jobs.imports            # shortcuts for in-process callers (tests)
+        self.compactions = self.jobs.compactions
+
+    def set_job_runner(self, runner) -> None:
+        """Run Spark jobs with `runner` (the operator's SparkApplication runner); before start."""
+        self.jobs.runner = runner
 
     # Lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -69,39 +83,31 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
         await self.segments.seal_recovered()
         self._tt_sub = await self.stream.subscribe_core(chan.datanode_tt_subject(self.cfg.cluster), self._on_tt)
         self.channels.start()
-        self._tasks = [asyncio.create_task(self._background(), name="datacoord-background"),
-                       asyncio.create_task(self._gc_loop(), name="datacoord-gc")]
-        await self.start_jobs()
+        self._tasks.every(CHECKPOINT_PERSIST_EVERY, self._background_step, "datacoord-background")
+        self._tasks.every(lambda: self.cfg.gc_interval, self.gc.collect, "datacoord-gc")
+        await self.jobs.start()
 
     async def stop(self) -> None:
-        await self.stop_jobs()
-        for t in self._tasks:
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await self.jobs.stop()
+        await self._tasks.stop()
         await self.channels.stop()
         if self._tt_sub is not None:
-            with contextlib.suppress(Exception):
-                await self._tt_sub.unsubscribe()
-
-    async def _background(self) -> None:
-        """Seal policies, checkpoint persistence and stream trimming, at a steady pace."""
-        while True:
-            await asyncio.sleep(CHECKPOINT_PERSIST_EVERY)
             try:
-                self._export_metrics()
-                await self.segments.apply_seal_policies()
-                dirty, self._dirty_cps = self._dirty_cps, set()
-                await self.meta.persist_checkpoints(sorted(dirty))
-                for ch in dirty:
-                    cp = self.meta.checkpoints.get(ch)
-                    if cp is not None and cp.seq:
-                        await self.stream.purge(ch, before_seq=cp.seq + 1)
-                await self._check_flushable()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                log.warning("datacoord background step failed", error=str(exc))
+                await self._tt_sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - the connection may already be closed; nothing to undo
+                log.info("time tick unsubscribe failed", exc_info=True)
+
+    async def _background_step(self) -> None:
+        """Seal policies, checkpoint persistence and stream trimming, at a steady pace."""
+        self._export_metrics()
+        await self.segments.apply_seal_policies()
+        dirty, self._dirty_cps = self._dirty_cps, set()
+        await self.meta.persist_checkpoints(sorted(dirty))
+        for ch in dirty:
+            cp = self.meta.checkpoints.get(ch)
+            if cp is not None and cp.seq:
+                await self.stream.purge(ch, before_seq=cp.seq + 1)
+        await self._check_flushable()
 
     def _channel_moved(self, ch: str) -> None:
         """A node (re)started the channel's flowgraph: pending flushes go to it as soon as it
@@ -116,16 +122,6 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
             counts[SegmentState.Name(s.info.state)] += 1
         for name, n in counts.items():
             metrics.SEGMENTS.labels(name).set(n)
-
-    async def _gc_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.gc_interval)
-            try:
-                await self.gc.collect()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                log.warning("garbage collection failed", error=str(exc))
 
     # startDataNodeTsLoop (seed 000 §8) ----------------------------------------------------
     async def _on_tt(self, data: bytes) -> None:
@@ -220,7 +216,7 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
     def _flush_done(self, segment_ids, flush_ts: int, coll_id: int) -> bool:
         for sid in segment_ids:
             s = self.meta.segments.get(sid)
-            if s is not None and s.info.state in LIVE:
+            if s is not None and s.info.state in LIVE_SEGMENT_STATES:
                 return False
         if coll_id:
             for ch in self.channels.channels_of(coll_id):
@@ -300,7 +296,7 @@ class DataCoord(DataCoordJobsMixin, data_coord_pb2_grpc.DataCoordServicer):
         """Remove everything the collection owns; each step idempotent, files before meta."""
         coll = req.collectionID
         self._dropping.add(coll)
-        await self.cancel_collection_jobs(coll)
+        await self.jobs.cancel_collection(coll)
         try:
             vchans = list(req.channelNames) or self.channels.channels_of(coll)
             await self.channels.unwatch(vchans, drop=True)

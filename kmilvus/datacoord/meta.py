@@ -25,7 +25,6 @@ from kmilvus.proto import internal_pb2
 from kmilvus.util import merr
 
 SegmentState = common_pb2.SegmentState
-LIVE = (SegmentState.Growing, SegmentState.Sealed, SegmentState.Flushing)
 
 
 @dataclass

@@ -31,6 +31,12 @@ class SegmentManager:
         row = max(1, typeutil.estimate_row_size(schema))
         self.max_rows[coll_id] = max(1, int(self.cfg.segment_max_size_mb * 1024 * 1024 // row))
 
+    def rows_per_segment(self, coll_id: int, schema: schema_pb2.CollectionSchema) -> int:
+        """The collection's row quota per segment (from `schema` if it is not known yet)."""
+        if coll_id not in self.max_rows:
+            self.set_schema(coll_id, schema)
+        return self.max_rows[coll_id]
+
     async def assign(self, r: data_coord_pb2.SegmentIDRequest) -> list[data_coord_pb2.SegmentIDAssignment]:
         now = time.monotonic()
         max_rows = self.max_rows.get(r.collectionID, 1_000_000)

@@ -19,6 +19,7 @@ from pymilvus.grpc_gen import common_pb2, milvus_pb2
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2
 from kmilvus.util import merr
+from kmilvus.util.constants import DEFAULT_PARTITION
 
 log = get_logger(__name__)
 MB = 1024 * 1024
@@ -75,13 +76,13 @@ class ProxyJobsMixin:
     @merr.rpc(milvus_pb2.ImportResponse)
     async def Import(self, req: milvus_pb2.ImportRequest, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
-        if req.partition_name and req.partition_name != "_default":
+        if req.partition_name and req.partition_name != DEFAULT_PARTITION:
             raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name}]")
         if not req.files:
             raise merr.invalid("import requires at least one file")
         resp = await self.datacoord.Import(data_coord_pb2.ImportJobRequest(
             collectionID=meta.id, partitionID=meta.partition_id, collection_name=meta.name,
-            partition_name=req.partition_name or "_default", schema=meta.schema.SerializeToString(),
+            partition_name=req.partition_name or DEFAULT_PARTITION, schema=meta.schema.SerializeToString(),
             vchannels=meta.vchannels, files=list(req.files), options=list(req.options)))
         merr.check(resp.status)
         log.info("bulk import accepted", collection=meta.name, job=resp.jobID, files=len(req.files))

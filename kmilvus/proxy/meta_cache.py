@@ -14,8 +14,7 @@ from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus.util import merr
 from kmilvus.util import typeutil
-
-DEFAULT_DB = "default"
+from kmilvus.util.constants import DEFAULT_DB, default_partition_id
 
 
 @dataclass
@@ -49,7 +48,7 @@ class MetaCache:
         merr.check(resp.status)
         meta = CollectionMeta(
             id=resp.collectionID, name=name, db=key[0], schema=resp.schema,
-            vchannels=list(resp.virtual_channel_names), partition_id=resp.collectionID + 1,
+            vchannels=list(resp.virtual_channel_names), partition_id=default_partition_id(resp.collectionID),
             describe=resp)
         self._by_name[key] = meta
         return meta

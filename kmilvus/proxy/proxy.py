@@ -6,8 +6,6 @@ RootCoord / DataCoord, which may live in this process or behind gRPC.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
@@ -25,6 +23,8 @@ from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus import metrics
 from kmilvus.util import merr
+from kmilvus.util.constants import DEFAULT_DB
+from kmilvus.util.tasks import BackgroundTasks
 from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
@@ -54,21 +54,18 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
         self.producer = stream.producer()
         self.dd_queue = DdTaskQueue()
         self.dm_queue = DmTaskQueue()
-        self._tick_task: asyncio.Task | None = None
+        self._tasks = BackgroundTasks()
 
     async def start(self) -> None:
         # Report a first tick before serving: RootCoord must count this producer before any of
         # its inserts can exist, or a tick could pass them.
         await self.report_tick()
-        self._tick_task = asyncio.create_task(self._tick_loop(), name="proxy-timetick")
+        self._tasks.every(lambda: self.cfg.time_tick_interval, self.report_tick, "proxy-timetick")
         self.dd_queue.start()
         self.dm_queue.start()
 
     async def stop(self) -> None:
-        if self._tick_task:
-            self._tick_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._tick_task
+        await self._tasks.stop()
         await self.dd_queue.stop()
         await self.dm_queue.stop()
 
@@ -76,16 +73,6 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
         ts = await self.ticks.tick()
         merr.check(await self.rootcoord.UpdateChannelTimeTick(
             internal_pb2.ChannelTimeTickMsg(sourceID=self.server_id, timestamp=ts)))
-
-    async def _tick_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.time_tick_interval)
-            try:
-                await self.report_tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - RootCoord may be restarting
-                log.warning("time tick report failed", error=str(exc))
 
     # Connection and health -----------------------------------------------------------------
     @merr.rpc(milvus_pb2.ConnectResponse)
@@ -109,7 +96,7 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
                 st = await self.registry.client(role).GetComponentStates(milvus_pb2.GetComponentStatesRequest())
                 if st.state.state_code != common_pb2.Healthy:
                     reasons.append(f"{role} is {common_pb2.StateCode.Name(st.state.state_code)}")
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - an unreachable coordinator is the answer, not a failure
                 reasons.append(f"{role} unreachable: {exc}")
         return milvus_pb2.CheckHealthResponse(isHealthy=not reasons, reasons=reasons)
 
@@ -123,7 +110,7 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
 
     @merr.rpc(milvus_pb2.ListDatabasesResponse)
     async def ListDatabases(self, req, context=None):
-        return milvus_pb2.ListDatabasesResponse(db_names=["default"])
+        return milvus_pb2.ListDatabasesResponse(db_names=[DEFAULT_DB])
 
     # DDL ----------------------------------------------------------------------------------
     async def _dd(self, task: Task):
@@ -267,7 +254,7 @@ class FlushTask(Task):
         self.proxy, self.req = proxy, req
 
     async def execute(self) -> None:
-        resp = milvus_pb2.FlushResponse(db_name=self.req.db_name or "default")
+        resp = milvus_pb2.FlushResponse(db_name=self.req.db_name or DEFAULT_DB)
         for name in self.req.collection_names:
             meta = await self.proxy.meta_cache.get(self.req.db_name, name)
             r = await self.proxy.datacoord.Flush(data_coord_pb2.FlushRequest(collectionID=meta.id))

@@ -8,8 +8,9 @@ concurrently (their order is fixed by their timestamps).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
+
+from kmilvus.util.tasks import BackgroundTasks
 
 
 class Task:
@@ -60,10 +61,10 @@ class DdTaskQueue:
 
     def __init__(self) -> None:
         self._queue: asyncio.Queue[Task] = asyncio.Queue()
-        self._worker: asyncio.Task | None = None
+        self._tasks = BackgroundTasks()
 
     def start(self) -> None:
-        self._worker = asyncio.create_task(self._run(), name="dd-task-queue")
+        self._tasks.spawn(self._run(), "dd-task-queue")
 
     async def _run(self) -> None:
         while True:
@@ -76,10 +77,7 @@ class DdTaskQueue:
         return await task.wait_to_finish()
 
     async def stop(self) -> None:
-        if self._worker:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
+        await self._tasks.stop()
 
 
 class DmTaskQueue:

@@ -9,7 +9,6 @@ DML. The drop's remaining steps are recorded in etcd and resumed after a crash.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
@@ -27,12 +26,12 @@ from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
 from kmilvus.util import merr
+from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION, default_partition_id
 from kmilvus.util.failpoint import failpoint
+from kmilvus.util.tasks import BackgroundTasks
 from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
-DEFAULT_DB = "default"
-DEFAULT_PARTITION = "_default"
 
 
 async def _leader_unknown() -> bool:
@@ -57,7 +56,7 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
         self.ticks: TickSource | None = None
         self.tt_sync: TimeTickSync | None = None
         self._ddl_lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = BackgroundTasks()
         self.leader_check: Callable[[], Awaitable[bool]] = _leader_unknown  # Node sets its lock's check
 
     # Lifecycle ---------------------------------------------------------------------------
@@ -89,17 +88,10 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
     async def stop(self) -> None:
         if self.tt_sync:
             await self.tt_sync.stop()
-        for t in list(self._tasks):
-            t.cancel()
-        for t in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await self._tasks.stop()
 
     def _spawn(self, coro, name: str) -> asyncio.Task:
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self._tasks.spawn(coro, name)
 
     async def _watch_proxies(self) -> None:
         async for kind, sid, _ in watch_sessions(self.kv, roles.PROXY):
@@ -160,7 +152,7 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
         schemautil.validate_name(req.collection_name, "collection")
         try:
             schema = schema_pb2.CollectionSchema.FromString(req.schema)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - any parse failure is the caller's bad schema: re-raised as such
             raise merr.invalid("the collection schema cannot be parsed") from None
         if not schema.name:
             schema.name = req.collection_name
@@ -185,7 +177,7 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
         return merr.success()
 
     async def _new_collection_info(self, db, schema, shards, req) -> internal_pb2.CollectionInfo:
-        coll_id = await self.ids.alloc(2)
+        coll_id = await self.ids.alloc(2)      # the collection's ID and its default partition's
         used = {p: 0 for p in self.pchannels}
         for c in self.collections.values():
             for p in c.physical_channel_names:
@@ -196,7 +188,7 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
             consistency_level=req.consistency_level,
             physical_channel_names=pchans,
             virtual_channel_names=[channels.vchannel_name(p, coll_id, i) for i, p in enumerate(pchans)],
-            partitions=[internal_pb2.PartitionInfo(partitionID=coll_id + 1, partitionName=DEFAULT_PARTITION)],
+            partitions=[internal_pb2.PartitionInfo(partitionID=default_partition_id(coll_id), partitionName=DEFAULT_PARTITION)],
             properties=list(req.properties),
         )
 
@@ -346,7 +338,11 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
     async def ReleaseDQLMessageStream(self, req, context=None):
         """Seed 001 §14: QueryCoord asks RootCoord to redirect this to every Proxy."""
         proxies = await self.registry.clients(roles.PROXY)
-        await asyncio.gather(*(p.ReleaseDQLMessageStream(req) for p in proxies.values()), return_exceptions=True)
+        results = await asyncio.gather(*(p.ReleaseDQLMessageStream(req) for p in proxies.values()),
+                                       return_exceptions=True)
+        for sid, r in zip(proxies, results):
+            if isinstance(r, BaseException):  # a Proxy that is gone holds no stream to release
+                log.warning("release DQL stream failed", proxy=sid, error=str(r))
         return merr.success()
 
 

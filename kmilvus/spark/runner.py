@@ -256,7 +256,7 @@ def _create_time(pid: int) -> float | None:
         if p.status() == psutil.STATUS_ZOMBIE:
             return None
         return p.create_time()
-    except Exception:  # noqa: BLE001 - gone
+    except Exception:  # noqa: BLE001 - psutil cannot see the process: it is gone
         return None
 
 

@@ -13,6 +13,9 @@ from typing import Any, Awaitable, Callable
 
 from pymilvus.grpc_gen import common_pb2
 
+from kmilvus.log import get_logger
+
+log = get_logger(__name__)
 EC = common_pb2.ErrorCode
 
 # (merr code, legacy ErrorCode)
@@ -86,6 +89,8 @@ def rpc(response_type: Any | None = None, *, status_field: str = "status"):
 
     `response_type=None` means the RPC returns a bare common.Status.
     The wrapped method may be called in-process (`context` omitted) or by gRPC.
+    A `MilvusError` is an answer (bad input, missing collection); any other exception is a
+    defect and is logged with its traceback before it goes back as SERVICE_INTERNAL.
     """
 
     def wrap(fn: Callable[..., Awaitable[Any]]):
@@ -102,9 +107,7 @@ def rpc(response_type: Any | None = None, *, status_field: str = "status"):
                 status = status_of(exc)
                 metrics.RPC_FAILURES.labels(getattr(self, "role", "?"), method, str(status.code)).inc()
                 if not isinstance(exc, MilvusError):
-                    log = getattr(self, "log", None)
-                    if log is not None:
-                        log.error("rpc failed", rpc=fn.__name__, exc_info=True)
+                    log.error("rpc failed", role=getattr(self, "role", "?"), rpc=method, exc_info=True)
                 if response_type is None:
                     return status
                 resp = response_type()

@@ -67,7 +67,8 @@ _SCALAR_SLOT = {
     DT.JSON: ("json_data", None),
 }
 
-_INT_RANGE = {DT.Int8: (-(1 << 7), (1 << 7) - 1), DT.Int16: (-(1 << 15), (1 << 15) - 1)}
+_INT_RANGE = {DT.Int8: (-(1 << 7), (1 << 7) - 1), DT.Int16: (-(1 << 15), (1 << 15) - 1),
+              DT.Int32: (-(1 << 31), (1 << 31) - 1)}
 
 _FIXED_SIZE = {DT.Bool: 1, DT.Int8: 1, DT.Int16: 2, DT.Int32: 4, DT.Int64: 8, DT.Float: 4,
                DT.Double: 8}
@@ -183,15 +184,6 @@ def _illegal_array(name: str, need: str) -> MilvusError:
                        f"field '{name}' is illegal, array type mismatch: need {need}")
 
 
-def _check_finite(name: str, values: np.ndarray, what: str, dim: int = 1) -> None:
-    ok = np.isfinite(values)
-    if not ok.all():
-        i = int(np.flatnonzero(~ok)[0])
-        raise MilvusError(merr.PARAMETER_INVALID,
-                          f"{what} field ({name}) contains NaN or Inf: the {i // dim}th row, "
-                          f"value {values[i]}")
-
-
 def _float_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int) -> pa.Array:
     name = field.name
     if fd.WhichOneof("field") == "scalars":
@@ -201,10 +193,8 @@ def _float_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_r
         raise MilvusError(merr.PARAMETER_INVALID,
                           f"float vector field '{name}' is illegal, array type mismatch: got {which}")
     dim = dim_of(field)
-    data_dim = fd.vectors.dim
-    if data_dim != dim:
-        raise MilvusError(merr.DIMENSION_INVALID,
-                          f"the dim ({data_dim}) of field data({name}) is not equal to schema dim ({dim})")
+    if fd.vectors.dim != dim:
+        raise dim_mismatch(name, fd.vectors.dim, dim)
     values = np.asarray(fd.vectors.float_vector.data, dtype=np.float32)
     if values.size % dim:
         raise MilvusError(merr.PARAMETER_INVALID,
@@ -212,8 +202,75 @@ def _float_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_r
                           f"of field ({name})")
     if values.size // dim != num_rows:
         raise _rows_mismatch(name, values.size // dim, num_rows)
-    _check_finite(name, values, "float vector", dim)
-    return pa.FixedSizeListArray.from_arrays(pa.array(values, pa.float32()), dim)
+    flat = pa.array(values, pa.float32())
+    check_finite(name, "float vector", flat, dim)
+    return pa.FixedSizeListArray.from_arrays(flat, dim)
+
+
+# --------------------------------------------------------------------------------------------
+# Column checks: one implementation for the Proxy's Insert and the Spark import writer. Each finds
+# the first offending row with a vectorised pass and raises `RowError`: its `message` is Milvus'
+# Proxy wording (naming the row), its `reason` the import report's (the file and row go apart).
+
+_PROBLEMS = {
+    "range": ("the {row}th element ({value}) of field ({name}) out of range: [{lo}, {hi}]",
+              "the value ({value}) of field ({name}) is out of range: [{lo}, {hi}]"),
+    "finite": ("{what} field ({name}) contains NaN or Inf: the {row}th row, value {value}",
+               "{what} field ({name}) contains NaN or Inf: value {value}{where}"),
+    "varchar_length": ("the length ({value}) of {row}th VarChar {name} exceeds max length ({limit})",
+                       "the length ({value}) of VarChar field ({name}) exceeds max length ({limit})"),
+    "json_length": ("the length ({value}) of json field ({name}) exceeds max length ({limit})",
+                    "the length ({value}) of json field ({name}) exceeds max length ({limit})"),
+    "json": ("the {row}th value of json field ({name}) is not valid JSON: {value}",
+             "the value of json field ({name}) is not valid JSON: {value}"),
+    "dim": ("the dim ({value}) of field data({name}) is not equal to schema dim ({dim})",
+            "the dim ({value}) of field data({name}) is not equal to schema dim ({dim})"),
+}
+
+
+class RowError(MilvusError):
+    """A value of field `field` at `row` breaks the schema."""
+
+    def __init__(self, problem: str, row: int, field: str, kind: tuple[int, int] = merr.PARAMETER_INVALID,
+                 **values: object):
+        message, reason = _PROBLEMS[problem]
+        super().__init__(kind, message.format(row=row, name=field, **values))
+        self.row, self.field = row, field
+        self.reason = reason.format(name=field, **values)
+
+
+def dim_mismatch(name: str, got: int, dim: int, row: int = 0) -> RowError:
+    return RowError("dim", row, name, merr.DIMENSION_INVALID, value=got, dim=dim)
+
+
+def _first(mask: pa.Array) -> int:
+    return int(pc.indices_nonzero(mask)[0].as_py())
+
+
+def check_finite(name: str, what: str, values: pa.Array, dim: int = 1) -> None:
+    """No NaN / Inf among `values` (a float column, or a vector column's flat values)."""
+    bad = pc.invert(pc.is_finite(values))
+    if pc.any(bad).as_py():
+        i = _first(bad)
+        raise RowError("finite", i // dim, name, what=what, value=values[i].as_py(),
+                       where=f" at position {i % dim}" if dim > 1 else "")
+
+
+def check_range(name: str, data_type: int, values: pa.Array) -> None:
+    """An integer column fits its field's type (Int8 / Int16 / Int32 arrive wider)."""
+    lo, hi = _INT_RANGE[data_type]
+    bad = pc.or_(pc.less(values, lo), pc.greater(values, hi))
+    if pc.any(bad).as_py():
+        i = _first(bad)
+        raise RowError("range", i, name, value=values[i].as_py(), lo=lo, hi=hi)
+
+
+def check_max_length(name: str, values: pa.Array, limit: int, problem: str = "varchar_length") -> None:
+    lengths = pc.binary_length(values)
+    bad = pc.greater(lengths, limit)
+    if pc.any(bad).as_py():
+        i = _first(bad)
+        raise RowError(problem, i, name, value=lengths[i].as_py(), limit=limit)
 
 
 def _reject_constant(name: str):
@@ -241,23 +298,30 @@ def first_invalid_json(rows: Sequence[bytes]) -> tuple[int, Exception] | None:
     return None
 
 
-def _validate_json(name: str, rows: Sequence[bytes], arr: pa.Array) -> None:
-    """Every row must be one (standard: no NaN / Infinity) JSON value, at most JSON_MAX_LENGTH
-    bytes. Residual gap of `first_invalid_json`'s joined parse: rows crafted to nest into the
-    joined shape (e.g. `1],[2`, `[[3`, `]]`) pass; no SDK produces such values."""
-    if len(arr) == 0:
+def check_json(name: str, values: pa.Array, rows: Sequence[bytes] | None = None) -> None:
+    """Every row one (standard: no NaN / Infinity) JSON value, at most JSON_MAX_LENGTH bytes.
+    `rows`: the same values as bytes when the caller has them already. Residual gap of
+    `first_invalid_json`'s joined parse: rows crafted to nest into the joined shape (e.g.
+    `1],[2`, `[[3`, `]]`) pass; no SDK produces such values."""
+    if len(values) == 0:
         return
-    lengths = pc.binary_length(arr).to_numpy(zero_copy_only=False)
-    if lengths.max() > JSON_MAX_LENGTH:
-        i = int(np.flatnonzero(lengths > JSON_MAX_LENGTH)[0])
-        raise MilvusError(merr.PARAMETER_INVALID,
-                          f"the length ({int(lengths[i])}) of json field ({name}) exceeds max length "
-                          f"({JSON_MAX_LENGTH})")
-    bad = first_invalid_json(rows)
+    check_max_length(name, values, JSON_MAX_LENGTH, "json_length")
+    bad = first_invalid_json(rows if rows is not None else values.cast(pa.binary()).to_pylist())
     if bad is not None:
-        i, exc = bad
-        raise MilvusError(merr.PARAMETER_INVALID,
-                          f"the {i}th value of json field ({name}) is not valid JSON: {exc}")
+        raise RowError("json", bad[0], name, value=bad[1])
+
+
+def check_values(field: schema_pb2.FieldSchema, values: pa.Array) -> None:
+    """The value checks of a scalar column (types already matched; nulls are the caller's)."""
+    dt = field.data_type
+    if dt in _INT_RANGE and values.type != _FIXED_ARROW[dt]:
+        check_range(field.name, dt, values)
+    elif dt in (DT.Float, DT.Double):
+        check_finite(field.name, type_name(dt), values)
+    elif dt == DT.VarChar and not field.autoID:
+        check_max_length(field.name, values, max_length_of(field))
+    elif dt == DT.JSON:
+        check_json(field.name, values)
 
 
 def _scalar(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int,
@@ -273,33 +337,17 @@ def _scalar(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: i
     if len(container) != num_rows:
         raise _rows_mismatch(name, len(container), num_rows)
     if np_type is not None:
-        values = np.asarray(container, dtype=np_type)
-        if dt in _INT_RANGE and len(values):
-            lo, hi = _INT_RANGE[dt]
-            bad = (values < lo) | (values > hi)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise MilvusError(merr.PARAMETER_INVALID,
-                                  f"the {i}th element ({int(values[i])}) of field ({name}) out of range: "
-                                  f"[{lo}, {hi}]")
-        elif dt in (DT.Float, DT.Double):
-            _check_finite(name, values, type_name(dt))
-        return pa.array(values, _FIXED_ARROW[dt])
+        arr = pa.array(np.asarray(container, dtype=np_type))
+        check_values(field, arr)
+        return arr if arr.type == _FIXED_ARROW[dt] else arr.cast(_FIXED_ARROW[dt])
     if dt == DT.VarChar:
         arr = pa.array(container, pa.string())
-        if len(arr) and not field.autoID:
-            max_len = max_length_of(field)
-            lengths = pc.binary_length(arr).to_numpy(zero_copy_only=False)
-            if lengths.max() > max_len:
-                i = int(np.flatnonzero(lengths > max_len)[0])
-                raise MilvusError(merr.PARAMETER_INVALID,
-                                  f"the length ({int(lengths[i])}) of {i}th VarChar {name} exceeds max "
-                                  f"length ({max_len})")
+        check_values(field, arr)
         return arr
     # JSON
     arr = pa.array(container, pa.binary())
     if validate_json:
-        _validate_json(name, container, arr)
+        check_json(name, arr, container)
     return arr
 
 

@@ -1,0 +1,219 @@
+"""DataCoord's decisions, in-process on real etcd and NATS: segment row quotas, the seal policies
+(full, idle, lifetime), Flush's SealAllSegments, GetFlushState's readiness rule and channel
+checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kmilvus.datacoord.meta import SegmentState
+from kmilvus.meta import catalog as keys
+from kmilvus.proto import data_coord_pb2, internal_pb2
+from kmilvus.util import merr
+from tests.coordutil import Coords
+from tests.harness import make_config
+from tests.util import eventually
+
+
+@pytest.fixture
+async def coords(etcd_endpoint, nats_url, root, tmp_path):
+    # 1 MiB segments: 1956 rows of (Int64, FloatVector dim 128) each.
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage", segment_max_size_mb=1)
+    c = await Coords.start(cfg)
+    yield c
+    await c.stop()
+
+
+async def _collection(c: Coords, shards: int = 2):
+    desc = await c.create_collection("c", shards=shards)
+    return desc.collectionID, list(desc.virtual_channel_names)
+
+
+async def _stored_state(c: Coords, seg) -> int:
+    raw = await c.kv.get(keys.segment_key(seg.info.collectionID, seg.info.partitionID, seg.id))
+    return internal_pb2.SegmentInfo.FromString(raw).state
+
+
+def _segment(c: Coords, sid: int):
+    return c.dc.meta.segments[sid]
+
+
+async def test_quota_fills_each_segment_to_its_row_limit_then_opens_the_next(coords):
+    c = coords
+    coll, (ch, other) = await _collection(c)
+    limit = c.dc.segments.max_rows[coll]
+    assert limit == 1024 * 1024 // (16 + 8 + 128 * 4)
+
+    first = await c.assign(coll, ch, 2 * limit + 100)
+    merr.check(first.status)
+    counts = [a.count for a in first.segIDAssignments]
+    assert counts == [limit, limit, 100]
+    assert len({a.segID for a in first.segIDAssignments}) == 3
+
+    # The open segment's room is handed out first; only the rest opens a new segment.
+    more = await c.assign(coll, ch, limit)
+    assert [(a.segID, a.count) for a in more.segIDAssignments] == [
+        (first.segIDAssignments[2].segID, limit - 100), (more.segIDAssignments[1].segID, 100)]
+    # Another channel never shares a segment.
+    theirs = await c.assign(coll, other, 10)
+    assert theirs.segIDAssignments[0].segID not in {a.segID for a in first.segIDAssignments}
+    # Every segment handed out is Growing in etcd, on its own channel, within its quota.
+    for a in [*first.segIDAssignments, *more.segIDAssignments, *theirs.segIDAssignments]:
+        seg = _segment(c, a.segID)
+        assert await _stored_state(c, seg) == SegmentState.Growing
+        assert seg.info.insert_channel == a.channel_name
+        assert seg.info.assigned_rows <= limit
+
+
+async def test_quota_refused_for_unknown_channel(coords):
+    c = coords
+    coll, _ = await _collection(c)
+    resp = await c.assign(coll, "no-such-channel", 10)
+    assert resp.status.code == merr.CHANNEL_NOT_FOUND[0]
+    assert "channel not found[channel=no-such-channel]" in resp.status.reason
+    assert c.dc.meta.by_collection(coll) == []
+
+
+async def test_full_segment_is_sealed_and_partly_used_one_is_not(coords):
+    c = coords
+    coll, (ch, other) = await _collection(c)
+    limit = c.dc.segments.max_rows[coll]
+    full = (await c.assign(coll, ch, limit)).segIDAssignments[0].segID
+    partial = (await c.assign(coll, other, limit - 1)).segIDAssignments[0].segID
+    sealed = await c.dc.segments.apply_seal_policies()
+    assert [s.id for s in sealed] == [full]
+    assert await _stored_state(c, _segment(c, full)) == SegmentState.Sealed
+    assert _segment(c, full).info.seal_timestamp > 0
+    assert await _stored_state(c, _segment(c, partial)) == SegmentState.Growing
+
+
+async def test_idle_segment_is_sealed_once_it_had_rows(coords):
+    c = coords
+    coll, (ch, other) = await _collection(c)
+    used = (await c.assign(coll, ch, 5)).segIDAssignments[0].segID
+    empty = (await c.assign(coll, other, 5)).segIDAssignments[0].segID
+    idle = c.cfg.segment_max_idle_time + 1
+    _segment(c, used).last_assign -= idle          # no quota asked for longer than the idle time
+    _segment(c, empty).last_assign -= idle
+    _segment(c, empty).info.assigned_rows = 0     # ... but one was never written to
+    sealed = await c.dc.segments.apply_seal_policies()
+    assert [s.id for s in sealed] == [used]
+    assert await _stored_state(c, _segment(c, empty)) == SegmentState.Growing
+
+
+async def test_segment_past_its_lifetime_is_sealed_even_if_busy(coords):
+    c = coords
+    coll, (ch, _) = await _collection(c)
+    sid = (await c.assign(coll, ch, 5)).segIDAssignments[0].segID
+    _segment(c, sid).created -= c.cfg.segment_max_lifetime + 1
+    await c.assign(coll, ch, 5)                    # still busy: just got more quota
+    assert [s.id for s in await c.dc.segments.apply_seal_policies()] == [sid]
+    assert await _stored_state(c, _segment(c, sid)) == SegmentState.Sealed
+
+
+async def test_flush_seals_every_growing_segment_and_new_quota_opens_new_ones(coords):
+    c = coords
+    coll, chans = await _collection(c)
+    before = [(await c.assign(coll, ch, 7)).segIDAssignments[0].segID for ch in chans]
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    merr.check(resp.status)
+    assert sorted(resp.segmentIDs) == sorted(before) and resp.flush_ts > 0
+    for sid in before:
+        seg = _segment(c, sid)
+        assert await _stored_state(c, seg) == SegmentState.Sealed
+        assert seg.info.seal_timestamp == resp.flush_ts
+    after = (await c.assign(coll, chans[0], 7)).segIDAssignments[0].segID
+    assert after not in before
+
+
+def _flushed(sid: int, coll: int, channel: str, seq: int, ts: int, rows: int = 0) -> internal_pb2.SaveBinlogPathsRequest:
+    """What a DataNode sends once a segment's binlogs are written (meta only: no file is read)."""
+    req = internal_pb2.SaveBinlogPathsRequest(
+        segmentID=sid, collectionID=coll, channel=channel, flushed=True,
+        checkpoint=internal_pb2.MsgPosition(channel_name=channel, seq=seq, timestamp=ts))
+    if rows:
+        req.binlogs.add(logID=sid + 1, entries_num=rows, log_path=f"insert_log/{coll}/{sid}/1", log_size=100)
+    return req
+
+
+async def _flush_state(c: Coords, coll: int, resp, wait_ms: int = 0) -> bool:
+    st = await c.dc.GetFlushState(data_coord_pb2.GetFlushStateRequest(
+        segmentIDs=resp.segmentIDs, flush_ts=resp.flush_ts, collectionID=coll, wait_ms=wait_ms))
+    merr.check(st.status)
+    return st.flushed
+
+
+async def test_flush_state_needs_every_segment_flushed_and_every_checkpoint_past_flush_ts(coords):
+    c = coords
+    coll, (ch, other) = await _collection(c)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    assert list(resp.segmentIDs) == [sid]
+    assert not await _flush_state(c, coll, resp)                     # Sealed
+
+    merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 10, resp.flush_ts + 1, rows=3)))
+    assert await _stored_state(c, _segment(c, sid)) == SegmentState.Flushed
+    assert not await _flush_state(c, coll, resp)                     # `other` has no checkpoint
+
+    await c.dc.handle_tt(internal_pb2.DataNodeTtMsg(
+        channel_name=other, timestamp=resp.flush_ts - 1,
+        checkpoint=internal_pb2.MsgPosition(channel_name=other, seq=4, timestamp=resp.flush_ts - 1)))
+    assert not await _flush_state(c, coll, resp)                     # ... one short of flush_ts
+
+    # A waiting GetFlushState is woken by the checkpoint that completes the flush.
+    waiting = asyncio.create_task(_flush_state(c, coll, resp, wait_ms=30_000))
+    await asyncio.sleep(0)
+    await c.dc.handle_tt(internal_pb2.DataNodeTtMsg(
+        channel_name=other, timestamp=resp.flush_ts + 5,
+        checkpoint=internal_pb2.MsgPosition(channel_name=other, seq=5, timestamp=resp.flush_ts + 5)))
+    assert await waiting
+    assert await _flush_state(c, coll, resp)
+
+
+async def test_empty_flushed_segment_leaves_no_meta(coords):
+    c = coords
+    coll, (ch, _) = await _collection(c)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 10, resp.flush_ts + 1)))
+    assert sid not in c.dc.meta.segments
+    assert await c.kv.get_prefix(keys.segment_prefix(coll)) == []
+
+
+def _tt(channel: str, seq: int, ts: int) -> internal_pb2.DataNodeTtMsg:
+    return internal_pb2.DataNodeTtMsg(channel_name=channel, timestamp=ts,
+                                      checkpoint=internal_pb2.MsgPosition(channel_name=channel, seq=seq, timestamp=ts))
+
+
+async def _stored_checkpoint(c: Coords, channel: str) -> internal_pb2.MsgPosition | None:
+    raw = await c.kv.get(keys.channel_checkpoint_key(channel))
+    return internal_pb2.MsgPosition.FromString(raw) if raw is not None else None
+
+
+async def test_channel_checkpoint_only_moves_forward_and_is_persisted(coords):
+    c = coords
+    _, (ch, _) = await _collection(c)
+    await c.dc.handle_tt(_tt(ch, 7, 700))
+    await c.dc.handle_tt(_tt(ch, 5, 900))            # an older position (a late report) is ignored
+    await c.dc.handle_tt(_tt("unknown-channel", 9, 900))
+    assert (c.dc.meta.checkpoints[ch].seq, c.dc.meta.checkpoints[ch].timestamp) == (7, 700)
+    assert "unknown-channel" not in c.dc.meta.checkpoints
+
+    async def persisted() -> bool:
+        cp = await _stored_checkpoint(c, ch)
+        return cp is not None and (cp.seq, cp.timestamp) == (7, 700)
+
+    await eventually(persisted, what="checkpoint persisted by the background step")
+
+
+async def test_save_binlog_paths_commits_the_checkpoint_with_the_segment(coords):
+    c = coords
+    coll, (ch, _) = await _collection(c)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 12, resp.flush_ts + 1, rows=3)))
+    cp = await _stored_checkpoint(c, ch)              # in the same transaction: no wait
+    assert cp is not None and (cp.seq, cp.timestamp) == (12, resp.flush_ts + 1)
+    assert c.dc.meta.checkpoints[ch].seq == 12
