@@ -134,7 +134,7 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
     async def DescribeCollection(self, req, context=None):
         if req.collection_name:
             validate_name(req.collection_name, "collection")
-        return await self.rootcoord.DescribeCollection(req)
+        return hide_dynamic_field(await self.rootcoord.DescribeCollection(req))
 
     @merr.rpc(milvus_pb2.BoolResponse)
     async def HasCollection(self, req, context=None):
@@ -196,6 +196,15 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
         yet, so dropping its cached meta is all there is to release)."""
         self.meta_cache.remove("", coll_id=req.collectionID)
         return merr.success()
+
+
+def hide_dynamic_field(resp: milvus_pb2.DescribeCollectionResponse) -> milvus_pb2.DescribeCollectionResponse:
+    """Milvus' describeCollectionTask leaves the `$meta` field out of the schema a client sees
+    (`enable_dynamic_field` tells it); clients comparing schemas rely on that."""
+    for i in reversed(range(len(resp.schema.fields))):
+        if resp.schema.fields[i].is_dynamic:
+            del resp.schema.fields[i]
+    return resp
 
 
 class _CallTask(Task):
