@@ -31,12 +31,42 @@ async def start_server(host: str, port: int, registrations: list[tuple[Callable,
     """Serve `servicer`s (each with its generated add_*_to_server) on host:port (0 = free port)."""
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
     for add, servicer in registrations:
+        answer_unimplemented_quietly(servicer)
         add(servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port}")
     await server.start()
     return server, bound
+
+
+def _generated_servicers(cls: type) -> list[type]:
+    """The protoc-generated `*Servicer` base classes of a servicer class."""
+    return [b for b in cls.__mro__ if b.__name__.endswith("Servicer") and b.__module__.endswith("_pb2_grpc")]
+
+
+def answer_unimplemented_quietly(servicer: Any) -> None:
+    """Answer every RPC the servicer does not implement with UNIMPLEMENTED, logged as one debug
+    line and counted (`kmilvus_rpc_unimplemented_total`).
+
+    The generated base methods raise NotImplementedError, which grpc.aio logs as an error with a
+    traceback; an RPC kmilvus has not built is a normal answer, not a server fault. Instance
+    attributes shadow the base methods, so the class itself is left alone.
+    """
+    from kmilvus import metrics
+
+    role = getattr(servicer, "role", type(servicer).__name__)
+    for base in _generated_servicers(type(servicer)):
+        for name, fn in vars(base).items():
+            if name.startswith("_") or not callable(fn) or getattr(type(servicer), name) is not fn:
+                continue
+
+            async def unimplemented(request, context, _method=name):
+                metrics.RPC_UNIMPLEMENTED.labels(role, _method).inc()
+                log.debug("unimplemented rpc", role=role, rpc=_method)
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+
+            setattr(servicer, name, unimplemented)
 
 
 class RemoteClient:
