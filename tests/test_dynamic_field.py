@@ -127,3 +127,47 @@ def test_raw_insert_without_meta_column_fills_empty_objects(node, client):
     assert st.status.code == 0, st.status
     client.flush("dyn")
     assert read_meta(node, client, "dyn") == {0: {}, 1: {}, 2: {}}
+
+
+# Bulk import (the Spark job, in process): a row's extra keys / a file's extra columns → `$meta`.
+
+from tests.test_spark_jobs import _json_rows, _row, _run_import, _schema_pb, _spec, spark  # noqa: E402,F401
+
+
+def _dynamic_schema_pb():
+    s = _schema_pb()
+    s.enable_dynamic_field = True
+    s.fields.add(fieldID=104, name=META, data_type=schema_pb2.DataType.JSON, is_dynamic=True)
+    return s
+
+
+def _imported_meta(tmp_path, manifest) -> dict[int, dict]:
+    from kmilvus.storage import ObjectStore, read_segment
+
+    store = ObjectStore.from_uri((tmp_path / "store").as_uri())
+    out = {}
+    for s in manifest["segments"]:
+        t = read_segment(store, 10, 11, s["segment_id"])
+        out.update({pk: json.loads(m) for pk, m in zip(t.column("100").to_pylist(), t.column("104").to_pylist())})
+    return out
+
+
+def test_import_json_and_parquet_extras_go_to_meta(spark, tmp_path):  # noqa: F811
+    import pyarrow as pa
+
+    schema = _dynamic_schema_pb()
+    rows = [_row(0), _row(1, color="red", n=2), _row(2, nested={"a": [1, "x"]}, flag=None)]
+    m, err = _run_import(spark, _spec(tmp_path, [_json_rows(tmp_path, rows)], schema))
+    assert err is None, err
+    assert _imported_meta(tmp_path, m) == {0: {}, 1: {"color": "red", "n": 2},
+                                           2: {"nested": {"a": [1, "x"]}, "flag": None}}
+    table = pa.table({"id": [10, 11], "vec": [[0.5] * 4, [1.0] * 4], "tag": ["a", "b"], "small": [1, 2],
+                      "color": ["blue", None], "score": [1.5, 2.5]})
+    pq.write_table(table, tmp_path / "extra.parquet")
+    m, err = _run_import(spark, _spec(tmp_path, [tmp_path / "extra.parquet"], schema, segment_id_start=70))
+    assert err is None, err
+    assert _imported_meta(tmp_path, m) == {10: {"color": "blue", "score": 1.5}, 11: {"score": 2.5}}
+    # Milvus 2.4: `$meta` given by name is refused; extra keys are the way.
+    _, err = _run_import(spark, _spec(tmp_path, [_json_rows(tmp_path, [_row(5, **{META: {"a": 1}})], "m.json")],
+                                      schema, segment_id_start=90))
+    assert "explicit specification of '$meta' is not allowed" in err["reason"], err
