@@ -64,7 +64,7 @@ def answer_unimplemented_quietly(servicer: Any) -> None:
             async def unimplemented(request, context, _method=name):
                 metrics.RPC_UNIMPLEMENTED.labels(role, _method).inc()
                 log.debug("unimplemented rpc", role=role, rpc=_method)
-                await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"kmilvus does not implement {_method} yet")
 
             setattr(servicer, name, unimplemented)
 
