@@ -144,6 +144,27 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
     async def ShowCollections(self, req, context=None):
         return await self.rootcoord.ShowCollections(req)
 
+    # Aliases (RootCoord invalidates every Proxy's cache entry of the alias before answering)
+    @merr.rpc()
+    async def CreateAlias(self, req, context=None):
+        return await self._dd(_CallTask(lambda: self.rootcoord.CreateAlias(req)))
+
+    @merr.rpc()
+    async def AlterAlias(self, req, context=None):
+        return await self._dd(_CallTask(lambda: self.rootcoord.AlterAlias(req)))
+
+    @merr.rpc()
+    async def DropAlias(self, req, context=None):
+        return await self._dd(_CallTask(lambda: self.rootcoord.DropAlias(req)))
+
+    @merr.rpc(milvus_pb2.DescribeAliasResponse)
+    async def DescribeAlias(self, req, context=None):
+        return await self.rootcoord.DescribeAlias(req)
+
+    @merr.rpc(milvus_pb2.ListAliasesResponse)
+    async def ListAliases(self, req, context=None):
+        return await self.rootcoord.ListAliases(req)
+
     # DML ----------------------------------------------------------------------------------
     @merr.rpc(milvus_pb2.MutationResult)
     async def Insert(self, req, context=None):
