@@ -72,16 +72,24 @@ def examples(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*.py") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def _last_traceback(stderr: str) -> list[str]:
-    at = stderr.rfind("Traceback (most recent call last):")
-    return stderr[at:].splitlines() if at >= 0 else []
+_CHAINED = re.compile(r"\n(During handling of the above exception, another exception occurred:|"
+                      r"The above exception was the direct cause of the following exception:)\n")
+
+
+def _first_traceback(stderr: str) -> list[str]:
+    """The first traceback: with chained exceptions (a `finally:` that fails again) it is the
+    original failure, printed before the later ones."""
+    at = stderr.find("Traceback (most recent call last):")
+    if at < 0:
+        return []
+    return _CHAINED.split(stderr[at:], maxsplit=1)[0].splitlines()
 
 
 def classify(stderr: str, script: Path, timed_out: bool = False) -> tuple[str, str, str, str]:
     """(call, code, why, category) of a failed run from its stderr."""
     if timed_out:
         return "", "", "no exit within the time limit", "timeout"
-    lines = _last_traceback(stderr)
+    lines = _first_traceback(stderr)
     if not lines:
         tail = [ln for ln in stderr.strip().splitlines() if ln.strip()]
         return "", "", tail[-1] if tail else "exited non-zero without a traceback", "bug"

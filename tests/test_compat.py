@@ -56,6 +56,15 @@ def test_classify(stderr, want):
     assert compat.classify(stderr, Path(EX)) == want
 
 
+def test_classify_reports_the_original_failure_of_a_chained_traceback():
+    first = _tb([(EX, 5, "<module>", "c.create_collection(n, dimension=8)"), (LIB, 10, "create_collection", "x")],
+                "pymilvus.exceptions.MilvusException: <MilvusException: (code=1100, message=first)>")
+    later = _tb([(EX, 9, "<module>", "c.release_collection(n)"), (LIB, 20, "release_collection", "y")],
+                "pymilvus.exceptions.MilvusException: <MilvusException: (code=1, message=in finally)>")
+    stderr = first + "\nDuring handling of the above exception, another exception occurred:\n\n" + later
+    assert compat.classify(stderr, Path(EX)) == ("simple.py:5 create_collection", "1100", "first", "bug")
+
+
 def test_classify_timeout_and_no_traceback():
     assert compat.classify("", Path(EX), timed_out=True)[3] == "timeout"
     assert compat.classify("Segmentation fault\n", Path(EX)) == ("", "", "Segmentation fault", "bug")
