@@ -40,6 +40,10 @@ ADDRESS = re.compile(r"localhost:19530")
 _FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 _MILVUS_EXC = re.compile(r"code=(?P<code>[^,]+), message=(?P<msg>.*)\)>\s*$", re.S)
 _GRPC_STATUS = re.compile(r'status = StatusCode\.(?P<status>\w+)\s+details = "(?P<details>[^"]*)"')
+# pymilvus logs every failed RPC; an async example's `finally:` can hide the first one from the
+# traceback (pymilvus' `raise e from e` suppresses the chained context).
+_LOGGED_RPC_ERROR = re.compile(r"\[_log_rpc_error\]: grpc RpcError: \[(?P<method>\w+)\], "
+                               r"<\w+: StatusCode\.(?P<status>\w+), (?P<details>.*?)>, <elapsed")
 _EXTERNAL = re.compile(r"minio|botocore|\bs3\b|amazonaws|:9000\b|Could not connect to the endpoint",
                        re.I)
 _UNIMPLEMENTED = re.compile(r"UNIMPLEMENTED|Method not implemented|unimplemented", re.I)
@@ -121,6 +125,11 @@ def classify(stderr: str, script: Path, timed_out: bool = False) -> tuple[str, s
         code, why = m["code"].strip(), m["msg"].strip()
     elif g:
         code, why = f"StatusCode.{g['status']}", g["details"]
+    logged = _LOGGED_RPC_ERROR.search(stderr)
+    if logged and logged["method"] not in call:
+        call = f"{logged['method']} (first RPC error pymilvus logged; the traceback ends at {call})"
+        code, why = f"StatusCode.{logged['status']}", logged["details"]
+        exc = f"{code} {why}"
     if _UNIMPLEMENTED.search(exc):
         category = "not built"
     elif _EXTERNAL.search(exc):

@@ -65,6 +65,17 @@ def test_classify_reports_the_original_failure_of_a_chained_traceback():
     assert compat.classify(stderr, Path(EX)) == ("simple.py:5 create_collection", "1100", "first", "bug")
 
 
+def test_classify_prefers_the_first_rpc_error_pymilvus_logged():
+    log = ("2026-11-22 17:42:31,912 [ERROR][_log_rpc_error]: grpc RpcError: [create_index], <AioRpcError: "
+           "StatusCode.UNIMPLEMENTED, kmilvus does not implement CreateIndex yet>, <elapsed:1.6ms>\n")
+    final = _tb([(EX, 93, "main", "await c.release_collection(n)"), (LIB, 20, "release_collection", "y")],
+                "grpc.aio._call.AioRpcError: <AioRpcError of RPC that terminated with:")
+    call, code, why, category = compat.classify(log + final, Path(EX))
+    assert call.startswith("create_index (first RPC error pymilvus logged") and "simple.py:93" in call
+    assert (code, why, category) == ("StatusCode.UNIMPLEMENTED", "kmilvus does not implement CreateIndex yet",
+                                     "not built")
+
+
 def test_classify_timeout_and_no_traceback():
     assert compat.classify("", Path(EX), timed_out=True)[3] == "timeout"
     assert compat.classify("Segmentation fault\n", Path(EX)) == ("", "", "Segmentation fault", "bug")
