@@ -171,3 +171,20 @@ def test_import_json_and_parquet_extras_go_to_meta(spark, tmp_path):  # noqa: F8
     _, err = _run_import(spark, _spec(tmp_path, [_json_rows(tmp_path, [_row(5, **{META: {"a": 1}})], "m.json")],
                                       schema, segment_id_start=90))
     assert "explicit specification of '$meta' is not allowed" in err["reason"], err
+
+
+def test_bulk_insert_through_pymilvus_keeps_extra_keys(node, client, orm, tmp_path):
+    """utility.do_bulk_insert of JSON rows with extra keys into the issue's repro collection."""
+    from pymilvus import utility
+    from pymilvus.client.types import BulkInsertState
+
+    from tests.test_spark_jobs import _wait_import
+
+    client.create_collection("dyn", schema=repro_schema())
+    rows = [{"id": 1, "vec": [.1, .2, .3, .4], "color": "red"}, {"id": 2, "vec": [.5, .6, .7, .8]}]
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps({"rows": rows}))
+    task = utility.do_bulk_insert("dyn", files=[str(path)], using=orm)
+    st = _wait_import(task, orm)
+    assert st.state == BulkInsertState.ImportCompleted, st.infos
+    assert read_meta(node, client, "dyn") == {1: {"color": "red"}, 2: {}}
