@@ -188,3 +188,36 @@ def test_bulk_insert_through_pymilvus_keeps_extra_keys(node, client, orm, tmp_pa
     st = _wait_import(task, orm)
     assert st.state == BulkInsertState.ImportCompleted, st.infos
     assert read_meta(node, client, "dyn") == {1: {"color": "red"}, 2: {}}
+
+
+def test_compaction_keeps_meta(spark, tmp_path):  # noqa: F811
+    """The compaction job carries `$meta` like any JSON column."""
+    import base64
+
+    import numpy as np
+    import pyarrow as pa
+    from kmilvus_jobs import compactor
+
+    from kmilvus.storage import ObjectStore, read_segment, write_insert_binlog
+    from kmilvus.util import typeutil
+
+    schema = _dynamic_schema_pb()
+    store = ObjectStore.from_uri((tmp_path / "store").as_uri())
+    srcs = []
+    for s, (lo, hi) in enumerate([(0, 3), (3, 5)]):
+        cols = {100: pa.array(np.arange(lo, hi, dtype=np.int64)),
+                101: pa.FixedSizeListArray.from_arrays(pa.array(np.ones((hi - lo) * 4, np.float32)), 4),
+                102: pa.array([f"t{i}" for i in range(lo, hi)]), 103: pa.array(np.zeros(hi - lo, np.int8)),
+                104: pa.array([json.dumps({"k": i}).encode() for i in range(lo, hi)], pa.binary())}
+        batch = typeutil.columns_to_record_batch(schema, cols, np.arange(lo, hi) + 100, np.arange(lo, hi) + 1)
+        key = paths.insert_log_key(10, 11, 200 + s, 1)
+        info = write_insert_binlog(store, key, batch)
+        srcs.append({"segment_id": 200 + s, "binlogs": [{"key": key, "rows": info.entries_num, "size": info.size}]})
+    spec = {"kind": "compact", "job_id": 5, "collection_id": 10,
+            "schema": base64.b64encode(schema.SerializeToString()).decode(), "storage_uri": store.root_uri,
+            "manifest_key": "c.json", "log_id_start": 300, "log_id_count": 10,
+            "plans": [{"plan_id": 6, "partition_id": 11, "channel": "ch", "target_ids": [400], "sources": srcs}]}
+    compactor.run(spark, spec)
+    t = read_segment(store, 10, 11, 400)
+    assert {pk: json.loads(m) for pk, m in zip(t.column("100").to_pylist(), t.column("104").to_pylist())} == \
+        {i: {"k": i} for i in range(5)}
