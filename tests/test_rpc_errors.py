@@ -60,15 +60,14 @@ async def server():
 
 async def test_unimplemented_rpc_is_a_quiet_answer_with_a_metric(server, caplog):
     caplog.set_level(logging.DEBUG)
-    method = "/milvus.proto.milvus.MilvusService/Search"
-    before = metrics.RPC_UNIMPLEMENTED.labels(method)._value.get()
+    before = metrics.RPC_UNIMPLEMENTED.labels("proxy", "Search")._value.get()
     for _ in range(2):
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await server.Search(milvus_pb2.SearchRequest(collection_name="c"))
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert metrics.RPC_UNIMPLEMENTED.labels(method)._value.get() == before + 2
+    assert metrics.RPC_UNIMPLEMENTED.labels("proxy", "Search")._value.get() == before + 2
     assert _errors(caplog) == []
-    debug = [r for r in caplog.records if r.getMessage() == "unimplemented rpc called"]
+    debug = [r for r in caplog.records if r.getMessage() == "unimplemented rpc"]
     assert len(debug) == 2 and all(r.levelno == logging.DEBUG for r in debug)
     # Implemented RPCs on the same server are untouched.
     assert (await server.GetVersion(milvus_pb2.GetVersionRequest())).version == "v-test"

@@ -30,6 +30,14 @@ def drop_task_key(coll_id: int) -> str:
 
 DROP_TASK_PREFIX = "root-coord/drop-task/"
 
+
+def alias_key(db: str, alias: str) -> str:
+    """An alias of a collection: the value is the collection ID."""
+    return f"{ALIAS_PREFIX}{db}/{alias}"
+
+
+ALIAS_PREFIX = "root-coord/aliases/"
+
 # DataCoord ------------------------------------------------------------------------------
 
 

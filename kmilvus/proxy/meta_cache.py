@@ -1,8 +1,9 @@
 """The Proxy's collection meta cache (Milvus' globalMetaCache).
 
 Filled from RootCoord.DescribeCollection on a miss; entries are dropped by
-InvalidateCollectionMetaCache, which RootCoord sends to every Proxy before a drop returns, so a
-Proxy never serves a dropped collection from its cache.
+InvalidateCollectionMetaCache, which RootCoord sends to every Proxy before a drop (or an alias
+change) returns, so a Proxy never serves a dropped collection or a moved alias from its cache.
+An alias is cached under its own name; `name` is always the collection's real name.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class MetaCache:
             milvus_pb2.DescribeCollectionRequest(db_name=key[0], collection_name=name))
         merr.check(resp.status)
         meta = CollectionMeta(
-            id=resp.collectionID, name=name, db=key[0], schema=resp.schema,
+            id=resp.collectionID, name=resp.collection_name or name, db=key[0], schema=resp.schema,
             vchannels=list(resp.virtual_channel_names), partition_id=default_partition_id(resp.collectionID),
             describe=resp)
         self._by_name[key] = meta

@@ -129,7 +129,7 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
     async def DescribeCollection(self, req, context=None):
         if req.collection_name:
             validate_name(req.collection_name, "collection")
-        return await self.rootcoord.DescribeCollection(req)
+        return hide_dynamic_field(await self.rootcoord.DescribeCollection(req))
 
     @merr.rpc(milvus_pb2.BoolResponse)
     async def HasCollection(self, req, context=None):
@@ -138,6 +138,27 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
     @merr.rpc(milvus_pb2.ShowCollectionsResponse)
     async def ShowCollections(self, req, context=None):
         return await self.rootcoord.ShowCollections(req)
+
+    # Aliases (RootCoord invalidates every Proxy's cache entry of the alias before answering)
+    @merr.rpc()
+    async def CreateAlias(self, req, context=None):
+        return await self._dd(_CallTask(lambda: self.rootcoord.CreateAlias(req)))
+
+    @merr.rpc()
+    async def AlterAlias(self, req, context=None):
+        return await self._dd(_CallTask(lambda: self.rootcoord.AlterAlias(req)))
+
+    @merr.rpc()
+    async def DropAlias(self, req, context=None):
+        return await self._dd(_CallTask(lambda: self.rootcoord.DropAlias(req)))
+
+    @merr.rpc(milvus_pb2.DescribeAliasResponse)
+    async def DescribeAlias(self, req, context=None):
+        return await self.rootcoord.DescribeAlias(req)
+
+    @merr.rpc(milvus_pb2.ListAliasesResponse)
+    async def ListAliases(self, req, context=None):
+        return await self.rootcoord.ListAliases(req)
 
     # DML ----------------------------------------------------------------------------------
     @merr.rpc(milvus_pb2.MutationResult)
@@ -204,6 +225,15 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
         yet, so dropping its cached meta is all there is to release)."""
         self.meta_cache.remove("", coll_id=req.collectionID)
         return merr.success()
+
+
+def hide_dynamic_field(resp: milvus_pb2.DescribeCollectionResponse) -> milvus_pb2.DescribeCollectionResponse:
+    """Milvus' describeCollectionTask leaves the `$meta` field out of the schema a client sees
+    (`enable_dynamic_field` tells it); clients comparing schemas rely on that."""
+    for i in reversed(range(len(resp.schema.fields))):
+        if resp.schema.fields[i].is_dynamic:
+            del resp.schema.fields[i]
+    return resp
 
 
 class _CallTask(Task):

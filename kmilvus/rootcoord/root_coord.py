@@ -22,6 +22,7 @@ from kmilvus.meta import catalog as keys
 from kmilvus.msgstream import Msg, MsgType, channels
 from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc
 from kmilvus.rootcoord import schema as schemautil
+from kmilvus.rootcoord.aliases import AliasMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
@@ -38,7 +39,7 @@ async def _leader_unknown() -> bool:
     return True
 
 
-class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
+class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
     role = roles.ROOTCOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, registry: roles.Registry, server_id: int = 0):
@@ -51,6 +52,7 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
         self.ids = GlobalTSOAllocator(kv, keys.ID_KEY)
         self.collections: dict[int, internal_pb2.CollectionInfo] = {}
         self.names: dict[tuple[str, str], int] = {}
+        self.aliases: dict[tuple[str, str], int] = {}
         self.pchannels = channels.pchannel_names(cfg.cluster, cfg.dml_channel_num)
         self.producer = None
         self.ticks: TickSource | None = None
@@ -66,6 +68,7 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
         for _, raw in await self.kv.get_prefix(keys.COLLECTION_PREFIX):
             info = internal_pb2.CollectionInfo.FromString(raw)
             self._cache(info)
+        await self._load_aliases()
         self.producer = self.stream.producer()
         self.ticks = TickSource(TimestampAllocator(self))
         self.tt_sync = TimeTickSync(self.producer, self.ticks, self._live_vchannels, self.cfg.time_tick_interval)
@@ -113,7 +116,8 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
         if coll_id:
             info = self.collections.get(coll_id)
         else:
-            info = self.collections.get(self.names.get((db or DEFAULT_DB, name), -1))
+            key = (db or DEFAULT_DB, name)
+            info = self.collections.get(self.names.get(key, self.aliases.get(key, -1)))
         if info is None:
             raise merr.collection_not_found(name or coll_id)
         return info
@@ -165,6 +169,9 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
             raise merr.invalid(f"shard num ({shards}) should be in range [1, 16]")
         db = req.db_name or DEFAULT_DB
         async with self._ddl_lock:
+            if (db, schema.name) in self.aliases:
+                raise merr.MilvusError(merr.UNEXPECTED, f"collection name [{schema.name}] conflicts with an "
+                                                        f"existing alias, please choose a unique name")
             existing = self.collections.get(self.names.get((db, schema.name), -1))
             if existing is not None:
                 if schemautil.same_schema(existing.schema, schema) and existing.shards_num == shards:
@@ -203,7 +210,7 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
             ok = await self.kv.txn(
                 [Op.put(keys.collection_key(info.ID), info.SerializeToString()),
                  Op.put(name_key, str(info.ID).encode())],
-                [Cmp.missing(name_key)])
+                [Cmp.missing(name_key), Cmp.missing(keys.alias_key(info.db_name or DEFAULT_DB, info.schema.name))])
             if not ok:
                 for v in info.virtual_channel_names:
                     await self.stream.purge(v)
@@ -227,12 +234,14 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
     @merr.rpc(milvus_pb2.DescribeCollectionResponse)
     async def DescribeCollection(self, req: milvus_pb2.DescribeCollectionRequest, context=None):
         info = self._get(req.db_name, req.collection_name, req.collectionID)
-        return describe_response(info)
+        resp = describe_response(info)
+        resp.aliases.extend(self.aliases_of(info.ID))
+        return resp
 
     @merr.rpc(milvus_pb2.BoolResponse)
     async def HasCollection(self, req, context=None):
         key = (req.db_name or DEFAULT_DB, req.collection_name)
-        return milvus_pb2.BoolResponse(value=key in self.names)
+        return milvus_pb2.BoolResponse(value=key in self.names or key in self.aliases)
 
     @merr.rpc(milvus_pb2.ShowCollectionsResponse)
     async def ShowCollections(self, req, context=None):
@@ -269,8 +278,14 @@ class RootCoord(root_coord_pb2_grpc.RootCoordServicer):
         db = req.db_name or DEFAULT_DB
         async with self._ddl_lock:
             coll_id = self.names.get((db, req.collection_name))
+            if coll_id is None and (db, req.collection_name) in self.aliases:
+                raise merr.MilvusError(merr.UNEXPECTED, f"cannot drop the collection via alias = {req.collection_name}")
             if coll_id is None:
                 return merr.success()  # dropping an unknown name succeeds, as in Milvus
+            if aliases := self.aliases_of(coll_id):
+                raise merr.MilvusError(merr.UNEXPECTED, f"unable to drop the collection [{req.collection_name}] because "
+                                                        f"it has associated aliases [{' '.join(aliases)}], please remove "
+                                                        f"all aliases before dropping the collection")
             info = internal_pb2.CollectionInfo()
             info.CopyFrom(self.collections[coll_id])
             info.drop_time = await self.tso.alloc()

@@ -12,7 +12,7 @@ from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus.util import merr
 from kmilvus.util.merr import MilvusError
-from kmilvus.util.typeutil import type_param
+from kmilvus.util.typeutil import DYNAMIC_FIELD_NAME, type_param
 
 DT = schema_pb2.DataType
 SUPPORTED = {DT.Bool, DT.Int8, DT.Int16, DT.Int32, DT.Int64, DT.Float, DT.Double, DT.VarChar,
@@ -80,6 +80,8 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
             if not 0 < n <= max_varchar:
                 raise MilvusError(merr.PARAMETER_INVALID,
                                   f"the maximum length specified for field({f.name}) should be in (0, {max_varchar}], but got {n} instead")
+        if f.is_dynamic:
+            raise MilvusError(merr.PARAMETER_INVALID, "cannot explicitly set a field as a dynamic field")
         if f.autoID and not f.is_primary_key:
             raise MilvusError(merr.PARAMETER_INVALID, f"only primary field can speficy AutoID with True, field name = {f.name}")
     if not pks:
@@ -95,9 +97,14 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
 
 
 def normalize(schema: schema_pb2.CollectionSchema, autoid_hint: bool = False) -> schema_pb2.CollectionSchema:
-    """Assign field IDs (100, 101, ... in declaration order) and fill the collection-level autoID."""
+    """Assign field IDs (100, 101, ... in declaration order), fill the collection-level autoID,
+    and append the `$meta` JSON field that holds a row's extra keys when the dynamic field is
+    enabled (Milvus' appendDynamicField: it is stored, but DescribeCollection hides it)."""
     out = schema_pb2.CollectionSchema()
     out.CopyFrom(schema)
+    if out.enable_dynamic_field and not any(f.is_dynamic for f in out.fields):
+        out.fields.add(name=DYNAMIC_FIELD_NAME, data_type=DT.JSON, is_dynamic=True,
+                       description="dynamic schema")
     for i, f in enumerate(out.fields):
         f.fieldID = START_FIELD_ID + i
         if f.is_primary_key and (schema.autoID or autoid_hint):

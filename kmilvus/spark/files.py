@@ -160,17 +160,39 @@ def resolve(uri: str, storage_uri: str, options: dict | None = None) -> InputFil
 
 
 def importable_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.FieldSchema]:
-    """The fields an input file must carry: every user field but an autoID primary key."""
-    return [f for f in typeutil.user_fields(schema) if not (f.is_primary_key and f.autoID)]
+    """The fields an input file must carry: every user field but an autoID primary key and the
+    dynamic field (`$meta`, built by the import from the row's extra keys / columns)."""
+    return [f for f in typeutil.user_fields(schema)
+            if not (f.is_primary_key and f.autoID) and not f.is_dynamic]
+
+
+def dynamic_extras(names: list[str], schema: schema_pb2.CollectionSchema) -> list[str]:
+    """Columns of a file that go into `$meta`: those naming no static field, when the collection
+    has a dynamic field (else none)."""
+    if typeutil.dynamic_field(schema) is None:
+        return []
+    static = {f.name for f in typeutil.user_fields(schema) if not f.is_dynamic}
+    return [n for n in names if n not in static]
+
+
+def explicit_meta_problem(uri: str) -> Problem:
+    """Milvus 2.4's import refuses `$meta` given by name: extra keys / columns are the way."""
+    return Problem(uri, f"dynamic field is enabled, explicit specification of "
+                        f"'{typeutil.DYNAMIC_FIELD_NAME}' is not allowed", field=typeutil.DYNAMIC_FIELD_NAME)
 
 
 def _column_problems(uri: str, names: list[str], schema: schema_pb2.CollectionSchema) -> list[Problem]:
     out: list[Problem] = []
-    fields = {f.name: f for f in typeutil.user_fields(schema)}
+    fields = {f.name: f for f in typeutil.user_fields(schema) if not f.is_dynamic}
     want = {f.name for f in importable_fields(schema)}
+    extras = set(dynamic_extras(names, schema))
     for n in names:
         f = fields.get(n)
-        if f is None:
+        if n == typeutil.DYNAMIC_FIELD_NAME and extras:
+            out.append(explicit_meta_problem(uri))
+        elif n in extras:
+            continue
+        elif f is None:
             out.append(Problem(uri, f"column '{n}' is not a field of collection {schema.name}", field=n))
         elif f.is_primary_key and f.autoID:
             out.append(Problem(uri, f"the primary key '{n}' is auto-generated (autoID): the file must "

@@ -8,7 +8,6 @@ context=None)`. In one process a caller holds the object itself; across processe
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator
 from typing import Any, Callable
 
@@ -32,8 +31,9 @@ CHANNEL_OPTIONS = [
 
 async def start_server(host: str, port: int, registrations: list[tuple[Callable, Any]]) -> tuple[grpc.aio.Server, int]:
     """Serve `servicer`s (each with its generated add_*_to_server) on host:port (0 = free port)."""
-    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=[AnswerUnimplemented()])
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
     for add, servicer in registrations:
+        answer_unimplemented_quietly(servicer)
         add(servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
@@ -42,43 +42,33 @@ async def start_server(host: str, port: int, registrations: list[tuple[Callable,
     return server, bound
 
 
-class AnswerUnimplemented(grpc.aio.ServerInterceptor):
-    """UNIMPLEMENTED is a normal answer for an RPC kmilvus does not have: one debug line and a
-    metric, not the error-level traceback grpc logs for the generated stub's NotImplementedError.
-
-    Implemented methods are `async def` (merr.rpc); the generated base class' placeholders are
-    plain functions, so only those are wrapped (once per method)."""
-
-    def __init__(self) -> None:
-        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
-
-    async def intercept_service(self, continuation, handler_call_details):
-        method = handler_call_details.method
-        cached = self._handlers.get(method)
-        if cached is not None:
-            return cached
-        handler = await continuation(handler_call_details)
-        if handler is not None and handler.unary_unary is not None \
-                and not inspect.iscoroutinefunction(handler.unary_unary):
-            handler = grpc.unary_unary_rpc_method_handler(
-                _answer_unimplemented(handler.unary_unary, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
-        if handler is not None:
-            self._handlers[method] = handler
-        return handler
+def _generated_servicers(cls: type) -> list[type]:
+    """The protoc-generated `*Servicer` base classes of a servicer class."""
+    return [b for b in cls.__mro__ if b.__name__.endswith("Servicer") and b.__module__.endswith("_pb2_grpc")]
 
 
-def _answer_unimplemented(placeholder: Callable, method: str):
-    async def call(request, context):
-        try:
-            return placeholder(request, context)
-        except NotImplementedError:
-            log.debug("unimplemented rpc called", method=method)
-            metrics.RPC_UNIMPLEMENTED.labels(method).inc()
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+def answer_unimplemented_quietly(servicer: Any) -> None:
+    """Answer every RPC the servicer does not implement with UNIMPLEMENTED, logged as one debug
+    line and counted (`kmilvus_rpc_unimplemented_total`).
 
-    return call
+    The generated base methods raise NotImplementedError, which grpc.aio logs as an error with a
+    traceback; an RPC kmilvus has not built is a normal answer, not a server fault. Instance
+    attributes shadow the base methods, so the class itself is left alone.
+    """
+    from kmilvus import metrics
+
+    role = getattr(servicer, "role", type(servicer).__name__)
+    for base in _generated_servicers(type(servicer)):
+        for name, fn in vars(base).items():
+            if name.startswith("_") or not callable(fn) or getattr(type(servicer), name) is not fn:
+                continue
+
+            async def unimplemented(request, context, _method=name):
+                metrics.RPC_UNIMPLEMENTED.labels(role, _method).inc()
+                log.debug("unimplemented rpc", role=role, rpc=_method)
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"kmilvus does not implement {_method} yet")
+
+            setattr(servicer, name, unimplemented)
 
 
 class RemoteClient:

@@ -32,6 +32,7 @@ ROW_ID_FIELD = 0
 TIMESTAMP_FIELD = 1
 ROW_ID_NAME = "RowID"
 TIMESTAMP_NAME = "Timestamp"
+DYNAMIC_FIELD_NAME = "$meta"   # Milvus' common.MetaFieldName
 SYSTEM_FIELDS = (ROW_ID_FIELD, TIMESTAMP_FIELD)
 
 # Milvus' common.JSONMaxLength default (bytes per JSON value).
@@ -362,6 +363,42 @@ def field_data_to_array(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema,
     return _scalar(fd, field, num_rows, validate_json)
 
 
+def dynamic_field(schema: schema_pb2.CollectionSchema) -> schema_pb2.FieldSchema | None:
+    """The collection's `$meta` field (present when `enable_dynamic_field` is on), or None."""
+    for f in schema.fields:
+        if f.is_dynamic:
+            return f
+    return None
+
+
+def empty_objects(num_rows: int) -> pa.Array:
+    """`{}` for every row: the `$meta` of rows that carry no extra keys."""
+    return pa.array(np.full(num_rows, b"{}", dtype=object), pa.binary())
+
+
+def _check_dynamic_values(schema: schema_pb2.CollectionSchema, arr: pa.Array) -> None:
+    """Milvus' verifyDynamicFieldData: every `$meta` value is a JSON object whose keys are
+    neither `$meta` nor a static field's name. Vectorised pre-filters (first byte, quoted-name
+    substring) leave only the rows that may offend to be parsed one by one."""
+    if len(arr) == 0:
+        return
+    text = arr.cast(pa.string())
+    objects = pc.starts_with(pc.utf8_ltrim_whitespace(text), "{")
+    if not pc.all(objects).as_py():
+        i = int(np.flatnonzero(~objects.to_numpy(zero_copy_only=False))[0])
+        raise MilvusError(merr.PARAMETER_INVALID,
+                          f"the {i}th value of dynamic field ({DYNAMIC_FIELD_NAME}) is not valid: "
+                          f"dynamic field value must be a JSON object")
+    for name in [DYNAMIC_FIELD_NAME] + [f.name for f in user_fields(schema) if not f.is_dynamic]:
+        hits = np.flatnonzero(pc.match_substring(text, json.dumps(name)).to_numpy(zero_copy_only=False))
+        for i in hits:
+            if name in json.loads(text[int(i)].as_py()):
+                if name == DYNAMIC_FIELD_NAME:
+                    raise MilvusError(merr.PARAMETER_INVALID, f"cannot set json key to: {name}")
+                raise MilvusError(merr.PARAMETER_INVALID,
+                                  f"dynamic field name cannot include the static field name: {name}")
+
+
 def fields_data_to_columns(schema: schema_pb2.CollectionSchema,
                            fields_data: Iterable[schema_pb2.FieldData], num_rows: int,
                            *, validate_json: bool = True) -> dict[int, pa.Array]:
@@ -369,12 +406,18 @@ def fields_data_to_columns(schema: schema_pb2.CollectionSchema,
 
     Every field but an autoID primary key must be supplied exactly once, with `num_rows` rows;
     an autoID primary key must not be supplied (the caller fills it with allocated IDs).
+    With a dynamic field, pymilvus packs each row's extra keys into one `$meta` JSON column
+    (`is_dynamic`); a request without it gets `{}` per row, as Milvus' proxy fills it.
     """
     by_name = {f.name: f for f in user_fields(schema)}
     by_id = {f.fieldID: f for f in user_fields(schema)}
+    dynamic = dynamic_field(schema)
     columns: dict[int, pa.Array] = {}
     for fd in fields_data:
-        field = by_name.get(fd.field_name) if fd.field_name else by_id.get(fd.field_id)
+        if fd.is_dynamic and dynamic is not None:
+            field = dynamic
+        else:
+            field = by_name.get(fd.field_name) if fd.field_name else by_id.get(fd.field_id)
         if field is None:
             shown = fd.field_name or fd.field_id
             raise MilvusError(merr.FIELD_NOT_FOUND,
@@ -386,6 +429,10 @@ def fields_data_to_columns(schema: schema_pb2.CollectionSchema,
         if field.fieldID in columns:
             raise MilvusError(merr.PARAMETER_INVALID, f"duplicated field name {field.name} found")
         columns[field.fieldID] = field_data_to_array(fd, field, num_rows, validate_json=validate_json)
+        if dynamic is not None and field.fieldID == dynamic.fieldID:
+            _check_dynamic_values(schema, columns[field.fieldID])
+    if dynamic is not None and dynamic.fieldID not in columns:
+        columns[dynamic.fieldID] = empty_objects(num_rows)
     for field in by_id.values():
         if field.fieldID not in columns and not (field.is_primary_key and field.autoID):
             raise MilvusError(merr.PARAMETER_MISSING,

@@ -91,13 +91,50 @@ def _snippet(col):
 # ------------------------------------------------------------------------------ per format
 
 
+def _dynamic_column(schema, extras):
+    """The `$meta` column (named by its field ID) from columns `extras` (the file's names
+    → Spark columns): one JSON object per row, `{}` without extras; None without a dynamic field."""
+    from pyspark.sql import functions as F
+
+    from kmilvus.util import typeutil
+
+    dyn = typeutil.dynamic_field(schema)
+    if dyn is None:
+        return None
+    value = F.to_json(F.struct(*[c.alias(n) for n, c in extras])) if extras else F.lit("{}")
+    return value.alias(str(dyn.fieldID))
+
+
+def _spark_list_type(t):
+    """A Parquet column's Arrow type as the pyarrow reader hands it to Spark (`to_list`)."""
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
+        return pa.list_(t.value_type)
+    return t
+
+
 def parquet_frame(spark, i: int, f, schema, fields):
     from pyspark.sql import functions as F
 
+    from kmilvus.spark.files import dynamic_extras
+
     types = _types()
     if not spark_native(spark, f):
+        import pyarrow.parquet as pq
+
         arrow = _arrow_types()
-        return arrow_parquet_frame(spark, f, i, [(fl.name, str(fl.fieldID), arrow[fl.data_type]) for fl in fields])
+        with f.filesystem().open_input_file(f.fs_path) as src:
+            file_schema = pq.read_schema(src)
+        extras = dynamic_extras(file_schema.names, schema)
+        cols = [(fl.name, str(fl.fieldID), arrow[fl.data_type]) for fl in fields]
+        cols += [(n, f"__x{k}", _spark_list_type(file_schema.field(n).type)) for k, n in enumerate(extras)]
+        frame = arrow_parquet_frame(spark, f, i, cols)
+        meta = _dynamic_column(schema, [(n, F.col(f"__x{k}")) for k, n in enumerate(extras)])
+        if meta is None:
+            return frame
+        keep = [str(fl.fieldID) for fl in fields] + ["__file", "__row", "__err"]
+        return frame.select(*keep[:-3], meta, *keep[-3:])
     raw = spark.read.parquet(f.spark_path())
     have = {s.name: s.dataType for s in raw.schema}
     cols = []
@@ -105,6 +142,9 @@ def parquet_frame(spark, i: int, f, schema, fields):
         c = F.col(f"`{fl.name}`")
         want = types[fl.data_type]
         cols.append((c if have.get(fl.name) == want else c.cast(want)).alias(str(fl.fieldID)))
+    meta = _dynamic_column(schema, [(n, F.col(f"`{n}`")) for n in dynamic_extras(raw.columns, schema)])
+    if meta is not None:
+        cols.append(meta)
     return raw.select(*cols, F.lit(i).cast("int").alias("__file"),
                       F.col("_metadata.row_index").cast("long").alias("__row"),
                       F.lit(None).cast("string").alias("__err"))
@@ -144,9 +184,20 @@ def json_frame(spark, i: int, f, schema, fields):
     if pk.autoID:
         conds.append((F.array_contains(keys, pk.name),
                       F.lit(f"the primary key '{pk.name}' is auto-generated (autoID): the file must not provide it")))
-    conds.append((F.size(extras) > 0, F.concat(F.lit("key '"), F.element_at(extras, 1),
-                                               F.lit(f"' is not a field of collection {schema.name}"))))
+    dyn = typeutil.dynamic_field(schema)
     values = []
+    if dyn is None:
+        conds.append((F.size(extras) > 0, F.concat(F.lit("key '"), F.element_at(extras, 1),
+                                                   F.lit(f"' is not a field of collection {schema.name}"))))
+    else:
+        # Extra keys go to `$meta` with their JSON types (a VARIANT map keeps them as written).
+        conds.append((F.array_contains(keys, typeutil.DYNAMIC_FIELD_NAME),
+                      F.lit(f"dynamic field is enabled, explicit specification of "
+                            f"'{typeutil.DYNAMIC_FIELD_NAME}' is not allowed")))
+        static = F.array(*[F.lit(n) for n in allowed])
+        row_map = F.from_json(F.col("__raw"), "map<string,variant>")
+        values.append(F.to_json(F.map_filter(row_map, lambda k, _: ~F.array_contains(static, k)))
+                      .alias(str(dyn.fieldID)))
     for fl in fields:
         name, dt = fl.name, fl.data_type
         val = F.col("__s").getField(name)
@@ -215,6 +266,11 @@ def csv_frame(spark, i: int, f, schema, fields, options):
                                "reason": f"data type {want} cannot be imported"}])
         conds.append((~ok, bad))
         values.append(F.when(ok, val).cast(_types()[dt]).alias(str(fl.fieldID)))
+    from kmilvus.spark.files import dynamic_extras
+
+    meta = _dynamic_column(schema, [(n, F.col(f"`{n}`")) for n in dynamic_extras(names, schema)])
+    if meta is not None:
+        values.append(meta)
     return raw.select(*values, F.lit(i).cast("int").alias("__file"), F.col("__row").cast("long").alias("__row"),
                       _first_error(conds).alias("__err"))
 
@@ -302,7 +358,7 @@ def run(spark, spec: dict) -> dict:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from kmilvus.spark.files import ImportError_, InputFile, inspect, resolve
+    from kmilvus.spark.files import ImportError_, InputFile, importable_fields, inspect, resolve
     from kmilvus.storage import paths
     from kmilvus.util import typeutil
 
@@ -321,7 +377,7 @@ def run(spark, spec: dict) -> dict:
         problems += inspect(f, schema, options)
     if problems:
         raise JobFailure([p.to_dict() for p in problems])
-    fields = [f for f in typeutil.user_fields(schema) if not (f.is_primary_key and f.autoID)]
+    fields = importable_fields(schema)
     pk = typeutil.primary_field(schema)
     progress("inspected", files=len(files), bytes=sum(f.size for f in files),
              rows=sum(max(0, f.rows) for f in files))

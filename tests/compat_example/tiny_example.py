@@ -1,0 +1,16 @@
+# A tiny pymilvus program in the style of pymilvus' examples (address localhost:19530), for
+# tests/test_compat.py: it creates a collection, inserts, flushes, then calls create_index,
+# which kmilvus answers UNIMPLEMENTED until the read path exists.
+from pymilvus import DataType, MilvusClient
+
+client = MilvusClient("http://localhost:19530")
+schema = MilvusClient.create_schema()
+schema.add_field("id", DataType.INT64, is_primary=True)
+schema.add_field("vec", DataType.FLOAT_VECTOR, dim=4)
+client.create_collection("tiny", schema=schema)
+client.insert("tiny", [{"id": 1, "vec": [0.1, 0.2, 0.3, 0.4]}])
+client.flush("tiny")
+params = client.prepare_index_params()
+params.add_index("vec", index_type="FLAT", metric_type="L2")
+client.create_index("tiny", params)
+print("indexed")
