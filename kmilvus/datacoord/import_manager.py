@@ -64,11 +64,7 @@ class JobManagerBase:
         task.add_done_callback(lambda t, j=job_id: self.tasks.pop(j, None) if self.tasks.get(j) is t else None)
 
     def build_app(self, spec: dict, name: str) -> dict:
-        cfg = self.cfg
-        return application.build_application(
-            self.kind, spec, name=name, namespace=cfg.spark_namespace, image=cfg.spark_image,
-            driver_memory=cfg.spark_driver_memory, executor_memory=cfg.spark_executor_memory,
-            executor_instances=cfg.spark_executor_instances)
+        return application.from_config(self.kind, spec, name, self.cfg)
 
     async def run_app(self, app: dict, on_handle, on_change) -> JobStatus:
         """Submit (under the concurrency limit) and follow to the end."""
