@@ -264,6 +264,7 @@ def _wait_import(task_id: int, alias: str, timeout: float = 60):
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(300)   # a Spark job on a loaded 2-core machine can take minutes
 async def test_bulk_import_through_spark_applications(kmock, kube, node_factory, tmp_path):
     n = 1000
     rng = np.random.default_rng(0)
@@ -294,7 +295,7 @@ async def test_bulk_import_through_spark_applications(kmock, kube, node_factory,
         cr = await make_collection_cr(kube, "docs", cid)
         task = await asyncio.to_thread(utility.do_bulk_insert, "docs", files=[str(tmp_path / "rows.parquet")],
                                        using=alias)
-        st = await asyncio.to_thread(_wait_import, task, alias)
+        st = await asyncio.to_thread(_wait_import, task, alias, 240)
         assert st.state == BulkInsertState.ImportCompleted, st.infos
         assert st.row_count == n
         assert await asyncio.to_thread(lambda: Collection("docs", using=alias).num_entities) == n
