@@ -647,3 +647,46 @@ def test_container_args_parse_with_the_kmilvus_cli(name, monkeypatch):
         else:
             assert ctx.params["roles"] == (component(w),)
             assert ctx.params["etcd_endpoint"] and ctx.params["storage_uri"] and ctx.params["nats_url"]
+
+
+# ------------------------------------------------------------------------------------ GitOps health
+
+def _argocd_health_lua() -> str:
+    text = (CHART / "README.md").read_text()
+    block = re.search(r"```yaml\n(data:\n  resource\.customizations\.health\.kmilvus\.io_Collection:.*?)```", text, re.S)
+    assert block, "charts/kmilvus/README.md has no Argo CD health check for Collections"
+    return yaml.safe_load(block.group(1))["data"]["resource.customizations.health.kmilvus.io_Collection"]
+
+
+def _argocd_health(obj: dict) -> dict:
+    """Run the README's Lua check as Argo CD does: `obj` global, the script's return value."""
+    import lupa
+
+    lua = lupa.LuaRuntime()
+    lua.globals().obj = lua.table_from(obj, recursive=True)
+    hs = lua.execute(_argocd_health_lua())
+    return {"status": hs["status"], "message": hs["message"]}
+
+
+def test_argocd_health_check_reads_the_kstatus_conditions():
+    from controllers import conditions
+
+    def collection(generation: int, observed: int | None, *conds) -> dict:
+        cs: list[dict] = []
+        for ctype, ok, reason, msg in conds:
+            cs, _ = conditions.set_condition(cs, ctype, ok, reason, msg, observed)
+        status = {"conditions": conditions.with_kstatus(cs, observed)} if conds else {}
+        if observed is not None and conds:
+            status["observedGeneration"] = observed
+        return {"metadata": {"name": "docs", "generation": generation}, **({"status": status} if status else {})}
+
+    assert _argocd_health(collection(1, None))["status"] == "Progressing"
+    assert _argocd_health(collection(1, 1, ("Ready", True, "Created", "created collection docs"))) == {
+        "status": "Healthy", "message": "created collection docs"}
+    # A new generation not observed yet: still progressing.
+    assert _argocd_health(collection(2, 1, ("Ready", True, "Created", "created")))["status"] == "Progressing"
+    bad = _argocd_health(collection(1, 1, ("Ready", False, "InvalidSpec", "dim must be in [1, 32768]")))
+    assert bad == {"status": "Degraded", "message": "InvalidSpec: dim must be in [1, 32768]"}
+    refused = collection(2, 2, ("Ready", True, "Created", "created"),
+                         ("SchemaSynced", False, "SchemaImmutable", "the schema cannot change"))
+    assert _argocd_health(refused)["status"] == "Degraded"
