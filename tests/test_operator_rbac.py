@@ -1,0 +1,187 @@
+"""The operator under the RBAC the chart renders for it (issue 12 item 2, the RBAC part): the API
+stand-in (KMock) answers 403 to every request the operator's ServiceAccount is not allowed by
+the rendered Roles/ClusterRoles bound to it — as an API server would — and the scenario still
+passes without a single 403: the example Collection → Ready, insert through pymilvus, a
+FlushRequest → Completed, the Collection deleted → gone."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+
+import attrs
+import kmock
+import kopf
+import numpy as np
+import pytest
+import yaml
+from pymilvus import MilvusClient
+
+from controllers import resources as R
+from tests.kmock_compat import KMockCompat
+from tests.test_chart import NS as RELEASE_NS
+from tests.test_chart import RELEASE, by_kind, render
+from controllers.kube import KubeClient
+from tests.kmock_compat import declare_crds
+from tests.test_controllers import COLL, FLUSH, SEGS, cfg, cond, obj, operators, start_operator  # noqa: F401
+from tests.util import eventually
+
+ROOT = Path(__file__).resolve().parents[1]
+NS = "default"
+ACCOUNT = f"{RELEASE}-operator"
+ADMIN_TOKEN = "cluster-admin"     # the test's own requests (a user applying manifests): not checked
+
+
+class Authorizer:
+    """RBAC's rule evaluation for one ServiceAccount over a set of rendered objects."""
+
+    def __init__(self, docs: list[dict], account: str, account_ns: str):
+        self.docs, self.subject = docs, {"kind": "ServiceAccount", "name": account, "namespace": account_ns}
+        self.denied: list[str] = []
+        self.allowed: set[tuple[str, str, str, str | None]] = set()
+
+    def _rules(self, namespace: str | None) -> list[dict]:
+        rules = []
+        for crb in by_kind(self.docs, "ClusterRoleBinding"):
+            if self.subject in crb["subjects"]:
+                rules += self._role("ClusterRole", crb["roleRef"]["name"], None)
+        if namespace is not None:
+            for rb in by_kind(self.docs, "RoleBinding"):
+                if rb["metadata"].get("namespace") == namespace and self.subject in rb["subjects"]:
+                    kind = rb["roleRef"]["kind"]
+                    rules += self._role(kind, rb["roleRef"]["name"], namespace if kind == "Role" else None)
+        return rules
+
+    def _role(self, kind: str, name: str, namespace: str | None) -> list[dict]:
+        for r in by_kind(self.docs, kind):
+            if r["metadata"]["name"] == name and r["metadata"].get("namespace") == namespace:
+                return r.get("rules") or []
+        return []
+
+    def allows(self, verb: str, group: str, resource: str, namespace: str | None, name: str | None) -> bool:
+        for rule in self._rules(namespace):
+            if ((group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", []))
+                    and (resource in rule.get("resources", []) or "*" in rule.get("resources", []))
+                    and (verb in rule.get("verbs", []) or "*" in rule.get("verbs", []))
+                    and (not rule.get("resourceNames") or (name is not None and name in rule["resourceNames"]))):
+                return True
+        return False
+
+
+def verb_of(request) -> str:
+    m = request.method.upper()
+    if m == "GET":
+        return "get" if request.name else ("watch" if (request.params or {}).get("watch") in ("true", "1") else "list")
+    if m == "DELETE":
+        return "delete" if request.name else "deletecollection"
+    return {"POST": "create", "PATCH": "patch", "PUT": "update"}[m]
+
+
+@attrs.define(kw_only=True)
+class RBACKMock(KMockCompat):
+    authorizer: Authorizer | None = attrs.field(default=None, init=False)
+
+    async def _handle_k8s(self, request):
+        res = request.resource
+        admin = (request.headers or {}).get("Authorization") == f"Bearer {ADMIN_TOKEN}"
+        if self.authorizer is not None and not admin and res is not None and res.plural is not None:
+            verb = verb_of(request)
+            plural = f"{res.plural}/{request.subresource}" if request.subresource else str(res.plural)
+            name = request.name if verb != "create" else None
+            if not self.authorizer.allows(verb, res.group or "", plural, request.namespace, name):
+                what = f"{verb} {res.group or 'core'}/{plural} {request.namespace or '(cluster)'}/{request.name or ''}"
+                self.authorizer.denied.append(what)
+                raise kmock.KubernetesError(status=403, reason="Forbidden", message=f"forbidden: {what}")
+            self.authorizer.allowed.add((verb, res.group or "", plural, request.namespace))
+        return await super()._handle_k8s(request)
+
+
+pytestmark = [pytest.mark.kmock(cls=RBACKMock), pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+async def kube(kmock):
+    """The test's client: a cluster admin (the operator talks without this token)."""
+    declare_crds(kmock)
+
+    async def login():
+        return kopf.ConnectionInfo(server=str(kmock.url), insecure=True, token=ADMIN_TOKEN)
+
+    client = KubeClient(login)
+    yield client
+    await client.close()
+
+
+def operator_client(kmock) -> KubeClient:
+    async def login():
+        return kopf.ConnectionInfo(server=str(kmock.url), insecure=True)
+
+    return KubeClient(login)
+
+
+def rendered() -> list[dict]:
+    return render({"operator": {"watchNamespaces": [NS]}})
+
+
+async def test_the_stand_in_answers_403_outside_the_rendered_roles(kmock, kube):
+    kmock.authorizer = auth = Authorizer(rendered(), ACCOUNT, RELEASE_NS)
+    body = {"metadata": {"name": "x", "namespace": NS}, "spec": {"segmentID": 1, "collectionID": 2, "channel": "c"}}
+    op = operator_client(kmock)
+    try:
+        await op.create(R.SEGMENT, NS, copy.deepcopy(body))                  # allowed in a served namespace
+        with pytest.raises(Exception) as exc:
+            await op.create(R.SEGMENT, "elsewhere", {**body, "metadata": {"name": "x", "namespace": "elsewhere"}})
+    finally:
+        await op.close()
+    assert "403" in str(exc.value) or "Forbidden" in str(exc.value)
+    await kube.create(R.SEGMENT, "elsewhere", {**body, "metadata": {"name": "x", "namespace": "elsewhere"}})  # admin
+    assert auth.denied == ["create kmilvus.io/segments elsewhere/"]
+    # Rules are per resource: the operator may not touch Secrets at all.
+    assert not auth.allows("get", "", "secrets", NS, "s3-creds")
+    assert auth.allows("patch", "kmilvus.io", "segments/status", NS, "x")
+    assert not auth.allows("patch", "kopf.dev", "kopfpeerings", NS, "someone-else")
+
+
+async def test_scenario_passes_within_the_rendered_rbac(kmock, kube, operators, node_factory):
+    docs = rendered()
+    kmock.authorizer = auth = Authorizer(docs, ACCOUNT, RELEASE_NS)
+    op_args = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == ACCOUNT)
+    args = op_args["spec"]["template"]["spec"]["containers"][0]["args"]
+    peering = args[args.index("--peering") + 1]
+    op = await start_operator(operators, namespaces=(NS,), peering=peering, sdk_namespace=NS)
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+
+    example = yaml.safe_load((ROOT / "crds" / "examples" / "collection.yaml").read_text())
+    await kube.create(R.COLLECTION, NS, example)
+    o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "Ready").get("status") == "True"
+                         and x, 30, "the example Collection Ready")
+    assert cond(o, "Stalled")["status"] == "False"
+
+    def insert() -> None:
+        c = MilvusClient(uri=data.uri)
+        try:
+            rng = np.random.default_rng(0)
+            c.insert("docs", [{"id": i, "vec": rng.random(128, dtype=np.float32).tolist(), "tag": f"t{i}",
+                               "meta": {"i": i}} for i in range(500)])
+        finally:
+            c.close()
+
+    await asyncio.to_thread(insert)
+    flush = yaml.safe_load((ROOT / "crds" / "examples" / "flushrequest.yaml").read_text())
+    await kube.create(R.FLUSHREQUEST, NS, flush)
+    await eventually(lambda: (x := obj(kmock, FLUSH, "flush-docs")) and x.get("status", {}).get("phase") == "Completed",
+                     30, "the FlushRequest Completed")
+    await eventually(lambda: obj(kmock, COLL, "docs")["status"].get("rows") == 500, 20, "status.rows")
+
+    await kube.delete(R.COLLECTION, NS, "docs")
+    await eventually(lambda: obj(kmock, COLL, "docs") is None, 30, "the Collection to go")
+    await eventually(lambda: not [k for k in list(kmock.objects) if k[0] == kmock.resource(SEGS)
+                                  and obj(kmock, SEGS, k[2])], 20, "its Segments to go")
+    assert not op.component("rootcoord").collections
+
+    assert auth.denied == []
+    # It really went through the check: the operator's own kinds of requests were authorized.
+    assert {("watch", "kmilvus.io", "collections", NS), ("patch", "kmilvus.io", "collections/status", NS),
+            ("create", "kmilvus.io", "segments", NS), ("patch", "kmilvus.io", "segments/status", NS),
+            ("create", "", "events", NS)} <= auth.allowed
