@@ -7,7 +7,16 @@ FlushRequest → Completed, the Collection deleted → gone."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import copy
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import attrs
@@ -25,6 +34,7 @@ from tests.test_chart import RELEASE, by_kind, render
 from controllers.kube import KubeClient
 from tests.kmock_compat import declare_crds
 from tests.test_controllers import COLL, FLUSH, SEGS, cfg, cond, obj, operators, start_operator  # noqa: F401
+from kmilvus.util.embedded import free_port
 from tests.util import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,3 +195,119 @@ async def test_scenario_passes_within_the_rendered_rbac(kmock, kube, operators, 
     assert {("watch", "kmilvus.io", "collections", NS), ("patch", "kmilvus.io", "collections/status", NS),
             ("create", "kmilvus.io", "segments", NS), ("patch", "kmilvus.io", "segments/status", NS),
             ("create", "", "events", NS)} <= auth.allowed
+
+
+# ------------------------------------------------------------------ Proxy and DataNode from pod specs
+def _expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion in env values and args ($$ escapes, unknown names stay)."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
+
+
+def container_process(docs: list[dict], cluster_objects: list[dict], workload: dict, pod_name: str) -> tuple:
+    """argv and environment of a workload's container exactly as its pod spec gives them:
+    image ENTRYPOINT `kmilvus` + args, envFrom ConfigMaps, then env (values with $(VAR),
+    fieldRef, secretKeyRef, configMapKeyRef), over the image's own variables."""
+    pod = workload["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    ns = workload["metadata"]["namespace"]
+    objs = docs + cluster_objects
+
+    def find(kind: str, name: str) -> dict:
+        found = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name
+                 and o["metadata"].get("namespace") == ns]
+        assert found, f"{kind} {ns}/{name} does not exist"
+        return found[0]
+
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR", "JAVA_HOME") if k in os.environ}
+    for src in c.get("envFrom") or []:
+        env.update(find("ConfigMap", src["configMapRef"]["name"])["data"])
+    fields = {"metadata.name": pod_name, "metadata.namespace": ns, "status.podIP": "127.0.0.1"}
+    for e in c.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = _expand(str(e["value"]), env)
+        elif ref := e["valueFrom"].get("fieldRef"):
+            env[e["name"]] = fields[ref["fieldPath"]]
+        elif ref := e["valueFrom"].get("secretKeyRef"):
+            env[e["name"]] = base64.b64decode(find("Secret", ref["name"])["data"][ref["key"]]).decode()
+        elif ref := e["valueFrom"].get("configMapKeyRef"):
+            env[e["name"]] = find("ConfigMap", ref["name"])["data"][ref["key"]]
+    argv = [str(Path(sys.executable).with_name("kmilvus"))] + [_expand(a, env) for a in c.get("args") or []]
+    return argv, env
+
+
+async def test_proxy_and_datanode_run_from_their_rendered_pod_specs(kmock, kube, cfg, operators, etcd_endpoint,
+                                                                    nats_url, moto_endpoint, root, tmp_path,
+                                                                    monkeypatch):
+    """The chart rendered for external etcd/NATS/S3 (with a Secret); the Proxy and the DataNode
+    run as processes with exactly their pod specs' args and environment; the operator (in
+    process, under the rendered RBAC) serves the example Collection and a FlushRequest."""
+    monkeypatch.setenv("KMILVUS_TEST_ONLY", "the test's own environment")
+    port = free_port()
+    storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
+    values = {"cluster": root, "operator": {"watchNamespaces": [NS]},
+              "externalEtcd": {"endpoint": etcd_endpoint}, "externalNats": {"url": nats_url},
+              "storage": {"uri": storage_uri, "existingSecret": "s3-creds",
+                          "accessKeyIdKey": "access", "secretAccessKeyKey": "secret"},
+              "proxy": {"port": port, "metricsPort": free_port()}, "datanode": {"metricsPort": free_port()}}
+    docs = render(values)
+    user = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds", "namespace": RELEASE_NS},
+             "data": {"access": base64.b64encode(b"testing").decode(),
+                      "secret": base64.b64encode(b"testing").decode()}}]
+    kmock.authorizer = auth = Authorizer(docs, ACCOUNT, RELEASE_NS)
+    cm = next(d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == f"{RELEASE}-config")["data"]
+    cfg.storage_uri = cm["KMILVUS_STORAGE_URI"]     # the operator's Config, as its ConfigMap says
+    op = await start_operator(operators, namespaces=(NS,), peering=RELEASE, sdk_namespace=NS)
+    assert op.cfg.cluster == cm["KMILVUS_CLUSTER"] == root
+
+    procs = []
+    try:
+        for kind, name in (("StatefulSet", f"{RELEASE}-datanode"), ("Deployment", f"{RELEASE}-proxy")):
+            w = next(d for d in by_kind(docs, kind) if d["metadata"]["name"] == name)
+            argv, env = container_process(docs, user, w, f"{name}-0")
+            assert "KMILVUS_TEST_ONLY" not in env and env["AWS_ACCESS_KEY_ID"] == "testing"
+            log = open(tmp_path / f"{name}.log", "wb")
+            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+
+        def serving() -> bool:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+            return False
+
+        await eventually(lambda: serving() or any(p.poll() is not None for p in procs), 60, "the Proxy port")
+        assert all(p.poll() is None for p in procs), [(tmp_path / f).read_text()[-2000:]
+                                                     for f in os.listdir(tmp_path) if f.endswith(".log")]
+
+        example = yaml.safe_load((ROOT / "crds" / "examples" / "collection.yaml").read_text())
+        await kube.create(R.COLLECTION, NS, example)
+        await eventually(lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "Ready").get("status") == "True",
+                         30, "the example Collection Ready")
+
+        def insert() -> None:
+            c = MilvusClient(uri=f"http://127.0.0.1:{port}")
+            try:
+                rng = np.random.default_rng(0)
+                c.insert("docs", [{"id": i, "vec": rng.random(128, dtype=np.float32).tolist(), "tag": f"t{i}",
+                                   "meta": {"i": i}} for i in range(300)])
+            finally:
+                c.close()
+
+        await asyncio.to_thread(insert)
+        await kube.create(R.FLUSHREQUEST, NS, yaml.safe_load((ROOT / "crds" / "examples" / "flushrequest.yaml")
+                                                             .read_text()))
+        await eventually(lambda: (x := obj(kmock, FLUSH, "flush-docs"))
+                         and x.get("status", {}).get("phase") == "Completed", 60, "the FlushRequest Completed")
+        await eventually(lambda: obj(kmock, COLL, "docs")["status"].get("rows") == 300, 20, "status.rows")
+        await kube.delete(R.COLLECTION, NS, "docs")
+        await eventually(lambda: obj(kmock, COLL, "docs") is None, 30, "the Collection to go")
+        assert auth.denied == []
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(20)
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
