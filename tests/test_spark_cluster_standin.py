@@ -132,9 +132,9 @@ class PodEnvRunner(LocalSparkRunner):
 class SparkOperatorStandIn:
     """Kubeflow's spark-operator, as far as a SparkApplication's pods are concerned."""
 
-    def __init__(self, kmock, cluster: ClusterObjects, work_dir):
+    def __init__(self, kmock, cluster: ClusterObjects, work_dir, kube=None):
         self.kmock, self.cluster = kmock, cluster
-        self.kube = client_for(kmock)
+        self.kube = kube or client_for(kmock)     # the spark-operator's own credentials
         self.runner = PodEnvRunner(master="local[2]", work_dir=str(work_dir))
         self.seen: set[tuple[str, str]] = set()
         self.tasks: list[asyncio.Task] = []
@@ -193,8 +193,8 @@ class SparkOperatorStandIn:
 
 
 @contextlib.asynccontextmanager
-async def standin(kmock, cluster: ClusterObjects, work_dir):
-    op = SparkOperatorStandIn(kmock, cluster, work_dir)
+async def standin(kmock, cluster: ClusterObjects, work_dir, kube=None):
+    op = SparkOperatorStandIn(kmock, cluster, work_dir, kube)
     task = asyncio.create_task(op.run())
     try:
         yield op
