@@ -153,18 +153,23 @@ async def test_the_stand_in_answers_403_outside_the_rendered_roles(kmock, kube):
     assert not auth.allows("patch", "kopf.dev", "kopfpeerings", NS, "someone-else")
 
 
-async def test_scenario_passes_within_the_rendered_rbac(kmock, kube, operators, node_factory):
-    docs = rendered()
+@pytest.mark.parametrize("served", [[NS], ["team-a", "team-b"]], ids=["one-namespace", "multi-namespace"])
+async def test_scenario_passes_within_the_rendered_rbac(kmock, kube, operators, node_factory, served):
+    docs = render({"operator": {"watchNamespaces": served}})
     kmock.authorizer = auth = Authorizer(docs, ACCOUNT, RELEASE_NS)
     op_args = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == ACCOUNT)
     args = op_args["spec"]["template"]["spec"]["containers"][0]["args"]
-    peering = args[args.index("--peering") + 1]
-    op = await start_operator(operators, namespaces=(NS,), peering=peering, sdk_namespace=NS)
+    flags = lambda f: [args[i + 1] for i, a in enumerate(args) if a == f]  # noqa: E731
+    assert flags("--namespace") == served
+    op = await start_operator(operators, namespaces=tuple(flags("--namespace")), peering=flags("--peering")[0],
+                              sdk_namespace=flags("--sdk-namespace")[0])
     data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    ns = served[-1]                      # with several: not the first (the SDK namespace)
 
     example = yaml.safe_load((ROOT / "crds" / "examples" / "collection.yaml").read_text())
-    await kube.create(R.COLLECTION, NS, example)
-    o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "Ready").get("status") == "True"
+    example["metadata"]["namespace"] = ns
+    await kube.create(R.COLLECTION, ns, example)
+    o = await eventually(lambda: (x := obj(kmock, COLL, "docs", ns)) and cond(x, "Ready").get("status") == "True"
                          and x, 30, "the example Collection Ready")
     assert cond(o, "Stalled")["status"] == "False"
 
@@ -179,22 +184,23 @@ async def test_scenario_passes_within_the_rendered_rbac(kmock, kube, operators, 
 
     await asyncio.to_thread(insert)
     flush = yaml.safe_load((ROOT / "crds" / "examples" / "flushrequest.yaml").read_text())
-    await kube.create(R.FLUSHREQUEST, NS, flush)
-    await eventually(lambda: (x := obj(kmock, FLUSH, "flush-docs")) and x.get("status", {}).get("phase") == "Completed",
-                     30, "the FlushRequest Completed")
-    await eventually(lambda: obj(kmock, COLL, "docs")["status"].get("rows") == 500, 20, "status.rows")
+    flush["metadata"]["namespace"] = ns
+    await kube.create(R.FLUSHREQUEST, ns, flush)
+    await eventually(lambda: (x := obj(kmock, FLUSH, "flush-docs", ns))
+                     and x.get("status", {}).get("phase") == "Completed", 30, "the FlushRequest Completed")
+    await eventually(lambda: obj(kmock, COLL, "docs", ns)["status"].get("rows") == 500, 20, "status.rows")
 
-    await kube.delete(R.COLLECTION, NS, "docs")
-    await eventually(lambda: obj(kmock, COLL, "docs") is None, 30, "the Collection to go")
+    await kube.delete(R.COLLECTION, ns, "docs")
+    await eventually(lambda: obj(kmock, COLL, "docs", ns) is None, 30, "the Collection to go")
     await eventually(lambda: not [k for k in list(kmock.objects) if k[0] == kmock.resource(SEGS)
-                                  and obj(kmock, SEGS, k[2])], 20, "its Segments to go")
+                                  and obj(kmock, SEGS, k[2], k[1])], 20, "its Segments to go")
     assert not op.component("rootcoord").collections
 
     assert auth.denied == []
     # It really went through the check: the operator's own kinds of requests were authorized.
-    assert {("watch", "kmilvus.io", "collections", NS), ("patch", "kmilvus.io", "collections/status", NS),
-            ("create", "kmilvus.io", "segments", NS), ("patch", "kmilvus.io", "segments/status", NS),
-            ("create", "", "events", NS)} <= auth.allowed
+    assert {("watch", "kmilvus.io", "collections", ns), ("patch", "kmilvus.io", "collections/status", ns),
+            ("create", "kmilvus.io", "segments", ns), ("patch", "kmilvus.io", "segments/status", ns),
+            ("create", "", "events", ns)} <= auth.allowed
 
 
 # ------------------------------------------------------------------ Proxy and DataNode from pod specs
