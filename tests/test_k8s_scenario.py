@@ -5,7 +5,7 @@ its rendered Deployment) under the rendered RBAC (403 otherwise); SparkApplicati
 spark-operator stand-in with only what their spec provides. Apply the example Collection →
 Ready; insert through pymilvus; FlushRequest → Completed; bulk import (SparkApplication) → rows
 counted; compaction (SparkApplication) → fewer Segments; delete the Collection → its etcd keys,
-binlogs, Segments and SparkApplications gone."""
+binlogs, stream consumers, Segments and SparkApplications gone."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from pymilvus import MilvusClient, connections, utility
 from controllers import resources as R
 from controllers.kube import KubeClient
 from kmilvus.meta import catalog
+from kmilvus.msgstream import MsgStream
 from kmilvus.storage import paths
 from kmilvus.storage.objectstore import ObjectStore
 from kmilvus.util.embedded import free_port
@@ -56,6 +57,10 @@ def rows(start: int, n: int) -> list[dict]:
     rng = np.random.default_rng(start)
     return [{"id": i, "vec": rng.random(DIM, dtype=np.float32).tolist(), "tag": f"t{i}", "meta": {"i": i}}
             for i in range(start, start + n)]
+
+
+async def _no_consumers(stream: MsgStream, vchannels: list[str]) -> bool:
+    return not [n for v in vchannels for n in await stream.consumer_names(v)]
 
 
 async def test_collection_lifecycle_as_kubernetes_runs_it(kmock, kube, cfg, operators, etcd_endpoint, nats_url,
@@ -159,6 +164,8 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(kmock, kube, cfg, oper
                 connections.disconnect(alias)
 
         # Delete the Collection → everything it owned is gone.
+        stream = await MsgStream.connect(nats_url, root)
+        assert not await _no_consumers(stream, vchannels)   # the DataNode process consumes them now
         await kube.delete(R.COLLECTION, NS, "docs")
         await eventually(lambda: obj(kmock, COLL, "docs") is None, 60, "the Collection to go")
         await eventually(lambda: not segments(), 30, "its Segments to go")
@@ -170,6 +177,13 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(kmock, kube, cfg, oper
         store = ObjectStore.from_uri(storage_uri)
         for prefix in (paths.insert_log_prefix(cid), paths.ddl_prefix(cid), paths.stats_log_prefix(cid)):
             assert await asyncio.to_thread(store.list_sync, prefix) == [], prefix
+        try:   # the DataNode process's consumers of the collection's channels are gone too
+            async def consumers_gone() -> bool:
+                return await _no_consumers(stream, vchannels)
+
+            await eventually(consumers_gone, 30, "the stream consumers to go")
+        finally:
+            await stream.close()
         assert auth.denied == []
         client.close()
     finally:
