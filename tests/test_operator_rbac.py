@@ -317,3 +317,72 @@ async def test_proxy_and_datanode_run_from_their_rendered_pod_specs(kmock, kube,
                 p.wait(20)
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
+
+
+def kubeconfig(path: Path, url: str) -> Path:
+    """What the kubelet's service-account token mount gives a pod: the API server's address and
+    the account's credentials (here: no token, so every request is the operator's)."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "pod",
+        "clusters": [{"name": "c", "cluster": {"server": url, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "operator", "user": {}}],
+        "contexts": [{"name": "pod", "context": {"cluster": "c", "user": "operator"}}]}))
+    return path
+
+
+async def test_operator_process_from_its_pod_spec(kmock, kube, node_factory, etcd_endpoint, nats_url,
+                                                  moto_endpoint, root, tmp_path, monkeypatch):
+    """The operator as a process with exactly its rendered container (args, ConfigMap, Secret
+    env, the spark_* settings), plus the API address a pod gets from its service account, under
+    the rendered RBAC: the example Collection → Ready, a FlushRequest → Completed, delete → gone."""
+    monkeypatch.setenv("KMILVUS_TEST_ONLY", "the test's own environment")
+    storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
+    docs = render({"cluster": root, "operator": {"watchNamespaces": [NS], "healthPort": free_port(),
+                                                 "metricsPort": free_port()},
+                   "externalEtcd": {"endpoint": etcd_endpoint}, "externalNats": {"url": nats_url},
+                   "storage": {"uri": storage_uri, "existingSecret": "s3-creds",
+                               "accessKeyIdKey": "access", "secretAccessKeyKey": "secret"}})
+    user = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds", "namespace": RELEASE_NS},
+             "data": {"access": base64.b64encode(b"testing").decode(),
+                      "secret": base64.b64encode(b"testing").decode()}}]
+    kmock.authorizer = auth = Authorizer(docs, ACCOUNT, RELEASE_NS)
+    w = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == ACCOUNT)
+    argv, env = container_process(docs, user, w, f"{ACCOUNT}-0")
+    assert env["KMILVUS_SPARK_RUNNER"] == "sparkapplication" and "KMILVUS_TEST_ONLY" not in env
+    env["KUBECONFIG"] = str(kubeconfig(tmp_path / "kubeconfig", str(kmock.url)))
+    log = open(tmp_path / "operator.log", "wb")
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"), storage_uri=storage_uri)
+        example = yaml.safe_load((ROOT / "crds" / "examples" / "collection.yaml").read_text())
+        await kube.create(R.COLLECTION, NS, example)
+        await eventually(lambda: ((x := obj(kmock, COLL, "docs")) and cond(x, "Ready").get("status") == "True")
+                         or proc.poll() is not None, 90, "the example Collection Ready")
+        assert proc.poll() is None, (tmp_path / "operator.log").read_text()[-3000:]
+
+        def insert() -> None:
+            c = MilvusClient(uri=data.uri)
+            try:
+                rng = np.random.default_rng(0)
+                c.insert("docs", [{"id": i, "vec": rng.random(128, dtype=np.float32).tolist(), "tag": f"t{i}",
+                                   "meta": {"i": i}} for i in range(200)])
+            finally:
+                c.close()
+
+        await asyncio.to_thread(insert)
+        await kube.create(R.FLUSHREQUEST, NS, yaml.safe_load((ROOT / "crds" / "examples" / "flushrequest.yaml")
+                                                             .read_text()))
+        await eventually(lambda: (x := obj(kmock, FLUSH, "flush-docs"))
+                         and x.get("status", {}).get("phase") == "Completed", 60, "the FlushRequest Completed")
+        await eventually(lambda: obj(kmock, COLL, "docs")["status"].get("rows") == 200, 30, "status.rows")
+        await kube.delete(R.COLLECTION, NS, "docs")
+        await eventually(lambda: obj(kmock, COLL, "docs") is None, 60, "the Collection to go")
+        assert auth.denied == []
+        assert ("patch", "kmilvus.io", "collections/status", NS) in auth.allowed
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
