@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+import tomllib
 from pathlib import Path
 
 from kmilvus.config import Config
@@ -89,5 +90,7 @@ def test_spark_image_version_is_the_tested_pyspark_and_the_spec_version():
     from kmilvus.spark import application
 
     assert _dockerfile_spark_version() == application.SPARK_VERSION == pyspark.__version__
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert [d for d in deps if d.startswith("pyspark")] == [f"pyspark=={application.SPARK_VERSION}"]
     app = application.build_application("compact", {"kind": "compact"}, name="kmilvus-compact-1-2")
     assert app["spec"]["sparkVersion"] == application.SPARK_VERSION
