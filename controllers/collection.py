@@ -262,6 +262,8 @@ async def reconcile(body, memo, patch, logger, **_):
     if out.delete_resource:
         await rt.kube.delete(R.COLLECTION, ns, name)
         return
+    if "conditions" in out.status:
+        out.status["conditions"] = conditions.with_kstatus(out.status["conditions"], _gen)
     delta = _status_delta(dict(body.get("status") or {}), out.status)
     if delta:
         patch.status.update(delta)
@@ -375,6 +377,8 @@ async def _reconverge(rt: Runtime, body) -> None:
                 await delete_segments(rt, ns, cid)
             await rt.kube.delete(R.COLLECTION, ns, name)
             return
+        if "conditions" in out.status:
+            out.status["conditions"] = conditions.with_kstatus(out.status["conditions"], _gen)
         delta = _status_delta(dict(body.get("status") or {}), out.status)
         if delta:
             await rt.kube.patch(R.COLLECTION, ns, name, {"status": delta}, status=True)

@@ -45,3 +45,23 @@ def set_condition(conditions: list[dict] | None, ctype: str, status: bool | str,
 
 def changed(old: list[dict] | None, new: list[dict] | None) -> bool:
     return (old or []) != (new or [])
+
+
+def with_kstatus(conds: list[dict] | None, generation: int | None) -> list[dict]:
+    """Add kstatus' abnormal-true conditions (what Flux and Argo CD read) derived from `Ready`
+    and `SchemaSynced`: `Stalled` True when the spec cannot be reached (a failed Ready, a refused
+    spec change), `Reconciling` True while Ready is not settled yet, both False when current."""
+    ready, synced = get(conds, "Ready"), get(conds, "SchemaSynced")
+    failed = next((c for c in (synced, ready) if c and c.get("status") == "False"), None)
+    out = list(conds or [])
+    if failed is not None:
+        out, _ = set_condition(out, "Stalled", True, failed["reason"], failed.get("message", ""), generation)
+        out, _ = set_condition(out, "Reconciling", False, "Stalled", "", generation)
+    elif ready is not None and ready.get("status") == "True":
+        out, _ = set_condition(out, "Stalled", False, "Ready", "", generation)
+        out, _ = set_condition(out, "Reconciling", False, "Ready", "", generation)
+    else:
+        out, _ = set_condition(out, "Reconciling", True, "Progressing", "the collection is being reconciled",
+                               generation)
+        out, _ = set_condition(out, "Stalled", False, "Progressing", "", generation)
+    return out

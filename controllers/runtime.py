@@ -118,7 +118,8 @@ class Runtime:
             return None
         from controllers.spark_runner import SparkApplicationRunner
 
-        return SparkApplicationRunner(self.kube, self.cfg.spark_namespace)
+        # Each application goes to its Collection's namespace (one of the served ones).
+        return SparkApplicationRunner(self.kube, self.opts.namespaces or None)
 
     async def _start(self, why: str) -> None:
         await self._wait_for_handover()

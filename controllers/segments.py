@@ -5,12 +5,15 @@ alone — at most every `segment_rows_interval` seconds; it is deleted when Data
 the segment (dropped, compacted away, or its collection dropped). The Collection's status gets the
 row count and the segment counts by state on the same schedule.
 
-Segments carry their data in `spec` (identity) and `status` (what DataCoord reports) without a
-status subresource, so one POST creates a complete object.
+Segments carry their identity in `spec` and what DataCoord reports in the `status` subresource
+(Kubernetes' convention for observed state): the API server drops `status` from a POST and from
+patches of the main resource, so a Segment is created, then its status is written through
+`/status`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -20,9 +23,12 @@ from controllers import conditions, metrics
 from controllers import resources as R
 from controllers.kube import Conflict, NotFound
 from controllers.schema import label_value
+from kmilvus.util.merr import MilvusError
 
 log = logging.getLogger("kmilvus.operator.segments")
 STATE = common_pb2.SegmentState
+IMPORT = common_pb2.ImportState
+COMPACTION = common_pb2.CompactionState
 MIRRORED = {STATE.Growing: "Growing", STATE.Sealed: "Sealed", STATE.Flushing: "Flushing",
             STATE.Flushed: "Flushed", STATE.Importing: "Importing"}
 
@@ -104,20 +110,21 @@ class SegmentMirror:
             },
             "spec": {"segmentID": info.ID, "collection": (self.body.get("status") or {}).get("name", ""),
                      "collectionID": cid, "partitionID": info.partitionID, "channel": info.insert_channel},
-            "status": {**status, "lastUpdateTime": conditions.now_iso()},
         }
         try:
             await self.rt.kube.create(R.SEGMENT, self.ns, body)
             metrics.SEGMENT_WRITES.labels("create").inc()
-        except Conflict:  # left from before a restart: bring it up to date
-            await self.rt.kube.patch(R.SEGMENT, self.ns, body["metadata"]["name"], {"status": body["status"]})
-            metrics.SEGMENT_WRITES.labels("patch").inc()
+        except Conflict:  # left from before a restart: its status is brought up to date below
+            pass
+        await self.rt.kube.patch(R.SEGMENT, self.ns, body["metadata"]["name"],
+                                 {"status": {**status, "lastUpdateTime": conditions.now_iso()}}, status=True)
+        metrics.SEGMENT_WRITES.labels("patch").inc()
         self.written[info.ID] = (status, time.monotonic())
 
     async def _patch(self, sid: int, status: dict) -> None:
         try:
             await self.rt.kube.patch(R.SEGMENT, self.ns, segment_name(self.name, sid),
-                                     {"status": {**status, "lastUpdateTime": conditions.now_iso()}})
+                                     {"status": {**status, "lastUpdateTime": conditions.now_iso()}}, status=True)
             metrics.SEGMENT_WRITES.labels("patch").inc()
             self.written[sid] = (status, time.monotonic())
         except NotFound:
@@ -130,19 +137,51 @@ class SegmentMirror:
             if key in counts:
                 counts[key] += 1
         rows = sum(i.num_of_rows for i in infos if i.state == STATE.Flushed)
-        new = {"rows": rows, "segments": counts}
+        new = {"rows": rows, "segments": counts, **await job_status(self.rt, cid)}
         status = self.body.get("status") or {}
-        seen = {"rows": status.get("rows"), "segments": status.get("segments")}
+        seen = {k: status.get(k) for k in new}
         if seen == new:
             return
         # What we wrote last counts until kopf's view of the resource catches up with it.
         basis, last = self.coll_written if self.coll_written else (seen, 0.0)
         if basis == new and now - last < 5.0:
             return
-        if basis.get("segments") == new["segments"] and now - last < self.rt.opts.segment_rows_interval:
+        if {k: v for k, v in basis.items() if k != "rows"} == {k: v for k, v in new.items() if k != "rows"} \
+                and now - last < self.rt.opts.segment_rows_interval:
             return   # rows alone: bounded rate
         await self.rt.kube.patch(R.COLLECTION, self.ns, self.name, {"status": new}, status=True)
         self.coll_written = (new, now)
+
+
+async def job_status(rt, cid: int) -> dict:
+    """`imports` / `compactions` of the Collection status, from DataCoord's public job RPCs
+    (ListImportJobs, GetCompactionJobs); {} for a kind DataCoord cannot answer for now."""
+    co = await rt.coordinators()
+    out: dict = {}
+    with contextlib.suppress(MilvusError):   # DataCoord cannot answer now: the status keeps its last value
+        jobs = sorted(await co.import_jobs(cid), key=lambda j: (j.create_ts, j.jobID))
+        done = (IMPORT.ImportCompleted, IMPORT.ImportFailed, IMPORT.ImportFailedAndCleaned)
+        out["imports"] = {
+            "running": sum(j.state not in done for j in jobs), "total": len(jobs),
+            "rowsImported": sum(j.row_count for j in jobs if j.state == IMPORT.ImportCompleted)}
+        if jobs:
+            j = jobs[-1]
+            out["imports"]["last"] = _drop_empty({
+                "jobID": j.jobID, "state": IMPORT.Name(j.state), "rows": j.row_count,
+                "sparkApplication": j.app_name, "reason": j.reason[:4096]})
+    with contextlib.suppress(MilvusError):
+        jobs = sorted(await co.compaction_jobs(cid), key=lambda j: j.compactionID)
+        out["compactions"] = {"running": sum(j.state == COMPACTION.Executing for j in jobs), "total": len(jobs)}
+        if jobs:
+            j = jobs[-1]
+            out["compactions"]["last"] = _drop_empty({
+                "compactionID": j.compactionID, "state": COMPACTION.Name(j.state), "plans": len(j.plans),
+                "sparkApplication": j.app_name, "reason": j.reason[:4096]})
+    return out
+
+
+def _drop_empty(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v not in ("", None)}
 
 
 async def delete_segments(rt, namespace: str, collection_id: int) -> int:

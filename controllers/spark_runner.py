@@ -17,7 +17,7 @@ import asyncio
 import copy
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from controllers import resources as R
 from controllers.kube import Conflict, KubeClient, NotFound, Resource
@@ -37,18 +37,21 @@ OwnerLookup = Callable[[dict], Awaitable[dict | None]]
 class SparkApplicationRunner(JobRunner):
     """Runs applications as SparkApplication resources through `kube` (a `KubeClient`).
 
-    `namespace`: where the resources go (default: the app's own `metadata.namespace`, i.e.
-    `cfg.spark_namespace`). The owning Collection is looked up in that namespace (ownerReferences
-    cannot cross namespaces) by its `status.collectionID` == the job's collection ID, unless
-    `owner_for(app)` is given. No Collection resource → the application is created unowned.
+    An application goes to the namespace of the Collection resource that owns it (ownerReferences
+    cannot cross namespaces, and the chart gives the driver's service account, Role and S3 Secret
+    to every served namespace). The owner is the Collection whose `status.collectionID` is the
+    job's collection ID, looked up in `namespaces` (the served ones; None = cluster-wide), unless
+    `owner_for(app)` is given. No Collection resource → the application is created unowned in
+    its own `metadata.namespace` (`cfg.spark_namespace`).
     `cancel_wait`: how long `cancel` waits for the resource to disappear.
     """
 
-    def __init__(self, kube: KubeClient, namespace: str | None = None, *,
+    def __init__(self, kube: KubeClient, namespaces: str | Sequence[str] | None = None, *,
                  owner_for: OwnerLookup | None = None, cancel_wait: float = 30.0,
                  poll: float = 0.2):
         self.kube = kube
-        self.namespace = namespace
+        self.namespaces: tuple[str, ...] | None = (
+            (namespaces,) if isinstance(namespaces, str) else tuple(namespaces) if namespaces else None)
         self.owner_for = owner_for or self._find_collection
         self.cancel_wait = cancel_wait
         self.poll = poll
@@ -58,8 +61,10 @@ class SparkApplicationRunner(JobRunner):
         coll_id = _collection_id(app)
         if coll_id is None:
             return None
-        ns = app["metadata"]["namespace"]
-        for item in await self.kube.list(R.COLLECTION, ns):
+        items: list[dict] = []
+        for ns in self.namespaces or (None,):
+            items += await self.kube.list(R.COLLECTION, ns)
+        for item in items:
             cid = (item.get("status") or {}).get("collectionID")
             if cid is not None and str(cid) == str(coll_id) and not item["metadata"].get("deletionTimestamp"):
                 return item
@@ -74,11 +79,12 @@ class SparkApplicationRunner(JobRunner):
         app = copy.deepcopy(app)
         application.validate_application(app)
         meta = app["metadata"]
-        meta["namespace"] = ns = self.namespace or meta.get("namespace") or "default"
+        ns = meta.get("namespace") or "default"
         labels = meta.setdefault("labels", {})
         owner = await self.owner_for(app)
         if owner:
             om = owner.get("metadata", owner)
+            ns = om.get("namespace") or ns
             meta["ownerReferences"] = [application.collection_owner(om["name"], om["uid"])]
             labels[R.LABEL_COLLECTION] = label_value(om["name"])
         else:
@@ -87,6 +93,7 @@ class SparkApplicationRunner(JobRunner):
                 labels[R.LABEL_COLLECTION] = label_value(str(name))
             log.warning("no Collection resource owns SparkApplication %s/%s (collection %s): created unowned",
                         ns, meta["name"], _collection_id(app))
+        meta["namespace"] = ns
         labels.setdefault(R.LABEL_MANAGED_BY, R.MANAGED_BY)
         app.pop("status", None)
         try:

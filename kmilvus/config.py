@@ -53,7 +53,16 @@ class Config:
     spark_submit: str = ""                   # path of spark-submit ("" = the venv's / pyspark's)
     spark_work_dir: str = ""                 # local runs' work dirs ("" = $TMPDIR/kmilvus-spark)
     spark_image: str = "kmilvus/kmilvus-spark:0.1.0"
+    spark_image_pull_policy: str = "IfNotPresent"
+    spark_version: str = ""                  # Spark of spark_image ("" = application.SPARK_VERSION)
+    # SparkApplications go to their Collection resource's namespace; this one when none owns them.
     spark_namespace: str = "default"
+    spark_service_account: str = "kmilvus-spark"   # the driver's (creates executor pods)
+    # S3 credentials of Spark drivers and executors: a Secret in the application's namespace,
+    # referenced by secretKeyRef ("" = ambient credentials: IRSA / workload identity).
+    spark_s3_secret_name: str = ""
+    spark_s3_access_key_id_key: str = "AWS_ACCESS_KEY_ID"
+    spark_s3_secret_access_key_key: str = "AWS_SECRET_ACCESS_KEY"
     spark_driver_memory: str = "1g"
     spark_executor_memory: str = "1g"
     spark_executor_instances: int = 1

@@ -8,6 +8,8 @@ Adds what kopf relies on and KMock 0.8 lacks (see shared/TOOLING.md):
   report the current resourceVersion;
 - 201 for creates; 422 when a JSON-patch `test` fails (kopf's optimistic finalizer patch);
 - a deletionTimestamp set on an object with finalizers gets a new resourceVersion;
+- the status subresource as the API server has it: for a resource declaring it, a create and a
+  patch of the main resource drop `status`, a patch of `/status` changes only `status`;
 - request matching that does not slow down with every request served (see `_handle`); all
   requests are kept in `.log`.
 """
@@ -88,6 +90,8 @@ class KMockCompat(kmock.KubernetesEmulator):
         if request.resource is None or act not in (enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE):
             return await super()._handle(request)
         async with self._mutex:   # one mutation at a time: the previews below stay true
+            if act in (enums.action.CREATE, enums.action.UPDATE) and self._has_status(request.resource):
+                _split_status(request, act)
             if act == enums.action.CREATE and isinstance(request.data, dict):
                 meta = request.data.setdefault("metadata", {})
                 if not meta.get("name") and meta.get("generateName"):
@@ -111,6 +115,12 @@ class KMockCompat(kmock.KubernetesEmulator):
         if act == enums.action.CREATE and rsp.status == 200 and not rsp.prepared:
             rsp.set_status(201)
         return rsp
+
+    def _has_status(self, resource) -> bool:
+        try:
+            return "status" in self._resources[resource].subresources
+        except (KeyError, LookupError, TypeError):
+            return False
 
     def _stamp_patch(self, request, obj) -> None:
         before = copy.deepcopy(obj.raw)
@@ -154,6 +164,25 @@ class KMockCompat(kmock.KubernetesEmulator):
                     yield ev
         finally:
             await bus.unmark(marker)
+
+
+def _split_status(request, act) -> None:
+    """Keep only what this endpoint may change: `status` through /status, the rest elsewhere."""
+    on_status = act == enums.action.UPDATE and request.subresource == "status"
+    data = request.data
+    if isinstance(data, dict):
+        if on_status:
+            for key in [k for k in data if k not in ("status", "metadata")]:
+                del data[key]
+            meta = data.get("metadata")
+            if isinstance(meta, dict):   # resourceVersion preconditions stay; nothing else changes
+                data["metadata"] = {k: v for k, v in meta.items() if k == "resourceVersion"}
+        else:
+            data.pop("status", None)
+    elif isinstance(data, list):
+        data[:] = [op for op in data
+                   if (str(op.get("path", "")).startswith("/status") == on_status)
+                   or (on_status and op.get("op") == "test")]
 
 
 def _matches(request, ev) -> bool:

@@ -195,7 +195,8 @@ def test_rendered_objects_are_namespaced_to_the_release(scenario):
     for obj in docs:
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"]
-        elif obj["kind"] in ("Role", "RoleBinding", "KopfPeering") or obj["metadata"]["name"] == "kmilvus-spark":
+        elif obj["kind"] in ("Role", "RoleBinding", "KopfPeering") or obj["metadata"]["name"] in (
+                "kmilvus-spark", f"{RELEASE}-minio") and obj["kind"] in ("ServiceAccount", "Secret"):
             assert obj["metadata"]["namespace"] in served
         else:
             assert obj["metadata"]["namespace"] == NS, f"{obj['kind']}/{obj['metadata']['name']}"
@@ -538,6 +539,78 @@ def test_spark_driver_rbac():
     assert env["KMILVUS_SPARK_IMAGE"] == "kmilvus/kmilvus-spark:0.1.0"
 
 
+def _operator_config(docs, monkeypatch):
+    """The operator's Config from exactly its rendered container: plain env values + ConfigMap."""
+    from kmilvus.config import Config
+
+    c = one(docs, "Deployment", f"{RELEASE}-operator")["spec"]["template"]["spec"]["containers"][0]
+    for key, value in one(docs, "ConfigMap", f"{RELEASE}-config")["data"].items():
+        monkeypatch.setenv(key, value)
+    for e in c["env"]:
+        if e["name"].startswith("KMILVUS_SPARK_"):
+            assert "value" in e, f"{e['name']} must be a plain value"
+            monkeypatch.setenv(e["name"], e["value"])
+    return Config.from_env(), {e["name"]: e for e in c["env"]}
+
+
+def _allows(docs, ns: str, account: str, verb: str, resource: str) -> bool:
+    """Whether a RoleBinding in `ns` grants ServiceAccount ns/account `verb` on core `resource`."""
+    for rb in by_kind(docs, "RoleBinding"):
+        if rb["metadata"]["namespace"] != ns or rb["roleRef"]["kind"] != "Role":
+            continue
+        if {"kind": "ServiceAccount", "name": account, "namespace": ns} not in rb["subjects"]:
+            continue
+        role = one([r for r in by_kind(docs, "Role") if r["metadata"]["namespace"] == ns], "Role",
+                   rb["roleRef"]["name"])
+        if any("" in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in role["rules"]):
+            return True
+    return False
+
+
+SPARK_SCENARIOS = {**SCENARIOS, "multi-namespace+minio": {**IN_CHART, **MULTI_NS},
+                   "cluster-wide+spark": {**CLUSTER_WIDE, "spark": {"namespaces": ["team-c"]}}}
+
+
+@pytest.mark.parametrize("name", sorted(set(SPARK_SCENARIOS) - {"cluster-wide"}))
+def test_spark_applications_get_what_the_chart_provides(name, monkeypatch):
+    """An application built from the operator's rendered settings, placed in any served
+    namespace (its Collection's), names a driver account that exists there with the Role it
+    needs, the chart's Spark image, and the operator's own S3 Secret by secretKeyRef."""
+    from kmilvus.spark import application
+
+    values = copy.deepcopy(SPARK_SCENARIOS[name])
+    docs = render(values)
+    cfg, op_env = _operator_config(docs, monkeypatch)
+    served = (values.get("operator", {}).get("watchNamespaces") or [NS]) + \
+        values.get("spark", {}).get("namespaces", [])
+    assert cfg.spark_runner == "sparkapplication" and cfg.spark_namespace in served
+    app = application.from_config("import", {"job_id": 1, "collection_id": 2}, "kmilvus-import-2-1", cfg)
+    spec = app["spec"]
+    assert spec["image"] == "kmilvus/kmilvus-spark:0.1.0" and spec["imagePullPolicy"] == "IfNotPresent"
+    assert spec["sparkVersion"] == application.SPARK_VERSION
+    account = spec["driver"]["serviceAccount"]
+    for ns in served:
+        sa = [s for s in by_kind(docs, "ServiceAccount") if s["metadata"]["namespace"] == ns]
+        assert account in {s["metadata"]["name"] for s in sa}, f"no driver account {account} in {ns}"
+        assert _allows(docs, ns, account, "create", "pods") and _allows(docs, ns, account, "delete", "pods")
+    # S3: the Secret the operator itself uses, by reference, on driver and executors.
+    own = {k: op_env[k]["valueFrom"]["secretKeyRef"] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+           if k in op_env}
+    for pod in ("driver", "executor"):
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in spec[pod]["env"] if e["name"].startswith("AWS_")}
+        assert refs == own
+        assert all("value" not in e for e in spec[pod]["env"] if e["name"].startswith("AWS_"))
+    if name == "external":       # the user's Secret (values: create it in every served namespace)
+        assert own["AWS_ACCESS_KEY_ID"] == {"name": "s3-creds", "key": "access"}
+    elif values.get("minio", {}).get("enabled"):   # the chart's: rendered wherever jobs run
+        assert own["AWS_SECRET_ACCESS_KEY"] == {"name": f"{RELEASE}-minio", "key": "rootPassword"}
+        copies = [s for s in by_kind(docs, "Secret") if s["metadata"]["name"] == f"{RELEASE}-minio"]
+        assert {s["metadata"]["namespace"] for s in copies} == set(served) | {NS}
+        assert len({(s["data"]["rootUser"], s["data"]["rootPassword"]) for s in copies}) == 1
+    else:
+        assert own == {}
+
+
 def test_notes_explain_port_forward_and_pymilvus():
     with helm.Chart.load(CHART) as chart:
         out = chart.render({}, name=RELEASE, namespace=NS)
@@ -583,3 +656,46 @@ def test_container_args_parse_with_the_kmilvus_cli(name, monkeypatch):
         else:
             assert ctx.params["roles"] == (component(w),)
             assert ctx.params["etcd_endpoint"] and ctx.params["storage_uri"] and ctx.params["nats_url"]
+
+
+# ------------------------------------------------------------------------------------ GitOps health
+
+def _argocd_health_lua() -> str:
+    text = (CHART / "README.md").read_text()
+    block = re.search(r"```yaml\n(data:\n  resource\.customizations\.health\.kmilvus\.io_Collection:.*?)```", text, re.S)
+    assert block, "charts/kmilvus/README.md has no Argo CD health check for Collections"
+    return yaml.safe_load(block.group(1))["data"]["resource.customizations.health.kmilvus.io_Collection"]
+
+
+def _argocd_health(obj: dict) -> dict:
+    """Run the README's Lua check as Argo CD does: `obj` global, the script's return value."""
+    import lupa
+
+    lua = lupa.LuaRuntime()
+    lua.globals().obj = lua.table_from(obj, recursive=True)
+    hs = lua.execute(_argocd_health_lua())
+    return {"status": hs["status"], "message": hs["message"]}
+
+
+def test_argocd_health_check_reads_the_kstatus_conditions():
+    from controllers import conditions
+
+    def collection(generation: int, observed: int | None, *conds) -> dict:
+        cs: list[dict] = []
+        for ctype, ok, reason, msg in conds:
+            cs, _ = conditions.set_condition(cs, ctype, ok, reason, msg, observed)
+        status = {"conditions": conditions.with_kstatus(cs, observed)} if conds else {}
+        if observed is not None and conds:
+            status["observedGeneration"] = observed
+        return {"metadata": {"name": "docs", "generation": generation}, **({"status": status} if status else {})}
+
+    assert _argocd_health(collection(1, None))["status"] == "Progressing"
+    assert _argocd_health(collection(1, 1, ("Ready", True, "Created", "created collection docs"))) == {
+        "status": "Healthy", "message": "created collection docs"}
+    # A new generation not observed yet: still progressing.
+    assert _argocd_health(collection(2, 1, ("Ready", True, "Created", "created")))["status"] == "Progressing"
+    bad = _argocd_health(collection(1, 1, ("Ready", False, "InvalidSpec", "dim must be in [1, 32768]")))
+    assert bad == {"status": "Degraded", "message": "InvalidSpec: dim must be in [1, 32768]"}
+    refused = collection(2, 2, ("Ready", True, "Created", "created"),
+                         ("SchemaSynced", False, "SchemaImmutable", "the schema cannot change"))
+    assert _argocd_health(refused)["status"] == "Degraded"

@@ -167,6 +167,14 @@ def insert_rows(uri: str, name: str, n: int, dim: int = 8) -> None:
         c.close()
 
 
+def compact(uri: str, name: str) -> int:
+    c = MilvusClient(uri=uri)
+    try:
+        return c.compact(name)
+    finally:
+        c.close()
+
+
 async def ready(kmock, name: str, timeout: float = 20) -> dict:
     return await eventually(lambda: (o := obj(kmock, COLL, name)) and cond(o, "Ready").get("status") == "True" and o,
                             timeout, f"Collection {name} Ready")
@@ -185,7 +193,14 @@ async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, opera
     assert o["status"]["phase"] == "Ready" and o["status"]["createdBy"] == "operator"
     assert len(o["status"]["vchannels"]) == 2 and o["status"]["observedGeneration"] == 1
     assert cond(o, "Ready")["reason"] == "Created" and cond(o, "Ready")["lastTransitionTime"]
+    # kstatus: current (Flux / Argo CD / `kubectl wait --for=condition=Ready`).
+    assert cond(o, "Reconciling")["status"] == "False" and cond(o, "Stalled")["status"] == "False"
+    assert {c["observedGeneration"] for c in o["status"]["conditions"]} == {1}
     await eventually(lambda: events(kmock, "Created", "docs"), 5, "a Created event")
+    o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and "imports" in x["status"] and x, 10,
+                         "status.imports")
+    assert o["status"]["imports"] == {"running": 0, "total": 0, "rowsImported": 0}
+    assert o["status"]["compactions"] == {"running": 0, "total": 0}
     uid = o["metadata"]["uid"]
 
     await asyncio.to_thread(insert_rows, data.uri, "docs", 1000)
@@ -218,6 +233,16 @@ async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, opera
         assert s["spec"]["collection"] == "docs" and s["status"]["binlogs"] >= 1
     await eventually(lambda: obj(kmock, COLL, "docs")["status"].get("rows") == 1000, 15, "status.rows")
     assert obj(kmock, COLL, "docs")["status"]["segments"]["flushed"] == len(segs)
+    # Segments' observed state went through their status subresource (a POST's status is dropped).
+    seg_writes = [r for r in kmock.log if r.resource is not None and str(r.resource.plural) == "segments"]
+    assert {r.subresource for r in seg_writes if r.method == "PATCH"} == {"status"}
+    # Compaction progress from DataCoord's GetCompactionJobs: one segment per channel, nothing
+    # to merge, so the compaction completes at once with no plan.
+    comp_id = await asyncio.to_thread(compact, data.uri, "docs")
+    o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and x["status"]["compactions"]["total"] == 1
+                         and x, 15, "status.compactions")
+    assert o["status"]["compactions"] == {"running": 0, "total": 1, "last": {
+        "compactionID": comp_id, "state": "Completed", "plans": 0}}
     # Everything the operator wrote is valid for the CRDs and survives a real API server's pruning.
     for written in [obj(kmock, COLL, "docs"), obj(kmock, FLUSH, "f1"), *segs]:
         assert check_instance(written) == [], written["metadata"]["name"]
@@ -229,6 +254,9 @@ async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, opera
                          and x, 10, "SchemaSynced=False")
     assert cond(o, "SchemaSynced")["reason"] == "SchemaImmutable" and "added extra" in cond(o, "SchemaSynced")["message"]
     assert cond(o, "Ready")["status"] == "True" and o["status"]["observedGeneration"] == 2
+    stalled = cond(o, "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "SchemaImmutable"
+    assert stalled["observedGeneration"] == 2 and cond(o, "Reconciling")["status"] == "False"
     ev = await eventually(lambda: events(kmock, "SchemaChangeRefused", "docs"), 5, "a SchemaChangeRefused event")
     assert ev[0]["type"] == "Warning"
     assert [f.name for f in rc.collections[cid].schema.fields] == ["id", "vec", "tag"]
@@ -249,6 +277,7 @@ async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, opera
     await kube.patch(R.COLLECTION, NS, "docs", {"spec": {"fields": fields[:3]}})
     await eventually(lambda: cond(obj(kmock, COLL, "docs"), "SchemaSynced").get("status") == "True", 10,
                      "SchemaSynced=True")
+    assert cond(obj(kmock, COLL, "docs"), "Stalled")["status"] == "False"
     await eventually(lambda: events(kmock, "SchemaInSync", "docs"), 5, "a SchemaInSync event")
 
     # Delete: dropped through RootCoord, nothing left in etcd, Segments gone.
@@ -334,6 +363,7 @@ async def test_invalid_collection_reported_without_touching_etcd(kmock, kube, op
                          and x, 10, "phase Failed")
     c = cond(o, "Ready")
     assert c["status"] == "False" and c["reason"] == "InvalidSpec"
+    assert cond(o, "Stalled")["status"] == "True" and cond(o, "Stalled")["reason"] == "InvalidSpec"
     assert {"dim0": "dim must be in [1, 32768]", "two_pks": "exactly one field must be the primary key",
             "bad_name": "is not a valid Milvus name"}[case] in c["message"]
     ev = await eventually(lambda: events(kmock, "InvalidSpec", "bad"), 5, "an InvalidSpec event")
@@ -540,3 +570,20 @@ async def test_kmilvus_operator_cli(kmock, kube, cfg, tmp_path):
         if proc.poll() is None:
             proc.kill()
             await asyncio.to_thread(proc.wait, 10)
+
+
+async def test_segment_status_is_a_subresource(kmock, kube):
+    """As on a real API server (the CRD declares `status`): a create and a patch of the main
+    resource drop `status`; only `/status` writes it, and it changes nothing else."""
+    body = {"metadata": {"name": "docs-1", "namespace": NS},
+            "spec": {"segmentID": 1, "collectionID": 2, "channel": "ch-0"},
+            "status": {"state": "Growing", "rows": 5}}
+    await kube.create(R.SEGMENT, NS, body)
+    assert "status" not in obj(kmock, SEGS, "docs-1")
+    await kube.patch(R.SEGMENT, NS, "docs-1", {"status": {"state": "Flushed"}})
+    assert "status" not in obj(kmock, SEGS, "docs-1")
+    await kube.patch(R.SEGMENT, NS, "docs-1", {"spec": {"channel": "x"}, "status": {"state": "Flushed", "rows": 7}},
+                     status=True)
+    o = obj(kmock, SEGS, "docs-1")
+    assert o["status"] == {"state": "Flushed", "rows": 7} and o["spec"]["channel"] == "ch-0"
+    assert check_instance(o) == []

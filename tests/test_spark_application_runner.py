@@ -68,16 +68,16 @@ async def kube(kmock):
     await client.close()
 
 
-async def make_collection_cr(kube: KubeClient, name: str, collection_id: int) -> dict:
+async def make_collection_cr(kube: KubeClient, name: str, collection_id: int, ns: str = NS) -> dict:
     """A Collection resource as the operator leaves it (status.collectionID set)."""
-    body = {"metadata": {"name": name, "namespace": NS},
+    body = {"metadata": {"name": name, "namespace": ns},
             "spec": {"fields": [{"name": "id", "dataType": "Int64", "isPrimaryKey": True},
                                 {"name": "vec", "dataType": "FloatVector", "dim": DIM},
                                 {"name": "tag", "dataType": "VarChar", "maxLength": 32}]}}
-    await kube.create(R.COLLECTION, NS, body)
-    await kube.patch(R.COLLECTION, NS, name, {"status": {"phase": "Ready", "collectionID": collection_id,
+    await kube.create(R.COLLECTION, ns, body)
+    await kube.patch(R.COLLECTION, ns, name, {"status": {"phase": "Ready", "collectionID": collection_id,
                                                          "name": name}}, status=True)
-    return await kube.get(R.COLLECTION, NS, name)
+    return await kube.get(R.COLLECTION, ns, name)
 
 
 def import_app(coll_id: int, job_id: int, coll_name: str = "docs") -> dict:
@@ -178,6 +178,31 @@ async def test_every_state_and_unowned(kmock, kube):
     assert o["metadata"]["labels"][R.LABEL_COLLECTION] == "mine"
 
 
+async def test_application_goes_to_its_collections_namespace(kmock, kube):
+    """Several served namespaces: each application is created next to its Collection (where the
+    chart put the driver's service account, Role and S3 Secret), owned by it; one without a
+    Collection resource stays in its own namespace (the SDK namespace)."""
+    cr_a = await make_collection_cr(kube, "docs", 501, ns="team-a")
+    cr_b = await make_collection_cr(kube, "docs", 502, ns="team-b")
+    runner = SparkApplicationRunner(kube, ("team-a", "team-b"))
+
+    def app_in_sdk_ns(coll_id: int, job_id: int) -> dict:
+        app = import_app(coll_id, job_id)
+        app["metadata"]["namespace"] = "kmilvus"
+        return app
+
+    for cr, cid in ((cr_a, 501), (cr_b, 502)):
+        ns = cr["metadata"]["namespace"]
+        h = await runner.submit(app_in_sdk_ns(cid, 1))
+        assert h["namespace"] == ns
+        o = obj(kmock, APPS, h["name"], ns)
+        assert o["metadata"]["namespace"] == ns
+        assert o["metadata"]["ownerReferences"] == [application.collection_owner("docs", cr["metadata"]["uid"])]
+        assert obj(kmock, APPS, h["name"], "kmilvus") is None
+    h = await runner.submit(app_in_sdk_ns(503, 1))
+    assert h["namespace"] == "kmilvus" and "ownerReferences" not in obj(kmock, APPS, h["name"], "kmilvus")["metadata"]
+
+
 # ---------------------------------------------------------------------------------------------- e2e
 class FakeSparkOperator:
     """Plays Kubeflow's spark-operator: every new SparkApplication runs through LocalSparkRunner
@@ -239,6 +264,7 @@ def _wait_import(task_id: int, alias: str, timeout: float = 60):
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(300)   # a Spark job on a loaded 2-core machine can take minutes
 async def test_bulk_import_through_spark_applications(kmock, kube, node_factory, tmp_path):
     n = 1000
     rng = np.random.default_rng(0)
@@ -269,7 +295,7 @@ async def test_bulk_import_through_spark_applications(kmock, kube, node_factory,
         cr = await make_collection_cr(kube, "docs", cid)
         task = await asyncio.to_thread(utility.do_bulk_insert, "docs", files=[str(tmp_path / "rows.parquet")],
                                        using=alias)
-        st = await asyncio.to_thread(_wait_import, task, alias)
+        st = await asyncio.to_thread(_wait_import, task, alias, 240)
         assert st.state == BulkInsertState.ImportCompleted, st.infos
         assert st.row_count == n
         assert await asyncio.to_thread(lambda: Collection("docs", using=alias).num_entities) == n

@@ -102,6 +102,19 @@ class CoordinatorClient:
         merr.check(rsp.status)
         return list(rsp.infos)
 
+    async def import_jobs(self, collection_id: int) -> list[data_coord_pb2.ImportJob]:
+        """The collection's bulk-import jobs (running and finished)."""
+        rsp = await self._datacoord.ListImportJobs(data_coord_pb2.ListImportJobsRequest(collectionID=collection_id))
+        merr.check(rsp.status)
+        return list(rsp.jobs)
+
+    async def compaction_jobs(self, collection_id: int) -> list[data_coord_pb2.CompactionJob]:
+        """The collection's compaction jobs (running and finished)."""
+        rsp = await self._datacoord.GetCompactionJobs(
+            data_coord_pb2.GetCompactionJobsRequest(collectionID=collection_id))
+        merr.check(rsp.status)
+        return list(rsp.jobs)
+
     def watch_segments(self, collection_ids: Iterable[int] = ()) -> AsyncIterator[data_coord_pb2.SegmentEvent]:
         """Every segment meta change from now on (of `collection_ids` when given). The stream
         ends with an error when the subscriber fell behind or DataCoord went away: resubscribe,

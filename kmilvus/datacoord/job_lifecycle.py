@@ -173,11 +173,7 @@ class JobLifecycle(Generic[J]):
         return store.root_uri if store.local else self.cfg.storage_uri
 
     def build_app(self, spec: dict, name: str) -> dict:
-        cfg = self.cfg
-        return application.build_application(
-            self.kind, spec, name=name, namespace=cfg.spark_namespace, image=cfg.spark_image,
-            driver_memory=cfg.spark_driver_memory, executor_memory=cfg.spark_executor_memory,
-            executor_instances=cfg.spark_executor_instances)
+        return application.from_config(self.kind, spec, name, self.cfg)
 
     # ------------------------------------------------------------------ run
     def _spawn(self, job: J) -> None:

@@ -1,7 +1,7 @@
 """Spark jobs for kmilvus: SparkApplication specs, runners, and the import file checks.
 
 - `application.build_application(kind, job_spec, ...)`: a `sparkoperator.k8s.io/v1beta2`
-  SparkApplication from `spark-operator/templates/` (import, compact).
+  SparkApplication from the package's `templates/` (import, compact).
 - `runner.JobRunner`: submit(app) → handle, state(handle), cancel(handle). `LocalSparkRunner`
   runs an application with `spark-submit --master local[N]` and the spark-operator states.
 - `files`: import input files (Parquet / JSON / CSV, local or S3) and their footer/header checks.

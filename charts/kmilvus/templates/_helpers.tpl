@@ -86,9 +86,11 @@ app.kubernetes.io/part-of: kmilvus
 {{- .Values.operator.sdkNamespace | default (first (include "kmilvus.watchNamespaces" . | fromJsonArray)) -}}
 {{- end -}}
 
-{{/* Namespaces that get the Spark driver service account: the served ones. */}}
+{{/* Namespaces that get the Spark driver service account (and the in-chart MinIO credentials):
+the served ones, plus spark.namespaces (Collections' namespaces of a cluster-wide operator). */}}
 {{- define "kmilvus.sparkNamespaces" -}}
-{{- include "kmilvus.watchNamespaces" . -}}
+{{- $served := .Values.operator.clusterWide | ternary (list .Release.Namespace) (include "kmilvus.watchNamespaces" . | fromJsonArray) -}}
+{{- concat $served (.Values.spark.namespaces | default list) | uniq | toJson -}}
 {{- end -}}
 
 {{- define "kmilvus.etcdEndpoint" -}}
