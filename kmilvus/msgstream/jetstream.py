@@ -369,6 +369,11 @@ class Consumer:
         self._groups: dict[str, _Group] = {}
         self._closed = False
 
+    @property
+    def processed_seq(self) -> int:
+        """Stream seq of the last NATS message processed (the resume point after a restart)."""
+        return self._sseq
+
     # -- server side consumer ------------------------------------------------------------------
 
     async def _start(self) -> None:

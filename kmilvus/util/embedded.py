@@ -111,11 +111,13 @@ def _wait(check, proc: subprocess.Popen, name: str, log_path: Path, timeout: flo
     raise RuntimeError(f"{name} not ready after {timeout}s; log: {log_path}")
 
 
-def start_etcd(data_dir: Path, *, port: int | None = None, timeout: float = 20.0) -> ChildServer:
-    """etcd with fast elections (single member) and a raised request size for binlog meta."""
+def start_etcd(data_dir: Path, *, port: int | None = None, peer_port: int | None = None,
+               timeout: float = 20.0) -> ChildServer:
+    """etcd with fast elections (single member) and a raised request size for binlog meta.
+    Restart one on its data directory with the same `port` and `peer_port` (`extra`)."""
     binary = find_binary("etcd")
     port = port or free_port()
-    peer = free_port()
+    peer = peer_port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{port}"
     purl = f"http://127.0.0.1:{peer}"
@@ -137,7 +139,7 @@ def start_etcd(data_dir: Path, *, port: int | None = None, timeout: float = 20.0
             return b'"true"' in r.read()
 
     _wait(ready, proc, "etcd", log_path, timeout)
-    return ChildServer("etcd", proc, f"127.0.0.1:{port}", log_path)
+    return ChildServer("etcd", proc, f"127.0.0.1:{port}", log_path, {"peer_port": peer})
 
 
 def start_nats(data_dir: Path, *, port: int | None = None, max_payload: int = 8 * 1024 * 1024,
