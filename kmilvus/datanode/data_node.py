@@ -19,6 +19,7 @@ from kmilvus.msgstream import channels as chan
 from kmilvus.proto import data_node_pb2_grpc, internal_pb2
 from kmilvus.storage import binlog, paths
 from kmilvus.util import merr
+from kmilvus.util.retry import Backoff, supervise
 
 log = get_logger(__name__)
 
@@ -43,7 +44,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         self._pressure_task: asyncio.Task | None = None
 
     async def start(self) -> None:
-        self._pressure_task = asyncio.create_task(self._relieve_pressure(), name="datanode-memory")
+        self._pressure_task = asyncio.create_task(supervise("datanode-memory", self._relieve_pressure),
+                                                  name="datanode-memory")
 
     async def stop(self) -> None:
         for fg in list(self.flowgraphs.values()):
@@ -89,7 +91,10 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         msg.base.msg_type = common_pb2.DataNodeTt
         msg.base.timestamp = ts
         msg.base.sourceID = self.server_id
-        await self.stream.publish_core(self._tt_subject, msg.SerializeToString())
+        try:
+            await self.stream.publish_core(self._tt_subject, msg.SerializeToString())
+        except Exception as exc:  # noqa: BLE001 - NATS away: the next tick reports the same or newer
+            log.warning("time tick report failed", channel=channel, error=repr(exc))
 
     def forget(self, vchannel: str) -> None:
         self.flowgraphs.pop(vchannel, None)
@@ -137,7 +142,19 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         lock = self._seg_locks.setdefault(seg, asyncio.Lock())
         async with lock:
             try:
-                await self._write_locked(fg, seg, buf, ddl, flushed)
+                # The buffer is already detached from the flowgraph: giving up here would drop
+                # acknowledged rows (issue 11, defect 6). Retry until committed or dropped; a
+                # failed attempt leaves at most an unreferenced file for the garbage collector.
+                backoff = Backoff(0.1, 2.0)
+                while True:
+                    try:
+                        await self._write_locked(fg, seg, buf, ddl, flushed)
+                        break
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - RootCoord, etcd or storage away
+                        log.warning("binlog write failed; retrying", segment=seg, error=repr(exc))
+                        await backoff.sleep()
             finally:
                 fg.done(seg)
                 if flushed:
