@@ -6,6 +6,7 @@ The servers are this test's own (not the session-shared ones): the test kills th
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 from pymilvus import Collection, connections
 
+from kmilvus.meta import EtcdKV
+from kmilvus.sessionutil import Session, watch_sessions
 from kmilvus.util.embedded import start_etcd, start_nats
 from tests.flushutil import batch, bench_schema, read_collection
 from tests.harness import NodeThread, make_config
@@ -138,3 +141,45 @@ def test_nats_then_etcd_restart_mid_insert_keeps_every_acked_row_once(own_server
             ins.stop_flag.set()
         connections.disconnect(alias)
         node.stop()
+
+
+async def register_when_etcd_is_back(session: Session) -> None:
+    """The client reconnects on its own, after gRPC's reconnect backoff."""
+    for attempt in range(100):
+        try:
+            return await session.register()
+        except Exception:  # noqa: BLE001 - etcd's port refuses connections for a moment
+            if attempt == 99:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def test_session_watch_survives_an_etcd_restart(own_servers, root, tmp_path):
+    """RootCoord's proxy watch and DataCoord's DataNode watch are `watch_sessions`: an etcd
+    restart must not end it, and changes made around the restart must all be seen."""
+    kv = await EtcdKV.connect([own_servers["etcd"].endpoint], f"{root}/meta")
+    events: asyncio.Queue = asyncio.Queue()
+
+    async def watch() -> None:
+        async for kind, sid, _ in watch_sessions(kv, "datanode"):
+            await events.put((kind, sid))
+
+    task = asyncio.create_task(watch())
+    first = Session(kv, "datanode", "127.0.0.1:1", ttl=30, server_id=1)
+    second = Session(kv, "datanode", "127.0.0.1:2", ttl=30, server_id=2)
+    try:
+        await first.register()
+        assert await asyncio.wait_for(events.get(), 10) == ("add", 1)
+        ports = kill(own_servers, "etcd")
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(start_again, own_servers, "etcd", ports, tmp_path)
+        await register_when_etcd_is_back(second)
+        await first.stop()                       # revokes its lease: the key is deleted
+        got = {await asyncio.wait_for(events.get(), 20) for _ in range(2)}
+        assert got == {("add", 2), ("del", 1)}
+        assert not task.done()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await second.stop()
+        await kv.close()

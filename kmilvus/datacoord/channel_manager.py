@@ -19,6 +19,7 @@ from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_node_pb2, internal_pb2
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.util import merr
+from kmilvus.util.retry import Backoff, supervise
 
 log = get_logger(__name__)
 
@@ -44,7 +45,8 @@ class ChannelManager:
             self.infos[ch] = internal_pb2.ChannelWatchInfo.FromString(bytes.fromhex(rec["info"]))
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._watch_nodes(), name="datacoord-watch-datanodes")
+        self._task = asyncio.create_task(supervise("datacoord-watch-datanodes", self._watch_nodes),
+                                         name="datacoord-watch-datanodes")
 
     async def stop(self) -> None:
         if self._task:
@@ -65,7 +67,14 @@ class ChannelManager:
                 else:
                     self.nodes.discard(sid)
                     log.warning("datanode gone; reassigning its channels", node=sid)
-            await self.rebalance()
+            backoff = Backoff(0.1, 2.0)
+            while True:  # etcd away: keep the event (the watch must not restart and lose it)
+                try:
+                    await self.rebalance()
+                    break
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("rebalance failed; retrying", error=repr(exc))
+                    await backoff.sleep()
             if first:
                 self.ready.set()
                 first = False
