@@ -42,6 +42,7 @@ from kmilvus.msgstream.message import (
     from_nats,
     nats_headers,
 )
+from kmilvus.util.retry import Backoff
 
 log = get_logger(__name__)
 
@@ -534,11 +535,11 @@ class Consumer:
         status = headers[_H_STATUS]
         if status == "100":
             if m.reply:  # flow control request: everything before it has been processed
-                await self._s.nc.publish(m.reply)
+                await _quietly(self._s.nc.publish(m.reply))  # reconnecting: the server asks again
                 return
             stalled = headers.get(_H_STALLED)
             if stalled:
-                await self._s.nc.publish(stalled)
+                await _quietly(self._s.nc.publish(stalled))
             last = headers.get(_H_LAST_CONSUMER)
             if last is not None and int(last) != self._dseq:
                 await self._restart(f"heartbeat says consumer seq {last}, we have {self._dseq}")
@@ -572,16 +573,32 @@ class Consumer:
         msg.position = MsgPosition(channel_name=self.vchannel, seq=sseq, timestamp=msg.timestamp)
         return msg
 
+    async def _get_next(self, seq: int) -> Any:
+        """The subject's first stored message with seq >= `seq`; retried through a NATS outage
+        (giving up would skip the parts, and with them acknowledged rows)."""
+        backoff = Backoff(0.1, 2.0)
+        while True:
+            try:
+                return await self._s.js.get_msg(self._s.stream, seq=seq, subject=self.subject, next=True,
+                                                direct=True)
+            except nats.js.errors.NotFoundError:
+                raise
+            except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+                if self._closed:
+                    raise
+                log.warning("reading back a split message failed; retrying", vchannel=self.vchannel,
+                            seq=seq, error=repr(e))
+                await backoff.sleep()
+
     async def _recover(self, cid: str, i: int, n: int, headers: dict[str, str], sseq: int) -> _Group | None:
         """Read back parts 0..i-1 of a split message whose start precedes our resume point."""
         self._groups.pop(cid, None)
         start = int(headers.get(H_CHUNK_START, 0))
         parts: list[bytes] = []
         seq = start
-        js = self._s.js
         while start and len(parts) < i and seq < sseq:
             try:
-                raw = await js.get_msg(self._s.stream, seq=seq, subject=self.subject, next=True, direct=True)
+                raw = await self._get_next(seq)
             except nats.js.errors.NotFoundError:
                 break
             if raw.seq is None or raw.seq >= sseq:
