@@ -88,11 +88,20 @@ def _die_with_parent() -> None:
 def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     out = open(log_path, "ab")
+    # Python code between fork and exec (preexec_fn) is unsafe in a threaded process: started from
+    # one (gRPC, an event-loop thread) the child has died with SIGSEGV before exec. util-linux's
+    # setpriv (Essential on Debian) sets the parent-death signal and execs the server instead.
+    setpriv = shutil.which("setpriv")
+    preexec = None
+    if setpriv:
+        argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
+    else:
+        preexec = _die_with_parent
     try:
         # New process group: a Ctrl-C to the terminal reaches us, and we stop children in order.
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env={**os.environ, **(env or {})},
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=preexec)
     finally:
         out.close()
 
