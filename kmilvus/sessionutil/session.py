@@ -121,8 +121,9 @@ async def watch_sessions(kv: EtcdKV, role: str) -> AsyncIterator[tuple[str, int,
     while True:
         try:
             if not rev:
-                rev = await kv.revision()
+                snapshot = await kv.revision()
                 current = await list_sessions(kv, role)
+                rev = snapshot  # only once listed: a failed list is listed again
                 for sid in [s for s in known if s not in current]:
                     del known[sid]
                     yield "del", sid, None
