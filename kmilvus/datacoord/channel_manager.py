@@ -22,6 +22,7 @@ from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_node_pb2, internal_pb2
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.util import merr
+from kmilvus.util.retry import Backoff, supervise
 from kmilvus.util.tasks import BackgroundTasks
 
 log = get_logger(__name__)
@@ -50,7 +51,7 @@ class ChannelManager:
             self.infos[ch] = internal_pb2.ChannelWatchInfo.FromString(bytes.fromhex(rec["info"]))
 
     def start(self) -> None:
-        self._tasks.spawn(self._watch_nodes(), "datacoord-watch-datanodes")
+        self._tasks.spawn(supervise("datacoord-watch-datanodes", self._watch_nodes), "datacoord-watch-datanodes")
 
     async def stop(self) -> None:
         await self._tasks.stop()
@@ -69,7 +70,14 @@ class ChannelManager:
                 else:
                     self.nodes.discard(sid)
                     log.warning("datanode gone; reassigning its channels", node=sid)
-            await self.rebalance()
+            backoff = Backoff(0.1, 2.0)
+            while True:  # etcd away: keep the event (the watch must not restart and lose it)
+                try:
+                    await self.rebalance()
+                    break
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("rebalance failed; retrying", error=repr(exc))
+                    await backoff.sleep()
             if first:
                 self.ready.set()
                 first = False

@@ -19,6 +19,7 @@ from kmilvus.proto import data_node_pb2_grpc, internal_pb2
 from kmilvus.storage import binlog, paths
 from kmilvus.util import merr
 from kmilvus.util.failpoint import afailpoint
+from kmilvus.util.retry import Backoff, supervise
 
 log = get_logger(__name__)
 
@@ -43,7 +44,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         self._pressure_task: asyncio.Task | None = None
 
     async def start(self) -> None:
-        self._pressure_task = asyncio.create_task(self._relieve_pressure(), name="datanode-memory")
+        self._pressure_task = asyncio.create_task(supervise("datanode-memory", self._relieve_pressure),
+                                                  name="datanode-memory")
 
     async def stop(self) -> None:
         for fg in list(self.flowgraphs.values()):
@@ -89,7 +91,10 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         msg.base.msg_type = common_pb2.DataNodeTt
         msg.base.timestamp = ts
         msg.base.sourceID = self.server_id
-        await self.stream.publish_core(self._tt_subject, msg.SerializeToString())
+        try:
+            await self.stream.publish_core(self._tt_subject, msg.SerializeToString())
+        except Exception as exc:  # noqa: BLE001 - NATS away: the next tick reports the same or newer
+            log.warning("time tick report failed", channel=channel, error=repr(exc))
 
     def forget(self, vchannel: str) -> None:
         self.flowgraphs.pop(vchannel, None)
@@ -161,9 +166,11 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
 
     async def _write_locked(self, fg: FlowGraph, w: PendingWrite) -> None:
         seg, buf, flushed = w.segment_id, w.buf, w.final
-        # Storage may be away for a while (S3 outage, a full or read-only disk): keep the data
-        # and its hold on the checkpoint, and try again, for as long as the channel is ours.
-        attempt = 0
+        # The buffer is detached from the flowgraph: giving up would drop acknowledged rows. When
+        # storage, RootCoord's IDs or etcd are away for a while, keep the data and its hold on the
+        # checkpoint and try again, for as long as the channel is ours; a failed attempt leaves
+        # at most an unreferenced file for the garbage collector.
+        backoff = Backoff(0.1, 2.0)
         while True:
             try:
                 req, written = await self._write_files(fg, w)
@@ -171,16 +178,15 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - retried; the data stays in memory meanwhile
-                attempt += 1
-                log.warning("writing binlogs failed; retrying", segment=seg, attempt=attempt, error=str(exc))
+                log.warning("binlog write failed; retrying", segment=seg, error=repr(exc))
                 if not self._owns(fg):
                     return
-                await asyncio.sleep(min(0.2 * attempt, 5))
+                await backoff.sleep()
         await afailpoint("datanode.save.flush" if flushed else "datanode.save.pressure")
         # The checkpoint committed with these binlogs no longer needs THIS write's data; until
         # the commit succeeds the write stays in flight and holds tick-reported checkpoints back.
         req.checkpoint.CopyFrom(fg.checkpoint(exclude=w.token))
-        attempt = 0
+        backoff = Backoff(0.1, 2.0)
         while True:
             try:
                 status = await self.datacoord.SaveBinlogPaths(req)
@@ -204,11 +210,10 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                     self.flowgraphs.pop(fg.vchannel, None)
                     await fg.stop(drop=True)
                 return
-            attempt += 1
             log.warning("SaveBinlogPaths failed; retrying", segment=seg, reason=status.reason)
             if not self._owns(fg):
                 return  # the channel went elsewhere: its new owner replays this data (files: as above)
-            await asyncio.sleep(min(0.1 * attempt, 2))
+            await backoff.sleep()
         for key in written:
             await self.store.delete(key)
         log.warning("binlogs discarded", segment=seg, files=len(written))

@@ -42,12 +42,17 @@ from kmilvus.msgstream.message import (
     from_nats,
     nats_headers,
 )
+from kmilvus.util.retry import Backoff
 
 log = get_logger(__name__)
 
 MiB = 1024 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 4 * MiB
 ACK_TIMEOUT = 10.0  # no ack progress for this long → the publish is considered lost
+# After a reconnect, publishes written to the dead connection are never acknowledged: give up on
+# them once no ack came for this long after the reconnect instead of waiting out ACK_TIMEOUT.
+RECONNECT_ACK_GRACE = 2.0
+ACK_POLL = 0.5
 PUBLISH_ATTEMPTS = 3  # for publishes with a msg_id (safe to repeat: the server dedups)
 ACK_WINDOW = 1024  # publish_many awaits acks this many messages behind its sends
 HEARTBEAT = 2.0  # consumer idle heartbeat; 3 missed → recreate the consumer
@@ -85,6 +90,8 @@ class MsgStream:
         self._subjects: dict[str, str] = {}
         self._consumers: set[Consumer] = set()
         self._closing = False
+        self.reconnects = 0  # reconnections so far, and when the last one happened (loop time)
+        self.reconnected_at = 0.0
 
     @classmethod
     async def connect(cls, nats_url: str, cluster: str, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -102,6 +109,8 @@ class MsgStream:
                 log.warning("nats disconnected", conn=label)
 
         async def on_reconnect() -> None:
+            self.reconnects += 1
+            self.reconnected_at = asyncio.get_running_loop().time()
             log.warning("nats reconnected", conn=label)
 
         try:
@@ -241,7 +250,7 @@ class Producer:
         for attempt in range(1, attempts + 1):
             try:
                 futs = await self._send(vchannel, msg, msg_id)
-                return (await _wait_acks([futs]))[0]
+                return (await _wait_acks(self._s, [futs]))[0]
             except AckTimeoutError:
                 if attempt == attempts:
                     raise
@@ -259,8 +268,9 @@ class Producer:
         for i, (vchannel, msg) in enumerate(items):
             pending.append(await self._send(vchannel, msg, None))
             if i >= 2 * ACK_WINDOW and i % ACK_WINDOW == 0:
-                await _await_acks([f for futs in pending[i - 2 * ACK_WINDOW:i - ACK_WINDOW] for f in futs])
-        return await _wait_acks(pending)
+                window = pending[i - 2 * ACK_WINDOW:i - ACK_WINDOW]
+                await _await_acks(self._s, [f for futs in window for f in futs])
+        return await _wait_acks(self._s, pending)
 
     async def _send(self, vchannel: str, msg: Msg, msg_id: str | None) -> list[asyncio.Future[api.PubAck]]:
         """Send `msg` (split if needed); returns the ack futures of its NATS messages."""
@@ -305,7 +315,7 @@ class Producer:
             await asyncio.sleep(0)
             if i == 0:
                 # Later parts record part 0's seq; one round trip per multi-MB message.
-                start = (await _wait_acks([[fut]]))[0]
+                start = (await _wait_acks(s, [[fut]]))[0]
             futs.append(fut)
         return futs
 
@@ -314,21 +324,33 @@ def _headers_size(headers: dict[str, str]) -> int:
     return 12 + sum(len(k) + len(v) + 4 for k, v in headers.items())
 
 
-async def _await_acks(futs: list[asyncio.Future[api.PubAck]]) -> None:
-    """Wait until every future is done; fail if no ack at all arrives for ACK_TIMEOUT."""
+async def _await_acks(stream: MsgStream, futs: list[asyncio.Future[api.PubAck]]) -> None:
+    """Wait until every future is done; fail if no ack at all arrives for ACK_TIMEOUT, or for
+    RECONNECT_ACK_GRACE after the connection was re-established meanwhile."""
     remaining = {f for f in futs if not f.done()}
+    if not remaining:
+        return
+    loop = asyncio.get_running_loop()
+    epoch, progress = stream.reconnects, loop.time()
     while remaining:
-        done, remaining = await asyncio.wait(remaining, timeout=ACK_TIMEOUT)
-        if not done:
+        done, remaining = await asyncio.wait(remaining, timeout=ACK_POLL)
+        now = loop.time()
+        if done:
+            progress = now
+            continue
+        lost = stream.reconnects != epoch
+        if now - progress >= ACK_TIMEOUT or (
+                lost and now - max(progress, stream.reconnected_at) >= RECONNECT_ACK_GRACE):
             for f in remaining:
                 f.cancel()
-            raise AckTimeoutError(f"{len(remaining)} publishes not acknowledged within {ACK_TIMEOUT}s")
+            raise AckTimeoutError(f"{len(remaining)} publishes not acknowledged "
+                                  f"({'connection lost' if lost else f'within {ACK_TIMEOUT}s'})")
 
 
-async def _wait_acks(pending: list[list[asyncio.Future[api.PubAck]]]) -> list[int]:
+async def _wait_acks(stream: MsgStream, pending: list[list[asyncio.Future[api.PubAck]]]) -> list[int]:
     """Seq of each message's last NATS message; fails if an ack fails or acks stop coming."""
     flat = [f for futs in pending for f in futs]
-    await _await_acks(flat)
+    await _await_acks(stream, flat)
     errors = [f.exception() for f in flat if f.exception() is not None]
     if errors:
         raise MsgStreamError(f"{len(errors)} of {len(flat)} publishes failed: {errors[0]!r}") from errors[0]
@@ -368,6 +390,11 @@ class Consumer:
         self.consumer_name: str | None = None
         self._groups: dict[str, _Group] = {}
         self._closed = False
+
+    @property
+    def processed_seq(self) -> int:
+        """Stream seq of the last NATS message processed (the resume point after a restart)."""
+        return self._sseq
 
     # -- server side consumer ------------------------------------------------------------------
 
@@ -529,11 +556,11 @@ class Consumer:
         status = headers[_H_STATUS]
         if status == "100":
             if m.reply:  # flow control request: everything before it has been processed
-                await self._s.nc.publish(m.reply)
+                await _quietly(self._s.nc.publish(m.reply))  # reconnecting: the server asks again
                 return
             stalled = headers.get(_H_STALLED)
             if stalled:
-                await self._s.nc.publish(stalled)
+                await _quietly(self._s.nc.publish(stalled))
             last = headers.get(_H_LAST_CONSUMER)
             if last is not None and int(last) != self._dseq:
                 await self._restart(f"heartbeat says consumer seq {last}, we have {self._dseq}")
@@ -567,16 +594,32 @@ class Consumer:
         msg.position = MsgPosition(channel_name=self.vchannel, seq=sseq, timestamp=msg.timestamp)
         return msg
 
+    async def _get_next(self, seq: int) -> Any:
+        """The subject's first stored message with seq >= `seq`; retried through a NATS outage
+        (giving up would skip the parts, and with them acknowledged rows)."""
+        backoff = Backoff(0.1, 2.0)
+        while True:
+            try:
+                return await self._s.js.get_msg(self._s.stream, seq=seq, subject=self.subject, next=True,
+                                                direct=True)
+            except nats.js.errors.NotFoundError:
+                raise
+            except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+                if self._closed:
+                    raise
+                log.warning("reading back a split message failed; retrying", vchannel=self.vchannel,
+                            seq=seq, error=repr(e))
+                await backoff.sleep()
+
     async def _recover(self, cid: str, i: int, n: int, headers: dict[str, str], sseq: int) -> _Group | None:
         """Read back parts 0..i-1 of a split message whose start precedes our resume point."""
         self._groups.pop(cid, None)
         start = int(headers.get(H_CHUNK_START, 0))
         parts: list[bytes] = []
         seq = start
-        js = self._s.js
         while start and len(parts) < i and seq < sseq:
             try:
-                raw = await js.get_msg(self._s.stream, seq=seq, subject=self.subject, next=True, direct=True)
+                raw = await self._get_next(seq)
             except nats.js.errors.NotFoundError:
                 break
             if raw.seq is None or raw.seq >= sseq:

@@ -29,6 +29,7 @@ from kmilvus.tso import GlobalTSOAllocator, physical_ms
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION, default_partition_id
 from kmilvus.util.failpoint import failpoint
+from kmilvus.util.retry import supervise
 from kmilvus.util.tasks import BackgroundTasks
 from kmilvus.util.timetick import TickSource
 
@@ -75,9 +76,9 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
         # Proxies alive from before a restart may have inserts in flight: hear from them first.
         self.tt_sync.expect(set(await list_sessions(self.kv, roles.PROXY)), wait=2 * self.cfg.session_ttl)
         self.tt_sync.start()
-        self._spawn(self._watch_proxies(), "watch-proxies")
+        self._spawn(supervise("watch-proxies", self._watch_proxies), "watch-proxies")
         # Re-announce every collection's channels (idempotent) and finish interrupted drops.
-        self._spawn(self._recover(), "rootcoord-recover")
+        self._spawn(supervise("rootcoord-recover", self._recover), "rootcoord-recover")
 
     async def _recover(self) -> None:
         datacoord = self.registry.client(roles.DATACOORD)

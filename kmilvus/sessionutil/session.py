@@ -16,8 +16,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import AsyncIterator
 
+import aetcd.exceptions
+
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, Op
+from kmilvus.util.retry import Backoff
 
 log = get_logger(__name__)
 SERVER_ID_KEY = "session/id"
@@ -140,14 +143,46 @@ async def list_sessions(kv: EtcdKV, role: str) -> dict[int, SessionInfo]:
 
 
 async def watch_sessions(kv: EtcdKV, role: str) -> AsyncIterator[tuple[str, int, SessionInfo | None]]:
-    """Yields ("add", id, info) for current sessions, then ("add"|"del", id, info|None) as they change."""
-    rev = await kv.revision()
-    current = await list_sessions(kv, role)
-    for sid, info in current.items():
-        yield "add", sid, info
-    async for ev in kv.watch_prefix(f"session/{role}/", start_revision=rev + 1):
-        sid = int(ev.key.rsplit("/", 1)[1])
-        if ev.kind == "put":
-            yield "add", sid, SessionInfo.decode(ev.value)
-        else:
-            yield "del", sid, None
+    """Yields ("add", id, info) for current sessions, then ("add"|"del", id, info|None) as they change.
+
+    Never ends on a transient etcd failure (a restart, a lost connection): it logs, backs off and
+    resumes the watch after the last revision it saw, so no change is missed. If that revision
+    can no longer be watched (compacted), it lists again and yields the difference."""
+    prefix = f"session/{role}/"
+    known: dict[int, SessionInfo] = {}
+    backoff = Backoff(0.1, 2.0)
+    rev = 0  # last revision seen; 0: list (again) before watching
+    while True:
+        try:
+            if not rev:
+                snapshot = await kv.revision()
+                current = await list_sessions(kv, role)
+                rev = snapshot  # only once listed: a failed list is listed again
+                for sid in [s for s in known if s not in current]:
+                    del known[sid]
+                    yield "del", sid, None
+                for sid, info in current.items():
+                    if known.get(sid) != info:
+                        known[sid] = info
+                        yield "add", sid, info
+            async for ev in kv.watch_prefix(prefix, start_revision=rev + 1):
+                backoff.reset()
+                rev = max(rev, ev.revision)
+                sid = int(ev.key.rsplit("/", 1)[1])
+                if ev.kind == "put":
+                    info = SessionInfo.decode(ev.value)
+                    if known.get(sid) == info:
+                        continue  # already yielded (listed after `rev`, or a keepalive re-put)
+                    known[sid] = info
+                    yield "add", sid, info
+                else:
+                    known.pop(sid, None)
+                    yield "del", sid, None
+            raise ConnectionError("watch ended")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - etcd away: resume the watch when it is back
+            if isinstance(exc, aetcd.exceptions.RevisionCompactedError):
+                rev = 0
+            log.warning("session watch interrupted; resuming", role=role, after_revision=rev, error=repr(exc))
+            await backoff.sleep()

@@ -88,11 +88,20 @@ def _die_with_parent() -> None:
 def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     out = open(log_path, "ab")
+    # Python code between fork and exec (preexec_fn) is unsafe in a threaded process: started from
+    # one (gRPC, an event-loop thread) the child has died with SIGSEGV before exec. util-linux's
+    # setpriv (Essential on Debian) sets the parent-death signal and execs the server instead.
+    setpriv = shutil.which("setpriv")
+    preexec = None
+    if setpriv:
+        argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
+    else:
+        preexec = _die_with_parent
     try:
         # New process group: a Ctrl-C to the terminal reaches us, and we stop children in order.
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env={**os.environ, **(env or {})},
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=preexec)
     finally:
         out.close()
 
@@ -111,11 +120,13 @@ def _wait(check, proc: subprocess.Popen, name: str, log_path: Path, timeout: flo
     raise RuntimeError(f"{name} not ready after {timeout}s; log: {log_path}")
 
 
-def start_etcd(data_dir: Path, *, port: int | None = None, timeout: float = 20.0) -> ChildServer:
-    """etcd with fast elections (single member) and a raised request size for binlog meta."""
+def start_etcd(data_dir: Path, *, port: int | None = None, peer_port: int | None = None,
+               timeout: float = 20.0) -> ChildServer:
+    """etcd with fast elections (single member) and a raised request size for binlog meta.
+    Restart one on its data directory with the same `port` and `peer_port` (`extra`)."""
     binary = find_binary("etcd")
     port = port or free_port()
-    peer = free_port()
+    peer = peer_port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{port}"
     purl = f"http://127.0.0.1:{peer}"
@@ -137,7 +148,7 @@ def start_etcd(data_dir: Path, *, port: int | None = None, timeout: float = 20.0
             return b'"true"' in r.read()
 
     _wait(ready, proc, "etcd", log_path, timeout)
-    return ChildServer("etcd", proc, f"127.0.0.1:{port}", log_path)
+    return ChildServer("etcd", proc, f"127.0.0.1:{port}", log_path, {"peer_port": peer})
 
 
 def start_nats(data_dir: Path, *, port: int | None = None, max_payload: int = 8 * 1024 * 1024,
