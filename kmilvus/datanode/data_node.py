@@ -94,7 +94,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         try:
             await self.stream.publish_core(self._tt_subject, msg.SerializeToString())
         except Exception as exc:  # noqa: BLE001 - NATS away: the next tick reports the same or newer
-            log.warning("time tick report failed", channel=channel, error=repr(exc))
+            log.warning("time tick report failed", channel=fg.vchannel, error=repr(exc))
 
     def forget(self, vchannel: str) -> None:
         self.flowgraphs.pop(vchannel, None)
