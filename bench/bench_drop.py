@@ -75,10 +75,14 @@ def main() -> None:
             while coll_dir.exists() or asyncio.run(leftovers(etcd, nats, "benchdrop", cid, vchannels)):
                 time.sleep(0.01)
             gone.append(time.perf_counter() - t0)
-        print(f"DropCollection RPC: median {median(rpc)*1000:.1f} ms (min {min(rpc)*1000:.1f}, max {max(rpc)*1000:.1f}) "
-              f"over {args.collections} collections of {args.rows:,} flushed + 1,000 unflushed rows")
-        print(f"until nothing is left (etcd keys, files, consumers, messages): median {median(gone):.2f} s "
-              f"(min {min(gone):.2f}, max {max(gone):.2f})")
+        print(
+            f"DropCollection RPC: median {median(rpc) * 1000:.1f} ms (min {min(rpc) * 1000:.1f}, max {max(rpc) * 1000:.1f}) "
+            f"over {args.collections} collections of {args.rows:,} flushed + 1,000 unflushed rows"
+        )
+        print(
+            f"until nothing is left (etcd keys, files, consumers, messages): median {median(gone):.2f} s "
+            f"(min {min(gone):.2f}, max {max(gone):.2f})"
+        )
         print("targets: RPC median <= 20 ms; nothing left <= 5 s. Milvus 2.3.5: 1.7 ms RPC, files hours later")
     finally:
         s.stop()

@@ -67,10 +67,17 @@ def main(argv=None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix="bench-flush-"))
         server = None
         try:
-            server = w.start_server("kmilvus", tmp, uri=args.uri, storage_dir=args.storage_dir,
-                                    kmilvus_bin=args.kmilvus_bin)
-            res = w.run_suite(server, rows=rows, small_count=args.small_count, drop=not args.no_drop,
-                              files_cap=args.files_cap, data_cache=cache)
+            server = w.start_server(
+                "kmilvus", tmp, uri=args.uri, storage_dir=args.storage_dir, kmilvus_bin=args.kmilvus_bin
+            )
+            res = w.run_suite(
+                server,
+                rows=rows,
+                small_count=args.small_count,
+                drop=not args.no_drop,
+                files_cap=args.files_cap,
+                data_cache=cache,
+            )
             res["startup_s"] = getattr(server, "startup_s", None)
             runs.append(res)
         finally:
@@ -81,8 +88,13 @@ def main(argv=None) -> int:
     cache.clear()
 
     ms = [w.metrics(res) for res in runs]
-    header = ["measure", f"kmilvus (median of {len(runs)}" + (" [min–max])" if len(runs) > 1 else ")"),
-              "target", "pass", "Milvus 2.3.5 (DESIGN.md)"]
+    header = [
+        "measure",
+        f"kmilvus (median of {len(runs)}" + (" [min–max])" if len(runs) > 1 else ")"),
+        "target",
+        "pass",
+        "Milvus 2.3.5 (DESIGN.md)",
+    ]
     body = []
     for row in w.table_rows(rows):
         vals = [m.get(row["key"]) for m in ms]
@@ -103,16 +115,23 @@ def main(argv=None) -> int:
             cell = f"> {args.files_cap:.0f} s"
         body.append([label, cell, target, verdict, milvus])
 
-    load = ["/".join(f"{x:.1f}" for x in runs[0]["loadavg_start"]),
-            "/".join(f"{x:.1f}" for x in runs[-1]["loadavg_end"])] if runs else []
+    load = (
+        ["/".join(f"{x:.1f}" for x in runs[0]["loadavg_start"]), "/".join(f"{x:.1f}" for x in runs[-1]["loadavg_end"])]
+        if runs
+        else []
+    )
     mem_by_proc = runs[-1].get("memory", {}).get("per_process_peak_rss", {}) if runs else {}
     when = datetime.datetime.now().isoformat(timespec="seconds")
     notes = [
-        (f"{runs[0]['server_version'] if runs else 'kmilvus ?'}, pymilvus {runs[0]['pymilvus'] if runs else '?'}, "
-        f"{platform.node()}, {os.cpu_count()} CPUs, {when}; load average (1/5/15 min) at start {load[0] if load else '?'}, at end {load[-1] if load else '?'}; "
-        f"small flush = median of {args.small_count}"),
-        ("insert: ORM Collection.insert of column lists, 10,000 rows per call, one call at a time; "
-        "rows/s = rows / wall time of the loop"),
+        (
+            f"{runs[0]['server_version'] if runs else 'kmilvus ?'}, pymilvus {runs[0]['pymilvus'] if runs else '?'}, "
+            f"{platform.node()}, {os.cpu_count()} CPUs, {when}; load average (1/5/15 min) at start {load[0] if load else '?'}, at end {load[-1] if load else '?'}; "
+            f"small flush = median of {args.small_count}"
+        ),
+        (
+            "insert: ORM Collection.insert of column lists, 10,000 rows per call, one call at a time; "
+            "rows/s = rows / wall time of the loop"
+        ),
         "peak RSS per process (last run): " + ", ".join(f"{k} {v / 2**20:,.0f} MiB" for k, v in mem_by_proc.items()),
     ]
     text = w.text_table(header, body)
@@ -123,12 +142,32 @@ def main(argv=None) -> int:
 
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(
-        {"when": when, "args": vars(args), "host": platform.node(), "cpus": os.cpu_count(),
-         "metrics": ms, "runs": runs}, indent=1, default=str))
-    md = [f"# kmilvus flush path — bench/bench_flush.py ({when})", "",
-          f"Command: `.venv/bin/python bench/bench_flush.py {' '.join(sys.argv[1:])}`".rstrip(), "",
-          w.markdown_table(header, body), ""] + [f"- {n}" for n in notes] + [""]
+    (out / f"{args.name}.json").write_text(
+        json.dumps(
+            {
+                "when": when,
+                "args": vars(args),
+                "host": platform.node(),
+                "cpus": os.cpu_count(),
+                "metrics": ms,
+                "runs": runs,
+            },
+            indent=1,
+            default=str,
+        )
+    )
+    md = (
+        [
+            f"# kmilvus flush path — bench/bench_flush.py ({when})",
+            "",
+            f"Command: `.venv/bin/python bench/bench_flush.py {' '.join(sys.argv[1:])}`".rstrip(),
+            "",
+            w.markdown_table(header, body),
+            "",
+        ]
+        + [f"- {n}" for n in notes]
+        + [""]
+    )
     (out / f"{args.name}.md").write_text("\n".join(md))
     print(f"\nwrote {out / (args.name + '.json')} and {out / (args.name + '.md')}")
     return 0

@@ -28,7 +28,7 @@ async def run_case(stream: MsgStream, vchannel: str, size: int, count: int, batc
     t0 = time.perf_counter()
     seqs: list[int] = []
     for i in range(0, count, batch):
-        seqs += await producer.publish_many([(vchannel, m) for m in msgs[i:i + batch]])
+        seqs += await producer.publish_many([(vchannel, m) for m in msgs[i : i + batch]])
     pub = time.perf_counter() - t0
     assert len(seqs) == count and seqs == sorted(seqs)
 

@@ -44,18 +44,31 @@ CLUSTER = "bench"
 
 
 def collection(i: int) -> dict:
-    return {"metadata": {"name": f"c{i:04d}", "namespace": NS},
-            "spec": {"fields": [{"name": "id", "dataType": "Int64", "isPrimaryKey": True},
-                                {"name": "vec", "dataType": "FloatVector", "dim": 64},
-                                {"name": "tag", "dataType": "VarChar", "maxLength": 32}]}}
+    return {
+        "metadata": {"name": f"c{i:04d}", "namespace": NS},
+        "spec": {
+            "fields": [
+                {"name": "id", "dataType": "Int64", "isPrimaryKey": True},
+                {"name": "vec", "dataType": "FloatVector", "dim": 64},
+                {"name": "tag", "dataType": "VarChar", "maxLength": 32},
+            ]
+        },
+    }
 
 
 def kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": server}}],
-        "users": [{"name": "bench", "user": {"token": "bench"}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "bench", "namespace": NS}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "kmock",
+                "clusters": [{"name": "kmock", "cluster": {"server": server}}],
+                "users": [{"name": "bench", "user": {"token": "bench"}}],
+                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "bench", "namespace": NS}}],
+            }
+        )
+    )
     return path
 
 
@@ -70,8 +83,17 @@ def classify(km, start: int, end: int) -> dict:
             continue
         path = str(req.url.path)
         verb = req.method.value if hasattr(req.method, "value") else str(req.method)
-        target = ("events" if "/events" in path else "peering" if "kopfpeerings" in path
-                  else "segments" if "/segments" in path else "status" if path.endswith("/status") else "collections")
+        target = (
+            "events"
+            if "/events" in path
+            else "peering"
+            if "kopfpeerings" in path
+            else "segments"
+            if "/segments" in path
+            else "status"
+            if path.endswith("/status")
+            else "collections"
+        )
         out["operator"][f"{verb} {target}"] += 1
     return out
 
@@ -108,15 +130,30 @@ async def bench(n: int, standalone: bool, data_dir: Path, log_level: str = "warn
 
             kube = KubeClient(login, user_agent=BENCH_UA)
             health, metrics = free_port(), free_port()
-            env = dict(os.environ, KUBECONFIG=str(kubeconfig(data_dir / "kubeconfig", url)),
-                       KMILVUS_ETCD_ENDPOINT=etcd.endpoint, KMILVUS_NATS_URL=nats.endpoint,
-                       KMILVUS_STORAGE_URI=(data_dir / "storage").as_uri(), KMILVUS_DML_CHANNEL_NUM="16")
-            argv = [str(Path(sys.executable).with_name("kmilvus-operator")), "--cluster", CLUSTER,
-                    "--metrics-port", str(metrics), "--health-port", str(health), "--log-level", log_level]
+            env = dict(
+                os.environ,
+                KUBECONFIG=str(kubeconfig(data_dir / "kubeconfig", url)),
+                KMILVUS_ETCD_ENDPOINT=etcd.endpoint,
+                KMILVUS_NATS_URL=nats.endpoint,
+                KMILVUS_STORAGE_URI=(data_dir / "storage").as_uri(),
+                KMILVUS_DML_CHANNEL_NUM="16",
+            )
+            argv = [
+                str(Path(sys.executable).with_name("kmilvus-operator")),
+                "--cluster",
+                CLUSTER,
+                "--metrics-port",
+                str(metrics),
+                "--health-port",
+                str(health),
+                "--log-level",
+                log_level,
+            ]
             argv += ["--standalone"] if standalone else ["--peering", "kmilvus"]
             log = open(data_dir / "operator.log", "wb")
             proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            async def active() -> bool:   # the gauge is live (kopf caches /healthz probes for 10 s)
+
+            async def active() -> bool:  # the gauge is live (kopf caches /healthz probes for 10 s)
                 return "kmilvus_operator_active 1.0" in await asyncio.to_thread(scrape, metrics)
 
             await wait_for(active, 60, "operator active", interval=0.2)
@@ -128,8 +165,12 @@ async def bench(n: int, standalone: bool, data_dir: Path, log_level: str = "warn
             def all_ready() -> bool:
                 objs = live()
                 return len(objs) == n and all(
-                    any(c.get("type") == "Ready" and c.get("status") == "True"
-                        for c in (o.get("status") or {}).get("conditions") or []) for o in objs)
+                    any(
+                        c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (o.get("status") or {}).get("conditions") or []
+                    )
+                    for o in objs
+                )
 
             async def in_rootcoord() -> int:
                 return len(await kv.get_prefix("root-coord/collection/", keys_only=True))
@@ -142,7 +183,7 @@ async def bench(n: int, standalone: bool, data_dir: Path, log_level: str = "warn
             await wait_for(all_ready, 600, "all Ready", interval=0.1)
             t_ready = time.monotonic() - t0
             assert await in_rootcoord() == n
-            await asyncio.sleep(2.0)   # trailing writes (events, monitors) land in this phase
+            await asyncio.sleep(2.0)  # trailing writes (events, monitors) land in this phase
             r1 = len(km.log)
 
             # Delete.
@@ -157,10 +198,11 @@ async def bench(n: int, standalone: bool, data_dir: Path, log_level: str = "warn
             create, delete = classify(km, r0, r1), classify(km, r1, r2)
             await kube.close()
             proc.send_signal(signal.SIGTERM)
-            rc = await asyncio.to_thread(proc.wait, 60)   # KMock (this loop) serves its last requests
+            rc = await asyncio.to_thread(proc.wait, 60)  # KMock (this loop) serves its last requests
             proc = None
     except BaseException:
         import shutil
+
         shutil.copy(data_dir / "operator.log", "/tmp/bench_operator_failed.log")
         tail = (data_dir / "operator.log").read_text(errors="replace").splitlines()[-60:]
         print("operator log (tail):\n" + "\n".join(tail), file=sys.stderr)
@@ -174,13 +216,17 @@ async def bench(n: int, standalone: bool, data_dir: Path, log_level: str = "warn
         nats.stop()
     c_ops, d_ops = sum(create["operator"].values()), sum(delete["operator"].values())
     return {
-        "collections": n, "mode": "standalone" if standalone else "peering",
-        "create_post_seconds": round(t_posted, 2), "create_ready_seconds": round(t_ready, 2),
+        "collections": n,
+        "mode": "standalone" if standalone else "peering",
+        "create_post_seconds": round(t_posted, 2),
+        "create_ready_seconds": round(t_ready, 2),
         "delete_gone_seconds": round(t_gone, 2),
-        "create_requests_per_object": round(c_ops / n, 2), "delete_requests_per_object": round(d_ops / n, 2),
+        "create_requests_per_object": round(c_ops / n, 2),
+        "delete_requests_per_object": round(d_ops / n, 2),
         "create_requests": dict(sorted(create["operator"].items())),
         "delete_requests": dict(sorted(delete["operator"].items())),
-        "watch_requests": create["watch"] + delete["watch"], "operator_exit_code": rc,
+        "watch_requests": create["watch"] + delete["watch"],
+        "operator_exit_code": rc,
     }
 
 
@@ -189,7 +235,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--standalone", action="store_true", help="no kopf peering")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--log-level", default="warning", help="the operator's log level (its log goes to stderr on failure)")
+    ap.add_argument(
+        "--log-level", default="warning", help="the operator's log level (its log goes to stderr on failure)"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kmilvus-bench-op-") as d:
         res = asyncio.run(bench(args.n, args.standalone, Path(d), args.log_level))
@@ -198,10 +246,13 @@ def main() -> None:
         return
     n = res["collections"]
     print(f"kmilvus operator bench: {n} Collections at once ({res['mode']}), KMock + real etcd/JetStream")
-    print(f"  create: POSTed in {res['create_post_seconds']}s; all Ready after {res['create_ready_seconds']}s "
-          f"({n / res['create_ready_seconds']:.1f}/s)")
-    print(f"  delete: all dropped and gone after {res['delete_gone_seconds']}s "
-          f"({n / res['delete_gone_seconds']:.1f}/s)")
+    print(
+        f"  create: POSTed in {res['create_post_seconds']}s; all Ready after {res['create_ready_seconds']}s "
+        f"({n / res['create_ready_seconds']:.1f}/s)"
+    )
+    print(
+        f"  delete: all dropped and gone after {res['delete_gone_seconds']}s ({n / res['delete_gone_seconds']:.1f}/s)"
+    )
     print(f"  API requests per object: create {res['create_requests_per_object']}  {res['create_requests']}")
     print(f"                           delete {res['delete_requests_per_object']}  {res['delete_requests']}")
     print(f"  watch requests: {res['watch_requests']}; operator exit code {res['operator_exit_code']}")

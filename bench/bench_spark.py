@@ -45,7 +45,7 @@ from kmilvus.storage import ObjectStore, paths, write_insert_binlog
 from kmilvus.util import typeutil
 
 DT = schema_pb2.DataType
-PLAIN_COPY = '''
+PLAIN_COPY = """
 import json, sys, time
 from pyspark.sql import SparkSession
 spec = json.loads(sys.argv[1])
@@ -54,24 +54,36 @@ t0 = time.time()
 spark.read.parquet(*spec["src"]).write.mode("overwrite").parquet(spec["dst"])
 json.dump({"seconds": time.time() - t0}, open(spec["out"], "w"))
 spark.stop()
-'''
+"""
 
 
 def make_schema(dim: int) -> schema_pb2.CollectionSchema:
     s = schema_pb2.CollectionSchema(name="bench")
     s.fields.add(fieldID=100, name="id", data_type=DT.Int64, is_primary_key=True)
-    s.fields.add(fieldID=101, name="vec", data_type=DT.FloatVector,
-                 type_params=[common_pb2.KeyValuePair(key="dim", value=str(dim))])
-    s.fields.add(fieldID=102, name="tag", data_type=DT.VarChar,
-                 type_params=[common_pb2.KeyValuePair(key="max_length", value="64")])
+    s.fields.add(
+        fieldID=101,
+        name="vec",
+        data_type=DT.FloatVector,
+        type_params=[common_pb2.KeyValuePair(key="dim", value=str(dim))],
+    )
+    s.fields.add(
+        fieldID=102,
+        name="tag",
+        data_type=DT.VarChar,
+        type_params=[common_pb2.KeyValuePair(key="max_length", value="64")],
+    )
     return s
 
 
 def make_table(n: int, dim: int) -> pa.Table:
     rng = np.random.default_rng(0)
-    return pa.table({"id": pa.array(np.arange(n, dtype=np.int64)),
-                     "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * dim, dtype=np.float32)), dim),
-                     "tag": pa.array([f"tag-{i % 1000:04d}-payload" for i in range(n)])})
+    return pa.table(
+        {
+            "id": pa.array(np.arange(n, dtype=np.int64)),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * dim, dtype=np.float32)), dim),
+            "tag": pa.array([f"tag-{i % 1000:04d}-payload" for i in range(n)]),
+        }
+    )
 
 
 async def submit(runner: LocalSparkRunner, app: dict) -> tuple[float, str]:
@@ -95,18 +107,36 @@ def plain_app(name: str, main: Path, src: list[str], dst: str, out: str) -> dict
 
 def import_spec(schema, src: str, storage_uri: str, n: int, seg_rows: int, job: int) -> dict:
     segs = -(-n // seg_rows)
-    return {"kind": "import", "job_id": job, "collection_id": 1, "partition_id": 2, "collection_name": "bench",
-            "schema": base64.b64encode(schema.SerializeToString()).decode(), "storage_uri": storage_uri,
-            "files": [src], "options": {}, "timestamp": 1 << 40, "row_id_start": 1 << 41, "row_id_count": n,
-            "log_id_start": 1 << 42, "log_id_count": n, "segment_id_start": 1000 + job * 100,
-            "segment_count": segs, "segment_max_rows": seg_rows, "manifest_key": f"manifests/import-{job}.json"}
+    return {
+        "kind": "import",
+        "job_id": job,
+        "collection_id": 1,
+        "partition_id": 2,
+        "collection_name": "bench",
+        "schema": base64.b64encode(schema.SerializeToString()).decode(),
+        "storage_uri": storage_uri,
+        "files": [src],
+        "options": {},
+        "timestamp": 1 << 40,
+        "row_id_start": 1 << 41,
+        "row_id_count": n,
+        "log_id_start": 1 << 42,
+        "log_id_count": n,
+        "segment_id_start": 1000 + job * 100,
+        "segment_count": segs,
+        "segment_max_rows": seg_rows,
+        "manifest_key": f"manifests/import-{job}.json",
+    }
 
 
 def make_sources(store: ObjectStore, schema, table: pa.Table, n_src: int) -> list[dict]:
     """`n_src` flushed-segment-like sources written with kmilvus' own binlog writer."""
     n = table.num_rows
-    cols = {100: table.column("id").combine_chunks(), 101: table.column("vec").combine_chunks(),
-            102: table.column("tag").combine_chunks()}
+    cols = {
+        100: table.column("id").combine_chunks(),
+        101: table.column("vec").combine_chunks(),
+        102: table.column("tag").combine_chunks(),
+    }
     batch = typeutil.columns_to_record_batch(schema, cols, np.arange(n, dtype=np.int64) + (1 << 41), 1 << 40)
     out = []
     bounds = np.linspace(0, n, n_src + 1, dtype=np.int64)
@@ -119,18 +149,34 @@ def make_sources(store: ObjectStore, schema, table: pa.Table, n_src: int) -> lis
 
 def compact_spec(schema, storage_uri: str, sources: list[dict], n: int, seg_rows: int, job: int) -> dict:
     targets = -(-n // seg_rows)
-    return {"kind": "compact", "job_id": job, "collection_id": 1,
-            "schema": base64.b64encode(schema.SerializeToString()).decode(), "storage_uri": storage_uri,
-            "manifest_key": f"manifests/compact-{job}.json", "log_id_start": 1 << 43, "log_id_count": n,
-            "plans": [{"plan_id": 1, "partition_id": 2, "channel": "c",
-                       "target_ids": list(range(9000 + job * 10, 9000 + job * 10 + targets)), "sources": sources}]}
+    return {
+        "kind": "compact",
+        "job_id": job,
+        "collection_id": 1,
+        "schema": base64.b64encode(schema.SerializeToString()).decode(),
+        "storage_uri": storage_uri,
+        "manifest_key": f"manifests/compact-{job}.json",
+        "log_id_start": 1 << 43,
+        "log_id_count": n,
+        "plans": [
+            {
+                "plan_id": 1,
+                "partition_id": 2,
+                "channel": "c",
+                "target_ids": list(range(9000 + job * 10, 9000 + job * 10 + targets)),
+                "sources": sources,
+            }
+        ],
+    }
 
 
 def fmt(label: str, rows: int, nbytes: int, job_s: list[float], wall_s: list[float], base: float | None) -> str:
     j, w = statistics.median(job_s), statistics.median(wall_s)
     ratio = f"{base / j:5.2f}" if base else "  -  "
-    return (f"{label:<28} job {j:6.2f} s  wall {w:6.2f} s  {rows / j:>10,.0f} rows/s  "
-            f"{nbytes / j / 1e6:7.1f} MB/s   ratio {ratio}")
+    return (
+        f"{label:<28} job {j:6.2f} s  wall {w:6.2f} s  {rows / j:>10,.0f} rows/s  "
+        f"{nbytes / j / 1e6:7.1f} MB/s   ratio {ratio}"
+    )
 
 
 async def main() -> None:
@@ -159,32 +205,37 @@ async def main() -> None:
         main_py = root / "plain_copy.py"
         main_py.write_text(PLAIN_COPY)
         runner = LocalSparkRunner(master=args.master, work_dir=str(root / "work"))
-        res: dict[str, tuple[list, list]] = {k: ([], []) for k in ("plain-import", "import", "plain-compact", "compact")}
-        print(f"{args.rows:,} rows × {args.dim} dims, {nbytes / 1e6:.0f} MB in memory, input Parquet "
-              f"{src.stat().st_size / 1e6:.0f} MB; {args.sources} source segments; master {args.master}; "
-              f"{args.rounds} round(s)", flush=True)
+        res: dict[str, tuple[list, list]] = {
+            k: ([], []) for k in ("plain-import", "import", "plain-compact", "compact")
+        }
+        print(
+            f"{args.rows:,} rows × {args.dim} dims, {nbytes / 1e6:.0f} MB in memory, input Parquet "
+            f"{src.stat().st_size / 1e6:.0f} MB; {args.sources} source segments; master {args.master}; "
+            f"{args.rounds} round(s)",
+            flush=True,
+        )
         for r in range(args.rounds):
             # Plain copy of the import's input, then the import.
             out = root / f"plain-{r}.json"
-            wall, _ = await submit(runner, plain_app(f"plain-import-{r}", main_py, [src.as_uri()],
-                                                     (root / f"copy-{r}").as_uri(), str(out)))
+            wall, _ = await submit(
+                runner, plain_app(f"plain-import-{r}", main_py, [src.as_uri()], (root / f"copy-{r}").as_uri(), str(out))
+            )
             res["plain-import"][0].append(json.loads(out.read_text())["seconds"])
             res["plain-import"][1].append(wall)
             spec = import_spec(schema, str(src), store_uri, args.rows, seg_rows, r)
-            wall, _ = await submit(runner, application.build_application(
-                "import", spec, name=f"bench-import-{r}"))
+            wall, _ = await submit(runner, application.build_application("import", spec, name=f"bench-import-{r}"))
             m = json.loads(store.read_sync(spec["manifest_key"]))
             assert m["rows"] == args.rows, m
             res["import"][0].append(m["spark_seconds"])
             res["import"][1].append(wall)
             # Plain copy of the compaction's sources, then the compaction.
-            wall, _ = await submit(runner, plain_app(f"plain-compact-{r}", main_py, source_paths,
-                                                     (root / f"ccopy-{r}").as_uri(), str(out)))
+            wall, _ = await submit(
+                runner, plain_app(f"plain-compact-{r}", main_py, source_paths, (root / f"ccopy-{r}").as_uri(), str(out))
+            )
             res["plain-compact"][0].append(json.loads(out.read_text())["seconds"])
             res["plain-compact"][1].append(wall)
             cspec = compact_spec(schema, store_uri, sources, args.rows, seg_rows, r)
-            wall, _ = await submit(runner, application.build_application(
-                "compact", cspec, name=f"bench-compact-{r}"))
+            wall, _ = await submit(runner, application.build_application("compact", cspec, name=f"bench-compact-{r}"))
             cm = json.loads(store.read_sync(cspec["manifest_key"]))
             assert cm["rows"] == args.rows, cm
             res["compact"][0].append(cm["spark_seconds"])
@@ -195,16 +246,25 @@ async def main() -> None:
                 store.delete_prefix_sync(paths.segment_prefix(1, 2, spec["segment_id_start"] + s))
             for t in cspec["plans"][0]["target_ids"]:
                 store.delete_prefix_sync(paths.segment_prefix(1, 2, t))
-            print(f"round {r + 1}: " + ", ".join(f"{k} {v[0][-1]:.2f}/{v[1][-1]:.2f} s" for k, v in res.items()),
-                  flush=True)
+            print(
+                f"round {r + 1}: " + ", ".join(f"{k} {v[0][-1]:.2f}/{v[1][-1]:.2f} s" for k, v in res.items()),
+                flush=True,
+            )
         print()
         base = statistics.median(res["plain-import"][0])
         print(fmt("plain Spark copy (import)", args.rows, nbytes, *res["plain-import"], None))
         print(fmt("kmilvus import (Parquet)", args.rows, nbytes, *res["import"], base))
         base = statistics.median(res["plain-compact"][0])
         print(fmt("plain Spark copy (compact)", args.rows, nbytes, *res["plain-compact"], None))
-        print(fmt(f"kmilvus compaction ({args.sources}→{-(-args.rows // seg_rows)})", args.rows, nbytes,
-                  *res["compact"], base))
+        print(
+            fmt(
+                f"kmilvus compaction ({args.sources}→{-(-args.rows // seg_rows)})",
+                args.rows,
+                nbytes,
+                *res["compact"],
+                base,
+            )
+        )
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)

@@ -1,6 +1,6 @@
 """Start-up time and idle memory of `kmilvus standalone` (issue: Foundation).
 
-    .venv/bin/python bench/bench_startup.py --runs 5
+.venv/bin/python bench/bench_startup.py --runs 5
 """
 
 from __future__ import annotations
@@ -26,10 +26,14 @@ def main() -> None:
         finally:
             s.stop()
     total = [sum(m.values()) for m in idle]
-    print(f"start-up until 'ready' (etcd + nats-server + 5 components): median {median(ready):.2f} s "
-          f"(min {min(ready):.2f}, max {max(ready):.2f}) over {args.runs} runs")
-    print(f"idle RSS after {args.idle:.0f} s: median {median(total):.0f} MiB total; by process: "
-          + ", ".join(f"{k} {v:.0f}" for k, v in idle[0].items()))
+    print(
+        f"start-up until 'ready' (etcd + nats-server + 5 components): median {median(ready):.2f} s "
+        f"(min {min(ready):.2f}, max {max(ready):.2f}) over {args.runs} runs"
+    )
+    print(
+        f"idle RSS after {args.idle:.0f} s: median {median(total):.0f} MiB total; by process: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in idle[0].items())
+    )
 
 
 if __name__ == "__main__":

@@ -38,10 +38,18 @@ DT = schema_pb2.DataType
 def make_schema(dim: int) -> schema_pb2.CollectionSchema:
     s = schema_pb2.CollectionSchema(name="bench")
     s.fields.add(fieldID=100, name="id", data_type=DT.Int64, is_primary_key=True)
-    s.fields.add(fieldID=101, name="vec", data_type=DT.FloatVector,
-                 type_params=[common_pb2.KeyValuePair(key="dim", value=str(dim))])
-    s.fields.add(fieldID=102, name="tag", data_type=DT.VarChar,
-                 type_params=[common_pb2.KeyValuePair(key="max_length", value="64")])
+    s.fields.add(
+        fieldID=101,
+        name="vec",
+        data_type=DT.FloatVector,
+        type_params=[common_pb2.KeyValuePair(key="dim", value=str(dim))],
+    )
+    s.fields.add(
+        fieldID=102,
+        name="tag",
+        data_type=DT.VarChar,
+        type_params=[common_pb2.KeyValuePair(key="max_length", value="64")],
+    )
     return s
 
 
@@ -52,8 +60,7 @@ def make_tags(n: int, start: int) -> pa.Array:
 def make_batch(schema, start: int, n: int, dim: int, rng) -> pa.RecordBatch:
     cols = {
         100: pa.array(np.arange(start, start + n, dtype=np.int64)),
-        101: pa.FixedSizeListArray.from_arrays(
-            pa.array(rng.random(n * dim, dtype=np.float32)), dim),
+        101: pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * dim, dtype=np.float32)), dim),
         102: make_tags(n, start),
     }
     row_ids = np.arange(start, start + n, dtype=np.int64) + (1 << 40)
@@ -71,17 +78,22 @@ def bench_binlogs(args) -> None:
         uri = "file://" + tmp
     store = ObjectStore.from_uri(uri)
     try:
-        chunks = [make_batch(schema, s, min(args.chunk_rows, args.rows - s), args.dim, rng)
-                  for s in range(0, args.rows, args.chunk_rows)]
+        chunks = [
+            make_batch(schema, s, min(args.chunk_rows, args.rows - s), args.dim, rng)
+            for s in range(0, args.rows, args.chunk_rows)
+        ]
         total = sum(c.nbytes for c in chunks)
-        print(f"data: {args.rows:,} rows × (int64 pk, float_vector({args.dim}), varchar(64), row id, ts) "
-              f"= {total / 1e6:.0f} MB Arrow, {len(chunks)} chunks of {args.chunk_rows:,} rows; store {store.root_uri}")
+        print(
+            f"data: {args.rows:,} rows × (int64 pk, float_vector({args.dim}), varchar(64), row id, ts) "
+            f"= {total / 1e6:.0f} MB Arrow, {len(chunks)} chunks of {args.chunk_rows:,} rows; store {store.root_uri}"
+        )
         w_rates, r_rates = [], []
         for rep in range(args.repeat):
             store.delete_prefix_sync(paths.insert_log_prefix(1))
             t0 = time.perf_counter()
-            infos = [write_insert_binlog(store, paths.insert_log_key(1, 2, 3, 1000 + i), c)
-                     for i, c in enumerate(chunks)]
+            infos = [
+                write_insert_binlog(store, paths.insert_log_key(1, 2, 3, 1000 + i), c) for i, c in enumerate(chunks)
+            ]
             w = time.perf_counter() - t0
             t0 = time.perf_counter()
             table = read_segment(store, 1, 2, 3)
@@ -91,12 +103,16 @@ def bench_binlogs(args) -> None:
             w_rates.append(total / w / 1e6)
             r_rates.append(total / r / 1e6)
             size = sum(i.size for i in infos)
-            print(f"  run {rep + 1}: write {w:.2f} s = {total / w / 1e6:.0f} MB/s "
-                  f"({args.rows / w:,.0f} rows/s), read_segment {r:.2f} s = {total / r / 1e6:.0f} MB/s; "
-                  f"files {size / 1e6:.0f} MB")
+            print(
+                f"  run {rep + 1}: write {w:.2f} s = {total / w / 1e6:.0f} MB/s "
+                f"({args.rows / w:,.0f} rows/s), read_segment {r:.2f} s = {total / r / 1e6:.0f} MB/s; "
+                f"files {size / 1e6:.0f} MB"
+            )
             del table
-        print(f"insert binlog write: median {statistics.median(w_rates):.0f} MB/s, "
-              f"read: median {statistics.median(r_rates):.0f} MB/s")
+        print(
+            f"insert binlog write: median {statistics.median(w_rates):.0f} MB/s, "
+            f"read: median {statistics.median(r_rates):.0f} MB/s"
+        )
         if args.compare:
             compare_encodings(store, chunks[0])
     finally:
@@ -123,8 +139,10 @@ def compare_encodings(store: ObjectStore, batch: pa.RecordBatch) -> None:
         "chosen, one row group": {**chosen, "row_group_size": table.num_rows},
         "chosen, 16k-row groups": {**chosen, "row_group_size": 16384},
     }
-    print(f"encodings on one chunk ({table.num_rows:,} rows, {table.nbytes / 1e6:.0f} MB, "
-          f"default row group {row_group_rows(table):,} rows), best of 3:")
+    print(
+        f"encodings on one chunk ({table.num_rows:,} rows, {table.nbytes / 1e6:.0f} MB, "
+        f"default row group {row_group_rows(table):,} rows), best of 3:"
+    )
     for label, opts in variants.items():
         ws, rs = [], []
         for _ in range(3):
@@ -135,8 +153,10 @@ def compare_encodings(store: ObjectStore, batch: pa.RecordBatch) -> None:
             t0 = time.perf_counter()
             pq.read_table(store.path(key), filesystem=store.filesystem)
             rs.append(time.perf_counter() - t0)
-        print(f"  {label:40s} write {table.nbytes / min(ws) / 1e6:5.0f} MB/s  "
-              f"read {table.nbytes / min(rs) / 1e6:5.0f} MB/s  size {size / 1e6:6.1f} MB")
+        print(
+            f"  {label:40s} write {table.nbytes / min(ws) / 1e6:5.0f} MB/s  "
+            f"read {table.nbytes / min(rs) / 1e6:5.0f} MB/s  size {size / 1e6:6.1f} MB"
+        )
 
 
 def bench_conversion(args) -> None:

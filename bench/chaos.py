@@ -41,8 +41,16 @@ from kmilvus.util.embedded import ChildServer, free_port, start_etcd, start_nats
 
 CLUSTER = "chaos"
 TTL = 3
-FAULTS = ("datanode_kill", "datanode_stop", "coordinators_kill", "coordinators_stop", "proxy_kill",
-          "nats_restart", "etcd_restart", "storage_outage")
+FAULTS = (
+    "datanode_kill",
+    "datanode_stop",
+    "coordinators_kill",
+    "coordinators_stop",
+    "proxy_kill",
+    "nats_restart",
+    "etcd_restart",
+    "storage_outage",
+)
 
 
 @dataclass
@@ -56,13 +64,14 @@ class Proc:
     log: Path
     port: int = 0
     proc: subprocess.Popen | None = None
-    log_offset: int = 0    # where this run's output starts in the (appended) log
+    log_offset: int = 0  # where this run's output starts in the (appended) log
 
     def start(self) -> "Proc":
         self.log_offset = self.log.stat().st_size if self.log.exists() else 0
         out = open(self.log, "ab")
-        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
         out.close()
         return self
 
@@ -80,7 +89,7 @@ class Proc:
 
     def wait_log(self, needle: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
-        while needle.encode() not in self.log.read_bytes()[self.log_offset:]:
+        while needle.encode() not in self.log.read_bytes()[self.log_offset :]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name}: no {needle!r} in {self.log}")
             time.sleep(0.05)
@@ -140,11 +149,30 @@ class Deployment:
     def make(self, name: str, roles: tuple[str, ...]) -> Proc:
         exe = str(Path(sys.executable).with_name("kmilvus"))
         port = free_port()
-        argv = [exe, "run", *roles, "--etcd-endpoint", self.etcd_endpoint, "--nats-url", self.nats.endpoint,
-                "--storage-uri", self.storage.as_uri(), "--cluster", CLUSTER, "--port", str(port)]
-        env = dict(os.environ, KMILVUS_LOG_LEVEL="info", KMILVUS_SESSION_TTL=str(TTL),
-                   KMILVUS_INSERT_BUFFER_SIZE_MB="16", KMILVUS_AUTO_COMPACTION="false",
-                   KMILVUS_DML_CHANNEL_NUM="4", KMILVUS_GC_TOLERANCE="3600")
+        argv = [
+            exe,
+            "run",
+            *roles,
+            "--etcd-endpoint",
+            self.etcd_endpoint,
+            "--nats-url",
+            self.nats.endpoint,
+            "--storage-uri",
+            self.storage.as_uri(),
+            "--cluster",
+            CLUSTER,
+            "--port",
+            str(port),
+        ]
+        env = dict(
+            os.environ,
+            KMILVUS_LOG_LEVEL="info",
+            KMILVUS_SESSION_TTL=str(TTL),
+            KMILVUS_INSERT_BUFFER_SIZE_MB="16",
+            KMILVUS_AUTO_COMPACTION="false",
+            KMILVUS_DML_CHANNEL_NUM="4",
+            KMILVUS_GC_TOLERANCE="3600",
+        )
         p = Proc(name, roles, argv, env, self.work / f"{name}.log", port)
         self.procs[name] = p
         return p
@@ -268,12 +296,15 @@ def main() -> int:
         dep.start()
         uri = f"http://127.0.0.1:{dep.procs['proxy-1'].port}"
         connections.connect("chaos-admin", uri=uri, timeout=30)
-        schema = CollectionSchema([FieldSchema("id", DataType.INT64, is_primary=True),
-                                   FieldSchema("vec", DataType.FLOAT_VECTOR, dim=32)])
+        schema = CollectionSchema(
+            [FieldSchema("id", DataType.INT64, is_primary=True), FieldSchema("vec", DataType.FLOAT_VECTOR, dim=32)]
+        )
         coll = Collection("chaos", schema, shards_num=2, using="chaos-admin")
         coll_id = coll.describe()["collection_id"]
-        clients = [Client(f"http://127.0.0.1:{dep.procs[p].port}", f"chaos-{i}", (i + 1) * 10**9)
-                   for i, p in enumerate(("proxy-1", "proxy-2"))]
+        clients = [
+            Client(f"http://127.0.0.1:{dep.procs[p].port}", f"chaos-{i}", (i + 1) * 10**9)
+            for i, p in enumerate(("proxy-1", "proxy-2"))
+        ]
         for c in clients:
             c.start()
         deadline = t0 + args.minutes * 60
@@ -284,8 +315,10 @@ def main() -> int:
             rounds += 1
             counts[fault] = counts.get(fault, 0) + 1
             acked = sum(len(c.acked) for c in clients)
-            print(f"[{time.monotonic() - t0:6.0f}s] round {rounds}: {fault} ({target}); rows acked so far {acked:,}",
-                  flush=True)
+            print(
+                f"[{time.monotonic() - t0:6.0f}s] round {rounds}: {fault} ({target}); rows acked so far {acked:,}",
+                flush=True,
+            )
             if rng.random() < 0.3:
                 try:
                     Collection("chaos", using="chaos-admin").flush(timeout=60)
@@ -323,8 +356,10 @@ def main() -> int:
         print(f"| stored rows never inserted | {strays:,} |")
         print(f"| num_entities | {num_entities:,} |")
         print(f"| final flush | {flush_s:.1f} s |")
-        print(f"| longest unavailability (a client without a successful insert) | "
-              f"{max(c.longest_gap for c in clients):.1f} s |")
+        print(
+            f"| longest unavailability (a client without a successful insert) | "
+            f"{max(c.longest_gap for c in clients):.1f} s |"
+        )
         print(f"| invariants | {'hold' if ok else 'VIOLATED'} |")
         return 0 if ok else 1
     finally:

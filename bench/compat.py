@@ -42,10 +42,11 @@ _MILVUS_EXC = re.compile(r"code=(?P<code>[^,]+), message=(?P<msg>.*)\)>\s*$", re
 _GRPC_STATUS = re.compile(r'status = StatusCode\.(?P<status>\w+)\s+details = "(?P<details>[^"]*)"')
 # pymilvus logs every failed RPC; an async example's `finally:` can hide the first one from the
 # traceback (pymilvus' `raise e from e` suppresses the chained context).
-_LOGGED_RPC_ERROR = re.compile(r"\[_log_rpc_error\]: grpc RpcError: \[(?P<method>\w+)\], "
-                               r"<\w+: StatusCode\.(?P<status>\w+), (?P<details>.*?)>, <elapsed")
-_EXTERNAL = re.compile(r"minio|botocore|\bs3\b|amazonaws|:9000\b|Could not connect to the endpoint",
-                       re.I)
+_LOGGED_RPC_ERROR = re.compile(
+    r"\[_log_rpc_error\]: grpc RpcError: \[(?P<method>\w+)\], "
+    r"<\w+: StatusCode\.(?P<status>\w+), (?P<details>.*?)>, <elapsed"
+)
+_EXTERNAL = re.compile(r"minio|botocore|\bs3\b|amazonaws|:9000\b|Could not connect to the endpoint", re.I)
 _UNIMPLEMENTED = re.compile(r"UNIMPLEMENTED|Method not implemented|unimplemented", re.I)
 
 
@@ -54,10 +55,10 @@ class Outcome:
     example: str
     passed: bool
     seconds: float
-    call: str = ""        # `example.py:LINE method` of the first failing call
-    code: str = ""        # the server's code (or gRPC status) when there is one
-    why: str = ""         # the exception's message
-    category: str = ""    # not built | external | timeout | example | bug
+    call: str = ""  # `example.py:LINE method` of the first failing call
+    code: str = ""  # the server's code (or gRPC status) when there is one
+    why: str = ""  # the exception's message
+    category: str = ""  # not built | external | timeout | example | bug
     address_edited: bool = False
 
 
@@ -76,8 +77,10 @@ def examples(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*.py") if p.is_file() and "__pycache__" not in p.parts)
 
 
-_CHAINED = re.compile(r"\n(During handling of the above exception, another exception occurred:|"
-                      r"The above exception was the direct cause of the following exception:)\n")
+_CHAINED = re.compile(
+    r"\n(During handling of the above exception, another exception occurred:|"
+    r"The above exception was the direct cause of the following exception:)\n"
+)
 
 
 def _first_traceback(stderr: str) -> list[str]:
@@ -101,20 +104,19 @@ def classify(stderr: str, script: Path, timed_out: bool = False) -> tuple[str, s
     for i, ln in enumerate(lines):
         m = _FRAME.match(ln)
         if m:
-            frames.append((m["file"], int(m["line"]), m["func"],
-                           lines[i + 1].strip() if i + 1 < len(lines) else ""))
+            frames.append((m["file"], int(m["line"]), m["func"], lines[i + 1].strip() if i + 1 < len(lines) else ""))
     # The exception is everything after the last frame's source line.
     last = max((i for i, ln in enumerate(lines) if _FRAME.match(ln)), default=0)
-    exc = "\n".join(lines[last + 2:]).strip() or lines[-1]
+    exc = "\n".join(lines[last + 2 :]).strip() or lines[-1]
     exc_type, _, exc_msg = exc.partition(": ")
     mine = [k for k, f in enumerate(frames) if Path(f[0]).name == script.name]
     call = ""
     if mine:
         k = mine[-1]
-        lib = next((f for f in frames[k + 1:] if "pymilvus" in f[0]), None)
+        lib = next((f for f in frames[k + 1 :] if "pymilvus" in f[0]), None)
         method = lib[2] if lib else ""
         # The client method that sent the failing request (a convenience call may send several).
-        sent = [f[2] for f in frames[k + 1:] if "grpc_handler" in Path(f[0]).name]
+        sent = [f[2] for f in frames[k + 1 :] if "grpc_handler" in Path(f[0]).name]
         if sent and sent[-1].lstrip("_") != method.lstrip("_"):
             method += f" → {sent[-1]}"
         call = f"{script.name}:{frames[k][1]} {method or frames[k][3]}".strip()
@@ -160,9 +162,15 @@ def run_one(script: Path, timeout: float, port: int | None = None) -> Outcome:
     try:
         target, edited = _runnable(script, server.port, workdir)
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, str(target)], cwd=workdir, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(
+            [sys.executable, str(target)],
+            cwd=workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         try:
             _, stderr = proc.communicate(timeout=timeout)
             timed_out = False
@@ -187,14 +195,12 @@ def _cell(s: str, width: int = 110) -> str:
 
 def table(outcomes: list[Outcome]) -> str:
     """A Markdown table: example, pass/fail, and the first failing call, code, why and class."""
-    rows = ["| example | result | first failing call | code | why | class |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| example | result | first failing call | code | why | class |", "|---|---|---|---|---|---|"]
     for o in outcomes:
         result = "pass" if o.passed else "FAIL"
         if o.address_edited:
             result += " (address edited)"
-        rows.append(f"| {o.example} | {result} | {_cell(o.call)} | {_cell(o.code)} | {_cell(o.why)} | "
-                    f"{o.category} |")
+        rows.append(f"| {o.example} | {result} | {_cell(o.call)} | {_cell(o.code)} | {_cell(o.why)} | {o.category} |")
     passed = sum(o.passed for o in outcomes)
     rows.append("")
     rows.append(f"{passed} of {len(outcomes)} pass.")
@@ -213,14 +219,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no example programs under {directory}", file=sys.stderr)
         return 2
     if not port_free(MILVUS_PORT):
-        print(f"port {MILVUS_PORT} is in use: each example runs from a temporary copy whose only edit "
-              f"is the address", file=sys.stderr)
+        print(
+            f"port {MILVUS_PORT} is in use: each example runs from a temporary copy whose only edit is the address",
+            file=sys.stderr,
+        )
     outcomes = []
     for script in found:
         o = run_one(script, args.timeout)
         o.example = str(script.relative_to(directory))
-        print(f"{o.example}: {'pass' if o.passed else 'FAIL ' + o.category} ({o.seconds:.1f} s)",
-              file=sys.stderr, flush=True)
+        print(
+            f"{o.example}: {'pass' if o.passed else 'FAIL ' + o.category} ({o.seconds:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         outcomes.append(o)
     print(table(outcomes))
     return 0

@@ -41,8 +41,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def _schema(dim: int):
     from pymilvus import CollectionSchema, DataType, FieldSchema
 
-    return CollectionSchema([FieldSchema("id", DataType.INT64, is_primary=True),
-                             FieldSchema("vec", DataType.FLOAT_VECTOR, dim=dim)])
+    return CollectionSchema(
+        [FieldSchema("id", DataType.INT64, is_primary=True), FieldSchema("vec", DataType.FLOAT_VECTOR, dim=dim)]
+    )
 
 
 def client_main(c: int, uri: str, names: list[str], dim: int, until: float, out: str, acked_total) -> None:
@@ -125,10 +126,21 @@ def main() -> int:
         until = time.monotonic() + args.minutes * 60
         ctx = mp.get_context("spawn")
         outs = [srv.data_dir / f"client{c}.json" for c in range(args.clients)]
-        procs = [ctx.Process(target=client_main, args=(c, srv.uri, [n for i, n in enumerate(names)
-                                                                     if i % args.clients == c],
-                                                        args.dim, until, str(outs[c]), acked_total))
-                 for c in range(args.clients)]
+        procs = [
+            ctx.Process(
+                target=client_main,
+                args=(
+                    c,
+                    srv.uri,
+                    [n for i, n in enumerate(names) if i % args.clients == c],
+                    args.dim,
+                    until,
+                    str(outs[c]),
+                    acked_total,
+                ),
+            )
+            for c in range(args.clients)
+        ]
         t0 = time.monotonic()
         for p in procs:
             p.start()
@@ -168,11 +180,19 @@ def main() -> int:
         rate = [(b["acked"] - a["acked"]) / max(1e-9, b["t"] - a["t"]) for a, b in zip(samples, samples[1:])]
         print("| measure | value |")
         print("|---|---|")
-        print(f"| duration | {elapsed / 60:.1f} min, {args.clients} client processes, {args.collections} collections (2 shards, dim {args.dim}) |")
-        print(f"| rows acknowledged (all incarnations) | {acked_total.value:,} ({acked_total.value / elapsed:,.0f} rows/s) |")
-        print(f"| rows/s over time (1 s samples) | median {np.median(rate) if rate else 0:,.0f}, min {min(rate, default=0):,.0f}, max {max(rate, default=0):,.0f} |")
+        print(
+            f"| duration | {elapsed / 60:.1f} min, {args.clients} client processes, {args.collections} collections (2 shards, dim {args.dim}) |"
+        )
+        print(
+            f"| rows acknowledged (all incarnations) | {acked_total.value:,} ({acked_total.value / elapsed:,.0f} rows/s) |"
+        )
+        print(
+            f"| rows/s over time (1 s samples) | median {np.median(rate) if rate else 0:,.0f}, min {min(rate, default=0):,.0f}, max {max(rate, default=0):,.0f} |"
+        )
         print(f"| rows of current incarnations checked | {total:,} |")
-        print(f"| lost / duplicated / unexpected / num_entities mismatches | {lost} / {dups} / {strays} / {mismatched} |")
+        print(
+            f"| lost / duplicated / unexpected / num_entities mismatches | {lost} / {dups} / {strays} / {mismatched} |"
+        )
         for k, v in sorted(errors.items()):
             print(f"| {k} | {v:,} |")
         for k in sorted(peak):

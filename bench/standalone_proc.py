@@ -34,8 +34,11 @@ class Standalone:
         exe = Path(sys.executable).with_name("kmilvus")
         log = self.data_dir / "standalone.log"
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen([str(exe), "standalone", "--data-dir", str(self.data_dir), "--port",
-                                      str(self.port), *self.args], stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [str(exe), "standalone", "--data-dir", str(self.data_dir), "--port", str(self.port), *self.args],
+            stdout=open(log, "wb"),
+            stderr=subprocess.STDOUT,
+        )
         while b"ready on" not in log.read_bytes():
             if self.proc.poll() is not None:
                 raise RuntimeError(log.read_text())

@@ -46,8 +46,16 @@ sys.path.insert(0, str(BENCH))
 
 import workload as w
 
-MILVUS_REQUIREMENTS = ["milvus==2.3.5", "pymilvus==2.3.7", "setuptools<70", "marshmallow<4",
-                       "numpy", "psutil", "pyarrow", "matplotlib"]
+MILVUS_REQUIREMENTS = [
+    "milvus==2.3.5",
+    "pymilvus==2.3.7",
+    "setuptools<70",
+    "marshmallow<4",
+    "numpy",
+    "psutil",
+    "pyarrow",
+    "matplotlib",
+]
 SYSTEMS = {"kmilvus": "kmilvus", "milvus": "Milvus 2.3.5"}
 
 
@@ -57,6 +65,7 @@ def log(msg: str) -> None:
 
 # ------------------------------------------------------------------------------------------------
 # Set-up.
+
 
 def ensure_milvus_venv(venv: Path) -> Path:
     """bench/.venv-milvus with milvus==2.3.5 + pymilvus 2.3.7 (+ matplotlib for the chart)."""
@@ -69,8 +78,17 @@ def ensure_milvus_venv(venv: Path) -> Path:
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(py), "-m", "pip", "install", "-q", *MILVUS_REQUIREMENTS], check=True)
-    subprocess.run([str(py), "-c", ("import milvus, pymilvus, matplotlib, psutil, pyarrow; "
-                    "from pymilvus import connections, Collection, utility")], check=True)
+    subprocess.run(
+        [
+            str(py),
+            "-c",
+            (
+                "import milvus, pymilvus, matplotlib, psutil, pyarrow; "
+                "from pymilvus import connections, Collection, utility"
+            ),
+        ],
+        check=True,
+    )
     stamp.write_text(want)
     return py
 
@@ -89,6 +107,7 @@ def netns_prefix() -> list[str]:
 
 # ------------------------------------------------------------------------------------------------
 # Child processes: every one is killed at the end, whatever happens.
+
 
 class Reaper:
     def __init__(self):
@@ -119,7 +138,7 @@ class Reaper:
     def stop_popen(self, p: subprocess.Popen, grace: float = 10.0) -> None:
         if p.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGTERM)    # the workload stops its server on SIGTERM
+                os.killpg(p.pid, signal.SIGTERM)  # the workload stops its server on SIGTERM
             try:
                 p.wait(grace)
             except subprocess.TimeoutExpired:
@@ -127,7 +146,7 @@ class Reaper:
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait(5)
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(p.pid, signal.SIGKILL)        # anything left in its process group
+            os.killpg(p.pid, signal.SIGKILL)  # anything left in its process group
 
     def cleanup(self) -> None:
         for p in self.popens:
@@ -147,14 +166,30 @@ def _on_signal(signum, _frame):
 # ------------------------------------------------------------------------------------------------
 # Runs.
 
-def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx: int,
-            prefix: list[str]) -> dict:
+
+def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx: int, prefix: list[str]) -> dict:
     out = tmp / f"{system}-{idx}.json"
     pidfile = tmp / f"{system}-{idx}.pids"
     REAPER.pidfiles.append(pidfile)
-    argv = prefix + [python, str(BENCH / "workload.py"), "run", "--system", system, "--rows", args.rows,
-                     "--small-count", str(args.small_count), "--files-cap", str(args.files_cap),
-                     "--out", str(out), "--pidfile", str(pidfile), "--tmp-dir", str(tmp)]
+    argv = prefix + [
+        python,
+        str(BENCH / "workload.py"),
+        "run",
+        "--system",
+        system,
+        "--rows",
+        args.rows,
+        "--small-count",
+        str(args.small_count),
+        "--files-cap",
+        str(args.files_cap),
+        "--out",
+        str(out),
+        "--pidfile",
+        str(pidfile),
+        "--tmp-dir",
+        str(tmp),
+    ]
     if parquet:
         argv += ["--bulk", str(parquet)]
     if system == "kmilvus":
@@ -201,19 +236,25 @@ def aggregate(runs: dict[str, list[dict]], rows: list[int], files_cap: float) ->
                 meds[s] = statistics.median(good + [files_cap] * (len(vals) - len(good)))
             elif key.startswith("bulk") and mets[s] and not good:
                 st = {r.get("bulk_import", {}).get("status") for r in runs[s]}
-                cell = "n/a (not implemented yet)" if "unimplemented" in st else \
-                    f"n/a ({'/'.join(sorted(x for x in st if x))})"
+                cell = (
+                    "n/a (not implemented yet)"
+                    if "unimplemented" in st
+                    else f"n/a ({'/'.join(sorted(x for x in st if x))})"
+                )
             elif good:
                 meds[s] = statistics.median(good)
             cells.append(cell)
             if good or capped.get(s):
                 chart.setdefault(key, {"label": row["label"], "unit": unit})[s] = {
-                    "median": meds.get(s), "min": min(good) if good else files_cap,
-                    "max": max(good) if good else files_cap, "capped": bool(capped.get(s)) or len(good) < len(vals)}
+                    "median": meds.get(s),
+                    "min": min(good) if good else files_cap,
+                    "max": max(good) if good else files_cap,
+                    "capped": bool(capped.get(s)) or len(good) < len(vals),
+                }
         k, m = meds.get("kmilvus"), meds.get("milvus")
         ratio, win = "", ""
         if k is not None and m:
-            lt = capped.get("milvus") and not capped.get("kmilvus")   # Milvus' true value is larger
+            lt = capped.get("milvus") and not capped.get("kmilvus")  # Milvus' true value is larger
             ratio = f"{'< ' if lt else ''}{k / m:.3g}×"
             factor = (k / m if better == "higher" else m / k) if k else float("inf")
             if capped.get("kmilvus") and capped.get("milvus"):
@@ -239,10 +280,18 @@ def draw_chart(data_path: Path, png: Path) -> None:
     chart = doc["chart"]
     groups = [
         ("throughput (rows/s, higher is better)", [k for k, v in chart.items() if v["unit"] == "rps"], 1.0, False),
-        ("latency (seconds, log scale, lower is better)", [k for k, v in chart.items() if v["unit"] in ("s", "ms")
-                                                           and k != "startup_s"], 1.0, True),
-        ("peak RSS, all processes (MiB, lower is better)", [k for k, v in chart.items() if v["unit"] == "MiB"],
-         1 / 2**20, False),
+        (
+            "latency (seconds, log scale, lower is better)",
+            [k for k, v in chart.items() if v["unit"] in ("s", "ms") and k != "startup_s"],
+            1.0,
+            True,
+        ),
+        (
+            "peak RSS, all processes (MiB, lower is better)",
+            [k for k, v in chart.items() if v["unit"] == "MiB"],
+            1 / 2**20,
+            False,
+        ),
     ]
     groups = [g for g in groups if g[1]]
     fig, axes = plt.subplots(len(groups), 1, figsize=(12, 4.2 * len(groups)))
@@ -262,19 +311,32 @@ def draw_chart(data_path: Path, png: Path) -> None:
                 lo.append(med - d["min"] * scale)
                 hi.append(d["max"] * scale - med)
                 capped.append(d.get("capped"))
-            bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=4, color=colors[s],
-                          label=f"{SYSTEMS[s]} (median, min–max)")
+            bars = ax.bar(
+                xs, ys, width, yerr=[lo, hi], capsize=4, color=colors[s], label=f"{SYSTEMS[s]} (median, min–max)"
+            )
             for b, c in zip(bars, capped):
                 if c:
                     b.set_hatch("//")
-                    ax.annotate(f"> {doc['files_cap']:.0f} s", (b.get_x() + b.get_width() / 2, b.get_height()),
-                                ha="center", va="bottom", fontsize=8)
+                    ax.annotate(
+                        f"> {doc['files_cap']:.0f} s",
+                        (b.get_x() + b.get_width() / 2, b.get_height()),
+                        ha="center",
+                        va="bottom",
+                        fontsize=8,
+                    )
             for i, k in enumerate(keys):
                 d = chart[k].get(s)
                 if not d or d["median"] is None:
-                    ax.annotate("n/a", (i + (j - 0.5) * width, 0), xycoords=("data", "axes fraction"),
-                                xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8,
-                                color=colors[s])
+                    ax.annotate(
+                        "n/a",
+                        (i + (j - 0.5) * width, 0),
+                        xycoords=("data", "axes fraction"),
+                        xytext=(0, 4),
+                        textcoords="offset points",
+                        ha="center",
+                        fontsize=8,
+                        color=colors[s],
+                    )
         ax.set_xticks(range(len(keys)))
         ax.set_xticklabels([textwrap.fill(chart[k]["label"], 22) for k in keys], fontsize=8)
         ax.set_title(title)
@@ -321,8 +383,17 @@ def main(argv=None) -> int:
         parquet = None
         if args.bulk_rows:
             parquet = tmp / f"bulk_{args.bulk_rows}.parquet"
-            subprocess.run([args.kmilvus_python, str(BENCH / "workload.py"), "gen-parquet", str(parquet),
-                            "--rows", str(args.bulk_rows)], check=True)
+            subprocess.run(
+                [
+                    args.kmilvus_python,
+                    str(BENCH / "workload.py"),
+                    "gen-parquet",
+                    str(parquet),
+                    "--rows",
+                    str(args.bulk_rows),
+                ],
+                check=True,
+            )
         for i in range(args.runs):
             order = ["kmilvus", "milvus"] if i % 2 == 0 else ["milvus", "kmilvus"]
             for s in order:
@@ -337,30 +408,58 @@ def main(argv=None) -> int:
     total = time.monotonic() - t_start
     first = {s: next((r for r in rs if r.get("pymilvus")), {}) for s, rs in runs.items()}
     errors = [f"{r['system']} run {r['run']}: {r['error']}" for rs in runs.values() for r in rs if r.get("error")]
-    mem_by_proc = {s: {k: f"{v / 2**20:,.0f} MiB" for k, v in
-                       (first[s].get("memory") or {}).get("per_process_peak_rss", {}).items()} for s in runs}
+    mem_by_proc = {
+        s: {
+            k: f"{v / 2**20:,.0f} MiB"
+            for k, v in (first[s].get("memory") or {}).get("per_process_peak_rss", {}).items()
+        }
+        for s in runs
+    }
     bulk_notes = {s: {r.get("bulk_import", {}).get("status") for r in rs} for s, rs in runs.items()}
-    notes = [
-        (f"{when}, {platform.node()}, {os.cpu_count()} CPUs; {args.runs} runs per system, alternating; "
-        f"total {total / 60:.1f} min; each cell: median [min–max] over the runs"),
-        (f"kmilvus ({first['kmilvus'].get('server_version', '?')}) driven by pymilvus "
-        f"{first['kmilvus'].get('pymilvus', '?')}; Milvus {first['milvus'].get('server_version', '?')} "
-        f"(PyPI `milvus`, embedded etcd + rocksmq + local storage) driven by pymilvus {first['milvus'].get('pymilvus', '?')}"),
-        ("same script (bench/workload.py): ORM Collection.insert of column lists, 10,000 rows per call, "
-        "one at a time; Flush + GetFlushState polled every 10 ms; one shard"),
-        ("peak RSS = max over 50 ms samples of the SUM over all of the system's processes "
-        f"(kmilvus + etcd + nats-server; Milvus: one process). Per process, first run: {mem_by_proc}"),
-        (f"dropped files: watched DATA/.../insert_log/<collectionID>, capped at {args.files_cap:.0f} s "
-        "(Milvus 2.3.5's GC removes them after dataCoord.gc.dropTolerance = 3 h)"),
-        (f"bulk import: {args.bulk_rows:,} rows from one Parquet file (id int64, vec list<float32>, tag string); "
-        f"statuses: {bulk_notes}"),
-        "network: " + ("each run in a private network namespace (loopback only)" if prefix else
-                       "host network; Milvus 2.3.5 binds its gRPC/metrics ports on all interfaces"),
-        "load average at the start of each run: " + "; ".join(
-            f"{r['system']} {r['run']}: {r['loadavg_start'][0]:.1f}" for rs in zip(*runs.values()) for r in rs
-            if r.get("loadavg_start")),
-    ] + ([f"ERRORS: {errors}"] if errors else []) + (
-        [f"killed leftover processes: {REAPER.killed}"] if REAPER.killed else [])
+    notes = (
+        [
+            (
+                f"{when}, {platform.node()}, {os.cpu_count()} CPUs; {args.runs} runs per system, alternating; "
+                f"total {total / 60:.1f} min; each cell: median [min–max] over the runs"
+            ),
+            (
+                f"kmilvus ({first['kmilvus'].get('server_version', '?')}) driven by pymilvus "
+                f"{first['kmilvus'].get('pymilvus', '?')}; Milvus {first['milvus'].get('server_version', '?')} "
+                f"(PyPI `milvus`, embedded etcd + rocksmq + local storage) driven by pymilvus {first['milvus'].get('pymilvus', '?')}"
+            ),
+            (
+                "same script (bench/workload.py): ORM Collection.insert of column lists, 10,000 rows per call, "
+                "one at a time; Flush + GetFlushState polled every 10 ms; one shard"
+            ),
+            (
+                "peak RSS = max over 50 ms samples of the SUM over all of the system's processes "
+                f"(kmilvus + etcd + nats-server; Milvus: one process). Per process, first run: {mem_by_proc}"
+            ),
+            (
+                f"dropped files: watched DATA/.../insert_log/<collectionID>, capped at {args.files_cap:.0f} s "
+                "(Milvus 2.3.5's GC removes them after dataCoord.gc.dropTolerance = 3 h)"
+            ),
+            (
+                f"bulk import: {args.bulk_rows:,} rows from one Parquet file (id int64, vec list<float32>, tag string); "
+                f"statuses: {bulk_notes}"
+            ),
+            "network: "
+            + (
+                "each run in a private network namespace (loopback only)"
+                if prefix
+                else "host network; Milvus 2.3.5 binds its gRPC/metrics ports on all interfaces"
+            ),
+            "load average at the start of each run: "
+            + "; ".join(
+                f"{r['system']} {r['run']}: {r['loadavg_start'][0]:.1f}"
+                for rs in zip(*runs.values())
+                for r in rs
+                if r.get("loadavg_start")
+            ),
+        ]
+        + ([f"ERRORS: {errors}"] if errors else [])
+        + ([f"killed leftover processes: {REAPER.killed}"] if REAPER.killed else [])
+    )
     print()
     print(w.text_table(header, body))
     for n in notes:
@@ -368,18 +467,42 @@ def main(argv=None) -> int:
 
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"when": when, "args": vars(args), "runs_per_system": args.runs, "files_cap": args.files_cap,
-           "host": platform.node(), "cpus": os.cpu_count(), "total_s": total, "netns": bool(prefix),
-           "table": {"header": header, "body": body}, "chart": chart, "notes": notes, "runs": runs}
+    doc = {
+        "when": when,
+        "args": vars(args),
+        "runs_per_system": args.runs,
+        "files_cap": args.files_cap,
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "total_s": total,
+        "netns": bool(prefix),
+        "table": {"header": header, "body": body},
+        "chart": chart,
+        "notes": notes,
+        "runs": runs,
+    }
     jpath, mpath, ppath = out / f"{args.name}.json", out / f"{args.name}.md", out / f"{args.name}.png"
     jpath.write_text(json.dumps(doc, indent=1, default=str))
-    mpath.write_text("\n".join([f"# kmilvus vs Milvus 2.3.5 ({when})", "",
-                                "Command: `./dev bench-vs-milvus " + " ".join(sys.argv[1:]) + "`", "",
-                                w.markdown_table(header, body), ""] + [f"- {n}" for n in notes] +
-                               ["", f"![chart]({ppath.name})", ""]))
+    mpath.write_text(
+        "\n".join(
+            [
+                f"# kmilvus vs Milvus 2.3.5 ({when})",
+                "",
+                "Command: `./dev bench-vs-milvus " + " ".join(sys.argv[1:]) + "`",
+                "",
+                w.markdown_table(header, body),
+                "",
+            ]
+            + [f"- {n}" for n in notes]
+            + ["", f"![chart]({ppath.name})", ""]
+        )
+    )
     try:
-        subprocess.run([milvus_py, str(Path(__file__).resolve()), "--chart-from", str(jpath), "--png", str(ppath)],
-                       check=True, timeout=120)
+        subprocess.run(
+            [milvus_py, str(Path(__file__).resolve()), "--chart-from", str(jpath), "--png", str(ppath)],
+            check=True,
+            timeout=120,
+        )
     except Exception as exc:  # noqa: BLE001 - the table is the result; the chart is a view of it
         log(f"chart failed: {exc}")
     log(f"wrote {jpath}, {mpath}, {ppath} in {total / 60:.1f} min")

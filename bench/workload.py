@@ -69,8 +69,8 @@ DIM = 128
 BATCH = 10_000
 TAG_MAX = 64
 SMALL_ROWS = 1_000
-POLL = 0.010               # GetFlushState poll interval
-FILES_POLL = 0.020         # insert_log directory poll interval after a drop
+POLL = 0.010  # GetFlushState poll interval
+FILES_POLL = 0.020  # insert_log directory poll interval after a drop
 HERE = Path(__file__).resolve().parent
 READY_RE = re.compile(r"kmilvus standalone ready on ([\d.]+):(\d+)")
 
@@ -95,6 +95,7 @@ def stats(xs: list[float]) -> dict:
 # ------------------------------------------------------------------------------------------------
 # Data, generated once, outside every timed region.
 
+
 class Batches:
     """`rows` rows as 10k-row column batches of Python lists: [ids, vectors, tags].
 
@@ -104,10 +105,9 @@ class Batches:
     at vector values on this path (no dedup, no index); binlog compression cannot exploit the
     repeat either, as repeated rows lie 100 MB apart."""
 
-    _pool: ClassVar[list] = []   # per-process vector pool, shared by every Batches
+    _pool: ClassVar[list] = []  # per-process vector pool, shared by every Batches
 
-    def __init__(self, rows: int, *, start_id: int = 0, seed: int = 0, batch: int = BATCH,
-                 pool_rows: int = 200_000):
+    def __init__(self, rows: int, *, start_id: int = 0, seed: int = 0, batch: int = BATCH, pool_rows: int = 200_000):
         self.rows, self.batches = rows, []
         pool = Batches._pool if batch == BATCH else []
         rng = np.random.default_rng(seed)
@@ -122,7 +122,7 @@ class Batches:
             tags = [f"tag-{(start_id + s + i) % 1000:04d}-{start_id + s + i:012d}" for i in range(n)]
             self.batches.append([ids, vecs, tags])
         gc.collect()
-        gc.freeze()      # generated objects leave the collector's view (see module doc)
+        gc.freeze()  # generated objects leave the collector's view (see module doc)
 
     def free(self) -> None:
         self.batches = []
@@ -146,14 +146,19 @@ def write_parquet(path: Path, rows: int, *, start_id: int = 50_000_000, seed: in
             flat = rng.random(n * DIM, dtype=np.float32)
             offsets = pa.array(np.arange(0, n * DIM + 1, DIM, dtype=np.int32))
             tags = pa.array([f"tag-{i % 1000:04d}-{i:012d}" for i in ids.tolist()])
-            w.write_table(pa.table({"id": ids, "vec": pa.ListArray.from_arrays(offsets, pa.array(flat)),
-                                    "tag": tags}, schema=schema), row_group_size=50_000)
+            w.write_table(
+                pa.table(
+                    {"id": ids, "vec": pa.ListArray.from_arrays(offsets, pa.array(flat)), "tag": tags}, schema=schema
+                ),
+                row_group_size=50_000,
+            )
     tmp.rename(path)
     return path
 
 
 # ------------------------------------------------------------------------------------------------
 # Process trees.
+
 
 def tree(pid: int) -> list:
     """psutil.Process objects of `pid` and all its descendants (kmilvus' etcd and nats-server run
@@ -190,8 +195,15 @@ class MemWatch:
     and tells it phase names; `stop()` returns its JSON report."""
 
     def __init__(self, root_pid: int, *, pidfile: str | None = None, interval: float = 0.05):
-        argv = [sys.executable, str(Path(__file__).resolve()), "memwatch", "--root", str(root_pid),
-                "--interval", str(interval)]
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "memwatch",
+            "--root",
+            str(root_pid),
+            "--interval",
+            str(interval),
+        ]
         if pidfile:
             argv += ["--pidfile", pidfile]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -291,18 +303,18 @@ def memwatch_main(args) -> None:
                 close_phase(now)
                 phase, t_phase = line.split(None, 1)[1].strip(), now
     close_phase(time.monotonic())
-    print(json.dumps({"peak_rss": peak_total, "samples": n, "phases": phases,
-                      "per_process_peak_rss": per_name_peak}))
+    print(json.dumps({"peak_rss": peak_total, "samples": n, "phases": phases, "per_process_peak_rss": per_name_peak}))
 
 
 # ------------------------------------------------------------------------------------------------
 # Servers.
 
+
 class Server:
     system = "?"
     pid: int | None = None
     host, port = "127.0.0.1", 0
-    storage_dir: Path | None = None     # where insert_log/<collectionID> lives, if known
+    storage_dir: Path | None = None  # where insert_log/<collectionID> lives, if known
     version = "?"
 
     def start(self) -> None: ...
@@ -315,8 +327,7 @@ class KmilvusServer(Server):
 
     system = "kmilvus"
 
-    def __init__(self, data_dir: Path, *, port: int | None = None, exe: str | None = None,
-                 pidfile: str | None = None):
+    def __init__(self, data_dir: Path, *, port: int | None = None, exe: str | None = None, pidfile: str | None = None):
         self.data_dir, self.port = Path(data_dir), port or free_port()
         self.exe = exe or str(Path(sys.executable).parent / "kmilvus")
         self.storage_dir = self.data_dir / "storage"
@@ -326,15 +337,19 @@ class KmilvusServer(Server):
     def start(self, timeout: float = 90.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         logf = open(self.log_path, "w")  # noqa: SIM115 - closed by the pump thread
-        self.proc = subprocess.Popen([self.exe, "standalone", "--data-dir", str(self.data_dir),
-                                      "--port", str(self.port)],
-                                     stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.PIPE,
-                                     text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [self.exe, "standalone", "--data-dir", str(self.data_dir), "--port", str(self.port)],
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         self.pid = self.proc.pid
         record_pids(self.pidfile, tree(self.pid))
         ready = threading.Event()
 
-        def pump() -> None:          # keep draining stderr so the server never blocks on it
+        def pump() -> None:  # keep draining stderr so the server never blocks on it
             for line in self.proc.stderr:
                 logf.write(line)
                 logf.flush()
@@ -352,8 +367,9 @@ class KmilvusServer(Server):
         self._procs = tree(self.pid)
         record_pids(self.pidfile, self._procs)
         with contextlib.suppress(Exception):
-            self.version = subprocess.run([self.exe, "--version"], capture_output=True, text=True,
-                                          timeout=30, check=False).stdout.strip()
+            self.version = subprocess.run(
+                [self.exe, "--version"], capture_output=True, text=True, timeout=30, check=False
+            ).stdout.strip()
 
     def stop(self) -> None:
         if not self.proc:
@@ -365,7 +381,7 @@ class KmilvusServer(Server):
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
                 log("kmilvus did not stop in 20 s after SIGTERM; killing its tree")
-        kill_tree(procs)          # etcd / nats-server if the server left them behind
+        kill_tree(procs)  # etcd / nats-server if the server left them behind
         self.proc = None
 
 
@@ -376,8 +392,7 @@ class MilvusLiteServer(Server):
     private network namespace when it can)."""
 
     system = "milvus"
-    COMPONENTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexCoord", "indexNode",
-                  "dataCoord", "dataNode")
+    COMPONENTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexCoord", "indexNode", "dataCoord", "dataNode")
 
     def __init__(self, data_dir: Path, *, port: int | None = None, pidfile: str | None = None):
         self.data_dir, self.port = Path(data_dir), port or free_port()
@@ -412,7 +427,7 @@ class MilvusLiteServer(Server):
         for comp in self.COMPONENTS:
             cfg.set(f"{comp}.ip", "127.0.0.1")
         self.srv = MilvusServer(cfg)
-        self.srv.start()               # waits for /healthz, then 1 s more
+        self.srv.start()  # waits for /healthz, then 1 s more
         self.pid = self.srv.server_proc.pid
         self._procs = tree(self.pid)
         record_pids(self.pidfile, self._procs)
@@ -422,7 +437,7 @@ class MilvusLiteServer(Server):
             return
         procs = self._procs + [p for p in tree(self.pid) if p not in self._procs]
         with contextlib.suppress(Exception):
-            self.srv.stop()            # SIGTERM, 1 s, SIGKILL
+            self.srv.stop()  # SIGTERM, 1 s, SIGKILL
         kill_tree(procs)
         self.srv = None
 
@@ -446,6 +461,7 @@ class AttachedServer(Server):
 # ------------------------------------------------------------------------------------------------
 # The client side.
 
+
 class Client:
     def __init__(self, host: str, port: int, alias: str = "bench"):
         from pymilvus import connections
@@ -466,11 +482,13 @@ class Client:
 
         if utility.has_collection(name, using=self.alias):
             utility.drop_collection(name, using=self.alias)
-        schema = CollectionSchema([
-            FieldSchema("id", DataType.INT64, is_primary=True),
-            FieldSchema("vec", DataType.FLOAT_VECTOR, dim=DIM),
-            FieldSchema("tag", DataType.VARCHAR, max_length=TAG_MAX),
-        ])
+        schema = CollectionSchema(
+            [
+                FieldSchema("id", DataType.INT64, is_primary=True),
+                FieldSchema("vec", DataType.FLOAT_VECTOR, dim=DIM),
+                FieldSchema("tag", DataType.VARCHAR, max_length=TAG_MAX),
+            ]
+        )
         return Collection(name, schema, using=self.alias, shards_num=1)
 
     def collection_id(self, name: str) -> int:
@@ -491,9 +509,9 @@ class Client:
         t_rpc = time.perf_counter() - t0
         if resp.status.error_code != 0:
             raise RuntimeError(f"Flush failed: {resp.status}")
-        req = milvus_pb2.GetFlushStateRequest(segmentIDs=list(resp.coll_segIDs[name].data),
-                                              flush_ts=resp.coll_flush_ts[name],
-                                              collection_name=name)
+        req = milvus_pb2.GetFlushStateRequest(
+            segmentIDs=list(resp.coll_segIDs[name].data), flush_ts=resp.coll_flush_ts[name], collection_name=name
+        )
         while True:
             st = self.stub.GetFlushState(req, timeout=60)
             if st.status.error_code != 0:
@@ -508,8 +526,7 @@ class Client:
         from pymilvus.grpc_gen import milvus_pb2
 
         t0 = time.perf_counter()
-        st = self.stub.DropCollection(milvus_pb2.DropCollectionRequest(collection_name=name),
-                                      timeout=60)
+        st = self.stub.DropCollection(milvus_pb2.DropCollectionRequest(collection_name=name), timeout=60)
         dt = time.perf_counter() - t0
         if st.error_code != 0:
             raise RuntimeError(f"DropCollection failed: {st}")
@@ -540,7 +557,7 @@ def bulk_import(client: Client, name: str, files: list[str], timeout: float = 90
 
     quiet = logging.getLogger("pymilvus")
     level = quiet.level
-    quiet.setLevel(logging.CRITICAL)          # an UNIMPLEMENTED answer is expected, not news
+    quiet.setLevel(logging.CRITICAL)  # an UNIMPLEMENTED answer is expected, not news
     t0 = time.perf_counter()
     try:
         task = utility.do_bulk_insert(collection_name=name, files=files, using=client.alias)
@@ -558,8 +575,7 @@ def bulk_import(client: Client, name: str, files: list[str], timeout: float = 90
     while True:
         st = utility.get_bulk_insert_state(task, using=client.alias)
         if st.state in done:
-            return {"status": "ok", "seconds": time.perf_counter() - t0, "rpc": rpc,
-                    "row_count": st.row_count}
+            return {"status": "ok", "seconds": time.perf_counter() - t0, "rpc": rpc, "row_count": st.row_count}
         if st.state in failed:
             return {"status": "failed", "error": str(st.infos)[:500], "seconds": time.perf_counter() - t0}
         if time.perf_counter() - t0 > timeout:
@@ -569,6 +585,7 @@ def bulk_import(client: Client, name: str, files: list[str], timeout: float = 90
 
 # ------------------------------------------------------------------------------------------------
 # Flat metrics of a run, and how to print them (shared by bench_flush.py and vs_milvus.py).
+
 
 def metrics(res: dict) -> dict:
     """A run's result → {metric key: number or None}. None = not measured / not reached."""
@@ -608,18 +625,55 @@ def table_rows(rows: list[int]) -> list[dict]:
     first = human_rows(rows[0]) if rows else ""
     out = []
     for n in rows:
-        out.append({"key": f"insert_rps_{n}", "label": f"insert rows/s, {human_rows(n)} rows", "unit": "rps", "better": "higher"})
+        out.append(
+            {
+                "key": f"insert_rps_{n}",
+                "label": f"insert rows/s, {human_rows(n)} rows",
+                "unit": "rps",
+                "better": "higher",
+            }
+        )
     for n in rows:
         out.append({"key": f"flush_rpc_{n}", "label": f"Flush RPC, {human_rows(n)}", "unit": "ms", "better": "lower"})
         out.append({"key": f"flushed_{n}", "label": f"until flushed, {human_rows(n)}", "unit": "s", "better": "lower"})
-    out.append({"key": "small_flush", "label": "small flush: insert 1k, Flush, until flushed (median)", "unit": "s", "better": "lower"})
-    out.append({"key": f"num_entities_{rows[0]}" if rows else "", "label": f"num_entities latency ({first} rows)", "unit": "ms", "better": "lower"})
-    out.append({"key": "drop_rpc", "label": f"drop_collection RPC ({human_rows(rows[-1]) if rows else ''} rows)", "unit": "ms", "better": "lower"})
+    out.append(
+        {
+            "key": "small_flush",
+            "label": "small flush: insert 1k, Flush, until flushed (median)",
+            "unit": "s",
+            "better": "lower",
+        }
+    )
+    out.append(
+        {
+            "key": f"num_entities_{rows[0]}" if rows else "",
+            "label": f"num_entities latency ({first} rows)",
+            "unit": "ms",
+            "better": "lower",
+        }
+    )
+    out.append(
+        {
+            "key": "drop_rpc",
+            "label": f"drop_collection RPC ({human_rows(rows[-1]) if rows else ''} rows)",
+            "unit": "ms",
+            "better": "lower",
+        }
+    )
     out.append({"key": "files_gone", "label": "dropped collection's files gone", "unit": "s", "better": "lower"})
-    out.append({"key": "bulk_import_s", "label": "bulk import from Parquet, until Completed", "unit": "s", "better": "lower"})
+    out.append(
+        {"key": "bulk_import_s", "label": "bulk import from Parquet, until Completed", "unit": "s", "better": "lower"}
+    )
     out.append({"key": "bulk_import_rps", "label": "bulk import rows/s", "unit": "rps", "better": "higher"})
     for n in rows:
-        out.append({"key": f"peak_rss_{n}", "label": f"peak RSS (sum), {human_rows(n)} insert+flush", "unit": "MiB", "better": "lower"})
+        out.append(
+            {
+                "key": f"peak_rss_{n}",
+                "label": f"peak RSS (sum), {human_rows(n)} insert+flush",
+                "unit": "MiB",
+                "better": "lower",
+            }
+        )
     out.append({"key": "peak_rss_run", "label": "peak RSS (sum), whole run", "unit": "MiB", "better": "lower"})
     out.append({"key": "startup_s", "label": "server start-up (not a target)", "unit": "s", "better": "lower"})
     return out
@@ -669,15 +723,32 @@ def text_table(header: list[str], body: list[list[str]]) -> str:
 # ------------------------------------------------------------------------------------------------
 # One run: every measurement against one (fresh) server.
 
-def run_suite(server: Server, *, rows: list[int], small_count: int = 10, num_entities_count: int = 10,
-              drop: bool = True, files_cap: float = 30.0, parquet: str | None = None,
-              pidfile: str | None = None, data_cache: dict | None = None) -> dict:
+
+def run_suite(
+    server: Server,
+    *,
+    rows: list[int],
+    small_count: int = 10,
+    num_entities_count: int = 10,
+    drop: bool = True,
+    files_cap: float = 30.0,
+    parquet: str | None = None,
+    pidfile: str | None = None,
+    data_cache: dict | None = None,
+) -> dict:
     """Runs every measurement against an already started `server`; returns a JSON-able dict."""
     import pymilvus
 
-    res: dict = {"system": server.system, "server_version": server.version,
-                 "pymilvus": pymilvus.__version__, "python": sys.version.split()[0],
-                 "rows": rows, "batch": BATCH, "loadavg_start": os.getloadavg(), "sizes": {}}
+    res: dict = {
+        "system": server.system,
+        "server_version": server.version,
+        "pymilvus": pymilvus.__version__,
+        "python": sys.version.split()[0],
+        "rows": rows,
+        "batch": BATCH,
+        "loadavg_start": os.getloadavg(),
+        "sizes": {},
+    }
     mem = MemWatch(server.pid, pidfile=pidfile) if server.pid else None
     phase = mem.phase if mem else (lambda _n: None)
     cache = data_cache if data_cache is not None else {}
@@ -688,7 +759,7 @@ def run_suite(server: Server, *, rows: list[int], small_count: int = 10, num_ent
             phase(f"gen_{n}")
             if n not in cache:
                 log(f"generating {n:,} rows")
-                cache.clear()                      # one data set in memory at a time
+                cache.clear()  # one data set in memory at a time
                 cache[n] = Batches(n)
             data = cache[n]
             name = f"bench_{n}"
@@ -707,12 +778,20 @@ def run_suite(server: Server, *, rows: list[int], small_count: int = 10, num_ent
                 t0 = time.perf_counter()
                 count = coll.num_entities
                 ne.append(time.perf_counter() - t0)
-            res["sizes"][str(n)] = {"insert_s": dt, "insert_rows_per_s": n / dt, "insert_client_cpu_s": client_cpu,
-                                    "flush_rpc_s": rpc,
-                                    "flushed_s": flushed, "num_entities_s": stats(ne),
-                                    "num_entities": count, "collection_id": client.collection_id(name)}
-            log(f"{server.system}: {n:,} rows: {n / dt:,.0f} rows/s, Flush RPC {rpc * 1e3:.1f} ms, "
-                f"flushed after {flushed:.2f} s, num_entities={count} in {statistics.median(ne) * 1e3:.1f} ms")
+            res["sizes"][str(n)] = {
+                "insert_s": dt,
+                "insert_rows_per_s": n / dt,
+                "insert_client_cpu_s": client_cpu,
+                "flush_rpc_s": rpc,
+                "flushed_s": flushed,
+                "num_entities_s": stats(ne),
+                "num_entities": count,
+                "collection_id": client.collection_id(name),
+            }
+            log(
+                f"{server.system}: {n:,} rows: {n / dt:,.0f} rows/s, Flush RPC {rpc * 1e3:.1f} ms, "
+                f"flushed after {flushed:.2f} s, num_entities={count} in {statistics.median(ne) * 1e3:.1f} ms"
+            )
             if i == 0 and small_count:
                 phase("small_flush")
                 res["small_flush"] = small_flush(client, small_count)
@@ -728,12 +807,19 @@ def run_suite(server: Server, *, rows: list[int], small_count: int = 10, num_ent
             gone = None
             if d is not None:
                 gone = wait_files_gone(d, t0, files_cap)
-            res["drop"] = {"collection_rows": rows[-1], "rpc_s": rpc, "files_gone_s": gone,
-                           "files_cap_s": files_cap, "watched_dir": str(d) if d else None,
-                           "files_left": files_under(d) if d and d.exists() else 0,
-                           "files_before": files_before}
-            log(f"{server.system}: drop RPC {rpc * 1e3:.1f} ms, files gone: "
-                f"{f'{gone:.2f} s' if gone is not None else f'> {files_cap:.0f} s' if d else 'n/a'}")
+            res["drop"] = {
+                "collection_rows": rows[-1],
+                "rpc_s": rpc,
+                "files_gone_s": gone,
+                "files_cap_s": files_cap,
+                "watched_dir": str(d) if d else None,
+                "files_left": files_under(d) if d and d.exists() else 0,
+                "files_before": files_before,
+            }
+            log(
+                f"{server.system}: drop RPC {rpc * 1e3:.1f} ms, files gone: "
+                f"{f'{gone:.2f} s' if gone is not None else f'> {files_cap:.0f} s' if d else 'n/a'}"
+            )
         if parquet:
             cache.clear()
             gc.unfreeze()
@@ -764,8 +850,14 @@ def small_flush(client: Client, k: int) -> dict:
         rpcs.append(rpc)
         flushed.append(fl)
     data.free()
-    return {"k": k, "rows": SMALL_ROWS, "total_s": stats(total), "flush_rpc_s": stats(rpcs),
-            "flushed_s": stats(flushed), "all_total_s": total}
+    return {
+        "k": k,
+        "rows": SMALL_ROWS,
+        "total_s": stats(total),
+        "flush_rpc_s": stats(rpcs),
+        "flushed_s": stats(flushed),
+        "all_total_s": total,
+    }
 
 
 def run_bulk(client: Client, server: Server, parquet: str) -> dict:
@@ -812,8 +904,15 @@ def parquet_rows(path: Path) -> int | None:
     return None
 
 
-def start_server(system: str, data_dir: Path, *, pidfile: str | None = None, uri: str | None = None,
-                 storage_dir: str | None = None, kmilvus_bin: str | None = None) -> Server:
+def start_server(
+    system: str,
+    data_dir: Path,
+    *,
+    pidfile: str | None = None,
+    uri: str | None = None,
+    storage_dir: str | None = None,
+    kmilvus_bin: str | None = None,
+) -> Server:
     if uri:
         return AttachedServer(uri, storage_dir, system)
     if system == "kmilvus":
@@ -843,10 +942,23 @@ def run_main(args) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        server = start_server(args.system, tmp, pidfile=args.pidfile, uri=args.uri,
-                              storage_dir=args.storage_dir, kmilvus_bin=args.kmilvus_bin)
-        res = run_suite(server, rows=rows, small_count=args.small_count, drop=not args.no_drop,
-                        files_cap=args.files_cap, parquet=args.bulk, pidfile=args.pidfile)
+        server = start_server(
+            args.system,
+            tmp,
+            pidfile=args.pidfile,
+            uri=args.uri,
+            storage_dir=args.storage_dir,
+            kmilvus_bin=args.kmilvus_bin,
+        )
+        res = run_suite(
+            server,
+            rows=rows,
+            small_count=args.small_count,
+            drop=not args.no_drop,
+            files_cap=args.files_cap,
+            parquet=args.bulk,
+            pidfile=args.pidfile,
+        )
         res["startup_s"] = getattr(server, "startup_s", None)
         text = json.dumps(res, indent=1)
         if args.out:

@@ -44,13 +44,13 @@ from kmilvus.util import merr
 
 log = logging.getLogger("kmilvus.operator.collection")
 DROP_WAIT = 30.0
-RETRY_REASONS = ("SchemaConflict", "NameConflict")   # may clear up without a spec change
+RETRY_REASONS = ("SchemaConflict", "NameConflict")  # may clear up without a spec change
 
 
 @dataclass
 class Outcome:
     status: dict = field(default_factory=dict)
-    events: list[tuple[str, str, str]] = field(default_factory=list)   # (type, reason, message)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     delete_resource: bool = False
 
 
@@ -121,9 +121,11 @@ async def converge(rt: Runtime, body) -> Outcome:
         # spec.name / spec.database are immutable too: never create a second collection for a rename.
         mine = await describe(co, collection_id=known_id)
         if mine is not None and (mine.db_name or "default", mine.collection_name) != t.key:
-            msg = (f"this resource manages collection {mine.collection_name} (ID {known_id}) in database "
-                   f"{mine.db_name or 'default'}; spec.name and spec.database cannot change (now {t.name} in "
-                   f"{t.database}). Revert the change, or create a new Collection.")
+            msg = (
+                f"this resource manages collection {mine.collection_name} (ID {known_id}) in database "
+                f"{mine.db_name or 'default'}; spec.name and spec.database cannot change (now {t.name} in "
+                f"{t.database}). Revert the change, or create a new Collection."
+            )
             if cond("SchemaSynced", False, "NameImmutable", msg):
                 out.events.append(("Warning", "NameChangeRefused", msg))
             out.status = {"conditions": conds, "observedGeneration": gen}
@@ -135,11 +137,16 @@ async def converge(rt: Runtime, body) -> Outcome:
         if not same_schema(schema, desc.schema) or desc.shards_num != shards:
             diff = schema_diff(schema, desc.schema)
             if desc.shards_num != shards:
-                diff = "; ".join(p for p in (diff if diff != "no field differs" else "",
-                                             f"shardsNum {desc.shards_num} -> {shards}") if p)
-            msg = (f"the schema of collection {t.name} cannot change ({diff}): Milvus does not support "
-                   "altering a collection schema, so it keeps the schema it was created with. Revert the "
-                   "change, or create a new Collection.")
+                diff = "; ".join(
+                    p
+                    for p in (diff if diff != "no field differs" else "", f"shardsNum {desc.shards_num} -> {shards}")
+                    if p
+                )
+            msg = (
+                f"the schema of collection {t.name} cannot change ({diff}): Milvus does not support "
+                "altering a collection schema, so it keeps the schema it was created with. Revert the "
+                "change, or create a new Collection."
+            )
             if cond("SchemaSynced", False, "SchemaImmutable", msg):
                 out.events.append(("Warning", "SchemaChangeRefused", msg))
         elif not conditions.is_true(conds, "SchemaSynced"):
@@ -153,8 +160,10 @@ async def converge(rt: Runtime, body) -> Outcome:
         # 2b. It exists but is not ours yet: adopt it when it is the same collection.
         owner = _prop(desc, R.PROP_OWNER)
         if owner and not owner.endswith("/" + uid) and await _owner_exists(rt, owner):
-            msg = (f"collection {t.name} in database {t.database} belongs to Collection {owner.rsplit('/', 1)[0]}; "
-                   "two resources cannot manage one collection")
+            msg = (
+                f"collection {t.name} in database {t.database} belongs to Collection {owner.rsplit('/', 1)[0]}; "
+                "two resources cannot manage one collection"
+            )
             if cond("Ready", False, "NameConflict", msg):
                 out.events.append(("Warning", "NameConflict", msg))
             out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
@@ -163,8 +172,10 @@ async def converge(rt: Runtime, body) -> Outcome:
             diff = schema_diff(schema, desc.schema)
             if desc.shards_num != shards:
                 diff += f"; shardsNum {desc.shards_num} in Milvus, {shards} in the spec"
-            msg = (f"a collection named {t.name} already exists in database {t.database} with a different "
-                   f"schema ({diff}); it was not adopted")
+            msg = (
+                f"a collection named {t.name} already exists in database {t.database} with a different "
+                f"schema ({diff}); it was not adopted"
+            )
             if cond("Ready", False, "SchemaConflict", msg):
                 out.events.append(("Warning", "SchemaConflict", msg))
             out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
@@ -178,22 +189,36 @@ async def converge(rt: Runtime, body) -> Outcome:
     else:
         # 2c. Missing.
         if _is_sdk(body):
-            out.delete_resource = True   # dropped through the SDK: the mirror follows
-            out.events.append(("Normal", "DroppedBySDK",
-                               f"collection {t.name} (ID {known_id}) was dropped through the Milvus API"))
+            out.delete_resource = True  # dropped through the SDK: the mirror follows
+            out.events.append(
+                ("Normal", "DroppedBySDK", f"collection {t.name} (ID {known_id}) was dropped through the Milvus API")
+            )
             return out
         if known_id:
-            out.events.append(("Warning", "CollectionLost",
-                               f"collection {t.name} (ID {known_id}) no longer exists in Milvus; creating it again"))
+            out.events.append(
+                (
+                    "Warning",
+                    "CollectionLost",
+                    f"collection {t.name} (ID {known_id}) no longer exists in Milvus; creating it again",
+                )
+            )
         req = milvus_pb2.CreateCollectionRequest(
-            db_name=t.database, collection_name=t.name, schema=schema.SerializeToString(), shards_num=shards,
+            db_name=t.database,
+            collection_name=t.name,
+            schema=schema.SerializeToString(),
+            shards_num=shards,
             consistency_level=CONSISTENCY[spec.get("consistencyLevel", DEFAULT_CONSISTENCY)],
-            properties=[common_pb2.KeyValuePair(key=R.PROP_MANAGED_BY, value="operator"),
-                        common_pb2.KeyValuePair(key=R.PROP_OWNER, value=f"{ns}/{name}/{uid}")])
+            properties=[
+                common_pb2.KeyValuePair(key=R.PROP_MANAGED_BY, value="operator"),
+                common_pb2.KeyValuePair(key=R.PROP_OWNER, value=f"{ns}/{name}/{uid}"),
+            ],
+        )
         st = await co.create_collection(req)
         if not merr.ok(st):
-            if st.error_code == common_pb2.IllegalArgument or st.code in (merr.PARAMETER_INVALID[0],
-                                                                          merr.COLLECTION_ILLEGAL_SCHEMA[0]):
+            if st.error_code == common_pb2.IllegalArgument or st.code in (
+                merr.PARAMETER_INVALID[0],
+                merr.COLLECTION_ILLEGAL_SCHEMA[0],
+            ):
                 msg = f"Milvus refused the collection: {st.reason}"
                 if cond("Ready", False, "CreateFailed", msg):
                     out.events.append(("Warning", "CreateFailed", msg))
@@ -204,8 +229,10 @@ async def converge(rt: Runtime, body) -> Outcome:
         if desc is None:
             raise kopf.TemporaryError(f"collection {t.name} vanished right after its creation", delay=1)
         created_by = "operator"
-        msg = (f"created collection {t.name} (ID {desc.collectionID}) with {desc.shards_num} shard(s): "
-               f"{', '.join(desc.virtual_channel_names)}")
+        msg = (
+            f"created collection {t.name} (ID {desc.collectionID}) with {desc.shards_num} shard(s): "
+            f"{', '.join(desc.virtual_channel_names)}"
+        )
         cond("Ready", True, "Created", msg)
         cond("SchemaSynced", True, "InSync", "the spec matches the collection's schema")
         out.events.append(("Normal", "Created", msg))
@@ -280,8 +307,12 @@ async def delete(body, memo, patch, logger, **_):
     async with rt.lock(uid):
         if policy == "Retain":
             if cid:
-                kopf.event(body, type="Normal", reason="Retained",
-                           message=f"collection {status.get('name')} (ID {cid}) kept: deletionPolicy is Retain")
+                kopf.event(
+                    body,
+                    type="Normal",
+                    reason="Retained",
+                    message=f"collection {status.get('name')} (ID {cid}) kept: deletionPolicy is Retain",
+                )
         elif cid:
             co = await rt.coordinators()
             try:
@@ -300,12 +331,19 @@ async def delete(body, memo, patch, logger, **_):
                 if not await wait_dropped(co, cid, DROP_WAIT):
                     if (status.get("phase")) != "Deleting":
                         patch.status["phase"] = "Deleting"
-                        kopf.event(body, type="Normal", reason="Dropping",
-                                   message=f"dropping collection {t.name} (ID {cid}) and all its data")
+                        kopf.event(
+                            body,
+                            type="Normal",
+                            reason="Dropping",
+                            message=f"dropping collection {t.name} (ID {cid}) and all its data",
+                        )
                     raise kopf.TemporaryError(f"the drop of collection {cid} is still running", delay=1)
-                kopf.event(body, type="Normal", reason="Dropped",
-                           message=f"collection {t.name} (ID {cid}): schema, segments, binlogs and stream "
-                                   "data removed")
+                kopf.event(
+                    body,
+                    type="Normal",
+                    reason="Dropped",
+                    message=f"collection {t.name} (ID {cid}): schema, segments, binlogs and stream data removed",
+                )
                 metrics.DROP_SECONDS.observe(time.monotonic() - started)
                 rt.stats.inc("dropped")
         if cid:
@@ -337,14 +375,15 @@ async def monitor(stopped, body, memo, logger, **_):
         try:
             if rt.active:
                 co = await rt.coordinators()
-                if (cid and status.get("phase") == "Ready"
-                        and await describe(co, collection_id=cid) is None):
+                if cid and status.get("phase") == "Ready" and await describe(co, collection_id=cid) is None:
                     await _reconverge(rt, body)
                 elif cid:
                     await mirror.sync(cid)
-                elif (status.get("phase") == "Failed" and (conditions.get(status.get("conditions"), "Ready") or {})
-                      .get("reason") in RETRY_REASONS
-                      and time.monotonic() - last_retry >= rt.opts.retry_interval):
+                elif (
+                    status.get("phase") == "Failed"
+                    and (conditions.get(status.get("conditions"), "Ready") or {}).get("reason") in RETRY_REASONS
+                    and time.monotonic() - last_retry >= rt.opts.retry_interval
+                ):
                     last_retry = time.monotonic()
                     await _reconverge(rt, body)
         except asyncio.CancelledError:
@@ -398,5 +437,6 @@ def register(registry: kopf.OperatorRegistry) -> None:
     kopf.on.create(*R.COLLECTIONS, id="reconcile", backoff=2.0, registry=registry)(handler)
     kopf.on.update(*R.COLLECTIONS, id="reconcile", field="spec", backoff=2.0, registry=registry)(handler)
     kopf.on.delete(*R.COLLECTIONS, id="drop", backoff=2.0, registry=registry)(delete)
-    kopf.daemon(*R.COLLECTIONS, id="monitor", cancellation_backoff=1.0, cancellation_timeout=5.0, backoff=2.0,
-                registry=registry)(monitor)
+    kopf.daemon(
+        *R.COLLECTIONS, id="monitor", cancellation_backoff=1.0, cancellation_timeout=5.0, backoff=2.0, registry=registry
+    )(monitor)

@@ -24,8 +24,14 @@ def is_true(conditions: list[dict] | None, ctype: str) -> bool:
     return bool(c and c.get("status") == "True")
 
 
-def set_condition(conditions: list[dict] | None, ctype: str, status: bool | str, reason: str,
-                  message: str = "", generation: int | None = None) -> tuple[list[dict], bool]:
+def set_condition(
+    conditions: list[dict] | None,
+    ctype: str,
+    status: bool | str,
+    reason: str,
+    message: str = "",
+    generation: int | None = None,
+) -> tuple[list[dict], bool]:
     """A new list with `ctype` set; returns (conditions, transitioned). Merge patches replace
     lists whole, so callers write the returned list as is."""
     st = status if isinstance(status, str) else ("True" if status else "False")
@@ -61,7 +67,8 @@ def with_kstatus(conds: list[dict] | None, generation: int | None) -> list[dict]
         out, _ = set_condition(out, "Stalled", False, "Ready", "", generation)
         out, _ = set_condition(out, "Reconciling", False, "Ready", "", generation)
     else:
-        out, _ = set_condition(out, "Reconciling", True, "Progressing", "the collection is being reconciled",
-                               generation)
+        out, _ = set_condition(
+            out, "Reconciling", True, "Progressing", "the collection is being reconciled", generation
+        )
         out, _ = set_condition(out, "Stalled", False, "Progressing", "", generation)
     return out

@@ -49,14 +49,20 @@ class FlushRun:
     def _conds(self, complete: bool | str, reason: str, msg: str, failed: bool = False) -> list[dict]:
         conds, _ = conditions.set_condition(self.status.get("conditions"), "Complete", complete, reason, msg, self.gen)
         if failed or conditions.get(conds, "Failed"):
-            conds, _ = conditions.set_condition(conds, "Failed", failed, reason if failed else "NotFailed",
-                                                msg if failed else "", self.gen)
+            conds, _ = conditions.set_condition(
+                conds, "Failed", failed, reason if failed else "NotFailed", msg if failed else "", self.gen
+            )
         return conds
 
     async def fail(self, reason: str, msg: str) -> None:
-        await self.write({"phase": "Failed", "completionTime": conditions.now_iso(),
-                          "conditions": self._conds(False, reason, msg, failed=True),
-                          "observedGeneration": self.gen})
+        await self.write(
+            {
+                "phase": "Failed",
+                "completionTime": conditions.now_iso(),
+                "conditions": self._conds(False, reason, msg, failed=True),
+                "observedGeneration": self.gen,
+            }
+        )
         kopf.event(self.body, type="Warning", reason=reason, message=msg)
         metrics.FLUSHES.labels("Failed").inc()
 
@@ -66,8 +72,11 @@ class FlushRun:
         names = list(dict.fromkeys(spec.get("collectionNames") or []))
         bad = [n for n in [db, *names] if not isinstance(n, str) or not NAME_RE.match(n)]
         if not names or bad:
-            await self.fail("InvalidSpec", "spec.collectionNames must list valid collection names"
-                            + (f"; invalid: {', '.join(map(repr, bad))}" if bad else ""))
+            await self.fail(
+                "InvalidSpec",
+                "spec.collectionNames must list valid collection names"
+                + (f"; invalid: {', '.join(map(repr, bad))}" if bad else ""),
+            )
             return
         co = await self.rt.coordinators()
         descs = []
@@ -83,16 +92,34 @@ class FlushRun:
                 rsp = await co.flush(d.collectionID)
             except merr.MilvusError as exc:
                 raise kopf.TemporaryError(f"Flush {d.collection_name}: {exc.message}", delay=1) from None
-            entries.append({"name": d.collection_name, "collectionID": d.collectionID, "flushTs": rsp.flush_ts,
-                            "sealedSegments": list(rsp.segmentIDs), "flushed": 0,
-                            "total": len(rsp.segmentIDs), "done": False})
+            entries.append(
+                {
+                    "name": d.collection_name,
+                    "collectionID": d.collectionID,
+                    "flushTs": rsp.flush_ts,
+                    "sealedSegments": list(rsp.segmentIDs),
+                    "flushed": 0,
+                    "total": len(rsp.segmentIDs),
+                    "done": False,
+                }
+            )
         total = sum(e["total"] for e in entries)
-        msg = (f"flushing {len(entries)} collection(s): {total} segment(s) sealed "
-               f"({', '.join(e['name'] + ': ' + str(e['total']) for e in entries)})")
-        await self.write({"phase": "Flushing", "startTime": conditions.now_iso(),
-                          "flushTs": max(e["flushTs"] for e in entries), "collections": entries,
-                          "flushed": 0, "total": total, "observedGeneration": self.gen,
-                          "conditions": self._conds(False, "Flushing", msg)})
+        msg = (
+            f"flushing {len(entries)} collection(s): {total} segment(s) sealed "
+            f"({', '.join(e['name'] + ': ' + str(e['total']) for e in entries)})"
+        )
+        await self.write(
+            {
+                "phase": "Flushing",
+                "startTime": conditions.now_iso(),
+                "flushTs": max(e["flushTs"] for e in entries),
+                "collections": entries,
+                "flushed": 0,
+                "total": total,
+                "observedGeneration": self.gen,
+                "conditions": self._conds(False, "Flushing", msg),
+            }
+        )
         kopf.event(self.body, type="Normal", reason="FlushStarted", message=msg)
 
     async def progress(self) -> None:
@@ -114,8 +141,9 @@ class FlushRun:
         results = await asyncio.gather(*(check(e) for e in pending))
         for e, (done, flushed, exists) in zip(pending, results):
             if not exists:
-                await self.fail("CollectionDropped",
-                                f"collection {e['name']} (ID {e['collectionID']}) was dropped while flushing")
+                await self.fail(
+                    "CollectionDropped", f"collection {e['name']} (ID {e['collectionID']}) was dropped while flushing"
+                )
                 return
             e["flushed"], e["done"] = flushed, bool(done)
         delta: dict = {}
@@ -124,10 +152,14 @@ class FlushRun:
             delta["flushed"] = sum(e["flushed"] for e in entries)
         if all(e["done"] for e in entries):
             secs = time.monotonic() - self.started
-            msg = (f"{sum(e['total'] for e in entries)} sealed segment(s) flushed in "
-                   f"{len(entries)} collection(s)")
-            delta.update({"phase": "Completed", "completionTime": conditions.now_iso(),
-                          "conditions": self._conds(True, "Flushed", msg)})
+            msg = f"{sum(e['total'] for e in entries)} sealed segment(s) flushed in {len(entries)} collection(s)"
+            delta.update(
+                {
+                    "phase": "Completed",
+                    "completionTime": conditions.now_iso(),
+                    "conditions": self._conds(True, "Flushed", msg),
+                }
+            )
             await self.write(delta)
             kopf.event(self.body, type="Normal", reason="FlushCompleted", message=f"{msg} ({secs:.1f}s here)")
             metrics.FLUSHES.labels("Completed").inc()
@@ -175,5 +207,6 @@ async def run(stopped, body, memo, logger, **_):
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
-    kopf.daemon(*R.FLUSHREQUESTS, id="flush", cancellation_backoff=1.0, cancellation_timeout=5.0, backoff=2.0,
-                registry=registry)(run)
+    kopf.daemon(
+        *R.FLUSHREQUESTS, id="flush", cancellation_backoff=1.0, cancellation_timeout=5.0, backoff=2.0, registry=registry
+    )(run)

@@ -70,15 +70,16 @@ def _error(status: int, body: Any, method: str, path: str) -> ApiError:
 class KubeClient:
     """`login` returns a `kopf.ConnectionInfo` (or None); it is called on first use and on 401."""
 
-    def __init__(self, login: Callable[[], Awaitable[Any]], *, user_agent: str = "kmilvus-operator",
-                 max_connections: int = 16):
+    def __init__(
+        self, login: Callable[[], Awaitable[Any]], *, user_agent: str = "kmilvus-operator", max_connections: int = 16
+    ):
         self._login = login
         self.user_agent = user_agent
-        self.max_connections = max_connections   # a pool, reused (keep-alive): no connection storms
+        self.max_connections = max_connections  # a pool, reused (keep-alive): no connection storms
         self._session: aiohttp.ClientSession | None = None
         self._server = ""
         self._lock = asyncio.Lock()
-        self.requests = 0                        # total requests sent (bench / tests)
+        self.requests = 0  # total requests sent (bench / tests)
 
     async def _ensure(self, force: bool = False) -> aiohttp.ClientSession:
         async with self._lock:
@@ -94,7 +95,8 @@ class KubeClient:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_connections, ssl=ssl),
                 headers={**info.as_http_headers(), "User-Agent": self.user_agent},
-                timeout=aiohttp.ClientTimeout(total=60, sock_connect=10))
+                timeout=aiohttp.ClientTimeout(total=60, sock_connect=10),
+            )
             return self._session
 
     async def close(self) -> None:
@@ -102,8 +104,15 @@ class KubeClient:
             await self._session.close()
             self._session = None
 
-    async def request(self, method: str, path: str, *, params: dict | None = None, body: Any = None,
-                      content_type: str = "application/json") -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
         for attempt in (0, 1):
             session = await self._ensure(force=attempt > 0)
             url = self._server + path
@@ -112,8 +121,9 @@ class KubeClient:
             data = None if body is None else json.dumps(body)
             self.requests += 1
             metrics.API_REQUESTS.labels(method.lower()).inc()
-            async with session.request(method, url, data=data,
-                                       headers={"Content-Type": content_type} if data else None) as rsp:
+            async with session.request(
+                method, url, data=data, headers={"Content-Type": content_type} if data else None
+            ) as rsp:
                 text = await rsp.text()
                 try:
                     payload = json.loads(text) if text else None
@@ -130,29 +140,41 @@ class KubeClient:
     async def get(self, res: Resource, namespace: str | None, name: str) -> dict:
         return await self.request("GET", res.path(namespace, name))
 
-    async def list(self, res: Resource, namespace: str | None = None, *,
-                   labels: dict[str, str] | None = None) -> list[dict]:
+    async def list(
+        self, res: Resource, namespace: str | None = None, *, labels: dict[str, str] | None = None
+    ) -> list[dict]:
         params = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
         rsp = await self.request("GET", res.path(namespace), params=params)
         items = (rsp or {}).get("items", [])
         if labels:  # also filter here: not every API server (or emulator) honours selectors
-            items = [i for i in items
-                     if all((i.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in labels.items())]
+            items = [
+                i
+                for i in items
+                if all((i.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in labels.items())
+            ]
         return items
 
     async def create(self, res: Resource, namespace: str | None, body: dict) -> dict:
         body = {"apiVersion": res.api_version, "kind": res.kind, **body}
         return await self.request("POST", res.path(namespace), body=body)
 
-    async def patch(self, res: Resource, namespace: str | None, name: str, patch: dict, *,
-                    status: bool = False) -> dict:
-        return await self.request("PATCH", res.path(namespace, name, "status" if status else None),
-                                  body=patch, content_type="application/merge-patch+json")
+    async def patch(
+        self, res: Resource, namespace: str | None, name: str, patch: dict, *, status: bool = False
+    ) -> dict:
+        return await self.request(
+            "PATCH",
+            res.path(namespace, name, "status" if status else None),
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
 
     async def delete(self, res: Resource, namespace: str | None, name: str, *, missing_ok: bool = True) -> None:
         try:
-            await self.request("DELETE", res.path(namespace, name),
-                               body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
+            await self.request(
+                "DELETE",
+                res.path(namespace, name),
+                body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+            )
         except NotFound:
             if not missing_ok:
                 raise

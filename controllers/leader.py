@@ -40,8 +40,9 @@ async def ensure_peering_object(rt, clusterwide: bool) -> None:
             await rt.kube.get(res, ns, name)
         except NotFound:
             try:
-                await rt.kube.create(res, ns, {"metadata": {"name": name, **({"namespace": ns} if ns else {})},
-                                               "status": {}})
+                await rt.kube.create(
+                    res, ns, {"metadata": {"name": name, **({"namespace": ns} if ns else {})}, "status": {}}
+                )
                 log.info("created %s %s", res.kind, name)
             except Conflict:
                 pass
@@ -75,6 +76,14 @@ def register(registry: kopf.OperatorRegistry, *, peering: str | None, clusterwid
 
     if peering is not None:
         plural = R.CLUSTER_PEERING.plural if clusterwide else R.PEERING.plural
-        kopf.daemon("kopf.dev", "v1", plural, id="leadership", registry=registry, backoff=2.0,
-                    cancellation_backoff=10.0, cancellation_timeout=10.0,
-                    when=lambda name, **_: name == peering)(leadership)
+        kopf.daemon(
+            "kopf.dev",
+            "v1",
+            plural,
+            id="leadership",
+            registry=registry,
+            backoff=2.0,
+            cancellation_backoff=10.0,
+            cancellation_timeout=10.0,
+            when=lambda name, **_: name == peering,
+        )(leadership)

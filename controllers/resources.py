@@ -21,12 +21,12 @@ FLUSHREQUESTS = (GROUP, VERSION, "flushrequests")
 SEGMENTS = (GROUP, VERSION, "segments")
 
 # On Collection resources.
-ANN_CREATED_BY = "kmilvus.io/created-by"          # "sdk" on resources mirrored from pymilvus
+ANN_CREATED_BY = "kmilvus.io/created-by"  # "sdk" on resources mirrored from pymilvus
 # On Segment resources.
-LABEL_COLLECTION = "kmilvus.io/collection"        # the Collection resource's name
+LABEL_COLLECTION = "kmilvus.io/collection"  # the Collection resource's name
 LABEL_COLLECTION_ID = "kmilvus.io/collection-id"  # Milvus' collection ID
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kmilvus-operator"
 # Collection properties (stored with the collection in etcd) written by the operator.
-PROP_MANAGED_BY = "kmilvus.io/managed-by"         # "operator": created for a Collection resource
-PROP_OWNER = "kmilvus.io/owner"                   # "namespace/name/uid" of that resource
+PROP_MANAGED_BY = "kmilvus.io/managed-by"  # "operator": created for a Collection resource
+PROP_OWNER = "kmilvus.io/owner"  # "namespace/name/uid" of that resource

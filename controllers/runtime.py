@@ -37,18 +37,18 @@ log = logging.getLogger("kmilvus.operator")
 
 @dataclass
 class Options:
-    namespaces: tuple[str, ...] = ()          # empty: cluster-wide
-    peering: str | None = "kmilvus"           # None: standalone (no peering, always active)
-    priority: int | None = None               # peering priority; None: start time (newest wins)
-    sdk_namespace: str | None = None          # where SDK-created collections appear
+    namespaces: tuple[str, ...] = ()  # empty: cluster-wide
+    peering: str | None = "kmilvus"  # None: standalone (no peering, always active)
+    priority: int | None = None  # peering priority; None: start time (newest wins)
+    sdk_namespace: str | None = None  # where SDK-created collections appear
     mirror_sdk: bool = True
     sdk_poll_interval: float = 1.0
-    feed_retry_interval: float = 1.0          # resubscribe to the segment change feed after this
-    segment_rows_interval: float = 10.0       # row-count-only changes are written at most this often
+    feed_retry_interval: float = 1.0  # resubscribe to the segment change feed after this
+    segment_rows_interval: float = 10.0  # row-count-only changes are written at most this often
     flush_poll_ms: int = 500
-    retry_interval: float = 10.0              # Failed with a conflict: converge again this often
-    coordinator_wait: float = 30.0            # a handler waits this long for the coordinators
-    login: Callable[[], Awaitable[Any]] | None = None   # credentials override (tests: KMock)
+    retry_interval: float = 10.0  # Failed with a conflict: converge again this often
+    coordinator_wait: float = 30.0  # a handler waits this long for the coordinators
+    login: Callable[[], Awaitable[Any]] | None = None  # credentials override (tests: KMock)
 
     @property
     def home_namespace(self) -> str:
@@ -58,6 +58,7 @@ class Options:
 @dataclass
 class Stats:
     """What this replica did (tests assert on it; the bench reports it)."""
+
     counts: collections.Counter = field(default_factory=collections.Counter)
 
     def inc(self, what: str, n: int = 1) -> None:
@@ -72,7 +73,7 @@ class Runtime:
         self.node: Node | None = None
         self.kube = KubeClient(self.login)
         self.stats = Stats()
-        self.collection_index = None              # kopf index (db, name) -> CRs, set at startup
+        self.collection_index = None  # kopf index (db, name) -> CRs, set at startup
         self._holders = 0
         self._gate = asyncio.Lock()
         self._ready = asyncio.Event()
@@ -87,8 +88,9 @@ class Runtime:
             return await self.opts.login()
         settings = self.settings or kopf.OperatorSettings()
         logger = logging.getLogger("kmilvus.operator.login")
-        return (kopf.login_with_service_account(settings=settings, logger=logger)
-                or kopf.login_with_kubeconfig(settings=settings, logger=logger))
+        return kopf.login_with_service_account(settings=settings, logger=logger) or kopf.login_with_kubeconfig(
+            settings=settings, logger=logger
+        )
 
     # Leadership -------------------------------------------------------------------------------
     @property

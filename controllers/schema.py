@@ -18,9 +18,18 @@ from kmilvus.rootcoord import schema as schemautil
 from kmilvus.util.merr import MilvusError
 
 DT = schema_pb2.DataType
-DATA_TYPES = {"Bool": DT.Bool, "Int8": DT.Int8, "Int16": DT.Int16, "Int32": DT.Int32, "Int64": DT.Int64,
-              "Float": DT.Float, "Double": DT.Double, "VarChar": DT.VarChar, "JSON": DT.JSON,
-              "FloatVector": DT.FloatVector}
+DATA_TYPES = {
+    "Bool": DT.Bool,
+    "Int8": DT.Int8,
+    "Int16": DT.Int16,
+    "Int32": DT.Int32,
+    "Int64": DT.Int64,
+    "Float": DT.Float,
+    "Double": DT.Double,
+    "VarChar": DT.VarChar,
+    "JSON": DT.JSON,
+    "FloatVector": DT.FloatVector,
+}
 TYPE_NAMES = {v: k for k, v in DATA_TYPES.items()}
 CONSISTENCY = {name: value for name, value in common_pb2.ConsistencyLevel.items()}
 CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
@@ -44,6 +53,7 @@ class SpecError(ValueError):
 @dataclass(frozen=True)
 class Target:
     """Which Milvus collection a Collection resource stands for."""
+
     database: str
     name: str
 
@@ -70,8 +80,10 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
     t = target(spec, meta_name)
     for what, value in (("spec.name", t.name), ("spec.database", t.database)):
         if not NAME_RE.match(value) or len(value) > schemautil.MAX_NAME_LENGTH:
-            problems.append(f"{what} {value!r} is not a valid Milvus name: 1-255 characters, a letter or "
-                            "underscore first, then letters, digits and underscores")
+            problems.append(
+                f"{what} {value!r} is not a valid Milvus name: 1-255 characters, a letter or "
+                "underscore first, then letters, digits and underscores"
+            )
     shards = spec.get("shardsNum", 1)
     if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 16:
         problems.append(f"spec.shardsNum must be an integer in [1, 16], got {shards!r}")
@@ -130,8 +142,9 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
     if dups:
         problems.append(f"duplicated field name(s): {', '.join(dups)}")
     if len(pks) != 1:
-        problems.append(f"exactly one field must be the primary key, found {len(pks)}"
-                        + (f" ({', '.join(pks)})" if pks else ""))
+        problems.append(
+            f"exactly one field must be the primary key, found {len(pks)}" + (f" ({', '.join(pks)})" if pks else "")
+        )
     if not vectors:
         problems.append("a collection needs a FloatVector field")
     return problems
@@ -145,9 +158,13 @@ def to_schema(spec: dict, meta_name: str) -> schema_pb2.CollectionSchema:
     t = target(spec, meta_name)
     schema = schema_pb2.CollectionSchema(name=t.name, description=spec.get("description", ""))
     for f in spec["fields"]:
-        fs = schema.fields.add(name=f["name"], data_type=DATA_TYPES[f["dataType"]],
-                               is_primary_key=bool(f.get("isPrimaryKey")), autoID=bool(f.get("autoID")),
-                               description=f.get("description", ""))
+        fs = schema.fields.add(
+            name=f["name"],
+            data_type=DATA_TYPES[f["dataType"]],
+            is_primary_key=bool(f.get("isPrimaryKey")),
+            autoID=bool(f.get("autoID")),
+            description=f.get("description", ""),
+        )
         if "dim" in f:
             fs.type_params.add(key="dim", value=str(f["dim"]))
         if "maxLength" in f:
@@ -164,8 +181,13 @@ def representable(schema: schema_pb2.CollectionSchema) -> schema_pb2.CollectionS
     """The part of a stored schema a Collection spec can express (so SDK extras don't conflict)."""
     out = schema_pb2.CollectionSchema(name=schema.name, description=schema.description)
     for f in schema.fields:
-        fs = out.fields.add(name=f.name, data_type=f.data_type, is_primary_key=f.is_primary_key,
-                            autoID=f.autoID, description=f.description)
+        fs = out.fields.add(
+            name=f.name,
+            data_type=f.data_type,
+            is_primary_key=f.is_primary_key,
+            autoID=f.autoID,
+            description=f.description,
+        )
         for kv in f.type_params:
             if kv.key in ("dim", "max_length"):
                 fs.type_params.add(key=kv.key, value=kv.value)
@@ -178,10 +200,18 @@ def same_schema(spec_schema: schema_pb2.CollectionSchema, stored: schema_pb2.Col
 
 def schema_diff(spec_schema: schema_pb2.CollectionSchema, stored: schema_pb2.CollectionSchema) -> str:
     """A short human description of how two schemas differ."""
+
     def fields(s):
-        return {f.name: (TYPE_NAMES.get(f.data_type, DT.Name(f.data_type)), f.is_primary_key, f.autoID,
-                         {kv.key: kv.value for kv in f.type_params if kv.key in ("dim", "max_length")})
-                for f in s.fields}
+        return {
+            f.name: (
+                TYPE_NAMES.get(f.data_type, DT.Name(f.data_type)),
+                f.is_primary_key,
+                f.autoID,
+                {kv.key: kv.value for kv in f.type_params if kv.key in ("dim", "max_length")},
+            )
+            for f in s.fields
+        }
+
     a, b = fields(spec_schema), fields(stored)
     parts = []
     added = [n for n in a if n not in b]
@@ -209,8 +239,10 @@ def spec_from_collection(desc) -> dict:
     fields = []
     for f in desc.schema.fields:
         if f.data_type not in TYPE_NAMES:
-            raise SpecError(f"field {f.name}: data type {DT.Name(f.data_type)} has no Collection spec form",
-                            reason="Unrepresentable")
+            raise SpecError(
+                f"field {f.name}: data type {DT.Name(f.data_type)} has no Collection spec form",
+                reason="Unrepresentable",
+            )
         out: dict = {"name": f.name, "dataType": TYPE_NAMES[f.data_type]}
         if f.is_primary_key:
             out["isPrimaryKey"] = True
@@ -224,10 +256,14 @@ def spec_from_collection(desc) -> dict:
             elif kv.key == "max_length":
                 out["maxLength"] = int(kv.value)
         fields.append(out)
-    spec = {"name": desc.collection_name, "database": desc.db_name or DEFAULT_DB,
-            "shardsNum": desc.shards_num or 1,
-            "consistencyLevel": CONSISTENCY_NAMES.get(desc.consistency_level, DEFAULT_CONSISTENCY),
-            "fields": fields, "deletionPolicy": "Delete"}
+    spec = {
+        "name": desc.collection_name,
+        "database": desc.db_name or DEFAULT_DB,
+        "shardsNum": desc.shards_num or 1,
+        "consistencyLevel": CONSISTENCY_NAMES.get(desc.consistency_level, DEFAULT_CONSISTENCY),
+        "fields": fields,
+        "deletionPolicy": "Delete",
+    }
     if desc.schema.description:
         spec["description"] = desc.schema.description
     return spec

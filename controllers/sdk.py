@@ -20,7 +20,7 @@ from controllers.kube import Conflict
 from controllers.schema import DEFAULT_DB, SpecError, k8s_name, spec_from_collection, target
 
 log = logging.getLogger("kmilvus.operator.sdk")
-RECENT = 30.0   # seconds a mirrored collection is not considered again (the index catches up)
+RECENT = 30.0  # seconds a mirrored collection is not considered again (the index catches up)
 
 
 def _indexed(rt) -> set[tuple[str, str]]:
@@ -71,13 +71,19 @@ async def mirror_once(rt, recent: dict[tuple[str, str], float]) -> int:
             recent[(db, name)] = now
             continue
         for k8s in (k8s_name(db, name), k8s_name(db, name, hashed=True)):
-            body = {"metadata": {"name": k8s, "namespace": ns, "annotations": {R.ANN_CREATED_BY: "sdk"},
-                                 "labels": {R.LABEL_MANAGED_BY: R.MANAGED_BY}},
-                    "spec": spec}
+            body = {
+                "metadata": {
+                    "name": k8s,
+                    "namespace": ns,
+                    "annotations": {R.ANN_CREATED_BY: "sdk"},
+                    "labels": {R.LABEL_MANAGED_BY: R.MANAGED_BY},
+                },
+                "spec": spec,
+            }
             try:
                 await rt.kube.create(R.COLLECTION, ns, body)
             except Conflict:
-                continue   # the name is taken (by another resource): try the hashed form
+                continue  # the name is taken (by another resource): try the hashed form
             made += 1
             rt.stats.inc("sdk_mirrored")
             log.info("mirrored SDK-created collection %s/%s as Collection %s/%s", db, name, ns, k8s)

@@ -29,8 +29,13 @@ log = logging.getLogger("kmilvus.operator.segments")
 STATE = common_pb2.SegmentState
 IMPORT = common_pb2.ImportState
 COMPACTION = common_pb2.CompactionState
-MIRRORED = {STATE.Growing: "Growing", STATE.Sealed: "Sealed", STATE.Flushing: "Flushing",
-            STATE.Flushed: "Flushed", STATE.Importing: "Importing"}
+MIRRORED = {
+    STATE.Growing: "Growing",
+    STATE.Sealed: "Sealed",
+    STATE.Flushing: "Flushing",
+    STATE.Flushed: "Flushed",
+    STATE.Importing: "Importing",
+}
 
 
 def segment_name(collection_resource: str, segment_id: int) -> str:
@@ -44,8 +49,12 @@ def _position(p) -> dict | None:
 
 
 def segment_status(info) -> dict:
-    st = {"state": MIRRORED.get(info.state, STATE.Name(info.state)), "rows": info.num_of_rows,
-          "binlogs": info.binlog_count, "binlogSize": info.binlog_size}
+    st = {
+        "state": MIRRORED.get(info.state, STATE.Name(info.state)),
+        "rows": info.num_of_rows,
+        "binlogs": info.binlog_count,
+        "binlogSize": info.binlog_size,
+    }
     if info.state == STATE.Growing:
         st["assignedRows"] = info.assigned_rows
     for key, pos in (("startPosition", info.start_position), ("dmlPosition", info.dml_position)):
@@ -57,16 +66,19 @@ def segment_status(info) -> dict:
 class SegmentMirror:
     def __init__(self, rt, collection_body):
         self.rt = rt
-        self.body = collection_body      # kopf's live view: status follows the resource
+        self.body = collection_body  # kopf's live view: status follows the resource
         m = collection_body["metadata"]
         self.name, self.ns, self.uid = m["name"], m.get("namespace"), m.get("uid")
-        self.written: dict[int, tuple[dict, float]] = {}   # segment ID -> (status written, when)
+        self.written: dict[int, tuple[dict, float]] = {}  # segment ID -> (status written, when)
         self.loaded_for: int | None = None
         self.coll_written: tuple[dict, float] | None = None
 
     def _labels(self, cid: int) -> dict:
-        return {R.LABEL_COLLECTION: label_value(self.name), R.LABEL_COLLECTION_ID: str(cid),
-                R.LABEL_MANAGED_BY: R.MANAGED_BY}
+        return {
+            R.LABEL_COLLECTION: label_value(self.name),
+            R.LABEL_COLLECTION_ID: str(cid),
+            R.LABEL_MANAGED_BY: R.MANAGED_BY,
+        }
 
     async def _load(self, cid: int, segments: list) -> None:
         """Learn which Segment resources exist (after a restart) — only when there can be any."""
@@ -104,31 +116,55 @@ class SegmentMirror:
     async def _create(self, cid: int, info, status: dict) -> None:
         body = {
             "metadata": {
-                "name": segment_name(self.name, info.ID), "namespace": self.ns, "labels": self._labels(cid),
-                "ownerReferences": [{"apiVersion": R.API_VERSION, "kind": "Collection", "name": self.name,
-                                     "uid": self.uid, "controller": True}],
+                "name": segment_name(self.name, info.ID),
+                "namespace": self.ns,
+                "labels": self._labels(cid),
+                "ownerReferences": [
+                    {
+                        "apiVersion": R.API_VERSION,
+                        "kind": "Collection",
+                        "name": self.name,
+                        "uid": self.uid,
+                        "controller": True,
+                    }
+                ],
             },
-            "spec": {"segmentID": info.ID, "collection": (self.body.get("status") or {}).get("name", ""),
-                     "collectionID": cid, "partitionID": info.partitionID, "channel": info.insert_channel},
+            "spec": {
+                "segmentID": info.ID,
+                "collection": (self.body.get("status") or {}).get("name", ""),
+                "collectionID": cid,
+                "partitionID": info.partitionID,
+                "channel": info.insert_channel,
+            },
         }
         try:
             await self.rt.kube.create(R.SEGMENT, self.ns, body)
             metrics.SEGMENT_WRITES.labels("create").inc()
         except Conflict:  # left from before a restart: its status is brought up to date below
             pass
-        await self.rt.kube.patch(R.SEGMENT, self.ns, body["metadata"]["name"],
-                                 {"status": {**status, "lastUpdateTime": conditions.now_iso()}}, status=True)
+        await self.rt.kube.patch(
+            R.SEGMENT,
+            self.ns,
+            body["metadata"]["name"],
+            {"status": {**status, "lastUpdateTime": conditions.now_iso()}},
+            status=True,
+        )
         metrics.SEGMENT_WRITES.labels("patch").inc()
         self.written[info.ID] = (status, time.monotonic())
 
     async def _patch(self, sid: int, status: dict) -> None:
         try:
-            await self.rt.kube.patch(R.SEGMENT, self.ns, segment_name(self.name, sid),
-                                     {"status": {**status, "lastUpdateTime": conditions.now_iso()}}, status=True)
+            await self.rt.kube.patch(
+                R.SEGMENT,
+                self.ns,
+                segment_name(self.name, sid),
+                {"status": {**status, "lastUpdateTime": conditions.now_iso()}},
+                status=True,
+            )
             metrics.SEGMENT_WRITES.labels("patch").inc()
             self.written[sid] = (status, time.monotonic())
         except NotFound:
-            self.written.pop(sid, None)   # deleted by someone: created again on the next pass
+            self.written.pop(sid, None)  # deleted by someone: created again on the next pass
 
     async def _collection_status(self, cid: int, infos: list, now: float) -> None:
         counts = {"growing": 0, "sealed": 0, "flushing": 0, "flushed": 0, "total": len(infos)}
@@ -146,9 +182,10 @@ class SegmentMirror:
         basis, last = self.coll_written if self.coll_written else (seen, 0.0)
         if basis == new and now - last < 5.0:
             return
-        if {k: v for k, v in basis.items() if k != "rows"} == {k: v for k, v in new.items() if k != "rows"} \
-                and now - last < self.rt.opts.segment_rows_interval:
-            return   # rows alone: bounded rate
+        if {k: v for k, v in basis.items() if k != "rows"} == {
+            k: v for k, v in new.items() if k != "rows"
+        } and now - last < self.rt.opts.segment_rows_interval:
+            return  # rows alone: bounded rate
         await self.rt.kube.patch(R.COLLECTION, self.ns, self.name, {"status": new}, status=True)
         self.coll_written = (new, now)
 
@@ -158,25 +195,39 @@ async def job_status(rt, cid: int) -> dict:
     (ListImportJobs, GetCompactionJobs); {} for a kind DataCoord cannot answer for now."""
     co = await rt.coordinators()
     out: dict = {}
-    with contextlib.suppress(MilvusError):   # DataCoord cannot answer now: the status keeps its last value
+    with contextlib.suppress(MilvusError):  # DataCoord cannot answer now: the status keeps its last value
         jobs = sorted(await co.import_jobs(cid), key=lambda j: (j.create_ts, j.jobID))
         done = (IMPORT.ImportCompleted, IMPORT.ImportFailed, IMPORT.ImportFailedAndCleaned)
         out["imports"] = {
-            "running": sum(j.state not in done for j in jobs), "total": len(jobs),
-            "rowsImported": sum(j.row_count for j in jobs if j.state == IMPORT.ImportCompleted)}
+            "running": sum(j.state not in done for j in jobs),
+            "total": len(jobs),
+            "rowsImported": sum(j.row_count for j in jobs if j.state == IMPORT.ImportCompleted),
+        }
         if jobs:
             j = jobs[-1]
-            out["imports"]["last"] = _drop_empty({
-                "jobID": j.jobID, "state": IMPORT.Name(j.state), "rows": j.row_count,
-                "sparkApplication": j.app_name, "reason": j.reason[:4096]})
+            out["imports"]["last"] = _drop_empty(
+                {
+                    "jobID": j.jobID,
+                    "state": IMPORT.Name(j.state),
+                    "rows": j.row_count,
+                    "sparkApplication": j.app_name,
+                    "reason": j.reason[:4096],
+                }
+            )
     with contextlib.suppress(MilvusError):
         jobs = sorted(await co.compaction_jobs(cid), key=lambda j: j.compactionID)
         out["compactions"] = {"running": sum(j.state == COMPACTION.Executing for j in jobs), "total": len(jobs)}
         if jobs:
             j = jobs[-1]
-            out["compactions"]["last"] = _drop_empty({
-                "compactionID": j.compactionID, "state": COMPACTION.Name(j.state), "plans": len(j.plans),
-                "sparkApplication": j.app_name, "reason": j.reason[:4096]})
+            out["compactions"]["last"] = _drop_empty(
+                {
+                    "compactionID": j.compactionID,
+                    "state": COMPACTION.Name(j.state),
+                    "plans": len(j.plans),
+                    "sparkApplication": j.app_name,
+                    "reason": j.reason[:4096],
+                }
+            )
     return out
 
 

@@ -46,12 +46,19 @@ class SparkApplicationRunner(JobRunner):
     `cancel_wait`: how long `cancel` waits for the resource to disappear.
     """
 
-    def __init__(self, kube: KubeClient, namespaces: str | Sequence[str] | None = None, *,
-                 owner_for: OwnerLookup | None = None, cancel_wait: float = 30.0,
-                 poll: float = 0.2):
+    def __init__(
+        self,
+        kube: KubeClient,
+        namespaces: str | Sequence[str] | None = None,
+        *,
+        owner_for: OwnerLookup | None = None,
+        cancel_wait: float = 30.0,
+        poll: float = 0.2,
+    ):
         self.kube = kube
         self.namespaces: tuple[str, ...] | None = (
-            (namespaces,) if isinstance(namespaces, str) else tuple(namespaces) if namespaces else None)
+            (namespaces,) if isinstance(namespaces, str) else tuple(namespaces) if namespaces else None
+        )
         self.owner_for = owner_for or self._find_collection
         self.cancel_wait = cancel_wait
         self.poll = poll
@@ -72,8 +79,13 @@ class SparkApplicationRunner(JobRunner):
 
     def _handle(self, obj: dict) -> dict:
         m = obj.get("metadata") or {}
-        return {"runner": RUNNER, "apiVersion": SPARK_APPLICATION.api_version,
-                "namespace": m.get("namespace") or "", "name": m["name"], "uid": m.get("uid", "")}
+        return {
+            "runner": RUNNER,
+            "apiVersion": SPARK_APPLICATION.api_version,
+            "namespace": m.get("namespace") or "",
+            "name": m["name"],
+            "uid": m.get("uid", ""),
+        }
 
     async def submit(self, app: dict) -> dict:
         app = copy.deepcopy(app)
@@ -91,8 +103,12 @@ class SparkApplicationRunner(JobRunner):
             name = application.job_spec_of(app).get("collection_name") if app["spec"].get("arguments") else ""
             if name:
                 labels[R.LABEL_COLLECTION] = label_value(str(name))
-            log.warning("no Collection resource owns SparkApplication %s/%s (collection %s): created unowned",
-                        ns, meta["name"], _collection_id(app))
+            log.warning(
+                "no Collection resource owns SparkApplication %s/%s (collection %s): created unowned",
+                ns,
+                meta["name"],
+                _collection_id(app),
+            )
         meta["namespace"] = ns
         labels.setdefault(R.LABEL_MANAGED_BY, R.MANAGED_BY)
         app.pop("status", None)
@@ -118,9 +134,9 @@ class SparkApplicationRunner(JobRunner):
     # ------------------------------------------------------------------------------- cancel
     async def cancel(self, handle: dict) -> None:
         ns, name = handle["namespace"], handle["name"]
-        await self.kube.delete(SPARK_APPLICATION, ns, name)   # NotFound is fine
+        await self.kube.delete(SPARK_APPLICATION, ns, name)  # NotFound is fine
         deadline = time.monotonic() + self.cancel_wait
-        while time.monotonic() < deadline:                  # finalizers: wait until it is gone
+        while time.monotonic() < deadline:  # finalizers: wait until it is gone
             try:
                 await self.kube.get(SPARK_APPLICATION, ns, name)
             except NotFound:

@@ -24,8 +24,10 @@ KUBECTL = os.environ.get("KUBECTL", "kubectl")
 def _cluster_problem() -> str | None:
     kubeconfig = os.environ.get("KUBECONFIG")
     if not kubeconfig:
-        return ("KUBECONFIG is not set: the e2e tests need a Kubernetes cluster with kmilvus installed. "
-                "Run e2e/run.sh (it creates a kind cluster, installs everything and runs these tests).")
+        return (
+            "KUBECONFIG is not set: the e2e tests need a Kubernetes cluster with kmilvus installed. "
+            "Run e2e/run.sh (it creates a kind cluster, installs everything and runs these tests)."
+        )
     missing = [p for p in kubeconfig.split(os.pathsep) if p and not Path(p).is_file()]
     if missing:
         return f"KUBECONFIG names missing file(s): {', '.join(missing)}"
@@ -85,7 +87,10 @@ def milvus_port(namespace, release):
     port = _free_port()
     proc = subprocess.Popen(
         [KUBECTL, "-n", namespace, "port-forward", f"svc/{release}-milvus", f"{port}:19530"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -29,6 +29,7 @@ BATCH = 2_000
 
 # ------------------------------------------------------------------------------------ helpers
 
+
 def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
     out = subprocess.run([KUBECTL, *args], input=input, capture_output=True, text=True, timeout=120)
     if check and out.returncode != 0:
@@ -65,7 +66,8 @@ def list_segments(kube, namespace: str, collection_id: int) -> list[dict]:
     from kubernetes import client
 
     items = client.CustomObjectsApi(kube).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "segments", label_selector=f"kmilvus.io/collection-id={collection_id}")["items"]
+        GROUP, VERSION, namespace, "segments", label_selector=f"kmilvus.io/collection-id={collection_id}"
+    )["items"]
     # The label is how the operator finds them; spec.collectionID is what they say about themselves.
     return [s for s in items if int((s.get("spec") or {}).get("collectionID", collection_id)) == collection_id]
 
@@ -123,6 +125,7 @@ def rows_for(fields: list[dict], start: int, n: int) -> list[dict]:
 
 # ------------------------------------------------------------------------------------ tests
 
+
 def test_kmilvus_is_running(kube, namespace, release):
     from kubernetes import client
 
@@ -147,10 +150,15 @@ def test_collection_lifecycle(kube, namespace, milvus):
 
     # 1. Collection resource -> Ready, and visible to pymilvus ----------------------------------
     apply(coll)
-    ready = wait_for(f"Collection {cr_name} Ready",
-                     lambda: (o := get(kube, "collections", namespace, cr_name))
-                     and ((o.get("status") or {}).get("phase") == "Ready" or condition(o, "Ready") == "True")
-                     and o, timeout=180)
+    ready = wait_for(
+        f"Collection {cr_name} Ready",
+        lambda: (
+            (o := get(kube, "collections", namespace, cr_name))
+            and ((o.get("status") or {}).get("phase") == "Ready" or condition(o, "Ready") == "True")
+            and o
+        ),
+        timeout=180,
+    )
     status = ready["status"]
     assert status.get("phase") == "Ready", status
     collection_id = int(status["collectionID"])
@@ -185,10 +193,16 @@ def test_collection_lifecycle(kube, namespace, milvus):
 
     # 4. Segments listed as Flushed, holding all rows ------------------------------------------
     def all_flushed():
-        segs = [s for s in list_segments(kube, namespace, collection_id)
-                if (s.get("status") or {}).get("state") != "Dropped"]
-        if segs and all(s["status"].get("state") == "Flushed" for s in segs) \
-                and sum(int(s["status"].get("rows", 0)) for s in segs) == ROWS:
+        segs = [
+            s
+            for s in list_segments(kube, namespace, collection_id)
+            if (s.get("status") or {}).get("state") != "Dropped"
+        ]
+        if (
+            segs
+            and all(s["status"].get("state") == "Flushed" for s in segs)
+            and sum(int(s["status"].get("rows", 0)) for s in segs) == ROWS
+        ):
             return segs
         return None
 
@@ -204,8 +218,7 @@ def test_collection_lifecycle(kube, namespace, milvus):
 
     # 5. Delete the Collection -> gone from pymilvus, no Segment resources left ---------------
     kubectl("-n", namespace, "delete", "collection", cr_name, "--wait=false")
-    wait_for(f"Collection {cr_name} deleted", lambda: get(kube, "collections", namespace, cr_name) is None,
-             timeout=180)
+    wait_for(f"Collection {cr_name} deleted", lambda: get(kube, "collections", namespace, cr_name) is None, timeout=180)
     wait_for(f"{milvus_name} dropped", lambda: not milvus.has_collection(milvus_name), timeout=60)
     wait_for("no Segment resources left", lambda: not list_segments(kube, namespace, collection_id), timeout=120)
     assert milvus_name not in milvus.list_collections()

@@ -13,7 +13,9 @@ from kmilvus.util.embedded import MissingBinaryError
 
 
 def _common(f):
-    f = click.option("--log-level", default=None, help="debug|info|warning|error (default: warning; env KMILVUS_LOG_LEVEL)")(f)
+    f = click.option(
+        "--log-level", default=None, help="debug|info|warning|error (default: warning; env KMILVUS_LOG_LEVEL)"
+    )(f)
     f = click.option("--cluster", default=None, help="Cluster name: etcd prefix, stream and channel names.")(f)
     return f
 
@@ -28,13 +30,20 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--data-dir", type=click.Path(path_type=Path), default=Path("data"), show_default=True,
-              help="etcd, NATS and (by default) storage live here.")
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=Path("data"),
+    show_default=True,
+    help="etcd, NATS and (by default) storage live here.",
+)
 @click.option("--port", type=int, default=19530, show_default=True, help="Milvus API port.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Milvus API address.")
 @click.option("--etcd-endpoint", default=None, help="HOST:PORT of an etcd to use instead of starting one.")
 @click.option("--nats-url", default=None, help="nats://HOST:PORT of a JetStream server to use instead of starting one.")
-@click.option("--storage-uri", default=None, help="file:///PATH or s3://BUCKET/PREFIX?endpoint=URL (default DATA_DIR/storage).")
+@click.option(
+    "--storage-uri", default=None, help="file:///PATH or s3://BUCKET/PREFIX?endpoint=URL (default DATA_DIR/storage)."
+)
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
 @_common
 def standalone(data_dir, port, host, etcd_endpoint, nats_url, storage_uri, metrics_port, log_level, cluster):
@@ -45,23 +54,29 @@ def standalone(data_dir, port, host, etcd_endpoint, nats_url, storage_uri, metri
     cfg = Config.from_env(proxy_port=port, proxy_host=host, metrics_port=metrics_port, cluster=cluster)
     _serve_metrics(cfg)
     try:
-        sys.exit(run_standalone(cfg, data_dir, etcd_endpoint=etcd_endpoint, nats_url=nats_url,
-                                storage_uri=storage_uri))
+        sys.exit(run_standalone(cfg, data_dir, etcd_endpoint=etcd_endpoint, nats_url=nats_url, storage_uri=storage_uri))
     except MissingBinaryError as exc:
         raise click.ClickException(str(exc)) from None
 
 
 @main.command()
-@click.argument("roles", nargs=-1, required=True,
-                type=click.Choice(["proxy", "rootcoord", "datacoord", "querycoord", "datanode"]))
+@click.argument(
+    "roles", nargs=-1, required=True, type=click.Choice(["proxy", "rootcoord", "datacoord", "querycoord", "datanode"])
+)
 @click.option("--etcd-endpoint", required=True, envvar="KMILVUS_ETCD_ENDPOINT", help="HOST:PORT of etcd.")
 @click.option("--nats-url", required=True, envvar="KMILVUS_NATS_URL", help="nats://HOST:PORT of JetStream.")
-@click.option("--storage-uri", required=True, envvar="KMILVUS_STORAGE_URI", help="file:///PATH or s3://BUCKET/PREFIX?endpoint=URL")
+@click.option(
+    "--storage-uri", required=True, envvar="KMILVUS_STORAGE_URI", help="file:///PATH or s3://BUCKET/PREFIX?endpoint=URL"
+)
 @click.option("--port", type=int, default=19530, show_default=True, help="Milvus API port (proxy).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve the Milvus API on.")
-@click.option("--internal-host", default=None, envvar="KMILVUS_INTERNAL_HOST",
-              help="Address other components reach this process at (in Kubernetes: the pod IP). "
-                   "Default: --host, or 127.0.0.1 when --host is a wildcard.")
+@click.option(
+    "--internal-host",
+    default=None,
+    envvar="KMILVUS_INTERNAL_HOST",
+    help="Address other components reach this process at (in Kubernetes: the pod IP). "
+    "Default: --host, or 127.0.0.1 when --host is a wildcard.",
+)
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
 @_common
 def run(roles, etcd_endpoint, nats_url, storage_uri, port, host, internal_host, metrics_port, log_level, cluster):
@@ -69,10 +84,16 @@ def run(roles, etcd_endpoint, nats_url, storage_uri, port, host, internal_host, 
     from kmilvus.standalone import run_role
 
     log.setup(log_level)
-    cfg = Config.from_env(etcd_endpoints=[etcd_endpoint], nats_url=nats_url, storage_uri=storage_uri,
-                          proxy_port=port, proxy_host=host, metrics_port=metrics_port,
-                          internal_host=internal_host or (host if host not in ("0.0.0.0", "::") else "127.0.0.1"),
-                          cluster=cluster)
+    cfg = Config.from_env(
+        etcd_endpoints=[etcd_endpoint],
+        nats_url=nats_url,
+        storage_uri=storage_uri,
+        proxy_port=port,
+        proxy_host=host,
+        metrics_port=metrics_port,
+        internal_host=internal_host or (host if host not in ("0.0.0.0", "::") else "127.0.0.1"),
+        cluster=cluster,
+    )
     _serve_metrics(cfg)
     sys.exit(run_role(cfg, tuple(roles)))
 

@@ -11,8 +11,13 @@ from __future__ import annotations
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus.meta import EtcdKV
-from kmilvus.proto import (data_coord_pb2_grpc, data_node_pb2_grpc, proxy_pb2_grpc,
-                           query_coord_pb2_grpc, root_coord_pb2_grpc)
+from kmilvus.proto import (
+    data_coord_pb2_grpc,
+    data_node_pb2_grpc,
+    proxy_pb2_grpc,
+    query_coord_pb2_grpc,
+    root_coord_pb2_grpc,
+)
 from kmilvus.sessionutil import list_sessions
 from kmilvus.util.grpcutil import RemoteClient
 

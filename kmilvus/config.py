@@ -14,7 +14,7 @@ from kmilvus.util.constants import MAX_DIM, MAX_VARCHAR_LENGTH
 @dataclass
 class Config:
     # Where things live.
-    cluster: str = "kmilvus"                 # etcd key prefix, stream name and channel prefix
+    cluster: str = "kmilvus"  # etcd key prefix, stream name and channel prefix
     etcd_endpoints: list[str] = field(default_factory=lambda: ["127.0.0.1:2379"])
     nats_url: str = "nats://127.0.0.1:4222"
     storage_uri: str = "file:///var/lib/kmilvus/storage"
@@ -23,41 +23,41 @@ class Config:
     proxy_port: int = 19530
     # Internal gRPC services bind here (port 0 = any free port; sessions publish the address).
     internal_host: str = "127.0.0.1"
-    metrics_port: int = 0                    # 0 = no metrics endpoint
+    metrics_port: int = 0  # 0 = no metrics endpoint
     # RootCoord.
-    dml_channel_num: int = 16                # physical channels
+    dml_channel_num: int = 16  # physical channels
     default_shards_num: int = 1
     max_dim: int = MAX_DIM
     max_varchar_length: int = MAX_VARCHAR_LENGTH
     max_insert_bytes: int = 64 * 1024 * 1024  # Milvus' proxy.maxInsertSize... checked per request
-    max_pending_insert_mb: int = 256         # inserts queued or running in one Proxy; past it: rate limit
+    max_pending_insert_mb: int = 256  # inserts queued or running in one Proxy; past it: rate limit
     # Time ticks.
-    time_tick_interval: float = 0.1          # seconds; Milvus' proxy.timeTickInterval is 200 ms
+    time_tick_interval: float = 0.1  # seconds; Milvus' proxy.timeTickInterval is 200 ms
     # DataCoord: segments and seal policies.
     segment_max_size_mb: int = 512
     segment_seal_proportion: float = 1.0
-    segment_max_idle_time: float = 600.0     # seal a Growing segment with no insert for this long
+    segment_max_idle_time: float = 600.0  # seal a Growing segment with no insert for this long
     segment_max_lifetime: float = 86400.0
-    flush_state_wait: float = 0.45           # GetFlushState waits up to this long for `true`
-    gc_interval: float = 60.0                # seconds between garbage-collection passes
-    gc_tolerance: float = 600.0              # an unreferenced binlog is deleted after this long
+    flush_state_wait: float = 0.45  # GetFlushState waits up to this long for `true`
+    gc_interval: float = 60.0  # seconds between garbage-collection passes
+    gc_tolerance: float = 600.0  # an unreferenced binlog is deleted after this long
     # DataNode.
-    insert_buffer_size_mb: int = 64          # write binlogs of the largest segment past this
+    insert_buffer_size_mb: int = 64  # write binlogs of the largest segment past this
     # Sessions.
-    session_ttl: int = 10                    # seconds; a dead component's lease expires after this
+    session_ttl: int = 10  # seconds; a dead component's lease expires after this
     # Messages.
     max_message_bytes: int = 4 * 1024 * 1024  # split insert payloads below NATS max_payload
     # Spark jobs (bulk import, compaction): how DataCoord runs SparkApplications.
-    spark_runner: str = "local"              # "local": spark-submit --master spark_master
+    spark_runner: str = "local"  # "local": spark-submit --master spark_master
     spark_master: str = "local[2]"
-    spark_submit: str = ""                   # path of spark-submit ("" = the venv's / pyspark's)
-    spark_work_dir: str = ""                 # local runs' work dirs ("" = $TMPDIR/kmilvus-spark)
+    spark_submit: str = ""  # path of spark-submit ("" = the venv's / pyspark's)
+    spark_work_dir: str = ""  # local runs' work dirs ("" = $TMPDIR/kmilvus-spark)
     spark_image: str = "kmilvus/kmilvus-spark:0.1.0"
     spark_image_pull_policy: str = "IfNotPresent"
-    spark_version: str = ""                  # Spark of spark_image ("" = application.SPARK_VERSION)
+    spark_version: str = ""  # Spark of spark_image ("" = application.SPARK_VERSION)
     # SparkApplications go to their Collection resource's namespace; this one when none owns them.
     spark_namespace: str = "default"
-    spark_service_account: str = "kmilvus-spark"   # the driver's (creates executor pods)
+    spark_service_account: str = "kmilvus-spark"  # the driver's (creates executor pods)
     # S3 credentials of Spark drivers and executors: a Secret in the application's namespace,
     # referenced by secretKeyRef ("" = ambient credentials: IRSA / workload identity).
     spark_s3_secret_name: str = ""
@@ -66,17 +66,17 @@ class Config:
     spark_driver_memory: str = "1g"
     spark_executor_memory: str = "1g"
     spark_executor_instances: int = 1
-    spark_max_concurrent_jobs: int = 2       # applications running at once; more wait (Pending)
-    spark_job_timeout: float = 3600.0        # seconds before a running application is cancelled
-    spark_poll_interval: float = 0.5         # seconds between application state checks
-    etcd_max_txn_ops: int = 128              # etcd's --max-txn-ops: a job's commit must fit
+    spark_max_concurrent_jobs: int = 2  # applications running at once; more wait (Pending)
+    spark_job_timeout: float = 3600.0  # seconds before a running application is cancelled
+    spark_poll_interval: float = 0.5  # seconds between application state checks
+    etcd_max_txn_ops: int = 128  # etcd's --max-txn-ops: a job's commit must fit
     # Compaction: merge small flushed segments (policy: enough small ones in a partition/channel).
     auto_compaction: bool = True
     compaction_check_interval: float = 60.0  # seconds between policy checks
-    compaction_min_segments: int = 8         # small flushed segments that trigger a compaction
+    compaction_min_segments: int = 8  # small flushed segments that trigger a compaction
     compaction_small_proportion: float = 0.5  # "small": fewer rows than this × the target's
-    compaction_target_size_mb: int = 0      # target segment size (0 = segment_max_size_mb)
-    compaction_max_sources: int = 32         # source segments per plan at most
+    compaction_target_size_mb: int = 0  # target segment size (0 = segment_max_size_mb)
+    compaction_max_sources: int = 32  # source segments per plan at most
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "Config":

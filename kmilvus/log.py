@@ -14,8 +14,12 @@ import time
 class _LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        parts = [f"ts={ts}.{int(record.msecs):03d}Z", f"level={record.levelname.lower()}",
-                 f"logger={record.name}", f"msg={_q(record.getMessage())}"]
+        parts = [
+            f"ts={ts}.{int(record.msecs):03d}Z",
+            f"level={record.levelname.lower()}",
+            f"logger={record.name}",
+            f"msg={_q(record.getMessage())}",
+        ]
         for k, v in getattr(record, "kv", {}).items():
             parts.append(f"{k}={_q(v)}")
         if record.exc_info:

@@ -8,10 +8,14 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 RPC_LATENCY = Histogram(
-    "kmilvus_rpc_latency_seconds", "Time to answer an RPC, by component and method.",
-    ["role", "method"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-RPC_UNIMPLEMENTED = Counter("kmilvus_rpc_unimplemented_total", "RPCs answered UNIMPLEMENTED (not built yet).",
-                            ["role", "method"])
+    "kmilvus_rpc_latency_seconds",
+    "Time to answer an RPC, by component and method.",
+    ["role", "method"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+RPC_UNIMPLEMENTED = Counter(
+    "kmilvus_rpc_unimplemented_total", "RPCs answered UNIMPLEMENTED (not built yet).", ["role", "method"]
+)
 RPC_FAILURES = Counter("kmilvus_rpc_failures_total", "RPCs answered with a failed status.", ["role", "method", "code"])
 INSERTED_ROWS = Counter("kmilvus_proxy_inserted_rows_total", "Rows acknowledged to clients by Insert.")
 INSERTED_BYTES = Counter("kmilvus_proxy_inserted_bytes_total", "Arrow bytes published by Insert.")

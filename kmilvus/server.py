@@ -60,7 +60,7 @@ class Node:
         self.api_port = 0
         self.internal_port = 0
         self.leader: LeaderLock | None = None
-        self.lost = asyncio.Event()          # set when the coordinators stepped down
+        self.lost = asyncio.Event()  # set when the coordinators stepped down
         self._coord_kv: EtcdKV | None = None
         self._supervisors: set[asyncio.Task] = set()
 
@@ -87,7 +87,8 @@ class Node:
         for r in self.role_names:
             objs[r] = self._make(r, ids[r])
         self.internal_server, self.internal_port = await start_server(
-            cfg.internal_host, 0, [(roles.STUBS[r][1], objs[r]) for r in self.role_names])
+            cfg.internal_host, 0, [(roles.STUBS[r][1], objs[r]) for r in self.role_names]
+        )
         address = f"{cfg.internal_host}:{self.internal_port}"
         for r in self.role_names:
             comp = objs[r]
@@ -105,8 +106,10 @@ class Node:
             log.info("component started", role=r, server_id=ids[r])
         if roles.PROXY in self.components:
             self.api_server, self.api_port = await start_server(
-                cfg.proxy_host, cfg.proxy_port,
-                [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server, self.components[roles.PROXY])])
+                cfg.proxy_host,
+                cfg.proxy_port,
+                [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server, self.components[roles.PROXY])],
+            )
         log.info("node ready", roles=",".join(self.role_names), seconds=round(time.monotonic() - t0, 3))
 
     def _supervise(self, coro, name: str) -> None:

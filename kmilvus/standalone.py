@@ -39,8 +39,9 @@ async def serve(node: Node, ready_line: str | None = None) -> None:
         await asyncio.wait_for(node.stop(), 8)
 
 
-def run_standalone(cfg: Config, data_dir: Path, *, etcd_endpoint: str | None, nats_url: str | None,
-                   storage_uri: str | None) -> int:
+def run_standalone(
+    cfg: Config, data_dir: Path, *, etcd_endpoint: str | None, nats_url: str | None, storage_uri: str | None
+) -> int:
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     children: list[ChildServer] = []

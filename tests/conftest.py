@@ -60,8 +60,9 @@ def moto_endpoint(servers_dir) -> str:
     port = free_port()
     exe = Path(sys.executable).with_name("moto_server")
     log = open(servers_dir / "moto.log", "ab")
-    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:

@@ -36,15 +36,14 @@ class Coords:
     @classmethod
     async def start(cls, cfg: Config, *, kv: EtcdKV | None = None, stream: MsgStream | None = None) -> Coords:
         kv = kv or await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
-        stream = stream or await MsgStream.connect(cfg.nats_url, cfg.cluster,
-                                                   max_message_bytes=cfg.max_message_bytes)
+        stream = stream or await MsgStream.connect(cfg.nats_url, cfg.cluster, max_message_bytes=cfg.max_message_bytes)
         store = ObjectStore.from_uri(cfg.storage_uri)
         registry = roles.Registry(kv)
         rc = RootCoord(cfg, kv, stream, registry, 1)
-        registry.add_local(roles.ROOTCOORD, 1, rc)      # DataCoord finds its allocators there
+        registry.add_local(roles.ROOTCOORD, 1, rc)  # DataCoord finds its allocators there
         dc = DataCoord(cfg, kv, stream, store, registry, 2)
         registry.add_local(roles.DATACOORD, 2, dc)
-        qc = QueryCoord(kv, registry, 3)                 # a drop releases the collection there
+        qc = QueryCoord(kv, registry, 3)  # a drop releases the collection there
         registry.add_local(roles.QUERYCOORD, 3, qc)
         await rc.start()
         await dc.start()
@@ -66,19 +65,35 @@ class Coords:
         DT = schema_pb2.DataType
         vec = schema_pb2.FieldSchema(name="vec", data_type=DT.FloatVector)
         vec.type_params.add(key="dim", value=str(DIM))
-        schema = schema_pb2.CollectionSchema(name=name, fields=[
-            schema_pb2.FieldSchema(name="id", data_type=DT.Int64, is_primary_key=True), vec])
-        merr.check(await self.rc.CreateCollection(milvus_pb2.CreateCollectionRequest(
-            collection_name=name, schema=schema.SerializeToString(), shards_num=shards)))
+        schema = schema_pb2.CollectionSchema(
+            name=name, fields=[schema_pb2.FieldSchema(name="id", data_type=DT.Int64, is_primary_key=True), vec]
+        )
+        merr.check(
+            await self.rc.CreateCollection(
+                milvus_pb2.CreateCollectionRequest(
+                    collection_name=name, schema=schema.SerializeToString(), shards_num=shards
+                )
+            )
+        )
         desc = await self.rc.DescribeCollection(milvus_pb2.DescribeCollectionRequest(collection_name=name))
         merr.check(desc.status)
         return desc
 
-    async def assign(self, coll: int, channel: str, count: int, ts: int | None = None,
-                     partition: int | None = None) -> data_coord_pb2.AssignSegmentIDResponse:
+    async def assign(
+        self, coll: int, channel: str, count: int, ts: int | None = None, partition: int | None = None
+    ) -> data_coord_pb2.AssignSegmentIDResponse:
         """Row quota for `count` rows on `channel`, as a Proxy asks before an insert."""
         ts = ts or await self.dc.tso.alloc()
-        return await self.dc.AssignSegmentID(data_coord_pb2.AssignSegmentIDRequest(segmentIDRequests=[
-            data_coord_pb2.SegmentIDRequest(count=count, channel_name=channel, collectionID=coll,
-                                            partitionID=default_partition_id(coll) if partition is None else partition,
-                                            timestamp=ts)]))
+        return await self.dc.AssignSegmentID(
+            data_coord_pb2.AssignSegmentIDRequest(
+                segmentIDRequests=[
+                    data_coord_pb2.SegmentIDRequest(
+                        count=count,
+                        channel_name=channel,
+                        collectionID=coll,
+                        partitionID=default_partition_id(coll) if partition is None else partition,
+                        timestamp=ts,
+                    )
+                ]
+            )
+        )

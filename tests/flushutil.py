@@ -11,9 +11,13 @@ from kmilvus.storage import binlog
 
 def bench_schema(auto_id: bool = False) -> CollectionSchema:
     """DESIGN.md's workload: id INT64 pk, vec FLOAT_VECTOR(128), tag VARCHAR(64)."""
-    return CollectionSchema([FieldSchema("id", DataType.INT64, is_primary=True, auto_id=auto_id),
-                             FieldSchema("vec", DataType.FLOAT_VECTOR, dim=128),
-                             FieldSchema("tag", DataType.VARCHAR, max_length=64)])
+    return CollectionSchema(
+        [
+            FieldSchema("id", DataType.INT64, is_primary=True, auto_id=auto_id),
+            FieldSchema("vec", DataType.FLOAT_VECTOR, dim=128),
+            FieldSchema("tag", DataType.VARCHAR, max_length=64),
+        ]
+    )
 
 
 def batch(start: int, n: int, dim: int = 128, seed: int | None = None) -> tuple[list[int], np.ndarray, list[str]]:

@@ -23,8 +23,16 @@ from kmilvus.util.embedded import free_port
 def make_config(root: str, etcd: str, nats: str, storage: Path, **overrides: Any) -> Config:
     # Automatic compaction would start Spark jobs in the middle of unrelated tests; the tests
     # of compaction turn it on themselves.
-    cfg = Config(cluster=root, etcd_endpoints=[etcd], nats_url=nats, storage_uri=storage.as_uri(),
-                 proxy_port=free_port(), session_ttl=3, dml_channel_num=4, auto_compaction=False)
+    cfg = Config(
+        cluster=root,
+        etcd_endpoints=[etcd],
+        nats_url=nats,
+        storage_uri=storage.as_uri(),
+        proxy_port=free_port(),
+        session_ttl=3,
+        dml_channel_num=4,
+        auto_compaction=False,
+    )
     for k, v in overrides.items():
         setattr(cfg, k, v)
     return cfg
@@ -74,18 +82,36 @@ class ProcessNode:
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
-    def start(self, wait_for: str | None = None, timeout: float = 60, failpoints: str = "",
-              env: dict[str, str] | None = None) -> "ProcessNode":
+    def start(
+        self, wait_for: str | None = None, timeout: float = 60, failpoints: str = "", env: dict[str, str] | None = None
+    ) -> "ProcessNode":
         exe = Path(sys.executable).with_name("kmilvus")
-        env = dict(os.environ, KMILVUS_LOG_LEVEL="info", KMILVUS_SESSION_TTL=str(self.cfg.session_ttl),
-                   KMILVUS_DML_CHANNEL_NUM=str(self.cfg.dml_channel_num),
-                   KMILVUS_TIME_TICK_INTERVAL=str(self.cfg.time_tick_interval),
-                   KMILVUS_INSERT_BUFFER_SIZE_MB=str(self.cfg.insert_buffer_size_mb),
-                   KMILVUS_AUTO_COMPACTION=str(self.cfg.auto_compaction).lower(),
-                   KMILVUS_FAILPOINTS=failpoints, **(env or {}))
-        argv = [str(exe), "run", *self.roles, "--etcd-endpoint", self.cfg.etcd_endpoints[0],
-                "--nats-url", self.cfg.nats_url, "--storage-uri", self.cfg.storage_uri,
-                "--cluster", self.cfg.cluster, "--port", str(self.cfg.proxy_port)]
+        env = dict(
+            os.environ,
+            KMILVUS_LOG_LEVEL="info",
+            KMILVUS_SESSION_TTL=str(self.cfg.session_ttl),
+            KMILVUS_DML_CHANNEL_NUM=str(self.cfg.dml_channel_num),
+            KMILVUS_TIME_TICK_INTERVAL=str(self.cfg.time_tick_interval),
+            KMILVUS_INSERT_BUFFER_SIZE_MB=str(self.cfg.insert_buffer_size_mb),
+            KMILVUS_AUTO_COMPACTION=str(self.cfg.auto_compaction).lower(),
+            KMILVUS_FAILPOINTS=failpoints,
+            **(env or {}),
+        )
+        argv = [
+            str(exe),
+            "run",
+            *self.roles,
+            "--etcd-endpoint",
+            self.cfg.etcd_endpoints[0],
+            "--nats-url",
+            self.cfg.nats_url,
+            "--storage-uri",
+            self.cfg.storage_uri,
+            "--cluster",
+            self.cfg.cluster,
+            "--port",
+            str(self.cfg.proxy_port),
+        ]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -59,7 +59,7 @@ class KMockCompat(kmock.KubernetesEmulator):
     _rv: int = attrs.field(default=0, init=False)
     _mutex: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
     _inflight: set = attrs.field(factory=set, init=False)
-    log: list = attrs.field(factory=list, init=False)   # every request served (KMock's own list is trimmed)
+    log: list = attrs.field(factory=list, init=False)  # every request served (KMock's own list is trimmed)
 
     def __attrs_post_init__(self) -> None:
         self._buses = collections.defaultdict(lambda: _HistoryBus(self))
@@ -89,7 +89,7 @@ class KMockCompat(kmock.KubernetesEmulator):
         act = request.action
         if request.resource is None or act not in (enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE):
             return await super()._handle(request)
-        async with self._mutex:   # one mutation at a time: the previews below stay true
+        async with self._mutex:  # one mutation at a time: the previews below stay true
             if act in (enums.action.CREATE, enums.action.UPDATE) and self._has_status(request.resource):
                 _split_status(request, act)
             if act == enums.action.CREATE and isinstance(request.data, dict):
@@ -98,8 +98,9 @@ class KMockCompat(kmock.KubernetesEmulator):
                     meta["name"] = meta["generateName"] + uuid.uuid4().hex[:6]
                 if request.namespace and not meta.get("namespace"):
                     meta["namespace"] = request.namespace
-                meta.update(uid=str(uuid.uuid4()), resourceVersion=str(self.next_rv()), generation=1,
-                            creationTimestamp=_now())
+                meta.update(
+                    uid=str(uuid.uuid4()), resourceVersion=str(self.next_rv()), generation=1, creationTimestamp=_now()
+                )
             elif act == enums.action.UPDATE and request.name is not None:
                 obj = self._find(request)
                 if obj is not None:
@@ -139,9 +140,11 @@ class KMockCompat(kmock.KubernetesEmulator):
 
     async def _serve_list(self, request):
         async with self._lock:
-            items = [o.raw for (res, ns, _), o in self._objects.items()
-                     if res == request.resource and not o.deleted
-                     and (request.namespace is None or ns == request.namespace)]
+            items = [
+                o.raw
+                for (res, ns, _), o in self._objects.items()
+                if res == request.resource and not o.deleted and (request.namespace is None or ns == request.namespace)
+            ]
             return {"metadata": {"resourceVersion": str(self._rv)}, "items": items}
 
     async def _serve_watch(self, request):
@@ -153,8 +156,11 @@ class KMockCompat(kmock.KubernetesEmulator):
             if since and since.isdigit():
                 events = [ev for rv, ev in bus.history if rv > int(since)]
             else:
-                events = [{"type": "ADDED", "object": o.raw} for (res, _, _), o in self._objects.items()
-                          if res == request.resource and not o.deleted]
+                events = [
+                    {"type": "ADDED", "object": o.raw}
+                    for (res, _, _), o in self._objects.items()
+                    if res == request.resource and not o.deleted
+                ]
         try:
             for ev in events:
                 if _matches(request, ev):
@@ -175,20 +181,23 @@ def _split_status(request, act) -> None:
             for key in [k for k in data if k not in ("status", "metadata")]:
                 del data[key]
             meta = data.get("metadata")
-            if isinstance(meta, dict):   # resourceVersion preconditions stay; nothing else changes
+            if isinstance(meta, dict):  # resourceVersion preconditions stay; nothing else changes
                 data["metadata"] = {k: v for k, v in meta.items() if k == "resourceVersion"}
         else:
             data.pop("status", None)
     elif isinstance(data, list):
-        data[:] = [op for op in data
-                   if (str(op.get("path", "")).startswith("/status") == on_status)
-                   or (on_status and op.get("op") == "test")]
+        data[:] = [
+            op
+            for op in data
+            if (str(op.get("path", "")).startswith("/status") == on_status) or (on_status and op.get("op") == "test")
+        ]
 
 
 def _matches(request, ev) -> bool:
     meta = ev.get("object", {}).get("metadata", {})
-    return ((request.namespace is None or meta.get("namespace") == request.namespace)
-            and (request.name is None or meta.get("name") == request.name))
+    return (request.namespace is None or meta.get("namespace") == request.namespace) and (
+        request.name is None or meta.get("name") == request.name
+    )
 
 
 def _now() -> str:
@@ -197,7 +206,7 @@ def _now() -> str:
 
 def declare_crds(km, crd_dir: Path = CRD_DIR) -> None:
     """Declare our CRDs' resources (and the built-ins, kopf's peering) in a KMock server."""
-    with warnings.catch_warnings():   # KMock 0.8 uses importlib.resources.read_binary
+    with warnings.catch_warnings():  # KMock 0.8 uses importlib.resources.read_binary
         warnings.simplefilter("ignore", DeprecationWarning)
         km.resources.load_bundled()
     for path in sorted(crd_dir.glob("*.yaml")):
@@ -205,11 +214,18 @@ def declare_crds(km, crd_dir: Path = CRD_DIR) -> None:
         s = crd["spec"]
         for v in s["versions"]:
             km.resources[f"{s['group']}/{v['name']}/{s['names']['plural']}"] = kmock.ResourceInfo(
-                kind=s["names"]["kind"], singular=s["names"]["singular"], namespaced=s["scope"] == "Namespaced",
-                shortnames=s["names"].get("shortNames", []), categories=s["names"].get("categories", []),
+                kind=s["names"]["kind"],
+                singular=s["names"]["singular"],
+                namespaced=s["scope"] == "Namespaced",
+                shortnames=s["names"].get("shortNames", []),
+                categories=s["names"].get("categories", []),
                 verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-                subresources={"status"} if "status" in (v.get("subresources") or {}) else set())
-    for plural, kind, namespaced in (("clusterkopfpeerings", "ClusterKopfPeering", False),
-                                     ("kopfpeerings", "KopfPeering", True)):
+                subresources={"status"} if "status" in (v.get("subresources") or {}) else set(),
+            )
+    for plural, kind, namespaced in (
+        ("clusterkopfpeerings", "ClusterKopfPeering", False),
+        ("kopfpeerings", "KopfPeering", True),
+    ):
         km.resources[f"kopf.dev/v1/{plural}"] = kmock.ResourceInfo(
-            kind=kind, namespaced=namespaced, verbs={"get", "list", "watch", "create", "patch", "delete"})
+            kind=kind, namespaced=namespaced, verbs={"get", "list", "watch", "create", "patch", "delete"}
+        )

@@ -22,7 +22,7 @@ def test_alias_resolves_everywhere_and_moves(node, client, orm):
     client.create_collection("c1", schema=repro_schema())
     client.create_collection("c2", schema=repro_schema())
     client.create_alias("c1", "prod")
-    client.create_alias("c1", "prod")          # the same alias again is fine
+    client.create_alias("c1", "prod")  # the same alias again is fine
     assert client.describe_alias("prod")["collection_name"] == "c1"
     assert client.list_aliases("c1")["aliases"] == ["prod"]
     assert client.has_collection("prod")
@@ -45,14 +45,16 @@ def test_alias_resolves_everywhere_and_moves(node, client, orm):
     with pytest.raises(MilvusException) as err:
         client.drop_collection("c2")
     assert err.value.code == 65535
-    assert ("unable to drop the collection [c2] because it has associated aliases [prod], please remove all "
-            "aliases before dropping the collection") in err.value.message
+    assert (
+        "unable to drop the collection [c2] because it has associated aliases [prod], please remove all "
+        "aliases before dropping the collection"
+    ) in err.value.message
     with pytest.raises(MilvusException) as err:
         client.drop_collection("prod")
     assert "cannot drop the collection via alias = prod" in err.value.message
     assert client.has_collection("c2") and client.describe_alias("prod")["collection_name"] == "c2"
     client.drop_alias("prod")
-    client.drop_alias("prod")                   # unknown alias: success, as in Milvus 2.4
+    client.drop_alias("prod")  # unknown alias: success, as in Milvus 2.4
     assert not client.has_collection("prod") and _alias_keys(node) == []
     client.drop_collection("c2")
     assert not client.has_collection("c2")
@@ -72,19 +74,28 @@ def test_alias_survives_a_restart(node_factory):
     c.close()
 
 
-@pytest.mark.parametrize("call,code,needle", [
-    (lambda c: c.create_alias("c1", "c2"), 1601, "alias and collection name conflict[database=default][alias=c2]"),
-    (lambda c: c.create_alias("nope", "a2"), 100, "collection not found[database=default][collection=nope]"),
-    (lambda c: c.create_alias("c2", "a1"), 1602,
-     "alias already exist[database=default][alias=a1 is alias to another collection: c1]"),
-    (lambda c: c.alter_alias("c1", "nope"), 1600, "alias not found[database=default][alias=nope]"),
-    (lambda c: c.alter_alias("c1", "c2"), 1601, "alias and collection name conflict"),
-    (lambda c: c.alter_alias("nope", "a1"), 100, "collection not found"),
-    (lambda c: c.describe_alias("nope"), 1600, "alias not found[database=default][alias=nope]"),
-    (lambda c: c.create_alias("c1", "1bad"), 1100, "Invalid alias name: 1bad"),
-    (lambda c: c.create_collection("a1", schema=repro_schema()), 65535,
-     "collection name [a1] conflicts with an existing alias, please choose a unique name"),
-])
+@pytest.mark.parametrize(
+    "call,code,needle",
+    [
+        (lambda c: c.create_alias("c1", "c2"), 1601, "alias and collection name conflict[database=default][alias=c2]"),
+        (lambda c: c.create_alias("nope", "a2"), 100, "collection not found[database=default][collection=nope]"),
+        (
+            lambda c: c.create_alias("c2", "a1"),
+            1602,
+            "alias already exist[database=default][alias=a1 is alias to another collection: c1]",
+        ),
+        (lambda c: c.alter_alias("c1", "nope"), 1600, "alias not found[database=default][alias=nope]"),
+        (lambda c: c.alter_alias("c1", "c2"), 1601, "alias and collection name conflict"),
+        (lambda c: c.alter_alias("nope", "a1"), 100, "collection not found"),
+        (lambda c: c.describe_alias("nope"), 1600, "alias not found[database=default][alias=nope]"),
+        (lambda c: c.create_alias("c1", "1bad"), 1100, "Invalid alias name: 1bad"),
+        (
+            lambda c: c.create_collection("a1", schema=repro_schema()),
+            65535,
+            "collection name [a1] conflicts with an existing alias, please choose a unique name",
+        ),
+    ],
+)
 def test_bad_alias_input_is_refused_and_nothing_written(node, client, call, code, needle):
     client.create_collection("c1", schema=repro_schema())
     client.create_collection("c2", schema=repro_schema())

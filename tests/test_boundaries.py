@@ -14,8 +14,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE_FORBIDDEN = ("controllers", "kopf", "kubernetes", "aiohttp")
-CONTROLLERS_FORBIDDEN = ("kmilvus.rootcoord", "kmilvus.datacoord", "kmilvus.querycoord", "kmilvus.datanode",
-                         "kmilvus.proxy", "kmilvus.meta", "kmilvus.components")
+CONTROLLERS_FORBIDDEN = (
+    "kmilvus.rootcoord",
+    "kmilvus.datacoord",
+    "kmilvus.querycoord",
+    "kmilvus.datanode",
+    "kmilvus.proxy",
+    "kmilvus.meta",
+    "kmilvus.components",
+)
 # Allowed: pure schema rules shared with RootCoord (one place for each rule), and the etcd client
 # the operator's own leader lock (kmilvus.sessionutil.leader) holds — no key of the core is read.
 CONTROLLERS_ALLOWED = ("kmilvus.rootcoord.schema", "kmilvus.meta.EtcdKV")
@@ -44,14 +51,22 @@ def _under(name: str, pkgs: tuple[str, ...]) -> bool:
 
 
 def test_core_never_imports_the_operator():
-    bad = [f"{path.relative_to(ROOT)}: {name}" for path, tree in _modules("kmilvus")
-           for name in _imports(tree) if _under(name, CORE_FORBIDDEN)]
+    bad = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path, tree in _modules("kmilvus")
+        for name in _imports(tree)
+        if _under(name, CORE_FORBIDDEN)
+    ]
     assert not bad, bad
 
 
 def test_controllers_import_no_coordinator_internals():
-    bad = [f"{path.relative_to(ROOT)}: {name}" for path, tree in _modules("controllers")
-           for name in _imports(tree) if _under(name, CONTROLLERS_FORBIDDEN) and name not in CONTROLLERS_ALLOWED]
+    bad = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path, tree in _modules("controllers")
+        for name in _imports(tree)
+        if _under(name, CONTROLLERS_FORBIDDEN) and name not in CONTROLLERS_ALLOWED
+    ]
     assert not bad, bad
 
 
@@ -68,15 +83,20 @@ def _state_access(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def test_controllers_touch_no_coordinator_state():
-    bad = [f"{path.relative_to(ROOT)}:{line}: .{attr}" for path, tree in _modules("controllers")
-           for line, attr in _state_access(tree)]
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: .{attr}"
+        for path, tree in _modules("controllers")
+        for line, attr in _state_access(tree)
+    ]
     assert not bad, bad
 
 
 def test_the_checks_see_a_violation():
     """The scanners are not vacuous: they flag the patterns this boundary removed."""
-    tree = ast.parse("from kmilvus.meta import catalog\nimport kopf\n"
-                     "x = co.rootcoord.collections\ny = dc.meta._dropping\nz = self._ok\n")
+    tree = ast.parse(
+        "from kmilvus.meta import catalog\nimport kopf\n"
+        "x = co.rootcoord.collections\ny = dc.meta._dropping\nz = self._ok\n"
+    )
     assert [n for n in _imports(tree) if _under(n, CONTROLLERS_FORBIDDEN)] == ["kmilvus.meta.catalog"]
     assert [n for n in _imports(tree) if _under(n, CORE_FORBIDDEN)] == ["kopf"]
     assert sorted(a for _, a in _state_access(tree)) == ["_dropping", "collections", "meta", "rootcoord"]

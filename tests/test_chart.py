@@ -20,7 +20,8 @@ import yaml
 # kubernetes-validate re-reads its (large) JSON schemas on every call; memoise the reads.
 if not hasattr(kubernetes_validate.utils.schema_contents, "cache_info"):
     kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
-        kubernetes_validate.utils.schema_contents)
+        kubernetes_validate.utils.schema_contents
+    )
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "kmilvus"
@@ -44,14 +45,29 @@ EXTERNAL = {
         "secretAccessKeyKey": "secret",
     },
     "image": {"repository": "registry.example.com/kmilvus", "tag": "1.2.3", "pullPolicy": "Always"},
-    "operator": {"replicas": 2, "nodeSelector": {"pool": "system"},
-                 "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]},
-    "proxy": {"replicas": 3, "podDisruptionBudget": {"enabled": True},
-              "service": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["10.0.0.0/8"]},
-              "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                  {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
-                                                      "labelSelector": {"matchLabels": {
-                                                          "app.kubernetes.io/component": "proxy"}}}}]}}},
+    "operator": {
+        "replicas": 2,
+        "nodeSelector": {"pool": "system"},
+        "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+    "proxy": {
+        "replicas": 3,
+        "podDisruptionBudget": {"enabled": True},
+        "service": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["10.0.0.0/8"]},
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "proxy"}},
+                        },
+                    }
+                ]
+            }
+        },
+    },
     "datanode": {"replicas": 2, "podDisruptionBudget": {"enabled": True}},
     "config": {"session_ttl": "15", "SEGMENT_MAX_SIZE_MB": 256},
 }
@@ -63,12 +79,18 @@ CLUSTER_WIDE = {
     "etcd": {"enabled": True, "persistence": {"enabled": False}},
 }
 MULTI_NS = {"operator": {"watchNamespaces": ["team-a", "team-b"]}}
-SCENARIOS = {"default": {}, "external": EXTERNAL, "in-chart": IN_CHART, "cluster-wide": CLUSTER_WIDE,
-             "multi-namespace": MULTI_NS}
+SCENARIOS = {
+    "default": {},
+    "external": EXTERNAL,
+    "in-chart": IN_CHART,
+    "cluster-wide": CLUSTER_WIDE,
+    "multi-namespace": MULTI_NS,
+}
 KMILVUS_COMPONENTS = ("operator", "proxy", "datanode")
 
 
 # ------------------------------------------------------------------------------------ helpers
+
 
 def render(values: dict) -> list[dict]:
     with helm.Chart.load(CHART) as chart:
@@ -156,10 +178,13 @@ def validate_strict(obj: dict) -> None:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as e:
             path = ".".join(str(p) for p in e.path)
-            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} invalid for Kubernetes {version} at {path}: {e.message}")
+            pytest.fail(
+                f"{obj['kind']}/{obj['metadata']['name']} invalid for Kubernetes {version} at {path}: {e.message}"
+            )
 
 
 # ------------------------------------------------------------------------------------ lint
+
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_helm_lint_is_clean(name):
@@ -181,6 +206,7 @@ def test_chart_metadata_is_helm3():
 
 # ------------------------------------------------------------------------------------ validation
 
+
 def test_every_rendered_object_validates_strictly(scenario):
     name, docs = scenario
     assert len(docs) > 10, name
@@ -195,8 +221,11 @@ def test_rendered_objects_are_namespaced_to_the_release(scenario):
     for obj in docs:
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"]
-        elif obj["kind"] in ("Role", "RoleBinding", "KopfPeering") or obj["metadata"]["name"] in (
-                "kmilvus-spark", f"{RELEASE}-minio") and obj["kind"] in ("ServiceAccount", "Secret"):
+        elif (
+            obj["kind"] in ("Role", "RoleBinding", "KopfPeering")
+            or obj["metadata"]["name"] in ("kmilvus-spark", f"{RELEASE}-minio")
+            and obj["kind"] in ("ServiceAccount", "Secret")
+        ):
             assert obj["metadata"]["namespace"] in served
         else:
             assert obj["metadata"]["namespace"] == NS, f"{obj['kind']}/{obj['metadata']['name']}"
@@ -222,8 +251,11 @@ def test_chart_crds_validate_strictly():
 def _repo_crd_files() -> list[Path]:
     if not CRDS.is_dir():
         return []
-    return [f for f in sorted(CRDS.glob("*.yaml"))
-            if any(d.get("kind") == "CustomResourceDefinition" for d in load_yaml_docs(f))]
+    return [
+        f
+        for f in sorted(CRDS.glob("*.yaml"))
+        if any(d.get("kind") == "CustomResourceDefinition" for d in load_yaml_docs(f))
+    ]
 
 
 def test_chart_crds_are_copies_of_crds_dir():
@@ -238,8 +270,12 @@ def test_chart_crds_are_copies_of_crds_dir():
         copy = CHART / "crds" / f.name
         assert copy.is_file(), f"charts/kmilvus/crds/{f.name} missing ({hint})"
         assert copy.read_bytes() == f.read_bytes(), f"charts/kmilvus/crds/{f.name} differs from crds/{f.name} ({hint})"
-    repo_names = {d["metadata"]["name"] for f in repo_files for d in load_yaml_docs(f)
-                  if d.get("kind") == "CustomResourceDefinition"}
+    repo_names = {
+        d["metadata"]["name"]
+        for f in repo_files
+        for d in load_yaml_docs(f)
+        if d.get("kind") == "CustomResourceDefinition"
+    }
     chart_names = {d["metadata"]["name"] for d in chart_crds().values() if d["spec"]["group"] != "kopf.dev"}
     assert chart_names == repo_names, f"stale or missing CRDs in the chart ({hint})"
 
@@ -260,6 +296,7 @@ def test_crd_examples_match_the_crds():
 
 
 # ------------------------------------------------------------------------------------ properties
+
 
 def test_milvus_service_on_19530(scenario):
     _, docs = scenario
@@ -372,7 +409,9 @@ def test_external_endpoints_and_secret_refs():
     svc = one(docs, "Service", f"{RELEASE}-milvus")
     assert svc["spec"]["type"] == "LoadBalancer" and svc["spec"]["loadBalancerSourceRanges"] == ["10.0.0.0/8"]
     assert {p["metadata"]["name"] for p in by_kind(docs, "PodDisruptionBudget")} == {
-        f"{RELEASE}-proxy", f"{RELEASE}-datanode"}
+        f"{RELEASE}-proxy",
+        f"{RELEASE}-datanode",
+    }
     assert not [w for w in workloads(docs) if component(w) in ("etcd", "nats", "minio")]
 
 
@@ -401,7 +440,10 @@ def test_in_chart_etcd_nats_minio():
     assert etcd["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
     nats = one(docs, "StatefulSet", f"{RELEASE}-nats")
     assert nats["spec"]["template"]["spec"]["containers"][0]["command"] == [
-        "nats-server", "--config", "/etc/nats/nats.conf"]
+        "nats-server",
+        "--config",
+        "/etc/nats/nats.conf",
+    ]
     conf = one(docs, "ConfigMap", f"{RELEASE}-nats-config")["data"]["nats.conf"]
     assert re.search(r"^max_payload: 8MB$", conf, re.M)
     assert "jetstream {" in conf and "store_dir: /data" in conf
@@ -416,7 +458,9 @@ def test_in_chart_etcd_nats_minio():
         if component(w) in KMILVUS_COMPONENTS:
             env = {e["name"]: e for e in c["env"]}
             assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
-                "name": f"{RELEASE}-minio", "key": "rootPassword"}
+                "name": f"{RELEASE}-minio",
+                "key": "rootPassword",
+            }
     minio = one(docs, "StatefulSet", f"{RELEASE}-minio")
     menv = {e["name"]: e for e in minio["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert menv["MINIO_ROOT_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-minio"
@@ -461,16 +505,26 @@ def test_namespaced_operator_rbac_is_least_privilege():
     assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
     role = one(docs, "Role", f"{RELEASE}-operator")
     assert role["metadata"]["namespace"] == NS
-    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-               for v in rule["verbs"]}
-    for need in [("kmilvus.io", "collections", "patch"), ("kmilvus.io", "collections/status", "patch"),
-                 ("kmilvus.io", "collections/finalizers", "update"), ("kmilvus.io", "flushrequests", "watch"),
-                 ("kmilvus.io", "flushrequests/status", "patch"), ("kmilvus.io", "segments", "create"),
-                 ("kmilvus.io", "segments", "delete"), ("kmilvus.io", "segments/status", "patch"),
-                 ("sparkoperator.k8s.io", "sparkapplications", "create"),
-                 ("sparkoperator.k8s.io", "sparkapplications", "watch"),
-                 ("", "events", "create"), ("", "pods", "list"), ("", "services", "get"),
-                 ("kopf.dev", "kopfpeerings", "list"), ("kopf.dev", "kopfpeerings", "patch")]:
+    granted = {
+        (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
+    for need in [
+        ("kmilvus.io", "collections", "patch"),
+        ("kmilvus.io", "collections/status", "patch"),
+        ("kmilvus.io", "collections/finalizers", "update"),
+        ("kmilvus.io", "flushrequests", "watch"),
+        ("kmilvus.io", "flushrequests/status", "patch"),
+        ("kmilvus.io", "segments", "create"),
+        ("kmilvus.io", "segments", "delete"),
+        ("kmilvus.io", "segments/status", "patch"),
+        ("sparkoperator.k8s.io", "sparkapplications", "create"),
+        ("sparkoperator.k8s.io", "sparkapplications", "watch"),
+        ("", "events", "create"),
+        ("", "pods", "list"),
+        ("", "services", "get"),
+        ("kopf.dev", "kopfpeerings", "list"),
+        ("kopf.dev", "kopfpeerings", "patch"),
+    ]:
         assert need in granted, need
     # collections are mirrored from pymilvus (create/delete), never wiped wholesale
     assert ("kmilvus.io", "collections", "deletecollection") not in granted
@@ -493,11 +547,13 @@ def test_namespaced_operator_rbac_is_least_privilege():
 
 def test_multi_namespace_and_cluster_wide_rbac():
     docs = render(MULTI_NS)
-    assert {r["metadata"]["namespace"] for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-operator")} \
-        == {"team-a", "team-b"}
+    assert {
+        r["metadata"]["namespace"] for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-operator")
+    } == {"team-a", "team-b"}
     assert {p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")} == {"team-a", "team-b"}
-    assert {s["metadata"]["namespace"] for s in by_kind(docs, "ServiceAccount")
-            if s["metadata"]["name"] == "kmilvus-spark"} == {"team-a", "team-b"}
+    assert {
+        s["metadata"]["namespace"] for s in by_kind(docs, "ServiceAccount") if s["metadata"]["name"] == "kmilvus-spark"
+    } == {"team-a", "team-b"}
     for rb in by_kind(docs, "RoleBinding"):
         if rb["metadata"]["name"].endswith("-operator"):
             assert rb["subjects"][0]["namespace"] == NS  # the operator's SA lives in the release ns
@@ -533,8 +589,10 @@ def test_spark_driver_rbac():
     assert set(rule["resources"]) == {"pods", "services", "configmaps", "persistentvolumeclaims"}
     rb = one(docs, "RoleBinding", "kmilvus-spark")
     assert rb["subjects"] == [{"kind": "ServiceAccount", "name": "kmilvus-spark", "namespace": NS}]
-    env = {e["name"]: e.get("value") for e in
-           one(docs, "Deployment", f"{RELEASE}-operator")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for e in one(docs, "Deployment", f"{RELEASE}-operator")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["KMILVUS_SPARK_SERVICE_ACCOUNT"] == "kmilvus-spark"
     assert env["KMILVUS_SPARK_IMAGE"] == "kmilvus/kmilvus-spark:0.1.0"
 
@@ -560,15 +618,19 @@ def _allows(docs, ns: str, account: str, verb: str, resource: str) -> bool:
             continue
         if {"kind": "ServiceAccount", "name": account, "namespace": ns} not in rb["subjects"]:
             continue
-        role = one([r for r in by_kind(docs, "Role") if r["metadata"]["namespace"] == ns], "Role",
-                   rb["roleRef"]["name"])
+        role = one(
+            [r for r in by_kind(docs, "Role") if r["metadata"]["namespace"] == ns], "Role", rb["roleRef"]["name"]
+        )
         if any("" in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in role["rules"]):
             return True
     return False
 
 
-SPARK_SCENARIOS = {**SCENARIOS, "multi-namespace+minio": {**IN_CHART, **MULTI_NS},
-                   "cluster-wide+spark": {**CLUSTER_WIDE, "spark": {"namespaces": ["team-c"]}}}
+SPARK_SCENARIOS = {
+    **SCENARIOS,
+    "multi-namespace+minio": {**IN_CHART, **MULTI_NS},
+    "cluster-wide+spark": {**CLUSTER_WIDE, "spark": {"namespaces": ["team-c"]}},
+}
 
 
 @pytest.mark.parametrize("name", sorted(set(SPARK_SCENARIOS) - {"cluster-wide"}))
@@ -581,8 +643,7 @@ def test_spark_applications_get_what_the_chart_provides(name, monkeypatch):
     values = copy.deepcopy(SPARK_SCENARIOS[name])
     docs = render(values)
     cfg, op_env = _operator_config(docs, monkeypatch)
-    served = (values.get("operator", {}).get("watchNamespaces") or [NS]) + \
-        values.get("spark", {}).get("namespaces", [])
+    served = (values.get("operator", {}).get("watchNamespaces") or [NS]) + values.get("spark", {}).get("namespaces", [])
     assert cfg.spark_runner == "sparkapplication" and cfg.spark_namespace in served
     app = application.from_config("import", {"job_id": 1, "collection_id": 2}, "kmilvus-import-2-1", cfg)
     spec = app["spec"]
@@ -594,15 +655,16 @@ def test_spark_applications_get_what_the_chart_provides(name, monkeypatch):
         assert account in {s["metadata"]["name"] for s in sa}, f"no driver account {account} in {ns}"
         assert _allows(docs, ns, account, "create", "pods") and _allows(docs, ns, account, "delete", "pods")
     # S3: the Secret the operator itself uses, by reference, on driver and executors.
-    own = {k: op_env[k]["valueFrom"]["secretKeyRef"] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-           if k in op_env}
+    own = {
+        k: op_env[k]["valueFrom"]["secretKeyRef"] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if k in op_env
+    }
     for pod in ("driver", "executor"):
         refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in spec[pod]["env"] if e["name"].startswith("AWS_")}
         assert refs == own
         assert all("value" not in e for e in spec[pod]["env"] if e["name"].startswith("AWS_"))
-    if name == "external":       # the user's Secret (values: create it in every served namespace)
+    if name == "external":  # the user's Secret (values: create it in every served namespace)
         assert own["AWS_ACCESS_KEY_ID"] == {"name": "s3-creds", "key": "access"}
-    elif values.get("minio", {}).get("enabled"):   # the chart's: rendered wherever jobs run
+    elif values.get("minio", {}).get("enabled"):  # the chart's: rendered wherever jobs run
         assert own["AWS_SECRET_ACCESS_KEY"] == {"name": f"{RELEASE}-minio", "key": "rootPassword"}
         copies = [s for s in by_kind(docs, "Secret") if s["metadata"]["name"] == f"{RELEASE}-minio"]
         assert {s["metadata"]["namespace"] for s in copies} == set(served) | {NS}
@@ -620,6 +682,7 @@ def test_notes_explain_port_forward_and_pymilvus():
 
 
 # ------------------------------------------------------------------------------------ CLI contract
+
 
 @pytest.mark.parametrize("name", ["default", "multi-namespace", "cluster-wide"])
 def test_container_args_parse_with_the_kmilvus_cli(name, monkeypatch):
@@ -660,9 +723,12 @@ def test_container_args_parse_with_the_kmilvus_cli(name, monkeypatch):
 
 # ------------------------------------------------------------------------------------ GitOps health
 
+
 def _argocd_health_lua() -> str:
     text = (CHART / "README.md").read_text()
-    block = re.search(r"```yaml\n(data:\n  resource\.customizations\.health\.kmilvus\.io_Collection:.*?)```", text, re.S)
+    block = re.search(
+        r"```yaml\n(data:\n  resource\.customizations\.health\.kmilvus\.io_Collection:.*?)```", text, re.S
+    )
     assert block, "charts/kmilvus/README.md has no Argo CD health check for Collections"
     return yaml.safe_load(block.group(1))["data"]["resource.customizations.health.kmilvus.io_Collection"]
 
@@ -691,11 +757,17 @@ def test_argocd_health_check_reads_the_kstatus_conditions():
 
     assert _argocd_health(collection(1, None))["status"] == "Progressing"
     assert _argocd_health(collection(1, 1, ("Ready", True, "Created", "created collection docs"))) == {
-        "status": "Healthy", "message": "created collection docs"}
+        "status": "Healthy",
+        "message": "created collection docs",
+    }
     # A new generation not observed yet: still progressing.
     assert _argocd_health(collection(2, 1, ("Ready", True, "Created", "created")))["status"] == "Progressing"
     bad = _argocd_health(collection(1, 1, ("Ready", False, "InvalidSpec", "dim must be in [1, 32768]")))
     assert bad == {"status": "Degraded", "message": "InvalidSpec: dim must be in [1, 32768]"}
-    refused = collection(2, 2, ("Ready", True, "Created", "created"),
-                         ("SchemaSynced", False, "SchemaImmutable", "the schema cannot change"))
+    refused = collection(
+        2,
+        2,
+        ("Ready", True, "Created", "created"),
+        ("SchemaSynced", False, "SchemaImmutable", "the schema cannot change"),
+    )
     assert _argocd_health(refused)["status"] == "Degraded"

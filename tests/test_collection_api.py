@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from pymilvus import (Collection, CollectionSchema, DataType, FieldSchema, MilvusClient, MilvusException,
-                      utility)
+from pymilvus import Collection, CollectionSchema, DataType, FieldSchema, MilvusClient, MilvusException, utility
 from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc, schema_pb2
 
 from kmilvus.meta import EtcdKV
@@ -16,18 +15,27 @@ from tests.util import wait_until
 
 def all_types_schema(auto_id=False, pk_type=DataType.INT64):
     pk_kwargs = {"max_length": 64} if pk_type == DataType.VARCHAR else {}
-    return CollectionSchema([
-        FieldSchema("id", pk_type, is_primary=True, auto_id=auto_id, **pk_kwargs),
-        FieldSchema("b", DataType.BOOL), FieldSchema("i8", DataType.INT8), FieldSchema("i16", DataType.INT16),
-        FieldSchema("i32", DataType.INT32), FieldSchema("i64", DataType.INT64),
-        FieldSchema("f", DataType.FLOAT), FieldSchema("d", DataType.DOUBLE),
-        FieldSchema("s", DataType.VARCHAR, max_length=100), FieldSchema("j", DataType.JSON),
-        FieldSchema("vec", DataType.FLOAT_VECTOR, dim=8),
-    ], description="all types")
+    return CollectionSchema(
+        [
+            FieldSchema("id", pk_type, is_primary=True, auto_id=auto_id, **pk_kwargs),
+            FieldSchema("b", DataType.BOOL),
+            FieldSchema("i8", DataType.INT8),
+            FieldSchema("i16", DataType.INT16),
+            FieldSchema("i32", DataType.INT32),
+            FieldSchema("i64", DataType.INT64),
+            FieldSchema("f", DataType.FLOAT),
+            FieldSchema("d", DataType.DOUBLE),
+            FieldSchema("s", DataType.VARCHAR, max_length=100),
+            FieldSchema("j", DataType.JSON),
+            FieldSchema("vec", DataType.FLOAT_VECTOR, dim=8),
+        ],
+        description="all types",
+    )
 
 
-@pytest.mark.parametrize("auto_id,pk", [(False, DataType.INT64), (True, DataType.INT64),
-                                       (False, DataType.VARCHAR), (True, DataType.VARCHAR)])
+@pytest.mark.parametrize(
+    "auto_id,pk", [(False, DataType.INT64), (True, DataType.INT64), (False, DataType.VARCHAR), (True, DataType.VARCHAR)]
+)
 def test_orm_create_describe_list(orm, auto_id, pk):
     schema = all_types_schema(auto_id, pk)
     coll = Collection("c1", schema, using=orm, shards_num=2)
@@ -70,8 +78,9 @@ def test_meta_lives_in_etcd_and_vchannels_assigned(node, client):
     assert f"root-coord/collection/{cid}" in keys and "root-coord/collection-name/default/m" in keys
     # Each vchannel is watched by the DataNode.
     dn = node.component("datanode")
-    desc = node.call(node.component("rootcoord").DescribeCollection(
-        milvus_pb2.DescribeCollectionRequest(collection_name="m")))
+    desc = node.call(
+        node.component("rootcoord").DescribeCollection(milvus_pb2.DescribeCollectionRequest(collection_name="m"))
+    )
     assert len(desc.virtual_channel_names) == 2
     wait_until(lambda: set(desc.virtual_channel_names) <= set(dn.flowgraphs))
 
@@ -90,12 +99,14 @@ def test_alloc_timestamp_and_health(node):
 
 # Bad input: raw gRPC so that pymilvus' own client-side checks cannot hide the server's answer.
 
+
 def _create_raw(node, name, fields, *, schema_name=None):
     schema = schema_pb2.CollectionSchema(name=schema_name or name, fields=fields)
     with grpc.insecure_channel(node.uri.removeprefix("http://")) as ch:
         stub = milvus_pb2_grpc.MilvusServiceStub(ch)
-        return stub.CreateCollection(milvus_pb2.CreateCollectionRequest(
-            collection_name=name, schema=schema.SerializeToString(), shards_num=1))
+        return stub.CreateCollection(
+            milvus_pb2.CreateCollectionRequest(collection_name=name, schema=schema.SerializeToString(), shards_num=1)
+        )
 
 
 def F(name, dt, pk=False, **params):
@@ -109,21 +120,32 @@ PK = F("id", schema_pb2.DataType.Int64, pk=True)
 VEC = F("v", schema_pb2.DataType.FloatVector, dim=4)
 
 
-@pytest.mark.parametrize("name,fields,needle", [
-    ("1abc", [PK, VEC], "first character of a collection name must be an underscore or letter"),
-    ("a-b", [PK, VEC], "can only contain numbers, letters and underscores"),
-    ("x" * 256, [PK, VEC], "must be less than 255 characters"),
-    ("c", [PK, VEC, F("v", schema_pb2.DataType.Int32)], "duplicated field name v"),
-    ("c", [F("$x", schema_pb2.DataType.Int64, pk=True), VEC], "Invalid field name: $x"),
-    ("c", [F("a", schema_pb2.DataType.Int64), VEC], "primary key is not specified"),
-    ("c", [PK, F("id2", schema_pb2.DataType.Int64, pk=True), VEC], "more than one primary key, field name = id, id2"),
-    ("c", [PK, F("v", schema_pb2.DataType.FloatVector)], "dimension is not defined"),
-    ("c", [PK, F("v", schema_pb2.DataType.FloatVector, dim=0)], "invalid dimension: 0 of field v"),
-    ("c", [PK, F("v", schema_pb2.DataType.FloatVector, dim=-3)], "invalid dimension: -3"),
-    ("c", [PK, F("v", schema_pb2.DataType.FloatVector, dim=32769)], "should be in range 1 ~ 32768"),
-    ("c", [PK, VEC, F("s", schema_pb2.DataType.VarChar)], "type param(max_length) should be specified for varChar field(s)"),
-    ("c", [F("id", schema_pb2.DataType.Float, pk=True), VEC], "primary key should be Int64 or VarChar"),
-])
+@pytest.mark.parametrize(
+    "name,fields,needle",
+    [
+        ("1abc", [PK, VEC], "first character of a collection name must be an underscore or letter"),
+        ("a-b", [PK, VEC], "can only contain numbers, letters and underscores"),
+        ("x" * 256, [PK, VEC], "must be less than 255 characters"),
+        ("c", [PK, VEC, F("v", schema_pb2.DataType.Int32)], "duplicated field name v"),
+        ("c", [F("$x", schema_pb2.DataType.Int64, pk=True), VEC], "Invalid field name: $x"),
+        ("c", [F("a", schema_pb2.DataType.Int64), VEC], "primary key is not specified"),
+        (
+            "c",
+            [PK, F("id2", schema_pb2.DataType.Int64, pk=True), VEC],
+            "more than one primary key, field name = id, id2",
+        ),
+        ("c", [PK, F("v", schema_pb2.DataType.FloatVector)], "dimension is not defined"),
+        ("c", [PK, F("v", schema_pb2.DataType.FloatVector, dim=0)], "invalid dimension: 0 of field v"),
+        ("c", [PK, F("v", schema_pb2.DataType.FloatVector, dim=-3)], "invalid dimension: -3"),
+        ("c", [PK, F("v", schema_pb2.DataType.FloatVector, dim=32769)], "should be in range 1 ~ 32768"),
+        (
+            "c",
+            [PK, VEC, F("s", schema_pb2.DataType.VarChar)],
+            "type param(max_length) should be specified for varChar field(s)",
+        ),
+        ("c", [F("id", schema_pb2.DataType.Float, pk=True), VEC], "primary key should be Int64 or VarChar"),
+    ],
+)
 def test_bad_schema_is_rejected_and_nothing_written(node, name, fields, needle):
     kv = node.node.kv
     before = node.call(kv.get_prefix("root-coord/"))
@@ -134,13 +156,23 @@ def test_bad_schema_is_rejected_and_nothing_written(node, name, fields, needle):
 
 
 def test_existing_name_with_different_schema(node, orm):
-    Collection("dup", CollectionSchema([FieldSchema("id", DataType.INT64, is_primary=True),
-                                        FieldSchema("v", DataType.FLOAT_VECTOR, dim=4)]), using=orm)
+    Collection(
+        "dup",
+        CollectionSchema(
+            [FieldSchema("id", DataType.INT64, is_primary=True), FieldSchema("v", DataType.FLOAT_VECTOR, dim=4)]
+        ),
+        using=orm,
+    )
     kv = node.node.kv
     before = node.call(kv.get_prefix(""))
     with pytest.raises(MilvusException) as err:
-        Collection("dup", CollectionSchema([FieldSchema("id", DataType.INT64, is_primary=True),
-                                            FieldSchema("v", DataType.FLOAT_VECTOR, dim=8)]), using=orm)
+        Collection(
+            "dup",
+            CollectionSchema(
+                [FieldSchema("id", DataType.INT64, is_primary=True), FieldSchema("v", DataType.FLOAT_VECTOR, dim=8)]
+            ),
+            using=orm,
+        )
     assert "schema" in str(err.value).lower() or "different parameters" in str(err.value)
     st = _create_raw(node, "dup", [PK, F("v", schema_pb2.DataType.FloatVector, dim=16)])
     assert st.code == 1100 and "create duplicate collection with different parameters, collection: dup" in st.reason
@@ -158,7 +190,7 @@ def test_quick_start_create_collection_names_the_missing_step(client):
     """MilvusClient.create_collection(name, dimension=…) sends CreateCollection, CreateIndex,
     LoadCollection. Until the read path exists the second answers UNIMPLEMENTED, naming itself;
     the collection it created first is the one Milvus creates (id, vector, dynamic field)."""
-    with pytest.raises(grpc.RpcError) as err:   # pymilvus passes UNIMPLEMENTED through as is
+    with pytest.raises(grpc.RpcError) as err:  # pymilvus passes UNIMPLEMENTED through as is
         client.create_collection("quick", dimension=4)
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert err.value.details() == "kmilvus does not implement CreateIndex yet"

@@ -83,10 +83,9 @@ class OperatorThread:
             self.done.result(30)
         except BaseException:  # noqa: BLE001 - cancelled on purpose
             pass
-        self.stop_flag.set()   # kopf waits for a threading.Event in an executor thread: release it
+        self.stop_flag.set()  # kopf waits for a threading.Event in an executor thread: release it
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
-
 
 
 def obj(kmock, res: str, name: str, ns: str | None = NS):
@@ -105,8 +104,9 @@ def events(kmock, reason: str | None = None, involved: str | None = None) -> lis
     for (res, _, _), o in kmock.objects.items():
         if str(res.plural) == "events" and not o.deleted:
             e = o.raw
-            if (reason is None or e.get("reason") == reason) and \
-                    (involved is None or e.get("involvedObject", {}).get("name") == involved):
+            if (reason is None or e.get("reason") == reason) and (
+                involved is None or e.get("involvedObject", {}).get("name") == involved
+            ):
                 out.append(e)
     return out
 
@@ -115,7 +115,8 @@ def collection(name: str, dim: int = 8, **spec) -> dict:
     fields = spec.pop("fields", None) or [
         {"name": "id", "dataType": "Int64", "isPrimaryKey": True},
         {"name": "vec", "dataType": "FloatVector", "dim": dim},
-        {"name": "tag", "dataType": "VarChar", "maxLength": 32}]
+        {"name": "tag", "dataType": "VarChar", "maxLength": 32},
+    ]
     return {"metadata": {"name": name, "namespace": NS}, "spec": {"fields": fields, **spec}}
 
 
@@ -146,7 +147,7 @@ async def operators(kmock, cfg):
         return op
 
     yield start
-    for op in started:   # off the test's loop: it serves KMock, which the operators still talk to
+    for op in started:  # off the test's loop: it serves KMock, which the operators still talk to
         if op.thread.is_alive():
             await asyncio.to_thread(op.stop)
 
@@ -176,8 +177,11 @@ def compact(uri: str, name: str) -> int:
 
 
 async def ready(kmock, name: str, timeout: float = 20) -> dict:
-    return await eventually(lambda: (o := obj(kmock, COLL, name)) and cond(o, "Ready").get("status") == "True" and o,
-                            timeout, f"Collection {name} Ready")
+    return await eventually(
+        lambda: (o := obj(kmock, COLL, name)) and cond(o, "Ready").get("status") == "True" and o,
+        timeout,
+        f"Collection {name} Ready",
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -197,20 +201,24 @@ async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, opera
     assert cond(o, "Reconciling")["status"] == "False" and cond(o, "Stalled")["status"] == "False"
     assert {c["observedGeneration"] for c in o["status"]["conditions"]} == {1}
     await eventually(lambda: events(kmock, "Created", "docs"), 5, "a Created event")
-    o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and "imports" in x["status"] and x, 10,
-                         "status.imports")
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "docs")) and "imports" in x["status"] and x, 10, "status.imports"
+    )
     assert o["status"]["imports"] == {"running": 0, "total": 0, "rowsImported": 0}
     assert o["status"]["compactions"] == {"running": 0, "total": 0}
     uid = o["metadata"]["uid"]
 
     await asyncio.to_thread(insert_rows, data.uri, "docs", 1000)
-    await eventually(lambda: [s for s in kmock.objects if s[0] == SEGS and obj(kmock, SEGS, s[2])], 10,
-                     "a Growing Segment resource")
+    await eventually(
+        lambda: [s for s in kmock.objects if s[0] == SEGS and obj(kmock, SEGS, s[2])], 10, "a Growing Segment resource"
+    )
 
-    await kube.create(R.FLUSHREQUEST, NS, {"metadata": {"name": "f1"},
-                                           "spec": {"collectionNames": ["docs"]}})
-    f = await eventually(lambda: (x := obj(kmock, FLUSH, "f1")) and x.get("status", {}).get("phase") == "Completed"
-                         and x, 20, "FlushRequest Completed")
+    await kube.create(R.FLUSHREQUEST, NS, {"metadata": {"name": "f1"}, "spec": {"collectionNames": ["docs"]}})
+    f = await eventually(
+        lambda: (x := obj(kmock, FLUSH, "f1")) and x.get("status", {}).get("phase") == "Completed" and x,
+        20,
+        "FlushRequest Completed",
+    )
     st = f["status"]
     assert st["total"] >= 1 and st["flushed"] == st["total"] and st["flushTs"] > 0 and st["completionTime"]
     assert st["collections"][0]["collectionID"] == cid and st["collections"][0]["sealedSegments"]
@@ -239,10 +247,16 @@ async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, opera
     # Compaction progress from DataCoord's GetCompactionJobs: one segment per channel, nothing
     # to merge, so the compaction completes at once with no plan.
     comp_id = await asyncio.to_thread(compact, data.uri, "docs")
-    o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and x["status"]["compactions"]["total"] == 1
-                         and x, 15, "status.compactions")
-    assert o["status"]["compactions"] == {"running": 0, "total": 1, "last": {
-        "compactionID": comp_id, "state": "Completed", "plans": 0}}
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "docs")) and x["status"]["compactions"]["total"] == 1 and x,
+        15,
+        "status.compactions",
+    )
+    assert o["status"]["compactions"] == {
+        "running": 0,
+        "total": 1,
+        "last": {"compactionID": comp_id, "state": "Completed", "plans": 0},
+    }
     # Everything the operator wrote is valid for the CRDs and survives a real API server's pruning.
     for written in [obj(kmock, COLL, "docs"), obj(kmock, FLUSH, "f1"), *segs]:
         assert check_instance(written) == [], written["metadata"]["name"]
@@ -250,9 +264,14 @@ async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, opera
     # A schema edit is refused: condition + Warning event; the collection keeps its schema.
     fields = o["spec"]["fields"] + [{"name": "extra", "dataType": "Int32"}]
     await kube.patch(R.COLLECTION, NS, "docs", {"spec": {"fields": fields}})
-    o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "SchemaSynced").get("status") == "False"
-                         and x, 10, "SchemaSynced=False")
-    assert cond(o, "SchemaSynced")["reason"] == "SchemaImmutable" and "added extra" in cond(o, "SchemaSynced")["message"]
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "SchemaSynced").get("status") == "False" and x,
+        10,
+        "SchemaSynced=False",
+    )
+    assert (
+        cond(o, "SchemaSynced")["reason"] == "SchemaImmutable" and "added extra" in cond(o, "SchemaSynced")["message"]
+    )
     assert cond(o, "Ready")["status"] == "True" and o["status"]["observedGeneration"] == 2
     stalled = cond(o, "Stalled")
     assert stalled["status"] == "True" and stalled["reason"] == "SchemaImmutable"
@@ -262,21 +281,28 @@ async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, opera
     assert [f.name for f in rc.collections[cid].schema.fields] == ["id", "vec", "tag"]
     # A rename is refused too (never a second collection).
     await kube.patch(R.COLLECTION, NS, "docs", {"spec": {"name": "docs2", "fields": fields[:3]}})
-    await eventually(lambda: cond(obj(kmock, COLL, "docs"), "SchemaSynced").get("reason") == "NameImmutable", 10,
-                     "SchemaSynced=False NameImmutable")
+    await eventually(
+        lambda: cond(obj(kmock, COLL, "docs"), "SchemaSynced").get("reason") == "NameImmutable",
+        10,
+        "SchemaSynced=False NameImmutable",
+    )
     assert {c.schema.name for c in rc.collections.values()} == {"docs"}
     await kube.patch(R.COLLECTION, NS, "docs", {"spec": {"name": None, "fields": fields}})
     # An invalid edit (the CRD would refuse it; KMock runs no CEL): refused the same way.
     bad = [dict(f) for f in o["spec"]["fields"]]
     bad[1]["dim"] = 0
     await kube.patch(R.COLLECTION, NS, "docs", {"spec": {"fields": bad}})
-    o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "SchemaSynced").get("reason") == "InvalidSpec"
-                         and x, 10, "SchemaSynced=False InvalidSpec")
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "SchemaSynced").get("reason") == "InvalidSpec" and x,
+        10,
+        "SchemaSynced=False InvalidSpec",
+    )
     assert cond(o, "Ready")["status"] == "True" and o["status"]["phase"] == "Ready"
     # Reverting the edit brings the condition back.
     await kube.patch(R.COLLECTION, NS, "docs", {"spec": {"fields": fields[:3]}})
-    await eventually(lambda: cond(obj(kmock, COLL, "docs"), "SchemaSynced").get("status") == "True", 10,
-                     "SchemaSynced=True")
+    await eventually(
+        lambda: cond(obj(kmock, COLL, "docs"), "SchemaSynced").get("status") == "True", 10, "SchemaSynced=True"
+    )
     assert cond(obj(kmock, COLL, "docs"), "Stalled")["status"] == "False"
     await eventually(lambda: events(kmock, "SchemaInSync", "docs"), 5, "a SchemaInSync event")
 
@@ -299,23 +325,30 @@ async def test_delete_collection_while_flush_runs(kmock, kube, operators, node_f
     await asyncio.to_thread(insert_rows, data.uri, "busy", 200)
     dc = op.component("datacoord")
 
-    async def never_flush(*_a, **_k):   # the sealed segments never get flushed
+    async def never_flush(*_a, **_k):  # the sealed segments never get flushed
         return None
 
     dc._check_flushable = never_flush
     await kube.create(R.FLUSHREQUEST, NS, {"metadata": {"name": "f2"}, "spec": {"collectionNames": ["busy"]}})
-    await eventually(lambda: (x := obj(kmock, FLUSH, "f2")) and x.get("status", {}).get("phase") == "Flushing",
-                     10, "Flushing")
+    await eventually(
+        lambda: (x := obj(kmock, FLUSH, "f2")) and x.get("status", {}).get("phase") == "Flushing", 10, "Flushing"
+    )
     await kube.delete(R.COLLECTION, NS, "busy")
-    f = await eventually(lambda: (x := obj(kmock, FLUSH, "f2")) and x.get("status", {}).get("phase") == "Failed"
-                         and x, 20, "FlushRequest Failed")
+    f = await eventually(
+        lambda: (x := obj(kmock, FLUSH, "f2")) and x.get("status", {}).get("phase") == "Failed" and x,
+        20,
+        "FlushRequest Failed",
+    )
     assert cond(f, "Failed")["reason"] == "CollectionDropped" and cond(f, "Complete")["status"] == "False"
     await eventually(lambda: obj(kmock, COLL, "busy") is None, 20, "the Collection to go")
     assert cid not in op.component("rootcoord").collections and not dc.meta.by_collection(cid)
     # ttlSecondsAfterFinished: a finished FlushRequest goes away by itself.
     await kube.patch(R.FLUSHREQUEST, NS, "f2", {"spec": {"ttlSecondsAfterFinished": 0}})
-    await kube.create(R.FLUSHREQUEST, NS, {"metadata": {"name": "f3"},
-                                           "spec": {"collectionNames": ["nope"], "ttlSecondsAfterFinished": 0}})
+    await kube.create(
+        R.FLUSHREQUEST,
+        NS,
+        {"metadata": {"name": "f3"}, "spec": {"collectionNames": ["nope"], "ttlSecondsAfterFinished": 0}},
+    )
     await eventually(lambda: obj(kmock, FLUSH, "f3") is None, 10, "f3 deleted after its TTL")
     await eventually(lambda: events(kmock, "CollectionNotFound", "f3"), 5, "a CollectionNotFound event")
 
@@ -329,7 +362,7 @@ async def test_retain_keeps_the_collection(kmock, kube, operators):
     await eventually(lambda: events(kmock, "Retained", "kept"), 5, "a Retained event")
     rc = op.component("rootcoord")
     assert cid in rc.collections
-    await asyncio.sleep(1.0)   # several SDK-mirror passes: an operator-made collection is not mirrored back
+    await asyncio.sleep(1.0)  # several SDK-mirror passes: an operator-made collection is not mirrored back
     assert not [k for k in kmock.objects if k[0] == COLL and obj(kmock, COLL, k[2])]
     # Declaring it again adopts the kept collection (same schema), data and ID included.
     await kube.create(R.COLLECTION, NS, collection("kept"))
@@ -349,6 +382,7 @@ async def test_invalid_collection_reported_without_touching_etcd(kmock, kube, op
         async def spy(req, context=None, _real=real, _m=method):
             calls.append(_m)
             return await _real(req, context)
+
         setattr(rc, method, spy)
     body = collection("bad")
     if case == "dim0":
@@ -359,13 +393,19 @@ async def test_invalid_collection_reported_without_touching_etcd(kmock, kube, op
         body["spec"]["name"] = "9-bad name"
     before = op.call(op.runtime.node.kv.get_prefix("root-coord/"))
     await kube.create(R.COLLECTION, NS, body)
-    o = await eventually(lambda: (x := obj(kmock, COLL, "bad")) and x.get("status", {}).get("phase") == "Failed"
-                         and x, 10, "phase Failed")
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "bad")) and x.get("status", {}).get("phase") == "Failed" and x,
+        10,
+        "phase Failed",
+    )
     c = cond(o, "Ready")
     assert c["status"] == "False" and c["reason"] == "InvalidSpec"
     assert cond(o, "Stalled")["status"] == "True" and cond(o, "Stalled")["reason"] == "InvalidSpec"
-    assert {"dim0": "dim must be in [1, 32768]", "two_pks": "exactly one field must be the primary key",
-            "bad_name": "is not a valid Milvus name"}[case] in c["message"]
+    assert {
+        "dim0": "dim must be in [1, 32768]",
+        "two_pks": "exactly one field must be the primary key",
+        "bad_name": "is not a valid Milvus name",
+    }[case] in c["message"]
     ev = await eventually(lambda: events(kmock, "InvalidSpec", "bad"), 5, "an InvalidSpec event")
     assert ev[0]["type"] == "Warning"
     assert calls == [] and not rc.collections
@@ -390,29 +430,54 @@ async def test_sdk_created_collections_and_adoption(kmock, kube, operators, node
 
     await asyncio.to_thread(sdk_create, "From_SDK", 4)
     mirrored = await eventually(
-        lambda: [o for k in list(kmock.objects) if k[0] == COLL and (o := obj(kmock, COLL, k[2]))
-                 and o["spec"].get("name") == "From_SDK" and cond(o, "Ready").get("status") == "True"], 15,
-        "the SDK collection mirrored and Ready")
+        lambda: [
+            o
+            for k in list(kmock.objects)
+            if k[0] == COLL
+            and (o := obj(kmock, COLL, k[2]))
+            and o["spec"].get("name") == "From_SDK"
+            and cond(o, "Ready").get("status") == "True"
+        ],
+        15,
+        "the SDK collection mirrored and Ready",
+    )
     m = mirrored[0]
     assert m["metadata"]["annotations"][R.ANN_CREATED_BY] == "sdk" and m["status"]["createdBy"] == "sdk"
     assert cond(m, "Ready")["reason"] == "Adopted" and m["spec"]["fields"][1] == {
-        "name": "vec", "dataType": "FloatVector", "dim": 4}
+        "name": "vec",
+        "dataType": "FloatVector",
+        "dim": 4,
+    }
     cid = m["status"]["collectionID"]
 
     # A resource for an existing collection with another schema: SchemaConflict, nothing adopted.
-    await kube.create(R.COLLECTION, NS, {"metadata": {"name": "mine"},
-                                         "spec": {"name": "From_SDK", "fields": collection("x", dim=16)["spec"]["fields"]}})
-    o = await eventually(lambda: (x := obj(kmock, COLL, "mine")) and cond(x, "Ready").get("status") == "False"
-                         and x, 10, "SchemaConflict")
-    assert cond(o, "Ready")["reason"] == "SchemaConflict" and "changed vec (FloatVector,dim=4) -> (FloatVector,dim=16)" in \
-        cond(o, "Ready")["message"]
+    await kube.create(
+        R.COLLECTION,
+        NS,
+        {
+            "metadata": {"name": "mine"},
+            "spec": {"name": "From_SDK", "fields": collection("x", dim=16)["spec"]["fields"]},
+        },
+    )
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "mine")) and cond(x, "Ready").get("status") == "False" and x,
+        10,
+        "SchemaConflict",
+    )
+    assert (
+        cond(o, "Ready")["reason"] == "SchemaConflict"
+        and "changed vec (FloatVector,dim=4) -> (FloatVector,dim=16)" in cond(o, "Ready")["message"]
+    )
     await eventually(lambda: events(kmock, "SchemaConflict", "mine"), 5, "a SchemaConflict event")
     assert cid in rc.collections and rc.collections[cid].schema.fields[1].type_params[0].value == "4"
 
     # Deleting the mirrored resource drops the collection ...
     await kube.delete(R.COLLECTION, NS, m["metadata"]["name"])
-    await eventually(lambda: cid not in rc.collections and obj(kmock, COLL, m["metadata"]["name"]) is None, 15,
-                     "the SDK collection dropped")
+    await eventually(
+        lambda: cid not in rc.collections and obj(kmock, COLL, m["metadata"]["name"]) is None,
+        15,
+        "the SDK collection dropped",
+    )
     c = MilvusClient(uri=data.uri)
     assert not await asyncio.to_thread(c.has_collection, "From_SDK")
     # ... and the conflict is gone: the waiting resource converges by itself (no spec change).
@@ -436,15 +501,16 @@ async def test_operator_killed_mid_drop_finishes_after_restart(kmock, kube, oper
     cid, vchannels = o["status"]["collectionID"], o["status"]["vchannels"]
     await asyncio.to_thread(insert_rows, data.uri, "doomed", 300)
     await kube.create(R.FLUSHREQUEST, NS, {"metadata": {"name": "fd"}, "spec": {"collectionNames": ["doomed"]}})
-    await eventually(lambda: (x := obj(kmock, FLUSH, "fd")) and x.get("status", {}).get("phase") == "Completed",
-                     20, "flushed")
+    await eventually(
+        lambda: (x := obj(kmock, FLUSH, "fd")) and x.get("status", {}).get("phase") == "Completed", 20, "flushed"
+    )
     await eventually(lambda: [k for k in kmock.objects if k[0] == SEGS and obj(kmock, SEGS, k[2])], 10, "Segments")
     rc = op.component("rootcoord")
     killed = threading.Event()
 
     async def crash_after_meta_txn(info):
         killed.set()
-        op.task.cancel()            # the operator dies right after RootCoord's one meta transaction
+        op.task.cancel()  # the operator dies right after RootCoord's one meta transaction
         await asyncio.Event().wait()
 
     rc._broadcast_drop = crash_after_meta_txn
@@ -452,13 +518,13 @@ async def test_operator_killed_mid_drop_finishes_after_restart(kmock, kube, oper
     await eventually(killed.is_set, 10, "the drop to start")
     await asyncio.to_thread(op._join)
     kv = await EtcdKV.connect(op.cfg.etcd_endpoints, f"{op.cfg.cluster}/meta")
-    try:   # killed right after the meta transaction: meta gone, the drop's task record left
+    try:  # killed right after the meta transaction: meta gone, the drop's task record left
         assert await kv.get(catalog.drop_task_key(cid)) is not None
         assert await kv.get(catalog.collection_key(cid)) is None
         assert await kv.get_prefix(catalog.segment_prefix(cid))
     finally:
         await kv.close()
-    assert obj(kmock, COLL, "doomed") is not None   # the finalizer holds it: the drop is half done
+    assert obj(kmock, COLL, "doomed") is not None  # the finalizer holds it: the drop is half done
 
     op2 = await start_operator(operators)
     await eventually(lambda: obj(kmock, COLL, "doomed") is None, 30, "the drop to finish after the restart")
@@ -486,8 +552,10 @@ async def test_two_replicas_never_both_act(kmock, kube, operators, cfg):
 
     watcher = asyncio.create_task(watch())
     try:
-        a, b = await asyncio.gather(asyncio.to_thread(operators, peering="kmilvus", priority=200),
-                                    asyncio.to_thread(operators, peering="kmilvus", priority=100))
+        a, b = await asyncio.gather(
+            asyncio.to_thread(operators, peering="kmilvus", priority=200),
+            asyncio.to_thread(operators, peering="kmilvus", priority=100),
+        )
         await eventually(lambda: a.runtime.active and not b.runtime.active, 20, "A to lead, B to stand by")
         await kube.create(R.COLLECTION, NS, collection("one"))
         await ready(kmock, "one")
@@ -497,7 +565,7 @@ async def test_two_replicas_never_both_act(kmock, kube, operators, cfg):
         peers = obj(kmock, "kopf.dev/v1/clusterkopfpeerings", "kmilvus", None)["status"]
         assert len(peers) == 2 and sorted(p["priority"] for p in peers.values()) == [100, 200]
 
-        await asyncio.to_thread(a.stop)                 # A leaves; B takes over
+        await asyncio.to_thread(a.stop)  # A leaves; B takes over
         await eventually(lambda: b.runtime.active, 30, "B to take over")
         await kube.create(R.COLLECTION, NS, collection("two"))
         await ready(kmock, "two")
@@ -527,16 +595,38 @@ async def test_kmilvus_operator_cli(kmock, kube, cfg, tmp_path):
     from kmilvus.util.embedded import free_port
 
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "k",
-        "clusters": [{"name": "k", "cluster": {"server": str(kmock.url)}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "k", "context": {"cluster": "k", "user": "u"}}]}))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "k",
+                "clusters": [{"name": "k", "cluster": {"server": str(kmock.url)}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "k", "context": {"cluster": "k", "user": "u"}}],
+            }
+        )
+    )
     health, metrics = free_port(), free_port()
-    env = dict(os.environ, KUBECONFIG=str(kubeconfig), KMILVUS_ETCD_ENDPOINT=cfg.etcd_endpoints[0],
-               KMILVUS_NATS_URL=cfg.nats_url, KMILVUS_STORAGE_URI=cfg.storage_uri, KMILVUS_SESSION_TTL="3")
-    argv = [str(Path(sys.executable).with_name("kmilvus-operator")), "--cluster", cfg.cluster,
-            "--namespace", NS, "--health-port", str(health), "--metrics-port", str(metrics)]
+    env = dict(
+        os.environ,
+        KUBECONFIG=str(kubeconfig),
+        KMILVUS_ETCD_ENDPOINT=cfg.etcd_endpoints[0],
+        KMILVUS_NATS_URL=cfg.nats_url,
+        KMILVUS_STORAGE_URI=cfg.storage_uri,
+        KMILVUS_SESSION_TTL="3",
+    )
+    argv = [
+        str(Path(sys.executable).with_name("kmilvus-operator")),
+        "--cluster",
+        cfg.cluster,
+        "--namespace",
+        NS,
+        "--health-port",
+        str(health),
+        "--metrics-port",
+        str(metrics),
+    ]
     log = open(tmp_path / "operator.log", "wb")
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -547,7 +637,7 @@ async def test_kmilvus_operator_cli(kmock, kube, cfg, tmp_path):
         except OSError:
             return ""
 
-    async def active() -> bool:   # kopf caches probe results for 10 s: the gauge is live
+    async def active() -> bool:  # kopf caches probe results for 10 s: the gauge is live
         return "kmilvus_operator_active 1.0" in await asyncio.to_thread(get, metrics, "/metrics")
 
     try:
@@ -556,13 +646,13 @@ async def test_kmilvus_operator_cli(kmock, kube, cfg, tmp_path):
             assert proc.poll() is None, (tmp_path / "operator.log").read_text()[-3000:]
             assert time.monotonic() < deadline, (tmp_path / "operator.log").read_text()[-3000:]
             await asyncio.sleep(0.2)
-        assert obj(kmock, "kopf.dev/v1/kopfpeerings", "kmilvus", NS) is not None   # created when missing
+        assert obj(kmock, "kopf.dev/v1/kopfpeerings", "kmilvus", NS) is not None  # created when missing
         await kube.create(R.COLLECTION, NS, collection("cli"))
         await ready(kmock, "cli")
         text = await asyncio.to_thread(get, metrics, "/metrics")
         assert 'kmilvus_operator_reconciles_total{kind="Collection",result="Ready"} 1.0' in text
         assert "kmilvus_operator_kube_requests_total" in text
-        probe = json.loads(await asyncio.to_thread(get, health, "/healthz"))   # liveness / readiness
+        probe = json.loads(await asyncio.to_thread(get, health, "/healthz"))  # liveness / readiness
         assert probe["coordinators"]["cluster"] == cfg.cluster
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 30) == 0
@@ -575,15 +665,18 @@ async def test_kmilvus_operator_cli(kmock, kube, cfg, tmp_path):
 async def test_segment_status_is_a_subresource(kmock, kube):
     """As on a real API server (the CRD declares `status`): a create and a patch of the main
     resource drop `status`; only `/status` writes it, and it changes nothing else."""
-    body = {"metadata": {"name": "docs-1", "namespace": NS},
-            "spec": {"segmentID": 1, "collectionID": 2, "channel": "ch-0"},
-            "status": {"state": "Growing", "rows": 5}}
+    body = {
+        "metadata": {"name": "docs-1", "namespace": NS},
+        "spec": {"segmentID": 1, "collectionID": 2, "channel": "ch-0"},
+        "status": {"state": "Growing", "rows": 5},
+    }
     await kube.create(R.SEGMENT, NS, body)
     assert "status" not in obj(kmock, SEGS, "docs-1")
     await kube.patch(R.SEGMENT, NS, "docs-1", {"status": {"state": "Flushed"}})
     assert "status" not in obj(kmock, SEGS, "docs-1")
-    await kube.patch(R.SEGMENT, NS, "docs-1", {"spec": {"channel": "x"}, "status": {"state": "Flushed", "rows": 7}},
-                     status=True)
+    await kube.patch(
+        R.SEGMENT, NS, "docs-1", {"spec": {"channel": "x"}, "status": {"state": "Flushed", "rows": 7}}, status=True
+    )
     o = obj(kmock, SEGS, "docs-1")
     assert o["status"] == {"state": "Flushed", "rows": 7} and o["spec"]["channel"] == "ch-0"
     assert check_instance(o) == []

@@ -25,11 +25,15 @@ async def _reads(co: CoordinatorClient, name: str) -> dict:
     desc = await co.describe_collection("default", name)
     by_id = await co.describe_collection(collection_id=desc.collectionID)
     listed = [d for d in await co.list_collections() if d.collectionID == desc.collectionID]
-    return {"id": desc.collectionID, "by_id_name": by_id.collection_name, "vchannels": list(desc.virtual_channel_names),
-            "listed": [(d.db_name, d.collection_name, {kv.key: kv.value for kv in d.properties}) for d in listed],
-            "missing": await co.describe_collection("default", "no_such_collection"),
-            "missing_id": await co.describe_collection(collection_id=desc.collectionID + 10_000),
-            "drop_state": await co.drop_state(desc.collectionID)}
+    return {
+        "id": desc.collectionID,
+        "by_id_name": by_id.collection_name,
+        "vchannels": list(desc.virtual_channel_names),
+        "listed": [(d.db_name, d.collection_name, {kv.key: kv.value for kv in d.properties}) for d in listed],
+        "missing": await co.describe_collection("default", "no_such_collection"),
+        "missing_id": await co.describe_collection(collection_id=desc.collectionID + 10_000),
+        "drop_state": await co.drop_state(desc.collectionID),
+    }
 
 
 async def _collect(feed, out: list) -> None:
@@ -102,12 +106,13 @@ async def test_facade_in_process_and_remote_agree_and_feed_segment_changes(node,
 
         async def dropped() -> bool:
             return await remote.drop_state(cid) == DropState(exists=False, dropping=False)
+
         await eventually(dropped, 30, "the drop to finish")
         assert await remote.describe_collection(collection_id=cid) is None
         assert await remote.list_segments(cid) == []
         for events in (remote_events, local_events):
             await eventually(lambda: any(e.removed and e.segmentID == sid for e in events), 20, "the removal")
-        assert not [e for e in remote_events if e.collectionID != cid]   # filtered by collection
+        assert not [e for e in remote_events if e.collectionID != cid]  # filtered by collection
     finally:
         remote_task.cancel()
         await asyncio.gather(remote_task, return_exceptions=True)
@@ -120,12 +125,12 @@ async def test_feed_cuts_off_a_subscriber_that_falls_behind():
     feed = SegmentFeed(maxsize=2)
     sub = feed.subscribe([7])
     first = asyncio.ensure_future(sub.__anext__())
-    await asyncio.sleep(0)   # subscribed: waiting for its first event
+    await asyncio.sleep(0)  # subscribed: waiting for its first event
     infos = [internal_pb2.SegmentInfo(ID=i, collectionID=7) for i in range(1, 5)]
-    feed.publish([internal_pb2.SegmentInfo(ID=99, collectionID=8)])   # another collection: not queued
+    feed.publish([internal_pb2.SegmentInfo(ID=99, collectionID=8)])  # another collection: not queued
     feed.publish(infos)
-    assert feed.subscribers == 0                                          # cut off when its queue filled
+    assert feed.subscribers == 0  # cut off when its queue filled
     assert (await first).segmentID == 1
-    assert (await sub.__anext__()).segmentID == 2                         # what was queued still comes
+    assert (await sub.__anext__()).segmentID == 2  # what was queued still comes
     with pytest.raises(FeedOverflow):
         await sub.__anext__()

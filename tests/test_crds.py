@@ -22,7 +22,8 @@ EXAMPLES = CRDS / "examples"
 
 if not hasattr(kubernetes_validate.utils.schema_contents, "cache_info"):
     kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
-        kubernetes_validate.utils.schema_contents)
+        kubernetes_validate.utils.schema_contents
+    )
 
 
 @functools.cache
@@ -68,9 +69,13 @@ def check_instance(obj: dict) -> list[str]:
 
 
 def collection(**spec) -> dict:
-    base = {"fields": [{"name": "id", "dataType": "Int64", "isPrimaryKey": True},
-                       {"name": "vec", "dataType": "FloatVector", "dim": 128},
-                       {"name": "tag", "dataType": "VarChar", "maxLength": 64}]}
+    base = {
+        "fields": [
+            {"name": "id", "dataType": "Int64", "isPrimaryKey": True},
+            {"name": "vec", "dataType": "FloatVector", "dim": 128},
+            {"name": "tag", "dataType": "VarChar", "maxLength": 64},
+        ]
+    }
     base.update(spec)
     return {"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", "metadata": {"name": "c"}, "spec": base}
 
@@ -114,7 +119,7 @@ def _walk(node: dict, path: str):
 def test_schema_is_structural(kind):
     for path, node in _walk(schema(kind), kind):
         if path.endswith(".metadata"):
-            assert node == {"type": "object"}, path   # only type for metadata
+            assert node == {"type": "object"}, path  # only type for metadata
             continue
         assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), f"{path}: no type"
         if node.get("type") == "array":
@@ -142,8 +147,18 @@ def test_collection_crd_details():
     assert {"ID", "Phase", "Rows", "Ready", "Age"} <= set(cols)
     spec = schema("Collection")["properties"]["spec"]
     f = spec["properties"]["fields"]["items"]["properties"]
-    assert f["dataType"]["enum"] == ["Bool", "Int8", "Int16", "Int32", "Int64", "Float", "Double", "VarChar",
-                                     "JSON", "FloatVector"]
+    assert f["dataType"]["enum"] == [
+        "Bool",
+        "Int8",
+        "Int16",
+        "Int32",
+        "Int64",
+        "Float",
+        "Double",
+        "VarChar",
+        "JSON",
+        "FloatVector",
+    ]
     assert (f["dim"]["minimum"], f["dim"]["maximum"]) == (1, 32768)
     assert f["name"]["pattern"] == "^[A-Za-z_][A-Za-z0-9_]*$" and f["name"]["maxLength"] == 255
     assert spec["properties"]["deletionPolicy"]["enum"] == ["Delete", "Retain"]
@@ -151,8 +166,16 @@ def test_collection_crd_details():
     assert "self.fields.filter(f, has(f.isPrimaryKey) && f.isPrimaryKey).size() == 1" in rules
     assert spec["properties"]["fields"]["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"
     status = schema("Collection")["properties"]["status"]["properties"]
-    assert {"collectionID", "vchannels", "phase", "rows", "segments", "conditions", "observedGeneration",
-            "createdBy"} <= set(status)
+    assert {
+        "collectionID",
+        "vchannels",
+        "phase",
+        "rows",
+        "segments",
+        "conditions",
+        "observedGeneration",
+        "createdBy",
+    } <= set(status)
     assert status["createdBy"]["enum"] == ["operator", "sdk"]
     cond = status["conditions"]["items"]["properties"]
     assert {"type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"} == set(cond)
@@ -162,7 +185,8 @@ def test_flushrequest_and_segment_crd_details():
     fr = schema("FlushRequest")
     assert fr["properties"]["status"]["properties"]["phase"]["enum"] == ["Pending", "Flushing", "Completed", "Failed"]
     assert {"flushTs", "collections", "flushed", "total", "conditions", "completionTime"} <= set(
-        fr["properties"]["status"]["properties"])
+        fr["properties"]["status"]["properties"]
+    )
     assert "ttlSecondsAfterFinished" in fr["properties"]["spec"]["properties"]
     (v,) = crds()["Segment"]["spec"]["versions"]
     cols = [c["name"] for c in v["additionalPrinterColumns"] if not c.get("priority")]
@@ -183,24 +207,44 @@ def test_a_good_collection_validates():
     assert validate("Collection", collection()) == []
 
 
-@pytest.mark.parametrize("bad,expect", [
-    (with_field(1, dim=0), "0 is less than the minimum of 1"),
-    (with_field(1, dim=40000), "40000 is greater than the maximum of 32768"),
-    (with_field(0, name="1id"), "does not match"),
-    (with_field(0, name="a-b"), "does not match"),
-    (with_field(0, name="x" * 256), "is too long"),
-    (with_field(2, dataType="Text"), "is not one of"),
-    (with_field(2, maxLength=0), "0 is less than the minimum of 1"),
-    (collection(name="my collection"), "does not match"),
-    (collection(shardsNum=17), "17 is greater than the maximum of 16"),
-    (collection(deletionPolicy="Orphan"), "is not one of"),
-    (collection(consistencyLevel="Weak"), "is not one of"),
-    (collection(fields=[]), "should be non-empty"),
-    (with_field(1, dataType=None), "'dataType' is a required property"),
-    ({"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", "metadata": {}, "spec": {}},
-     "'fields' is a required property"),
-], ids=["dim0", "dim-too-big", "name-digit", "name-dash", "name-too-long", "bad-type", "maxlength0",
-        "bad-collection-name", "shards", "policy", "consistency", "no-fields", "no-datatype", "no-fields-key"])
+@pytest.mark.parametrize(
+    "bad,expect",
+    [
+        (with_field(1, dim=0), "0 is less than the minimum of 1"),
+        (with_field(1, dim=40000), "40000 is greater than the maximum of 32768"),
+        (with_field(0, name="1id"), "does not match"),
+        (with_field(0, name="a-b"), "does not match"),
+        (with_field(0, name="x" * 256), "is too long"),
+        (with_field(2, dataType="Text"), "is not one of"),
+        (with_field(2, maxLength=0), "0 is less than the minimum of 1"),
+        (collection(name="my collection"), "does not match"),
+        (collection(shardsNum=17), "17 is greater than the maximum of 16"),
+        (collection(deletionPolicy="Orphan"), "is not one of"),
+        (collection(consistencyLevel="Weak"), "is not one of"),
+        (collection(fields=[]), "should be non-empty"),
+        (with_field(1, dataType=None), "'dataType' is a required property"),
+        (
+            {"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", "metadata": {}, "spec": {}},
+            "'fields' is a required property",
+        ),
+    ],
+    ids=[
+        "dim0",
+        "dim-too-big",
+        "name-digit",
+        "name-dash",
+        "name-too-long",
+        "bad-type",
+        "maxlength0",
+        "bad-collection-name",
+        "shards",
+        "policy",
+        "consistency",
+        "no-fields",
+        "no-datatype",
+        "no-fields-key",
+    ],
+)
 def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
     errors = validate("Collection", bad)
     assert any(expect in e for e in errors), errors
@@ -209,37 +253,59 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
 
 
 # What only CEL catches: jsonschema lets it through, the controller does not.
-@pytest.mark.parametrize("bad,expect", [
-    (with_field(2, dataType="Int64", maxLength=None, isPrimaryKey=True), "exactly one field must be the primary key"),
-    (with_field(0, isPrimaryKey=False), "exactly one field must be the primary key, found 0"),
-    (collection(fields=[{"name": "id", "dataType": "Int64", "isPrimaryKey": True}]), "needs a FloatVector field"),
-    (with_field(1, dim=None), "a FloatVector field needs dim"),
-    (with_field(0, dim=8), "dim only applies to FloatVector"),
-    (with_field(2, maxLength=None), "a VarChar field needs maxLength"),
-    (with_field(0, maxLength=8), "maxLength only applies to VarChar"),
-    (with_field(0, dataType="Float"), "a primary key must be Int64 or VarChar"),
-    (with_field(2, autoID=True), "only the primary key can set autoID"),
-], ids=["two-pks", "no-pk", "no-vector", "vector-without-dim", "dim-on-int", "varchar-without-maxlength",
-        "maxlength-on-int", "float-pk", "autoid-not-pk"])
+@pytest.mark.parametrize(
+    "bad,expect",
+    [
+        (
+            with_field(2, dataType="Int64", maxLength=None, isPrimaryKey=True),
+            "exactly one field must be the primary key",
+        ),
+        (with_field(0, isPrimaryKey=False), "exactly one field must be the primary key, found 0"),
+        (collection(fields=[{"name": "id", "dataType": "Int64", "isPrimaryKey": True}]), "needs a FloatVector field"),
+        (with_field(1, dim=None), "a FloatVector field needs dim"),
+        (with_field(0, dim=8), "dim only applies to FloatVector"),
+        (with_field(2, maxLength=None), "a VarChar field needs maxLength"),
+        (with_field(0, maxLength=8), "maxLength only applies to VarChar"),
+        (with_field(0, dataType="Float"), "a primary key must be Int64 or VarChar"),
+        (with_field(2, autoID=True), "only the primary key can set autoID"),
+    ],
+    ids=[
+        "two-pks",
+        "no-pk",
+        "no-vector",
+        "vector-without-dim",
+        "dim-on-int",
+        "varchar-without-maxlength",
+        "maxlength-on-int",
+        "float-pk",
+        "autoid-not-pk",
+    ],
+)
 def test_cel_covered_cases_caught_by_the_controller(bad, expect):
-    assert validate("Collection", bad) == []   # structural schema: fine
+    assert validate("Collection", bad) == []  # structural schema: fine
     problems = check_spec(bad["spec"], "c")
     assert any(expect in p for p in problems), problems
 
 
 def test_every_cel_rule_has_a_controller_check():
     """Each CEL message of the Collection CRD corresponds to a case above (keep them in step)."""
-    covered = {"exactly one field must be the primary key (isPrimaryKey)", "a collection needs a FloatVector field",
-               "a FloatVector field needs dim", "dim only applies to FloatVector fields",
-               "a VarChar field needs maxLength", "maxLength only applies to VarChar fields",
-               "a primary key must be Int64 or VarChar", "only the primary key can set autoID"}
+    covered = {
+        "exactly one field must be the primary key (isPrimaryKey)",
+        "a collection needs a FloatVector field",
+        "a FloatVector field needs dim",
+        "dim only applies to FloatVector fields",
+        "a VarChar field needs maxLength",
+        "maxLength only applies to VarChar fields",
+        "a primary key must be Int64 or VarChar",
+        "only the primary key can set autoID",
+    }
     immutability = set()
     messages = set()
     for path, node in _walk(schema("Collection"), "Collection"):
         for r in node.get("x-kubernetes-validations", []):
             (immutability if "oldSelf" in r["rule"] else messages).add(" ".join(r["message"].split()))
     assert messages == covered
-    assert len(immutability) == 4   # name, database, shardsNum, fields: the controller refuses edits too
+    assert len(immutability) == 4  # name, database, shardsNum, fields: the controller refuses edits too
 
 
 def test_duplicate_field_names_rejected():
@@ -248,23 +314,38 @@ def test_duplicate_field_names_rejected():
 
 
 def test_flushrequest_instances():
-    good = {"apiVersion": "kmilvus.io/v1alpha1", "kind": "FlushRequest", "metadata": {"name": "f"},
-            "spec": {"collectionNames": ["a", "b_2"], "ttlSecondsAfterFinished": 60}}
+    good = {
+        "apiVersion": "kmilvus.io/v1alpha1",
+        "kind": "FlushRequest",
+        "metadata": {"name": "f"},
+        "spec": {"collectionNames": ["a", "b_2"], "ttlSecondsAfterFinished": 60},
+    }
     assert validate("FlushRequest", good) == []
-    for spec, expect in (({"collectionNames": []}, "should be non-empty"),
-                         ({"collectionNames": ["a-b"]}, "does not match"),
-                         ({"collectionNames": ["a"], "ttlSecondsAfterFinished": -1}, "less than the minimum"),
-                         ({}, "'collectionNames' is a required property")):
+    for spec, expect in (
+        ({"collectionNames": []}, "should be non-empty"),
+        ({"collectionNames": ["a-b"]}, "does not match"),
+        ({"collectionNames": ["a"], "ttlSecondsAfterFinished": -1}, "less than the minimum"),
+        ({}, "'collectionNames' is a required property"),
+    ):
         bad = copy.deepcopy(good)
         bad["spec"] = spec
         assert any(expect in e for e in validate("FlushRequest", bad)), spec
 
 
 def test_segment_instance():
-    seg = {"apiVersion": "kmilvus.io/v1alpha1", "kind": "Segment", "metadata": {"name": "c-1"},
-           "spec": {"segmentID": 1, "collection": "c", "collectionID": 7, "partitionID": 8, "channel": "ch"},
-           "status": {"state": "Flushed", "rows": 10, "binlogs": 1, "binlogSize": 100,
-                      "dmlPosition": {"channel": "ch", "seq": 3, "timestamp": 4}}}
+    seg = {
+        "apiVersion": "kmilvus.io/v1alpha1",
+        "kind": "Segment",
+        "metadata": {"name": "c-1"},
+        "spec": {"segmentID": 1, "collection": "c", "collectionID": 7, "partitionID": 8, "channel": "ch"},
+        "status": {
+            "state": "Flushed",
+            "rows": 10,
+            "binlogs": 1,
+            "binlogSize": 100,
+            "dmlPosition": {"channel": "ch", "seq": 3, "timestamp": 4},
+        },
+    }
     assert validate("Segment", seg) == []
     seg["status"]["state"] = "Melted"
     assert validate("Segment", seg)
@@ -276,7 +357,7 @@ def test_spec_round_trip_through_a_milvus_schema():
 
     spec = collection(description="d", shardsNum=2)["spec"]
     schema = to_schema(spec, "my-coll")
-    assert schema.name == "my_coll"   # metadata.name with '-' -> '_'
+    assert schema.name == "my_coll"  # metadata.name with '-' -> '_'
     desc = milvus_pb2.DescribeCollectionResponse(collection_name="my_coll", db_name="default", shards_num=2)
     desc.schema.CopyFrom(schema)
     back = spec_from_collection(desc)

@@ -24,8 +24,12 @@ async def kv(etcd_endpoint, root):
 
 
 async def _growing(meta: SegmentMeta, seg_id: int = 7) -> None:
-    await meta.add(internal_pb2.SegmentInfo(ID=seg_id, collectionID=1, partitionID=2, insert_channel="ch",
-                                            state=State.Growing, max_row_num=1000), now=0.0)
+    await meta.add(
+        internal_pb2.SegmentInfo(
+            ID=seg_id, collectionID=1, partitionID=2, insert_channel="ch", state=State.Growing, max_row_num=1000
+        ),
+        now=0.0,
+    )
 
 
 def _pressure_save(seg_id: int = 7, log_id: int = 100) -> internal_pb2.SaveBinlogPathsRequest:
@@ -42,7 +46,7 @@ async def test_a_binlog_save_in_flight_never_undoes_a_seal(kv):
     manager = SegmentManager(Config(), meta, ids=None, tso=None)
     await _growing(meta)
     save = asyncio.create_task(meta.save_binlog_paths(_pressure_save()))
-    await asyncio.sleep(0)                        # the save is waiting on its etcd transaction
+    await asyncio.sleep(0)  # the save is waiting on its etcd transaction
     sealed = await manager.seal([meta.segments[7]], ts=12345)
     await save
     assert [s.id for s in sealed] == [7]

@@ -55,7 +55,9 @@ async def test_quota_fills_each_segment_to_its_row_limit_then_opens_the_next(coo
     # The open segment's room is handed out first; only the rest opens a new segment.
     more = await c.assign(coll, ch, limit)
     assert [(a.segID, a.count) for a in more.segIDAssignments] == [
-        (first.segIDAssignments[2].segID, limit - 100), (more.segIDAssignments[1].segID, 100)]
+        (first.segIDAssignments[2].segID, limit - 100),
+        (more.segIDAssignments[1].segID, 100),
+    ]
     # Another channel never shares a segment.
     theirs = await c.assign(coll, other, 10)
     assert theirs.segIDAssignments[0].segID not in {a.segID for a in first.segIDAssignments}
@@ -95,9 +97,9 @@ async def test_idle_segment_is_sealed_once_it_had_rows(coords):
     used = (await c.assign(coll, ch, 5)).segIDAssignments[0].segID
     empty = (await c.assign(coll, other, 5)).segIDAssignments[0].segID
     idle = c.cfg.segment_max_idle_time + 1
-    _segment(c, used).last_assign -= idle          # no quota asked for longer than the idle time
+    _segment(c, used).last_assign -= idle  # no quota asked for longer than the idle time
     _segment(c, empty).last_assign -= idle
-    _segment(c, empty).info.assigned_rows = 0     # ... but one was never written to
+    _segment(c, empty).info.assigned_rows = 0  # ... but one was never written to
     sealed = await c.dc.segments.apply_seal_policies()
     assert [s.id for s in sealed] == [used]
     assert await _stored_state(c, _segment(c, empty)) == SegmentState.Growing
@@ -108,7 +110,7 @@ async def test_segment_past_its_lifetime_is_sealed_even_if_busy(coords):
     coll, (ch, _) = await _collection(c)
     sid = (await c.assign(coll, ch, 5)).segIDAssignments[0].segID
     _segment(c, sid).created -= c.cfg.segment_max_lifetime + 1
-    await c.assign(coll, ch, 5)                    # still busy: just got more quota
+    await c.assign(coll, ch, 5)  # still busy: just got more quota
     assert [s.id for s in await c.dc.segments.apply_seal_policies()] == [sid]
     assert await _stored_state(c, _segment(c, sid)) == SegmentState.Sealed
 
@@ -128,19 +130,28 @@ async def test_flush_seals_every_growing_segment_and_new_quota_opens_new_ones(co
     assert after not in before
 
 
-def _flushed(sid: int, coll: int, channel: str, seq: int, ts: int, rows: int = 0) -> internal_pb2.SaveBinlogPathsRequest:
+def _flushed(
+    sid: int, coll: int, channel: str, seq: int, ts: int, rows: int = 0
+) -> internal_pb2.SaveBinlogPathsRequest:
     """What a DataNode sends once a segment's binlogs are written (meta only: no file is read)."""
     req = internal_pb2.SaveBinlogPathsRequest(
-        segmentID=sid, collectionID=coll, channel=channel, flushed=True,
-        checkpoint=internal_pb2.MsgPosition(channel_name=channel, seq=seq, timestamp=ts))
+        segmentID=sid,
+        collectionID=coll,
+        channel=channel,
+        flushed=True,
+        checkpoint=internal_pb2.MsgPosition(channel_name=channel, seq=seq, timestamp=ts),
+    )
     if rows:
         req.binlogs.add(logID=sid + 1, entries_num=rows, log_path=f"insert_log/{coll}/{sid}/1", log_size=100)
     return req
 
 
 async def _flush_state(c: Coords, coll: int, resp, wait_ms: int = 0) -> bool:
-    st = await c.dc.GetFlushState(data_coord_pb2.GetFlushStateRequest(
-        segmentIDs=resp.segmentIDs, flush_ts=resp.flush_ts, collectionID=coll, wait_ms=wait_ms))
+    st = await c.dc.GetFlushState(
+        data_coord_pb2.GetFlushStateRequest(
+            segmentIDs=resp.segmentIDs, flush_ts=resp.flush_ts, collectionID=coll, wait_ms=wait_ms
+        )
+    )
     merr.check(st.status)
     return st.flushed
 
@@ -151,23 +162,31 @@ async def test_flush_state_needs_every_segment_flushed_and_every_checkpoint_past
     sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
     resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
     assert list(resp.segmentIDs) == [sid]
-    assert not await _flush_state(c, coll, resp)                     # Sealed
+    assert not await _flush_state(c, coll, resp)  # Sealed
 
     merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 10, resp.flush_ts + 1, rows=3)))
     assert await _stored_state(c, _segment(c, sid)) == SegmentState.Flushed
-    assert not await _flush_state(c, coll, resp)                     # `other` has no checkpoint
+    assert not await _flush_state(c, coll, resp)  # `other` has no checkpoint
 
-    await c.dc.handle_tt(internal_pb2.DataNodeTtMsg(
-        channel_name=other, timestamp=resp.flush_ts - 1,
-        checkpoint=internal_pb2.MsgPosition(channel_name=other, seq=4, timestamp=resp.flush_ts - 1)))
-    assert not await _flush_state(c, coll, resp)                     # ... one short of flush_ts
+    await c.dc.handle_tt(
+        internal_pb2.DataNodeTtMsg(
+            channel_name=other,
+            timestamp=resp.flush_ts - 1,
+            checkpoint=internal_pb2.MsgPosition(channel_name=other, seq=4, timestamp=resp.flush_ts - 1),
+        )
+    )
+    assert not await _flush_state(c, coll, resp)  # ... one short of flush_ts
 
     # A waiting GetFlushState is woken by the checkpoint that completes the flush.
     waiting = asyncio.create_task(_flush_state(c, coll, resp, wait_ms=30_000))
     await asyncio.sleep(0)
-    await c.dc.handle_tt(internal_pb2.DataNodeTtMsg(
-        channel_name=other, timestamp=resp.flush_ts + 5,
-        checkpoint=internal_pb2.MsgPosition(channel_name=other, seq=5, timestamp=resp.flush_ts + 5)))
+    await c.dc.handle_tt(
+        internal_pb2.DataNodeTtMsg(
+            channel_name=other,
+            timestamp=resp.flush_ts + 5,
+            checkpoint=internal_pb2.MsgPosition(channel_name=other, seq=5, timestamp=resp.flush_ts + 5),
+        )
+    )
     assert await waiting
     assert await _flush_state(c, coll, resp)
 
@@ -183,8 +202,11 @@ async def test_empty_flushed_segment_leaves_no_meta(coords):
 
 
 def _tt(channel: str, seq: int, ts: int) -> internal_pb2.DataNodeTtMsg:
-    return internal_pb2.DataNodeTtMsg(channel_name=channel, timestamp=ts,
-                                      checkpoint=internal_pb2.MsgPosition(channel_name=channel, seq=seq, timestamp=ts))
+    return internal_pb2.DataNodeTtMsg(
+        channel_name=channel,
+        timestamp=ts,
+        checkpoint=internal_pb2.MsgPosition(channel_name=channel, seq=seq, timestamp=ts),
+    )
 
 
 async def _stored_checkpoint(c: Coords, channel: str) -> internal_pb2.MsgPosition | None:
@@ -196,7 +218,7 @@ async def test_channel_checkpoint_only_moves_forward_and_is_persisted(coords):
     c = coords
     _, (ch, _) = await _collection(c)
     await c.dc.handle_tt(_tt(ch, 7, 700))
-    await c.dc.handle_tt(_tt(ch, 5, 900))            # an older position (a late report) is ignored
+    await c.dc.handle_tt(_tt(ch, 5, 900))  # an older position (a late report) is ignored
     await c.dc.handle_tt(_tt("unknown-channel", 9, 900))
     assert (c.dc.meta.checkpoints[ch].seq, c.dc.meta.checkpoints[ch].timestamp) == (7, 700)
     assert "unknown-channel" not in c.dc.meta.checkpoints
@@ -214,6 +236,6 @@ async def test_save_binlog_paths_commits_the_checkpoint_with_the_segment(coords)
     sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
     resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
     merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 12, resp.flush_ts + 1, rows=3)))
-    cp = await _stored_checkpoint(c, ch)              # in the same transaction: no wait
+    cp = await _stored_checkpoint(c, ch)  # in the same transaction: no wait
     assert cp is not None and (cp.seq, cp.timestamp) == (12, resp.flush_ts + 1)
     assert c.dc.meta.checkpoints[ch].seq == 12

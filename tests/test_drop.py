@@ -28,6 +28,7 @@ def etcd_keys(cfg) -> list[str]:
             return sorted(k for k, _ in await kv.get_prefix("", keys_only=True) if not k.startswith(IGNORED))
         finally:
             await kv.close()
+
     return asyncio.run(go())
 
 
@@ -42,6 +43,7 @@ def consumers(cfg, vchannels) -> list[str]:
             return [n for v in vchannels for n in await stream.consumer_names(v)]
         finally:
             await stream.close()
+
     return asyncio.run(go())
 
 
@@ -89,7 +91,7 @@ def fill(uri, name="victim", rows=50_000, unflushed=1_000):
             coll.insert(list(batch(off, 10_000)))
         coll.flush()
         assert coll.num_entities == rows
-        coll.insert(list(batch(rows, unflushed)))           # buffered in the DataNode, not flushed
+        coll.insert(list(batch(rows, unflushed)))  # buffered in the DataNode, not flushed
         return coll.describe()
     finally:
         connections.disconnect(alias)
@@ -160,7 +162,7 @@ def test_coordinator_killed_after_meta_txn_finishes_drop_on_restart(cluster):
     coords = cluster.procs["coords"]
     assert coords.proc.wait(10) != 0
     assert any(k.startswith("root-coord/drop-task/") for k in etcd_keys(cluster.cfg))
-    cluster.start("coords", COORDS)                 # restarted without the failpoint
+    cluster.start("coords", COORDS)  # restarted without the failpoint
     assert_nothing_left(cluster, keys_before, files_before, vchannels_of(desc, cluster), within=15)
 
 
@@ -199,6 +201,7 @@ def test_drop_while_flush_in_flight_ends_flush(node, client):
     ids, vecs, tags = batch(0, 2000)
     client.insert("inflight", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
     import threading
+
     errors = []
 
     def flush():

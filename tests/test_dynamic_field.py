@@ -20,15 +20,17 @@ META = "$meta"
 
 def repro_schema() -> CollectionSchema:
     """The issue's repro: id INT64 pk, vec FLOAT_VECTOR(4), dynamic field on."""
-    return CollectionSchema([FieldSchema("id", DataType.INT64, is_primary=True),
-                             FieldSchema("vec", DataType.FLOAT_VECTOR, dim=4)],
-                            enable_dynamic_field=True)
+    return CollectionSchema(
+        [FieldSchema("id", DataType.INT64, is_primary=True), FieldSchema("vec", DataType.FLOAT_VECTOR, dim=4)],
+        enable_dynamic_field=True,
+    )
 
 
 def meta_field(node, name) -> schema_pb2.FieldSchema:
     """The stored `$meta` field (RootCoord's full schema, not the client's view)."""
-    desc = node.call(node.component("rootcoord").DescribeCollection(
-        milvus_pb2.DescribeCollectionRequest(collection_name=name)))
+    desc = node.call(
+        node.component("rootcoord").DescribeCollection(milvus_pb2.DescribeCollectionRequest(collection_name=name))
+    )
     return next(f for f in desc.schema.fields if f.name == META)
 
 
@@ -47,14 +49,18 @@ def read_meta(node, client, name) -> dict[int, dict]:
 
 def test_repro_inserts_flushes_and_reads_back_meta(node, client):
     client.create_collection("dyn", schema=repro_schema())
-    res = client.insert("dyn", [{"id": 1, "vec": [.1, .2, .3, .4]}])
+    res = client.insert("dyn", [{"id": 1, "vec": [0.1, 0.2, 0.3, 0.4]}])
     assert res["insert_count"] == 1
-    client.insert("dyn", [{"id": 2, "vec": [.5, .6, .7, .8], "color": "red", "n": 3},
-                          {"id": 3, "vec": [.1, .1, .1, .1], "nested": {"a": [1, 2]}}])
+    client.insert(
+        "dyn",
+        [
+            {"id": 2, "vec": [0.5, 0.6, 0.7, 0.8], "color": "red", "n": 3},
+            {"id": 3, "vec": [0.1, 0.1, 0.1, 0.1], "nested": {"a": [1, 2]}},
+        ],
+    )
     client.flush("dyn")
     assert client.get_collection_stats("dyn")["row_count"] == 3
-    assert read_meta(node, client, "dyn") == {1: {}, 2: {"color": "red", "n": 3},
-                                              3: {"nested": {"a": [1, 2]}}}
+    assert read_meta(node, client, "dyn") == {1: {}, 2: {"color": "red", "n": 3}, 3: {"nested": {"a": [1, 2]}}}
     f = meta_field(node, "dyn")
     assert f.data_type == schema_pb2.DataType.JSON and f.is_dynamic
 
@@ -82,15 +88,14 @@ def test_extra_key_without_dynamic_field_is_refused(node, client):
     schema.enable_dynamic_field = False
     client.create_collection("static", schema=schema)
     with pytest.raises(MilvusException) as err:
-        client.insert("static", [{"id": 1, "vec": [.1, .2, .3, .4], "extra": 1}])
+        client.insert("static", [{"id": 1, "vec": [0.1, 0.2, 0.3, 0.4], "extra": 1}])
     assert "extra" in err.value.message
 
 
 def _raw_insert(node, name, fields_data, num_rows):
     with grpc.insecure_channel(node.uri.removeprefix("http://")) as ch:
         stub = milvus_pb2_grpc.MilvusServiceStub(ch)
-        return stub.Insert(milvus_pb2.InsertRequest(collection_name=name, fields_data=fields_data,
-                                                    num_rows=num_rows))
+        return stub.Insert(milvus_pb2.InsertRequest(collection_name=name, fields_data=fields_data, num_rows=num_rows))
 
 
 def _fd_meta(values: list[bytes]) -> schema_pb2.FieldData:
@@ -108,11 +113,14 @@ def _fd_base(n):
     return [ids, vec]
 
 
-@pytest.mark.parametrize("meta,needle", [
-    ([b"[1, 2]"], "dynamic field value must be a JSON object"),
-    ([b'{"id": 5}'], "dynamic field name cannot include the static field name: id"),
-    ([b"{not json"], "is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "meta,needle",
+    [
+        ([b"[1, 2]"], "dynamic field value must be a JSON object"),
+        ([b'{"id": 5}'], "dynamic field name cannot include the static field name: id"),
+        ([b"{not json"], "is not valid JSON"),
+    ],
+)
 def test_bad_dynamic_values_are_refused_and_nothing_written(node, client, meta, needle):
     client.create_collection("dyn", schema=repro_schema())
     st = _raw_insert(node, "dyn", _fd_base(1) + [_fd_meta(meta)], 1)
@@ -159,17 +167,30 @@ def test_import_json_and_parquet_extras_go_to_meta(spark, tmp_path):  # noqa: F8
     rows = [_row(0), _row(1, color="red", n=2), _row(2, nested={"a": [1, "x"]}, flag=None)]
     m, err = _run_import(spark, _spec(tmp_path, [_json_rows(tmp_path, rows)], schema))
     assert err is None, err
-    assert _imported_meta(tmp_path, m) == {0: {}, 1: {"color": "red", "n": 2},
-                                           2: {"nested": {"a": [1, "x"]}, "flag": None}}
-    table = pa.table({"id": [10, 11], "vec": [[0.5] * 4, [1.0] * 4], "tag": ["a", "b"], "small": [1, 2],
-                      "color": ["blue", None], "score": [1.5, 2.5]})
+    assert _imported_meta(tmp_path, m) == {
+        0: {},
+        1: {"color": "red", "n": 2},
+        2: {"nested": {"a": [1, "x"]}, "flag": None},
+    }
+    table = pa.table(
+        {
+            "id": [10, 11],
+            "vec": [[0.5] * 4, [1.0] * 4],
+            "tag": ["a", "b"],
+            "small": [1, 2],
+            "color": ["blue", None],
+            "score": [1.5, 2.5],
+        }
+    )
     pq.write_table(table, tmp_path / "extra.parquet")
     m, err = _run_import(spark, _spec(tmp_path, [tmp_path / "extra.parquet"], schema, segment_id_start=70))
     assert err is None, err
     assert _imported_meta(tmp_path, m) == {10: {"color": "blue", "score": 1.5}, 11: {"score": 2.5}}
     # Milvus 2.4: `$meta` given by name is refused; extra keys are the way.
-    _, err = _run_import(spark, _spec(tmp_path, [_json_rows(tmp_path, [_row(5, **{META: {"a": 1}})], "m.json")],
-                                      schema, segment_id_start=90))
+    _, err = _run_import(
+        spark,
+        _spec(tmp_path, [_json_rows(tmp_path, [_row(5, **{META: {"a": 1}})], "m.json")], schema, segment_id_start=90),
+    )
     assert "explicit specification of '$meta' is not allowed" in err["reason"], err
 
 
@@ -181,7 +202,7 @@ def test_bulk_insert_through_pymilvus_keeps_extra_keys(node, client, orm, tmp_pa
     from tests.test_spark_jobs import _wait_import
 
     client.create_collection("dyn", schema=repro_schema())
-    rows = [{"id": 1, "vec": [.1, .2, .3, .4], "color": "red"}, {"id": 2, "vec": [.5, .6, .7, .8]}]
+    rows = [{"id": 1, "vec": [0.1, 0.2, 0.3, 0.4], "color": "red"}, {"id": 2, "vec": [0.5, 0.6, 0.7, 0.8]}]
     path = tmp_path / "rows.json"
     path.write_text(json.dumps({"rows": rows}))
     task = utility.do_bulk_insert("dyn", files=[str(path)], using=orm)
@@ -205,19 +226,30 @@ def test_compaction_keeps_meta(spark, tmp_path):  # noqa: F811
     store = ObjectStore.from_uri((tmp_path / "store").as_uri())
     srcs = []
     for s, (lo, hi) in enumerate([(0, 3), (3, 5)]):
-        cols = {100: pa.array(np.arange(lo, hi, dtype=np.int64)),
-                101: pa.FixedSizeListArray.from_arrays(pa.array(np.ones((hi - lo) * 4, np.float32)), 4),
-                102: pa.array([f"t{i}" for i in range(lo, hi)]), 103: pa.array(np.zeros(hi - lo, np.int8)),
-                104: pa.array([json.dumps({"k": i}).encode() for i in range(lo, hi)], pa.binary())}
+        cols = {
+            100: pa.array(np.arange(lo, hi, dtype=np.int64)),
+            101: pa.FixedSizeListArray.from_arrays(pa.array(np.ones((hi - lo) * 4, np.float32)), 4),
+            102: pa.array([f"t{i}" for i in range(lo, hi)]),
+            103: pa.array(np.zeros(hi - lo, np.int8)),
+            104: pa.array([json.dumps({"k": i}).encode() for i in range(lo, hi)], pa.binary()),
+        }
         batch = typeutil.columns_to_record_batch(schema, cols, np.arange(lo, hi) + 100, np.arange(lo, hi) + 1)
         key = paths.insert_log_key(10, 11, 200 + s, 1)
         info = write_insert_binlog(store, key, batch)
         srcs.append({"segment_id": 200 + s, "binlogs": [{"key": key, "rows": info.entries_num, "size": info.size}]})
-    spec = {"kind": "compact", "job_id": 5, "collection_id": 10,
-            "schema": base64.b64encode(schema.SerializeToString()).decode(), "storage_uri": store.root_uri,
-            "manifest_key": "c.json", "log_id_start": 300, "log_id_count": 10,
-            "plans": [{"plan_id": 6, "partition_id": 11, "channel": "ch", "target_ids": [400], "sources": srcs}]}
+    spec = {
+        "kind": "compact",
+        "job_id": 5,
+        "collection_id": 10,
+        "schema": base64.b64encode(schema.SerializeToString()).decode(),
+        "storage_uri": store.root_uri,
+        "manifest_key": "c.json",
+        "log_id_start": 300,
+        "log_id_count": 10,
+        "plans": [{"plan_id": 6, "partition_id": 11, "channel": "ch", "target_ids": [400], "sources": srcs}],
+    }
     compactor.run(spark, spec)
     t = read_segment(store, 10, 11, 400)
-    assert {pk: json.loads(m) for pk, m in zip(t.column("100").to_pylist(), t.column("104").to_pylist())} == \
-        {i: {"k": i} for i in range(5)}
+    assert {pk: json.loads(m) for pk, m in zip(t.column("100").to_pylist(), t.column("104").to_pylist())} == {
+        i: {"k": i} for i in range(5)
+    }

@@ -44,8 +44,8 @@ def test_pressure_write_racing_flush_of_same_segment_loses_nothing(node_factory,
     node = node_factory(roles=COORDS_AND_PROXY, insert_buffer_size_mb=2)
     log1 = tmp_path / "dn1.log"
     dn1 = ProcessNode(node.cfg, ("datanode",), log1).start(
-        wait_for="component started",
-        failpoints="datanode.save.pressure=sleep(3),datanode.save.flush")
+        wait_for="component started", failpoints="datanode.save.pressure=sleep(3),datanode.save.flush"
+    )
     alias = "f" + uuid.uuid4().hex[:6]
     connections.connect(alias, uri=node.uri)
     dn2 = None
@@ -90,7 +90,8 @@ def test_flush_finishes_when_an_insert_races_it(node_factory, tmp_path):
     coords = node_factory(roles=("rootcoord", "datacoord", "querycoord", "datanode"))
     log = tmp_path / "proxy.log"
     proxy = ProcessNode(coords.cfg, ("proxy",), log).start(
-        wait_for="component started", failpoints="proxy.insert.before_assign=sleep(2)")
+        wait_for="component started", failpoints="proxy.insert.before_assign=sleep(2)"
+    )
     alias = "r" + uuid.uuid4().hex[:6]
     uri = f"http://127.0.0.1:{coords.cfg.proxy_port}"
     wait_until(lambda: _log_has(log, "node ready"), timeout=30, what="proxy ready")
@@ -134,7 +135,8 @@ def _pause(proc: ProcessNode, seconds: float) -> None:
 
 
 def test_coordinators_paused_past_their_lease_hand_over_and_the_stale_leader_steps_down(
-        node_factory, tmp_path, root, etcd_endpoint, nats_url):
+    node_factory, tmp_path, root, etcd_endpoint, nats_url
+):
     """SIGSTOP of the active coordinators past the lease: the standby takes over, inserts and
     flushes go on, and the resumed stale leader changes nothing and exits."""
     cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
@@ -159,7 +161,7 @@ def test_coordinators_paused_past_their_lease_hand_over_and_the_stale_leader_ste
         ins.stop_flag.set()
         ins.join(60)
         _check_after_fault(base, coll, coll_id, ins)
-        Collection("after_handover", bench_schema(), using=alias)   # DDL served by the new leader
+        Collection("after_handover", bench_schema(), using=alias)  # DDL served by the new leader
     finally:
         connections.disconnect(alias)
         a.kill()
@@ -184,8 +186,11 @@ def test_datanode_paused_past_its_session_is_fenced_while_another_takes_over(nod
         dn2 = ProcessNode(node.cfg, ("datanode",), tmp_path / "dn2.log").start(wait_for="component started")
         _pause(dn1, node.cfg.session_ttl + 3)
         wait_until(lambda: _log_has(tmp_path / "dn2.log", "watching channel"), timeout=30, what="takeover")
-        wait_until(lambda: _log_has(tmp_path / "dn1.log", "dropped every channel"), timeout=30,
-                   what="the stale DataNode drops its channels")
+        wait_until(
+            lambda: _log_has(tmp_path / "dn1.log", "dropped every channel"),
+            timeout=30,
+            what="the stale DataNode drops its channels",
+        )
         acked_at = len(ins.acked)
         wait_until(lambda: len(ins.acked) >= acked_at + 5_000, timeout=60, what="inserts after the takeover")
         ins.stop_flag.set()
@@ -212,10 +217,10 @@ def test_proxy_killed_a_second_proxy_keeps_serving(node_factory, tmp_path):
         ins = Inserter(coll2)
         ins.start()
         wait_until(lambda: len(ins.acked) >= 5_000, timeout=60, what="inserts through proxy 2")
-        p2.kill()                                     # SIGKILL mid-insert
+        p2.kill()  # SIGKILL mid-insert
         ins.stop_flag.set()
         ins.join(60)
-        coll1 = Collection("twoproxies", using=a1)    # the surviving proxy serves it
+        coll1 = Collection("twoproxies", using=a1)  # the surviving proxy serves it
         ids, vecs, tags = batch(10_000_000, 1000)
         coll1.insert([ids, vecs, tags])
         ins.acked.extend(ids)
@@ -238,22 +243,32 @@ def test_inserts_beyond_the_proxy_bound_get_the_rate_limit_code(node_factory, tm
     coords = node_factory(roles=("rootcoord", "datacoord", "querycoord", "datanode"))
     log = tmp_path / "proxy.log"
     proxy = ProcessNode(coords.cfg, ("proxy",), log)
-    proxy.start(wait_for="component started", failpoints="proxy.insert.before_assign=sleep(3)",
-                env={"KMILVUS_MAX_PENDING_INSERT_MB": "1"})
+    proxy.start(
+        wait_for="component started",
+        failpoints="proxy.insert.before_assign=sleep(3)",
+        env={"KMILVUS_MAX_PENDING_INSERT_MB": "1"},
+    )
     alias = "b" + uuid.uuid4().hex[:6]
     addr = f"127.0.0.1:{coords.cfg.proxy_port}"
     wait_until(lambda: _log_has(log, "node ready"), timeout=30, what="proxy ready")
     connections.connect(alias, uri="http://" + addr)
     try:
         coll = Collection("bounded", bench_schema(), shards_num=1, using=alias)
-        n = 1000                                               # ≈ 0.55 MB per request
+        n = 1000  # ≈ 0.55 MB per request
 
         def request(start: int):
             with grpc.insecure_channel(addr) as ch:
-                return milvus_pb2_grpc.MilvusServiceStub(ch).Insert(milvus_pb2.InsertRequest(
-                    collection_name="bounded", num_rows=n, fields_data=[
-                        fd_long("id", range(start, start + n)), fd_vec("vec", n, 128),
-                        fd_str("tag", [f"t{i}" for i in range(n)])]))
+                return milvus_pb2_grpc.MilvusServiceStub(ch).Insert(
+                    milvus_pb2.InsertRequest(
+                        collection_name="bounded",
+                        num_rows=n,
+                        fields_data=[
+                            fd_long("id", range(start, start + n)),
+                            fd_vec("vec", n, 128),
+                            fd_str("tag", [f"t{i}" for i in range(n)]),
+                        ],
+                    )
+                )
 
         results: list = []
         first = threading.Thread(target=lambda: results.append(request(0)))
@@ -266,7 +281,7 @@ def test_inserts_beyond_the_proxy_bound_get_the_rate_limit_code(node_factory, tm
         assert "rate limit exceeded" in second.status.reason
         assert results[0].status.code == 0 and results[0].insert_cnt == n
         coll.flush(timeout=30)
-        assert coll.num_entities == n                          # the refused inserts stored nothing
+        assert coll.num_entities == n  # the refused inserts stored nothing
     finally:
         connections.disconnect(alias)
         proxy.stop()

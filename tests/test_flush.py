@@ -22,8 +22,11 @@ Flushed = common_pb2.SegmentState.Flushed
 
 def segments(node, coll_id, states=()):
     dc = node.component("datacoord")
-    resp = node.call(dc.GetSegmentsByCollection(
-        data_coord_pb2.GetSegmentsByCollectionRequest(collectionID=coll_id, states=list(states))))
+    resp = node.call(
+        dc.GetSegmentsByCollection(
+            data_coord_pb2.GetSegmentsByCollectionRequest(collectionID=coll_id, states=list(states))
+        )
+    )
     return list(resp.infos)
 
 
@@ -55,7 +58,7 @@ def test_orm_200k_flush_and_read_back_with_pyarrow_and_spark(node, orm):
     order = np.argsort(pk)
     vecs = np.stack(table.column("101").to_numpy(zero_copy_only=False))[order]
     for start in (0, 70_000, 190_000):
-        np.testing.assert_array_equal(vecs[start:start + 10_000], batch(start, 10_000)[1])
+        np.testing.assert_array_equal(vecs[start : start + 10_000], batch(start, 10_000)[1])
     tags = np.asarray(table.column("102").to_pylist(), dtype=object)[order]
     assert tags[12345] == "tag12345"
 
@@ -93,8 +96,13 @@ def spark_read(dirs, pk):
     import sys
 
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
-    out = subprocess.run([sys.executable, "-c", SPARK_READ, json.dumps({"dirs": dirs, "pk": pk})],
-                         capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", SPARK_READ, json.dumps({"dirs": dirs, "pk": pk})],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -146,8 +154,14 @@ def test_flush_answers_sealed_segments_and_flush_ts(node, orm):
         seg_ids = list(resp.coll_segIDs["f"].data)
         flush_ts = resp.coll_flush_ts["f"]
         assert seg_ids and flush_ts > 0
-        wait_until(lambda: stub.GetFlushState(milvus_pb2.GetFlushStateRequest(
-            segmentIDs=seg_ids, flush_ts=flush_ts, collection_name="f")).flushed, what="flush state")
+        wait_until(
+            lambda: (
+                stub.GetFlushState(
+                    milvus_pb2.GetFlushStateRequest(segmentIDs=seg_ids, flush_ts=flush_ts, collection_name="f")
+                ).flushed
+            ),
+            what="flush state",
+        )
     dc = node.component("datacoord")
     infos = node.call(dc.GetSegmentInfo(data_coord_pb2.GetSegmentInfoRequest(segmentIDs=seg_ids))).infos
     for info in infos:  # seed 000's SegmentInfo fields
@@ -193,8 +207,11 @@ def test_idle_segments_seal_and_flush_without_being_asked(node_factory):
     ids, vecs, tags = batch(0, 100)
     c.insert("idle", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
     coll_id = c.describe_collection("idle")["collection_id"]
-    wait_until(lambda: (s := segments(node, coll_id)) and all(x.state == Flushed for x in s), timeout=15,
-               what="idle segment flushed")
+    wait_until(
+        lambda: (s := segments(node, coll_id)) and all(x.state == Flushed for x in s),
+        timeout=15,
+        what="idle segment flushed",
+    )
     assert c.get_collection_stats("idle")["row_count"] == 100
     c.close()
 
@@ -238,10 +255,12 @@ async def insert_messages(stream, vchannel) -> int:
 
 
 def raw_insert(node, name, fields, num_rows):
-    with grpc.insecure_channel(node.uri.removeprefix("http://"),
-                               options=[("grpc.max_send_message_length", 512 << 20)]) as ch:
-        return milvus_pb2_grpc.MilvusServiceStub(ch).Insert(milvus_pb2.InsertRequest(
-            collection_name=name, fields_data=fields, num_rows=num_rows))
+    with grpc.insecure_channel(
+        node.uri.removeprefix("http://"), options=[("grpc.max_send_message_length", 512 << 20)]
+    ) as ch:
+        return milvus_pb2_grpc.MilvusServiceStub(ch).Insert(
+            milvus_pb2.InsertRequest(collection_name=name, fields_data=fields, num_rows=num_rows)
+        )
 
 
 def fd_long(name, values):
@@ -263,15 +282,18 @@ def fd_str(name, values):
     return f
 
 
-@pytest.mark.parametrize("case,code,needle", [
-    ("wrong_dim", 1100, "the dim (64) of field data(vec) is not equal to schema dim (128)"),
-    ("wrong_type", 1100, "tag"),
-    ("varchar_too_long", 1100, "exceeds max length (64)"),
-    ("missing_pk", 1101, "`id`"),
-    ("row_count_mismatch", 1100, "num_rows"),
-    ("unknown_collection", 100, "collection not found[collection=nope]"),
-    ("too_large", 1106, "exceeds the limit"),
-])
+@pytest.mark.parametrize(
+    "case,code,needle",
+    [
+        ("wrong_dim", 1100, "the dim (64) of field data(vec) is not equal to schema dim (128)"),
+        ("wrong_type", 1100, "tag"),
+        ("varchar_too_long", 1100, "exceeds max length (64)"),
+        ("missing_pk", 1101, "`id`"),
+        ("row_count_mismatch", 1100, "num_rows"),
+        ("unknown_collection", 100, "collection not found[collection=nope]"),
+        ("too_large", 1106, "exceeds the limit"),
+    ],
+)
 def test_bad_insert_is_rejected_and_nothing_is_published(node_factory, case, code, needle):
     node = node_factory(max_insert_bytes=4 * 1024 * 1024)
     c = MilvusClient(uri=node.uri)
@@ -290,12 +312,13 @@ def test_bad_insert_is_rejected_and_nothing_is_published(node_factory, case, cod
         "unknown_collection": [fd_long("id", range(n)), fd_vec("vec", n, 128), fd_str("tag", ["a"] * n)],
         "too_large": [fd_long("id", range(20_000)), fd_vec("vec", 20_000, 128), fd_str("tag", ["a"] * 20_000)],
     }[case]
-    resp = raw_insert(node, "nope" if case == "unknown_collection" else "bad", fields,
-                      20_000 if case == "too_large" else n)
+    resp = raw_insert(
+        node, "nope" if case == "unknown_collection" else "bad", fields, 20_000 if case == "too_large" else n
+    )
     assert resp.status.code == code, resp.status
     assert needle in resp.status.reason, resp.status.reason
     assert all(node.call(insert_messages(stream, v)) == 0 for v in vchannels)  # nothing published
-    assert segments(node, vch) == []                                     # nothing allocated
+    assert segments(node, vch) == []  # nothing allocated
     c.close()
 
 

@@ -49,34 +49,52 @@ DIM = 128
 
 
 def secret(ns: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds", "namespace": ns},
-            "data": {"access": base64.b64encode(b"testing").decode(), "secret": base64.b64encode(b"testing").decode()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "s3-creds", "namespace": ns},
+        "data": {"access": base64.b64encode(b"testing").decode(), "secret": base64.b64encode(b"testing").decode()},
+    }
 
 
 def rows(start: int, n: int) -> list[dict]:
     rng = np.random.default_rng(start)
-    return [{"id": i, "vec": rng.random(DIM, dtype=np.float32).tolist(), "tag": f"t{i}", "meta": {"i": i}}
-            for i in range(start, start + n)]
+    return [
+        {"id": i, "vec": rng.random(DIM, dtype=np.float32).tolist(), "tag": f"t{i}", "meta": {"i": i}}
+        for i in range(start, start + n)
+    ]
 
 
 async def _no_consumers(stream: MsgStream, vchannels: list[str]) -> bool:
     return not [n for v in vchannels for n in await stream.consumer_names(v)]
 
 
-async def test_collection_lifecycle_as_kubernetes_runs_it(kmock, kube, cfg, operators, etcd_endpoint, nats_url,
-                                                          moto_endpoint, root, tmp_path):
+async def test_collection_lifecycle_as_kubernetes_runs_it(
+    kmock, kube, cfg, operators, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path
+):
     declare(kmock)
     port = free_port()
     storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
-    docs = render({"cluster": root, "operator": {"watchNamespaces": [NS]},
-                   "externalEtcd": {"endpoint": etcd_endpoint}, "externalNats": {"url": nats_url},
-                   "storage": {"uri": storage_uri, "existingSecret": "s3-creds",
-                               "accessKeyIdKey": "access", "secretAccessKeyKey": "secret"},
-                   "proxy": {"port": port, "metricsPort": free_port()}, "datanode": {"metricsPort": free_port()}})
-    users = [secret(RELEASE_NS), secret(NS)]          # `kubectl create secret` where pods and jobs run
+    docs = render(
+        {
+            "cluster": root,
+            "operator": {"watchNamespaces": [NS]},
+            "externalEtcd": {"endpoint": etcd_endpoint},
+            "externalNats": {"url": nats_url},
+            "storage": {
+                "uri": storage_uri,
+                "existingSecret": "s3-creds",
+                "accessKeyIdKey": "access",
+                "secretAccessKeyKey": "secret",
+            },
+            "proxy": {"port": port, "metricsPort": free_port()},
+            "datanode": {"metricsPort": free_port()},
+        }
+    )
+    users = [secret(RELEASE_NS), secret(NS)]  # `kubectl create secret` where pods and jobs run
     kmock.authorizer = auth = Authorizer(docs, ACCOUNT, RELEASE_NS)
     cfg.storage_uri = storage_uri
-    for k, v in operator_settings(docs).items():      # spark_runner=sparkapplication, account, Secret, ...
+    for k, v in operator_settings(docs).items():  # spark_runner=sparkapplication, account, Secret, ...
         setattr(cfg, k, v)
     assert cfg.spark_runner == "sparkapplication" and cfg.spark_s3_secret_name == "s3-creds"
     op = await start_operator(operators, namespaces=(NS,), peering=RELEASE, sdk_namespace=NS)
@@ -91,8 +109,7 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(kmock, kube, cfg, oper
             w = next(d for d in by_kind(docs, kind) if d["metadata"]["name"] == name)
             argv, env = container_process(docs, users, w, f"{name}-0")
             log = open(tmp_path / f"{name}.log", "wb")
-            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
         def serving() -> bool:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
@@ -105,8 +122,11 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(kmock, kube, cfg, oper
 
         # Apply the example Collection → Ready.
         await kube.create(R.COLLECTION, NS, yaml.safe_load((ROOT / "crds/examples/collection.yaml").read_text()))
-        o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "Ready").get("status") == "True"
-                             and x, 30, "the example Collection Ready")
+        o = await eventually(
+            lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "Ready").get("status") == "True" and x,
+            30,
+            "the example Collection Ready",
+        )
         cid, vchannels = o["status"]["collectionID"], o["status"]["vchannels"]
 
         # Insert and flush twice (two rounds of small segments on each channel).
@@ -115,8 +135,11 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(kmock, kube, cfg, oper
             body = yaml.safe_load((ROOT / "crds/examples/flushrequest.yaml").read_text())
             body["metadata"]["name"] = flush_name
             await kube.create(R.FLUSHREQUEST, NS, body)
-            await eventually(lambda: (x := obj(kmock, FLUSH, flush_name))
-                             and x.get("status", {}).get("phase") == "Completed", 60, f"{flush_name} Completed")
+            await eventually(
+                lambda: (x := obj(kmock, FLUSH, flush_name)) and x.get("status", {}).get("phase") == "Completed",
+                60,
+                f"{flush_name} Completed",
+            )
 
         await insert_and_flush(0, "flush-1")
         await insert_and_flush(200, "flush-2")
@@ -127,34 +150,57 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(kmock, kube, cfg, oper
             # Bulk import through a SparkApplication in the Collection's namespace → rows counted.
             n = 300
             vec = np.random.default_rng(9).random((n, DIM), dtype=np.float32)
-            pq.write_table(pa.table({
-                "id": pa.array(np.arange(1000, 1000 + n, dtype=np.int64)),
-                "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), DIM),
-                "tag": pa.array([f"i{i}" for i in range(n)]),
-                "meta": pa.array(['{"imported": true}'] * n)}), tmp_path / "rows.parquet")
+            pq.write_table(
+                pa.table(
+                    {
+                        "id": pa.array(np.arange(1000, 1000 + n, dtype=np.int64)),
+                        "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), DIM),
+                        "tag": pa.array([f"i{i}" for i in range(n)]),
+                        "meta": pa.array(['{"imported": true}'] * n),
+                    }
+                ),
+                tmp_path / "rows.parquet",
+            )
             alias = "a" + uuid.uuid4().hex[:8]
             await asyncio.to_thread(connections.connect, alias, uri=f"http://127.0.0.1:{port}")
-            task = await asyncio.to_thread(utility.do_bulk_insert, "docs", files=[str(tmp_path / "rows.parquet")],
-                                           using=alias)
-            o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and (x["status"].get("imports") or {})
-                                 .get("last", {}).get("state") in ("ImportCompleted", "ImportFailed") and x,
-                                 400, "the import to finish")
+            task = await asyncio.to_thread(
+                utility.do_bulk_insert, "docs", files=[str(tmp_path / "rows.parquet")], using=alias
+            )
+            o = await eventually(
+                lambda: (
+                    (x := obj(kmock, COLL, "docs"))
+                    and (x["status"].get("imports") or {}).get("last", {}).get("state")
+                    in ("ImportCompleted", "ImportFailed")
+                    and x
+                ),
+                400,
+                "the import to finish",
+            )
             imp = o["status"]["imports"]
             assert imp["last"]["state"] == "ImportCompleted", imp
             assert imp["last"]["jobID"] == task and imp["rowsImported"] == n and imp["running"] == 0
             await eventually(lambda: obj(kmock, COLL, "docs")["status"].get("rows") == 400 + n, 30, "rows 700")
-            (app_ns, app_name), = [k for k in spark.seen if "import" in k[1]]
+            ((app_ns, app_name),) = [k for k in spark.seen if "import" in k[1]]
             assert app_ns == NS and imp["last"]["sparkApplication"] == app_name
 
             # Compaction through a SparkApplication → fewer Segments.
             def segments() -> list[dict]:
-                return [s for k in list(kmock.objects) if k[0] == kmock.resource(SEGS) and (s := obj(kmock, SEGS, k[2]))]
+                return [
+                    s for k in list(kmock.objects) if k[0] == kmock.resource(SEGS) and (s := obj(kmock, SEGS, k[2]))
+                ]
 
             before = len(segments())
             comp = await asyncio.to_thread(client.compact, "docs")
-            o = await eventually(lambda: (x := obj(kmock, COLL, "docs")) and (x["status"].get("compactions") or {})
-                                 .get("last", {}).get("compactionID") == comp
-                                 and x["status"]["compactions"]["running"] == 0 and x, 400, "the compaction")
+            o = await eventually(
+                lambda: (
+                    (x := obj(kmock, COLL, "docs"))
+                    and (x["status"].get("compactions") or {}).get("last", {}).get("compactionID") == comp
+                    and x["status"]["compactions"]["running"] == 0
+                    and x
+                ),
+                400,
+                "the compaction",
+            )
             assert o["status"]["compactions"]["last"]["state"] == "Completed", o["status"]["compactions"]
             assert o["status"]["compactions"]["last"]["plans"] >= 1
             await eventually(lambda: len(segments()) < before, 30, f"fewer than {before} Segments")
@@ -165,19 +211,25 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(kmock, kube, cfg, oper
 
         # Delete the Collection → everything it owned is gone.
         stream = await MsgStream.connect(nats_url, root)
-        assert not await _no_consumers(stream, vchannels)   # the DataNode process consumes them now
+        assert not await _no_consumers(stream, vchannels)  # the DataNode process consumes them now
         await kube.delete(R.COLLECTION, NS, "docs")
         await eventually(lambda: obj(kmock, COLL, "docs") is None, 60, "the Collection to go")
         await eventually(lambda: not segments(), 30, "its Segments to go")
-        await eventually(lambda: not [k for k in list(kmock.objects) if k[0] == kmock.resource(APPS)
-                                      and obj(kmock, APPS, k[2], k[1])], 30, "its SparkApplications to go")
+        await eventually(
+            lambda: (
+                not [k for k in list(kmock.objects) if k[0] == kmock.resource(APPS) and obj(kmock, APPS, k[2], k[1])]
+            ),
+            30,
+            "its SparkApplications to go",
+        )
         kv = op.runtime.node.kv
         for prefix in catalog.collection_owned_prefixes(cid, vchannels):
             assert not op.call(kv.get_prefix(prefix)), prefix
         store = ObjectStore.from_uri(storage_uri)
         for prefix in (paths.insert_log_prefix(cid), paths.ddl_prefix(cid), paths.stats_log_prefix(cid)):
             assert await asyncio.to_thread(store.list_sync, prefix) == [], prefix
-        try:   # the DataNode process's consumers of the collection's channels are gone too
+        try:  # the DataNode process's consumers of the collection's channels are gone too
+
             async def consumers_gone() -> bool:
                 return await _no_consumers(stream, vchannels)
 

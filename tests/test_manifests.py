@@ -16,7 +16,8 @@ import yaml
 # kubernetes-validate re-reads its (large) JSON schemas on every call; memoise the reads.
 if not hasattr(kubernetes_validate.utils.schema_contents, "cache_info"):
     kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
-        kubernetes_validate.utils.schema_contents)
+        kubernetes_validate.utils.schema_contents
+    )
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATOR = ROOT / "operator"
@@ -60,7 +61,9 @@ def validate_strict(obj: dict) -> None:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as e:
             path = ".".join(str(p) for p in e.path)
-            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} invalid for Kubernetes {version} at {path}: {e.message}")
+            pytest.fail(
+                f"{obj['kind']}/{obj['metadata']['name']} invalid for Kubernetes {version} at {path}: {e.message}"
+            )
 
 
 def test_operator_dir_is_not_a_python_package():
@@ -74,8 +77,13 @@ def test_kustomization_builds_and_validates(built):
         validate_strict(obj)
         kinds.setdefault(obj["kind"], set()).add(obj["metadata"]["name"])
     assert kinds["Namespace"] == {NS}
-    assert {"collections.kmilvus.io", "flushrequests.kmilvus.io", "segments.kmilvus.io",
-            "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"} <= kinds["CustomResourceDefinition"]
+    assert {
+        "collections.kmilvus.io",
+        "flushrequests.kmilvus.io",
+        "segments.kmilvus.io",
+        "kopfpeerings.kopf.dev",
+        "clusterkopfpeerings.kopf.dev",
+    } <= kinds["CustomResourceDefinition"]
     assert kinds["Deployment"] == {"kmilvus-operator", "kmilvus-proxy"}
     assert kinds["StatefulSet"] == {"kmilvus-datanode"}
     assert {"kmilvus-milvus", "kmilvus-datanode"} <= kinds["Service"]
@@ -111,8 +119,11 @@ def test_proxy_service_and_workloads(built):
     assert flag(c["args"], "--namespace") == [NS] and flag(c["args"], "--sdk-namespace") == [NS]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8080, "metrics": 9091}
-    for sel_kind, name in (("Deployment", "kmilvus-proxy"), ("StatefulSet", "kmilvus-datanode"),
-                           ("Deployment", "kmilvus-operator")):
+    for sel_kind, name in (
+        ("Deployment", "kmilvus-proxy"),
+        ("StatefulSet", "kmilvus-datanode"),
+        ("Deployment", "kmilvus-operator"),
+    ):
         w = one(built, sel_kind, name)
         assert w["spec"]["selector"]["matchLabels"].items() <= w["spec"]["template"]["metadata"]["labels"].items()
 
@@ -155,13 +166,22 @@ def test_rbac_is_least_privilege(built):
     # a namespaced operator needs nothing at cluster scope
     assert not [d for d in built if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     role = one(built, "Role", "kmilvus-operator")
-    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-               for v in rule["verbs"]}
-    for need in [("kmilvus.io", "collections", "watch"), ("kmilvus.io", "collections/status", "patch"),
-                 ("kmilvus.io", "flushrequests/status", "patch"), ("kmilvus.io", "segments", "create"),
-                 ("kmilvus.io", "segments", "delete"), ("kmilvus.io", "collections/finalizers", "update"),
-                 ("sparkoperator.k8s.io", "sparkapplications", "create"), ("", "events", "create"),
-                 ("", "pods", "get"), ("", "services", "list"), ("kopf.dev", "kopfpeerings", "patch")]:
+    granted = {
+        (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
+    for need in [
+        ("kmilvus.io", "collections", "watch"),
+        ("kmilvus.io", "collections/status", "patch"),
+        ("kmilvus.io", "flushrequests/status", "patch"),
+        ("kmilvus.io", "segments", "create"),
+        ("kmilvus.io", "segments", "delete"),
+        ("kmilvus.io", "collections/finalizers", "update"),
+        ("sparkoperator.k8s.io", "sparkapplications", "create"),
+        ("", "events", "create"),
+        ("", "pods", "get"),
+        ("", "services", "list"),
+        ("kopf.dev", "kopfpeerings", "patch"),
+    ]:
         assert need in granted, need
     assert ("kmilvus.io", "collections", "deletecollection") not in granted
     assert ("kmilvus.io", "flushrequests", "create") not in granted  # users ask for flushes
@@ -171,7 +191,11 @@ def test_rbac_is_least_privilege(built):
             assert s["kind"] == "ServiceAccount" and s["namespace"] == NS
     spark = one(built, "Role", "kmilvus-spark")
     assert {r for rule in spark["rules"] for r in rule["resources"]} == {
-        "pods", "services", "configmaps", "persistentvolumeclaims"}
+        "pods",
+        "services",
+        "configmaps",
+        "persistentvolumeclaims",
+    }
 
 
 def test_operator_may_create_and_write_only_its_peering_object(built):
@@ -186,7 +210,9 @@ def test_operator_may_create_and_write_only_its_peering_object(built):
 
 
 def _crd_docs(paths) -> dict[str, dict]:
-    return {d["metadata"]["name"]: d for p in paths for d in load_docs(p) if d.get("kind") == "CustomResourceDefinition"}
+    return {
+        d["metadata"]["name"]: d for p in paths for d in load_docs(p) if d.get("kind") == "CustomResourceDefinition"
+    }
 
 
 def test_crd_copies_match_crds_dir():

@@ -121,9 +121,9 @@ async def test_leader_lock_is_held_by_one_process_at_a_time(kv):
     await a.acquire()
     waiter = asyncio.create_task(b.acquire(poll=0.05))
     await asyncio.sleep(0.5)
-    assert not waiter.done()                 # b waits while a holds it
+    assert not waiter.done()  # b waits while a holds it
     await a.release()
-    await asyncio.wait_for(waiter, 5)        # then b gets it
+    await asyncio.wait_for(waiter, 5)  # then b gets it
     # A holder that dies (no more keepalives) loses the lock when its lease expires.
     b._keepalive.cancel()
     c = LeaderLock(kv, "coordinators", ttl=1)
@@ -140,14 +140,18 @@ async def test_a_paused_leader_steps_down_and_its_fenced_writes_fail(kv):
     a = LeaderLock(kv, "rootcoord", "datacoord", ttl=1)
     await a.acquire()
     fenced_a = a.fenced(kv)
-    await fenced_a.put("k", b"from-a")                    # the leader writes while it holds the lock
+    await fenced_a.put("k", b"from-a")  # the leader writes while it holds the lock
     assert await kv.get("k") == b"from-a"
-    a._keepalive.cancel()                                  # "SIGSTOP": no keepalive any more
+    a._keepalive.cancel()  # "SIGSTOP": no keepalive any more
     b = LeaderLock(kv, "rootcoord", "datacoord", ttl=1)
-    await asyncio.wait_for(b.acquire(poll=0.05), 10)       # the lease expired: a standby takes over
+    await asyncio.wait_for(b.acquire(poll=0.05), 10)  # the lease expired: a standby takes over
     assert not a.valid()
-    for write in (fenced_a.put("k", b"stale"), fenced_a.delete("k"), fenced_a.delete_prefix(""),
-                  fenced_a.txn([Op.put("k", b"stale")])):
+    for write in (
+        fenced_a.put("k", b"stale"),
+        fenced_a.delete("k"),
+        fenced_a.delete_prefix(""),
+        fenced_a.txn([Op.put("k", b"stale")]),
+    ):
         with pytest.raises(FencedError):
             await write
     assert await kv.get("k") == b"from-a"
@@ -164,10 +168,10 @@ async def test_fenced_writes_are_refused_by_etcd_when_another_process_holds_the_
 
     a = LeaderLock(kv, "datacoord", ttl=5)
     await a.acquire()
-    await kv.revoke(a.lease)                               # the lease is gone on the server side
+    await kv.revoke(a.lease)  # the lease is gone on the server side
     b = LeaderLock(kv, "datacoord", ttl=5)
     await asyncio.wait_for(b.acquire(poll=0.05), 10)
-    assert a.valid()                                       # a does not know yet
+    assert a.valid()  # a does not know yet
     with pytest.raises(FencedError):
         await a.fenced(kv).txn([Op.put("x", b"1")], [Cmp.missing("x")])
     assert await kv.get("x") is None

@@ -82,8 +82,9 @@ async def test_roundtrip_positions_and_isolation(ms, root):
     sent = []
     for i in range(6):
         payload = os.urandom(100 + i)
-        msg = Msg(MsgType.Insert, 1000 + i, memoryview(payload) if i % 2 else payload,
-                  {"segment": str(i), "collection": "1"})
+        msg = Msg(
+            MsgType.Insert, 1000 + i, memoryview(payload) if i % 2 else payload, {"segment": str(i), "collection": "1"}
+        )
         seq = await p.publish(a, msg)
         sent.append((seq, payload, msg))
         await p.publish(b, Msg(MsgType.Delete, 2000 + i, b"other"))  # must not reach `a`'s consumer

@@ -40,7 +40,7 @@ from tests.util import eventually
 ROOT = Path(__file__).resolve().parents[1]
 NS = "default"
 ACCOUNT = f"{RELEASE}-operator"
-ADMIN_TOKEN = "cluster-admin"     # the test's own requests (a user applying manifests): not checked
+ADMIN_TOKEN = "cluster-admin"  # the test's own requests (a user applying manifests): not checked
 
 
 class Authorizer:
@@ -71,10 +71,12 @@ class Authorizer:
 
     def allows(self, verb: str, group: str, resource: str, namespace: str | None, name: str | None) -> bool:
         for rule in self._rules(namespace):
-            if ((group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", []))
-                    and (resource in rule.get("resources", []) or "*" in rule.get("resources", []))
-                    and (verb in rule.get("verbs", []) or "*" in rule.get("verbs", []))
-                    and (not rule.get("resourceNames") or (name is not None and name in rule["resourceNames"]))):
+            if (
+                (group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", []))
+                and (resource in rule.get("resources", []) or "*" in rule.get("resources", []))
+                and (verb in rule.get("verbs", []) or "*" in rule.get("verbs", []))
+                and (not rule.get("resourceNames") or (name is not None and name in rule["resourceNames"]))
+            ):
                 return True
         return False
 
@@ -139,7 +141,7 @@ async def test_the_stand_in_answers_403_outside_the_rendered_roles(kmock, kube):
     body = {"metadata": {"name": "x", "namespace": NS}, "spec": {"segmentID": 1, "collectionID": 2, "channel": "c"}}
     op = operator_client(kmock)
     try:
-        await op.create(R.SEGMENT, NS, copy.deepcopy(body))                  # allowed in a served namespace
+        await op.create(R.SEGMENT, NS, copy.deepcopy(body))  # allowed in a served namespace
         with pytest.raises(Exception) as exc:
             await op.create(R.SEGMENT, "elsewhere", {**body, "metadata": {"name": "x", "namespace": "elsewhere"}})
     finally:
@@ -161,24 +163,36 @@ async def test_scenario_passes_within_the_rendered_rbac(kmock, kube, operators, 
     args = op_args["spec"]["template"]["spec"]["containers"][0]["args"]
     flags = lambda f: [args[i + 1] for i, a in enumerate(args) if a == f]  # noqa: E731
     assert flags("--namespace") == served
-    op = await start_operator(operators, namespaces=tuple(flags("--namespace")), peering=flags("--peering")[0],
-                              sdk_namespace=flags("--sdk-namespace")[0])
+    op = await start_operator(
+        operators,
+        namespaces=tuple(flags("--namespace")),
+        peering=flags("--peering")[0],
+        sdk_namespace=flags("--sdk-namespace")[0],
+    )
     data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
-    ns = served[-1]                      # with several: not the first (the SDK namespace)
+    ns = served[-1]  # with several: not the first (the SDK namespace)
 
     example = yaml.safe_load((ROOT / "crds" / "examples" / "collection.yaml").read_text())
     example["metadata"]["namespace"] = ns
     await kube.create(R.COLLECTION, ns, example)
-    o = await eventually(lambda: (x := obj(kmock, COLL, "docs", ns)) and cond(x, "Ready").get("status") == "True"
-                         and x, 30, "the example Collection Ready")
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "docs", ns)) and cond(x, "Ready").get("status") == "True" and x,
+        30,
+        "the example Collection Ready",
+    )
     assert cond(o, "Stalled")["status"] == "False"
 
     def insert() -> None:
         c = MilvusClient(uri=data.uri)
         try:
             rng = np.random.default_rng(0)
-            c.insert("docs", [{"id": i, "vec": rng.random(128, dtype=np.float32).tolist(), "tag": f"t{i}",
-                               "meta": {"i": i}} for i in range(500)])
+            c.insert(
+                "docs",
+                [
+                    {"id": i, "vec": rng.random(128, dtype=np.float32).tolist(), "tag": f"t{i}", "meta": {"i": i}}
+                    for i in range(500)
+                ],
+            )
         finally:
             c.close()
 
@@ -186,28 +200,41 @@ async def test_scenario_passes_within_the_rendered_rbac(kmock, kube, operators, 
     flush = yaml.safe_load((ROOT / "crds" / "examples" / "flushrequest.yaml").read_text())
     flush["metadata"]["namespace"] = ns
     await kube.create(R.FLUSHREQUEST, ns, flush)
-    await eventually(lambda: (x := obj(kmock, FLUSH, "flush-docs", ns))
-                     and x.get("status", {}).get("phase") == "Completed", 30, "the FlushRequest Completed")
+    await eventually(
+        lambda: (x := obj(kmock, FLUSH, "flush-docs", ns)) and x.get("status", {}).get("phase") == "Completed",
+        30,
+        "the FlushRequest Completed",
+    )
     await eventually(lambda: obj(kmock, COLL, "docs", ns)["status"].get("rows") == 500, 20, "status.rows")
 
     await kube.delete(R.COLLECTION, ns, "docs")
     await eventually(lambda: obj(kmock, COLL, "docs", ns) is None, 30, "the Collection to go")
-    await eventually(lambda: not [k for k in list(kmock.objects) if k[0] == kmock.resource(SEGS)
-                                  and obj(kmock, SEGS, k[2], k[1])], 20, "its Segments to go")
+    await eventually(
+        lambda: not [k for k in list(kmock.objects) if k[0] == kmock.resource(SEGS) and obj(kmock, SEGS, k[2], k[1])],
+        20,
+        "its Segments to go",
+    )
     assert not op.component("rootcoord").collections
 
     assert auth.denied == []
     # It really went through the check: the operator's own kinds of requests were authorized.
-    assert {("watch", "kmilvus.io", "collections", ns), ("patch", "kmilvus.io", "collections/status", ns),
-            ("create", "kmilvus.io", "segments", ns), ("patch", "kmilvus.io", "segments/status", ns),
-            ("create", "", "events", ns)} <= auth.allowed
+    assert {
+        ("watch", "kmilvus.io", "collections", ns),
+        ("patch", "kmilvus.io", "collections/status", ns),
+        ("create", "kmilvus.io", "segments", ns),
+        ("patch", "kmilvus.io", "segments/status", ns),
+        ("create", "", "events", ns),
+    } <= auth.allowed
 
 
 # ------------------------------------------------------------------ Proxy and DataNode from pod specs
 def _expand(value: str, env: dict[str, str]) -> str:
     """Kubernetes' $(VAR) expansion in env values and args ($$ escapes, unknown names stay)."""
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
+    return re.sub(
+        r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+        lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+        value,
+    )
 
 
 def container_process(docs: list[dict], cluster_objects: list[dict], workload: dict, pod_name: str) -> tuple:
@@ -220,8 +247,11 @@ def container_process(docs: list[dict], cluster_objects: list[dict], workload: d
     objs = docs + cluster_objects
 
     def find(kind: str, name: str) -> dict:
-        found = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name
-                 and o["metadata"].get("namespace") == ns]
+        found = [
+            o
+            for o in objs
+            if o["kind"] == kind and o["metadata"]["name"] == name and o["metadata"].get("namespace") == ns
+        ]
         assert found, f"{kind} {ns}/{name} does not exist"
         return found[0]
 
@@ -242,27 +272,41 @@ def container_process(docs: list[dict], cluster_objects: list[dict], workload: d
     return argv, env
 
 
-async def test_proxy_and_datanode_run_from_their_rendered_pod_specs(kmock, kube, cfg, operators, etcd_endpoint,
-                                                                    nats_url, moto_endpoint, root, tmp_path,
-                                                                    monkeypatch):
+async def test_proxy_and_datanode_run_from_their_rendered_pod_specs(
+    kmock, kube, cfg, operators, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path, monkeypatch
+):
     """The chart rendered for external etcd/NATS/S3 (with a Secret); the Proxy and the DataNode
     run as processes with exactly their pod specs' args and environment; the operator (in
     process, under the rendered RBAC) serves the example Collection and a FlushRequest."""
     monkeypatch.setenv("KMILVUS_TEST_ONLY", "the test's own environment")
     port = free_port()
     storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
-    values = {"cluster": root, "operator": {"watchNamespaces": [NS]},
-              "externalEtcd": {"endpoint": etcd_endpoint}, "externalNats": {"url": nats_url},
-              "storage": {"uri": storage_uri, "existingSecret": "s3-creds",
-                          "accessKeyIdKey": "access", "secretAccessKeyKey": "secret"},
-              "proxy": {"port": port, "metricsPort": free_port()}, "datanode": {"metricsPort": free_port()}}
+    values = {
+        "cluster": root,
+        "operator": {"watchNamespaces": [NS]},
+        "externalEtcd": {"endpoint": etcd_endpoint},
+        "externalNats": {"url": nats_url},
+        "storage": {
+            "uri": storage_uri,
+            "existingSecret": "s3-creds",
+            "accessKeyIdKey": "access",
+            "secretAccessKeyKey": "secret",
+        },
+        "proxy": {"port": port, "metricsPort": free_port()},
+        "datanode": {"metricsPort": free_port()},
+    }
     docs = render(values)
-    user = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds", "namespace": RELEASE_NS},
-             "data": {"access": base64.b64encode(b"testing").decode(),
-                      "secret": base64.b64encode(b"testing").decode()}}]
+    user = [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "s3-creds", "namespace": RELEASE_NS},
+            "data": {"access": base64.b64encode(b"testing").decode(), "secret": base64.b64encode(b"testing").decode()},
+        }
+    ]
     kmock.authorizer = auth = Authorizer(docs, ACCOUNT, RELEASE_NS)
     cm = next(d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == f"{RELEASE}-config")["data"]
-    cfg.storage_uri = cm["KMILVUS_STORAGE_URI"]     # the operator's Config, as its ConfigMap says
+    cfg.storage_uri = cm["KMILVUS_STORAGE_URI"]  # the operator's Config, as its ConfigMap says
     op = await start_operator(operators, namespaces=(NS,), peering=RELEASE, sdk_namespace=NS)
     assert op.cfg.cluster == cm["KMILVUS_CLUSTER"] == root
 
@@ -273,8 +317,7 @@ async def test_proxy_and_datanode_run_from_their_rendered_pod_specs(kmock, kube,
             argv, env = container_process(docs, user, w, f"{name}-0")
             assert "KMILVUS_TEST_ONLY" not in env and env["AWS_ACCESS_KEY_ID"] == "testing"
             log = open(tmp_path / f"{name}.log", "wb")
-            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
         def serving() -> bool:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
@@ -282,28 +325,41 @@ async def test_proxy_and_datanode_run_from_their_rendered_pod_specs(kmock, kube,
             return False
 
         await eventually(lambda: serving() or any(p.poll() is not None for p in procs), 60, "the Proxy port")
-        assert all(p.poll() is None for p in procs), [(tmp_path / f).read_text()[-2000:]
-                                                     for f in os.listdir(tmp_path) if f.endswith(".log")]
+        assert all(p.poll() is None for p in procs), [
+            (tmp_path / f).read_text()[-2000:] for f in os.listdir(tmp_path) if f.endswith(".log")
+        ]
 
         example = yaml.safe_load((ROOT / "crds" / "examples" / "collection.yaml").read_text())
         await kube.create(R.COLLECTION, NS, example)
-        await eventually(lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "Ready").get("status") == "True",
-                         30, "the example Collection Ready")
+        await eventually(
+            lambda: (x := obj(kmock, COLL, "docs")) and cond(x, "Ready").get("status") == "True",
+            30,
+            "the example Collection Ready",
+        )
 
         def insert() -> None:
             c = MilvusClient(uri=f"http://127.0.0.1:{port}")
             try:
                 rng = np.random.default_rng(0)
-                c.insert("docs", [{"id": i, "vec": rng.random(128, dtype=np.float32).tolist(), "tag": f"t{i}",
-                                   "meta": {"i": i}} for i in range(300)])
+                c.insert(
+                    "docs",
+                    [
+                        {"id": i, "vec": rng.random(128, dtype=np.float32).tolist(), "tag": f"t{i}", "meta": {"i": i}}
+                        for i in range(300)
+                    ],
+                )
             finally:
                 c.close()
 
         await asyncio.to_thread(insert)
-        await kube.create(R.FLUSHREQUEST, NS, yaml.safe_load((ROOT / "crds" / "examples" / "flushrequest.yaml")
-                                                             .read_text()))
-        await eventually(lambda: (x := obj(kmock, FLUSH, "flush-docs"))
-                         and x.get("status", {}).get("phase") == "Completed", 60, "the FlushRequest Completed")
+        await kube.create(
+            R.FLUSHREQUEST, NS, yaml.safe_load((ROOT / "crds" / "examples" / "flushrequest.yaml").read_text())
+        )
+        await eventually(
+            lambda: (x := obj(kmock, FLUSH, "flush-docs")) and x.get("status", {}).get("phase") == "Completed",
+            60,
+            "the FlushRequest Completed",
+        )
         await eventually(lambda: obj(kmock, COLL, "docs")["status"].get("rows") == 300, 20, "status.rows")
         await kube.delete(R.COLLECTION, NS, "docs")
         await eventually(lambda: obj(kmock, COLL, "docs") is None, 30, "the Collection to go")
@@ -322,29 +378,51 @@ async def test_proxy_and_datanode_run_from_their_rendered_pod_specs(kmock, kube,
 def kubeconfig(path: Path, url: str) -> Path:
     """What the kubelet's service-account token mount gives a pod: the API server's address and
     the account's credentials (here: no token, so every request is the operator's)."""
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "pod",
-        "clusters": [{"name": "c", "cluster": {"server": url, "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "operator", "user": {}}],
-        "contexts": [{"name": "pod", "context": {"cluster": "c", "user": "operator"}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "pod",
+                "clusters": [{"name": "c", "cluster": {"server": url, "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "operator", "user": {}}],
+                "contexts": [{"name": "pod", "context": {"cluster": "c", "user": "operator"}}],
+            }
+        )
+    )
     return path
 
 
-async def test_operator_process_from_its_pod_spec(kmock, kube, node_factory, etcd_endpoint, nats_url,
-                                                  moto_endpoint, root, tmp_path, monkeypatch):
+async def test_operator_process_from_its_pod_spec(
+    kmock, kube, node_factory, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path, monkeypatch
+):
     """The operator as a process with exactly its rendered container (args, ConfigMap, Secret
     env, the spark_* settings), plus the API address a pod gets from its service account, under
     the rendered RBAC: the example Collection → Ready, a FlushRequest → Completed, delete → gone."""
     monkeypatch.setenv("KMILVUS_TEST_ONLY", "the test's own environment")
     storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
-    docs = render({"cluster": root, "operator": {"watchNamespaces": [NS], "healthPort": free_port(),
-                                                 "metricsPort": free_port()},
-                   "externalEtcd": {"endpoint": etcd_endpoint}, "externalNats": {"url": nats_url},
-                   "storage": {"uri": storage_uri, "existingSecret": "s3-creds",
-                               "accessKeyIdKey": "access", "secretAccessKeyKey": "secret"}})
-    user = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds", "namespace": RELEASE_NS},
-             "data": {"access": base64.b64encode(b"testing").decode(),
-                      "secret": base64.b64encode(b"testing").decode()}}]
+    docs = render(
+        {
+            "cluster": root,
+            "operator": {"watchNamespaces": [NS], "healthPort": free_port(), "metricsPort": free_port()},
+            "externalEtcd": {"endpoint": etcd_endpoint},
+            "externalNats": {"url": nats_url},
+            "storage": {
+                "uri": storage_uri,
+                "existingSecret": "s3-creds",
+                "accessKeyIdKey": "access",
+                "secretAccessKeyKey": "secret",
+            },
+        }
+    )
+    user = [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "s3-creds", "namespace": RELEASE_NS},
+            "data": {"access": base64.b64encode(b"testing").decode(), "secret": base64.b64encode(b"testing").decode()},
+        }
+    ]
     kmock.authorizer = auth = Authorizer(docs, ACCOUNT, RELEASE_NS)
     w = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == ACCOUNT)
     argv, env = container_process(docs, user, w, f"{ACCOUNT}-0")
@@ -356,24 +434,39 @@ async def test_operator_process_from_its_pod_spec(kmock, kube, node_factory, etc
         data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"), storage_uri=storage_uri)
         example = yaml.safe_load((ROOT / "crds" / "examples" / "collection.yaml").read_text())
         await kube.create(R.COLLECTION, NS, example)
-        await eventually(lambda: ((x := obj(kmock, COLL, "docs")) and cond(x, "Ready").get("status") == "True")
-                         or proc.poll() is not None, 90, "the example Collection Ready")
+        await eventually(
+            lambda: (
+                ((x := obj(kmock, COLL, "docs")) and cond(x, "Ready").get("status") == "True")
+                or proc.poll() is not None
+            ),
+            90,
+            "the example Collection Ready",
+        )
         assert proc.poll() is None, (tmp_path / "operator.log").read_text()[-3000:]
 
         def insert() -> None:
             c = MilvusClient(uri=data.uri)
             try:
                 rng = np.random.default_rng(0)
-                c.insert("docs", [{"id": i, "vec": rng.random(128, dtype=np.float32).tolist(), "tag": f"t{i}",
-                                   "meta": {"i": i}} for i in range(200)])
+                c.insert(
+                    "docs",
+                    [
+                        {"id": i, "vec": rng.random(128, dtype=np.float32).tolist(), "tag": f"t{i}", "meta": {"i": i}}
+                        for i in range(200)
+                    ],
+                )
             finally:
                 c.close()
 
         await asyncio.to_thread(insert)
-        await kube.create(R.FLUSHREQUEST, NS, yaml.safe_load((ROOT / "crds" / "examples" / "flushrequest.yaml")
-                                                             .read_text()))
-        await eventually(lambda: (x := obj(kmock, FLUSH, "flush-docs"))
-                         and x.get("status", {}).get("phase") == "Completed", 60, "the FlushRequest Completed")
+        await kube.create(
+            R.FLUSHREQUEST, NS, yaml.safe_load((ROOT / "crds" / "examples" / "flushrequest.yaml").read_text())
+        )
+        await eventually(
+            lambda: (x := obj(kmock, FLUSH, "flush-docs")) and x.get("status", {}).get("phase") == "Completed",
+            60,
+            "the FlushRequest Completed",
+        )
         await eventually(lambda: obj(kmock, COLL, "docs")["status"].get("rows") == 200, 30, "status.rows")
         await kube.delete(R.COLLECTION, NS, "docs")
         await eventually(lambda: obj(kmock, COLL, "docs") is None, 60, "the Collection to go")

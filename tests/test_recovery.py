@@ -21,8 +21,9 @@ COORDS_AND_PROXY = ("rootcoord", "datacoord", "querycoord", "proxy")
 
 def all_segments(node, coll_id):
     dc = node.component("datacoord")
-    return list(node.call(dc.GetSegmentsByCollection(
-        data_coord_pb2.GetSegmentsByCollectionRequest(collectionID=coll_id))).infos)
+    return list(
+        node.call(dc.GetSegmentsByCollection(data_coord_pb2.GetSegmentsByCollectionRequest(collectionID=coll_id))).infos
+    )
 
 
 class Inserter(threading.Thread):
@@ -59,7 +60,7 @@ def test_datanode_sigkill_then_restart_keeps_every_acked_row_once(node_factory, 
         ins = Inserter(coll)
         ins.start()
         wait_until(lambda: len(ins.acked) >= 10_000, timeout=60, what="first inserts")
-        dn1.kill()                                       # SIGKILL mid-stream
+        dn1.kill()  # SIGKILL mid-stream
         killed_at = len(ins.acked)
         dn2 = ProcessNode(node.cfg, ("datanode",), tmp_path / "dn2.log").start(wait_for="component started")
         wait_until(lambda: len(ins.acked) >= killed_at + 10_000, timeout=60, what="inserts after the kill")
@@ -68,8 +69,7 @@ def test_datanode_sigkill_then_restart_keeps_every_acked_row_once(node_factory, 
         coll.flush(timeout=120)
         # What a reader sees: binlogs DataCoord's meta refers to (the killed DataNode may have
         # left a file it never committed; the garbage collector removes those).
-        pk = asyncio.run(committed_keys_at(node.cfg.etcd_endpoints[0], node.cfg.cluster, node.cfg.storage_uri,
-                                           coll_id))
+        pk = asyncio.run(committed_keys_at(node.cfg.etcd_endpoints[0], node.cfg.cluster, node.cfg.storage_uri, coll_id))
         acked = np.asarray(ins.acked)
         assert len(pk) == len(np.unique(pk)), "a primary key was written twice"
         assert set(acked.tolist()) <= set(pk.tolist()), "an acknowledged row was lost"
@@ -93,7 +93,7 @@ def test_coordinator_restart_loses_no_segment_state(node_factory):
     coll.flush()
     coll_id = coll.describe()["collection_id"]
     ids, vecs, tags = batch(4000, 1000)
-    coll.insert([ids, vecs, tags])                       # growing, unflushed
+    coll.insert([ids, vecs, tags])  # growing, unflushed
     before = {s.ID: (s.state, s.num_of_rows, s.binlog_count) for s in all_segments(first, coll_id)}
     connections.disconnect(alias)
     first.stop()
@@ -106,7 +106,7 @@ def test_coordinator_restart_loses_no_segment_state(node_factory):
             if rows:  # flushed segments come back exactly as they were
                 assert after[sid] == (state, rows, binlogs)
         coll = Collection("durable", using=alias)
-        coll.flush(timeout=60)                           # the unflushed 1,000 rows are replayed
+        coll.flush(timeout=60)  # the unflushed 1,000 rows are replayed
         assert coll.num_entities == 5000
         pk = read_collection(second.node.store, all_segments(second, coll_id)).column("100").to_numpy()
         assert sorted(pk.tolist()) == list(range(5000))

@@ -49,7 +49,8 @@ async def test_create_records_default_partition_by_the_shared_rule(coords):
     desc = await coords.create_collection("c", shards=2)
     info = internal_pb2.CollectionInfo.FromString(await coords.kv.get(keys.collection_key(desc.collectionID)))
     assert [(p.partitionID, p.partitionName) for p in info.partitions] == [
-        (default_partition_id(desc.collectionID), DEFAULT_PARTITION)]
+        (default_partition_id(desc.collectionID), DEFAULT_PARTITION)
+    ]
     assert len(desc.virtual_channel_names) == 2 and desc.db_name == "default"
 
 
@@ -102,7 +103,7 @@ async def test_drop_interrupted_after_meta_txn_is_finished_by_the_next_rootcoord
         assert await c.kv.get(keys.collection_key(coll)) is None
         task = internal_pb2.CollectionInfo.FromString(await c.kv.get(keys.drop_task_key(coll)))
         assert task.state == internal_pb2.CollectionInfo.Dropping and task.drop_time > 0
-        assert len(c.dc.meta.by_collection(coll)) == 2          # nothing after the txn ran
+        assert len(c.dc.meta.by_collection(coll)) == 2  # nothing after the txn ran
         await c.stop(close=False)
 
         # The restarted coordinators find the task and finish the drop.

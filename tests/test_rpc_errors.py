@@ -50,8 +50,9 @@ async def test_milvus_error_is_an_answer_and_not_logged(caplog):
 
 @pytest.fixture
 async def server():
-    srv, port = await start_server("127.0.0.1", 0, [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server,
-                                                     _Component())])
+    srv, port = await start_server(
+        "127.0.0.1", 0, [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server, _Component())]
+    )
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     yield milvus_pb2_grpc.MilvusServiceStub(channel)
     await channel.close()

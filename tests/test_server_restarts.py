@@ -94,8 +94,9 @@ def test_nats_then_etcd_restart_mid_insert_keeps_every_acked_row_once(own_server
     stream; it catches up while etcd is down, so its first memory-pressure write (which needs an
     ID from RootCoord, which needs etcd) meets the outage. Every acknowledged row is kept."""
     etcd, nats = own_servers["etcd"], own_servers["nats"]
-    cfg = make_config(root, etcd.endpoint, nats.endpoint, tmp_path / "storage", insert_buffer_size_mb=4,
-                      dml_channel_num=2)
+    cfg = make_config(
+        root, etcd.endpoint, nats.endpoint, tmp_path / "storage", insert_buffer_size_mb=4, dml_channel_num=2
+    )
     node = NodeThread(cfg).start()
     alias = "s" + uuid.uuid4().hex[:6]
     connections.connect(alias, uri=node.uri)
@@ -106,18 +107,21 @@ def test_nats_then_etcd_restart_mid_insert_keeps_every_acked_row_once(own_server
         datanode = node.component("datanode")
         ins = Inserter(coll)
         ins.start()
-        ins.wait_more(2 * BATCH, "inserts before the NATS restart")   # ~2 MB: under the 4 MB buffer
+        ins.wait_more(2 * BATCH, "inserts before the NATS restart")  # ~2 MB: under the 4 MB buffer
         ports = kill(own_servers, "nats")
         time.sleep(1.0)
         start_again(own_servers, "nats", ports, tmp_path)
-        ins.wait_more(6 * BATCH, "inserts after the NATS restart")    # a backlog past the buffer size
+        ins.wait_more(6 * BATCH, "inserts after the NATS restart")  # a backlog past the buffer size
         (fg,) = datanode.flowgraphs.values()
         seen = fg._consumer.processed_seq
         ports = kill(own_servers, "etcd")
         # etcd stays down until the DataNode has caught up on the backlog and RootCoord's ID
         # window (3 s) has run out, so the pressure write cannot get its log ID.
-        wait_until(lambda: fg._consumer is not None and fg._consumer.processed_seq > seen, timeout=30,
-                   what="the DataNode consuming again")
+        wait_until(
+            lambda: fg._consumer is not None and fg._consumer.processed_seq > seen,
+            timeout=30,
+            what="the DataNode consuming again",
+        )
         time.sleep(4.0)
         start_again(own_servers, "etcd", ports, tmp_path)
         ins.wait_more(10 * BATCH, "inserts after the etcd restart")
@@ -179,7 +183,7 @@ async def test_session_watch_survives_an_etcd_restart(own_servers, root, tmp_pat
         await asyncio.sleep(1.0)
         await asyncio.to_thread(start_again, own_servers, "etcd", ports, tmp_path)
         await register_when_etcd_is_back(second)
-        await first.stop()                       # revokes its lease: the key is deleted
+        await first.stop()  # revokes its lease: the key is deleted
         got = {await asyncio.wait_for(events.get(), 20) for _ in range(2)}
         assert got == {("add", 2), ("del", 1)}
         assert not task.done()

@@ -30,7 +30,8 @@ def names_set() -> dict[str, set[str]]:
 
 def _is_environ(node: ast.AST) -> bool:
     return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
-        isinstance(node, ast.Name) and node.id == "environ")
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
 
 
 def _env_reads(tree: ast.AST) -> set[str]:
@@ -41,8 +42,7 @@ def _env_reads(tree: ast.AST) -> set[str]:
         keys: list[ast.AST] = []
         if isinstance(node, ast.Call):
             f = node.func
-            if isinstance(f, ast.Attribute) and (
-                    (f.attr == "get" and _is_environ(f.value)) or f.attr == "getenv"):
+            if isinstance(f, ast.Attribute) and ((f.attr == "get" and _is_environ(f.value)) or f.attr == "getenv"):
                 keys += node.args[:1]
             keys += [k.value for k in node.keywords if k.arg == "envvar"]
         elif isinstance(node, ast.Subscript) and _is_environ(node.value):

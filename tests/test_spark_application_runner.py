@@ -36,21 +36,28 @@ COLL = "kmilvus.io/v1alpha1/collections"
 DIM = 8
 
 
-
 def obj(kmock, res: str, name: str, ns: str | None = NS):
     return kmock_object(kmock, res, name, ns)
 
 
 def apps(kmock) -> list[dict]:
-    return [dict(o.raw) for (res, _, _), o in kmock.objects.items()
-            if str(res.plural) == "sparkapplications" and not o.deleted]
+    return [
+        dict(o.raw)
+        for (res, _, _), o in kmock.objects.items()
+        if str(res.plural) == "sparkapplications" and not o.deleted
+    ]
 
 
 def declare(kmock) -> None:
     declare_crds(kmock)
     kmock.resources[APPS] = kmock_lib.ResourceInfo(
-        kind="SparkApplication", singular="sparkapplication", namespaced=True, shortnames=["sparkapp"],
-        verbs={"get", "list", "watch", "create", "update", "patch", "delete"}, subresources={"status"})
+        kind="SparkApplication",
+        singular="sparkapplication",
+        namespaced=True,
+        shortnames=["sparkapp"],
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        subresources={"status"},
+    )
 
 
 def client_for(kmock) -> KubeClient:
@@ -70,21 +77,35 @@ async def kube(kmock):
 
 async def make_collection_cr(kube: KubeClient, name: str, collection_id: int, ns: str = NS) -> dict:
     """A Collection resource as the operator leaves it (status.collectionID set)."""
-    body = {"metadata": {"name": name, "namespace": ns},
-            "spec": {"fields": [{"name": "id", "dataType": "Int64", "isPrimaryKey": True},
-                                {"name": "vec", "dataType": "FloatVector", "dim": DIM},
-                                {"name": "tag", "dataType": "VarChar", "maxLength": 32}]}}
+    body = {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "fields": [
+                {"name": "id", "dataType": "Int64", "isPrimaryKey": True},
+                {"name": "vec", "dataType": "FloatVector", "dim": DIM},
+                {"name": "tag", "dataType": "VarChar", "maxLength": 32},
+            ]
+        },
+    }
     await kube.create(R.COLLECTION, ns, body)
-    await kube.patch(R.COLLECTION, ns, name, {"status": {"phase": "Ready", "collectionID": collection_id,
-                                                         "name": name}}, status=True)
+    await kube.patch(
+        R.COLLECTION, ns, name, {"status": {"phase": "Ready", "collectionID": collection_id, "name": name}}, status=True
+    )
     return await kube.get(R.COLLECTION, ns, name)
 
 
 def import_app(coll_id: int, job_id: int, coll_name: str = "docs") -> dict:
-    spec = {"kind": "import", "version": 1, "job_id": job_id, "collection_id": coll_id,
-            "collection_name": coll_name, "files": []}
-    return application.build_application("import", spec, name=application.app_name("import", coll_id, job_id),
-                                         namespace=NS)
+    spec = {
+        "kind": "import",
+        "version": 1,
+        "job_id": job_id,
+        "collection_id": coll_id,
+        "collection_name": coll_name,
+        "files": [],
+    }
+    return application.build_application(
+        "import", spec, name=application.app_name("import", coll_id, job_id), namespace=NS
+    )
 
 
 async def set_state(kube: KubeClient, name: str, state: str, error: str = "") -> None:
@@ -100,11 +121,11 @@ async def test_submit_state_cancel_release(kmock, kube):
     sent = json.loads(json.dumps(app))
 
     handle = await runner.submit(app)
-    assert app == sent                                   # the caller's dict is left alone
-    assert json.loads(json.dumps(handle)) == handle      # JSON-able: DataCoord keeps it in etcd
+    assert app == sent  # the caller's dict is left alone
+    assert json.loads(json.dumps(handle)) == handle  # JSON-able: DataCoord keeps it in etcd
     assert handle["name"] == app["metadata"]["name"] and handle["namespace"] == NS
     o = obj(kmock, APPS, app["metadata"]["name"])
-    assert o is not None and o["spec"] == app["spec"]    # spec unchanged
+    assert o is not None and o["spec"] == app["spec"]  # spec unchanged
     assert o["spec"]["type"] == "Python" and o["spec"]["mainApplicationFile"].endswith("/import_job.py")
     assert application.job_spec_of(o) == application.job_spec_of(app)
     ref = o["metadata"]["ownerReferences"]
@@ -131,7 +152,7 @@ async def test_submit_state_cancel_release(kmock, kube):
     # release deletes a finished application.
     await runner.release(handle)
     assert obj(kmock, APPS, handle["name"]) is None
-    await runner.release(handle)                         # twice: nothing left, fine
+    await runner.release(handle)  # twice: nothing left, fine
     st = await runner.state(handle)
     assert st.state == JobState.FAILED and "deleted" in st.message
 
@@ -146,12 +167,23 @@ async def test_submit_state_cancel_release(kmock, kube):
     await set_state(kube, h2["name"], "RUNNING")
     await runner.cancel(h2)
     assert obj(kmock, APPS, h2["name"]) is None
-    await runner.cancel(h2)                              # NotFound is fine
+    await runner.cancel(h2)  # NotFound is fine
 
 
 async def test_every_state_and_unowned(kmock, kube):
-    for s in ("", "SUBMITTED", "RUNNING", "COMPLETED", "FAILED", "SUBMISSION_FAILED", "PENDING_RERUN",
-              "INVALIDATING", "SUCCEEDING", "FAILING", "UNKNOWN"):
+    for s in (
+        "",
+        "SUBMITTED",
+        "RUNNING",
+        "COMPLETED",
+        "FAILED",
+        "SUBMISSION_FAILED",
+        "PENDING_RERUN",
+        "INVALIDATING",
+        "SUCCEEDING",
+        "FAILING",
+        "UNKNOWN",
+    ):
         st = status_of({"metadata": {}, "status": {"applicationState": {"state": s, "errorMessage": "m"}}})
         assert st.state == JobState(s) and st.state.value == s and st.message == "m"
     assert status_of({"metadata": {}}).state == JobState.NEW
@@ -212,7 +244,7 @@ class FakeSparkOperator:
         self.kmock = kmock
         self.kube = client_for(kmock)
         self.local = LocalSparkRunner(master="local[2]", work_dir=str(work_dir))
-        self.seen: dict[str, dict] = {}          # name -> the resource as first seen
+        self.seen: dict[str, dict] = {}  # name -> the resource as first seen
         self.states: dict[str, list[str]] = {}
         self.tasks: list[asyncio.Task] = []
 
@@ -256,25 +288,35 @@ def _wait_import(task_id: int, alias: str, timeout: float = 60):
     deadline = time.monotonic() + timeout
     while True:
         st = utility.get_bulk_insert_state(task_id, using=alias)
-        if st.state in (BulkInsertState.ImportCompleted, BulkInsertState.ImportFailed,
-                        BulkInsertState.ImportFailedAndCleaned):
+        if st.state in (
+            BulkInsertState.ImportCompleted,
+            BulkInsertState.ImportFailed,
+            BulkInsertState.ImportFailedAndCleaned,
+        ):
             return st
         assert time.monotonic() < deadline, f"import {task_id} still {st.state_name}: {st.infos}"
         time.sleep(0.3)
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(300)   # a Spark job on a loaded 2-core machine can take minutes
+@pytest.mark.timeout(300)  # a Spark job on a loaded 2-core machine can take minutes
 async def test_bulk_import_through_spark_applications(kmock, kube, node_factory, tmp_path):
     n = 1000
     rng = np.random.default_rng(0)
     vec = rng.random((n, DIM), dtype=np.float32)
-    pq.write_table(pa.table({"id": pa.array(np.arange(n, dtype=np.int64)),
-                             "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), DIM),
-                             "tag": pa.array([f"t{i % 7}" for i in range(n)])}), tmp_path / "rows.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(np.arange(n, dtype=np.int64)),
+                "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), DIM),
+                "tag": pa.array([f"t{i % 7}" for i in range(n)]),
+            }
+        ),
+        tmp_path / "rows.parquet",
+    )
 
     node = await asyncio.to_thread(node_factory)
-    runner = SparkApplicationRunner(client_for(kmock), NS)   # used on the node's loop only
+    runner = SparkApplicationRunner(client_for(kmock), NS)  # used on the node's loop only
 
     async def plug():
         node.component("datacoord").set_job_runner(runner)
@@ -284,17 +326,23 @@ async def test_bulk_import_through_spark_applications(kmock, kube, node_factory,
     op_task = asyncio.create_task(operator.run())
     alias = "a" + uuid.uuid4().hex[:8]
     try:
+
         def create() -> int:
             connections.connect(alias, uri=node.uri)
-            schema = CollectionSchema([FieldSchema("id", DataType.INT64, is_primary=True),
-                                       FieldSchema("vec", DataType.FLOAT_VECTOR, dim=DIM),
-                                       FieldSchema("tag", DataType.VARCHAR, max_length=32)])
+            schema = CollectionSchema(
+                [
+                    FieldSchema("id", DataType.INT64, is_primary=True),
+                    FieldSchema("vec", DataType.FLOAT_VECTOR, dim=DIM),
+                    FieldSchema("tag", DataType.VARCHAR, max_length=32),
+                ]
+            )
             return Collection("docs", schema, using=alias).describe()["collection_id"]
 
         cid = await asyncio.to_thread(create)
         cr = await make_collection_cr(kube, "docs", cid)
-        task = await asyncio.to_thread(utility.do_bulk_insert, "docs", files=[str(tmp_path / "rows.parquet")],
-                                       using=alias)
+        task = await asyncio.to_thread(
+            utility.do_bulk_insert, "docs", files=[str(tmp_path / "rows.parquet")], using=alias
+        )
         st = await asyncio.to_thread(_wait_import, task, alias, 240)
         assert st.state == BulkInsertState.ImportCompleted, st.infos
         assert st.row_count == n
@@ -302,7 +350,7 @@ async def test_bulk_import_through_spark_applications(kmock, kube, node_factory,
 
         # One SparkApplication, owned by the Collection, ran the application DataCoord built.
         assert len(operator.seen) == 1
-        (name, app), = operator.seen.items()
+        ((name, app),) = operator.seen.items()
         assert name == application.app_name("import", cid, application.job_spec_of(app)["job_id"])
         assert app["metadata"]["ownerReferences"] == [application.collection_owner("docs", cr["metadata"]["uid"])]
         assert app["metadata"]["labels"][R.LABEL_COLLECTION] == "docs"

@@ -39,15 +39,26 @@ IMAGE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "JAVA_HOME")
 
 
 def chart_values(storage_uri: str) -> dict:
-    return {"operator": {"watchNamespaces": [NS]},
-            "storage": {"uri": storage_uri, "existingSecret": "s3-creds",
-                        "accessKeyIdKey": "access", "secretAccessKeyKey": "secret"}}
+    return {
+        "operator": {"watchNamespaces": [NS]},
+        "storage": {
+            "uri": storage_uri,
+            "existingSecret": "s3-creds",
+            "accessKeyIdKey": "access",
+            "secretAccessKeyKey": "secret",
+        },
+    }
 
 
 def user_secret(name: str = "s3-creds", ns: str = NS, **data: str) -> dict:
     """A Secret as `kubectl create secret generic` leaves it."""
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}, "type": "Opaque",
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": ns},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+    }
 
 
 def operator_settings(docs: list[dict]) -> dict:
@@ -81,17 +92,22 @@ class ClusterObjects:
                     return s["stringData"][key]
                 if key in (s.get("data") or {}):
                     return base64.b64decode(s["data"][key]).decode()
-                raise PodStartError(f'couldn\'t find key {key} in Secret {ns}/{name}')
+                raise PodStartError(f"couldn't find key {key} in Secret {ns}/{name}")
         raise PodStartError(f'secret "{name}" not found')
 
     def check_driver_account(self, ns: str, account: str) -> None:
-        if not [s for s in by_kind(self.docs, "ServiceAccount")
-                if s["metadata"]["name"] == account and s["metadata"].get("namespace") == ns]:
+        if not [
+            s
+            for s in by_kind(self.docs, "ServiceAccount")
+            if s["metadata"]["name"] == account and s["metadata"].get("namespace") == ns
+        ]:
             raise PodStartError(f'serviceaccounts "{account}" not found in namespace {ns}')
         for verb in ("create", "delete"):
             if not _allows(self.docs, ns, account, verb, "pods"):
-                raise PodStartError(f'pods is forbidden: User "system:serviceaccount:{ns}:{account}" '
-                                    f'cannot {verb} resource "pods" in namespace "{ns}"')
+                raise PodStartError(
+                    f'pods is forbidden: User "system:serviceaccount:{ns}:{account}" '
+                    f'cannot {verb} resource "pods" in namespace "{ns}"'
+                )
 
     def pod_env(self, ns: str, entries: list[dict]) -> dict[str, str]:
         out = {}
@@ -120,11 +136,15 @@ class PodEnvRunner(LocalSparkRunner):
     def command(self, app, workdir):
         argv, env = super().command(app, workdir)
         name = app["metadata"]["name"]
-        keep = {k: v for k, v in env.items()
-                if k in IMAGE_ENV or k.startswith(("SPARK_", "PYSPARK_")) or k in ("PYTHONPATH", EVENTS_ENV)}
-        for k, v in self.pod_envs[name].items():   # the image's paths → this checkout's (the image)
-            keep[k] = os.pathsep.join(application.local_path(p) for p in v.split(os.pathsep)) \
-                if k == "PYTHONPATH" else v
+        keep = {
+            k: v
+            for k, v in env.items()
+            if k in IMAGE_ENV or k.startswith(("SPARK_", "PYSPARK_")) or k in ("PYTHONPATH", EVENTS_ENV)
+        }
+        for k, v in self.pod_envs[name].items():  # the image's paths → this checkout's (the image)
+            keep[k] = (
+                os.pathsep.join(application.local_path(p) for p in v.split(os.pathsep)) if k == "PYTHONPATH" else v
+            )
         self.launched[name] = keep
         return argv, keep
 
@@ -134,7 +154,7 @@ class SparkOperatorStandIn:
 
     def __init__(self, kmock, cluster: ClusterObjects, work_dir, kube=None):
         self.kmock, self.cluster = kmock, cluster
-        self.kube = kube or client_for(kmock)     # the spark-operator's own credentials
+        self.kube = kube or client_for(kmock)  # the spark-operator's own credentials
         self.runner = PodEnvRunner(master="local[2]", work_dir=str(work_dir))
         self.seen: set[tuple[str, str]] = set()
         self.tasks: list[asyncio.Task] = []
@@ -151,8 +171,9 @@ class SparkOperatorStandIn:
     async def _state(self, app: dict, state: str, msg: str = "") -> None:
         m = app["metadata"]
         st = {"state": state, **({"errorMessage": msg} if msg else {})}
-        await self.kube.patch(SPARK_APPLICATION, m["namespace"], m["name"], {"status": {"applicationState": st}},
-                              status=True)
+        await self.kube.patch(
+            SPARK_APPLICATION, m["namespace"], m["name"], {"status": {"applicationState": st}}, status=True
+        )
 
     async def _drive(self, app: dict) -> None:
         ns, name, spec = app["metadata"]["namespace"], app["metadata"]["name"], app["spec"]
@@ -224,34 +245,45 @@ async def test_application_fails_when_the_secret_or_the_account_is_wrong(kmock, 
     elif broken == "secret-key-missing":
         cluster.docs[-1] = user_secret(access="AKIA")
     elif broken == "account-missing":
-        cluster.docs = [d for d in cluster.docs if not (d["kind"] == "ServiceAccount"
-                                                        and d["metadata"]["name"] == settings["spark_service_account"])]
+        cluster.docs = [
+            d
+            for d in cluster.docs
+            if not (d["kind"] == "ServiceAccount" and d["metadata"]["name"] == settings["spark_service_account"])
+        ]
     else:
         cluster.docs = [d for d in cluster.docs if d["kind"] != "RoleBinding"]
     cr = await make_collection_cr(kube, "docs", 7, ns=NS)
-    app = application.from_config("import", {"job_id": 1, "collection_id": 7, "collection_name": "docs"},
-                                  application.app_name("import", 7, 1), Config(**settings))
+    app = application.from_config(
+        "import",
+        {"job_id": 1, "collection_id": 7, "collection_name": "docs"},
+        application.app_name("import", 7, 1),
+        Config(**settings),
+    )
     runner = SparkApplicationRunner(kube, (NS,))
     handle = await runner.submit(app)
     assert handle["namespace"] == NS and cr
     async with standin(kmock, cluster, tmp_path / "spark") as op:
+
         async def terminal():
             st = await runner.state(handle)
             return st if st.state.terminal else None
 
         st = await eventually(terminal, 30, "the application to fail")
-    assert op.runner.launched == {}                     # nothing ran
-    want = {"secret-missing": (JobState.FAILED, 'secret "s3-creds" not found'),
-            "secret-key-missing": (JobState.FAILED, "couldn't find key secret in Secret team-a/s3-creds"),
-            "account-missing": (JobState.SUBMISSION_FAILED, 'serviceaccounts "kmilvus-spark" not found'),
-            "account-unbound": (JobState.SUBMISSION_FAILED, 'cannot create resource "pods"')}[broken]
+    assert op.runner.launched == {}  # nothing ran
+    want = {
+        "secret-missing": (JobState.FAILED, 'secret "s3-creds" not found'),
+        "secret-key-missing": (JobState.FAILED, "couldn't find key secret in Secret team-a/s3-creds"),
+        "account-missing": (JobState.SUBMISSION_FAILED, 'serviceaccounts "kmilvus-spark" not found'),
+        "account-unbound": (JobState.SUBMISSION_FAILED, 'cannot create resource "pods"'),
+    }[broken]
     assert st.state == want[0] and want[1] in st.message, st
 
 
 # ---------------------------------------------------------------------------- a real import
 @pytest.mark.spark
-async def test_bulk_import_with_only_what_the_spec_provides(kmock, kube, node_factory, moto_endpoint, tmp_path,
-                                                             monkeypatch):
+async def test_bulk_import_with_only_what_the_spec_provides(
+    kmock, kube, node_factory, moto_endpoint, tmp_path, monkeypatch
+):
     """Binlogs on (moto) S3; the job gets the S3 credentials from the Secret by secretKeyRef and
     nothing from the test's environment."""
     storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
@@ -263,9 +295,16 @@ async def test_bulk_import_with_only_what_the_spec_provides(kmock, kube, node_fa
 
     n = 300
     vec = np.random.default_rng(1).random((n, DIM), dtype=np.float32)
-    pq.write_table(pa.table({"id": pa.array(np.arange(n, dtype=np.int64)),
-                             "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), DIM),
-                             "tag": pa.array([f"t{i % 5}" for i in range(n)])}), tmp_path / "rows.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(np.arange(n, dtype=np.int64)),
+                "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), DIM),
+                "tag": pa.array([f"t{i % 5}" for i in range(n)]),
+            }
+        ),
+        tmp_path / "rows.parquet",
+    )
     node = await asyncio.to_thread(node_factory, storage_uri=storage_uri, **settings)
     runner = SparkApplicationRunner(client_for(kmock), (NS,))
 
@@ -276,28 +315,34 @@ async def test_bulk_import_with_only_what_the_spec_provides(kmock, kube, node_fa
     alias = "a" + uuid.uuid4().hex[:8]
     try:
         async with standin(kmock, cluster, tmp_path / "spark") as op:
+
             def create() -> int:
                 connections.connect(alias, uri=node.uri)
-                schema = CollectionSchema([FieldSchema("id", DataType.INT64, is_primary=True),
-                                           FieldSchema("vec", DataType.FLOAT_VECTOR, dim=DIM),
-                                           FieldSchema("tag", DataType.VARCHAR, max_length=32)])
+                schema = CollectionSchema(
+                    [
+                        FieldSchema("id", DataType.INT64, is_primary=True),
+                        FieldSchema("vec", DataType.FLOAT_VECTOR, dim=DIM),
+                        FieldSchema("tag", DataType.VARCHAR, max_length=32),
+                    ]
+                )
                 return Collection("docs", schema, using=alias).describe()["collection_id"]
 
             cid = await asyncio.to_thread(create)
             cr = await make_collection_cr(kube, "docs", cid, ns=NS)
-            task = await asyncio.to_thread(utility.do_bulk_insert, "docs", files=[str(tmp_path / "rows.parquet")],
-                                           using=alias)
+            task = await asyncio.to_thread(
+                utility.do_bulk_insert, "docs", files=[str(tmp_path / "rows.parquet")], using=alias
+            )
             st = await asyncio.to_thread(_wait_import, task, alias, 240)
             assert st.state == BulkInsertState.ImportCompleted, st.infos
             assert st.row_count == n
             assert await asyncio.to_thread(lambda: Collection("docs", using=alias).num_entities) == n
 
-            (name, env), = op.runner.launched.items()
+            ((name, env),) = op.runner.launched.items()
             app_ns = {ns for ns, nm in op.seen if nm == name}
             assert app_ns == {NS} and cr["metadata"]["namespace"] == NS
             assert env["AWS_ACCESS_KEY_ID"] == "spec-access-key" and env["AWS_SECRET_ACCESS_KEY"] == "spec-secret-key"
             assert "KMILVUS_TEST_ONLY_VARIABLE" not in env and "AWS_DEFAULT_REGION" not in env
-            assert os.environ["AWS_ACCESS_KEY_ID"] != env["AWS_ACCESS_KEY_ID"]   # not the test's own
+            assert os.environ["AWS_ACCESS_KEY_ID"] != env["AWS_ACCESS_KEY_ID"]  # not the test's own
     finally:
         with contextlib.suppress(Exception):
             connections.disconnect(alias)

@@ -57,9 +57,13 @@ def data_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("import-data")
     n = N_PARQUET
     vec = _vectors(n, 1)
-    t = pa.table({"id": pa.array(np.arange(n, dtype=np.int64)),
-                  "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), DIM),
-                  "tag": pa.array([f"p{i % 1000}" for i in range(n)])})
+    t = pa.table(
+        {
+            "id": pa.array(np.arange(n, dtype=np.int64)),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), DIM),
+            "tag": pa.array([f"p{i % 1000}" for i in range(n)]),
+        }
+    )
     pq.write_table(t, d / "big.parquet", row_group_size=128_000)
     jv = _vectors(N_TEXT, 2)
     with open(d / "rows.json", "w") as f:
@@ -67,16 +71,20 @@ def data_dir(tmp_path_factory) -> Path:
     cv = _vectors(N_TEXT, 3)
     with open(d / "rows.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["tag", "vec", "id"])           # any column order
+        w.writerow(["tag", "vec", "id"])  # any column order
         for i in range(N_TEXT):
             w.writerow([f"c{i}", json.dumps(cv[i].tolist()), 3_000_000 + i])
     return d
 
 
 def _schema(dim: int = DIM) -> CollectionSchema:
-    return CollectionSchema([FieldSchema("id", DataType.INT64, is_primary=True),
-                             FieldSchema("vec", DataType.FLOAT_VECTOR, dim=dim),
-                             FieldSchema("tag", DataType.VARCHAR, max_length=64)])
+    return CollectionSchema(
+        [
+            FieldSchema("id", DataType.INT64, is_primary=True),
+            FieldSchema("vec", DataType.FLOAT_VECTOR, dim=dim),
+            FieldSchema("tag", DataType.VARCHAR, max_length=64),
+        ]
+    )
 
 
 @pytest.fixture
@@ -91,8 +99,11 @@ def _wait_import(task_id: int, alias: str, timeout: float = IMPORT_TIMEOUT):
     deadline = time.monotonic() + timeout
     while True:
         st = utility.get_bulk_insert_state(task_id, using=alias)
-        if st.state in (BulkInsertState.ImportCompleted, BulkInsertState.ImportFailed,
-                        BulkInsertState.ImportFailedAndCleaned):
+        if st.state in (
+            BulkInsertState.ImportCompleted,
+            BulkInsertState.ImportFailed,
+            BulkInsertState.ImportFailedAndCleaned,
+        ):
             return st
         assert time.monotonic() < deadline, f"import {task_id} still {st.state_name}: {st.infos}"
         time.sleep(0.3)
@@ -127,8 +138,10 @@ def test_bulk_import_parquet_json_csv(node, client, orm, data_dir):
     client.create_collection("imp", schema=_schema())
     coll = _coll_id(client, "imp")
     t0 = time.monotonic()
-    tasks = {fmt: utility.do_bulk_insert("imp", files=[str(data_dir / name)], using=orm)
-             for fmt, name in (("parquet", "big.parquet"), ("json", "rows.json"), ("csv", "rows.csv"))}
+    tasks = {
+        fmt: utility.do_bulk_insert("imp", files=[str(data_dir / name)], using=orm)
+        for fmt, name in (("parquet", "big.parquet"), ("json", "rows.json"), ("csv", "rows.csv"))
+    }
     states = {fmt: _wait_import(t, orm) for fmt, t in tasks.items()}
     elapsed = time.monotonic() - t0
     for fmt, st in states.items():
@@ -171,10 +184,10 @@ def test_bulk_import_parquet_json_csv(node, client, orm, data_dir):
     np.testing.assert_array_equal(ids[:N_PARQUET], np.arange(N_PARQUET))
     np.testing.assert_array_equal(vec[:N_PARQUET], _vectors(N_PARQUET, 1))
     assert tags[0] == "p0" and tags[N_PARQUET - 1] == f"p{(N_PARQUET - 1) % 1000}"
-    np.testing.assert_array_equal(ids[N_PARQUET:N_PARQUET + N_TEXT], 2_000_000 + np.arange(N_TEXT))
-    np.testing.assert_allclose(vec[N_PARQUET:N_PARQUET + N_TEXT], _vectors(N_TEXT, 2), rtol=1e-6)
-    np.testing.assert_array_equal(ids[N_PARQUET + N_TEXT:], 3_000_000 + np.arange(N_TEXT))
-    np.testing.assert_allclose(vec[N_PARQUET + N_TEXT:], _vectors(N_TEXT, 3), rtol=1e-6)
+    np.testing.assert_array_equal(ids[N_PARQUET : N_PARQUET + N_TEXT], 2_000_000 + np.arange(N_TEXT))
+    np.testing.assert_allclose(vec[N_PARQUET : N_PARQUET + N_TEXT], _vectors(N_TEXT, 2), rtol=1e-6)
+    np.testing.assert_array_equal(ids[N_PARQUET + N_TEXT :], 3_000_000 + np.arange(N_TEXT))
+    np.testing.assert_allclose(vec[N_PARQUET + N_TEXT :], _vectors(N_TEXT, 3), rtol=1e-6)
     assert tags[N_PARQUET + 5] == "j5" and tags[N_PARQUET + N_TEXT + 7] == "c7"
     # No manifests or work files are left behind.
     assert node.call(node.node.store.list(paths.stats_log_prefix(coll))) == []
@@ -187,13 +200,27 @@ def test_import_with_wrong_dim_fails_and_registers_nothing(node, client, orm, tm
     # A variable-length list column: row 123 has 7 floats → found by the Spark job.
     rows = [[float(i)] * 8 for i in range(300)]
     rows[123] = [1.0] * 7
-    pq.write_table(pa.table({"id": pa.array(np.arange(300, dtype=np.int64)),
-                             "vec": pa.array(rows, pa.list_(pa.float32())),
-                             "tag": pa.array(["x"] * 300)}), tmp_path / "ragged.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(np.arange(300, dtype=np.int64)),
+                "vec": pa.array(rows, pa.list_(pa.float32())),
+                "tag": pa.array(["x"] * 300),
+            }
+        ),
+        tmp_path / "ragged.parquet",
+    )
     # A fixed-size column of dim 7 → found from the footer, before any Spark job.
-    pq.write_table(pa.table({"id": pa.array(np.arange(10, dtype=np.int64)),
-                             "vec": pa.FixedSizeListArray.from_arrays(pa.array(np.ones(70, np.float32)), 7),
-                             "tag": pa.array(["x"] * 10)}), tmp_path / "dim7.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(np.arange(10, dtype=np.int64)),
+                "vec": pa.FixedSizeListArray.from_arrays(pa.array(np.ones(70, np.float32)), 7),
+                "tag": pa.array(["x"] * 10),
+            }
+        ),
+        tmp_path / "dim7.parquet",
+    )
     t_ragged = utility.do_bulk_insert("bad", files=[str(tmp_path / "ragged.parquet")], using=orm)
     t_fixed = utility.do_bulk_insert("bad", files=[str(tmp_path / "dim7.parquet")], using=orm)
     st = _wait_import(t_fixed, orm)
@@ -222,8 +249,13 @@ def _insert_flush(client: MilvusClient, name: str, batches: int, rows: int, star
     rng = np.random.default_rng(7)
     pk = start
     for _ in range(batches):
-        client.insert(name, [{"id": pk + i, "vec": rng.random(DIM, dtype=np.float32).tolist(), "tag": f"t{pk + i}"}
-                             for i in range(rows)])
+        client.insert(
+            name,
+            [
+                {"id": pk + i, "vec": rng.random(DIM, dtype=np.float32).tolist(), "tag": f"t{pk + i}"}
+                for i in range(rows)
+            ],
+        )
         client.flush(name)
         pk += rows
     return pk
@@ -241,7 +273,7 @@ def test_compaction_merges_small_segments(node_factory, tmp_path):
         total = _insert_flush(client, "cmp", 20, 300)
         sources = _segments(n, coll)
         assert len(sources) == 20 and sum(s.info.num_of_rows for s in sources) == total
-        time.sleep(1.0)    # auto compaction is off: nothing happens by itself
+        time.sleep(1.0)  # auto compaction is off: nothing happens by itself
         dc = n.component("datacoord")
         assert dc.compactions.jobs == {} and len(_segments(n, coll)) == 20
         source_files = [b.log_path for s in sources for b in s.binlogs.values()]
@@ -302,12 +334,16 @@ def test_drop_collection_during_compaction_leaves_nothing(node_factory):
         job = wait_until(running, timeout=60, what="a running compaction")
         assert not job.manual
         handle = json.loads(job.handle)
-        wait_until(lambda: running() and running().spark_state == JobState.RUNNING.value, timeout=60,
-                   what="Spark running")
+        wait_until(
+            lambda: running() and running().spark_state == JobState.RUNNING.value, timeout=60, what="Spark running"
+        )
         client.drop_collection("gone")
         store = n.node.store
-        wait_until(lambda: not _owned_keys(n, coll, desc.get("virtual_channel_names") or []), timeout=30,
-                   what="etcd keys of the collection removed")
+        wait_until(
+            lambda: not _owned_keys(n, coll, desc.get("virtual_channel_names") or []),
+            timeout=30,
+            what="etcd keys of the collection removed",
+        )
         for prefix in paths.collection_prefixes(coll):
             assert n.call(store.list(prefix)) == [], prefix
         assert not os.path.exists(os.path.join(store.root, "insert_log", str(coll)))
@@ -328,21 +364,29 @@ def test_drop_collection_during_compaction_leaves_nothing(node_factory):
 @pytest.fixture(scope="module")
 def spark(moto_endpoint, tmp_path_factory):
     # moto first: its AWS_* variables must be in the environment the Spark workers inherit.
-    os.environ["PYTHONPATH"] = os.pathsep.join([JOBS_DIR] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [JOBS_DIR] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    )
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if JOBS_DIR not in sys.path:
         sys.path.insert(0, JOBS_DIR)
     from pyspark.sql import SparkSession
 
-    s = (SparkSession.builder.master("local[2]").appName("kmilvus-tests")
-         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "32768").getOrCreate())
+    s = (
+        SparkSession.builder.master("local[2]")
+        .appName("kmilvus-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "32768")
+        .getOrCreate()
+    )
     s.sparkContext.setLogLevel("ERROR")
     # Ship the job package to the Python workers explicitly: a JVM started earlier in this
     # process (another test's SparkSession) would not see the PYTHONPATH set above.
-    archive = shutil.make_archive(str(tmp_path_factory.mktemp("pyfiles") / "kmilvus_jobs"), "zip",
-                                  JOBS_DIR, "kmilvus_jobs")
+    archive = shutil.make_archive(
+        str(tmp_path_factory.mktemp("pyfiles") / "kmilvus_jobs"), "zip", JOBS_DIR, "kmilvus_jobs"
+    )
     s.sparkContext.addPyFile(archive)
     yield s
     s.stop()
@@ -354,10 +398,15 @@ def _schema_pb(auto_id=False, json_field=False):
     DT = schema_pb2.DataType
     s = schema_pb2.CollectionSchema(name="t")
     s.fields.add(fieldID=100, name="id", data_type=DT.Int64, is_primary_key=True, autoID=auto_id)
-    s.fields.add(fieldID=101, name="vec", data_type=DT.FloatVector,
-                 type_params=[common_pb2.KeyValuePair(key="dim", value="4")])
-    s.fields.add(fieldID=102, name="tag", data_type=DT.VarChar,
-                 type_params=[common_pb2.KeyValuePair(key="max_length", value="8")])
+    s.fields.add(
+        fieldID=101, name="vec", data_type=DT.FloatVector, type_params=[common_pb2.KeyValuePair(key="dim", value="4")]
+    )
+    s.fields.add(
+        fieldID=102,
+        name="tag",
+        data_type=DT.VarChar,
+        type_params=[common_pb2.KeyValuePair(key="max_length", value="8")],
+    )
     s.fields.add(fieldID=103, name="small", data_type=DT.Int8)
     if json_field:
         s.fields.add(fieldID=104, name="meta", data_type=DT.JSON)
@@ -365,12 +414,25 @@ def _schema_pb(auto_id=False, json_field=False):
 
 
 def _spec(tmp_path, files, schema, **kw) -> dict:
-    spec = {"kind": "import", "job_id": 1, "collection_id": 10, "partition_id": 11,
-            "schema": base64.b64encode(schema.SerializeToString()).decode(),
-            "storage_uri": (tmp_path / "store").as_uri(), "files": [str(f) for f in files], "options": {},
-            "timestamp": 777, "row_id_start": 5000, "row_id_count": 1000, "log_id_start": 9000,
-            "log_id_count": 1000, "segment_id_start": 50, "segment_count": 10, "segment_max_rows": 4,
-            "manifest_key": "m.json"}
+    spec = {
+        "kind": "import",
+        "job_id": 1,
+        "collection_id": 10,
+        "partition_id": 11,
+        "schema": base64.b64encode(schema.SerializeToString()).decode(),
+        "storage_uri": (tmp_path / "store").as_uri(),
+        "files": [str(f) for f in files],
+        "options": {},
+        "timestamp": 777,
+        "row_id_start": 5000,
+        "row_id_count": 1000,
+        "log_id_start": 9000,
+        "log_id_count": 1000,
+        "segment_id_start": 50,
+        "segment_count": 10,
+        "segment_max_rows": 4,
+        "manifest_key": "m.json",
+    }
     spec.update(kw)
     return spec
 
@@ -404,7 +466,7 @@ def test_job_import_json_segments_and_autoid(spark, tmp_path):
     f = _json_rows(tmp_path, rows)
     m, err = _run_import(spark, _spec(tmp_path, [f], schema))
     assert err is None, err
-    assert m["rows"] == 10 and [s["rows"] for s in m["segments"]] == [4, 3, 3]   # equal segments ≤ 4 rows
+    assert m["rows"] == 10 and [s["rows"] for s in m["segments"]] == [4, 3, 3]  # equal segments ≤ 4 rows
     from kmilvus.storage import ObjectStore
 
     store = ObjectStore.from_uri((tmp_path / "store").as_uri())
@@ -424,18 +486,21 @@ def test_job_import_json_segments_and_autoid(spark, tmp_path):
     assert "auto-generated" in err["reason"] and err["row"] == 0
 
 
-@pytest.mark.parametrize("rows,needle,row", [
-    ([_row(0), _row(1, extra=1)], "key 'extra' is not a field of collection t", 1),
-    ([_row(0), {k: v for k, v in _row(1).items() if k != "tag"}], "field 'tag' is missing", 1),
-    ([_row(0), _row(1), _row(2, id="x")], "the value of field 'id' is null or not a valid Int64", 2),
-    ([_row(0), _row(1, id=1.5)], "is null or not a valid Int64: 1.5", 1),
-    ([_row(0), _row(1, tag="123456789")], "the length (9) of VarChar field (tag) exceeds max length (8)", 1),
-    ([_row(0), _row(1, small=300)], "the value (300) of field (small) is out of range: [-128, 127]", 1),
-    ([_row(0), _row(1, vec=[1, 2, 3])], "the dim (3) of field data(vec) is not equal to schema dim (4)", 1),
-    ([_row(0), _row(1, vec=[1, "a", 3, 4])], "vec", 1),
-    ([_row(0), _row(1, vec=None)], "the value of field 'vec' is null", 1),
-    ([_row(0), _row(1), _row(1)], "duplicate primary key 1", 1),
-])
+@pytest.mark.parametrize(
+    "rows,needle,row",
+    [
+        ([_row(0), _row(1, extra=1)], "key 'extra' is not a field of collection t", 1),
+        ([_row(0), {k: v for k, v in _row(1).items() if k != "tag"}], "field 'tag' is missing", 1),
+        ([_row(0), _row(1), _row(2, id="x")], "the value of field 'id' is null or not a valid Int64", 2),
+        ([_row(0), _row(1, id=1.5)], "is null or not a valid Int64: 1.5", 1),
+        ([_row(0), _row(1, tag="123456789")], "the length (9) of VarChar field (tag) exceeds max length (8)", 1),
+        ([_row(0), _row(1, small=300)], "the value (300) of field (small) is out of range: [-128, 127]", 1),
+        ([_row(0), _row(1, vec=[1, 2, 3])], "the dim (3) of field data(vec) is not equal to schema dim (4)", 1),
+        ([_row(0), _row(1, vec=[1, "a", 3, 4])], "vec", 1),
+        ([_row(0), _row(1, vec=None)], "the value of field 'vec' is null", 1),
+        ([_row(0), _row(1), _row(1)], "duplicate primary key 1", 1),
+    ],
+)
 def test_job_rejects_bad_json_rows(spark, tmp_path, rows, needle, row):
     f = _json_rows(tmp_path, rows)
     m, err = _run_import(spark, _spec(tmp_path, [f], _schema_pb()))
@@ -456,8 +521,17 @@ def test_job_rejects_bad_csv_and_nan(spark, tmp_path):
     _, err = _run_import(spark, _spec(tmp_path, [p], _schema_pb()))
     assert err["row"] is None and "field 'small' is missing" in err["reason"]
     q = tmp_path / "n.parquet"
-    pq.write_table(pa.table({"id": pa.array([0, 1], pa.int64()), "vec": pa.array([[1, 2, 3, 4], [1, float("inf"), 3, 4]], pa.list_(pa.float32())),
-                             "tag": ["a", "b"], "small": pa.array([1, 2], pa.int8())}), q)
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array([0, 1], pa.int64()),
+                "vec": pa.array([[1, 2, 3, 4], [1, float("inf"), 3, 4]], pa.list_(pa.float32())),
+                "tag": ["a", "b"],
+                "small": pa.array([1, 2], pa.int8()),
+            }
+        ),
+        q,
+    )
     _, err = _run_import(spark, _spec(tmp_path, [q], _schema_pb()))
     assert err["row"] == 1 and "contains NaN or Inf" in err["reason"]
 
@@ -472,17 +546,27 @@ def test_job_compaction_in_process(spark, tmp_path):
     store = ObjectStore.from_uri((tmp_path / "store").as_uri())
     srcs = []
     for s, (lo, hi) in enumerate([(0, 7), (7, 10)]):
-        cols = {100: pa.array(np.arange(lo, hi, dtype=np.int64)),
-                101: pa.FixedSizeListArray.from_arrays(pa.array(np.ones((hi - lo) * 4, np.float32)), 4),
-                102: pa.array([f"t{i}" for i in range(lo, hi)]), 103: pa.array(np.zeros(hi - lo, np.int8))}
+        cols = {
+            100: pa.array(np.arange(lo, hi, dtype=np.int64)),
+            101: pa.FixedSizeListArray.from_arrays(pa.array(np.ones((hi - lo) * 4, np.float32)), 4),
+            102: pa.array([f"t{i}" for i in range(lo, hi)]),
+            103: pa.array(np.zeros(hi - lo, np.int8)),
+        }
         batch = typeutil.columns_to_record_batch(schema, cols, np.arange(lo, hi) + 100, np.arange(lo, hi) + 1)
         key = paths.insert_log_key(10, 11, 200 + s, 1)
         info = write_insert_binlog(store, key, batch)
         srcs.append({"segment_id": 200 + s, "binlogs": [{"key": key, "rows": info.entries_num, "size": info.size}]})
-    spec = {"kind": "compact", "job_id": 5, "collection_id": 10,
-            "schema": base64.b64encode(schema.SerializeToString()).decode(), "storage_uri": store.root_uri,
-            "manifest_key": "c.json", "log_id_start": 300, "log_id_count": 10,
-            "plans": [{"plan_id": 6, "partition_id": 11, "channel": "ch", "target_ids": [400, 401], "sources": srcs}]}
+    spec = {
+        "kind": "compact",
+        "job_id": 5,
+        "collection_id": 10,
+        "schema": base64.b64encode(schema.SerializeToString()).decode(),
+        "storage_uri": store.root_uri,
+        "manifest_key": "c.json",
+        "log_id_start": 300,
+        "log_id_count": 10,
+        "plans": [{"plan_id": 6, "partition_id": 11, "channel": "ch", "target_ids": [400, 401], "sources": srcs}],
+    }
     m = compactor.run(spark, spec)
     assert [t["rows"] for t in m["plans"][0]["targets"]] == [5, 5]
     t = pa.concat_tables([read_segment(store, 10, 11, 400), read_segment(store, 10, 11, 401)])
@@ -497,8 +581,9 @@ def test_job_compaction_in_process(spark, tmp_path):
 
 def test_spark_application_spec():
     spec = {"kind": "import", "job_id": 3, "collection_id": 42}
-    app = application.build_application("import", spec, name="kmilvus-import-42-3", namespace="ml",
-                                        owner=application.collection_owner("films", "uid-1"))
+    app = application.build_application(
+        "import", spec, name="kmilvus-import-42-3", namespace="ml", owner=application.collection_owner("films", "uid-1")
+    )
     assert app["apiVersion"] == "sparkoperator.k8s.io/v1beta2" and app["kind"] == "SparkApplication"
     s = app["spec"]
     assert s["type"] == "Python" and s["restartPolicy"] == {"type": "Never"}
@@ -519,10 +604,12 @@ async def test_local_runner_states_and_cancel(tmp_path):
     """The same application through spark-submit: SUBMITTED → RUNNING → COMPLETED / FAILED;
     cancel stops the whole process tree. (A tiny main file stands in for a job.)"""
     main = tmp_path / "job.py"
-    main.write_text("import json, os, sys, time\n"
-                    "with open(os.environ['KMILVUS_JOB_EVENTS'], 'a') as f: f.write(json.dumps({'event': 'running'}) + '\\n')\n"
-                    "time.sleep(float(json.loads(sys.argv[1])['sleep']))\n"
-                    "sys.exit(json.loads(sys.argv[1])['rc'])\n")
+    main.write_text(
+        "import json, os, sys, time\n"
+        "with open(os.environ['KMILVUS_JOB_EVENTS'], 'a') as f: f.write(json.dumps({'event': 'running'}) + '\\n')\n"
+        "time.sleep(float(json.loads(sys.argv[1])['sleep']))\n"
+        "sys.exit(json.loads(sys.argv[1])['rc'])\n"
+    )
     runner = LocalSparkRunner(work_dir=str(tmp_path / "work"))
 
     def app(name, **spec):
@@ -564,9 +651,14 @@ def test_job_import_from_s3_to_s3(spark, moto_endpoint, root, tmp_path):
     storage_uri = f"s3://{root}/kmilvus?endpoint={moto_endpoint}&region=us-east-1"
     store = ObjectStore.from_uri(storage_uri)
     schema = _schema_pb()
-    t = pa.table({"id": pa.array(np.arange(50, dtype=np.int64)),
-                  "vec": pa.FixedSizeListArray.from_arrays(pa.array(np.ones(200, np.float32)), 4),
-                  "tag": pa.array([f"s{i}" for i in range(50)]), "small": pa.array(np.zeros(50, np.int8))})
+    t = pa.table(
+        {
+            "id": pa.array(np.arange(50, dtype=np.int64)),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(np.ones(200, np.float32)), 4),
+            "tag": pa.array([f"s{i}" for i in range(50)]),
+            "small": pa.array(np.zeros(50, np.int8)),
+        }
+    )
     sink = pa.BufferOutputStream()
     pq.write_table(t, sink, row_group_size=20)
     store.write_sync("uploads/a.parquet", sink.getvalue().to_pybytes())
@@ -594,8 +686,9 @@ def test_import_interrupted_by_a_restart_is_cleaned_up(node_factory, data_dir):
         coll = _coll_id(client, "rs")
         task = utility.do_bulk_insert("rs", files=[str(data_dir / "big.parquet")], using=alias)
         dc = n.component("datacoord")
-        wait_until(lambda: dc.imports.jobs[task].spark_state == JobState.RUNNING.value, timeout=60,
-                   what="Spark running")
+        wait_until(
+            lambda: dc.imports.jobs[task].spark_state == JobState.RUNNING.value, timeout=60, what="Spark running"
+        )
     finally:
         connections.disconnect(alias)
         client.close()

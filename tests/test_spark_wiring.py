@@ -17,10 +17,15 @@ SPEC = {"kind": "import", "job_id": 3, "collection_id": 42, "collection_name": "
 
 
 def test_application_from_settings(monkeypatch):
-    for k, v in {"SPARK_NAMESPACE": "team-a", "SPARK_IMAGE": "registry.example.com/spark:7",
-                 "SPARK_IMAGE_PULL_POLICY": "Always", "SPARK_SERVICE_ACCOUNT": "drv",
-                 "SPARK_S3_SECRET_NAME": "s3-creds", "SPARK_S3_ACCESS_KEY_ID_KEY": "access",
-                 "SPARK_S3_SECRET_ACCESS_KEY_KEY": "secret"}.items():
+    for k, v in {
+        "SPARK_NAMESPACE": "team-a",
+        "SPARK_IMAGE": "registry.example.com/spark:7",
+        "SPARK_IMAGE_PULL_POLICY": "Always",
+        "SPARK_SERVICE_ACCOUNT": "drv",
+        "SPARK_S3_SECRET_NAME": "s3-creds",
+        "SPARK_S3_ACCESS_KEY_ID_KEY": "access",
+        "SPARK_S3_SECRET_ACCESS_KEY_KEY": "secret",
+    }.items():
         monkeypatch.setenv("KMILVUS_" + k, v)
     app = application.from_config("import", SPEC, "kmilvus-import-42-3", Config.from_env())
     s = app["spec"]
@@ -28,8 +33,10 @@ def test_application_from_settings(monkeypatch):
     assert s["image"] == "registry.example.com/spark:7" and s["imagePullPolicy"] == "Always"
     assert s["sparkVersion"] == application.SPARK_VERSION
     assert s["driver"]["serviceAccount"] == "drv"
-    want = [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "s3-creds", "key": "access"}}},
-            {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "s3-creds", "key": "secret"}}}]
+    want = [
+        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "s3-creds", "key": "access"}}},
+        {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "s3-creds", "key": "secret"}}},
+    ]
     for pod in ("driver", "executor"):
         env = s[pod]["env"]
         assert [e for e in env if e["name"].startswith("AWS_")] == want
@@ -65,8 +72,22 @@ def test_wheel_contains_the_templates(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path), str(root)], check=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(root),
+        ],
+        check=True,
+        cwd=tmp_path,
+    )
     wheel = next(tmp_path.glob("kmilvus-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"kmilvus/spark/templates/{k}.yaml" for k in application.KINDS} <= names

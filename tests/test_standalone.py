@@ -22,9 +22,22 @@ def start_standalone(tmp_path: Path, *args: str, env: dict | None = None) -> tup
     port = free_port()
     log = tmp_path / "standalone.log"
     exe = Path(sys.executable).with_name("kmilvus")
-    proc = subprocess.Popen([str(exe), "standalone", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                             "--cluster", "sa" + str(port), *args],
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "standalone",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            str(port),
+            "--cluster",
+            "sa" + str(port),
+            *args,
+        ],
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
     deadline = time.monotonic() + 60
     while f"kmilvus standalone ready on 127.0.0.1:{port}" not in log.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -66,8 +79,15 @@ def test_standalone_serves_pymilvus_and_stops_cleanly_on_sigterm(tmp_path):
 
 def test_standalone_with_external_servers_and_s3_storage(tmp_path, etcd_endpoint, nats_url, moto_endpoint):
     bucket = "kmilvus-" + str(free_port())
-    proc, port, _ = start_standalone(tmp_path, "--etcd-endpoint", etcd_endpoint, "--nats-url", nats_url,
-                                     "--storage-uri", f"s3://{bucket}/root?endpoint={moto_endpoint}")
+    proc, port, _ = start_standalone(
+        tmp_path,
+        "--etcd-endpoint",
+        etcd_endpoint,
+        "--nats-url",
+        nats_url,
+        "--storage-uri",
+        f"s3://{bucket}/root?endpoint={moto_endpoint}",
+    )
     try:
         assert not psutil.Process(proc.pid).children(recursive=True)  # started no servers of its own
         c = MilvusClient(uri=f"http://127.0.0.1:{port}")

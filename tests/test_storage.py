@@ -58,8 +58,7 @@ def test_path_scheme():
     assert paths.ddl_key(7, 3) == "data_definition_log/7/ddl/3"
     assert paths.stats_log_prefix(7) == "stats_log/7/"
     assert paths.delta_log_prefix(7) == "delta_log/7/"
-    assert paths.collection_prefixes(7) == ["insert_log/7/", "data_definition_log/7/",
-                                            "stats_log/7/", "delta_log/7/"]
+    assert paths.collection_prefixes(7) == ["insert_log/7/", "data_definition_log/7/", "stats_log/7/", "delta_log/7/"]
     # the collection's prefixes cover its keys and nothing of collection 70
     owned = paths.collection_prefixes(7)
     for key in (paths.insert_log_key(7, 1, 2, 3), paths.ddl_ts_key(7, 1), paths.ddl_key(7, 1)):
@@ -143,8 +142,7 @@ async def test_delete_prefix(store):
     await store.delete_prefix("p/q")  # idempotent
     await store.delete_prefix("no/such/prefix")
     assert await store.walk() == ["p/5", "p/qq/4"]
-    assert not any(p.startswith(store.path("p/q") + "/") or p == store.path("p/q")
-                   for p in raw_paths(store))
+    assert not any(p.startswith(store.path("p/q") + "/") or p == store.path("p/q") for p in raw_paths(store))
     with pytest.raises(ValueError):
         await store.delete_prefix("")
 
@@ -181,10 +179,18 @@ async def test_local_write_is_atomic_rename(tmp_path):
 def make_schema() -> schema_pb2.CollectionSchema:
     s = schema_pb2.CollectionSchema(name="c")
     s.fields.add(fieldID=100, name="id", data_type=DT.Int64, is_primary_key=True)
-    s.fields.add(fieldID=101, name="vec", data_type=DT.FloatVector,
-                 type_params=[common_pb2.KeyValuePair(key="dim", value=str(DIM))])
-    s.fields.add(fieldID=102, name="tag", data_type=DT.VarChar,
-                 type_params=[common_pb2.KeyValuePair(key="max_length", value="64")])
+    s.fields.add(
+        fieldID=101,
+        name="vec",
+        data_type=DT.FloatVector,
+        type_params=[common_pb2.KeyValuePair(key="dim", value=str(DIM))],
+    )
+    s.fields.add(
+        fieldID=102,
+        name="tag",
+        data_type=DT.VarChar,
+        type_params=[common_pb2.KeyValuePair(key="max_length", value="64")],
+    )
     s.fields.add(fieldID=103, name="j", data_type=DT.JSON)
     s.fields.add(fieldID=104, name="f", data_type=DT.Float)
     return s
@@ -230,8 +236,7 @@ async def test_insert_binlog_encoding(store):
     await binlog.awrite_insert_binlog(store, key, make_batch(schema, 0, 100, 7))
     with store.filesystem.open_input_file(store.path(key)) as f:
         md = pq.ParquetFile(f).metadata
-    cols = {md.row_group(0).column(i).path_in_schema: md.row_group(0).column(i)
-            for i in range(md.num_columns)}
+    cols = {md.row_group(0).column(i).path_in_schema: md.row_group(0).column(i) for i in range(md.num_columns)}
     vec = [c for p, c in cols.items() if p.startswith("101.")]
     assert len(vec) == 1 and vec[0].compression == "UNCOMPRESSED"
     assert not vec[0].is_stats_set
@@ -251,8 +256,7 @@ async def test_read_segment_in_log_order(store):
     table = await binlog.aread_segment(store, 1, 2, 3)
     expected = pa.Table.from_batches([batches[9], batches[10], batches[100]])
     assert table.equals(expected)
-    assert binlog.segment_binlog_keys(store, 1, 2, 3) == [
-        paths.insert_log_key(1, 2, 3, x) for x in (9, 10, 100)]
+    assert binlog.segment_binlog_keys(store, 1, 2, 3) == [paths.insert_log_key(1, 2, 3, x) for x in (9, 10, 100)]
     empty = await binlog.aread_segment(store, 1, 2, 99, schema=typeutil.arrow_schema(schema))
     assert empty.num_rows == 0 and empty.schema == typeutil.arrow_schema(schema)
     # plain pyarrow datasets read a whole segment directory of extension-less files
@@ -309,8 +313,9 @@ async def test_collection_prefixes_remove_everything_it_owns(store):
     before_tree = tree(store.root) if store.local else None
     for coll in (5, 6):
         for seg in (1, 2):
-            await binlog.awrite_insert_binlog(store, paths.insert_log_key(coll, 0, seg, 3),
-                                              [make_batch(schema, 0, 10, 1)])
+            await binlog.awrite_insert_binlog(
+                store, paths.insert_log_key(coll, 0, seg, 3), [make_batch(schema, 0, 10, 1)]
+            )
         await binlog.awrite_ddl_binlogs(store, coll, 0, 0, [1], [1], [b"x"])
         await store.write(paths.stats_log_prefix(coll) + "0/1/2", b"s")
         await store.write(paths.delta_log_prefix(coll) + "0/1/2", b"d")
@@ -352,7 +357,12 @@ def test_local_writes_fsync_the_file_before_the_rename_and_its_directories_after
     store = objectstore.ObjectStore.from_uri((tmp_path / "root").as_uri())
     store.write_sync("insert_log/1/2/3/44", b"data")
     root = str(tmp_path / "root")
-    assert ".44.tmp-" in synced[0]                      # the temp file, before the rename
-    assert synced[1:] == [f"{root}/insert_log/1/2/3", f"{root}/insert_log/1/2", f"{root}/insert_log/1",
-                          f"{root}/insert_log", root]
+    assert ".44.tmp-" in synced[0]  # the temp file, before the rename
+    assert synced[1:] == [
+        f"{root}/insert_log/1/2/3",
+        f"{root}/insert_log/1/2",
+        f"{root}/insert_log/1",
+        f"{root}/insert_log",
+        root,
+    ]
     assert (tmp_path / "root/insert_log/1/2/3/44").read_bytes() == b"data"

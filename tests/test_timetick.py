@@ -39,7 +39,7 @@ async def test_tick_never_passes_an_unacknowledged_publish(etcd_endpoint, root):
     async def slow_publish():
         async with src.publishing() as ts:
             held.append(ts)
-            await release.wait()           # the "ack" has not come back yet
+            await release.wait()  # the "ack" has not come back yet
 
     tasks = [asyncio.create_task(slow_publish()) for _ in range(20)]
     while len(held) < 20:
@@ -48,7 +48,7 @@ async def test_tick_never_passes_an_unacknowledged_publish(etcd_endpoint, root):
     assert all(t == min(held) for t in ticks)
     release.set()
     await asyncio.gather(*tasks)
-    assert await src.tick() > max(held)    # acknowledged: the tick moves past them
+    assert await src.tick() > max(held)  # acknowledged: the tick moves past them
     await kv.close()
 
 
@@ -58,14 +58,14 @@ async def test_published_tick_is_the_minimum_over_producers(etcd_endpoint, nats_
     vch = f"{root}-dml_0_1v0"
     sync = TimeTickSync(stream.producer(), own, lambda: [vch], interval=0.05)
     first = await own.tick()
-    sync.update(7, first - 5)              # a Proxy lagging behind holds the tick back
-    sync.update(8, first + 10**12)         # one far ahead cannot push it past RootCoord's promise
+    sync.update(7, first - 5)  # a Proxy lagging behind holds the tick back
+    sync.update(8, first + 10**12)  # one far ahead cannot push it past RootCoord's promise
     tick = await sync.publish()
     assert tick == first - 5
-    sync.update(7, first - 9)              # a source never moves backwards, and no progress ...
-    assert await sync.publish() == tick    # ... publishes nothing new
+    sync.update(7, first - 9)  # a source never moves backwards, and no progress ...
+    assert await sync.publish() == tick  # ... publishes nothing new
     sync.remove_source(8)
-    sync.remove_source(7)                  # its session expired: it no longer holds ticks back
+    sync.remove_source(7)  # its session expired: it no longer holds ticks back
     later = await sync.publish()
     assert later > tick
     consumer = await stream.consume(vch)
@@ -84,10 +84,10 @@ async def test_after_restart_ticks_wait_for_live_proxies_to_report(etcd_endpoint
     stream = await MsgStream.connect(nats_url, root)
     sync = TimeTickSync(stream.producer(), own, lambda: [f"{root}-dml_0_1v0"], interval=0.05)
     sync.expect({41, 42}, wait=30)
-    assert await sync.publish() == 0              # proxy 41 and 42 may still be publishing
+    assert await sync.publish() == 0  # proxy 41 and 42 may still be publishing
     lagging = await own.tick()
     sync.update(41, lagging)
-    sync.remove_source(42)                        # its session expired
+    sync.remove_source(42)  # its session expired
     assert await sync.publish() == lagging
     await stream.delete_stream()
     await stream.close()

@@ -27,8 +27,7 @@ def kv(**params) -> list[common_pb2.KeyValuePair]:
 def all_types_schema(auto_id: bool = False, pk_type=DT.Int64) -> schema_pb2.CollectionSchema:
     s = schema_pb2.CollectionSchema(name="all_types")
     pk_params = kv(max_length=16) if pk_type == DT.VarChar else []
-    s.fields.add(fieldID=100, name="pk", data_type=pk_type, is_primary_key=True, autoID=auto_id,
-                 type_params=pk_params)
+    s.fields.add(fieldID=100, name="pk", data_type=pk_type, is_primary_key=True, autoID=auto_id, type_params=pk_params)
     s.fields.add(fieldID=101, name="b", data_type=DT.Bool)
     s.fields.add(fieldID=102, name="i8", data_type=DT.Int8)
     s.fields.add(fieldID=103, name="i16", data_type=DT.Int16)
@@ -47,8 +46,8 @@ VALUES = {
     "b": [True, False, True],
     "i8": [-128, 0, 127],
     "i16": [-32768, 5, 32767],
-    "i32": [-(2 ** 31), 6, 2 ** 31 - 1],
-    "i64": [-(2 ** 63), 7, 2 ** 63 - 1],
+    "i32": [-(2**31), 6, 2**31 - 1],
+    "i64": [-(2**63), 7, 2**63 - 1],
     "f": [0.5, -1.25, 3.0],
     "d": [1e300, -2.5, 0.0],
     "tag": ["a", "ßü", "12345678"],
@@ -63,16 +62,23 @@ def field_data(name: str, dtype, values, dim: int = DIM) -> schema_pb2.FieldData
         fd.vectors.dim = dim
         fd.vectors.float_vector.data.extend(np.asarray(values, dtype=np.float32).ravel().tolist())
         return fd
-    slot = {DT.Bool: "bool_data", DT.Int8: "int_data", DT.Int16: "int_data", DT.Int32: "int_data",
-            DT.Int64: "long_data", DT.Float: "float_data", DT.Double: "double_data",
-            DT.VarChar: "string_data", DT.JSON: "json_data"}[dtype]
+    slot = {
+        DT.Bool: "bool_data",
+        DT.Int8: "int_data",
+        DT.Int16: "int_data",
+        DT.Int32: "int_data",
+        DT.Int64: "long_data",
+        DT.Float: "float_data",
+        DT.Double: "double_data",
+        DT.VarChar: "string_data",
+        DT.JSON: "json_data",
+    }[dtype]
     getattr(fd.scalars, slot).data.extend(values)
     return fd
 
 
 def all_fields_data(schema, values=VALUES, skip=()) -> list[schema_pb2.FieldData]:
-    return [field_data(f.name, f.data_type, values[f.name]) for f in schema.fields
-            if f.name not in skip]
+    return [field_data(f.name, f.data_type, values[f.name]) for f in schema.fields if f.name not in skip]
 
 
 def convert(schema, fds, n=3):
@@ -96,9 +102,17 @@ def expect_error(code, *needles):
 def test_arrow_types_and_schema_for_every_supported_type():
     schema = all_types_schema()
     want = {
-        "pk": pa.int64(), "b": pa.bool_(), "i8": pa.int8(), "i16": pa.int16(), "i32": pa.int32(),
-        "i64": pa.int64(), "f": pa.float32(), "d": pa.float64(), "tag": pa.string(),
-        "j": pa.binary(), "vec": pa.list_(pa.float32(), DIM),
+        "pk": pa.int64(),
+        "b": pa.bool_(),
+        "i8": pa.int8(),
+        "i16": pa.int16(),
+        "i32": pa.int32(),
+        "i64": pa.int64(),
+        "f": pa.float32(),
+        "d": pa.float64(),
+        "tag": pa.string(),
+        "j": pa.binary(),
+        "vec": pa.list_(pa.float32(), DIM),
     }
     for f in schema.fields:
         assert typeutil.arrow_type(f) == want[f.name]
@@ -131,8 +145,7 @@ def test_schema_helpers():
         typeutil.primary_field(no_pk)
 
 
-@pytest.mark.parametrize("dtype", [DT.String, DT.Array, DT.BinaryVector, DT.Float16Vector,
-                                   DT.SparseFloatVector])
+@pytest.mark.parametrize("dtype", [DT.String, DT.Array, DT.BinaryVector, DT.Float16Vector, DT.SparseFloatVector])
 def test_unsupported_type(dtype):
     f = schema_pb2.FieldSchema(fieldID=100, name="x", data_type=dtype, type_params=kv(dim=8))
     with expect_error(merr.PARAMETER_INVALID, f"data type {DT.Name(dtype)} is not supported", "x"):
@@ -161,8 +174,7 @@ def test_float_values_are_float32_exact():
     vals = dict(VALUES, f=[0.1, 1 / 3, 1e-30], vec=[[0.1, 0.2, 0.3, 0.4]] * 3)
     cols = convert(schema, all_fields_data(schema, vals))
     np.testing.assert_array_equal(cols[106].to_numpy(), np.array(vals["f"], dtype=np.float32))
-    np.testing.assert_array_equal(cols[110].flatten().to_numpy(),
-                                  np.array(vals["vec"], dtype=np.float32).ravel())
+    np.testing.assert_array_equal(cols[110].flatten().to_numpy(), np.array(vals["vec"], dtype=np.float32).ravel())
 
 
 def test_record_batch_columns_and_system_fields():
@@ -199,23 +211,23 @@ def test_record_batch_to_field_data_roundtrip():
     for fid, col in cols.items():
         assert again[fid].equals(col), fid
     # a Table works too, and `fields` selects by ID or name
-    sub = typeutil.record_batch_to_field_data(schema, pa.Table.from_batches([batch, batch]),
-                                              fields=[110, "tag"])
+    sub = typeutil.record_batch_to_field_data(schema, pa.Table.from_batches([batch, batch]), fields=[110, "tag"])
     assert [fd.field_name for fd in sub] == ["tag", "vec"]
     assert len(sub[0].scalars.string_data.data) == 6
     assert len(sub[1].vectors.float_vector.data) == 6 * DIM
 
 
 def test_pymilvus_prepared_request_converts():
-    orm = CollectionSchema([
-        FieldSchema("pk", DataType.INT64, is_primary=True),
-        FieldSchema("vec", DataType.FLOAT_VECTOR, dim=DIM),
-        FieldSchema("tag", DataType.VARCHAR, max_length=8),
-        FieldSchema("j", DataType.JSON),
-        FieldSchema("i8", DataType.INT8),
-    ])
-    rows = [{"pk": i, "vec": [float(i)] * DIM, "tag": f"t{i}", "j": {"k": i}, "i8": -i}
-            for i in range(5)]
+    orm = CollectionSchema(
+        [
+            FieldSchema("pk", DataType.INT64, is_primary=True),
+            FieldSchema("vec", DataType.FLOAT_VECTOR, dim=DIM),
+            FieldSchema("tag", DataType.VARCHAR, max_length=8),
+            FieldSchema("j", DataType.JSON),
+            FieldSchema("i8", DataType.INT8),
+        ]
+    )
+    rows = [{"pk": i, "vec": [float(i)] * DIM, "tag": f"t{i}", "j": {"k": i}, "i8": -i} for i in range(5)]
     req = Prepare.row_insert_param("c", rows, "", fields_info=orm.to_dict()["fields"])
     req = milvus_pb2.InsertRequest.FromString(req.SerializeToString())
     schema = schema_pb2.CollectionSchema(name="c")
@@ -251,6 +263,7 @@ def test_primary_keys_to_ids():
 
 def test_large_batch_is_columnar_and_fast():
     import time
+
     n, dim = 10_000, 128
     schema = schema_pb2.CollectionSchema(name="big")
     schema.fields.add(fieldID=100, name="id", data_type=DT.Int64, is_primary_key=True)
@@ -285,8 +298,7 @@ def test_wrong_dim():
     schema = all_types_schema()
     fds = all_fields_data(schema, skip=("vec",))
     fds.append(field_data("vec", DT.FloatVector, [[1.0] * 8] * 3, dim=8))
-    with expect_error(merr.DIMENSION_INVALID,
-                      "the dim (8) of field data(vec) is not equal to schema dim (4)"):
+    with expect_error(merr.DIMENSION_INVALID, "the dim (8) of field data(vec) is not equal to schema dim (4)"):
         convert(schema, fds)
 
 
@@ -303,16 +315,14 @@ def test_vector_row_count_mismatch():
     schema = all_types_schema()
     fds = all_fields_data(schema, skip=("vec",))
     fds.append(field_data("vec", DT.FloatVector, [[1.0] * DIM] * 2))
-    with expect_error(merr.PARAMETER_INVALID,
-                      "the num_rows (2) of field (vec) is not equal to passed num_rows (3)"):
+    with expect_error(merr.PARAMETER_INVALID, "the num_rows (2) of field (vec) is not equal to passed num_rows (3)"):
         convert(schema, fds)
 
 
 def test_scalar_row_count_mismatch():
     schema = all_types_schema()
     vals = dict(VALUES, tag=["a", "b", "c", "d", "e"])
-    with expect_error(merr.PARAMETER_INVALID,
-                      "the num_rows (5) of field (tag) is not equal to passed num_rows (3)"):
+    with expect_error(merr.PARAMETER_INVALID, "the num_rows (5) of field (tag) is not equal to passed num_rows (3)"):
         convert(schema, all_fields_data(schema, vals))
 
 
@@ -380,8 +390,9 @@ def test_unknown_field():
     schema = all_types_schema()
     fds = all_fields_data(schema)
     fds.append(field_data("x", DT.Int64, [1, 2, 3]))
-    with expect_error(merr.FIELD_NOT_FOUND, "attempt to insert an unexpected field `x`",
-                      "without enabling dynamic field"):
+    with expect_error(
+        merr.FIELD_NOT_FOUND, "attempt to insert an unexpected field `x`", "without enabling dynamic field"
+    ):
         convert(schema, fds)
 
 
@@ -393,13 +404,13 @@ def test_duplicate_field():
         convert(schema, fds)
 
 
-@pytest.mark.parametrize("name,bad,bounds", [("i8", 128, "[-128, 127]"), ("i8", -129, "[-128, 127]"),
-                                             ("i16", 40000, "[-32768, 32767]")])
+@pytest.mark.parametrize(
+    "name,bad,bounds", [("i8", 128, "[-128, 127]"), ("i8", -129, "[-128, 127]"), ("i16", 40000, "[-32768, 32767]")]
+)
 def test_small_int_out_of_range(name, bad, bounds):
     schema = all_types_schema()
     vals = dict(VALUES, **{name: [0, 1, bad]})
-    with expect_error(merr.PARAMETER_INVALID, f"the 2th element ({bad}) of field ({name}) out of range",
-                      bounds):
+    with expect_error(merr.PARAMETER_INVALID, f"the 2th element ({bad}) of field ({name}) out of range", bounds):
         convert(schema, all_fields_data(schema, vals))
 
 

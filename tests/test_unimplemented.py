@@ -12,8 +12,7 @@ from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc
 
 
 def _count(method: str) -> float:
-    return REGISTRY.get_sample_value("kmilvus_rpc_unimplemented_total",
-                                     {"role": "proxy", "method": method}) or 0.0
+    return REGISTRY.get_sample_value("kmilvus_rpc_unimplemented_total", {"role": "proxy", "method": method}) or 0.0
 
 
 def test_unimplemented_is_one_debug_line_and_a_metric(node, caplog):

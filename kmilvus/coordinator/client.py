@@ -28,8 +28,8 @@ NOT_FOUND = merr.COLLECTION_NOT_FOUND[0]
 
 @dataclass(frozen=True)
 class DropState:
-    exists: bool       # the collection's meta is live
-    dropping: bool     # a drop has begun and its resumable tail has not finished
+    exists: bool  # the collection's meta is live
+    dropping: bool  # a drop has begun and its resumable tail has not finished
 
 
 class CoordinatorClient:
@@ -43,11 +43,15 @@ class CoordinatorClient:
         return cls(registry.client(roles.ROOTCOORD), registry.client(roles.DATACOORD))
 
     # Collections (RootCoord) ---------------------------------------------------------------
-    async def describe_collection(self, db: str = "", name: str = "", *,
-                                  collection_id: int = 0) -> milvus_pb2.DescribeCollectionResponse | None:
+    async def describe_collection(
+        self, db: str = "", name: str = "", *, collection_id: int = 0
+    ) -> milvus_pb2.DescribeCollectionResponse | None:
         """By ID when given, else by (database, name); None when there is no such collection."""
-        req = (milvus_pb2.DescribeCollectionRequest(collectionID=collection_id) if collection_id else
-               milvus_pb2.DescribeCollectionRequest(db_name=db, collection_name=name))
+        req = (
+            milvus_pb2.DescribeCollectionRequest(collectionID=collection_id)
+            if collection_id
+            else milvus_pb2.DescribeCollectionRequest(db_name=db, collection_name=name)
+        )
         rsp = await self._rootcoord.DescribeCollection(req)
         if rsp.status.code == NOT_FOUND:
             return None
@@ -65,8 +69,9 @@ class CoordinatorClient:
         return await self._rootcoord.CreateCollection(req)
 
     async def drop_collection(self, db: str, name: str) -> None:
-        merr.check(await self._rootcoord.DropCollection(
-            milvus_pb2.DropCollectionRequest(db_name=db, collection_name=name)))
+        merr.check(
+            await self._rootcoord.DropCollection(milvus_pb2.DropCollectionRequest(db_name=db, collection_name=name))
+        )
 
     async def drop_state(self, collection_id: int) -> DropState:
         rsp = await self._rootcoord.GetDropState(root_coord_pb2.GetDropStateRequest(collectionID=collection_id))
@@ -80,25 +85,30 @@ class CoordinatorClient:
         merr.check(rsp.status)
         return rsp
 
-    async def flush_state(self, collection_id: int, segment_ids: Sequence[int], flush_ts: int,
-                          wait_ms: int = 0) -> bool:
-        rsp = await self._datacoord.GetFlushState(data_coord_pb2.GetFlushStateRequest(
-            segmentIDs=segment_ids, flush_ts=flush_ts, collectionID=collection_id, wait_ms=wait_ms))
+    async def flush_state(
+        self, collection_id: int, segment_ids: Sequence[int], flush_ts: int, wait_ms: int = 0
+    ) -> bool:
+        rsp = await self._datacoord.GetFlushState(
+            data_coord_pb2.GetFlushStateRequest(
+                segmentIDs=segment_ids, flush_ts=flush_ts, collectionID=collection_id, wait_ms=wait_ms
+            )
+        )
         merr.check(rsp.status)
         return rsp.flushed
 
     async def segment_infos(self, segment_ids: Sequence[int]) -> list[internal_pb2.SegmentInfo]:
         """The segments that still exist among `segment_ids`."""
-        rsp = await self._datacoord.GetSegmentInfo(data_coord_pb2.GetSegmentInfoRequest(
-            segmentIDs=segment_ids, includeUnHealthy=True))
+        rsp = await self._datacoord.GetSegmentInfo(
+            data_coord_pb2.GetSegmentInfoRequest(segmentIDs=segment_ids, includeUnHealthy=True)
+        )
         merr.check(rsp.status)
         return list(rsp.infos)
 
-    async def list_segments(self, collection_id: int,
-                       states: Iterable[int] = ()) -> list[internal_pb2.SegmentInfo]:
+    async def list_segments(self, collection_id: int, states: Iterable[int] = ()) -> list[internal_pb2.SegmentInfo]:
         """The collection's segments (in `states` when given), by ID."""
-        rsp = await self._datacoord.GetSegmentsByCollection(data_coord_pb2.GetSegmentsByCollectionRequest(
-            collectionID=collection_id, states=list(states)))
+        rsp = await self._datacoord.GetSegmentsByCollection(
+            data_coord_pb2.GetSegmentsByCollectionRequest(collectionID=collection_id, states=list(states))
+        )
         merr.check(rsp.status)
         return list(rsp.infos)
 
@@ -111,7 +121,8 @@ class CoordinatorClient:
     async def compaction_jobs(self, collection_id: int) -> list[data_coord_pb2.CompactionJob]:
         """The collection's compaction jobs (running and finished)."""
         rsp = await self._datacoord.GetCompactionJobs(
-            data_coord_pb2.GetCompactionJobsRequest(collectionID=collection_id))
+            data_coord_pb2.GetCompactionJobsRequest(collectionID=collection_id)
+        )
         merr.check(rsp.status)
         return list(rsp.jobs)
 

@@ -30,12 +30,12 @@ log = get_logger(__name__)
 
 class ChannelManager:
     def __init__(self, kv: EtcdKV, meta: SegmentMeta, registry: roles.Registry, on_assigned=None):
-        self.on_assigned = on_assigned   # called with a vchannel once a (new) node runs it
+        self.on_assigned = on_assigned  # called with a vchannel once a (new) node runs it
         self.kv = kv
         self.meta = meta
         self.registry = registry
-        self.assign: dict[str, int] = {}                       # vchannel → node (0: none)
-        self.versions: dict[str, int] = {}                     # vchannel → current watch version
+        self.assign: dict[str, int] = {}  # vchannel → node (0: none)
+        self.versions: dict[str, int] = {}  # vchannel → current watch version
         self.infos: dict[str, internal_pb2.ChannelWatchInfo] = {}
         self.nodes: set[int] = set()
         self._lock = asyncio.Lock()
@@ -57,8 +57,11 @@ class ChannelManager:
         await self._tasks.stop()
 
     async def _persist(self, ch: str) -> None:
-        rec = {"node": self.assign[ch], "version": self.versions.get(ch, 0),
-               "info": self.infos[ch].SerializeToString().hex()}
+        rec = {
+            "node": self.assign[ch],
+            "version": self.versions.get(ch, 0),
+            "info": self.infos[ch].SerializeToString().hex(),
+        }
         await self.kv.put(keys.channel_watch_key(ch), json.dumps(rec).encode())
 
     async def _watch_nodes(self) -> None:
@@ -171,8 +174,9 @@ class ChannelManager:
                 continue
             try:
                 client = self.registry.client(roles.DATANODE, node)
-                merr.check(await client.UnwatchDmChannels(
-                    data_node_pb2.UnwatchDmChannelsRequest(vchannels=chans, drop=drop)))
+                merr.check(
+                    await client.UnwatchDmChannels(data_node_pb2.UnwatchDmChannelsRequest(vchannels=chans, drop=drop))
+                )
             except Exception as exc:  # noqa: BLE001 - a dead node has nothing left to stop
                 log.warning("unwatch failed", node=node, channels=chans, error=str(exc))
 

@@ -41,8 +41,12 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 CS = common_pb2.CompactionState
 TS = common_pb2.CompactionTaskState
-PLAN_DONE = (TS.CompactionTaskStateCompleted, TS.CompactionTaskStateFailed, TS.CompactionTaskStateTimeout,
-             TS.CompactionTaskStateCleaned)
+PLAN_DONE = (
+    TS.CompactionTaskStateCompleted,
+    TS.CompactionTaskStateFailed,
+    TS.CompactionTaskStateTimeout,
+    TS.CompactionTaskStateCleaned,
+)
 MB = 1024 * 1024
 
 
@@ -55,7 +59,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
 
     def __init__(self, port: JobPort, service: JobService):
         super().__init__(port, service)
-        self.busy: set[int] = set()          # source segments of running plans
+        self.busy: set[int] = set()  # source segments of running plans
         self._gc_lock = asyncio.Lock()
 
     def finished(self, job: data_coord_pb2.CompactionJob) -> bool:
@@ -89,8 +93,11 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         target = self.target_rows(coll, target_size)
         small = target if manual else max(1, int(target * cfg.compaction_small_proportion))
         wanted = set(segment_ids)
-        cands = [s for s in self.port.meta.by_collection(coll, (SegmentState.Flushed,))
-                 if s.id not in self.busy and s.info.num_of_rows < small and (not wanted or s.id in wanted)]
+        cands = [
+            s
+            for s in self.port.meta.by_collection(coll, (SegmentState.Flushed,))
+            if s.id not in self.busy and s.info.num_of_rows < small and (not wanted or s.id in wanted)
+        ]
         groups: dict[tuple[int, str], list[Segment]] = {}
         for s in sorted(cands, key=lambda s: s.id):
             groups.setdefault((s.info.partitionID, s.info.insert_channel), []).append(s)
@@ -102,9 +109,12 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             cur: list[Segment] = []
             rows = ops = 0
             for s in segs:
-                s_ops = 1 + len(s.ddl_binlogs) + 1          # Dropped put, moved DDL metas, GC
-                if cur and (rows + s.info.num_of_rows > target or len(cur) >= cfg.compaction_max_sources
-                            or ops + s_ops > budget // 2):
+                s_ops = 1 + len(s.ddl_binlogs) + 1  # Dropped put, moved DDL metas, GC
+                if cur and (
+                    rows + s.info.num_of_rows > target
+                    or len(cur) >= cfg.compaction_max_sources
+                    or ops + s_ops > budget // 2
+                ):
                     plans.append(self._plan_of(part, channel, cur, rows, target))
                     cur, rows, ops = [], 0, 0
                 cur.append(s)
@@ -116,36 +126,61 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
 
     @staticmethod
     def _plan_of(part: int, channel: str, segs: list[Segment], rows: int, target: int) -> dict:
-        return {"partition": part, "channel": channel, "sources": [s.id for s in segs], "rows": rows,
-                "bytes": sum(s.info.binlog_size for s in segs), "targets": max(1, math.ceil(rows / target))}
+        return {
+            "partition": part,
+            "channel": channel,
+            "sources": [s.id for s in segs],
+            "rows": rows,
+            "bytes": sum(s.info.binlog_size for s in segs),
+            "targets": max(1, math.ceil(rows / target)),
+        }
 
     # ------------------------------------------------------------------------ trigger
-    async def trigger(self, coll: int, *, manual: bool, segment_ids=(), target_size: int = 0
-                      ) -> data_coord_pb2.CompactionJob:
+    async def trigger(
+        self, coll: int, *, manual: bool, segment_ids=(), target_size: int = 0
+    ) -> data_coord_pb2.CompactionJob:
         port = self.port
         if port.dropping(coll) or not port.channels_of(coll):
             raise merr.collection_not_found(coll)
         plans, target = self.plan(coll, manual=manual, segment_ids=segment_ids, target_size=target_size)
-        for p in plans:                       # reserve before the first await
+        for p in plans:  # reserve before the first await
             self.busy.update(p["sources"])
         try:
             cid = await port.alloc_ids(1 + len(plans))
             job = data_coord_pb2.CompactionJob(
-                compactionID=cid, collectionID=coll, manual=manual, create_ts=int(time.time()),
-                state=CS.Executing if plans else CS.Completed, target_rows=target,
-                complete_ts=0 if plans else int(time.time()))
+                compactionID=cid,
+                collectionID=coll,
+                manual=manual,
+                create_ts=int(time.time()),
+                state=CS.Executing if plans else CS.Completed,
+                target_rows=target,
+                complete_ts=0 if plans else int(time.time()),
+            )
             for i, p in enumerate(plans):
-                job.plans.add(planID=cid + 1 + i, partitionID=p["partition"], channel=p["channel"],
-                              sources=p["sources"], state=TS.CompactionTaskStateExecuting, rows=p["rows"],
-                              bytes=p["bytes"])
+                job.plans.add(
+                    planID=cid + 1 + i,
+                    partitionID=p["partition"],
+                    channel=p["channel"],
+                    sources=p["sources"],
+                    state=TS.CompactionTaskStateExecuting,
+                    rows=p["rows"],
+                    bytes=p["bytes"],
+                )
             job.rows = sum(p["rows"] for p in plans)
             await self.submit(job)
         except BaseException:
             for p in plans:
                 self.busy.difference_update(p["sources"])
             raise
-        log.info("compaction triggered", compaction=cid, collection=coll, manual=manual, plans=len(plans),
-                 sources=sum(len(p["sources"]) for p in plans), rows=job.rows)
+        log.info(
+            "compaction triggered",
+            compaction=cid,
+            collection=coll,
+            manual=manual,
+            plans=len(plans),
+            sources=sum(len(p["sources"]) for p in plans),
+            rows=job.rows,
+        )
         return job
 
     # ------------------------------------------------------------------------ prepare
@@ -162,20 +197,37 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 s = port.meta.segments.get(sid)
                 if s is None or s.info.state != SegmentState.Flushed:
                     raise merr.MilvusError(merr.COMPACTION_FAILED, f"segment {sid} is no longer flushed")
-                binlogs = [{"key": b.log_path, "rows": int(b.entries_num), "size": int(b.log_size)}
-                           for _, b in sorted(s.binlogs.items())]
+                binlogs = [
+                    {"key": b.log_path, "rows": int(b.entries_num), "size": int(b.log_size)}
+                    for _, b in sorted(s.binlogs.items())
+                ]
                 total += sum(b["rows"] for b in binlogs)
                 sources.append({"segment_id": sid, "binlogs": binlogs})
             n_targets = max(1, math.ceil(p.rows / max(1, job.target_rows)))
             first = await port.alloc_ids(n_targets)
             p.targets[:] = list(range(first, first + n_targets))
-            plans.append({"plan_id": p.planID, "partition_id": p.partitionID, "channel": p.channel,
-                          "target_ids": list(p.targets), "sources": sources})
+            plans.append(
+                {
+                    "plan_id": p.planID,
+                    "partition_id": p.partitionID,
+                    "channel": p.channel,
+                    "target_ids": list(p.targets),
+                    "sources": sources,
+                }
+            )
         reserve = max(1, total)
-        spec = {"kind": "compact", "version": 1, "job_id": job.compactionID, "collection_id": coll,
-                "schema": b64(schema.SerializeToString()), "storage_uri": self.storage_uri(),
-                "manifest_key": self.manifest_key(job), "plans": plans,
-                "log_id_start": await port.alloc_ids(reserve), "log_id_count": reserve}
+        spec = {
+            "kind": "compact",
+            "version": 1,
+            "job_id": job.compactionID,
+            "collection_id": coll,
+            "schema": b64(schema.SerializeToString()),
+            "storage_uri": self.storage_uri(),
+            "manifest_key": self.manifest_key(job),
+            "plans": plans,
+            "log_id_start": await port.alloc_ids(reserve),
+            "log_id_count": reserve,
+        }
         job.spec = json.dumps(spec, sort_keys=True)
         job.app_name = application.app_name("compact", coll, job.compactionID)
         await self.save(job)
@@ -200,14 +252,19 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 plan.state = TS.CompactionTaskStateFailed
                 plan.reason = exc.message
                 await self._remove_targets(job, plan)
-                log.warning("compaction plan failed", compaction=job.compactionID, plan=plan.planID,
-                            reason=exc.message)
+                log.warning("compaction plan failed", compaction=job.compactionID, plan=plan.planID, reason=exc.message)
         job.state = CS.Completed
         job.complete_ts = int(time.time())
         job.progress = json.dumps({"phase": "completed", "rows": int(manifest.get("rows", 0))})
         await self.save(job)
-        log.info("compaction completed", compaction=job.compactionID, collection=coll,
-                 plans=len(job.plans), rows=manifest.get("rows"), spark_seconds=manifest.get("spark_seconds"))
+        log.info(
+            "compaction completed",
+            compaction=job.compactionID,
+            collection=coll,
+            plans=len(job.plans),
+            rows=manifest.get("rows"),
+            spark_seconds=manifest.get("spark_seconds"),
+        )
         await self.collect(collected)
 
     async def _swap(self, job, plan, out: dict) -> list[Segment]:
@@ -219,29 +276,43 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         src_rows = sum(s.info.num_of_rows for s in sources)
         targets = [t for t in out["targets"] if int(t["rows"]) > 0]
         if sum(int(t["rows"]) for t in targets) != src_rows:
-            raise merr.MilvusError(merr.COMPACTION_FAILED,
-                                   f"targets hold {sum(int(t['rows']) for t in targets)} rows, sources {src_rows}")
+            raise merr.MilvusError(
+                merr.COMPACTION_FAILED, f"targets hold {sum(int(t['rows']) for t in targets)} rows, sources {src_rows}"
+            )
         ops: list[Op] = []
         compares = [Cmp.exists(keys.compaction_job_key(coll, job.compactionID))]
         new: list[Segment] = []
-        dml = max((s.info.dml_position for s in sources if s.info.HasField("dml_position")),
-                  key=lambda p: p.timestamp, default=None)
-        start = min((s.info.start_position for s in sources if s.info.HasField("start_position")),
-                    key=lambda p: p.timestamp, default=None)
+        dml = max(
+            (s.info.dml_position for s in sources if s.info.HasField("dml_position")),
+            key=lambda p: p.timestamp,
+            default=None,
+        )
+        start = min(
+            (s.info.start_position for s in sources if s.info.HasField("start_position")),
+            key=lambda p: p.timestamp,
+            default=None,
+        )
         for t in targets:
             sid = int(t["segment_id"])
             if sid not in plan.targets:
                 raise merr.MilvusError(merr.COMPACTION_FAILED, f"the manifest names segment {sid}, not a target")
             binlogs = manifest_binlogs(t["binlogs"], paths.segment_prefix(coll, part, sid), merr.COMPACTION_FAILED)
             info = internal_pb2.SegmentInfo(
-                ID=sid, collectionID=coll, partitionID=part, insert_channel=plan.channel,
-                num_of_rows=sum(b.entries_num for b in binlogs.values()), state=SegmentState.Flushed,
-                max_row_num=int(job.target_rows), binlog_count=len(binlogs),
-                binlog_size=sum(b.log_size for b in binlogs.values()), compaction_from=list(plan.sources),
+                ID=sid,
+                collectionID=coll,
+                partitionID=part,
+                insert_channel=plan.channel,
+                num_of_rows=sum(b.entries_num for b in binlogs.values()),
+                state=SegmentState.Flushed,
+                max_row_num=int(job.target_rows),
+                binlog_count=len(binlogs),
+                binlog_size=sum(b.log_size for b in binlogs.values()),
+                compaction_from=list(plan.sources),
                 created_timestamp=min(s.info.created_timestamp for s in sources),
                 flushed_timestamp=max(s.info.flushed_timestamp for s in sources),
                 seal_timestamp=max(s.info.seal_timestamp for s in sources),
-                last_expire_time=max(s.info.last_expire_time for s in sources))
+                last_expire_time=max(s.info.last_expire_time for s in sources),
+            )
             if dml is not None:
                 info.dml_position.CopyFrom(dml)
             if start is not None:
@@ -276,21 +347,31 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         ops.append(Op.put(keys.compaction_job_key(coll, job.compactionID), job.SerializeToString()))
         if len(ops) > self.cfg.etcd_max_txn_ops:
             plan.state = TS.CompactionTaskStateExecuting
-            raise merr.MilvusError(merr.COMPACTION_FAILED, f"the swap needs {len(ops)} etcd operations, more "
-                                                           f"than one transaction takes ({self.cfg.etcd_max_txn_ops})")
+            raise merr.MilvusError(
+                merr.COMPACTION_FAILED,
+                f"the swap needs {len(ops)} etcd operations, more "
+                f"than one transaction takes ({self.cfg.etcd_max_txn_ops})",
+            )
         async with self.service.collection_lock(coll):
             ok = not port.dropping(coll) and await port.kv.txn(ops, compares)
             if not ok:
                 plan.state = TS.CompactionTaskStateExecuting
-                raise merr.MilvusError(merr.COMPACTION_FAILED, "the sources changed (or the collection was "
-                                                               "dropped) while the plan ran")
+                raise merr.MilvusError(
+                    merr.COMPACTION_FAILED, "the sources changed (or the collection was dropped) while the plan ran"
+                )
             for seg in new:
                 port.meta.segments[seg.id] = seg
             for s, info in zip(sources, dropped):
                 s.info = info
             await port.meta.notify(*new, *sources)
-        log.info("compaction plan swapped", compaction=job.compactionID, plan=plan.planID,
-                 sources=len(sources), targets=[t.id for t in new], rows=src_rows)
+        log.info(
+            "compaction plan swapped",
+            compaction=job.compactionID,
+            plan=plan.planID,
+            sources=len(sources),
+            targets=[t.id for t in new],
+            rows=src_rows,
+        )
         return sources
 
     # ------------------------------------------------------------------------ failure / GC
@@ -330,9 +411,13 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                         await port.store.delete(b.log_path)
                 await port.store.delete_prefix(paths.segment_prefix(i.collectionID, i.partitionID, i.ID))
                 async with self.service.collection_lock(i.collectionID):
-                    await port.kv.txn([Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID)),
-                                     Op.delete_prefix(keys.binlog_prefix(i.collectionID, i.ID)),
-                                     Op.delete_prefix(keys.ddl_binlog_prefix(i.collectionID, i.ID))])
+                    await port.kv.txn(
+                        [
+                            Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID)),
+                            Op.delete_prefix(keys.binlog_prefix(i.collectionID, i.ID)),
+                            Op.delete_prefix(keys.ddl_binlog_prefix(i.collectionID, i.ID)),
+                        ]
+                    )
                     port.meta.segments.pop(i.ID, None)
                 n += 1
                 gone.append(s)

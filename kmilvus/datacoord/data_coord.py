@@ -34,7 +34,7 @@ from kmilvus.util.constants import LIVE_SEGMENT_STATES
 from kmilvus.util.tasks import BackgroundTasks
 
 log = get_logger(__name__)
-FLUSH_RESEND_AFTER = 10.0      # seconds before a FlushSegments without answer is sent again
+FLUSH_RESEND_AFTER = 10.0  # seconds before a FlushSegments without answer is sent again
 CHECKPOINT_PERSIST_EVERY = 1.0
 
 
@@ -55,19 +55,29 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
         self.segments = SegmentManager(cfg, self.meta, self.ids, self.tso)
         self.channels = ChannelManager(kv, self.meta, registry, on_assigned=self._channel_moved)
         self.gc = GarbageCollector(self.meta, store, cfg.gc_tolerance)
-        self.ticks: dict[str, int] = {}          # latest DataNodeTtMsg per vchannel
+        self.ticks: dict[str, int] = {}  # latest DataNodeTtMsg per vchannel
         self._dirty_cps: set[str] = set()
         self._dropping: set[int] = set()
         self._tasks = BackgroundTasks()
         self._tt_sub = None
         self._assign_lock = asyncio.Lock()
-        self._flush_ts: dict[int, int] = {}      # collection → latest flush timestamp
-        self.jobs = JobService(JobPort(
-            cfg=cfg, kv=kv, store=store, meta=self.meta, alloc_ids=self.ids.alloc, alloc_ts=self.tso.alloc,
-            channels_of=self.channels.channels_of, collections=self.channels.collections,
-            schema_of=self.channels.schema_of, rows_per_segment=self.segments.rows_per_segment,
-            dropping=self._dropping.__contains__))
-        self.imports = self.jobs.imports            # shortcuts for in-process callers (tests)
+        self._flush_ts: dict[int, int] = {}  # collection → latest flush timestamp
+        self.jobs = JobService(
+            JobPort(
+                cfg=cfg,
+                kv=kv,
+                store=store,
+                meta=self.meta,
+                alloc_ids=self.ids.alloc,
+                alloc_ts=self.tso.alloc,
+                channels_of=self.channels.channels_of,
+                collections=self.channels.collections,
+                schema_of=self.channels.schema_of,
+                rows_per_segment=self.segments.rows_per_segment,
+                dropping=self._dropping.__contains__,
+            )
+        )
+        self.imports = self.jobs.imports  # shortcuts for in-process callers (tests)
         self.compactions = self.jobs.compactions
 
     def set_job_runner(self, runner) -> None:
@@ -147,9 +157,13 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
         now = time.monotonic()
         for ch in chans if chans is not None else list(self.ticks):
             tick = self.ticks.get(ch, 0)
-            due = [s.id for s in self.meta.by_channel(ch, (SegmentState.Sealed,))
-                   if tick > s.info.seal_timestamp and tick > s.info.last_expire_time
-                   and (not s.flush_sent_at or now - s.flush_sent_at > FLUSH_RESEND_AFTER)]
+            due = [
+                s.id
+                for s in self.meta.by_channel(ch, (SegmentState.Sealed,))
+                if tick > s.info.seal_timestamp
+                and tick > s.info.last_expire_time
+                and (not s.flush_sent_at or now - s.flush_sent_at > FLUSH_RESEND_AFTER)
+            ]
             if not due:
                 continue
             node = self.channels.node_of(ch)
@@ -160,8 +174,11 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
                 self.meta.segments[sid].flush_sent_at = now
             try:
                 client = self.registry.client(roles.DATANODE, node)
-                merr.check(await client.FlushSegments(data_node_pb2.FlushSegmentsRequest(
-                    collectionID=coll, segmentIDs=due, channel=ch)))
+                merr.check(
+                    await client.FlushSegments(
+                        data_node_pb2.FlushSegmentsRequest(collectionID=coll, segmentIDs=due, channel=ch)
+                    )
+                )
             except Exception as exc:  # noqa: BLE001 - resent later
                 log.warning("FlushSegments failed", channel=ch, node=node, error=str(exc))
                 for sid in due:
@@ -177,8 +194,11 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
     async def WatchChannels(self, req: data_coord_pb2.WatchChannelsRequest, context=None):
         self.segments.set_schema(req.collectionID, schema_pb2.CollectionSchema.FromString(req.schema))
         for ch in req.channelNames:
-            await self.channels.watch(internal_pb2.ChannelWatchInfo(
-                vchannel=ch, collectionID=req.collectionID, schema=req.schema, partitionID=req.partitionID))
+            await self.channels.watch(
+                internal_pb2.ChannelWatchInfo(
+                    vchannel=ch, collectionID=req.collectionID, schema=req.schema, partitionID=req.partitionID
+                )
+            )
         return merr.success()
 
     @merr.rpc(data_coord_pb2.AssignSegmentIDResponse)
@@ -187,8 +207,7 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
         async with self._assign_lock:
             for r in req.segmentIDRequests:
                 if r.collectionID in self._dropping or r.channel_name not in self.channels.infos:
-                    raise merr.MilvusError(merr.CHANNEL_NOT_FOUND,
-                                           f"channel not found[channel={r.channel_name}]")
+                    raise merr.MilvusError(merr.CHANNEL_NOT_FOUND, f"channel not found[channel={r.channel_name}]")
                 granted = await self.segments.assign(r)
                 resp.segIDAssignments.extend(granted)
                 if r.timestamp < self._flush_ts.get(r.collectionID, 0):
@@ -209,9 +228,13 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
         flushed = self.meta.by_collection(req.collectionID, (SegmentState.Flushed,))
         await self._check_flushable(self.channels.channels_of(req.collectionID))
         return data_coord_pb2.FlushResponse(
-            dbID=req.dbID, collectionID=req.collectionID, segmentIDs=[s.id for s in pending],
-            flushSegmentIDs=[s.id for s in flushed], flush_ts=flush_ts,
-            time_of_seal=int(time.time()))
+            dbID=req.dbID,
+            collectionID=req.collectionID,
+            segmentIDs=[s.id for s in pending],
+            flushSegmentIDs=[s.id for s in flushed],
+            flush_ts=flush_ts,
+            time_of_seal=int(time.time()),
+        )
 
     def _flush_done(self, segment_ids, flush_ts: int, coll_id: int) -> bool:
         for sid in segment_ids:
@@ -273,9 +296,11 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
         if req.collectionID in self._dropping:
             raise merr.collection_not_found(req.collectionID)
         if req.channel and not self.channels.is_current_watch(req.channel, req.nodeID, req.watch_version):
-            raise merr.MilvusError(merr.CHANNEL_NOT_FOUND,
-                                   f"channel {req.channel} is not watched by node {req.nodeID} "
-                                   f"(watch version {req.watch_version}) any more")
+            raise merr.MilvusError(
+                merr.CHANNEL_NOT_FOUND,
+                f"channel {req.channel} is not watched by node {req.nodeID} "
+                f"(watch version {req.watch_version}) any more",
+            )
         seg = await self.meta.save_binlog_paths(req)
         if req.flushed:
             log.info("segment flushed", segment=seg.id, rows=seg.info.num_of_rows, binlogs=seg.info.binlog_count)

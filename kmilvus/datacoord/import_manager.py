@@ -72,10 +72,18 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
             raise merr.MilvusError(merr.IMPORT_FAILED, str(exc)) from None
         job_id = await port.alloc_ids(1)
         job = data_coord_pb2.ImportJob(
-            jobID=job_id, collectionID=coll, partitionID=req.partitionID,
-            collection_name=req.collection_name, partition_name=req.partition_name or DEFAULT_PARTITION,
-            files=list(req.files), options=list(req.options), state=IS.ImportPending,
-            create_ts=int(time.time()), schema=req.schema, vchannels=list(req.vchannels))
+            jobID=job_id,
+            collectionID=coll,
+            partitionID=req.partitionID,
+            collection_name=req.collection_name,
+            partition_name=req.partition_name or DEFAULT_PARTITION,
+            files=list(req.files),
+            options=list(req.options),
+            state=IS.ImportPending,
+            create_ts=int(time.time()),
+            schema=req.schema,
+            vchannels=list(req.vchannels),
+        )
         log.info("import job created", job=job_id, collection=coll, files=len(req.files))
         return await self.submit(job)
 
@@ -101,23 +109,39 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
         n_seg = max(1, math.ceil(bound / seg_rows))
         reserve = max(1, bound)
         spec = {
-            "kind": "import", "version": 1, "job_id": job.jobID, "collection_id": coll,
-            "partition_id": job.partitionID, "collection_name": job.collection_name,
-            "schema": b64(job.schema), "storage_uri": self.storage_uri(),
-            "files": [f.to_dict() for f in inputs], "options": options,
+            "kind": "import",
+            "version": 1,
+            "job_id": job.jobID,
+            "collection_id": coll,
+            "partition_id": job.partitionID,
+            "collection_name": job.collection_name,
+            "schema": b64(job.schema),
+            "storage_uri": self.storage_uri(),
+            "files": [f.to_dict() for f in inputs],
+            "options": options,
             "timestamp": await port.alloc_ts(),
-            "row_id_start": await port.alloc_ids(reserve), "row_id_count": reserve,
-            "log_id_start": await port.alloc_ids(reserve), "log_id_count": reserve,
-            "segment_id_start": await port.alloc_ids(n_seg), "segment_count": n_seg,
-            "segment_max_rows": seg_rows, "manifest_key": self.manifest_key(job),
+            "row_id_start": await port.alloc_ids(reserve),
+            "row_id_count": reserve,
+            "log_id_start": await port.alloc_ids(reserve),
+            "log_id_count": reserve,
+            "segment_id_start": await port.alloc_ids(n_seg),
+            "segment_count": n_seg,
+            "segment_max_rows": seg_rows,
+            "manifest_key": self.manifest_key(job),
         }
         job.spec = json.dumps(spec, sort_keys=True)
         job.app_name = application.app_name("import", coll, job.jobID)
         job.expected_rows = sum(f.rows for f in inputs) if all(f.rows >= 0 for f in inputs) else 0
         job.input_bytes = sum(f.size for f in inputs)
         await self.save(job)
-        log.info("import prepared", job=job.jobID, files=len(inputs), bytes=job.input_bytes,
-                 expected_rows=job.expected_rows, segments_reserved=n_seg)
+        log.info(
+            "import prepared",
+            job=job.jobID,
+            files=len(inputs),
+            bytes=job.input_bytes,
+            expected_rows=job.expected_rows,
+            segments_reserved=n_seg,
+        )
         return spec
 
     # ------------------------------------------------------------------------ outcomes
@@ -139,11 +163,20 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
                 raise merr.MilvusError(merr.IMPORT_FAILED, f"the manifest names segment {sid}, not reserved")
             binlogs = manifest_binlogs(m["binlogs"], paths.segment_prefix(coll, part, sid), merr.IMPORT_FAILED)
             info = internal_pb2.SegmentInfo(
-                ID=sid, collectionID=coll, partitionID=part, insert_channel=vchans[k % len(vchans)] if vchans else "",
-                num_of_rows=sum(b.entries_num for b in binlogs.values()), state=SegmentState.Flushed,
-                max_row_num=seg_rows, binlog_count=len(binlogs), binlog_size=sum(b.log_size for b in binlogs.values()),
-                created_timestamp=int(manifest["timestamp"]), flushed_timestamp=int(manifest["timestamp"]),
-                last_expire_time=int(manifest["timestamp"]), seal_timestamp=int(manifest["timestamp"]))
+                ID=sid,
+                collectionID=coll,
+                partitionID=part,
+                insert_channel=vchans[k % len(vchans)] if vchans else "",
+                num_of_rows=sum(b.entries_num for b in binlogs.values()),
+                state=SegmentState.Flushed,
+                max_row_num=seg_rows,
+                binlog_count=len(binlogs),
+                binlog_size=sum(b.log_size for b in binlogs.values()),
+                created_timestamp=int(manifest["timestamp"]),
+                flushed_timestamp=int(manifest["timestamp"]),
+                last_expire_time=int(manifest["timestamp"]),
+                seal_timestamp=int(manifest["timestamp"]),
+            )
             total += info.num_of_rows
             seg_key = keys.segment_key(coll, part, sid)
             ops.append(Op.put(seg_key, info.SerializeToString()))
@@ -151,8 +184,9 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
             ops += [Op.put(keys.binlog_key(coll, sid, lid), b.SerializeToString()) for lid, b in binlogs.items()]
             segs.append(Segment(info, binlogs=binlogs, created=time.monotonic()))
         if total != int(manifest["rows"]):
-            raise merr.MilvusError(merr.IMPORT_FAILED, f"the manifest's segments hold {total} rows, "
-                                                       f"it says {manifest['rows']}")
+            raise merr.MilvusError(
+                merr.IMPORT_FAILED, f"the manifest's segments hold {total} rows, it says {manifest['rows']}"
+            )
         job.state = IS.ImportCompleted
         job.row_count = total
         job.segmentIDs[:] = [s.id for s in segs]
@@ -161,22 +195,34 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
         job.progress = json.dumps({"phase": "completed", "rows": total})
         pk = typeutil.primary_field(schema_pb2.CollectionSchema.FromString(job.schema))
         if pk.autoID:
-            job.id_ranges[:] = [x for m in manifest["segments"] for x in (int(m["row_id_from"]), int(m["row_id_to"]) + 1)]
+            job.id_ranges[:] = [
+                x for m in manifest["segments"] for x in (int(m["row_id_from"]), int(m["row_id_to"]) + 1)
+            ]
         ops.append(Op.put(keys.import_job_key(coll, job.jobID), job.SerializeToString()))
         if len(ops) > self.cfg.etcd_max_txn_ops:
-            raise merr.MilvusError(merr.IMPORT_FAILED,
-                                   f"the import made {len(ops) - 1} segment and binlog entries, more than one "
-                                   f"etcd transaction takes ({self.cfg.etcd_max_txn_ops} operations): split the files "
-                                   f"into several imports")
+            raise merr.MilvusError(
+                merr.IMPORT_FAILED,
+                f"the import made {len(ops) - 1} segment and binlog entries, more than one "
+                f"etcd transaction takes ({self.cfg.etcd_max_txn_ops} operations): split the files "
+                f"into several imports",
+            )
         async with self.service.collection_lock(coll):
             if port.dropping(coll) or not await port.kv.txn(ops, compares):
-                raise merr.MilvusError(merr.IMPORT_FAILED, "the collection was dropped or its segments changed "
-                                                           "while the import ran")
+                raise merr.MilvusError(
+                    merr.IMPORT_FAILED, "the collection was dropped or its segments changed while the import ran"
+                )
             for s in segs:
                 port.meta.segments[s.id] = s
             await port.meta.notify(*segs)
-        log.info("import completed", job=job.jobID, collection=coll, rows=total, segments=len(segs),
-                 spark_seconds=manifest.get("spark_seconds"), job_seconds=manifest.get("seconds"))
+        log.info(
+            "import completed",
+            job=job.jobID,
+            collection=coll,
+            rows=total,
+            segments=len(segs),
+            spark_seconds=manifest.get("spark_seconds"),
+            job_seconds=manifest.get("seconds"),
+        )
 
     def record_failure(self, job: data_coord_pb2.ImportJob, reason: str) -> None:
         job.state = IS.ImportFailed
@@ -190,5 +236,4 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
             spec = json.loads(job.spec)
             coll, part = int(spec["collection_id"]), int(spec["partition_id"])
             for k in range(int(spec["segment_count"])):
-                await self.port.store.delete_prefix(
-                    paths.segment_prefix(coll, part, int(spec["segment_id_start"]) + k))
+                await self.port.store.delete_prefix(paths.segment_prefix(coll, part, int(spec["segment_id_start"]) + k))

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 MAX_REASON = 4000
-J = TypeVar("J")   # data_coord_pb2.ImportJob | data_coord_pb2.CompactionJob
+J = TypeVar("J")  # data_coord_pb2.ImportJob | data_coord_pb2.CompactionJob
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,13 @@ class JobPort:
     kv: EtcdKV
     store: ObjectStore
     meta: SegmentMeta
-    alloc_ids: Callable[[int], Awaitable[int]]                 # first of `n` fresh IDs
+    alloc_ids: Callable[[int], Awaitable[int]]  # first of `n` fresh IDs
     alloc_ts: Callable[[], Awaitable[int]]
-    channels_of: Callable[[int], list[str]]                     # a collection's vchannels
-    collections: Callable[[], set[int]]                         # every watched collection
+    channels_of: Callable[[int], list[str]]  # a collection's vchannels
+    collections: Callable[[], set[int]]  # every watched collection
     schema_of: Callable[[int], schema_pb2.CollectionSchema | None]
     rows_per_segment: Callable[[int, schema_pb2.CollectionSchema], int]
-    dropping: Callable[[int], bool]                             # a DropCollection is under way
+    dropping: Callable[[int], bool]  # a DropCollection is under way
 
 
 def manifest_key(coll: int, kind: str, job_id: int) -> str:
@@ -78,27 +78,32 @@ def manifest_binlogs(entries: list[dict], prefix: str, error: tuple[int, int]) -
         if not b["key"].startswith(prefix):
             raise merr.MilvusError(error, f"binlog {b['key']} is outside {prefix}")
         binlogs[int(b["log_id"])] = internal_pb2.Binlog(
-            logID=int(b["log_id"]), entries_num=int(b["rows"]), timestamp_from=int(b["timestamp_from"]),
-            timestamp_to=int(b["timestamp_to"]), log_path=b["key"], log_size=int(b["size"]))
+            logID=int(b["log_id"]),
+            entries_num=int(b["rows"]),
+            timestamp_from=int(b["timestamp_from"]),
+            timestamp_to=int(b["timestamp_to"]),
+            log_path=b["key"],
+            log_size=int(b["size"]),
+        )
     return binlogs
 
 
 class JobLifecycle(Generic[J]):
     """The jobs of one kind: in memory, in etcd, and their monitor tasks."""
 
-    kind = ""                      # SparkApplication kind and manifest name: "import" | "compact"
-    message: type                  # the job's protobuf message (ImportJob | CompactionJob)
-    id_field = ""                  # its ID field
-    key_of: Callable[[int, int], str]       # catalog key of (collection, job ID)
-    prefix_of: Callable[[], str]            # catalog prefix of every job of the kind
+    kind = ""  # SparkApplication kind and manifest name: "import" | "compact"
+    message: type  # the job's protobuf message (ImportJob | CompactionJob)
+    id_field = ""  # its ID field
+    key_of: Callable[[int, int], str]  # catalog key of (collection, job ID)
+    prefix_of: Callable[[], str]  # catalog prefix of every job of the kind
 
     def __init__(self, port: JobPort, service: JobService):
         self.port = port
         self.cfg = port.cfg
-        self.service = service      # Spark runner, concurrency slots, per-collection locks
+        self.service = service  # Spark runner, concurrency slots, per-collection locks
         self.jobs: dict[int, J] = {}
         self.tasks: dict[int, asyncio.Task] = {}
-        self.kill_on_cancel = True     # cancelling a monitor also stops its Spark application
+        self.kill_on_cancel = True  # cancelling a monitor also stops its Spark application
 
     def job_id(self, job: J) -> int:
         return getattr(job, self.id_field)
@@ -143,8 +148,13 @@ class JobLifecycle(Generic[J]):
             job = self.message.FromString(raw)
             self.jobs[self.job_id(job)] = job
             if not self.finished(job):
-                log.info("resuming job", kind=self.kind, job=self.job_id(job), collection=job.collectionID,
-                         spark_state=job.spark_state or "-")
+                log.info(
+                    "resuming job",
+                    kind=self.kind,
+                    job=self.job_id(job),
+                    collection=job.collectionID,
+                    spark_state=job.spark_state or "-",
+                )
                 self.on_resumed(job)
                 self._spawn(job)
 
@@ -199,8 +209,12 @@ class JobLifecycle(Generic[J]):
                     status = await self._follow(handle, job)
             manifest = await asyncio.to_thread(read_manifest, self.port.store, self.manifest_key(job))
             if status.state != JobState.COMPLETED:
-                await self.fail(job, manifest_error(manifest) or status.message or
-                                f"the Spark application ended {status.state.value or 'without state'}")
+                await self.fail(
+                    job,
+                    manifest_error(manifest)
+                    or status.message
+                    or f"the Spark application ended {status.state.value or 'without state'}",
+                )
             elif not manifest or manifest.get("status") != "completed":
                 await self.fail(job, manifest_error(manifest) or "the Spark job left no manifest")
             else:
@@ -223,8 +237,13 @@ class JobLifecycle(Generic[J]):
                 await self._release_handle(job.handle)
 
     async def _follow(self, handle: dict, job: J) -> JobStatus:
-        return await follow(self.service.runner, handle, poll=self.cfg.spark_poll_interval,
-                            timeout=self.cfg.spark_job_timeout, on_change=lambda st: self._on_change(job, st))
+        return await follow(
+            self.service.runner,
+            handle,
+            poll=self.cfg.spark_poll_interval,
+            timeout=self.cfg.spark_job_timeout,
+            on_change=lambda st: self._on_change(job, st),
+        )
 
     async def _on_change(self, job: J, st: JobStatus) -> None:
         changed = st.state.value != job.spark_state
@@ -233,8 +252,14 @@ class JobLifecycle(Generic[J]):
             job.progress = json.dumps(st.progress, sort_keys=True)
             self.on_progress(job, st)
         if changed:
-            log.info("job progress", kind=self.kind, job=self.job_id(job), spark_state=st.state.value,
-                     phase=st.progress.get("phase", "-"), rows=st.progress.get("rows", "-"))
+            log.info(
+                "job progress",
+                kind=self.kind,
+                job=self.job_id(job),
+                spark_state=st.state.value,
+                phase=st.progress.get("phase", "-"),
+                rows=st.progress.get("rows", "-"),
+            )
             await self.save(job)
 
     async def fail(self, job: J, reason: str) -> None:
@@ -245,8 +270,7 @@ class JobLifecycle(Generic[J]):
         job.complete_ts = int(time.time())
         await self.save(job)
         self.on_finished(job)
-        log.warning("job failed", kind=self.kind, job=self.job_id(job), collection=job.collectionID,
-                    reason=job.reason)
+        log.warning("job failed", kind=self.kind, job=self.job_id(job), collection=job.collectionID, reason=job.reason)
 
     async def _delete_manifest(self, job: J) -> None:
         try:
@@ -280,7 +304,7 @@ class JobLifecycle(Generic[J]):
         keys). Returns how many there were."""
         jobs = self.of_collection(coll)
         await self.cancel_tasks([self.job_id(j) for j in jobs])
-        for j in jobs:   # a job whose monitor had already ended may still hold a handle
+        for j in jobs:  # a job whose monitor had already ended may still hold a handle
             await self._cancel_handle(j.handle)
             await self._release_handle(j.handle)
             self.jobs.pop(self.job_id(j), None)

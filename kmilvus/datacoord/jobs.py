@@ -30,8 +30,9 @@ log = get_logger(__name__)
 def make_runner(cfg) -> JobRunner:
     """The runner `cfg.spark_runner` names ("local"; others are plugged in by the operator)."""
     if cfg.spark_runner != "local":
-        log.warning("no JobRunner plugged in for spark_runner; running Spark jobs locally",
-                    spark_runner=cfg.spark_runner)
+        log.warning(
+            "no JobRunner plugged in for spark_runner; running Spark jobs locally", spark_runner=cfg.spark_runner
+        )
     work = cfg.spark_work_dir or os.path.join(tempfile.gettempdir(), "kmilvus-spark", cfg.cluster)
     return LocalSparkRunner(master=cfg.spark_master, work_dir=work, spark_submit=cfg.spark_submit)
 
@@ -67,8 +68,9 @@ class JobService:
         await self.imports.load()
         await self.compactions.load()
         self._loops.spawn(self.compactions.collect(), "datacoord-compaction-gc")
-        self._loops.every(lambda: self.port.cfg.compaction_check_interval, self._policy_step,
-                          "datacoord-compaction-policy")
+        self._loops.every(
+            lambda: self.port.cfg.compaction_check_interval, self._policy_step, "datacoord-compaction-policy"
+        )
 
     async def _policy_step(self) -> None:
         if self.port.cfg.auto_compaction:
@@ -92,8 +94,9 @@ class JobService:
         async with self.collection_lock(coll):
             imports = await self.imports.cancel_collection(coll)
             compactions = await self.compactions.cancel_collection(coll)
-            await self.port.kv.txn([Op.delete_prefix(keys.import_job_prefix(coll)),
-                                    Op.delete_prefix(keys.compaction_job_prefix(coll))])
+            await self.port.kv.txn(
+                [Op.delete_prefix(keys.import_job_prefix(coll)), Op.delete_prefix(keys.compaction_job_prefix(coll))]
+            )
         self._locks.pop(coll, None)
         if imports or compactions:
             log.info("collection jobs cancelled", collection=coll, imports=imports, compactions=compactions)
@@ -119,17 +122,19 @@ class DataCoordJobsRPCs:
 
     @merr.rpc(data_coord_pb2.ListImportJobsResponse)
     async def ListImportJobs(self, req: data_coord_pb2.ListImportJobsRequest, context=None):
-        jobs = sorted((j for j in self.jobs.imports.jobs.values()
-                       if not req.collectionID or j.collectionID == req.collectionID),
-                      key=lambda j: (j.create_ts, j.jobID))
+        jobs = sorted(
+            (j for j in self.jobs.imports.jobs.values() if not req.collectionID or j.collectionID == req.collectionID),
+            key=lambda j: (j.create_ts, j.jobID),
+        )
         if req.limit > 0:
-            jobs = jobs[-req.limit:]
+            jobs = jobs[-req.limit :]
         return data_coord_pb2.ListImportJobsResponse(jobs=jobs)
 
     @merr.rpc(data_coord_pb2.CompactResponse)
     async def Compact(self, req: data_coord_pb2.CompactRequest, context=None):
-        job = await self.jobs.compactions.trigger(req.collectionID, manual=True, segment_ids=list(req.segmentIDs),
-                                                  target_size=req.target_size)
+        job = await self.jobs.compactions.trigger(
+            req.collectionID, manual=True, segment_ids=list(req.segmentIDs), target_size=req.target_size
+        )
         return data_coord_pb2.CompactResponse(compactionID=job.compactionID, plan_count=len(job.plans))
 
     @merr.rpc(data_coord_pb2.GetCompactionJobsResponse)

@@ -32,9 +32,9 @@ class Segment:
     info: internal_pb2.SegmentInfo
     binlogs: dict[int, internal_pb2.Binlog] = field(default_factory=dict)
     ddl_binlogs: dict[int, internal_pb2.DDLBinlogMeta] = field(default_factory=dict)
-    last_assign: float = 0.0      # monotonic time of the last quota handed out
-    created: float = 0.0          # monotonic time the segment was opened here
-    flush_sent_at: float = 0.0    # when FlushSegments was last sent (0: not yet)
+    last_assign: float = 0.0  # monotonic time of the last quota handed out
+    created: float = 0.0  # monotonic time the segment was opened here
+    flush_sent_at: float = 0.0  # when FlushSegments was last sent (0: not yet)
 
     @property
     def id(self) -> int:
@@ -48,7 +48,7 @@ class SegmentMeta:
         self.checkpoints: dict[str, internal_pb2.MsgPosition] = {}
         self.changed = asyncio.Condition()
         self.write_lock = asyncio.Lock()
-        self.feed = SegmentFeed()          # segment changes pushed to the operator
+        self.feed = SegmentFeed()  # segment changes pushed to the operator
 
     async def load(self) -> None:
         for _, raw in await self.kv.get_prefix(keys.segment_prefix()):
@@ -72,12 +72,18 @@ class SegmentMeta:
             self.changed.notify_all()
 
     def by_collection(self, coll_id: int, states=None) -> list[Segment]:
-        return [s for s in self.segments.values()
-                if s.info.collectionID == coll_id and (states is None or s.info.state in states)]
+        return [
+            s
+            for s in self.segments.values()
+            if s.info.collectionID == coll_id and (states is None or s.info.state in states)
+        ]
 
     def by_channel(self, channel: str, states=None) -> list[Segment]:
-        return [s for s in self.segments.values()
-                if s.info.insert_channel == channel and (states is None or s.info.state in states)]
+        return [
+            s
+            for s in self.segments.values()
+            if s.info.insert_channel == channel and (states is None or s.info.state in states)
+        ]
 
     async def add(self, info: internal_pb2.SegmentInfo, now: float) -> Segment:
         await self.kv.put(keys.segment_key(info.collectionID, info.partitionID, info.ID), info.SerializeToString())
@@ -90,8 +96,12 @@ class SegmentMeta:
         """Persist several segments' info in one transaction (e.g. SealAllSegments); the caller
         holds `write_lock` from its change in memory to here."""
         if segs:
-            await self.kv.txn([Op.put(keys.segment_key(s.info.collectionID, s.info.partitionID, s.id),
-                                      s.info.SerializeToString()) for s in segs])
+            await self.kv.txn(
+                [
+                    Op.put(keys.segment_key(s.info.collectionID, s.info.partitionID, s.id), s.info.SerializeToString())
+                    for s in segs
+                ]
+            )
             await self.notify(*segs)
 
     async def save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest) -> Segment:
@@ -128,7 +138,9 @@ class SegmentMeta:
         seg_key = keys.segment_key(info.collectionID, info.partitionID, info.ID)
         ops.append(Op.put(seg_key, info.SerializeToString()))
         if req.HasField("checkpoint") and req.checkpoint.seq:
-            ops.append(Op.put(keys.channel_checkpoint_key(req.checkpoint.channel_name), req.checkpoint.SerializeToString()))
+            ops.append(
+                Op.put(keys.channel_checkpoint_key(req.checkpoint.channel_name), req.checkpoint.SerializeToString())
+            )
         if not await self.kv.txn(ops, [Cmp.exists(seg_key)]):
             raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
         live = seg.info  # may have been granted quota meanwhile: keep that, set what this save owns
@@ -157,16 +169,21 @@ class SegmentMeta:
         return self._advance_checkpoint(cp)
 
     async def persist_checkpoints(self, channels: list[str]) -> None:
-        ops = [Op.put(keys.channel_checkpoint_key(ch), self.checkpoints[ch].SerializeToString())
-               for ch in channels if ch in self.checkpoints]
+        ops = [
+            Op.put(keys.channel_checkpoint_key(ch), self.checkpoints[ch].SerializeToString())
+            for ch in channels
+            if ch in self.checkpoints
+        ]
         if ops:
             await self.kv.txn(ops)
 
     async def drop_collection_meta(self, coll_id: int, vchannels: list[str]) -> None:
         """Every key DataCoord holds for the collection, in one transaction."""
-        ops = [Op.delete_prefix(keys.segment_prefix(coll_id)),
-               Op.delete_prefix(keys.binlog_prefix(coll_id)),
-               Op.delete_prefix(keys.ddl_binlog_prefix(coll_id))]
+        ops = [
+            Op.delete_prefix(keys.segment_prefix(coll_id)),
+            Op.delete_prefix(keys.binlog_prefix(coll_id)),
+            Op.delete_prefix(keys.ddl_binlog_prefix(coll_id)),
+        ]
         for ch in vchannels:
             ops += [Op.delete(keys.channel_checkpoint_key(ch)), Op.delete(keys.channel_watch_key(ch))]
         await self.kv.txn(ops)
@@ -179,9 +196,13 @@ class SegmentMeta:
 
     async def remove_segment(self, seg: Segment) -> None:
         i = seg.info
-        await self.kv.txn([Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID)),
-                           Op.delete_prefix(keys.binlog_prefix(i.collectionID, i.ID)),
-                           Op.delete_prefix(keys.ddl_binlog_prefix(i.collectionID, i.ID))])
+        await self.kv.txn(
+            [
+                Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID)),
+                Op.delete_prefix(keys.binlog_prefix(i.collectionID, i.ID)),
+                Op.delete_prefix(keys.ddl_binlog_prefix(i.collectionID, i.ID)),
+            ]
+        )
         self.segments.pop(i.ID, None)
         await self.notify(seg, removed=True)
 

@@ -50,11 +50,12 @@ class SegmentFeed:
         if not self._subs:
             return
         for info in infos:
-            ev = data_coord_pb2.SegmentEvent(collectionID=info.collectionID, segmentID=info.ID,
-                                             removed=removed, info=info)
+            ev = data_coord_pb2.SegmentEvent(
+                collectionID=info.collectionID, segmentID=info.ID, removed=removed, info=info
+            )
             for sub in list(self._subs):
                 if not sub.offer(ev):
-                    self._subs.discard(sub)         # it gets what is queued, then FeedOverflow
+                    self._subs.discard(sub)  # it gets what is queued, then FeedOverflow
 
     async def subscribe(self, collection_ids: Iterable[int] = ()) -> AsyncIterator[data_coord_pb2.SegmentEvent]:
         """Events from now on (only for `collection_ids` when given), until the caller stops."""

@@ -23,8 +23,8 @@ class SegmentManager:
     def __init__(self, cfg: Config, meta: SegmentMeta, ids, tso):
         self.cfg = cfg
         self.meta = meta
-        self.ids = ids    # IDAllocator
-        self.tso = tso    # TimestampAllocator
+        self.ids = ids  # IDAllocator
+        self.tso = tso  # TimestampAllocator
         self.max_rows: dict[int, int] = {}  # collection → rows per segment
 
     def set_schema(self, coll_id: int, schema: schema_pb2.CollectionSchema) -> None:
@@ -41,8 +41,11 @@ class SegmentManager:
         now = time.monotonic()
         max_rows = self.max_rows.get(r.collectionID, 1_000_000)
         limit = int(max_rows * self.cfg.segment_seal_proportion)
-        open_segs = [s for s in self.meta.by_channel(r.channel_name, (SegmentState.Growing,))
-                     if s.info.collectionID == r.collectionID and s.info.partitionID == r.partitionID]
+        open_segs = [
+            s
+            for s in self.meta.by_channel(r.channel_name, (SegmentState.Growing,))
+            if s.info.collectionID == r.collectionID and s.info.partitionID == r.partitionID
+        ]
         need = r.count
         out: list[data_coord_pb2.SegmentIDAssignment] = []
         for s in sorted(open_segs, key=lambda s: s.id):
@@ -64,14 +67,24 @@ class SegmentManager:
         s.info.last_expire_time = max(s.info.last_expire_time, r.timestamp)
         s.last_assign = now
         return data_coord_pb2.SegmentIDAssignment(
-            segID=s.id, channel_name=r.channel_name, count=n, collectionID=r.collectionID,
-            partitionID=r.partitionID, expire_time=r.timestamp)
+            segID=s.id,
+            channel_name=r.channel_name,
+            count=n,
+            collectionID=r.collectionID,
+            partitionID=r.partitionID,
+            expire_time=r.timestamp,
+        )
 
     async def _open(self, r, max_rows: int, now: float) -> Segment:
         info = internal_pb2.SegmentInfo(
-            ID=await self.ids.alloc(), collectionID=r.collectionID, partitionID=r.partitionID,
-            insert_channel=r.channel_name, state=SegmentState.Growing, max_row_num=max_rows,
-            created_timestamp=r.timestamp)
+            ID=await self.ids.alloc(),
+            collectionID=r.collectionID,
+            partitionID=r.partitionID,
+            insert_channel=r.channel_name,
+            state=SegmentState.Growing,
+            max_row_num=max_rows,
+            created_timestamp=r.timestamp,
+        )
         return await self.meta.add(info, now)
 
     async def seal(self, segs: list[Segment], ts: int | None = None) -> list[Segment]:
@@ -99,9 +112,11 @@ class SegmentManager:
             if s.info.state != SegmentState.Growing:
                 continue
             limit = int(s.info.max_row_num * self.cfg.segment_seal_proportion)
-            if (s.info.assigned_rows >= limit
-                    or (s.info.assigned_rows and now - s.last_assign > self.cfg.segment_max_idle_time)
-                    or now - s.created > self.cfg.segment_max_lifetime):
+            if (
+                s.info.assigned_rows >= limit
+                or (s.info.assigned_rows and now - s.last_assign > self.cfg.segment_max_idle_time)
+                or now - s.created > self.cfg.segment_max_lifetime
+            ):
                 due.append(s)
         return await self.seal(due)
 

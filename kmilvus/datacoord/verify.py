@@ -22,8 +22,12 @@ async def committed_binlog_paths(kv: EtcdKV, coll_id: int) -> list[str]:
 
 async def committed_primary_keys(kv: EtcdKV, store: ObjectStore, coll_id: int, pk_field: int = 100) -> np.ndarray:
     """Primary keys of every committed binlog of the collection, duplicates included."""
-    cols = [pq.read_table(store.path(p), columns=[str(pk_field)], filesystem=store.filesystem)
-            .column(str(pk_field)).to_numpy() for p in await committed_binlog_paths(kv, coll_id)]
+    cols = [
+        pq.read_table(store.path(p), columns=[str(pk_field)], filesystem=store.filesystem)
+        .column(str(pk_field))
+        .to_numpy()
+        for p in await committed_binlog_paths(kv, coll_id)
+    ]
     return np.concatenate(cols) if cols else np.array([], dtype=np.int64)
 
 

@@ -18,9 +18,9 @@ class SegmentBuffer:
     nbytes: int = 0
     # Resume point that still covers this buffer: the tick before its first message.
     start: internal_pb2.MsgPosition | None = None
-    first: internal_pb2.MsgPosition | None = None   # its first message
-    end: internal_pb2.MsgPosition | None = None     # its last message
-    min_ts: int = 0                                 # smallest insert timestamp it holds
+    first: internal_pb2.MsgPosition | None = None  # its first message
+    end: internal_pb2.MsgPosition | None = None  # its last message
+    min_ts: int = 0  # smallest insert timestamp it holds
 
     def add(self, batch: pa.RecordBatch, pos: internal_pb2.MsgPosition, resume: internal_pb2.MsgPosition) -> None:
         if not self.batches:

@@ -44,8 +44,9 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         self._pressure_task: asyncio.Task | None = None
 
     async def start(self) -> None:
-        self._pressure_task = asyncio.create_task(supervise("datanode-memory", self._relieve_pressure),
-                                                  name="datanode-memory")
+        self._pressure_task = asyncio.create_task(
+            supervise("datanode-memory", self._relieve_pressure), name="datanode-memory"
+        )
 
     async def stop(self) -> None:
         for fg in list(self.flowgraphs.values()):
@@ -86,8 +87,9 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
     # Time ticks -------------------------------------------------------------------------------
     async def report_tt(self, fg: FlowGraph, ts: int, cp: internal_pb2.MsgPosition) -> None:
         """Seed 000 §7: DataNodeTtMsg on every consumed tick, under the flowgraph's watch."""
-        msg = internal_pb2.DataNodeTtMsg(channel_name=fg.vchannel, timestamp=ts, checkpoint=cp,
-                                         nodeID=self.server_id, watch_version=fg.watch_version)
+        msg = internal_pb2.DataNodeTtMsg(
+            channel_name=fg.vchannel, timestamp=ts, checkpoint=cp, nodeID=self.server_id, watch_version=fg.watch_version
+        )
         msg.base.msg_type = common_pb2.DataNodeTt
         msg.base.timestamp = ts
         msg.base.sourceID = self.server_id
@@ -204,8 +206,9 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                 # checkpoint, so this node's buffers of the channel must go. The files stay: an
                 # earlier attempt whose answer was lost may have committed them; if not, the
                 # garbage collector removes them once no meta refers to them.
-                log.warning("channel watched elsewhere: dropping it", channel=fg.vchannel,
-                            segment=seg, reason=status.reason)
+                log.warning(
+                    "channel watched elsewhere: dropping it", channel=fg.vchannel, segment=seg, reason=status.reason
+                )
                 if self._owns(fg):
                     self.flowgraphs.pop(fg.vchannel, None)
                     await fg.stop(drop=True)
@@ -218,13 +221,21 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             await self.store.delete(key)
         log.warning("binlogs discarded", segment=seg, files=len(written))
 
-    async def _write_files(self, fg: FlowGraph, w: PendingWrite) -> tuple[internal_pb2.SaveBinlogPathsRequest, list[str]]:
+    async def _write_files(
+        self, fg: FlowGraph, w: PendingWrite
+    ) -> tuple[internal_pb2.SaveBinlogPathsRequest, list[str]]:
         """Write the insert binlog and (final writes) the DDL binlogs; the request that commits them."""
         seg, buf, ddl, flushed = w.segment_id, w.buf, w.ddl, w.final
         coll, part = fg.collection_id, fg.partition(seg)
-        req = internal_pb2.SaveBinlogPathsRequest(segmentID=seg, collectionID=coll, partitionID=part,
-                                                  flushed=flushed, channel=fg.vchannel, nodeID=self.server_id,
-                                                  watch_version=fg.watch_version)
+        req = internal_pb2.SaveBinlogPathsRequest(
+            segmentID=seg,
+            collectionID=coll,
+            partitionID=part,
+            flushed=flushed,
+            channel=fg.vchannel,
+            nodeID=self.server_id,
+            watch_version=fg.watch_version,
+        )
         written: list[str] = []
         if buf is not None and buf.rows:
             log_id = await self.ids.alloc()
@@ -233,8 +244,14 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             written.append(key)
             metrics.BINLOG_BYTES.inc(info.size)
             metrics.BINLOG_ROWS.inc(info.entries_num)
-            req.binlogs.add(logID=log_id, entries_num=info.entries_num, timestamp_from=info.timestamp_from,
-                            timestamp_to=info.timestamp_to, log_path=key, log_size=info.size)
+            req.binlogs.add(
+                logID=log_id,
+                entries_num=info.entries_num,
+                timestamp_from=info.timestamp_from,
+                timestamp_to=info.timestamp_to,
+                log_path=key,
+                log_size=info.size,
+            )
             for f in [0, 1, *[f.fieldID for f in fg.schema.fields]]:
                 req.field2BinlogPaths.add(ID=f, Paths=[key])
             req.dml_position.start_position.CopyFrom(buf.first)
@@ -242,8 +259,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         if ddl is not None and len(ddl):
             ts_idx = await self.ids.alloc(2)
             ts_key, ddl_key = await asyncio.to_thread(
-                binlog.write_ddl_binlogs, self.store, coll, ts_idx, ts_idx + 1,
-                ddl.timestamps, ddl.types, ddl.payloads)
+                binlog.write_ddl_binlogs, self.store, coll, ts_idx, ts_idx + 1, ddl.timestamps, ddl.types, ddl.payloads
+            )
             written += [ts_key, ddl_key]
             req.ddl_binlog_metas.add(ddl_binlog_path=ddl_key, ts_binlog_path=ts_key)
             req.ddl_position.start_position.CopyFrom(ddl.start)

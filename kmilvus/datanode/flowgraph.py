@@ -67,7 +67,7 @@ class FlowGraph:
         self.persisted_upto: dict[int, int] = {s.ID: s.dml_position.seq for s in info.unflushed_segments}
         self.partition_of: dict[int, int] = {s.ID: s.partitionID for s in info.unflushed_segments}
         self.buffers: dict[int, SegmentBuffer] = {}
-        self.inflight: dict[int, tuple[int, int]] = {}   # write token → (start seq, min ts) it holds
+        self.inflight: dict[int, tuple[int, int]] = {}  # write token → (start seq, min ts) it holds
         self._tokens = itertools.count(1)
         self.watch_version = info.watch_version
         self.ddl = DDLBuffer()
@@ -79,8 +79,9 @@ class FlowGraph:
 
     # Lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        self._consumer = await self.node.stream.consume(self.vchannel, after_seq=self.tick.seq,
-                                                        name=f"{self.node.cfg.cluster}-dn{self.node.server_id}")
+        self._consumer = await self.node.stream.consume(
+            self.vchannel, after_seq=self.tick.seq, name=f"{self.node.cfg.cluster}-dn{self.node.server_id}"
+        )
         self._task = asyncio.create_task(self._run(), name=f"flowgraph-{self.vchannel}")
 
     async def stop(self, drop: bool = False) -> None:

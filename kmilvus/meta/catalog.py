@@ -97,6 +97,7 @@ def compaction_job_key(coll_id: int, compaction_id: int) -> str:
 def compaction_job_prefix(coll_id: int | None = None) -> str:
     return "datacoord-meta/compaction-job/" if coll_id is None else f"datacoord-meta/compaction-job/{coll_id}/"
 
+
 # QueryCoord -----------------------------------------------------------------------------
 
 

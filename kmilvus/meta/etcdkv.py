@@ -72,7 +72,7 @@ class Cmp:
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
     kind: str  # "put" | "delete"
-    key: str   # relative to the KV root
+    key: str  # relative to the KV root
     value: bytes
     revision: int
 
@@ -86,8 +86,8 @@ class FencedError(merr.MilvusError):
 
 @dataclass(frozen=True, slots=True)
 class _Fence:
-    key: bytes      # absolute etcd key of the leader lock
-    value: bytes    # this holder's identity
+    key: bytes  # absolute etcd key of the leader lock
+    value: bytes  # this holder's identity
 
 
 class EtcdKV:
@@ -102,8 +102,12 @@ class EtcdKV:
     @classmethod
     async def connect(cls, endpoints: list[str], root: str, *, timeout: float = 10.0) -> "EtcdKV":
         host, _, port = endpoints[0].removeprefix("http://").partition(":")
-        client = aetcd.Client(host=host or "127.0.0.1", port=int(port or 2379), timeout=timeout,
-                              options={"grpc.max_receive_message_length": 64 * 1024 * 1024})
+        client = aetcd.Client(
+            host=host or "127.0.0.1",
+            port=int(port or 2379),
+            timeout=timeout,
+            options={"grpc.max_receive_message_length": 64 * 1024 * 1024},
+        )
         await client.connect()
         return cls(client, root)
 
@@ -124,7 +128,7 @@ class EtcdKV:
         return (self._prefix + key).encode()
 
     def _rel(self, raw: bytes) -> str:
-        return raw.decode()[len(self._prefix):]
+        return raw.decode()[len(self._prefix) :]
 
     async def get(self, key: str) -> bytes | None:
         r = await self.client.get(self._k(key))
@@ -167,8 +171,12 @@ class EtcdKV:
         fence = self._fence
         if fence is not None:
             cmp = req.compare.add()
-            cmp.key, cmp.target, cmp.result, cmp.value = (fence.key, etcdrpc.Compare.VALUE,
-                                                           etcdrpc.Compare.EQUAL, fence.value)
+            cmp.key, cmp.target, cmp.result, cmp.value = (
+                fence.key,
+                etcdrpc.Compare.VALUE,
+                etcdrpc.Compare.EQUAL,
+                fence.value,
+            )
             req.failure.add().request_range.key = fence.key
         for c in compares:
             cmp = req.compare.add()
@@ -212,9 +220,13 @@ class EtcdKV:
         await c.connect()
         return await c.kvstub.Txn(req, timeout=c._timeout, metadata=c.metadata)
 
-    async def multi_save_and_remove(self, saves: dict[str, bytes], removals: Iterable[str] = (),
-                                    remove_prefixes: Iterable[str] = (),
-                                    compares: Iterable[Cmp] = ()) -> bool:
+    async def multi_save_and_remove(
+        self,
+        saves: dict[str, bytes],
+        removals: Iterable[str] = (),
+        remove_prefixes: Iterable[str] = (),
+        compares: Iterable[Cmp] = (),
+    ) -> bool:
         ops = [Op.put(k, v) for k, v in saves.items()]
         ops += [Op.delete(k) for k in removals]
         ops += [Op.delete_prefix(p) for p in remove_prefixes]

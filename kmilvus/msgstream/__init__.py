@@ -15,7 +15,23 @@ from kmilvus.msgstream.jetstream import AckTimeoutError, Consumer, MsgStream, Ms
 from kmilvus.msgstream.message import Msg, MsgPosition, MsgType
 
 __all__ = [
-    "AckTimeoutError", "Consumer", "Msg", "MsgPosition", "MsgStream", "MsgStreamError", "MsgType", "Producer",
-    "collection_of", "datanode_tt_subject", "pchannel_names", "pchannel_of", "stream_name",
-    "stream_subjects", "subject_of", "vchannel_name", "channels", "jetstream", "message",
+    "AckTimeoutError",
+    "Consumer",
+    "Msg",
+    "MsgPosition",
+    "MsgStream",
+    "MsgStreamError",
+    "MsgType",
+    "Producer",
+    "collection_of",
+    "datanode_tt_subject",
+    "pchannel_names",
+    "pchannel_of",
+    "stream_name",
+    "stream_subjects",
+    "subject_of",
+    "vchannel_name",
+    "channels",
+    "jetstream",
+    "message",
 ]

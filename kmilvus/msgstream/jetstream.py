@@ -94,8 +94,9 @@ class MsgStream:
         self.reconnected_at = 0.0
 
     @classmethod
-    async def connect(cls, nats_url: str, cluster: str, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                      name: str = "") -> MsgStream:
+    async def connect(
+        cls, nats_url: str, cluster: str, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, name: str = ""
+    ) -> MsgStream:
         """Connect (reconnecting forever) and make sure the cluster's stream exists."""
         label = name or f"kmilvus-{cluster}"
         nc = NATS()
@@ -115,10 +116,18 @@ class MsgStream:
 
         try:
             await nc.connect(
-                nats_url, name=label, allow_reconnect=True, max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5, connect_timeout=5, ping_interval=10, max_outstanding_pings=3,
+                nats_url,
+                name=label,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                connect_timeout=5,
+                ping_interval=10,
+                max_outstanding_pings=3,
                 # Room for one max-size message; larger buffers make writes bursty (measured slower).
-                pending_size=8 * MiB, error_cb=on_error, disconnected_cb=on_disconnect,
+                pending_size=8 * MiB,
+                error_cb=on_error,
+                disconnected_cb=on_disconnect,
                 reconnected_cb=on_reconnect,
             )
             await self._ensure_stream()
@@ -130,10 +139,15 @@ class MsgStream:
 
     async def _ensure_stream(self) -> None:
         config = api.StreamConfig(
-            name=self.stream, subjects=channels.stream_subjects(self.cluster),
-            retention=api.RetentionPolicy.LIMITS, discard=api.DiscardPolicy.OLD,
-            storage=api.StorageType.FILE, max_msg_size=-1, duplicate_window=DUPLICATE_WINDOW,
-            num_replicas=1, allow_direct=True,  # direct get reads back parts of split messages
+            name=self.stream,
+            subjects=channels.stream_subjects(self.cluster),
+            retention=api.RetentionPolicy.LIMITS,
+            discard=api.DiscardPolicy.OLD,
+            storage=api.StorageType.FILE,
+            max_msg_size=-1,
+            duplicate_window=DUPLICATE_WINDOW,
+            num_replicas=1,
+            allow_direct=True,  # direct get reads back parts of split messages
         )
         try:
             await self.js.stream_info(self.stream)
@@ -268,7 +282,7 @@ class Producer:
         for i, (vchannel, msg) in enumerate(items):
             pending.append(await self._send(vchannel, msg, None))
             if i >= 2 * ACK_WINDOW and i % ACK_WINDOW == 0:
-                window = pending[i - 2 * ACK_WINDOW:i - ACK_WINDOW]
+                window = pending[i - 2 * ACK_WINDOW : i - ACK_WINDOW]
                 await _await_acks(self._s, [f for futs in window for f in futs])
         return await _wait_acks(self._s, pending)
 
@@ -290,8 +304,7 @@ class Producer:
             if size >= YIELD_BYTES:
                 await asyncio.sleep(0)
             return [fut]
-        limit = min(s.max_message_bytes,
-                    max_payload - _headers_size(headers) - 2 * len(msg_id or "") - _HDR_SLACK)
+        limit = min(s.max_message_bytes, max_payload - _headers_size(headers) - 2 * len(msg_id or "") - _HDR_SLACK)
         if size <= limit:
             fut = await js.publish_async(subject, payload, headers=headers)
             await asyncio.sleep(0)
@@ -311,7 +324,7 @@ class Producer:
                 h[_H_MSG_ID] = f"{msg_id}#{i}/{n}"
             if i:
                 h[H_CHUNK_START] = str(start)
-            fut = await js.publish_async(subject, view[i * limit:(i + 1) * limit], headers=h)
+            fut = await js.publish_async(subject, view[i * limit : (i + 1) * limit], headers=h)
             await asyncio.sleep(0)
             if i == 0:
                 # Later parts record part 0's seq; one round trip per multi-MB message.
@@ -340,11 +353,14 @@ async def _await_acks(stream: MsgStream, futs: list[asyncio.Future[api.PubAck]])
             continue
         lost = stream.reconnects != epoch
         if now - progress >= ACK_TIMEOUT or (
-                lost and now - max(progress, stream.reconnected_at) >= RECONNECT_ACK_GRACE):
+            lost and now - max(progress, stream.reconnected_at) >= RECONNECT_ACK_GRACE
+        ):
             for f in remaining:
                 f.cancel()
-            raise AckTimeoutError(f"{len(remaining)} publishes not acknowledged "
-                                  f"({'connection lost' if lost else f'within {ACK_TIMEOUT}s'})")
+            raise AckTimeoutError(
+                f"{len(remaining)} publishes not acknowledged "
+                f"({'connection lost' if lost else f'within {ACK_TIMEOUT}s'})"
+            )
 
 
 async def _wait_acks(stream: MsgStream, pending: list[list[asyncio.Future[api.PubAck]]]) -> list[int]:
@@ -413,11 +429,18 @@ class Consumer:
         sub = await nc.subscribe(inbox, cb=on_msg, pending_msgs_limit=1_000_000, pending_bytes_limit=1024 * MiB)
         start = self._sseq + 1
         config = api.ConsumerConfig(
-            name=f"{self._prefix}-{uuid.uuid4().hex[:12]}", description=f"kmilvus {self.vchannel}",
-            deliver_subject=inbox, filter_subject=self.subject, ack_policy=api.AckPolicy.NONE,
+            name=f"{self._prefix}-{uuid.uuid4().hex[:12]}",
+            description=f"kmilvus {self.vchannel}",
+            deliver_subject=inbox,
+            filter_subject=self.subject,
+            ack_policy=api.AckPolicy.NONE,
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE if start > 1 else api.DeliverPolicy.ALL,
-            opt_start_seq=start if start > 1 else None, replay_policy=api.ReplayPolicy.INSTANT,
-            flow_control=True, idle_heartbeat=HEARTBEAT, mem_storage=True, num_replicas=1,
+            opt_start_seq=start if start > 1 else None,
+            replay_policy=api.ReplayPolicy.INSTANT,
+            flow_control=True,
+            idle_heartbeat=HEARTBEAT,
+            mem_storage=True,
+            num_replicas=1,
         )
         try:
             info = await self._s.js.add_consumer(self._s.stream, config)
@@ -439,8 +462,9 @@ class Consumer:
 
     async def _restart(self, why: str) -> None:
         """Recreate the server-side consumer from the last stream seq processed."""
-        log.warning("recreating consumer", vchannel=self.vchannel, consumer=self.consumer_name,
-                    after_seq=self._sseq, reason=why)
+        log.warning(
+            "recreating consumer", vchannel=self.vchannel, consumer=self.consumer_name, after_seq=self._sseq, reason=why
+        )
         await self._stop()
         while not self._closed:
             try:
@@ -600,15 +624,15 @@ class Consumer:
         backoff = Backoff(0.1, 2.0)
         while True:
             try:
-                return await self._s.js.get_msg(self._s.stream, seq=seq, subject=self.subject, next=True,
-                                                direct=True)
+                return await self._s.js.get_msg(self._s.stream, seq=seq, subject=self.subject, next=True, direct=True)
             except nats.js.errors.NotFoundError:
                 raise
             except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
                 if self._closed:
                     raise
-                log.warning("reading back a split message failed; retrying", vchannel=self.vchannel,
-                            seq=seq, error=repr(e))
+                log.warning(
+                    "reading back a split message failed; retrying", vchannel=self.vchannel, seq=seq, error=repr(e)
+                )
                 await backoff.sleep()
 
     async def _recover(self, cid: str, i: int, n: int, headers: dict[str, str], sseq: int) -> _Group | None:
@@ -629,8 +653,13 @@ class Consumer:
                 parts.append(raw.data or b"")
             seq = raw.seq + 1
         if len(parts) != i:
-            log.warning("skipping orphan part of a split message", vchannel=self.vchannel, chunk_id=cid,
-                        part=f"{i}/{n}", seq=sseq)
+            log.warning(
+                "skipping orphan part of a split message",
+                vchannel=self.vchannel,
+                chunk_id=cid,
+                part=f"{i}/{n}",
+                seq=sseq,
+            )
             return None
         g = self._groups[cid] = _Group(n, parts)
         return g

@@ -33,7 +33,9 @@ def estimate_fields_data_bytes(fields_data) -> int:
     for fd in fields_data:
         if fd.HasField("vectors"):
             v = fd.vectors
-            total += 4 * len(v.float_vector.data) + len(v.binary_vector) + len(v.float16_vector) + len(v.bfloat16_vector)
+            total += (
+                4 * len(v.float_vector.data) + len(v.binary_vector) + len(v.float16_vector) + len(v.bfloat16_vector)
+            )
         elif fd.HasField("scalars"):
             sc = fd.scalars
             kind = sc.WhichOneof("data")
@@ -58,8 +60,7 @@ class InsertTask(Task):
         req, cfg = self.req, self.proxy.cfg
         self.meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
         if req.partition_name and req.partition_name != "_default":
-            raise merr.MilvusError(merr.PARTITION_NOT_FOUND,
-                                   f"partition not found[partition={req.partition_name}]")
+            raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name}]")
         n = req.num_rows
         if n <= 0:
             raise merr.invalid("num_rows should be greater than 0")
@@ -68,17 +69,18 @@ class InsertTask(Task):
         # message's ByteSize().
         size = sum(c.nbytes for c in self.columns.values())
         if size > cfg.max_insert_bytes:
-            raise merr.MilvusError(merr.PARAMETER_TOO_LARGE,
-                                   f"insert request size {size} bytes exceeds the limit of {cfg.max_insert_bytes} "
-                                   f"bytes (proxy.maxInsertSize); split it into smaller batches")
+            raise merr.MilvusError(
+                merr.PARAMETER_TOO_LARGE,
+                f"insert request size {size} bytes exceeds the limit of {cfg.max_insert_bytes} "
+                f"bytes (proxy.maxInsertSize); split it into smaller batches",
+            )
 
     async def execute(self) -> None:
         meta, n, proxy = self.meta, self.req.num_rows, self.proxy
         row_ids = await proxy.ids.alloc_array(n)
         pk = meta.pk
         if pk.autoID:
-            self.columns[pk.fieldID] = (pa.array(row_ids) if pk.data_type == DT.Int64
-                                        else pa.array(row_ids.astype(str)))
+            self.columns[pk.fieldID] = pa.array(row_ids) if pk.data_type == DT.Int64 else pa.array(row_ids.astype(str))
         keys = self.columns[pk.fieldID]
         shards = shard_of(keys, len(meta.vchannels))
         async with proxy.ticks.publishing() as ts:
@@ -89,13 +91,14 @@ class InsertTask(Task):
                 # Paused or cut off past the session TTL: RootCoord may have stopped holding time
                 # ticks for this publish, so a segment could be flushed before it arrives. The
                 # client must not count the rows as stored (they are stored at most once).
-                raise merr.MilvusError(merr.SERVICE_UNAVAILABLE,
-                                       "the proxy's session expired during the insert; its outcome is unknown")
+                raise merr.MilvusError(
+                    merr.SERVICE_UNAVAILABLE, "the proxy's session expired during the insert; its outcome is unknown"
+                )
         metrics.INSERTED_ROWS.inc(n)
         metrics.INSERTED_BYTES.inc(batch.nbytes)
         self.result = milvus_pb2.MutationResult(
-            IDs=typeutil.primary_keys_to_ids(pk, keys), insert_cnt=n, timestamp=ts,
-            succ_index=range(n))
+            IDs=typeutil.primary_keys_to_ids(pk, keys), insert_cnt=n, timestamp=ts, succ_index=range(n)
+        )
 
     async def _route(self, batch: pa.RecordBatch, shards: np.ndarray, ts: int) -> list[tuple[str, Msg]]:
         """Split rows by shard, ask DataCoord for segment quotas, and cut IPC payloads."""
@@ -107,13 +110,18 @@ class InsertTask(Task):
             order = np.argsort(shards, kind="stable")
             bounds = np.searchsorted(shards[order], np.arange(len(meta.vchannels) + 1))
             for i, ch in enumerate(meta.vchannels):
-                idx = order[bounds[i]:bounds[i + 1]]
+                idx = order[bounds[i] : bounds[i + 1]]
                 if len(idx):
                     per_shard.append((ch, idx))
         req = data_coord_pb2.AssignSegmentIDRequest(nodeID=self.proxy.server_id, peer_role="proxy")
         for ch, idx in per_shard:
-            req.segmentIDRequests.add(count=batch.num_rows if idx is None else len(idx), channel_name=ch,
-                                      collectionID=meta.id, partitionID=meta.partition_id, timestamp=ts)
+            req.segmentIDRequests.add(
+                count=batch.num_rows if idx is None else len(idx),
+                channel_name=ch,
+                collectionID=meta.id,
+                partitionID=meta.partition_id,
+                timestamp=ts,
+            )
         await afailpoint("proxy.insert.before_assign")
         resp = await self.proxy.datacoord.AssignSegmentID(req)
         merr.check(resp.status)
@@ -131,10 +139,24 @@ class InsertTask(Task):
                 offset += a.count
                 for start in range(0, seg_rows.num_rows, chunk_rows):
                     chunk = seg_rows.slice(start, chunk_rows)
-                    items.append((ch, Msg(MsgType.Insert, ts, ipc_bytes(chunk), {
-                        "collection": str(meta.id), "partition": str(meta.partition_id),
-                        "segment": str(a.segID), "rows": str(chunk.num_rows)})))
+                    items.append(
+                        (
+                            ch,
+                            Msg(
+                                MsgType.Insert,
+                                ts,
+                                ipc_bytes(chunk),
+                                {
+                                    "collection": str(meta.id),
+                                    "partition": str(meta.partition_id),
+                                    "segment": str(a.segID),
+                                    "rows": str(chunk.num_rows),
+                                },
+                            ),
+                        )
+                    )
             if offset != part.num_rows:
-                raise merr.MilvusError(merr.SERVICE_INTERNAL,
-                                       f"segment assignment covered {offset} of {part.num_rows} rows on {ch}")
+                raise merr.MilvusError(
+                    merr.SERVICE_INTERNAL, f"segment assignment covered {offset} of {part.num_rows} rows on {ch}"
+                )
         return items

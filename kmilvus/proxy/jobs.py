@@ -29,8 +29,14 @@ TS = common_pb2.CompactionTaskState
 def import_state(job: data_coord_pb2.ImportJob) -> milvus_pb2.GetImportStateResponse:
     """An ImportJob as pymilvus' BulkInsertState reads it (state, row_count, infos, ...)."""
     resp = milvus_pb2.GetImportStateResponse(
-        state=job.state, row_count=job.row_count, id_list=list(job.id_ranges), id=job.jobID,
-        collection_id=job.collectionID, segment_ids=list(job.segmentIDs), create_ts=job.create_ts)
+        state=job.state,
+        row_count=job.row_count,
+        id_list=list(job.id_ranges),
+        id=job.jobID,
+        collection_id=job.collectionID,
+        segment_ids=list(job.segmentIDs),
+        create_ts=job.create_ts,
+    )
     try:
         progress = json.loads(job.progress) if job.progress else {}
     except ValueError:
@@ -40,10 +46,16 @@ def import_state(job: data_coord_pb2.ImportJob) -> milvus_pb2.GetImportStateResp
     else:
         percent = {"inspected": 10, "counted": 30, "validated": 50, "written": 90}.get(progress.get("phase", ""), 0)
     infos = {
-        "files": ",".join(job.files), "collection": job.collection_name, "partition": job.partition_name,
-        "failed_reason": job.reason, "progress_percent": str(percent), "spark_state": job.spark_state,
-        "spark_application": job.app_name, "expected_rows": str(job.expected_rows),
-        "input_bytes": str(job.input_bytes), "phase": str(progress.get("phase", "")),
+        "files": ",".join(job.files),
+        "collection": job.collection_name,
+        "partition": job.partition_name,
+        "failed_reason": job.reason,
+        "progress_percent": str(percent),
+        "spark_state": job.spark_state,
+        "spark_application": job.app_name,
+        "expected_rows": str(job.expected_rows),
+        "input_bytes": str(job.input_bytes),
+        "phase": str(progress.get("phase", "")),
     }
     if job.complete_ts:
         infos["persist_cost"] = str(max(0, job.complete_ts - job.create_ts))
@@ -54,19 +66,34 @@ def import_state(job: data_coord_pb2.ImportJob) -> milvus_pb2.GetImportStateResp
 
 def compaction_counts(job: data_coord_pb2.CompactionJob) -> dict[str, int]:
     states = [p.state for p in job.plans]
-    return {"executing": sum(s in (TS.CompactionTaskStateExecuting, TS.CompactionTaskStatePipelining,
-                                   TS.CompactionTaskStateMetaSaved) for s in states),
-            "completed": sum(s == TS.CompactionTaskStateCompleted for s in states),
-            "failed": sum(s == TS.CompactionTaskStateFailed for s in states),
-            "timeout": sum(s == TS.CompactionTaskStateTimeout for s in states)}
+    return {
+        "executing": sum(
+            s in (TS.CompactionTaskStateExecuting, TS.CompactionTaskStatePipelining, TS.CompactionTaskStateMetaSaved)
+            for s in states
+        ),
+        "completed": sum(s == TS.CompactionTaskStateCompleted for s in states),
+        "failed": sum(s == TS.CompactionTaskStateFailed for s in states),
+        "timeout": sum(s == TS.CompactionTaskStateTimeout for s in states),
+    }
 
 
 def merge_infos(job: data_coord_pb2.CompactionJob) -> list[milvus_pb2.CompactionMergeInfo]:
-    return [milvus_pb2.CompactionMergeInfo(
-        sources=list(p.sources), target=p.targets[0] if p.targets else -1, targets=list(p.targets),
-        plan_id=p.planID, trigger_id=job.compactionID, collection_id=job.collectionID,
-        partition_id=p.partitionID, channel=p.channel, type=common_pb2.CompactionTypeMix, state=p.state,
-        failure_reason=p.reason) for p in job.plans]
+    return [
+        milvus_pb2.CompactionMergeInfo(
+            sources=list(p.sources),
+            target=p.targets[0] if p.targets else -1,
+            targets=list(p.targets),
+            plan_id=p.planID,
+            trigger_id=job.compactionID,
+            collection_id=job.collectionID,
+            partition_id=p.partitionID,
+            channel=p.channel,
+            type=common_pb2.CompactionTypeMix,
+            state=p.state,
+            failure_reason=p.reason,
+        )
+        for p in job.plans
+    ]
 
 
 class ProxyJobsMixin:
@@ -80,10 +107,18 @@ class ProxyJobsMixin:
             raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name}]")
         if not req.files:
             raise merr.invalid("import requires at least one file")
-        resp = await self.datacoord.Import(data_coord_pb2.ImportJobRequest(
-            collectionID=meta.id, partitionID=meta.partition_id, collection_name=meta.name,
-            partition_name=req.partition_name or DEFAULT_PARTITION, schema=meta.schema.SerializeToString(),
-            vchannels=meta.vchannels, files=list(req.files), options=list(req.options)))
+        resp = await self.datacoord.Import(
+            data_coord_pb2.ImportJobRequest(
+                collectionID=meta.id,
+                partitionID=meta.partition_id,
+                collection_name=meta.name,
+                partition_name=req.partition_name or DEFAULT_PARTITION,
+                schema=meta.schema.SerializeToString(),
+                vchannels=meta.vchannels,
+                files=list(req.files),
+                options=list(req.options),
+            )
+        )
         merr.check(resp.status)
         log.info("bulk import accepted", collection=meta.name, job=resp.jobID, files=len(req.files))
         return milvus_pb2.ImportResponse(tasks=[resp.jobID])
@@ -99,8 +134,9 @@ class ProxyJobsMixin:
         coll = 0
         if req.collection_name:
             coll = (await self.meta_cache.get(req.db_name, req.collection_name)).id
-        resp = await self.datacoord.ListImportJobs(data_coord_pb2.ListImportJobsRequest(
-            collectionID=coll, limit=req.limit))
+        resp = await self.datacoord.ListImportJobs(
+            data_coord_pb2.ListImportJobsRequest(collectionID=coll, limit=req.limit)
+        )
         merr.check(resp.status)
         return milvus_pb2.ListImportTasksResponse(tasks=[import_state(j) for j in resp.jobs])
 
@@ -117,16 +153,19 @@ class ProxyJobsMixin:
         if req.majorCompaction or req.l0Compaction:
             raise merr.invalid("only mix compaction (merging small segments) is supported")
         coll = await self._compaction_collection(req.db_name, req.collection_name, req.collectionID)
-        resp = await self.datacoord.Compact(data_coord_pb2.CompactRequest(
-            collectionID=coll, segmentIDs=list(req.segment_ids), target_size=max(0, req.target_size) * MB))
+        resp = await self.datacoord.Compact(
+            data_coord_pb2.CompactRequest(
+                collectionID=coll, segmentIDs=list(req.segment_ids), target_size=max(0, req.target_size) * MB
+            )
+        )
         merr.check(resp.status)
         log.info("manual compaction", collection=coll, compaction=resp.compactionID, plans=resp.plan_count)
-        return milvus_pb2.ManualCompactionResponse(compactionID=resp.compactionID,
-                                                   compactionPlanCount=resp.plan_count)
+        return milvus_pb2.ManualCompactionResponse(compactionID=resp.compactionID, compactionPlanCount=resp.plan_count)
 
     async def _compaction_jobs(self, compaction_id: int, coll: int = 0) -> list[data_coord_pb2.CompactionJob]:
-        resp = await self.datacoord.GetCompactionJobs(data_coord_pb2.GetCompactionJobsRequest(
-            compactionID=compaction_id, collectionID=coll))
+        resp = await self.datacoord.GetCompactionJobs(
+            data_coord_pb2.GetCompactionJobsRequest(compactionID=compaction_id, collectionID=coll)
+        )
         merr.check(resp.status)
         return list(resp.jobs)
 
@@ -135,8 +174,12 @@ class ProxyJobsMixin:
         job = (await self._compaction_jobs(req.compactionID))[0]
         n = compaction_counts(job)
         return milvus_pb2.GetCompactionStateResponse(
-            state=job.state, executingPlanNo=n["executing"], completedPlanNo=n["completed"],
-            failedPlanNo=n["failed"], timeoutPlanNo=n["timeout"])
+            state=job.state,
+            executingPlanNo=n["executing"],
+            completedPlanNo=n["completed"],
+            failedPlanNo=n["failed"],
+            timeoutPlanNo=n["timeout"],
+        )
 
     @merr.rpc(milvus_pb2.GetCompactionPlansResponse)
     async def GetCompactionStateWithPlans(self, req: milvus_pb2.GetCompactionPlansRequest, context=None):
@@ -146,7 +189,8 @@ class ProxyJobsMixin:
             coll = await self._compaction_collection(req.db_name, req.collection_name, req.collection_id)
             jobs = await self._compaction_jobs(0, coll)
         resp = milvus_pb2.GetCompactionPlansResponse(
-            state=common_pb2.Completed if all(j.state == common_pb2.Completed for j in jobs) else common_pb2.Executing)
+            state=common_pb2.Completed if all(j.state == common_pb2.Completed for j in jobs) else common_pb2.Executing
+        )
         for j in jobs:
             resp.mergeInfos.extend(merge_infos(j))
         return resp

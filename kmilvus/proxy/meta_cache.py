@@ -45,12 +45,18 @@ class MetaCache:
         if meta is not None:
             return meta
         resp = await self.rootcoord.DescribeCollection(
-            milvus_pb2.DescribeCollectionRequest(db_name=key[0], collection_name=name))
+            milvus_pb2.DescribeCollectionRequest(db_name=key[0], collection_name=name)
+        )
         merr.check(resp.status)
         meta = CollectionMeta(
-            id=resp.collectionID, name=resp.collection_name or name, db=key[0], schema=resp.schema,
-            vchannels=list(resp.virtual_channel_names), partition_id=default_partition_id(resp.collectionID),
-            describe=resp)
+            id=resp.collectionID,
+            name=resp.collection_name or name,
+            db=key[0],
+            schema=resp.schema,
+            vchannels=list(resp.virtual_channel_names),
+            partition_id=default_partition_id(resp.collectionID),
+            describe=resp,
+        )
         self._by_name[key] = meta
         return meta
 

@@ -43,7 +43,7 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
         self.registry = registry
         self.stream = stream
         self.server_id = server_id
-        self.session_valid: Callable[[], Awaitable[bool]] = _always   # Node sets its session's check
+        self.session_valid: Callable[[], Awaitable[bool]] = _always  # Node sets its session's check
         self.pending_insert_bytes = 0
         self.rootcoord = registry.client(roles.ROOTCOORD)
         self.datacoord = registry.client(roles.DATACOORD)
@@ -71,8 +71,11 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
 
     async def report_tick(self) -> None:
         ts = await self.ticks.tick()
-        merr.check(await self.rootcoord.UpdateChannelTimeTick(
-            internal_pb2.ChannelTimeTickMsg(sourceID=self.server_id, timestamp=ts)))
+        merr.check(
+            await self.rootcoord.UpdateChannelTimeTick(
+                internal_pb2.ChannelTimeTickMsg(sourceID=self.server_id, timestamp=ts)
+            )
+        )
 
     # Connection and health -----------------------------------------------------------------
     @merr.rpc(milvus_pb2.ConnectResponse)
@@ -118,8 +121,12 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
 
     @merr.rpc()
     async def CreateCollection(self, req, context=None):
-        return await self._dd(_CallTask(lambda: self.rootcoord.CreateCollection(req),
-                                        pre=lambda: validate_name(req.collection_name, "collection")))
+        return await self._dd(
+            _CallTask(
+                lambda: self.rootcoord.CreateCollection(req),
+                pre=lambda: validate_name(req.collection_name, "collection"),
+            )
+        )
 
     @merr.rpc()
     async def DropCollection(self, req, context=None):
@@ -170,8 +177,10 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
         limit = self.cfg.max_pending_insert_mb * 1024 * 1024
         if self.pending_insert_bytes and self.pending_insert_bytes + size > limit:
             metrics.RATE_LIMITED.inc()
-            raise merr.MilvusError(merr.RATE_LIMIT, f"rate limit exceeded[rate=inserts pending in this proxy "
-                                                    f"exceed {self.cfg.max_pending_insert_mb} MB]")
+            raise merr.MilvusError(
+                merr.RATE_LIMIT,
+                f"rate limit exceeded[rate=inserts pending in this proxy exceed {self.cfg.max_pending_insert_mb} MB]",
+            )
         self.pending_insert_bytes += size
         try:
             return await self.dm_queue.enqueue(InsertTask(self, req))
@@ -188,28 +197,43 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
         coll_id = 0
         if req.collection_name:
             coll_id = (await self.meta_cache.get(req.db_name, req.collection_name)).id
-        return await self.datacoord.GetFlushState(data_coord_pb2.GetFlushStateRequest(
-            segmentIDs=req.segmentIDs, flush_ts=req.flush_ts, collectionID=coll_id,
-            wait_ms=int(self.cfg.flush_state_wait * 1000)))
+        return await self.datacoord.GetFlushState(
+            data_coord_pb2.GetFlushStateRequest(
+                segmentIDs=req.segmentIDs,
+                flush_ts=req.flush_ts,
+                collectionID=coll_id,
+                wait_ms=int(self.cfg.flush_state_wait * 1000),
+            )
+        )
 
     @merr.rpc(milvus_pb2.GetPersistentSegmentInfoResponse)
     async def GetPersistentSegmentInfo(self, req, context=None):
         meta = await self.meta_cache.get(req.dbName, req.collectionName)
         st = common_pb2.SegmentState
-        resp = await self.datacoord.GetSegmentsByCollection(data_coord_pb2.GetSegmentsByCollectionRequest(
-            collectionID=meta.id, states=list(req.states) or [st.Flushing, st.Flushed, st.Sealed]))
+        resp = await self.datacoord.GetSegmentsByCollection(
+            data_coord_pb2.GetSegmentsByCollectionRequest(
+                collectionID=meta.id, states=list(req.states) or [st.Flushing, st.Flushed, st.Sealed]
+            )
+        )
         merr.check(resp.status)
         out = milvus_pb2.GetPersistentSegmentInfoResponse()
         for s in resp.infos:
-            out.infos.add(segmentID=s.ID, collectionID=s.collectionID, partitionID=s.partitionID,
-                          num_rows=s.num_of_rows, state=s.state, insert_channel=s.insert_channel)
+            out.infos.add(
+                segmentID=s.ID,
+                collectionID=s.collectionID,
+                partitionID=s.partitionID,
+                num_rows=s.num_of_rows,
+                state=s.state,
+                insert_channel=s.insert_channel,
+            )
         return out
 
     @merr.rpc(milvus_pb2.GetCollectionStatisticsResponse)
     async def GetCollectionStatistics(self, req, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
         resp = await self.datacoord.GetCollectionStatistics(
-            data_coord_pb2.GetCollectionStatisticsRequest(collectionID=meta.id))
+            data_coord_pb2.GetCollectionStatisticsRequest(collectionID=meta.id)
+        )
         merr.check(resp.status)
         return milvus_pb2.GetCollectionStatisticsResponse(stats=resp.stats)
 

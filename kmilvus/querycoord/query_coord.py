@@ -40,7 +40,10 @@ class QueryCoord(query_coord_pb2_grpc.QueryCoordServicer):
         QueryNode (none run in kmilvus yet), then the loaded-state meta."""
         log.debug("ReleaseCollectionTask", collection=req.collectionID)
         rootcoord = self.registry.client(roles.ROOTCOORD)
-        merr.check(await rootcoord.ReleaseDQLMessageStream(
-            internal_pb2.ReleaseDQLMessageStreamRequest(dbID=req.dbID, collectionID=req.collectionID)))
+        merr.check(
+            await rootcoord.ReleaseDQLMessageStream(
+                internal_pb2.ReleaseDQLMessageStreamRequest(dbID=req.dbID, collectionID=req.collectionID)
+            )
+        )
         await self.kv.delete(keys.loaded_collection_key(req.collectionID))
         return merr.success()

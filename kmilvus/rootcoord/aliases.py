@@ -31,8 +31,9 @@ def alias_not_found(db: str, alias: str) -> MilvusError:
 
 
 def alias_name_conflict(db: str, alias: str) -> MilvusError:
-    return MilvusError(merr.ALIAS_COLLECTION_NAME_CONFLICT,
-                       f"alias and collection name conflict[database={db}][alias={alias}]")
+    return MilvusError(
+        merr.ALIAS_COLLECTION_NAME_CONFLICT, f"alias and collection name conflict[database={db}][alias={alias}]"
+    )
 
 
 class AliasMixin:
@@ -43,7 +44,7 @@ class AliasMixin:
     async def _load_aliases(self) -> None:
         self.aliases = {}
         for key, raw in await self.kv.get_prefix(keys.ALIAS_PREFIX):
-            db, alias = key[len(keys.ALIAS_PREFIX):].split("/", 1)
+            db, alias = key[len(keys.ALIAS_PREFIX) :].split("/", 1)
             self.aliases[(db, alias)] = int(raw)
 
     def resolve_alias(self, db: str, name: str) -> int | None:
@@ -56,15 +57,17 @@ class AliasMixin:
     def _target(self, db: str, collection: str) -> int:
         coll_id = self.names.get((db, collection))
         if coll_id is None:
-            raise MilvusError(merr.COLLECTION_NOT_FOUND,
-                              f"collection not found[database={db}][collection={collection}]")
+            raise MilvusError(
+                merr.COLLECTION_NOT_FOUND, f"collection not found[database={db}][collection={collection}]"
+            )
         return coll_id
 
     async def _invalidate_alias(self, db: str, alias: str) -> None:
         req = internal_pb2.InvalidateCollMetaCacheRequest(db_name=db, collection_name=alias)
         proxies = await self.registry.clients(roles.PROXY)
-        results = await asyncio.gather(*(p.InvalidateCollectionMetaCache(req) for p in proxies.values()),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(p.InvalidateCollectionMetaCache(req) for p in proxies.values()), return_exceptions=True
+        )
         for sid, r in zip(proxies, results):
             if isinstance(r, BaseException):
                 log.warning("invalidate alias cache failed", proxy=sid, alias=alias, error=str(r))
@@ -80,16 +83,22 @@ class AliasMixin:
             coll_id = self._target(db, req.collection_name)
             current = self.aliases.get((db, req.alias))
             if current == coll_id:
-                return merr.success()   # Milvus: adding the same alias again is fine
+                return merr.success()  # Milvus: adding the same alias again is fine
             if current is not None:
                 other = self.collections[current].schema.name
-                raise MilvusError(merr.ALIAS_ALREADY_EXIST,
-                                  f"alias already exist[database={db}][alias={req.alias} is alias to "
-                                  f"another collection: {other}]")
+                raise MilvusError(
+                    merr.ALIAS_ALREADY_EXIST,
+                    f"alias already exist[database={db}][alias={req.alias} is alias to another collection: {other}]",
+                )
             key = keys.alias_key(db, req.alias)
-            ok = await self.kv.txn([Op.put(key, str(coll_id).encode())],
-                                   [Cmp.missing(key), Cmp.missing(keys.collection_name_key(db, req.alias)),
-                                    Cmp.exists(keys.collection_key(coll_id))])
+            ok = await self.kv.txn(
+                [Op.put(key, str(coll_id).encode())],
+                [
+                    Cmp.missing(key),
+                    Cmp.missing(keys.collection_name_key(db, req.alias)),
+                    Cmp.exists(keys.collection_key(coll_id)),
+                ],
+            )
             if not ok:
                 raise MilvusError(merr.SERVICE_INTERNAL, f"alias {req.alias} changed during create")
             self.aliases[(db, req.alias)] = coll_id
@@ -108,8 +117,9 @@ class AliasMixin:
             if (db, req.alias) not in self.aliases:
                 raise alias_not_found(db, req.alias)
             key = keys.alias_key(db, req.alias)
-            ok = await self.kv.txn([Op.put(key, str(coll_id).encode())],
-                                   [Cmp.exists(key), Cmp.exists(keys.collection_key(coll_id))])
+            ok = await self.kv.txn(
+                [Op.put(key, str(coll_id).encode())], [Cmp.exists(key), Cmp.exists(keys.collection_key(coll_id))]
+            )
             if not ok:
                 raise MilvusError(merr.SERVICE_INTERNAL, f"alias {req.alias} changed during alter")
             self.aliases[(db, req.alias)] = coll_id
@@ -122,7 +132,7 @@ class AliasMixin:
         validate_name(req.alias, "alias")
         async with self._ddl_lock:
             if (db, req.alias) not in self.aliases:
-                return merr.success()   # Milvus 2.4: dropping an unknown alias succeeds
+                return merr.success()  # Milvus 2.4: dropping an unknown alias succeeds
             key = keys.alias_key(db, req.alias)
             await self.kv.txn([Op.delete(key)], [Cmp.exists(key)])
             self.aliases.pop((db, req.alias), None)
@@ -136,8 +146,9 @@ class AliasMixin:
         coll_id = self.aliases.get((db, req.alias))
         if coll_id is None:
             raise alias_not_found(db, req.alias)
-        return milvus_pb2.DescribeAliasResponse(db_name=db, alias=req.alias,
-                                                collection=self.collections[coll_id].schema.name)
+        return milvus_pb2.DescribeAliasResponse(
+            db_name=db, alias=req.alias, collection=self.collections[coll_id].schema.name
+        )
 
     @merr.rpc(milvus_pb2.ListAliasesResponse)
     async def ListAliases(self, req: milvus_pb2.ListAliasesRequest, context=None):

@@ -171,8 +171,10 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
         db = req.db_name or DEFAULT_DB
         async with self._ddl_lock:
             if (db, schema.name) in self.aliases:
-                raise merr.MilvusError(merr.UNEXPECTED, f"collection name [{schema.name}] conflicts with an "
-                                                        f"existing alias, please choose a unique name")
+                raise merr.MilvusError(
+                    merr.UNEXPECTED,
+                    f"collection name [{schema.name}] conflicts with an existing alias, please choose a unique name",
+                )
             existing = self.collections.get(self.names.get((db, schema.name), -1))
             if existing is not None:
                 if schemautil.same_schema(existing.schema, schema) and existing.shards_num == shards:
@@ -185,18 +187,23 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
         return merr.success()
 
     async def _new_collection_info(self, db, schema, shards, req) -> internal_pb2.CollectionInfo:
-        coll_id = await self.ids.alloc(2)      # the collection's ID and its default partition's
+        coll_id = await self.ids.alloc(2)  # the collection's ID and its default partition's
         used = {p: 0 for p in self.pchannels}
         for c in self.collections.values():
             for p in c.physical_channel_names:
                 used[p] = used.get(p, 0) + 1
         pchans = sorted(self.pchannels, key=lambda p: (used[p], self.pchannels.index(p)))[:shards]
         return internal_pb2.CollectionInfo(
-            ID=coll_id, schema=schema, shards_num=shards, db_name=db,
+            ID=coll_id,
+            schema=schema,
+            shards_num=shards,
+            db_name=db,
             consistency_level=req.consistency_level,
             physical_channel_names=pchans,
             virtual_channel_names=[channels.vchannel_name(p, coll_id, i) for i, p in enumerate(pchans)],
-            partitions=[internal_pb2.PartitionInfo(partitionID=default_partition_id(coll_id), partitionName=DEFAULT_PARTITION)],
+            partitions=[
+                internal_pb2.PartitionInfo(partitionID=default_partition_id(coll_id), partitionName=DEFAULT_PARTITION)
+            ],
             properties=list(req.properties),
         )
 
@@ -204,14 +211,26 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
         async with self.ticks.publishing() as ts:
             info.create_time = ts
             info.partitions[0].created_timestamp = ts
-            await self._publish_ddl(info, ts, MsgType.CreateCollection, internal_pb2.CreateCollectionMsg(
-                db_name=info.db_name, collection_name=info.schema.name, collectionID=info.ID,
-                schema=info.schema.SerializeToString(), virtual_channel_names=info.virtual_channel_names))
+            await self._publish_ddl(
+                info,
+                ts,
+                MsgType.CreateCollection,
+                internal_pb2.CreateCollectionMsg(
+                    db_name=info.db_name,
+                    collection_name=info.schema.name,
+                    collectionID=info.ID,
+                    schema=info.schema.SerializeToString(),
+                    virtual_channel_names=info.virtual_channel_names,
+                ),
+            )
             name_key = keys.collection_name_key(info.db_name, info.schema.name)
             ok = await self.kv.txn(
-                [Op.put(keys.collection_key(info.ID), info.SerializeToString()),
-                 Op.put(name_key, str(info.ID).encode())],
-                [Cmp.missing(name_key), Cmp.missing(keys.alias_key(info.db_name or DEFAULT_DB, info.schema.name))])
+                [
+                    Op.put(keys.collection_key(info.ID), info.SerializeToString()),
+                    Op.put(name_key, str(info.ID).encode()),
+                ],
+                [Cmp.missing(name_key), Cmp.missing(keys.alias_key(info.db_name or DEFAULT_DB, info.schema.name))],
+            )
             if not ok:
                 for v in info.virtual_channel_names:
                     await self.stream.purge(v)
@@ -223,13 +242,19 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
         msg.base.msg_type = int(msg_type)
         msg.base.timestamp = ts
         payload = msg.SerializeToString()
-        await self.producer.publish_many([(v, Msg(msg_type, ts, payload, {"collection": str(info.ID)}))
-                                          for v in info.virtual_channel_names])
+        await self.producer.publish_many(
+            [(v, Msg(msg_type, ts, payload, {"collection": str(info.ID)})) for v in info.virtual_channel_names]
+        )
 
     async def _watch_channels(self, datacoord, info: internal_pb2.CollectionInfo) -> None:
-        status = await datacoord.WatchChannels(data_coord_pb2.WatchChannelsRequest(
-            collectionID=info.ID, channelNames=info.virtual_channel_names,
-            schema=info.schema.SerializeToString(), partitionID=info.partitions[0].partitionID))
+        status = await datacoord.WatchChannels(
+            data_coord_pb2.WatchChannelsRequest(
+                collectionID=info.ID,
+                channelNames=info.virtual_channel_names,
+                schema=info.schema.SerializeToString(),
+                partitionID=info.partitions[0].partitionID,
+            )
+        )
         merr.check(status)
 
     @merr.rpc(milvus_pb2.DescribeCollectionResponse)
@@ -247,8 +272,9 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
     @merr.rpc(milvus_pb2.ShowCollectionsResponse)
     async def ShowCollections(self, req, context=None):
         db = req.db_name or DEFAULT_DB
-        infos = sorted((c for c in self.collections.values() if (c.db_name or DEFAULT_DB) == db),
-                       key=lambda c: c.create_time)
+        infos = sorted(
+            (c for c in self.collections.values() if (c.db_name or DEFAULT_DB) == db), key=lambda c: c.create_time
+        )
         if req.collection_names:
             wanted = set(req.collection_names)
             infos = [c for c in infos if c.schema.name in wanted]
@@ -259,12 +285,14 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
             created_utc_timestamps=[physical_ms(c.create_time) for c in infos],
             inMemory_percentages=[0 for _ in infos],
             query_service_available=[False for _ in infos],
-            shards_num=[c.shards_num for c in infos])
+            shards_num=[c.shards_num for c in infos],
+        )
 
     @merr.rpc(root_coord_pb2.ListCollectionsResponse)
     async def ListCollections(self, req, context=None):
         return root_coord_pb2.ListCollectionsResponse(
-            collections=[describe_response(c) for c in sorted(self.collections.values(), key=lambda c: c.ID)])
+            collections=[describe_response(c) for c in sorted(self.collections.values(), key=lambda c: c.ID)]
+        )
 
     @merr.rpc(root_coord_pb2.GetDropStateResponse)
     async def GetDropState(self, req: root_coord_pb2.GetDropStateRequest, context=None):
@@ -284,19 +312,25 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
             if coll_id is None:
                 return merr.success()  # dropping an unknown name succeeds, as in Milvus
             if aliases := self.aliases_of(coll_id):
-                raise merr.MilvusError(merr.UNEXPECTED, f"unable to drop the collection [{req.collection_name}] because "
-                                                        f"it has associated aliases [{' '.join(aliases)}], please remove "
-                                                        f"all aliases before dropping the collection")
+                raise merr.MilvusError(
+                    merr.UNEXPECTED,
+                    f"unable to drop the collection [{req.collection_name}] because "
+                    f"it has associated aliases [{' '.join(aliases)}], please remove "
+                    f"all aliases before dropping the collection",
+                )
             info = internal_pb2.CollectionInfo()
             info.CopyFrom(self.collections[coll_id])
             info.drop_time = await self.tso.alloc()
             info.state = internal_pb2.CollectionInfo.Dropping
             # One transaction: schema/partitions gone, the drop's remaining steps recorded.
             ok = await self.kv.txn(
-                [Op.delete(keys.collection_key(coll_id)),
-                 Op.delete(keys.collection_name_key(db, req.collection_name)),
-                 Op.put(keys.drop_task_key(coll_id), info.SerializeToString())],
-                [Cmp.exists(keys.collection_key(coll_id))])
+                [
+                    Op.delete(keys.collection_key(coll_id)),
+                    Op.delete(keys.collection_name_key(db, req.collection_name)),
+                    Op.put(keys.drop_task_key(coll_id), info.SerializeToString()),
+                ],
+                [Cmp.exists(keys.collection_key(coll_id))],
+            )
             if not ok:
                 raise merr.MilvusError(merr.SERVICE_INTERNAL, f"collection {req.collection_name} changed during drop")
             failpoint("rootcoord.drop.after_meta_txn")
@@ -308,8 +342,14 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
     async def _broadcast_drop(self, info: internal_pb2.CollectionInfo) -> None:
         """Seed 001 §8-11: DropCollection onto the msgstream, release, invalidate every Proxy."""
         async with self.ticks.publishing() as ts:
-            await self._publish_ddl(info, ts, MsgType.DropCollection, internal_pb2.DropCollectionMsg(
-                db_name=info.db_name, collectionName=info.schema.name, collectionID=info.ID))
+            await self._publish_ddl(
+                info,
+                ts,
+                MsgType.DropCollection,
+                internal_pb2.DropCollectionMsg(
+                    db_name=info.db_name, collectionName=info.schema.name, collectionID=info.ID
+                ),
+            )
         # ReleaseCollection on QueryCoord does not block the caller (seed 001 §10).
         self._spawn(self._release(info), f"release-{info.ID}")
         await self._invalidate_proxies(info)
@@ -323,10 +363,12 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
 
     async def _invalidate_proxies(self, info: internal_pb2.CollectionInfo) -> None:
         req = internal_pb2.InvalidateCollMetaCacheRequest(
-            db_name=info.db_name, collection_name=info.schema.name, collectionID=info.ID)
+            db_name=info.db_name, collection_name=info.schema.name, collectionID=info.ID
+        )
         proxies = await self.registry.clients(roles.PROXY)
-        results = await asyncio.gather(*(p.InvalidateCollectionMetaCache(req) for p in proxies.values()),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(p.InvalidateCollectionMetaCache(req) for p in proxies.values()), return_exceptions=True
+        )
         for sid, r in zip(proxies, results):
             if isinstance(r, BaseException):
                 log.warning("invalidate meta cache failed", proxy=sid, error=str(r))
@@ -339,8 +381,13 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
         datacoord = self.registry.client(roles.DATACOORD)
         for attempt in range(100):
             try:
-                merr.check(await datacoord.DropCollection(data_coord_pb2.DropCollectionRequest(
-                    collectionID=info.ID, channelNames=info.virtual_channel_names)))
+                merr.check(
+                    await datacoord.DropCollection(
+                        data_coord_pb2.DropCollectionRequest(
+                            collectionID=info.ID, channelNames=info.virtual_channel_names
+                        )
+                    )
+                )
                 break
             except Exception as exc:  # noqa: BLE001 - retry; a restart resumes from etcd anyway
                 log.warning("datacoord drop failed; retrying", id=info.ID, error=str(exc))
@@ -354,8 +401,9 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
     async def ReleaseDQLMessageStream(self, req, context=None):
         """Seed 001 §14: QueryCoord asks RootCoord to redirect this to every Proxy."""
         proxies = await self.registry.clients(roles.PROXY)
-        results = await asyncio.gather(*(p.ReleaseDQLMessageStream(req) for p in proxies.values()),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(p.ReleaseDQLMessageStream(req) for p in proxies.values()), return_exceptions=True
+        )
         for sid, r in zip(proxies, results):
             if isinstance(r, BaseException):  # a Proxy that is gone holds no stream to release
                 log.warning("release DQL stream failed", proxy=sid, error=str(r))
@@ -363,8 +411,9 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
 
 
 def MilvusError_dup(name: str) -> merr.MilvusError:  # noqa: N802 - reads like the error it builds
-    return merr.MilvusError(merr.PARAMETER_INVALID,
-                            f"create duplicate collection with different parameters, collection: {name}")
+    return merr.MilvusError(
+        merr.PARAMETER_INVALID, f"create duplicate collection with different parameters, collection: {name}"
+    )
 
 
 def describe_response(info: internal_pb2.CollectionInfo) -> milvus_pb2.DescribeCollectionResponse:
@@ -383,4 +432,3 @@ def describe_response(info: internal_pb2.CollectionInfo) -> milvus_pb2.DescribeC
     )
     resp.schema.CopyFrom(info.schema)
     return resp
-

@@ -36,7 +36,7 @@ class LeaderLock:
         self.lease = 0
         self.identity = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}".encode()
         self.lost = asyncio.Event()
-        self._deadline = 0.0        # monotonic time until which the lease is surely ours
+        self._deadline = 0.0  # monotonic time until which the lease is surely ours
         self._keepalive: asyncio.Task | None = None
 
     def valid(self) -> bool:

@@ -66,7 +66,7 @@ class Session:
         self.lease = 0
         self._task: asyncio.Task | None = None
         self.lost = asyncio.Event()
-        self._deadline = 0.0   # monotonic time until which the lease surely exists on the server
+        self._deadline = 0.0  # monotonic time until which the lease surely exists on the server
 
     @property
     def info(self) -> SessionInfo:
@@ -138,8 +138,9 @@ class Session:
 
 
 async def list_sessions(kv: EtcdKV, role: str) -> dict[int, SessionInfo]:
-    return {info.server_id: info for _, raw in await kv.get_prefix(f"session/{role}/")
-            if (info := SessionInfo.decode(raw))}
+    return {
+        info.server_id: info for _, raw in await kv.get_prefix(f"session/{role}/") if (info := SessionInfo.decode(raw))
+    }
 
 
 async def watch_sessions(kv: EtcdKV, role: str) -> AsyncIterator[tuple[str, int, SessionInfo | None]]:

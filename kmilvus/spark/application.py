@@ -50,16 +50,17 @@ def template_text(kind: str) -> str:
 
 def s3_secret_env(secret: str, access_key_id_key: str, secret_access_key_key: str) -> list[dict]:
     """AWS credentials from Secret `secret` by secretKeyRef (the values never enter the spec)."""
-    return [{"name": env, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-            for env, key in (("AWS_ACCESS_KEY_ID", access_key_id_key),
-                             ("AWS_SECRET_ACCESS_KEY", secret_access_key_key))]
+    return [
+        {"name": env, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+        for env, key in (("AWS_ACCESS_KEY_ID", access_key_id_key), ("AWS_SECRET_ACCESS_KEY", secret_access_key_key))
+    ]
 
 
 def local_path(uri: str) -> str:
     """A path in a SparkApplication (`local://`, `file://` or plain) → this machine's file."""
     path = re.sub(r"^(local|file)://", "", str(uri))
     if path.startswith(IMAGE_JOBS_DIR + "/") or path == IMAGE_JOBS_DIR:
-        path = str(jobs_dir()) + path[len(IMAGE_JOBS_DIR):]
+        path = str(jobs_dir()) + path[len(IMAGE_JOBS_DIR) :]
     return path
 
 
@@ -70,19 +71,37 @@ def app_name(kind: str, collection_id: int, job_id: int) -> str:
 
 def collection_owner(name: str, uid: str) -> dict:
     """An ownerReference to the Collection custom resource (the operator knows its uid)."""
-    return {"apiVersion": COLLECTION_API_VERSION, "kind": "Collection", "name": name, "uid": uid,
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": COLLECTION_API_VERSION,
+        "kind": "Collection",
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
-def build_application(kind: str, job_spec: dict, *, name: str, namespace: str = "default",
-                      image: str = "kmilvus/kmilvus-spark:0.1.0", image_pull_policy: str = "IfNotPresent",
-                      spark_version: str = SPARK_VERSION, owner: dict | None = None,
-                      driver_cores: int = 1, driver_memory: str = "1g",
-                      executor_instances: int = 1, executor_cores: int = 1,
-                      executor_memory: str = "1g", service_account: str = "kmilvus-spark",
-                      env: list[dict] | None = None,
-                      shuffle_partitions: int = 4, spark_conf: dict | None = None,
-                      labels: dict | None = None) -> dict:
+def build_application(
+    kind: str,
+    job_spec: dict,
+    *,
+    name: str,
+    namespace: str = "default",
+    image: str = "kmilvus/kmilvus-spark:0.1.0",
+    image_pull_policy: str = "IfNotPresent",
+    spark_version: str = SPARK_VERSION,
+    owner: dict | None = None,
+    driver_cores: int = 1,
+    driver_memory: str = "1g",
+    executor_instances: int = 1,
+    executor_cores: int = 1,
+    executor_memory: str = "1g",
+    service_account: str = "kmilvus-spark",
+    env: list[dict] | None = None,
+    shuffle_partitions: int = 4,
+    spark_conf: dict | None = None,
+    labels: dict | None = None,
+) -> dict:
     """The SparkApplication running job `kind` ("import" | "compact") with `job_spec`.
 
     `env`: extra environment of the driver AND the executors (both read and write storage),
@@ -92,11 +111,20 @@ def build_application(kind: str, job_spec: dict, *, name: str, namespace: str = 
     if image_pull_policy not in PULL_POLICIES:
         raise ValueError(f"imagePullPolicy must be one of {', '.join(PULL_POLICIES)}, not {image_pull_policy!r}")
     rendered = Template(template_text(kind)).substitute(
-        name=name, namespace=namespace, image=image, image_pull_policy=image_pull_policy,
-        spark_version=spark_version, jobs_dir=IMAGE_JOBS_DIR, driver_cores=int(driver_cores),
-        driver_memory=driver_memory, executor_instances=int(executor_instances),
-        executor_cores=int(executor_cores), executor_memory=executor_memory,
-        service_account=service_account, shuffle_partitions=int(shuffle_partitions))
+        name=name,
+        namespace=namespace,
+        image=image,
+        image_pull_policy=image_pull_policy,
+        spark_version=spark_version,
+        jobs_dir=IMAGE_JOBS_DIR,
+        driver_cores=int(driver_cores),
+        driver_memory=driver_memory,
+        executor_instances=int(executor_instances),
+        executor_cores=int(executor_cores),
+        executor_memory=executor_memory,
+        service_account=service_account,
+        shuffle_partitions=int(shuffle_partitions),
+    )
     app = yaml.safe_load(rendered)
     app["spec"]["arguments"] = [json.dumps(job_spec, separators=(",", ":"), sort_keys=True)]
     for pod in ("driver", "executor"):
@@ -104,11 +132,14 @@ def build_application(kind: str, job_spec: dict, *, name: str, namespace: str = 
     if spark_conf:
         app["spec"]["sparkConf"].update({k: str(v) for k, v in spark_conf.items()})
     meta = app["metadata"]
-    meta.setdefault("labels", {}).update({
-        "kmilvus.io/job-kind": kind,
-        "kmilvus.io/collection-id": str(job_spec.get("collection_id", "")),
-        "kmilvus.io/job-id": str(job_spec.get("job_id", "")),
-        **(labels or {})})
+    meta.setdefault("labels", {}).update(
+        {
+            "kmilvus.io/job-kind": kind,
+            "kmilvus.io/collection-id": str(job_spec.get("collection_id", "")),
+            "kmilvus.io/job-id": str(job_spec.get("job_id", "")),
+            **(labels or {}),
+        }
+    )
     if owner:
         meta["ownerReferences"] = [copy.deepcopy(owner)]
     validate_application(app)
@@ -118,13 +149,25 @@ def build_application(kind: str, job_spec: dict, *, name: str, namespace: str = 
 def from_config(kind: str, job_spec: dict, name: str, cfg: Config) -> dict:
     """The application as the `spark_*` settings describe it: namespace, image and pull policy,
     Spark version, driver service account, S3 credentials by secretKeyRef, resources."""
-    env = (s3_secret_env(cfg.spark_s3_secret_name, cfg.spark_s3_access_key_id_key,
-                         cfg.spark_s3_secret_access_key_key) if cfg.spark_s3_secret_name else [])
+    env = (
+        s3_secret_env(cfg.spark_s3_secret_name, cfg.spark_s3_access_key_id_key, cfg.spark_s3_secret_access_key_key)
+        if cfg.spark_s3_secret_name
+        else []
+    )
     return build_application(
-        kind, job_spec, name=name, namespace=cfg.spark_namespace, image=cfg.spark_image,
-        image_pull_policy=cfg.spark_image_pull_policy, spark_version=cfg.spark_version or SPARK_VERSION,
-        service_account=cfg.spark_service_account, env=env, driver_memory=cfg.spark_driver_memory,
-        executor_memory=cfg.spark_executor_memory, executor_instances=cfg.spark_executor_instances)
+        kind,
+        job_spec,
+        name=name,
+        namespace=cfg.spark_namespace,
+        image=cfg.spark_image,
+        image_pull_policy=cfg.spark_image_pull_policy,
+        spark_version=cfg.spark_version or SPARK_VERSION,
+        service_account=cfg.spark_service_account,
+        env=env,
+        driver_memory=cfg.spark_driver_memory,
+        executor_memory=cfg.spark_executor_memory,
+        executor_instances=cfg.spark_executor_instances,
+    )
 
 
 def validate_application(app: dict) -> None:

@@ -40,12 +40,12 @@ HEADER_PEEK = 1 << 20
 
 @dataclass
 class InputFile:
-    uri: str             # as the user named it
-    fmt: str             # parquet | json | csv
-    fs_path: str         # path on `filesystem()`
+    uri: str  # as the user named it
+    fmt: str  # parquet | json | csv
+    fs_path: str  # path on `filesystem()`
     local: bool
     size: int = 0
-    rows: int = -1       # exact for Parquet, -1 when unknown (text formats)
+    rows: int = -1  # exact for Parquet, -1 when unknown (text formats)
     s3_endpoint: str = ""  # scheme://host:port of the S3 endpoint ("" = AWS / environment)
 
     def to_dict(self) -> dict:
@@ -79,8 +79,13 @@ class Problem:
         return f"{where}: {self.reason}"
 
     def to_dict(self) -> dict:
-        return {"file": self.file, "row": self.row, "field": self.field, "reason": self.reason,
-                "message": self.message()}
+        return {
+            "file": self.file,
+            "row": self.row,
+            "field": self.field,
+            "reason": self.reason,
+            "message": self.message(),
+        }
 
 
 class ImportError_(ValueError):
@@ -127,8 +132,9 @@ def format_of(uri: str, options: dict | None = None) -> str:
     path = urlparse(uri).path if "://" in uri else uri
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
-        raise ImportError_([Problem(uri, f"unsupported file type {ext or '(none)'!r}: "
-                                         f"use .parquet, .json, .jsonl or .csv")])
+        raise ImportError_(
+            [Problem(uri, f"unsupported file type {ext or '(none)'!r}: use .parquet, .json, .jsonl or .csv")]
+        )
     return FORMATS[ext]
 
 
@@ -139,8 +145,9 @@ def resolve(uri: str, storage_uri: str, options: dict | None = None) -> InputFil
         u = urlparse(uri)
         if not u.netloc or not u.path.strip("/"):
             raise ImportError_([Problem(uri, "an S3 file needs a bucket and a key: s3://bucket/key")])
-        return InputFile(uri, fmt, f"{u.netloc}/{u.path.strip('/')}", local=False,
-                         s3_endpoint=_store_endpoint(storage_uri))
+        return InputFile(
+            uri, fmt, f"{u.netloc}/{u.path.strip('/')}", local=False, s3_endpoint=_store_endpoint(storage_uri)
+        )
     if uri.startswith("file://"):
         return InputFile(uri, fmt, os.path.abspath(unquote(urlparse(uri).path)), local=True)
     if uri.startswith("/"):
@@ -152,8 +159,7 @@ def resolve(uri: str, storage_uri: str, options: dict | None = None) -> InputFil
         path = store.path(uri)
     except ValueError as exc:
         raise ImportError_([Problem(uri, str(exc))]) from None
-    return InputFile(uri, fmt, path, local=store.local,
-                     s3_endpoint="" if store.local else _store_endpoint(storage_uri))
+    return InputFile(uri, fmt, path, local=store.local, s3_endpoint="" if store.local else _store_endpoint(storage_uri))
 
 
 # ------------------------------------------------------------------------------ schema checks
@@ -162,8 +168,7 @@ def resolve(uri: str, storage_uri: str, options: dict | None = None) -> InputFil
 def importable_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.FieldSchema]:
     """The fields an input file must carry: every user field but an autoID primary key and the
     dynamic field (`$meta`, built by the import from the row's extra keys / columns)."""
-    return [f for f in typeutil.user_fields(schema)
-            if not (f.is_primary_key and f.autoID) and not f.is_dynamic]
+    return [f for f in typeutil.user_fields(schema) if not (f.is_primary_key and f.autoID) and not f.is_dynamic]
 
 
 def dynamic_extras(names: list[str], schema: schema_pb2.CollectionSchema) -> list[str]:
@@ -177,8 +182,11 @@ def dynamic_extras(names: list[str], schema: schema_pb2.CollectionSchema) -> lis
 
 def explicit_meta_problem(uri: str) -> Problem:
     """Milvus 2.4's import refuses `$meta` given by name: extra keys / columns are the way."""
-    return Problem(uri, f"dynamic field is enabled, explicit specification of "
-                        f"'{typeutil.DYNAMIC_FIELD_NAME}' is not allowed", field=typeutil.DYNAMIC_FIELD_NAME)
+    return Problem(
+        uri,
+        f"dynamic field is enabled, explicit specification of '{typeutil.DYNAMIC_FIELD_NAME}' is not allowed",
+        field=typeutil.DYNAMIC_FIELD_NAME,
+    )
 
 
 def _column_problems(uri: str, names: list[str], schema: schema_pb2.CollectionSchema) -> list[Problem]:
@@ -195,8 +203,9 @@ def _column_problems(uri: str, names: list[str], schema: schema_pb2.CollectionSc
         elif f is None:
             out.append(Problem(uri, f"column '{n}' is not a field of collection {schema.name}", field=n))
         elif f.is_primary_key and f.autoID:
-            out.append(Problem(uri, f"the primary key '{n}' is auto-generated (autoID): the file must "
-                                    f"not provide it", field=n))
+            out.append(
+                Problem(uri, f"the primary key '{n}' is auto-generated (autoID): the file must not provide it", field=n)
+            )
     for n in sorted(want - set(names)):
         out.append(Problem(uri, f"field '{n}' is missing", field=n))
     return out
@@ -215,8 +224,9 @@ def _arrow_type_ok(field: schema_pb2.FieldSchema, t: pa.DataType) -> str | None:
     elif dt == DT.VarChar:
         ok = pa.types.is_string(t) or pa.types.is_large_string(t)
     elif dt == DT.JSON:
-        ok = (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-              or pa.types.is_large_binary(t))
+        ok = (
+            pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+        )
     elif dt == DT.FloatVector:
         if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
             return f"field '{field.name}' has type {t}, the collection expects {want} (a list of floats)"
@@ -224,16 +234,14 @@ def _arrow_type_ok(field: schema_pb2.FieldSchema, t: pa.DataType) -> str | None:
             return f"field '{field.name}' has type {t}, the collection expects {want} (a list of floats)"
         dim = typeutil.dim_of(field)
         if pa.types.is_fixed_size_list(t) and t.list_size != dim:
-            return (f"the dim ({t.list_size}) of field data({field.name}) is not equal to schema dim "
-                    f"({dim})")
+            return f"the dim ({t.list_size}) of field data({field.name}) is not equal to schema dim ({dim})"
         return None
     else:
         return f"field '{field.name}': data type {want} cannot be imported"
     return None if ok else f"field '{field.name}' has type {t}, the collection expects {want}"
 
 
-def parquet_problems(uri: str, arrow_schema: pa.Schema,
-                     schema: schema_pb2.CollectionSchema) -> list[Problem]:
+def parquet_problems(uri: str, arrow_schema: pa.Schema, schema: schema_pb2.CollectionSchema) -> list[Problem]:
     out = _column_problems(uri, arrow_schema.names, schema)
     fields = {f.name: f for f in importable_fields(schema)}
     for col in arrow_schema:
@@ -251,8 +259,7 @@ def csv_header(f: InputFile, sep: str = ",") -> list[str]:
     return [c.strip() for c in line] if line else []
 
 
-def inspect(f: InputFile, schema: schema_pb2.CollectionSchema,
-            options: dict | None = None) -> list[Problem]:
+def inspect(f: InputFile, schema: schema_pb2.CollectionSchema, options: dict | None = None) -> list[Problem]:
     """Size, Parquet row count, and the problems a footer / header reveals. Fills `f` in place."""
     fs = f.filesystem()
     try:
@@ -287,14 +294,14 @@ def min_row_bytes(schema: schema_pb2.CollectionSchema, fmt: str) -> int:
     """A lower bound on the bytes one row takes in a text file (sizes the row-ID range)."""
     fields = importable_fields(schema)
     if fmt == "csv":
-        n = max(1, len(fields))          # separators + the newline
+        n = max(1, len(fields))  # separators + the newline
         for f in fields:
             if f.data_type == DT.FloatVector:
                 n += 2 * typeutil.dim_of(f)  # "[" + dim digits + (dim - 1) commas + "]"
         return n
-    n = 2                                # {}
+    n = 2  # {}
     for f in fields:
-        n += len(f.name) + 3 + 1         # "name": plus one character of value
+        n += len(f.name) + 3 + 1  # "name": plus one character of value
         if f.data_type == DT.FloatVector:
             n += 2 * typeutil.dim_of(f)
     return n + max(0, len(fields) - 1)

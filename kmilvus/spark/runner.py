@@ -33,8 +33,8 @@ from kmilvus.log import get_logger
 from kmilvus.spark import application
 
 log = get_logger(__name__)
-EVENTS_ENV = "KMILVUS_JOB_EVENTS"     # file the job appends its JSON events to (local runs)
-INLINE_ARG_LIMIT = 64 * 1024          # longer arguments are handed over as a file
+EVENTS_ENV = "KMILVUS_JOB_EVENTS"  # file the job appends its JSON events to (local runs)
+INLINE_ARG_LIMIT = 64 * 1024  # longer arguments are handed over as a file
 
 
 class JobState(str, Enum):
@@ -59,7 +59,7 @@ class JobState(str, Enum):
 class JobStatus:
     state: JobState
     message: str = ""
-    progress: dict = field(default_factory=dict)   # the job's latest progress event, if known
+    progress: dict = field(default_factory=dict)  # the job's latest progress event, if known
 
 
 class JobRunner(abc.ABC):
@@ -105,8 +105,15 @@ def find_spark_submit(configured: str = "") -> str:
 class LocalSparkRunner(JobRunner):
     """`spark-submit --master local[N]` for a SparkApplication, one child process per run."""
 
-    def __init__(self, *, master: str = "local[2]", work_dir: str = "", spark_submit: str = "",
-                 extra_conf: dict | None = None, env: dict | None = None):
+    def __init__(
+        self,
+        *,
+        master: str = "local[2]",
+        work_dir: str = "",
+        spark_submit: str = "",
+        extra_conf: dict | None = None,
+        env: dict | None = None,
+    ):
         self.master = master
         self.work_dir = Path(work_dir or os.path.join(tempfile.gettempdir(), "kmilvus-spark"))
         self.spark_submit = spark_submit
@@ -120,8 +127,15 @@ class LocalSparkRunner(JobRunner):
         """The spark-submit argv and environment that run `app` locally."""
         spec = app["spec"]
         name = app["metadata"]["name"]
-        argv = [find_spark_submit(self.spark_submit), "--master", self.master, "--deploy-mode", "client",
-                "--name", name]
+        argv = [
+            find_spark_submit(self.spark_submit),
+            "--master",
+            self.master,
+            "--deploy-mode",
+            "client",
+            "--name",
+            name,
+        ]
         conf = dict(spec.get("sparkConf") or {})
         conf.update(self.extra_conf)
         drv, exe = spec.get("driver") or {}, spec.get("executor") or {}
@@ -169,12 +183,21 @@ class LocalSparkRunner(JobRunner):
             return handle
         (workdir / "command.json").write_text(json.dumps(argv))
         rc = workdir / "rc"
-        script = 'rc=0; "$@" || rc=$?; echo "$rc" > "$KMILVUS_RC_FILE.tmp" && mv "$KMILVUS_RC_FILE.tmp" "$KMILVUS_RC_FILE"'
+        script = (
+            'rc=0; "$@" || rc=$?; echo "$rc" > "$KMILVUS_RC_FILE.tmp" && mv "$KMILVUS_RC_FILE.tmp" "$KMILVUS_RC_FILE"'
+        )
         env["KMILVUS_RC_FILE"] = str(rc)
         out = open(workdir / "driver.log", "ab")
         try:
-            proc = subprocess.Popen(["/bin/sh", "-c", script, "sh", *argv], stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, cwd=str(workdir), start_new_session=True)
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", script, "sh", *argv],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=str(workdir),
+                start_new_session=True,
+            )
         except OSError as exc:
             (workdir / "submission-error").write_text(str(exc))
             return handle
@@ -224,8 +247,11 @@ class LocalSparkRunner(JobRunner):
             return JobStatus(JobState.RUNNING if running else JobState.SUBMITTED, "", progress)
         if not handle.get("pid"):
             return JobStatus(JobState.NEW, "", progress)
-        return JobStatus(JobState.FAILED, "the spark-submit process ended without an exit code "
-                                          "(killed, or the machine restarted)", progress)
+        return JobStatus(
+            JobState.FAILED,
+            "the spark-submit process ended without an exit code (killed, or the machine restarted)",
+            progress,
+        )
 
     # ------------------------------------------------------------------------------- cancel
     async def cancel(self, handle: dict) -> None:

@@ -10,8 +10,14 @@ from collections.abc import Awaitable, Callable
 from kmilvus.spark.runner import JobRunner, JobState, JobStatus
 
 
-async def follow(runner: JobRunner, handle: dict, *, poll: float, timeout: float,
-                 on_change: Callable[[JobStatus], Awaitable[None]] | None = None) -> JobStatus:
+async def follow(
+    runner: JobRunner,
+    handle: dict,
+    *,
+    poll: float,
+    timeout: float,
+    on_change: Callable[[JobStatus], Awaitable[None]] | None = None,
+) -> JobStatus:
     """Poll `runner` until the application is COMPLETED / FAILED / SUBMISSION_FAILED.
 
     `on_change` sees every new (state, progress) pair. Past `timeout` seconds the application

@@ -17,7 +17,17 @@ from kmilvus.storage.binlog import (
 from kmilvus.storage.objectstore import ObjectStore
 
 __all__ = [
-    "BinlogInfo", "ObjectStore", "aread_binlog", "aread_ddl_binlog", "aread_segment",
-    "awrite_ddl_binlogs", "awrite_insert_binlog", "read_binlog", "read_ddl_binlog",
-    "read_ddl_records", "read_segment", "write_ddl_binlogs", "write_insert_binlog",
+    "BinlogInfo",
+    "ObjectStore",
+    "aread_binlog",
+    "aread_ddl_binlog",
+    "aread_segment",
+    "awrite_ddl_binlogs",
+    "awrite_insert_binlog",
+    "read_binlog",
+    "read_ddl_binlog",
+    "read_ddl_records",
+    "read_segment",
+    "write_ddl_binlogs",
+    "write_insert_binlog",
 ]

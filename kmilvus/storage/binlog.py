@@ -52,12 +52,12 @@ class BinlogInfo:
     entries_num: int
     timestamp_from: int
     timestamp_to: int
-    size: int            # bytes in storage
+    size: int  # bytes in storage
     memory_size: int = 0  # bytes of the Arrow data written
 
 
 def _is_vector(t: pa.DataType) -> bool:
-    return (pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t))
+    return pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
 
 
 def parquet_options(schema: pa.Schema) -> dict:
@@ -115,8 +115,7 @@ def _log_id_of(key: str) -> int | None:
     return int(last) if last.isdigit() else None
 
 
-def write_insert_binlog(store: ObjectStore, key: str,
-                        batches: list[pa.RecordBatch] | pa.Table) -> BinlogInfo:
+def write_insert_binlog(store: ObjectStore, key: str, batches: list[pa.RecordBatch] | pa.Table) -> BinlogInfo:
     """All columns of a flush chunk → one Parquet file at `key` (blocking; see awrite_...)."""
     table = _to_table(batches)
     if TIMESTAMP_COLUMN not in table.schema.names:
@@ -127,9 +126,15 @@ def write_insert_binlog(store: ObjectStore, key: str,
     else:
         ts_from = ts_to = 0
     size = write_parquet(store, key, table, **parquet_options(table.schema))
-    return BinlogInfo(log_id=_log_id_of(key), key=key, entries_num=table.num_rows,
-                      timestamp_from=ts_from, timestamp_to=ts_to, size=size,
-                      memory_size=table.nbytes)
+    return BinlogInfo(
+        log_id=_log_id_of(key),
+        key=key,
+        entries_num=table.num_rows,
+        timestamp_from=ts_from,
+        timestamp_to=ts_to,
+        size=size,
+        memory_size=table.nbytes,
+    )
 
 
 def read_binlog(store: ObjectStore, key: str) -> pa.Table:
@@ -147,8 +152,7 @@ def segment_binlog_keys(store: ObjectStore, coll: int, part: int, seg: int) -> l
     return sorted(keys, key=_log_sort_key)
 
 
-def read_segment(store: ObjectStore, coll: int, part: int, seg: int,
-                 schema: pa.Schema | None = None) -> pa.Table:
+def read_segment(store: ObjectStore, coll: int, part: int, seg: int, schema: pa.Schema | None = None) -> pa.Table:
     """Every insert binlog of a segment, concatenated in log-ID order.
 
     A segment without files reads as an empty table of `schema` (or with no columns).
@@ -156,32 +160,44 @@ def read_segment(store: ObjectStore, coll: int, part: int, seg: int,
     keys = segment_binlog_keys(store, coll, part, seg)
     if not keys:
         return (schema or pa.schema([])).empty_table()
-    dataset = ds.dataset([store.path(k) for k in keys], filesystem=store.filesystem,
-                         format="parquet", schema=schema)
+    dataset = ds.dataset([store.path(k) for k in keys], filesystem=store.filesystem, format="parquet", schema=schema)
     return dataset.to_table()
 
 
 # ------------------------------------------------------------------------------ DDL binlogs
 
 DDL_TS_SCHEMA = pa.schema([pa.field("ts", pa.int64(), nullable=False)])
-DDL_SCHEMA = pa.schema([pa.field("ts", pa.int64(), nullable=False),
-                        pa.field("type", pa.int32(), nullable=False),
-                        pa.field("payload", pa.binary(), nullable=False)])
+DDL_SCHEMA = pa.schema(
+    [
+        pa.field("ts", pa.int64(), nullable=False),
+        pa.field("type", pa.int32(), nullable=False),
+        pa.field("payload", pa.binary(), nullable=False),
+    ]
+)
 _DDL_OPTIONS = {"compression": SCALAR_COMPRESSION}
 
 
-def write_ddl_binlogs(store: ObjectStore, coll: int, ts_idx: int, ddl_idx: int,
-                      timestamps: list[int], msg_types: list[int],
-                      payloads: list[bytes]) -> tuple[str, str]:
+def write_ddl_binlogs(
+    store: ObjectStore,
+    coll: int,
+    ts_idx: int,
+    ddl_idx: int,
+    timestamps: list[int],
+    msg_types: list[int],
+    payloads: list[bytes],
+) -> tuple[str, str]:
     """Seed 002's DDL binlog pair: `.../ts/{ts_idx}` (ts) and `.../ddl/{ddl_idx}` (ts, type,
     payload). Returns (ts_key, ddl_key)."""
     if not len(timestamps) == len(msg_types) == len(payloads):
-        raise ValueError(f"DDL binlog columns differ in length: {len(timestamps)} timestamps, "
-                         f"{len(msg_types)} types, {len(payloads)} payloads")
+        raise ValueError(
+            f"DDL binlog columns differ in length: {len(timestamps)} timestamps, "
+            f"{len(msg_types)} types, {len(payloads)} payloads"
+        )
     ts = pa.array(timestamps, pa.int64())
     ts_table = pa.Table.from_arrays([ts], schema=DDL_TS_SCHEMA)
-    ddl_table = pa.Table.from_arrays([ts, pa.array(msg_types, pa.int32()),
-                                      pa.array(payloads, pa.binary())], schema=DDL_SCHEMA)
+    ddl_table = pa.Table.from_arrays(
+        [ts, pa.array(msg_types, pa.int32()), pa.array(payloads, pa.binary())], schema=DDL_SCHEMA
+    )
     ts_key, d_key = paths.ddl_ts_key(coll, ts_idx), paths.ddl_key(coll, ddl_idx)
     write_parquet(store, ts_key, ts_table, **_DDL_OPTIONS)
     write_parquet(store, d_key, ddl_table, **_DDL_OPTIONS)
@@ -196,15 +212,13 @@ def read_ddl_binlog(store: ObjectStore, key: str) -> pa.Table:
 def read_ddl_records(store: ObjectStore, ddl_key: str) -> list[tuple[int, int, bytes]]:
     """The `ddl` file's rows as (ts, msg type, payload)."""
     t = read_binlog(store, ddl_key)
-    return list(zip(t.column("ts").to_pylist(), t.column("type").to_pylist(),
-                    t.column("payload").to_pylist()))
+    return list(zip(t.column("ts").to_pylist(), t.column("type").to_pylist(), t.column("payload").to_pylist()))
 
 
 # ------------------------------------------------------------------------------ async wrappers
 
 
-async def awrite_insert_binlog(store: ObjectStore, key: str,
-                               batches: list[pa.RecordBatch] | pa.Table) -> BinlogInfo:
+async def awrite_insert_binlog(store: ObjectStore, key: str, batches: list[pa.RecordBatch] | pa.Table) -> BinlogInfo:
     return await asyncio.to_thread(write_insert_binlog, store, key, batches)
 
 
@@ -212,16 +226,22 @@ async def aread_binlog(store: ObjectStore, key: str) -> pa.Table:
     return await asyncio.to_thread(read_binlog, store, key)
 
 
-async def aread_segment(store: ObjectStore, coll: int, part: int, seg: int,
-                        schema: pa.Schema | None = None) -> pa.Table:
+async def aread_segment(
+    store: ObjectStore, coll: int, part: int, seg: int, schema: pa.Schema | None = None
+) -> pa.Table:
     return await asyncio.to_thread(read_segment, store, coll, part, seg, schema)
 
 
-async def awrite_ddl_binlogs(store: ObjectStore, coll: int, ts_idx: int, ddl_idx: int,
-                             timestamps: list[int], msg_types: list[int],
-                             payloads: list[bytes]) -> tuple[str, str]:
-    return await asyncio.to_thread(write_ddl_binlogs, store, coll, ts_idx, ddl_idx,
-                                   timestamps, msg_types, payloads)
+async def awrite_ddl_binlogs(
+    store: ObjectStore,
+    coll: int,
+    ts_idx: int,
+    ddl_idx: int,
+    timestamps: list[int],
+    msg_types: list[int],
+    payloads: list[bytes],
+) -> tuple[str, str]:
+    return await asyncio.to_thread(write_ddl_binlogs, store, coll, ts_idx, ddl_idx, timestamps, msg_types, payloads)
 
 
 async def aread_ddl_binlog(store: ObjectStore, key: str) -> pa.Table:

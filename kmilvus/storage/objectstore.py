@@ -50,10 +50,11 @@ def temp_name(path: str) -> str:
 class ObjectStore:
     """A root on a pyarrow FileSystem. Build one with `ObjectStore.from_uri`."""
 
-    def __init__(self, filesystem: pafs.FileSystem, root: str, *, local: bool,
-                 root_uri: str, bucket: str | None = None):
+    def __init__(
+        self, filesystem: pafs.FileSystem, root: str, *, local: bool, root_uri: str, bucket: str | None = None
+    ):
         self.filesystem = filesystem
-        self.root = root.rstrip("/")          # filesystem path of the root
+        self.root = root.rstrip("/")  # filesystem path of the root
         self.local = local
         self.bucket = bucket
         self.root_uri = root_uri.rstrip("/")
@@ -83,8 +84,7 @@ class ObjectStore:
         prefix = u.path.strip("/")
         q = {k: v[-1] for k, v in parse_qs(u.query).items()}
         kw: dict = {"allow_bucket_creation": True, "allow_bucket_deletion": False}
-        endpoint = (q.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3")
-                    or os.environ.get("AWS_ENDPOINT_URL"))
+        endpoint = q.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:
             e = urlparse(endpoint if "://" in endpoint else "http://" + endpoint)
             kw["endpoint_override"] = e.netloc
@@ -99,14 +99,13 @@ class ObjectStore:
             kw["secret_key"] = secret
             if os.environ.get("AWS_SESSION_TOKEN"):
                 kw["session_token"] = os.environ["AWS_SESSION_TOKEN"]
-        if q.get("virtual_addressing") == "true":   # default: path-style (MinIO, moto)
+        if q.get("virtual_addressing") == "true":  # default: path-style (MinIO, moto)
             kw["force_virtual_addressing"] = True
         fs = pafs.S3FileSystem(**kw)
         if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
             fs.create_dir(bucket)
         root = bucket + ("/" + prefix if prefix else "")
-        return cls(fs, root, local=False, bucket=bucket,
-                   root_uri=f"s3a://{root}")
+        return cls(fs, root, local=False, bucket=bucket, root_uri=f"s3a://{root}")
 
     # ---------------------------------------------------------------- addressing (sync)
 
@@ -123,7 +122,7 @@ class ObjectStore:
         """Inverse of `path()`."""
         if not path.startswith(self.root + "/"):
             raise ValueError(f"{path} is outside the store root {self.root}")
-        return path[len(self.root) + 1:]
+        return path[len(self.root) + 1 :]
 
     def _dir(self, prefix: str) -> str:
         prefix = _clean_prefix(prefix)

@@ -40,8 +40,8 @@ class GlobalTSOAllocator:
         self.kv = kv
         self.key = key
         self.window = save_window_ms
-        self._next = 0          # next value to hand out
-        self._saved_until = 0   # physical ms persisted in etcd; we never pass it
+        self._next = 0  # next value to hand out
+        self._saved_until = 0  # physical ms persisted in etcd; we never pass it
         self._lock = asyncio.Lock()
 
     async def initialize(self) -> None:

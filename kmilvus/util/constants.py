@@ -7,8 +7,8 @@ from pymilvus.grpc_gen import common_pb2
 
 DEFAULT_DB = "default"
 DEFAULT_PARTITION = "_default"
-MAX_DIM = 32768                 # Milvus' proxy.maxDimension
-MAX_VARCHAR_LENGTH = 65535      # Milvus' max VarChar max_length
+MAX_DIM = 32768  # Milvus' proxy.maxDimension
+MAX_VARCHAR_LENGTH = 65535  # Milvus' max VarChar max_length
 
 SegmentState = common_pb2.SegmentState
 # Segments that still take (Growing) or hold unflushed rows (Sealed, Flushing).

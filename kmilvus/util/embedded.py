@@ -30,8 +30,7 @@ SEARCH_DIRS = ["/usr/sbin", "/usr/bin", "/usr/local/bin"]
 
 
 def find_binary(name: str) -> str:
-    found = shutil.which(name) or next(
-        (p for d in SEARCH_DIRS if os.access(p := f"{d}/{name}", os.X_OK)), None)
+    found = shutil.which(name) or next((p for d in SEARCH_DIRS if os.access(p := f"{d}/{name}", os.X_OK)), None)
     if not found:
         pkg = _DEBIAN_PACKAGE.get(name, name)
         raise MissingBinaryError(f"{name} not found: install it with `apt-get install {pkg}`")
@@ -99,9 +98,15 @@ def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | Non
         preexec = _die_with_parent
     try:
         # New process group: a Ctrl-C to the terminal reaches us, and we stop children in order.
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, **(env or {})},
-                                preexec_fn=preexec)
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+            preexec_fn=preexec,
+        )
     finally:
         out.close()
 
@@ -120,8 +125,9 @@ def _wait(check, proc: subprocess.Popen, name: str, log_path: Path, timeout: flo
     raise RuntimeError(f"{name} not ready after {timeout}s; log: {log_path}")
 
 
-def start_etcd(data_dir: Path, *, port: int | None = None, peer_port: int | None = None,
-               timeout: float = 20.0) -> ChildServer:
+def start_etcd(
+    data_dir: Path, *, port: int | None = None, peer_port: int | None = None, timeout: float = 20.0
+) -> ChildServer:
     """etcd with fast elections (single member) and a raised request size for binlog meta.
     Restart one on its data directory with the same `port` and `peer_port` (`extra`)."""
     binary = find_binary("etcd")
@@ -131,14 +137,31 @@ def start_etcd(data_dir: Path, *, port: int | None = None, peer_port: int | None
     url = f"http://127.0.0.1:{port}"
     purl = f"http://127.0.0.1:{peer}"
     argv = [
-        binary, "--name", "kmilvus", "--data-dir", str(data_dir / "etcd"),
-        "--listen-client-urls", url, "--advertise-client-urls", url,
-        "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
-        "--initial-cluster", f"kmilvus={purl}",
-        "--heartbeat-interval", "10", "--election-timeout", "100",
-        "--max-request-bytes", str(8 * 1024 * 1024),
-        "--quota-backend-bytes", str(4 * 1024**3),
-        "--log-level", "error",
+        binary,
+        "--name",
+        "kmilvus",
+        "--data-dir",
+        str(data_dir / "etcd"),
+        "--listen-client-urls",
+        url,
+        "--advertise-client-urls",
+        url,
+        "--listen-peer-urls",
+        purl,
+        "--initial-advertise-peer-urls",
+        purl,
+        "--initial-cluster",
+        f"kmilvus={purl}",
+        "--heartbeat-interval",
+        "10",
+        "--election-timeout",
+        "100",
+        "--max-request-bytes",
+        str(8 * 1024 * 1024),
+        "--quota-backend-bytes",
+        str(4 * 1024**3),
+        "--log-level",
+        "error",
     ]
     log_path = data_dir / "etcd.log"
     proc = _spawn("etcd", argv, log_path)
@@ -151,8 +174,14 @@ def start_etcd(data_dir: Path, *, port: int | None = None, peer_port: int | None
     return ChildServer("etcd", proc, f"127.0.0.1:{port}", log_path, {"peer_port": peer})
 
 
-def start_nats(data_dir: Path, *, port: int | None = None, max_payload: int = 8 * 1024 * 1024,
-               timeout: float = 20.0, memory_limit: str = "256MiB") -> ChildServer:
+def start_nats(
+    data_dir: Path,
+    *,
+    port: int | None = None,
+    max_payload: int = 8 * 1024 * 1024,
+    timeout: float = 20.0,
+    memory_limit: str = "256MiB",
+) -> ChildServer:
     """nats-server with JetStream on; max_payload is only settable from a config file in 2.9."""
     binary = find_binary("nats-server")
     port = port or free_port()

@@ -78,8 +78,16 @@ class RemoteClient:
     the role is used (coordinators run one active instance).
     """
 
-    def __init__(self, kv: EtcdKV, role: str, stub_cls: type, *, server_id: int | None = None,
-                 address: str | None = None, retries: int = 30):
+    def __init__(
+        self,
+        kv: EtcdKV,
+        role: str,
+        stub_cls: type,
+        *,
+        server_id: int | None = None,
+        address: str | None = None,
+        retries: int = 30,
+    ):
         self.kv = kv
         self.role = role
         self.stub_cls = stub_cls

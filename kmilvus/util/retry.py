@@ -29,7 +29,7 @@ class Backoff:
         self.failures = 0
 
     def next_delay(self) -> float:
-        delay = min(self.cap, self.base * 2 ** self.failures)
+        delay = min(self.cap, self.base * 2**self.failures)
         self.failures += 1
         return delay * random.uniform(0.8, 1.0)  # jitter: restarted peers do not retry in step
 
@@ -37,8 +37,9 @@ class Backoff:
         await asyncio.sleep(self.next_delay())
 
 
-async def supervise(name: str, body: Callable[[], Awaitable[None]], *, base: float = 0.1, cap: float = 5.0,
-                    healthy_after: float = 30.0) -> None:
+async def supervise(
+    name: str, body: Callable[[], Awaitable[None]], *, base: float = 0.1, cap: float = 5.0, healthy_after: float = 30.0
+) -> None:
     """Run `body()` until it returns normally; when it raises, log it and run it again after a
     backoff (reset once a run lasted `healthy_after` seconds). Cancellation propagates."""
     backoff = Backoff(base, cap)
@@ -54,6 +55,11 @@ async def supervise(name: str, body: Callable[[], Awaitable[None]], *, base: flo
             if loop.time() - started >= healthy_after:
                 backoff.reset()
             delay = backoff.next_delay()
-            log.warning("background task failed; restarting it", task=name, error=repr(exc),
-                        retry_in=round(delay, 2), exc_info=backoff.failures == 1)
+            log.warning(
+                "background task failed; restarting it",
+                task=name,
+                error=repr(exc),
+                retry_in=round(delay, 2),
+                exc_info=backoff.failures == 1,
+            )
             await asyncio.sleep(delay)

@@ -45,8 +45,9 @@ class BackgroundTasks:
         task.add_done_callback(self._done)
         return task
 
-    def every(self, interval: float | Callable[[], float], step: Callable[[], Awaitable[object]],
-              name: str) -> asyncio.Task:
+    def every(
+        self, interval: float | Callable[[], float], step: Callable[[], Awaitable[object]], name: str
+    ) -> asyncio.Task:
         """Run `step` every `interval` seconds until stopped; a failed step is logged (with its
         traceback) and the next one runs as planned."""
         return self.spawn(_periodic(interval, step, name), name)
@@ -65,8 +66,7 @@ class BackgroundTasks:
         await cancel_and_wait(tasks, log_failures=False)  # _done logs them
 
 
-async def _periodic(interval: float | Callable[[], float], step: Callable[[], Awaitable[object]],
-                    name: str) -> None:
+async def _periodic(interval: float | Callable[[], float], step: Callable[[], Awaitable[object]], name: str) -> None:
     while True:
         await asyncio.sleep(interval() if callable(interval) else interval)
         try:

@@ -32,7 +32,7 @@ ROW_ID_FIELD = 0
 TIMESTAMP_FIELD = 1
 ROW_ID_NAME = "RowID"
 TIMESTAMP_NAME = "Timestamp"
-DYNAMIC_FIELD_NAME = "$meta"   # Milvus' common.MetaFieldName
+DYNAMIC_FIELD_NAME = "$meta"  # Milvus' common.MetaFieldName
 SYSTEM_FIELDS = (ROW_ID_FIELD, TIMESTAMP_FIELD)
 
 # Milvus' common.JSONMaxLength default (bytes per JSON value).
@@ -40,8 +40,18 @@ JSON_MAX_LENGTH = 65536
 # Estimated bytes per JSON value for segment sizing (Milvus uses a configured average too).
 JSON_AVG_SIZE = 512
 
-SUPPORTED_TYPES = (DT.Bool, DT.Int8, DT.Int16, DT.Int32, DT.Int64, DT.Float, DT.Double,
-                   DT.VarChar, DT.JSON, DT.FloatVector)
+SUPPORTED_TYPES = (
+    DT.Bool,
+    DT.Int8,
+    DT.Int16,
+    DT.Int32,
+    DT.Int64,
+    DT.Float,
+    DT.Double,
+    DT.VarChar,
+    DT.JSON,
+    DT.FloatVector,
+)
 
 _FIXED_ARROW = {
     DT.Bool: pa.bool_(),
@@ -68,11 +78,13 @@ _SCALAR_SLOT = {
     DT.JSON: ("json_data", None),
 }
 
-_INT_RANGE = {DT.Int8: (-(1 << 7), (1 << 7) - 1), DT.Int16: (-(1 << 15), (1 << 15) - 1),
-              DT.Int32: (-(1 << 31), (1 << 31) - 1)}
+_INT_RANGE = {
+    DT.Int8: (-(1 << 7), (1 << 7) - 1),
+    DT.Int16: (-(1 << 15), (1 << 15) - 1),
+    DT.Int32: (-(1 << 31), (1 << 31) - 1),
+}
 
-_FIXED_SIZE = {DT.Bool: 1, DT.Int8: 1, DT.Int16: 2, DT.Int32: 4, DT.Int64: 8, DT.Float: 4,
-               DT.Double: 8}
+_FIXED_SIZE = {DT.Bool: 1, DT.Int8: 1, DT.Int16: 2, DT.Int32: 4, DT.Int64: 8, DT.Float: 4, DT.Double: 8}
 
 
 def type_name(data_type: int) -> str:
@@ -84,8 +96,9 @@ def type_name(data_type: int) -> str:
 
 def _check_supported(field: schema_pb2.FieldSchema) -> None:
     if field.data_type not in SUPPORTED_TYPES:
-        raise MilvusError(merr.PARAMETER_INVALID,
-                          f"data type {type_name(field.data_type)} is not supported (field {field.name})")
+        raise MilvusError(
+            merr.PARAMETER_INVALID, f"data type {type_name(field.data_type)} is not supported (field {field.name})"
+        )
 
 
 def type_param(field: schema_pb2.FieldSchema, key: str) -> str | None:
@@ -99,27 +112,31 @@ def type_param(field: schema_pb2.FieldSchema, key: str) -> str | None:
 def dim_of(field: schema_pb2.FieldSchema) -> int:
     raw = type_param(field, "dim")
     if raw is None:
-        raise MilvusError(merr.PARAMETER_MISSING,
-                          f"dimension is not defined in field type params of field {field.name}, "
-                          f"check type param `dim` for vector field")
+        raise MilvusError(
+            merr.PARAMETER_MISSING,
+            f"dimension is not defined in field type params of field {field.name}, "
+            f"check type param `dim` for vector field",
+        )
     try:
         return int(raw)
     except ValueError:
-        raise MilvusError(merr.PARAMETER_INVALID,
-                          f"invalid dimension: {raw} of field {field.name}. "
-                          f"dimension must be an integer") from None
+        raise MilvusError(
+            merr.PARAMETER_INVALID, f"invalid dimension: {raw} of field {field.name}. dimension must be an integer"
+        ) from None
 
 
 def max_length_of(field: schema_pb2.FieldSchema) -> int:
     raw = type_param(field, "max_length")
     if raw is None:
-        raise MilvusError(merr.PARAMETER_MISSING,
-                          f"type param(max_length) should be specified for the field({field.name})")
+        raise MilvusError(
+            merr.PARAMETER_MISSING, f"type param(max_length) should be specified for the field({field.name})"
+        )
     try:
         return int(raw)
     except ValueError:
-        raise MilvusError(merr.PARAMETER_INVALID,
-                          f"the maximum length of field {field.name} must be an integer, got {raw}") from None
+        raise MilvusError(
+            merr.PARAMETER_INVALID, f"the maximum length of field {field.name} must be an integer, got {raw}"
+        ) from None
 
 
 def user_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.FieldSchema]:
@@ -131,8 +148,9 @@ def primary_field(schema: schema_pb2.CollectionSchema) -> schema_pb2.FieldSchema
     for f in schema.fields:
         if f.is_primary_key:
             return f
-    raise MilvusError(merr.COLLECTION_ILLEGAL_SCHEMA,
-                      f"primary key is not specified in the schema of collection {schema.name}")
+    raise MilvusError(
+        merr.COLLECTION_ILLEGAL_SCHEMA, f"primary key is not specified in the schema of collection {schema.name}"
+    )
 
 
 def field_by_name(schema: schema_pb2.CollectionSchema, name: str) -> schema_pb2.FieldSchema:
@@ -150,14 +168,20 @@ def arrow_type(field: schema_pb2.FieldSchema) -> pa.DataType:
 
 
 def arrow_field(field: schema_pb2.FieldSchema) -> pa.Field:
-    return pa.field(str(field.fieldID), arrow_type(field), nullable=False,
-                    metadata={"name": field.name, "data_type": type_name(field.data_type)})
+    return pa.field(
+        str(field.fieldID),
+        arrow_type(field),
+        nullable=False,
+        metadata={"name": field.name, "data_type": type_name(field.data_type)},
+    )
 
 
-_ROW_ID_ARROW = pa.field(str(ROW_ID_FIELD), pa.int64(), nullable=False,
-                         metadata={"name": ROW_ID_NAME, "data_type": "Int64"})
-_TS_ARROW = pa.field(str(TIMESTAMP_FIELD), pa.int64(), nullable=False,
-                     metadata={"name": TIMESTAMP_NAME, "data_type": "Int64"})
+_ROW_ID_ARROW = pa.field(
+    str(ROW_ID_FIELD), pa.int64(), nullable=False, metadata={"name": ROW_ID_NAME, "data_type": "Int64"}
+)
+_TS_ARROW = pa.field(
+    str(TIMESTAMP_FIELD), pa.int64(), nullable=False, metadata={"name": TIMESTAMP_NAME, "data_type": "Int64"}
+)
 
 
 def arrow_schema(schema: schema_pb2.CollectionSchema) -> pa.Schema:
@@ -170,19 +194,20 @@ def arrow_schema(schema: schema_pb2.CollectionSchema) -> pa.Schema:
 
 
 def _rows_mismatch(name: str, got: int, num_rows: int) -> MilvusError:
-    return MilvusError(merr.PARAMETER_INVALID,
-                       f"the num_rows ({got}) of field ({name}) is not equal to passed num_rows ({num_rows})")
+    return MilvusError(
+        merr.PARAMETER_INVALID, f"the num_rows ({got}) of field ({name}) is not equal to passed num_rows ({num_rows})"
+    )
 
 
 def _type_mismatch(name: str, want: int, got: int) -> MilvusError:
-    return MilvusError(merr.PARAMETER_INVALID,
-                       f"the data type of field {name} is not match schema: "
-                       f"expected {type_name(want)}, got {type_name(got)}")
+    return MilvusError(
+        merr.PARAMETER_INVALID,
+        f"the data type of field {name} is not match schema: expected {type_name(want)}, got {type_name(got)}",
+    )
 
 
 def _illegal_array(name: str, need: str) -> MilvusError:
-    return MilvusError(merr.PARAMETER_INVALID,
-                       f"field '{name}' is illegal, array type mismatch: need {need}")
+    return MilvusError(merr.PARAMETER_INVALID, f"field '{name}' is illegal, array type mismatch: need {need}")
 
 
 def _float_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int) -> pa.Array:
@@ -191,16 +216,18 @@ def _float_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_r
         raise _type_mismatch(name, field.data_type, fd.type)
     which = fd.vectors.WhichOneof("data")
     if which not in (None, "float_vector"):
-        raise MilvusError(merr.PARAMETER_INVALID,
-                          f"float vector field '{name}' is illegal, array type mismatch: got {which}")
+        raise MilvusError(
+            merr.PARAMETER_INVALID, f"float vector field '{name}' is illegal, array type mismatch: got {which}"
+        )
     dim = dim_of(field)
     if fd.vectors.dim != dim:
         raise dim_mismatch(name, fd.vectors.dim, dim)
     values = np.asarray(fd.vectors.float_vector.data, dtype=np.float32)
     if values.size % dim:
-        raise MilvusError(merr.PARAMETER_INVALID,
-                          f"the length({values.size}) of float data should divide the dim({dim}) "
-                          f"of field ({name})")
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"the length({values.size}) of float data should divide the dim({dim}) of field ({name})",
+        )
     if values.size // dim != num_rows:
         raise _rows_mismatch(name, values.size // dim, num_rows)
     flat = pa.array(values, pa.float32())
@@ -214,26 +241,39 @@ def _float_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_r
 # Proxy wording (naming the row), its `reason` the import report's (the file and row go apart).
 
 _PROBLEMS = {
-    "range": ("the {row}th element ({value}) of field ({name}) out of range: [{lo}, {hi}]",
-              "the value ({value}) of field ({name}) is out of range: [{lo}, {hi}]"),
-    "finite": ("{what} field ({name}) contains NaN or Inf: the {row}th row, value {value}",
-               "{what} field ({name}) contains NaN or Inf: value {value}{where}"),
-    "varchar_length": ("the length ({value}) of {row}th VarChar {name} exceeds max length ({limit})",
-                       "the length ({value}) of VarChar field ({name}) exceeds max length ({limit})"),
-    "json_length": ("the length ({value}) of json field ({name}) exceeds max length ({limit})",
-                    "the length ({value}) of json field ({name}) exceeds max length ({limit})"),
-    "json": ("the {row}th value of json field ({name}) is not valid JSON: {value}",
-             "the value of json field ({name}) is not valid JSON: {value}"),
-    "dim": ("the dim ({value}) of field data({name}) is not equal to schema dim ({dim})",
-            "the dim ({value}) of field data({name}) is not equal to schema dim ({dim})"),
+    "range": (
+        "the {row}th element ({value}) of field ({name}) out of range: [{lo}, {hi}]",
+        "the value ({value}) of field ({name}) is out of range: [{lo}, {hi}]",
+    ),
+    "finite": (
+        "{what} field ({name}) contains NaN or Inf: the {row}th row, value {value}",
+        "{what} field ({name}) contains NaN or Inf: value {value}{where}",
+    ),
+    "varchar_length": (
+        "the length ({value}) of {row}th VarChar {name} exceeds max length ({limit})",
+        "the length ({value}) of VarChar field ({name}) exceeds max length ({limit})",
+    ),
+    "json_length": (
+        "the length ({value}) of json field ({name}) exceeds max length ({limit})",
+        "the length ({value}) of json field ({name}) exceeds max length ({limit})",
+    ),
+    "json": (
+        "the {row}th value of json field ({name}) is not valid JSON: {value}",
+        "the value of json field ({name}) is not valid JSON: {value}",
+    ),
+    "dim": (
+        "the dim ({value}) of field data({name}) is not equal to schema dim ({dim})",
+        "the dim ({value}) of field data({name}) is not equal to schema dim ({dim})",
+    ),
 }
 
 
 class RowError(MilvusError):
     """A value of field `field` at `row` breaks the schema."""
 
-    def __init__(self, problem: str, row: int, field: str, kind: tuple[int, int] = merr.PARAMETER_INVALID,
-                 **values: object):
+    def __init__(
+        self, problem: str, row: int, field: str, kind: tuple[int, int] = merr.PARAMETER_INVALID, **values: object
+    ):
         message, reason = _PROBLEMS[problem]
         super().__init__(kind, message.format(row=row, name=field, **values))
         self.row, self.field = row, field
@@ -253,8 +293,14 @@ def check_finite(name: str, what: str, values: pa.Array, dim: int = 1) -> None:
     bad = pc.invert(pc.is_finite(values))
     if pc.any(bad).as_py():
         i = _first(bad)
-        raise RowError("finite", i // dim, name, what=what, value=values[i].as_py(),
-                       where=f" at position {i % dim}" if dim > 1 else "")
+        raise RowError(
+            "finite",
+            i // dim,
+            name,
+            what=what,
+            value=values[i].as_py(),
+            where=f" at position {i % dim}" if dim > 1 else "",
+        )
 
 
 def check_range(name: str, data_type: int, values: pa.Array) -> None:
@@ -325,8 +371,7 @@ def check_values(field: schema_pb2.FieldSchema, values: pa.Array) -> None:
         check_json(field.name, values)
 
 
-def _scalar(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int,
-            validate_json: bool) -> pa.Array:
+def _scalar(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int, validate_json: bool) -> pa.Array:
     name, dt = field.name, field.data_type
     if fd.WhichOneof("field") == "vectors":
         raise _type_mismatch(name, dt, fd.type)
@@ -352,8 +397,9 @@ def _scalar(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: i
     return arr
 
 
-def field_data_to_array(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int,
-                        *, validate_json: bool = True) -> pa.Array:
+def field_data_to_array(
+    fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int, *, validate_json: bool = True
+) -> pa.Array:
     """One FieldData column → an Arrow array of `arrow_type(field)`, checked against `field`."""
     _check_supported(field)
     if fd.type not in (DT_NONE, field.data_type):
@@ -386,22 +432,29 @@ def _check_dynamic_values(schema: schema_pb2.CollectionSchema, arr: pa.Array) ->
     objects = pc.starts_with(pc.utf8_ltrim_whitespace(text), "{")
     if not pc.all(objects).as_py():
         i = int(np.flatnonzero(~objects.to_numpy(zero_copy_only=False))[0])
-        raise MilvusError(merr.PARAMETER_INVALID,
-                          f"the {i}th value of dynamic field ({DYNAMIC_FIELD_NAME}) is not valid: "
-                          f"dynamic field value must be a JSON object")
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"the {i}th value of dynamic field ({DYNAMIC_FIELD_NAME}) is not valid: "
+            f"dynamic field value must be a JSON object",
+        )
     for name in [DYNAMIC_FIELD_NAME] + [f.name for f in user_fields(schema) if not f.is_dynamic]:
         hits = np.flatnonzero(pc.match_substring(text, json.dumps(name)).to_numpy(zero_copy_only=False))
         for i in hits:
             if name in json.loads(text[int(i)].as_py()):
                 if name == DYNAMIC_FIELD_NAME:
                     raise MilvusError(merr.PARAMETER_INVALID, f"cannot set json key to: {name}")
-                raise MilvusError(merr.PARAMETER_INVALID,
-                                  f"dynamic field name cannot include the static field name: {name}")
+                raise MilvusError(
+                    merr.PARAMETER_INVALID, f"dynamic field name cannot include the static field name: {name}"
+                )
 
 
-def fields_data_to_columns(schema: schema_pb2.CollectionSchema,
-                           fields_data: Iterable[schema_pb2.FieldData], num_rows: int,
-                           *, validate_json: bool = True) -> dict[int, pa.Array]:
+def fields_data_to_columns(
+    schema: schema_pb2.CollectionSchema,
+    fields_data: Iterable[schema_pb2.FieldData],
+    num_rows: int,
+    *,
+    validate_json: bool = True,
+) -> dict[int, pa.Array]:
     """Insert payload → {field ID: Arrow array}, validated as Milvus' proxy does.
 
     Every field but an autoID primary key must be supplied exactly once, with `num_rows` rows;
@@ -420,12 +473,14 @@ def fields_data_to_columns(schema: schema_pb2.CollectionSchema,
             field = by_name.get(fd.field_name) if fd.field_name else by_id.get(fd.field_id)
         if field is None:
             shown = fd.field_name or fd.field_id
-            raise MilvusError(merr.FIELD_NOT_FOUND,
-                              f"attempt to insert an unexpected field `{shown}` to collection without "
-                              f"enabling dynamic field")
+            raise MilvusError(
+                merr.FIELD_NOT_FOUND,
+                f"attempt to insert an unexpected field `{shown}` to collection without enabling dynamic field",
+            )
         if field.is_primary_key and field.autoID:
-            raise MilvusError(merr.PARAMETER_INVALID,
-                              f"can not assign primary field data when auto id enabled {field.name}")
+            raise MilvusError(
+                merr.PARAMETER_INVALID, f"can not assign primary field data when auto id enabled {field.name}"
+            )
         if field.fieldID in columns:
             raise MilvusError(merr.PARAMETER_INVALID, f"duplicated field name {field.name} found")
         columns[field.fieldID] = field_data_to_array(fd, field, num_rows, validate_json=validate_json)
@@ -435,14 +490,16 @@ def fields_data_to_columns(schema: schema_pb2.CollectionSchema,
         columns[dynamic.fieldID] = empty_objects(num_rows)
     for field in by_id.values():
         if field.fieldID not in columns and not (field.is_primary_key and field.autoID):
-            raise MilvusError(merr.PARAMETER_MISSING,
-                              f"insert missed an field `{field.name}` to collection without set "
-                              f"nullable==true or set default_value")
+            raise MilvusError(
+                merr.PARAMETER_MISSING,
+                f"insert missed an field `{field.name}` to collection without set nullable==true or set default_value",
+            )
     return columns
 
 
-def columns_to_record_batch(schema: schema_pb2.CollectionSchema, columns: dict[int, pa.Array],
-                            row_ids: np.ndarray, timestamps: np.ndarray | int) -> pa.RecordBatch:
+def columns_to_record_batch(
+    schema: schema_pb2.CollectionSchema, columns: dict[int, pa.Array], row_ids: np.ndarray, timestamps: np.ndarray | int
+) -> pa.RecordBatch:
     """Columns by field ID + row IDs + timestamps → one batch in `arrow_schema(schema)` order."""
     a_schema = arrow_schema(schema)
     n = len(row_ids)
@@ -452,8 +509,7 @@ def columns_to_record_batch(schema: schema_pb2.CollectionSchema, columns: dict[i
         ts = np.asarray(timestamps, dtype=np.int64)
         if len(ts) != n:
             raise ValueError(f"{len(ts)} timestamps for {n} rows")
-    arrays: list[pa.Array] = [pa.array(np.asarray(row_ids, dtype=np.int64), pa.int64()),
-                              pa.array(ts, pa.int64())]
+    arrays: list[pa.Array] = [pa.array(np.asarray(row_ids, dtype=np.int64), pa.int64()), pa.array(ts, pa.int64())]
     for f in user_fields(schema):
         col = columns.get(f.fieldID)
         if col is None:
@@ -532,9 +588,9 @@ def array_to_field_data(field: schema_pb2.FieldSchema, col: pa.Array) -> schema_
     return fd
 
 
-def record_batch_to_field_data(schema: schema_pb2.CollectionSchema,
-                               batch: pa.RecordBatch | pa.Table,
-                               fields: Iterable[int | str] | None = None) -> list[schema_pb2.FieldData]:
+def record_batch_to_field_data(
+    schema: schema_pb2.CollectionSchema, batch: pa.RecordBatch | pa.Table, fields: Iterable[int | str] | None = None
+) -> list[schema_pb2.FieldData]:
     """Batch (columns by field ID) → one FieldData per schema field present in it.
 
     `fields` limits the output to those field IDs or names (in schema order).
@@ -560,8 +616,7 @@ def primary_keys_to_ids(field: schema_pb2.FieldSchema, array) -> schema_pb2.IDs:
         array = array.combine_chunks()
     ids = schema_pb2.IDs()
     if field.data_type == DT.Int64:
-        values = (array.to_numpy(zero_copy_only=False) if isinstance(array, pa.Array)
-                  else np.asarray(array))
+        values = array.to_numpy(zero_copy_only=False) if isinstance(array, pa.Array) else np.asarray(array)
         ids.int_id.SetInParent()
         ids.int_id.data.extend(values.astype(np.int64, copy=False))
     elif field.data_type == DT.VarChar:
@@ -569,9 +624,10 @@ def primary_keys_to_ids(field: schema_pb2.FieldSchema, array) -> schema_pb2.IDs:
         ids.str_id.SetInParent()
         ids.str_id.data.extend(values)
     else:
-        raise MilvusError(merr.PARAMETER_INVALID,
-                          f"the data type of primary key should be Int64 or VarChar, "
-                          f"field name = {field.name}")
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"the data type of primary key should be Int64 or VarChar, field name = {field.name}",
+        )
     return ids
 
 

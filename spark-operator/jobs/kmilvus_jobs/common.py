@@ -62,10 +62,17 @@ def write_manifest(storage_uri: str, key: str, manifest: dict) -> None:
 
 
 def failed_manifest(spec: dict, problems: list[dict], started: float) -> dict:
-    return {"kind": spec.get("kind"), "job_id": spec.get("job_id"),
-            "collection_id": spec.get("collection_id"), "status": "failed",
-            "error": problems[0], "errors": problems[:20], "segments": [], "rows": 0,
-            "seconds": round(time.time() - started, 3)}
+    return {
+        "kind": spec.get("kind"),
+        "job_id": spec.get("job_id"),
+        "collection_id": spec.get("collection_id"),
+        "status": "failed",
+        "error": problems[0],
+        "errors": problems[:20],
+        "segments": [],
+        "rows": 0,
+        "seconds": round(time.time() - started, 3),
+    }
 
 
 def main(kind: str, run) -> int:
@@ -88,8 +95,13 @@ def main(kind: str, run) -> int:
         spark.stop()
         return 1
     except BaseException as exc:  # noqa: BLE001 - reported in the manifest, then re-raised
-        problem = {"file": None, "row": None, "field": None,
-                   "reason": f"{type(exc).__name__}: {exc}"[:2000], "message": f"{type(exc).__name__}: {exc}"[:2000]}
+        problem = {
+            "file": None,
+            "row": None,
+            "field": None,
+            "reason": f"{type(exc).__name__}: {exc}"[:2000],
+            "message": f"{type(exc).__name__}: {exc}"[:2000],
+        }
         try:
             write_manifest(spec["storage_uri"], spec["manifest_key"], failed_manifest(spec, [problem], started))
         finally:
@@ -98,7 +110,11 @@ def main(kind: str, run) -> int:
         return 1
     manifest["seconds"] = round(time.time() - started, 3)
     write_manifest(spec["storage_uri"], spec["manifest_key"], manifest)
-    emit("completed", progress={"phase": "completed", "rows": manifest.get("rows", 0)},
-         segments=len(manifest.get("segments", [])), seconds=manifest["seconds"])
+    emit(
+        "completed",
+        progress={"phase": "completed", "rows": manifest.get("rows", 0)},
+        segments=len(manifest.get("segments", [])),
+        seconds=manifest["seconds"],
+    )
     spark.stop()
     return 0

@@ -37,18 +37,22 @@ def _layout(spec: dict):
             for b in src["binlogs"]:
                 m = re.search(KEY_TAIL, b["key"])
                 if not m:
-                    raise JobFailure([{"file": b["key"], "row": None, "field": None,
-                                       "reason": "not an insert binlog key"}])
-                files.append({"key": b["key"], "tail": m.group(1), "offset": acc, "plan": p_idx,
-                              "rows": int(b["rows"])})
+                    raise JobFailure(
+                        [{"file": b["key"], "row": None, "field": None, "reason": "not an insert binlog key"}]
+                    )
+                files.append(
+                    {"key": b["key"], "tail": m.group(1), "offset": acc, "plan": p_idx, "rows": int(b["rows"])}
+                )
                 acc += int(b["rows"])
         rows = acc - start
         n_t = len(plan["target_ids"])
         if n_t < 1:
-            raise JobFailure([{"file": None, "row": None, "field": None,
-                               "reason": f"plan {plan['plan_id']} has no target segment"}])
-        plans.append({"start": start, "rows": rows, "targets": n_t, "base": target_base,
-                      "per": max(1, math.ceil(rows / n_t))})
+            raise JobFailure(
+                [{"file": None, "row": None, "field": None, "reason": f"plan {plan['plan_id']} has no target segment"}]
+            )
+        plans.append(
+            {"start": start, "rows": rows, "targets": n_t, "base": target_base, "per": max(1, math.ceil(rows / n_t))}
+        )
         target_base += n_t
     return files, plans, acc
 
@@ -61,13 +65,14 @@ def _native_frame(spark, store, files, plans, columns):
     offset = F.create_map(*[x for f in files for x in (F.lit(f["tail"]), F.lit(f["offset"]).cast("long"))])
     plan = F.create_map(*[x for f in files for x in (F.lit(f["tail"]), F.lit(f["plan"]))])
     arr = lambda k: F.array(*[F.lit(p[k]).cast("long") for p in plans])
-    df = raw.select(*[F.col(f"`{c}`") for c in columns],
-                    tail.alias("__k"), F.col("_metadata.row_index").alias("__ri"))
+    df = raw.select(*[F.col(f"`{c}`") for c in columns], tail.alias("__k"), F.col("_metadata.row_index").alias("__ri"))
     df = df.withColumn("__p", F.element_at(plan, F.col("__k")) + 1)
     df = df.withColumn("__g", F.element_at(offset, F.col("__k")) + F.col("__ri"))
     local = (F.col("__g") - F.element_at(arr("start"), F.col("__p"))).cast("long")
-    idx = F.least(F.element_at(arr("targets"), F.col("__p")) - 1,
-                  F.floor(local / F.element_at(arr("per"), F.col("__p"))).cast("long"))
+    idx = F.least(
+        F.element_at(arr("targets"), F.col("__p")) - 1,
+        F.floor(local / F.element_at(arr("per"), F.col("__p"))).cast("long"),
+    )
     df = df.withColumn("__seg", (F.element_at(arr("base"), F.col("__p")) + idx).cast("int"))
     return df.select(*[F.col(f"`{c}`") for c in columns], "__g", "__seg")
 
@@ -76,8 +81,13 @@ def _arrow_frame(spark, storage_uri, files, plans, arrow_schema):
     """Source binlogs read by pyarrow in tasks (object stores Spark cannot reach by itself)."""
     import pyarrow as pa
 
-    out = pa.schema([pa.field(f.name, pa.list_(pa.float32()) if pa.types.is_fixed_size_list(f.type) else f.type)
-                     for f in arrow_schema] + [("__g", pa.int64()), ("__seg", pa.int32())])
+    out = pa.schema(
+        [
+            pa.field(f.name, pa.list_(pa.float32()) if pa.types.is_fixed_size_list(f.type) else f.type)
+            for f in arrow_schema
+        ]
+        + [("__g", pa.int64()), ("__seg", pa.int32())]
+    )
 
     def read(batches):
         import numpy as np
@@ -90,8 +100,9 @@ def _arrow_frame(spark, storage_uri, files, plans, arrow_schema):
             for t in b.column("__task").to_pylist():
                 f = files[t]
                 p = plans[f["plan"]]
-                table = pq.read_table(store.path(f["key"]), filesystem=store.filesystem,
-                                      columns=[x.name for x in arrow_schema])
+                table = pq.read_table(
+                    store.path(f["key"]), filesystem=store.filesystem, columns=[x.name for x in arrow_schema]
+                )
                 n = table.num_rows
                 g = np.arange(f["offset"], f["offset"] + n, dtype=np.int64)
                 seg = p["base"] + np.minimum(p["targets"] - 1, (g - p["start"]) // p["per"])
@@ -114,11 +125,24 @@ def run(spark, spec: dict) -> dict:
     coll = int(spec["collection_id"])
     files, plans, total = _layout(spec)
     if total > int(spec["log_id_count"]):
-        raise JobFailure([{"file": None, "row": None, "field": None,
-                           "reason": f"{total} rows but log IDs reserved for {spec['log_id_count']}"}])
+        raise JobFailure(
+            [
+                {
+                    "file": None,
+                    "row": None,
+                    "field": None,
+                    "reason": f"{total} rows but log IDs reserved for {spec['log_id_count']}",
+                }
+            ]
+        )
     segments = [[coll, int(plan["partition_id"]), int(t)] for plan in spec["plans"] for t in plan["target_ids"]]
-    progress("planned", plans=len(plans), sources=sum(len(p["sources"]) for p in spec["plans"]),
-             binlogs=len(files), rows=total)
+    progress(
+        "planned",
+        plans=len(plans),
+        sources=sum(len(p["sources"]) for p in spec["plans"]),
+        binlogs=len(files),
+        rows=total,
+    )
     arrow_schema = typeutil.arrow_schema(schema)
     columns = [f.name for f in arrow_schema]
     try:
@@ -131,16 +155,30 @@ def run(spark, spec: dict) -> dict:
                 df = _arrow_frame(spark, storage_uri, files, plans, arrow_schema)
             n_tasks = max(1, min(spark.sparkContext.defaultParallelism, len(segments)))
             df = df.coalesce(n_tasks)
-            ctx = {"mode": "compact", "schema": spec["schema"], "storage_uri": storage_uri,
-                   "segments": segments, "log_id_start": int(spec["log_id_start"])}
+            ctx = {
+                "mode": "compact",
+                "schema": spec["schema"],
+                "storage_uri": storage_uri,
+                "segments": segments,
+                "log_id_start": int(spec["log_id_start"]),
+            }
             results = [r.asDict() for r in df.mapInArrow(binlog_writer(ctx), RESULT_SPARK_SCHEMA).collect()]
         binlogs = [r for r in results if r["kind"] == "binlog"]
         written = sum(r["rows"] for r in binlogs)
-        problems = [{"file": None, "row": r["row"], "field": r["field"], "reason": r["reason"]}
-                    for r in results if r["kind"] == "error"]
+        problems = [
+            {"file": None, "row": r["row"], "field": r["field"], "reason": r["reason"]}
+            for r in results
+            if r["kind"] == "error"
+        ]
         if not problems and written != total:
-            problems = [{"file": None, "row": None, "field": None,
-                         "reason": f"wrote {written} rows but the sources hold {total}"}]
+            problems = [
+                {
+                    "file": None,
+                    "row": None,
+                    "field": None,
+                    "reason": f"wrote {written} rows but the sources hold {total}",
+                }
+            ]
         if problems:
             raise JobFailure(problems)
     except BaseException:
@@ -154,21 +192,48 @@ def run(spark, spec: dict) -> dict:
         for k, tid in enumerate(plan["target_ids"]):
             i = lay["base"] + k
             logs = sorted((r for r in binlogs if r["seg"] == i), key=lambda r: r["log_id"])
-            targets.append({
-                "segment_id": int(tid), "partition_id": int(plan["partition_id"]),
-                "rows": sum(r["rows"] for r in logs), "size": sum(r["size"] for r in logs),
-                "memory_size": sum(r["memory_size"] for r in logs),
-                "timestamp_from": min((r["ts_from"] for r in logs), default=0),
-                "timestamp_to": max((r["ts_to"] for r in logs), default=0),
-                "binlogs": [{"log_id": r["log_id"], "key": r["key"], "rows": r["rows"], "size": r["size"],
-                             "memory_size": r["memory_size"], "timestamp_from": r["ts_from"],
-                             "timestamp_to": r["ts_to"]} for r in logs]})
-        out_plans.append({"plan_id": plan["plan_id"], "rows": lay["rows"],
-                          "sources": [int(s["segment_id"]) for s in plan["sources"]], "targets": targets})
+            targets.append(
+                {
+                    "segment_id": int(tid),
+                    "partition_id": int(plan["partition_id"]),
+                    "rows": sum(r["rows"] for r in logs),
+                    "size": sum(r["size"] for r in logs),
+                    "memory_size": sum(r["memory_size"] for r in logs),
+                    "timestamp_from": min((r["ts_from"] for r in logs), default=0),
+                    "timestamp_to": max((r["ts_to"] for r in logs), default=0),
+                    "binlogs": [
+                        {
+                            "log_id": r["log_id"],
+                            "key": r["key"],
+                            "rows": r["rows"],
+                            "size": r["size"],
+                            "memory_size": r["memory_size"],
+                            "timestamp_from": r["ts_from"],
+                            "timestamp_to": r["ts_to"],
+                        }
+                        for r in logs
+                    ],
+                }
+            )
+        out_plans.append(
+            {
+                "plan_id": plan["plan_id"],
+                "rows": lay["rows"],
+                "sources": [int(s["segment_id"]) for s in plan["sources"]],
+                "targets": targets,
+            }
+        )
     progress("written", rows=written, targets=len(segments))
-    return {"kind": "compact", "status": "completed", "job_id": spec.get("job_id"), "collection_id": coll,
-            "rows": written, "plans": out_plans,
-            "segments": [t for p in out_plans for t in p["targets"]],
-            "input_bytes": sum(int(b.get("size", 0)) for plan in spec["plans"] for s in plan["sources"]
-                               for b in s["binlogs"]),
-            "spark_seconds": round(time.time() - started, 3)}
+    return {
+        "kind": "compact",
+        "status": "completed",
+        "job_id": spec.get("job_id"),
+        "collection_id": coll,
+        "rows": written,
+        "plans": out_plans,
+        "segments": [t for p in out_plans for t in p["targets"]],
+        "input_bytes": sum(
+            int(b.get("size", 0)) for plan in spec["plans"] for s in plan["sources"] for b in s["binlogs"]
+        ),
+        "spark_seconds": round(time.time() - started, 3),
+    }

@@ -46,9 +46,9 @@ from kmilvus_jobs.sources import (
 )
 from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, binlog_writer, decode_schema
 
-CSV_NULL = "\u0000\u0001kmilvus-null\u0001\u0000"   # no CSV cell is read as null
+CSV_NULL = "\u0000\u0001kmilvus-null\u0001\u0000"  # no CSV cell is read as null
 SNIPPET = 60
-DRIVER_KEY_CHECK_ROWS = 20_000_000   # Parquet imports up to this size check keys in the driver
+DRIVER_KEY_CHECK_ROWS = 20_000_000  # Parquet imports up to this size check keys in the driver
 
 
 def _types():
@@ -57,10 +57,18 @@ def _types():
     from kmilvus.util import typeutil
 
     DT = typeutil.DT
-    return {DT.Bool: T.BooleanType(), DT.Int8: T.LongType(), DT.Int16: T.LongType(),
-            DT.Int32: T.LongType(), DT.Int64: T.LongType(), DT.Float: T.FloatType(),
-            DT.Double: T.DoubleType(), DT.VarChar: T.StringType(), DT.JSON: T.StringType(),
-            DT.FloatVector: T.ArrayType(T.FloatType())}
+    return {
+        DT.Bool: T.BooleanType(),
+        DT.Int8: T.LongType(),
+        DT.Int16: T.LongType(),
+        DT.Int32: T.LongType(),
+        DT.Int64: T.LongType(),
+        DT.Float: T.FloatType(),
+        DT.Double: T.DoubleType(),
+        DT.VarChar: T.StringType(),
+        DT.JSON: T.StringType(),
+        DT.FloatVector: T.ArrayType(T.FloatType()),
+    }
 
 
 def _arrow_types():
@@ -69,9 +77,18 @@ def _arrow_types():
     from kmilvus.util import typeutil
 
     DT = typeutil.DT
-    return {DT.Bool: pa.bool_(), DT.Int8: pa.int64(), DT.Int16: pa.int64(), DT.Int32: pa.int64(),
-            DT.Int64: pa.int64(), DT.Float: pa.float32(), DT.Double: pa.float64(),
-            DT.VarChar: pa.string(), DT.JSON: pa.string(), DT.FloatVector: pa.list_(pa.float32())}
+    return {
+        DT.Bool: pa.bool_(),
+        DT.Int8: pa.int64(),
+        DT.Int16: pa.int64(),
+        DT.Int32: pa.int64(),
+        DT.Int64: pa.int64(),
+        DT.Float: pa.float32(),
+        DT.Double: pa.float64(),
+        DT.VarChar: pa.string(),
+        DT.JSON: pa.string(),
+        DT.FloatVector: pa.list_(pa.float32()),
+    }
 
 
 def _first_error(conds):
@@ -145,9 +162,12 @@ def parquet_frame(spark, i: int, f, schema, fields):
     meta = _dynamic_column(schema, [(n, F.col(f"`{n}`")) for n in dynamic_extras(raw.columns, schema)])
     if meta is not None:
         cols.append(meta)
-    return raw.select(*cols, F.lit(i).cast("int").alias("__file"),
-                      F.col("_metadata.row_index").cast("long").alias("__row"),
-                      F.lit(None).cast("string").alias("__err"))
+    return raw.select(
+        *cols,
+        F.lit(i).cast("int").alias("__file"),
+        F.col("_metadata.row_index").cast("long").alias("__row"),
+        F.lit(None).cast("string").alias("__err"),
+    )
 
 
 def json_frame(spark, i: int, f, schema, fields):
@@ -156,63 +176,99 @@ def json_frame(spark, i: int, f, schema, fields):
     from kmilvus.util import typeutil
 
     DT = typeutil.DT
-    raw = (spark.read.text(f.spark_path(), wholetext=True) if spark_native(spark, f)
-           else arrow_text_frame(spark, f, i).select("value"))
+    raw = (
+        spark.read.text(f.spark_path(), wholetext=True)
+        if spark_native(spark, f)
+        else arrow_text_frame(spark, f, i).select("value")
+    )
     v = F.col("value")
     t = F.ltrim(v)
-    arr = (F.when(t.startswith("["), F.from_json(v, "array<string>"))
-           .when(t.rlike(r'^\{\s*"rows"\s*:'), F.from_json(v, "struct<rows:array<string>>").getField("rows"))
-           .otherwise(F.split(v, r"\r?\n")))
-    file_err = F.when(arr.isNull(), F.lit('the file is not valid JSON: expected {"rows": [...]}, an array of '
-                                          'rows, or one JSON object per line'))
+    arr = (
+        F.when(t.startswith("["), F.from_json(v, "array<string>"))
+        .when(t.rlike(r'^\{\s*"rows"\s*:'), F.from_json(v, "struct<rows:array<string>>").getField("rows"))
+        .otherwise(F.split(v, r"\r?\n"))
+    )
+    file_err = F.when(
+        arr.isNull(),
+        F.lit('the file is not valid JSON: expected {"rows": [...]}, an array of rows, or one JSON object per line'),
+    )
     # Parse the file once, then explode without carrying the file's text along with every row.
-    parsed = raw.select(F.coalesce(arr, F.array(F.lit(None).cast("string"))).alias("__arr"),
-                        file_err.alias("__ferr"))
-    rows = (parsed.select(F.posexplode("__arr").alias("__row", "__raw"), "__ferr")
-            .where(F.col("__raw").isNull() | (F.trim(F.col("__raw")) != "")))
+    parsed = raw.select(F.coalesce(arr, F.array(F.lit(None).cast("string"))).alias("__arr"), file_err.alias("__ferr"))
+    rows = parsed.select(F.posexplode("__arr").alias("__row", "__raw"), "__ferr").where(
+        F.col("__raw").isNull() | (F.trim(F.col("__raw")) != "")
+    )
     allowed = [fl.name for fl in fields]
     struct = ", ".join(f"`{fl.name}` {_types()[fl.data_type].simpleString()}" for fl in fields)
     # One typed parse per row (Jackson, partial results: a value of the wrong type reads as null)
     # and one key listing (null when the row is not a JSON object).
-    rows = rows.select("*", F.from_json(F.col("__raw"), struct).alias("__s"),
-                       F.expr("json_object_keys(__raw)").alias("__k"))
+    rows = rows.select(
+        "*", F.from_json(F.col("__raw"), struct).alias("__s"), F.expr("json_object_keys(__raw)").alias("__k")
+    )
     keys = F.col("__k")
     extras = F.array_except(keys, F.array(*[F.lit(n) for n in allowed]))
-    conds = [(F.col("__ferr").isNotNull(), F.col("__ferr")),
-             (keys.isNull(), F.concat(F.lit("the row is not a valid JSON object: "), _snippet(F.col("__raw"))))]
+    conds = [
+        (F.col("__ferr").isNotNull(), F.col("__ferr")),
+        (keys.isNull(), F.concat(F.lit("the row is not a valid JSON object: "), _snippet(F.col("__raw")))),
+    ]
     pk = typeutil.primary_field(schema)
     if pk.autoID:
-        conds.append((F.array_contains(keys, pk.name),
-                      F.lit(f"the primary key '{pk.name}' is auto-generated (autoID): the file must not provide it")))
+        conds.append(
+            (
+                F.array_contains(keys, pk.name),
+                F.lit(f"the primary key '{pk.name}' is auto-generated (autoID): the file must not provide it"),
+            )
+        )
     dyn = typeutil.dynamic_field(schema)
     values = []
     if dyn is None:
-        conds.append((F.size(extras) > 0, F.concat(F.lit("key '"), F.element_at(extras, 1),
-                                                   F.lit(f"' is not a field of collection {schema.name}"))))
+        conds.append(
+            (
+                F.size(extras) > 0,
+                F.concat(
+                    F.lit("key '"), F.element_at(extras, 1), F.lit(f"' is not a field of collection {schema.name}")
+                ),
+            )
+        )
     else:
         # Extra keys go to `$meta` with their JSON types (a VARIANT map keeps them as written).
-        conds.append((F.array_contains(keys, typeutil.DYNAMIC_FIELD_NAME),
-                      F.lit(f"dynamic field is enabled, explicit specification of "
-                            f"'{typeutil.DYNAMIC_FIELD_NAME}' is not allowed")))
+        conds.append(
+            (
+                F.array_contains(keys, typeutil.DYNAMIC_FIELD_NAME),
+                F.lit(
+                    f"dynamic field is enabled, explicit specification of "
+                    f"'{typeutil.DYNAMIC_FIELD_NAME}' is not allowed"
+                ),
+            )
+        )
         static = F.array(*[F.lit(n) for n in allowed])
         row_map = F.from_json(F.col("__raw"), "map<string,variant>")
-        values.append(F.to_json(F.map_filter(row_map, lambda k, _: ~F.array_contains(static, k)))
-                      .alias(str(dyn.fieldID)))
+        values.append(
+            F.to_json(F.map_filter(row_map, lambda k, _: ~F.array_contains(static, k))).alias(str(dyn.fieldID))
+        )
     for fl in fields:
         name, dt = fl.name, fl.data_type
         val = F.col("__s").getField(name)
         raw_value = F.coalesce(_snippet(F.get_json_object(F.col("__raw"), f"$.{name}")), F.lit("null"))
         what = "a list of numbers" if dt == DT.FloatVector else f"a valid {typeutil.type_name(dt)}"
         conds.append((~F.array_contains(keys, name), F.lit(f"field '{name}' is missing")))
-        conds.append((val.isNull(), F.concat(F.lit(f"the value of field '{name}' is null or not {what}: "),
-                                             raw_value)))
+        conds.append((val.isNull(), F.concat(F.lit(f"the value of field '{name}' is null or not {what}: "), raw_value)))
         if dt == DT.JSON:
-            conds.append((F.expr(f"try_parse_json(__s.`{name}`)").isNull(),
-                          F.concat(F.lit(f"the value of JSON field '{name}' must be an object or a string "
-                                         f"holding JSON: "), raw_value)))
+            conds.append(
+                (
+                    F.expr(f"try_parse_json(__s.`{name}`)").isNull(),
+                    F.concat(
+                        F.lit(f"the value of JSON field '{name}' must be an object or a string holding JSON: "),
+                        raw_value,
+                    ),
+                )
+            )
         values.append(val.alias(str(fl.fieldID)))
-    return rows.select(*values, F.lit(i).cast("int").alias("__file"), F.col("__row").cast("long").alias("__row"),
-                       _first_error(conds).alias("__err"))
+    return rows.select(
+        *values,
+        F.lit(i).cast("int").alias("__file"),
+        F.col("__row").cast("long").alias("__row"),
+        _first_error(conds).alias("__err"),
+    )
 
 
 def csv_frame(spark, i: int, f, schema, fields, options):
@@ -226,18 +282,33 @@ def csv_frame(spark, i: int, f, schema, fields, options):
     sep = (options or {}).get("sep") or ","
     names = csv_header(f, sep)
     if spark_native(spark, f):
-        sch = T.StructType([T.StructField(n, T.StringType()) for n in names]
-                           + [T.StructField("_corrupt_record", T.StringType())])
-        raw = (spark.read.schema(sch).option("header", True).option("multiLine", True).option("sep", sep)
-               .option("quote", '"').option("escape", '"').option("mode", "PERMISSIVE")
-               .option("columnNameOfCorruptRecord", "_corrupt_record").option("nullValue", CSV_NULL)
-               .option("enforceSchema", True).csv(f.spark_path()))
+        sch = T.StructType(
+            [T.StructField(n, T.StringType()) for n in names] + [T.StructField("_corrupt_record", T.StringType())]
+        )
+        raw = (
+            spark.read.schema(sch)
+            .option("header", True)
+            .option("multiLine", True)
+            .option("sep", sep)
+            .option("quote", '"')
+            .option("escape", '"')
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", "_corrupt_record")
+            .option("nullValue", CSV_NULL)
+            .option("enforceSchema", True)
+            .csv(f.spark_path())
+        )
         raw = raw.withColumn("__row", F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_INDEX_MASK)))
     else:
         raw = arrow_csv_frame(spark, f, i, names, sep)
-    conds = [(F.col("_corrupt_record").isNotNull(),
-              F.concat(F.lit(f"malformed CSV line (expected {len(names)} columns): "),
-                       _snippet(F.col("_corrupt_record"))))]
+    conds = [
+        (
+            F.col("_corrupt_record").isNotNull(),
+            F.concat(
+                F.lit(f"malformed CSV line (expected {len(names)} columns): "), _snippet(F.col("_corrupt_record"))
+            ),
+        )
+    ]
     values = []
     for fl in fields:
         name, dt = fl.name, fl.data_type
@@ -262,8 +333,9 @@ def csv_frame(spark, i: int, f, schema, fields, options):
             ok = val.isNotNull()
             bad = F.concat(F.lit(f"the value of field '{name}' is not a list of numbers: '"), _snippet(s), F.lit("'"))
         else:
-            raise JobFailure([{"file": f.uri, "row": None, "field": name,
-                               "reason": f"data type {want} cannot be imported"}])
+            raise JobFailure(
+                [{"file": f.uri, "row": None, "field": name, "reason": f"data type {want} cannot be imported"}]
+            )
         conds.append((~ok, bad))
         values.append(F.when(ok, val).cast(_types()[dt]).alias(str(fl.fieldID)))
     from kmilvus.spark.files import dynamic_extras
@@ -271,8 +343,12 @@ def csv_frame(spark, i: int, f, schema, fields, options):
     meta = _dynamic_column(schema, [(n, F.col(f"`{n}`")) for n in dynamic_extras(names, schema)])
     if meta is not None:
         values.append(meta)
-    return raw.select(*values, F.lit(i).cast("int").alias("__file"), F.col("__row").cast("long").alias("__row"),
-                      _first_error(conds).alias("__err"))
+    return raw.select(
+        *values,
+        F.lit(i).cast("int").alias("__file"),
+        F.col("__row").cast("long").alias("__row"),
+        _first_error(conds).alias("__err"),
+    )
 
 
 # ------------------------------------------------------------------------------ primary keys
@@ -285,13 +361,19 @@ def duplicate_key_spark(df, pk):
     from pyspark.sql import functions as F
 
     key = str(pk.fieldID)
-    agg = (df.select(key).where(F.col(key).isNotNull()).groupBy(key).count().where("count > 1")
-           .agg(F.count(F.lit(1)).alias("keys"), F.min(F.struct(key, "count")).alias("first")).collect())
+    agg = (
+        df.select(key)
+        .where(F.col(key).isNotNull())
+        .groupBy(key)
+        .count()
+        .where("count > 1")
+        .agg(F.count(F.lit(1)).alias("keys"), F.min(F.struct(key, "count")).alias("first"))
+        .collect()
+    )
     if not agg or not agg[0]["keys"]:
         return None
     value, n = agg[0]["first"][key], agg[0]["first"]["count"]
-    rows = (df.where(F.col(key) == F.lit(value)).select("__file", "__row")
-            .orderBy("__file", "__row").limit(2).collect())
+    rows = df.where(F.col(key) == F.lit(value)).select("__file", "__row").orderBy("__file", "__row").limit(2).collect()
     return value, n, (rows[0]["__file"], rows[0]["__row"]), (rows[-1]["__file"], rows[-1]["__row"])
 
 
@@ -368,8 +450,9 @@ def run(spark, spec: dict) -> dict:
     storage_uri = spec["storage_uri"]
     coll, part = int(spec["collection_id"]), int(spec["partition_id"])
     try:
-        files = [InputFile.from_dict(d) if isinstance(d, dict) else resolve(d, storage_uri, options)
-                 for d in spec["files"]]
+        files = [
+            InputFile.from_dict(d) if isinstance(d, dict) else resolve(d, storage_uri, options) for d in spec["files"]
+        ]
     except ImportError_ as exc:
         raise JobFailure([p.to_dict() for p in exc.problems]) from None
     problems = []
@@ -379,8 +462,7 @@ def run(spark, spec: dict) -> dict:
         raise JobFailure([p.to_dict() for p in problems])
     fields = importable_fields(schema)
     pk = typeutil.primary_field(schema)
-    progress("inspected", files=len(files), bytes=sum(f.size for f in files),
-             rows=sum(max(0, f.rows) for f in files))
+    progress("inspected", files=len(files), bytes=sum(f.size for f in files), rows=sum(max(0, f.rows) for f in files))
 
     frames = []
     for i, f in enumerate(files):
@@ -414,10 +496,19 @@ def run(spark, spec: dict) -> dict:
         seg_rows = max(1, int(spec["segment_max_rows"]))
         n_seg = max(1, math.ceil(total / seg_rows)) if total else 0
         if total > int(spec["row_id_count"]) or total > int(spec["log_id_count"]) or n_seg > int(spec["segment_count"]):
-            raise JobFailure([_problem(files, None, None, None,
-                                       f"the import has {total} rows in {n_seg} segments but the coordinator "
-                                       f"reserved IDs for {spec['row_id_count']} rows and {spec['segment_count']} "
-                                       f"segments")])
+            raise JobFailure(
+                [
+                    _problem(
+                        files,
+                        None,
+                        None,
+                        None,
+                        f"the import has {total} rows in {n_seg} segments but the coordinator "
+                        f"reserved IDs for {spec['row_id_count']} rows and {spec['segment_count']} "
+                        f"segments",
+                    )
+                ]
+            )
         offsets, acc = [], 0
         for c in counts:
             offsets.append(acc)
@@ -438,19 +529,34 @@ def run(spark, spec: dict) -> dict:
             if dup is not None:
                 value, n, (fa, ra), (fb, rb) = dup
                 other = (f"file {files[fb].uri}, " if fb != fa else "") + f"row {rb}"
-                raise JobFailure([_problem(files, fa, ra, pk.name,
-                                           f"duplicate primary key {value!r} ({n} rows; again at {other})")])
+                raise JobFailure(
+                    [_problem(files, fa, ra, pk.name, f"duplicate primary key {value!r} ({n} rows; again at {other})")]
+                )
             progress("validated", rows=total)
 
         seg_start = int(spec["segment_id_start"])
         segments = [[coll, part, seg_start + k] for k in range(n_seg)]
-        ctx = {"mode": "import", "schema": spec["schema"], "storage_uri": storage_uri, "segments": segments,
-               "log_id_start": int(spec["log_id_start"]), "row_id_start": int(spec["row_id_start"]),
-               "timestamp": int(spec["timestamp"])}
-        results = [r.asDict() for r in df.mapInArrow(binlog_writer(ctx), RESULT_SPARK_SCHEMA).collect()] if total else []
+        ctx = {
+            "mode": "import",
+            "schema": spec["schema"],
+            "storage_uri": storage_uri,
+            "segments": segments,
+            "log_id_start": int(spec["log_id_start"]),
+            "row_id_start": int(spec["row_id_start"]),
+            "timestamp": int(spec["timestamp"]),
+        }
+        results = (
+            [r.asDict() for r in df.mapInArrow(binlog_writer(ctx), RESULT_SPARK_SCHEMA).collect()] if total else []
+        )
     except BaseException:
-        cleanup(storage_uri, [], [paths.segment_prefix(coll, part, int(spec["segment_id_start"]) + k)
-                                  for k in range(int(spec["segment_count"]))])
+        cleanup(
+            storage_uri,
+            [],
+            [
+                paths.segment_prefix(coll, part, int(spec["segment_id_start"]) + k)
+                for k in range(int(spec["segment_count"]))
+            ],
+        )
         raise
     finally:
         if cached is not None:
@@ -460,11 +566,9 @@ def run(spark, spec: dict) -> dict:
     errors = sorted((r for r in results if r["kind"] == "error"), key=lambda r: (r["file"], r["row"]))
     written = sum(r["rows"] for r in binlogs)
     if not errors and written != total:
-        errors = [{"file": -1, "row": -1, "field": None,
-                   "reason": f"wrote {written} rows but the input has {total}"}]
+        errors = [{"file": -1, "row": -1, "field": None, "reason": f"wrote {written} rows but the input has {total}"}]
     if errors:
-        cleanup(storage_uri, [r["key"] for r in binlogs],
-                [paths.segment_prefix(*s) for s in segments])
+        cleanup(storage_uri, [r["key"] for r in binlogs], [paths.segment_prefix(*s) for s in segments])
         raise JobFailure([_problem(files, e["file"], e["row"], e["field"], e["reason"]) for e in errors])
 
     out_segments = []
@@ -473,18 +577,42 @@ def run(spark, spec: dict) -> dict:
         logs = sorted((r for r in binlogs if r["seg"] == k), key=lambda r: r["log_id"])
         rows = sum(r["rows"] for r in logs)
         first = -(-k * total // n_seg)
-        out_segments.append({
-            "segment_id": sid, "partition_id": p, "rows": rows,
-            "size": sum(r["size"] for r in logs), "memory_size": sum(r["memory_size"] for r in logs),
-            "timestamp_from": min((r["ts_from"] for r in logs), default=0),
-            "timestamp_to": max((r["ts_to"] for r in logs), default=0),
-            "row_id_from": row_id_start + first, "row_id_to": row_id_start + first + rows - 1,
-            "binlogs": [{"log_id": r["log_id"], "key": r["key"], "rows": r["rows"], "size": r["size"],
-                         "memory_size": r["memory_size"], "timestamp_from": r["ts_from"],
-                         "timestamp_to": r["ts_to"]} for r in logs]})
+        out_segments.append(
+            {
+                "segment_id": sid,
+                "partition_id": p,
+                "rows": rows,
+                "size": sum(r["size"] for r in logs),
+                "memory_size": sum(r["memory_size"] for r in logs),
+                "timestamp_from": min((r["ts_from"] for r in logs), default=0),
+                "timestamp_to": max((r["ts_to"] for r in logs), default=0),
+                "row_id_from": row_id_start + first,
+                "row_id_to": row_id_start + first + rows - 1,
+                "binlogs": [
+                    {
+                        "log_id": r["log_id"],
+                        "key": r["key"],
+                        "rows": r["rows"],
+                        "size": r["size"],
+                        "memory_size": r["memory_size"],
+                        "timestamp_from": r["ts_from"],
+                        "timestamp_to": r["ts_to"],
+                    }
+                    for r in logs
+                ],
+            }
+        )
     progress("written", rows=written, segments=len(out_segments))
-    return {"kind": "import", "status": "completed", "job_id": spec.get("job_id"), "collection_id": coll,
-            "partition_id": part, "rows": written, "timestamp": int(spec["timestamp"]),
-            "files": [{"uri": f.uri, "format": f.fmt, "size": f.size, "rows": c} for f, c in zip(files, counts)],
-            "input_bytes": sum(f.size for f in files), "segments": out_segments,
-            "spark_seconds": round(time.time() - started, 3)}
+    return {
+        "kind": "import",
+        "status": "completed",
+        "job_id": spec.get("job_id"),
+        "collection_id": coll,
+        "partition_id": part,
+        "rows": written,
+        "timestamp": int(spec["timestamp"]),
+        "files": [{"uri": f.uri, "format": f.fmt, "size": f.size, "rows": c} for f, c in zip(files, counts)],
+        "input_bytes": sum(f.size for f in files),
+        "segments": out_segments,
+        "spark_seconds": round(time.time() - started, 3),
+    }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-ROW_INDEX_MASK = (1 << 33) - 1   # monotonically_increasing_id(): partition << 33 | row in partition
+ROW_INDEX_MASK = (1 << 33) - 1  # monotonically_increasing_id(): partition << 33 | row in partition
 
 
 def s3a_available(spark) -> bool:
@@ -44,8 +44,9 @@ def arrow_parquet_frame(spark, f, file_index: int, columns: list[tuple[str, str,
         acc += md.row_group(i).num_rows
     fdict = f.to_dict()
     src_names = [c[0] for c in columns]
-    out_schema = pa.schema([(c[1], c[2]) for c in columns]
-                           + [("__file", pa.int32()), ("__row", pa.int64()), ("__err", pa.string())])
+    out_schema = pa.schema(
+        [(c[1], c[2]) for c in columns] + [("__file", pa.int32()), ("__row", pa.int64()), ("__err", pa.string())]
+    )
 
     def read(batches):
         import numpy as np
@@ -63,9 +64,11 @@ def arrow_parquet_frame(spark, f, file_index: int, columns: list[tuple[str, str,
                         col = to_list(col.combine_chunks())
                         arrays.append(col if col.type == typ else col.cast(typ))
                     n = t.num_rows
-                    arrays += [pa.array(np.full(n, file_index, np.int32)),
-                               pa.array(np.arange(starts[rg], starts[rg] + n, dtype=np.int64)),
-                               pa.nulls(n, pa.string())]
+                    arrays += [
+                        pa.array(np.full(n, file_index, np.int32)),
+                        pa.array(np.arange(starts[rg], starts[rg] + n, dtype=np.int64)),
+                        pa.nulls(n, pa.string()),
+                    ]
                     yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
     tasks = _tasks(spark, starts)
@@ -87,8 +90,7 @@ def arrow_text_frame(spark, f, file_index: int):
             for _ in b.column("__task").to_pylist():
                 with inp.filesystem().open_input_stream(inp.fs_path) as src:
                     text = src.read().decode("utf-8-sig", errors="replace")
-                yield pa.RecordBatch.from_arrays([pa.array([text]), pa.array([file_index], pa.int32())],
-                                                 schema=schema)
+                yield pa.RecordBatch.from_arrays([pa.array([text]), pa.array([file_index], pa.int32())], schema=schema)
 
     return _tasks(spark, [0]).mapInArrow(read, spark_schema_of(schema))
 
@@ -99,8 +101,10 @@ def arrow_csv_frame(spark, f, file_index: int, names: list[str], sep: str):
     import pyarrow as pa
 
     fdict = f.to_dict()
-    schema = pa.schema([(n, pa.string()) for n in names]
-                       + [("_corrupt_record", pa.string()), ("__row", pa.int64()), ("__file", pa.int32())])
+    schema = pa.schema(
+        [(n, pa.string()) for n in names]
+        + [("_corrupt_record", pa.string()), ("__row", pa.int64()), ("__file", pa.int32())]
+    )
 
     def read(batches):
         import numpy as np
@@ -112,15 +116,23 @@ def arrow_csv_frame(spark, f, file_index: int, names: list[str], sep: str):
         for b in batches:
             for _ in b.column("__task").to_pylist():
                 with inp.filesystem().open_input_stream(inp.fs_path) as src:
-                    t = pcsv.read_csv(src, read_options=pcsv.ReadOptions(use_threads=False),
-                                      parse_options=pcsv.ParseOptions(delimiter=sep, newlines_in_values=True),
-                                      convert_options=pcsv.ConvertOptions(
-                                          column_types={n: pa.string() for n in names},
-                                          strings_can_be_null=False, quoted_strings_can_be_null=False))
+                    t = pcsv.read_csv(
+                        src,
+                        read_options=pcsv.ReadOptions(use_threads=False),
+                        parse_options=pcsv.ParseOptions(delimiter=sep, newlines_in_values=True),
+                        convert_options=pcsv.ConvertOptions(
+                            column_types={n: pa.string() for n in names},
+                            strings_can_be_null=False,
+                            quoted_strings_can_be_null=False,
+                        ),
+                    )
                 n = t.num_rows
                 arrays = [t.column(c).combine_chunks() for c in names]
-                arrays += [pa.nulls(n, pa.string()), pa.array(np.arange(n, dtype=np.int64)),
-                           pa.array(np.full(n, file_index, np.int32))]
+                arrays += [
+                    pa.nulls(n, pa.string()),
+                    pa.array(np.arange(n, dtype=np.int64)),
+                    pa.array(np.full(n, file_index, np.int32)),
+                ]
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     return _tasks(spark, [0]).mapInArrow(read, spark_schema_of(schema))

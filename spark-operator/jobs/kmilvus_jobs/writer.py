@@ -29,15 +29,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-RESULT_SCHEMA = pa.schema([
-    ("kind", pa.string()), ("seg", pa.int32()), ("log_id", pa.int64()), ("key", pa.string()),
-    ("rows", pa.int64()), ("size", pa.int64()), ("memory_size", pa.int64()),
-    ("ts_from", pa.int64()), ("ts_to", pa.int64()), ("file", pa.int32()), ("row", pa.int64()),
-    ("field", pa.string()), ("reason", pa.string()),
-])
-RESULT_SPARK_SCHEMA = ("kind string, seg int, log_id long, key string, rows long, size long, "
-                       "memory_size long, ts_from long, ts_to long, file int, row long, field string, "
-                       "reason string")
+RESULT_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("seg", pa.int32()),
+        ("log_id", pa.int64()),
+        ("key", pa.string()),
+        ("rows", pa.int64()),
+        ("size", pa.int64()),
+        ("memory_size", pa.int64()),
+        ("ts_from", pa.int64()),
+        ("ts_to", pa.int64()),
+        ("file", pa.int32()),
+        ("row", pa.int64()),
+        ("field", pa.string()),
+        ("reason", pa.string()),
+    ]
+)
+RESULT_SPARK_SCHEMA = (
+    "kind string, seg int, log_id long, key string, rows long, size long, "
+    "memory_size long, ts_from long, ts_to long, file int, row long, field string, "
+    "reason string"
+)
 SYSTEM_COLUMNS = ("__g", "__seg", "__file", "__row", "__err")
 
 
@@ -99,8 +112,9 @@ def _float_vector(field, arr: pa.Array, typeutil) -> pa.Array:
         values = values.cast(pa.float32())
     if values.null_count:
         i = _first(pc.is_null(values))
-        raise RowProblem(i // dim, name, f"float vector field ({name}) has a null or non-numeric "
-                                         f"element at position {i % dim}")
+        raise RowProblem(
+            i // dim, name, f"float vector field ({name}) has a null or non-numeric element at position {i % dim}"
+        )
     typeutil.check_finite(name, "float vector", values, dim)
     return pa.FixedSizeListArray.from_arrays(values, dim)
 
@@ -202,7 +216,7 @@ class BinlogWriter:
         self.arrow_schema = typeutil.arrow_schema(self.schema)
         self.options = binlog.parquet_options(self.arrow_schema)
         self.store = ObjectStore.from_uri(ctx["storage_uri"])
-        self.segments = ctx["segments"]            # [[collection, partition, segment], ...]
+        self.segments = ctx["segments"]  # [[collection, partition, segment], ...]
         self.log_id_start = int(ctx["log_id_start"])
         self.fields = typeutil.user_fields(self.schema)
         self.pk = typeutil.primary_field(self.schema)
@@ -216,8 +230,13 @@ class BinlogWriter:
     def _fail(self, batch: pa.RecordBatch, index: int, field: str | None, reason: str) -> None:
         file = int(batch.column("__file")[index].as_py()) if "__file" in batch.schema.names else -1
         row = batch.column("__row")[index].as_py() if "__row" in batch.schema.names else None
-        self.problem = {"kind": "error", "file": file, "row": -1 if row is None else int(row),
-                        "field": field, "reason": reason}
+        self.problem = {
+            "kind": "error",
+            "file": file,
+            "row": -1 if row is None else int(row),
+            "field": field,
+            "reason": reason,
+        }
         self.abort()
 
     def add(self, batch: pa.RecordBatch) -> None:
@@ -247,8 +266,9 @@ class BinlogWriter:
 
             coll, part, seg_id = self.segments[seg_index]
             log_id = self.log_id_start + int(g[0].as_py())
-            piece = _Piece(self.store, paths.insert_log_key(coll, part, seg_id, log_id),
-                           self.arrow_schema, self.options)
+            piece = _Piece(
+                self.store, paths.insert_log_key(coll, part, seg_id, log_id), self.arrow_schema, self.options
+            )
             piece.log_id = log_id
             self.pieces[seg_index] = piece
         piece.add(out)
@@ -264,8 +284,9 @@ class BinlogWriter:
                     dim = tu.dim_of(f)
                     col = pa.FixedSizeListArray.from_arrays(col.flatten().cast(pa.float32()), dim)
                 cols[f.fieldID] = col
-            return tu.columns_to_record_batch(self.schema, cols, _as_array(batch.column("0")).to_numpy(),
-                                              _as_array(batch.column("1")).to_numpy())
+            return tu.columns_to_record_batch(
+                self.schema, cols, _as_array(batch.column("0")).to_numpy(), _as_array(batch.column("1")).to_numpy()
+            )
         if "__err" in names:
             err = batch.column("__err")
             if err.null_count != batch.num_rows:
@@ -289,9 +310,19 @@ class BinlogWriter:
         records = []
         for seg_index, piece in sorted(self.pieces.items()):
             size = piece.close()
-            records.append(_record(kind="binlog", seg=seg_index, log_id=piece.log_id, key=piece.key,
-                                   rows=piece.rows, size=size, memory_size=piece.memory,
-                                   ts_from=piece.ts_from, ts_to=piece.ts_to))
+            records.append(
+                _record(
+                    kind="binlog",
+                    seg=seg_index,
+                    log_id=piece.log_id,
+                    key=piece.key,
+                    rows=piece.rows,
+                    size=size,
+                    memory_size=piece.memory,
+                    ts_from=piece.ts_from,
+                    ts_to=piece.ts_to,
+                )
+            )
         return pa.RecordBatch.from_pylist(records, schema=RESULT_SCHEMA)
 
     def abort(self) -> None:
@@ -318,7 +349,7 @@ def binlog_writer(ctx: dict):
         writer = BinlogWriter(ctx)
         try:
             for batch in batches:
-                writer.add(batch)      # after a problem: drain the input, write nothing
+                writer.add(batch)  # after a problem: drain the input, write nothing
             result = writer.finish()
         except BaseException:
             writer.abort()
