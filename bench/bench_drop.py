@@ -15,12 +15,11 @@ from pathlib import Path
 
 import numpy as np
 from pymilvus import MilvusClient
-
 from standalone_proc import Standalone, median
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from kmilvus.meta import EtcdKV  # noqa: E402
-from kmilvus.msgstream import MsgStream  # noqa: E402
+from kmilvus.meta import EtcdKV
+from kmilvus.msgstream import MsgStream
 
 
 def schema():
@@ -39,7 +38,7 @@ async def leftovers(etcd: str, nats: str, cluster: str, coll_id: int, vchannels:
     try:
         keys = [k for k, _ in await kv.get_prefix("", keys_only=True) if str(coll_id) in k]
         cons = sum([len(await stream.consumer_names(v)) for v in vchannels])
-        msgs = sum([await stream.last_seq(v) > 0 and 1 or 0 for v in vchannels])
+        msgs = sum([(await stream.last_seq(v) > 0 and 1) or 0 for v in vchannels])
         return len(keys) + cons + msgs
     finally:
         await stream.close()
@@ -76,7 +75,8 @@ def main() -> None:
                 time.sleep(0.01)
             gone.append(time.perf_counter() - t0)
         print(
-            f"DropCollection RPC: median {median(rpc) * 1000:.1f} ms (min {min(rpc) * 1000:.1f}, max {max(rpc) * 1000:.1f}) "
+            f"DropCollection RPC: median {median(rpc) * 1000:.1f} ms "
+            f"(min {min(rpc) * 1000:.1f}, max {max(rpc) * 1000:.1f}) "
             f"over {args.collections} collections of {args.rows:,} flushed + 1,000 unflushed rows"
         )
         print(

@@ -125,7 +125,8 @@ def main(argv=None) -> int:
     notes = [
         (
             f"{runs[0]['server_version'] if runs else 'kmilvus ?'}, pymilvus {runs[0]['pymilvus'] if runs else '?'}, "
-            f"{platform.node()}, {os.cpu_count()} CPUs, {when}; load average (1/5/15 min) at start {load[0] if load else '?'}, at end {load[-1] if load else '?'}; "
+            f"{platform.node()}, {os.cpu_count()} CPUs, {when}; "
+            f"load average (1/5/15 min) at start {load[0] if load else '?'}, at end {load[-1] if load else '?'}; "
             f"small flush = median of {args.small_count}"
         ),
         (

@@ -38,7 +38,7 @@ async def run_case(stream: MsgStream, vchannel: str, size: int, count: int, batc
         t0 = time.perf_counter()
         got = 0
         if mode == "iterate":
-            async for m in consumer:
+            async for _m in consumer:
                 got += 1
                 if got == count:
                     break

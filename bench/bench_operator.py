@@ -150,8 +150,8 @@ async def bench(n: int, standalone: bool, data_dir: Path, log_level: str = "warn
                 log_level,
             ]
             argv += ["--standalone"] if standalone else ["--peering", "kmilvus"]
-            log = open(data_dir / "operator.log", "wb")
-            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            with open(data_dir / "operator.log", "wb") as log:
+                proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
             async def active() -> bool:  # the gauge is live (kopf caches /healthz probes for 10 s)
                 return "kmilvus_operator_active 1.0" in await asyncio.to_thread(scrape, metrics)

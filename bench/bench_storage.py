@@ -26,11 +26,11 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2  # noqa: E402
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
-from kmilvus.storage import ObjectStore, paths, read_segment, write_insert_binlog  # noqa: E402
-from kmilvus.storage.binlog import parquet_options, row_group_rows, write_parquet  # noqa: E402
-from kmilvus.util import typeutil  # noqa: E402
+from kmilvus.storage import ObjectStore, paths, read_segment, write_insert_binlog
+from kmilvus.storage.binlog import parquet_options, row_group_rows, write_parquet
+from kmilvus.util import typeutil
 
 DT = schema_pb2.DataType
 

@@ -66,13 +66,12 @@ class Proc:
     proc: subprocess.Popen | None = None
     log_offset: int = 0  # where this run's output starts in the (appended) log
 
-    def start(self) -> "Proc":
+    def start(self) -> Proc:
         self.log_offset = self.log.stat().st_size if self.log.exists() else 0
-        out = open(self.log, "ab")
-        self.proc = subprocess.Popen(
-            self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
-        )
-        out.close()
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )
         return self
 
     def alive(self) -> bool:
@@ -337,9 +336,9 @@ def main() -> int:
         failed = np.concatenate([np.asarray(c.failed, dtype=np.int64) for c in clients])
         uniq, cnt = np.unique(pk, return_counts=True)
         dups = int((cnt > 1).sum())
-        losses = int(len(np.setdiff1d(acked, uniq)))
-        failed_stored = int(len(np.intersect1d(failed, uniq)))
-        strays = int(len(np.setdiff1d(uniq, np.concatenate([acked, failed]))))
+        losses = len(np.setdiff1d(acked, uniq))
+        failed_stored = len(np.intersect1d(failed, uniq))
+        strays = len(np.setdiff1d(uniq, np.concatenate([acked, failed])))
         num_entities = Collection("chaos", using="chaos-admin").num_entities
         ok = dups == 0 and losses == 0 and strays == 0 and num_entities == len(pk)
         print()

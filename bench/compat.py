@@ -32,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
-from standalone_proc import Standalone  # noqa: E402
+from standalone_proc import Standalone
 
 DEFAULT_DIR = ROOT.parent / "shared" / "pymilvus-examples"
 MILVUS_PORT = 19530

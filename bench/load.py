@@ -31,9 +31,12 @@ import numpy as np
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from standalone_proc import Standalone  # noqa: E402
+import contextlib
+import itertools
 
-from kmilvus.datacoord.verify import committed_keys_at  # noqa: E402
+from standalone_proc import Standalone
+
+from kmilvus.datacoord.verify import committed_keys_at
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -114,10 +117,8 @@ def main() -> int:
             while not stop.is_set():
                 rss = {}
                 for p in [root, *root.children(recursive=True)]:
-                    try:
+                    with contextlib.suppress(psutil.Error):
                         rss[p.name()] = rss.get(p.name(), 0) + p.memory_info().rss / 2**20
-                    except psutil.Error:
-                        pass
                 samples.append({"t": time.monotonic() - t0, "rss": rss, "acked": acked_total.value})
                 stop.wait(1.0)
 
@@ -167,8 +168,8 @@ def main() -> int:
             uniq, cnt = np.unique(pk, return_counts=True)
             want = np.asarray(acked.get(n, []), dtype=np.int64)
             dups += int((cnt > 1).sum())
-            lost += int(len(np.setdiff1d(want, uniq)))
-            strays += int(len(np.setdiff1d(uniq, want)))
+            lost += len(np.setdiff1d(want, uniq))
+            strays += len(np.setdiff1d(uniq, want))
             mismatched += int(coll.num_entities != len(pk))
         total = sum(len(v) for v in acked.values())
         ok = lost == 0 and dups == 0 and mismatched == 0
@@ -177,17 +178,20 @@ def main() -> int:
             for k, v in s["rss"].items():
                 peak[k] = max(peak.get(k, 0), v)
         final = samples[-1]["rss"] if samples else {}
-        rate = [(b["acked"] - a["acked"]) / max(1e-9, b["t"] - a["t"]) for a, b in zip(samples, samples[1:])]
+        rate = [(b["acked"] - a["acked"]) / max(1e-9, b["t"] - a["t"]) for a, b in itertools.pairwise(samples)]
         print("| measure | value |")
         print("|---|---|")
         print(
-            f"| duration | {elapsed / 60:.1f} min, {args.clients} client processes, {args.collections} collections (2 shards, dim {args.dim}) |"
+            f"| duration | {elapsed / 60:.1f} min, {args.clients} client processes, "
+            f"{args.collections} collections (2 shards, dim {args.dim}) |"
         )
         print(
-            f"| rows acknowledged (all incarnations) | {acked_total.value:,} ({acked_total.value / elapsed:,.0f} rows/s) |"
+            f"| rows acknowledged (all incarnations) | {acked_total.value:,} "
+            f"({acked_total.value / elapsed:,.0f} rows/s) |"
         )
         print(
-            f"| rows/s over time (1 s samples) | median {np.median(rate) if rate else 0:,.0f}, min {min(rate, default=0):,.0f}, max {max(rate, default=0):,.0f} |"
+            f"| rows/s over time (1 s samples) | median {np.median(rate) if rate else 0:,.0f}, "
+            f"min {min(rate, default=0):,.0f}, max {max(rate, default=0):,.0f} |"
         )
         print(f"| rows of current incarnations checked | {total:,} |")
         print(
@@ -224,7 +228,7 @@ def _plot(samples: list[dict], png: Path) -> None:
     ax1.set_ylabel("RSS (MiB)")
     ax1.legend()
     ax1.set_title("kmilvus standalone under load: memory of every process")
-    rate = [0] + [(b["acked"] - a["acked"]) / max(1e-9, b["t"] - a["t"]) for a, b in zip(samples, samples[1:])]
+    rate = [0] + [(b["acked"] - a["acked"]) / max(1e-9, b["t"] - a["t"]) for a, b in itertools.pairwise(samples)]
     ax2.plot(t, rate)
     ax2.set_ylabel("rows acknowledged / s")
     ax2.set_xlabel("seconds")

@@ -30,15 +30,16 @@ class Standalone:
         self.proc: subprocess.Popen | None = None
         self.ready_seconds = 0.0
 
-    def start(self) -> "Standalone":
+    def start(self) -> Standalone:
         exe = Path(sys.executable).with_name("kmilvus")
         log = self.data_dir / "standalone.log"
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [str(exe), "standalone", "--data-dir", str(self.data_dir), "--port", str(self.port), *self.args],
-            stdout=open(log, "wb"),
-            stderr=subprocess.STDOUT,
-        )
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [str(exe), "standalone", "--data-dir", str(self.data_dir), "--port", str(self.port), *self.args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         while b"ready on" not in log.read_bytes():
             if self.proc.poll() is not None:
                 raise RuntimeError(log.read_text())

@@ -100,7 +100,7 @@ def netns_prefix() -> list[str]:
         return []
     prefix = ["unshare", "-n", "sh", "-c", f'{ip} link set lo up && exec "$@"', "sh"]
     with contextlib.suppress(Exception):
-        if subprocess.run(prefix + ["true"], capture_output=True, timeout=10, check=False).returncode == 0:
+        if subprocess.run([*prefix, "true"], capture_output=True, timeout=10, check=False).returncode == 0:
             return prefix
     return []
 
@@ -171,7 +171,8 @@ def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx
     out = tmp / f"{system}-{idx}.json"
     pidfile = tmp / f"{system}-{idx}.pids"
     REAPER.pidfiles.append(pidfile)
-    argv = prefix + [
+    argv = [
+        *prefix,
         python,
         str(BENCH / "workload.py"),
         "run",
@@ -297,7 +298,7 @@ def draw_chart(data_path: Path, png: Path) -> None:
     fig, axes = plt.subplots(len(groups), 1, figsize=(12, 4.2 * len(groups)))
     axes = [axes] if len(groups) == 1 else axes
     colors = {"kmilvus": "#1f77b4", "milvus": "#ff7f0e"}
-    for ax, (title, keys, scale, logy) in zip(axes, groups):
+    for ax, (title, keys, scale, logy) in zip(axes, groups, strict=True):
         width = 0.38
         for j, s in enumerate(("kmilvus", "milvus")):
             xs, ys, lo, hi, capped = [], [], [], [], []
@@ -314,7 +315,7 @@ def draw_chart(data_path: Path, png: Path) -> None:
             bars = ax.bar(
                 xs, ys, width, yerr=[lo, hi], capsize=4, color=colors[s], label=f"{SYSTEMS[s]} (median, min–max)"
             )
-            for b, c in zip(bars, capped):
+            for b, c in zip(bars, capped, strict=True):
                 if c:
                     b.set_hatch("//")
                     ax.annotate(
@@ -425,7 +426,8 @@ def main(argv=None) -> int:
             (
                 f"kmilvus ({first['kmilvus'].get('server_version', '?')}) driven by pymilvus "
                 f"{first['kmilvus'].get('pymilvus', '?')}; Milvus {first['milvus'].get('server_version', '?')} "
-                f"(PyPI `milvus`, embedded etcd + rocksmq + local storage) driven by pymilvus {first['milvus'].get('pymilvus', '?')}"
+                "(PyPI `milvus`, embedded etcd + rocksmq + local storage) "
+                f"driven by pymilvus {first['milvus'].get('pymilvus', '?')}"
             ),
             (
                 "same script (bench/workload.py): ORM Collection.insert of column lists, 10,000 rows per call, "
@@ -440,7 +442,8 @@ def main(argv=None) -> int:
                 "(Milvus 2.3.5's GC removes them after dataCoord.gc.dropTolerance = 3 h)"
             ),
             (
-                f"bulk import: {args.bulk_rows:,} rows from one Parquet file (id int64, vec list<float32>, tag string); "
+                f"bulk import: {args.bulk_rows:,} rows from one Parquet file "
+                "(id int64, vec list<float32>, tag string); "
                 f"statuses: {bulk_notes}"
             ),
             "network: "
@@ -452,7 +455,7 @@ def main(argv=None) -> int:
             "load average at the start of each run: "
             + "; ".join(
                 f"{r['system']} {r['run']}: {r['loadavg_start'][0]:.1f}"
-                for rs in zip(*runs.values())
+                for rs in zip(*runs.values(), strict=False)
                 for r in rs
                 if r.get("loadavg_start")
             ),

@@ -165,7 +165,7 @@ def tree(pid: int) -> list:
     in sessions of their own but are still its children)."""
     try:
         root = psutil.Process(pid)
-        return [root] + root.children(recursive=True)
+        return [root, *root.children(recursive=True)]
     except psutil.Error:
         return []
 
@@ -715,8 +715,11 @@ def markdown_table(header: list[str], body: list[list[str]]) -> str:
 
 
 def text_table(header: list[str], body: list[list[str]]) -> str:
-    w = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i]) for i, c in enumerate(r))
+    w = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
+
+    def line(r):
+        return "  ".join(str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i]) for i, c in enumerate(r))
+
     return "\n".join([line(header), "  ".join("-" * x for x in w)] + [line(r) for r in body])
 
 

@@ -256,7 +256,7 @@ async def converge(rt: Runtime, body) -> Outcome:
 
 
 async def _owner_exists(rt: Runtime, owner: str) -> bool:
-    ns, name, uid = (owner.split("/") + ["", "", ""])[:3]
+    ns, name, uid = [*owner.split("/"), "", "", ""][:3]
     try:
         obj = await rt.kube.get(R.COLLECTION, ns, name)
     except Exception:  # noqa: BLE001 - gone, or unreadable: treat as gone

@@ -11,6 +11,7 @@ is deleted that long after `completionTime`. Restarted daemons pick up from the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import time
@@ -41,10 +42,8 @@ class FlushRun:
 
     async def write(self, delta: dict) -> None:
         self.status.update(delta)
-        try:
+        with contextlib.suppress(NotFound):
             await self.rt.kube.patch(R.FLUSHREQUEST, self.ns, self.name, {"status": delta}, status=True)
-        except NotFound:
-            pass
 
     def _conds(self, complete: bool | str, reason: str, msg: str, failed: bool = False) -> list[dict]:
         conds, _ = conditions.set_condition(self.status.get("conditions"), "Complete", complete, reason, msg, self.gen)
@@ -139,7 +138,7 @@ class FlushRun:
             return done, len([s for s in e["sealedSegments"] if s not in live]), exists
 
         results = await asyncio.gather(*(check(e) for e in pending))
-        for e, (done, flushed, exists) in zip(pending, results):
+        for e, (done, flushed, exists) in zip(pending, results, strict=True):
             if not exists:
                 await self.fail(
                     "CollectionDropped", f"collection {e['name']} (ID {e['collectionID']}) was dropped while flushing"

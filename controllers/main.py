@@ -15,6 +15,7 @@ the operator, kopf or the Kubernetes client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -81,10 +82,8 @@ def run(args: OperatorArgs) -> int:
         mirror_sdk=args.mirror_sdk,
     )
     liveness = f"http://{args.health_host}:{args.health_port}/healthz" if args.health_port else None
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(controllers.app.run(cfg, opts, liveness=liveness))
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -29,8 +29,8 @@ from controllers.kube import KubeClient
 from kmilvus.config import Config
 from kmilvus.coordinator import CoordinatorClient
 from kmilvus.meta import EtcdKV
-from kmilvus.sessionutil.leader import LeaderLock
 from kmilvus.server import COORDINATORS, Node
+from kmilvus.sessionutil.leader import LeaderLock
 
 log = logging.getLogger("kmilvus.operator")
 

@@ -31,7 +31,7 @@ DATA_TYPES = {
     "FloatVector": DT.FloatVector,
 }
 TYPE_NAMES = {v: k for k, v in DATA_TYPES.items()}
-CONSISTENCY = {name: value for name, value in common_pb2.ConsistencyLevel.items()}
+CONSISTENCY = dict(common_pb2.ConsistencyLevel.items())
 CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
 DEFAULT_DB = "default"
 DEFAULT_CONSISTENCY = "Bounded"
@@ -95,7 +95,7 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
         problems.append(f"spec.deletionPolicy must be Delete or Retain, got {policy!r}")
     fields = spec.get("fields")
     if not isinstance(fields, list) or not fields:
-        return problems + ["spec.fields must list at least one field"]
+        return [*problems, "spec.fields must list at least one field"]
     if len(fields) > MAX_FIELDS:
         problems.append(f"spec.fields has {len(fields)} fields; at most {MAX_FIELDS} are allowed")
     names: list[str] = []

@@ -79,7 +79,7 @@ class Config:
     compaction_max_sources: int = 32  # source segments per plan at most
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> "Config":
+    def from_env(cls, **overrides: Any) -> Config:
         cfg = cls()
         for f in dataclasses.fields(cls):
             raw = os.environ.get("KMILVUS_" + f.name.upper())
@@ -90,7 +90,7 @@ class Config:
                 setattr(cfg, k, v)
         return cfg
 
-    def replace(self, **changes: Any) -> "Config":
+    def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
 
 

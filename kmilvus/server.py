@@ -193,5 +193,5 @@ async def _best_effort(aw, what: str) -> None:
     """Shutdown goes on past a step that fails (the rest must still stop); the failure is logged."""
     try:
         await aw
-    except Exception:  # noqa: BLE001 - logged; stopping continues
+    except Exception:  # logged; stopping continues
         log.warning("shutdown step failed", step=what, exc_info=True)

@@ -64,7 +64,7 @@ def run_standalone(
         for child in reversed(children):
             try:
                 child.stop(timeout=3)
-            except Exception:  # noqa: BLE001 - logged; the other child must still be stopped
+            except Exception:  # logged; the other child must still be stopped
                 log.warning("child server did not stop cleanly", exc_info=True)
 
 

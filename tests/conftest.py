@@ -59,20 +59,20 @@ def moto_endpoint(servers_dir) -> str:
     """A real S3 API (moto_server) on loopback."""
     port = free_port()
     exe = Path(sys.executable).with_name("moto_server")
-    log = open(servers_dir / "moto.log", "ab")
-    proc = subprocess.Popen(
-        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    with open(servers_dir / "moto.log", "ab") as log:
+        proc = subprocess.Popen(
+            [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
         try:
             urllib.request.urlopen(url + "/moto-api/", timeout=1)
             break
-        except OSError:
+        except OSError as exc:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError("moto_server did not start")
+                raise RuntimeError("moto_server did not start") from exc
             time.sleep(0.1)
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")

@@ -11,9 +11,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Coroutine
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Coroutine
+from typing import Any
 
 from kmilvus.config import Config
 from kmilvus.server import ALL_ROLES, Node
@@ -47,7 +48,7 @@ class NodeThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
-    def start(self) -> "NodeThread":
+    def start(self) -> NodeThread:
         self.thread.start()
         self.call(self.node.start(), timeout=60)
         return self
@@ -84,7 +85,7 @@ class ProcessNode:
 
     def start(
         self, wait_for: str | None = None, timeout: float = 60, failpoints: str = "", env: dict[str, str] | None = None
-    ) -> "ProcessNode":
+    ) -> ProcessNode:
         exe = Path(sys.executable).with_name("kmilvus")
         env = dict(
             os.environ,
@@ -113,9 +114,8 @@ class ProcessNode:
             str(self.cfg.proxy_port),
         ]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        out = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        out.close()
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         if wait_for:
             deadline = time.monotonic() + timeout
             while wait_for not in self.log_path.read_text(errors="replace"):

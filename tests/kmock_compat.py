@@ -71,7 +71,7 @@ class KMockCompat(kmock.KubernetesEmulator):
 
     def _find(self, request):
         key = (request.resource, request.namespace, request.name)
-        obj = self._objects[key] if key in self._objects else None
+        obj = self._objects[key] if key in self._objects else None  # noqa: SIM401 - kmock's ObjectsArray has no .get()
         return None if obj is None or obj.deleted else obj
 
     async def _handle(self, request):

@@ -146,7 +146,7 @@ def crd_schema(crd: dict, version: str) -> dict:
     raise AssertionError(f"{crd['metadata']['name']} has no version {version}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _chart_crds() -> dict[str, dict]:
     out = {}
     for f in sorted((CHART / "crds").glob("*.yaml")):
@@ -221,9 +221,8 @@ def test_rendered_objects_are_namespaced_to_the_release(scenario):
     for obj in docs:
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"]
-        elif (
-            obj["kind"] in ("Role", "RoleBinding", "KopfPeering")
-            or obj["metadata"]["name"] in ("kmilvus-spark", f"{RELEASE}-minio")
+        elif obj["kind"] in ("Role", "RoleBinding", "KopfPeering") or (
+            obj["metadata"]["name"] in ("kmilvus-spark", f"{RELEASE}-minio")
             and obj["kind"] in ("ServiceAccount", "Secret")
         ):
             assert obj["metadata"]["namespace"] in served

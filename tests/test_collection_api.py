@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 import grpc
 import pytest
 from pymilvus import Collection, CollectionSchema, DataType, FieldSchema, MilvusClient, MilvusException, utility

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-import compat  # noqa: E402
+import compat
 
 TINY = Path(__file__).resolve().parent / "compat_example" / "tiny_example.py"
 
@@ -30,7 +30,7 @@ def _tb(frames: list[tuple[str, int, str, str]], exc: str) -> str:
     lines = ["noise before", "Traceback (most recent call last):"]
     for file, line, func, src in frames:
         lines += [f'  File "{file}", line {line}, in {func}', f"    {src}"]
-    return "\n".join(lines + [exc, ""])
+    return "\n".join([*lines, exc, ""])
 
 
 EX = "/tmp/x/simple.py"

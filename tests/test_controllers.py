@@ -6,6 +6,7 @@ node that finds the operator's coordinators through sessions."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from concurrent.futures import Future
@@ -79,10 +80,8 @@ class OperatorThread:
         self._join()
 
     def _join(self) -> None:
-        try:
+        with contextlib.suppress(BaseException):  # cancelled on purpose
             self.done.result(30)
-        except BaseException:  # noqa: BLE001 - cancelled on purpose
-            pass
         self.stop_flag.set()  # kopf waits for a threading.Event in an executor thread: release it
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
@@ -627,8 +626,8 @@ async def test_kmilvus_operator_cli(kmock, kube, cfg, tmp_path):
         "--metrics-port",
         str(metrics),
     ]
-    log = open(tmp_path / "operator.log", "wb")
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(tmp_path / "operator.log", "wb") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def get(port: int, path: str) -> str:
         try:

@@ -89,7 +89,9 @@ async def test_facade_in_process_and_remote_agree_and_feed_segment_changes(node,
 
         # Created (Growing), sealed by the flush, flushed with its binlogs: each pushed.
         for events in (remote_events, local_events):
-            await eventually(lambda: STATE.Flushed in states(events), 20, "the flushed segment in the feed")
+            await eventually(
+                lambda events=events: STATE.Flushed in states(events), 20, "the flushed segment in the feed"
+            )
             got = states(events)
             assert got[0] == STATE.Growing and STATE.Sealed in got and got[-1] == STATE.Flushed
             assert all(e.collectionID == cid for e in events if e.segmentID == sid)
@@ -111,7 +113,9 @@ async def test_facade_in_process_and_remote_agree_and_feed_segment_changes(node,
         assert await remote.describe_collection(collection_id=cid) is None
         assert await remote.list_segments(cid) == []
         for events in (remote_events, local_events):
-            await eventually(lambda: any(e.removed and e.segmentID == sid for e in events), 20, "the removal")
+            await eventually(
+                lambda events=events: any(e.removed and e.segmentID == sid for e in events), 20, "the removal"
+            )
         assert not [e for e in remote_events if e.collectionID != cid]  # filtered by collection
     finally:
         remote_task.cancel()

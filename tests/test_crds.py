@@ -301,7 +301,7 @@ def test_every_cel_rule_has_a_controller_check():
     }
     immutability = set()
     messages = set()
-    for path, node in _walk(schema("Collection"), "Collection"):
+    for _path, node in _walk(schema("Collection"), "Collection"):
         for r in node.get("x-kubernetes-validations", []):
             (immutability if "oldSelf" in r["rule"] else messages).add(" ".join(r["message"].split()))
     assert messages == covered

@@ -156,7 +156,7 @@ def test_coordinator_killed_after_meta_txn_finishes_drop_on_restart(cluster):
     desc = fill(cluster.proxy_uri("p1"), rows=20_000)
     warm_caches(cluster)
     c = MilvusClient(uri=cluster.proxy_uri("p1"), timeout=5)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - whatever pymilvus raises when the server dies mid-call
         c.drop_collection("victim", timeout=5)  # the coordinator dies inside this call
     c.close()
     coords = cluster.procs["coords"]
@@ -186,7 +186,7 @@ def test_drop_unknown_succeeds_and_same_name_starts_fresh(client):
     client.create_collection("again", schema=bench_schema())
     first = client.describe_collection("again")["collection_id"]
     ids, vecs, tags = batch(0, 500)
-    client.insert("again", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+    client.insert("again", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags, strict=True)])
     client.flush("again")
     client.drop_collection("again")
     client.create_collection("again", schema=bench_schema())
@@ -199,7 +199,7 @@ def test_drop_unknown_succeeds_and_same_name_starts_fresh(client):
 def test_drop_while_flush_in_flight_ends_flush(node, client):
     client.create_collection("inflight", schema=bench_schema())
     ids, vecs, tags = batch(0, 2000)
-    client.insert("inflight", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+    client.insert("inflight", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags, strict=True)])
     import threading
 
     errors = []

@@ -9,7 +9,7 @@ import json
 import grpc
 import pyarrow.parquet as pq
 import pytest
-from pymilvus import CollectionSchema, DataType, FieldSchema, MilvusClient, MilvusException
+from pymilvus import CollectionSchema, DataType, FieldSchema, MilvusException
 from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc, schema_pb2
 
 from kmilvus.storage import paths
@@ -42,7 +42,7 @@ def read_meta(node, client, name) -> dict[int, dict]:
     for s in segments(node, cid):
         seg_dir = node.node.store.path(paths.segment_prefix(s.collectionID, s.partitionID, s.ID))
         t = pq.read_table(seg_dir)
-        for pk, raw in zip(t.column("100").to_pylist(), t.column(fid).to_pylist()):
+        for pk, raw in zip(t.column("100").to_pylist(), t.column(fid).to_pylist(), strict=True):
             out[pk] = json.loads(raw)
     return out
 
@@ -123,7 +123,7 @@ def _fd_base(n):
 )
 def test_bad_dynamic_values_are_refused_and_nothing_written(node, client, meta, needle):
     client.create_collection("dyn", schema=repro_schema())
-    st = _raw_insert(node, "dyn", _fd_base(1) + [_fd_meta(meta)], 1)
+    st = _raw_insert(node, "dyn", [*_fd_base(1), _fd_meta(meta)], 1)
     assert st.status.code == 1100 and needle in st.status.reason, st.status
     client.flush("dyn")
     assert client.get_collection_stats("dyn")["row_count"] == 0
@@ -156,11 +156,13 @@ def _imported_meta(tmp_path, manifest) -> dict[int, dict]:
     out = {}
     for s in manifest["segments"]:
         t = read_segment(store, 10, 11, s["segment_id"])
-        out.update({pk: json.loads(m) for pk, m in zip(t.column("100").to_pylist(), t.column("104").to_pylist())})
+        out.update(
+            {pk: json.loads(m) for pk, m in zip(t.column("100").to_pylist(), t.column("104").to_pylist(), strict=True)}
+        )
     return out
 
 
-def test_import_json_and_parquet_extras_go_to_meta(spark, tmp_path):  # noqa: F811
+def test_import_json_and_parquet_extras_go_to_meta(spark, tmp_path):
     import pyarrow as pa
 
     schema = _dynamic_schema_pb()
@@ -211,16 +213,16 @@ def test_bulk_insert_through_pymilvus_keeps_extra_keys(node, client, orm, tmp_pa
     assert read_meta(node, client, "dyn") == {1: {"color": "red"}, 2: {}}
 
 
-def test_compaction_keeps_meta(spark, tmp_path):  # noqa: F811
+def test_compaction_keeps_meta(spark, tmp_path):
     """The compaction job carries `$meta` like any JSON column."""
     import base64
 
     import numpy as np
     import pyarrow as pa
-    from kmilvus_jobs import compactor
 
     from kmilvus.storage import ObjectStore, read_segment, write_insert_binlog
     from kmilvus.util import typeutil
+    from kmilvus_jobs import compactor
 
     schema = _dynamic_schema_pb()
     store = ObjectStore.from_uri((tmp_path / "store").as_uri())
@@ -250,6 +252,6 @@ def test_compaction_keeps_meta(spark, tmp_path):  # noqa: F811
     }
     compactor.run(spark, spec)
     t = read_segment(store, 10, 11, 400)
-    assert {pk: json.loads(m) for pk, m in zip(t.column("100").to_pylist(), t.column("104").to_pylist())} == {
-        i: {"k": i} for i in range(5)
-    }
+    assert {
+        pk: json.loads(m) for pk, m in zip(t.column("100").to_pylist(), t.column("104").to_pylist(), strict=True)
+    } == {i: {"k": i} for i in range(5)}

@@ -205,7 +205,7 @@ def test_idle_segments_seal_and_flush_without_being_asked(node_factory):
     c = MilvusClient(uri=node.uri)
     c.create_collection("idle", schema=bench_schema())
     ids, vecs, tags = batch(0, 100)
-    c.insert("idle", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+    c.insert("idle", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags, strict=True)])
     coll_id = c.describe_collection("idle")["collection_id"]
     wait_until(
         lambda: (s := segments(node, coll_id)) and all(x.state == Flushed for x in s),
@@ -333,7 +333,7 @@ def test_garbage_collector_removes_unreferenced_binlogs_only(node_factory):
     c = MilvusClient(uri=node.uri)
     c.create_collection("gc", schema=bench_schema())
     ids, vecs, tags = batch(0, 300)
-    c.insert("gc", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+    c.insert("gc", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags, strict=True)])
     c.flush("gc")
     seg = segments(node, c.describe_collection("gc")["collection_id"])[0]
     store = node.node.store

@@ -108,8 +108,10 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(
         for kind, name in (("StatefulSet", f"{RELEASE}-datanode"), ("Deployment", f"{RELEASE}-proxy")):
             w = next(d for d in by_kind(docs, kind) if d["metadata"]["name"] == name)
             argv, env = container_process(docs, users, w, f"{name}-0")
-            log = open(tmp_path / f"{name}.log", "wb")
-            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            with open(tmp_path / f"{name}.log", "wb") as log:
+                procs.append(
+                    subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                )
 
         def serving() -> bool:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):

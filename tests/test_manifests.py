@@ -158,7 +158,7 @@ def _rules(docs):
 
 
 def test_rbac_is_least_privilege(built):
-    for kind, rule in _rules(built):
+    for _kind, rule in _rules(built):
         for key in ("verbs", "resources", "apiGroups", "resourceNames"):
             assert "*" not in rule.get(key, []), rule
         assert "secrets" not in rule["resources"]

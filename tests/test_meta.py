@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -77,7 +78,7 @@ async def test_tso_concurrent_allocs_unique(kv):
     await tso.initialize()
     got = await asyncio.gather(*(tso.alloc(3) for _ in range(100)))
     ranges = sorted(got)
-    assert all(b - a >= 3 for a, b in zip(ranges, ranges[1:]))
+    assert all(b - a >= 3 for a, b in itertools.pairwise(ranges))
 
 
 async def test_sessions_come_and_go(kv):
@@ -86,7 +87,7 @@ async def test_sessions_come_and_go(kv):
     seen = []
 
     async def watch():
-        async for kind, sid, info in watch_sessions(kv, "datanode"):
+        async for kind, sid, _info in watch_sessions(kv, "datanode"):
             seen.append((kind, sid))
             if kind == "del":
                 return

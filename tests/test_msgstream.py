@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 
 import pytest
@@ -90,7 +91,7 @@ async def test_roundtrip_positions_and_isolation(ms, root):
         await p.publish(b, Msg(MsgType.Delete, 2000 + i, b"other"))  # must not reach `a`'s consumer
     c = await ms.consume(a)
     got = await drain(c, 6)
-    for (seq, payload, msg), m in zip(sent, got):
+    for (seq, payload, msg), m in zip(sent, got, strict=True):
         assert m.type == MsgType.Insert and m.timestamp == msg.timestamp
         assert bytes(m.payload) == payload and m.headers == msg.headers
         assert m.position.channel_name == a and m.position.seq == seq and m.position.timestamp == msg.timestamp
@@ -137,9 +138,9 @@ async def test_publish_many_order_with_time_ticks(ms, root):
             ts += 1
             items += [(v, Msg(MsgType.TimeTick, ts)) for v in vs]
     seqs = await ms.producer().publish_many(items)
-    assert len(seqs) == len(items) and all(x < y for x, y in zip(seqs, seqs[1:]))
+    assert len(seqs) == len(items) and all(x < y for x, y in itertools.pairwise(seqs))
     for v in vs:
-        expected = [(s, m) for s, (ch, m) in zip(seqs, items) if ch == v]
+        expected = [(s, m) for s, (ch, m) in zip(seqs, items, strict=True) if ch == v]
         c = await ms.consume(v)
         got = []
         while len(got) < len(expected):

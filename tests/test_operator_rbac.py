@@ -28,13 +28,12 @@ import yaml
 from pymilvus import MilvusClient
 
 from controllers import resources as R
-from tests.kmock_compat import KMockCompat
+from controllers.kube import KubeClient
+from kmilvus.util.embedded import free_port
+from tests.kmock_compat import KMockCompat, declare_crds
 from tests.test_chart import NS as RELEASE_NS
 from tests.test_chart import RELEASE, by_kind, render
-from controllers.kube import KubeClient
-from tests.kmock_compat import declare_crds
 from tests.test_controllers import COLL, FLUSH, SEGS, cfg, cond, obj, operators, start_operator  # noqa: F401
-from kmilvus.util.embedded import free_port
 from tests.util import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -316,8 +315,10 @@ async def test_proxy_and_datanode_run_from_their_rendered_pod_specs(
             w = next(d for d in by_kind(docs, kind) if d["metadata"]["name"] == name)
             argv, env = container_process(docs, user, w, f"{name}-0")
             assert "KMILVUS_TEST_ONLY" not in env and env["AWS_ACCESS_KEY_ID"] == "testing"
-            log = open(tmp_path / f"{name}.log", "wb")
-            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            with open(tmp_path / f"{name}.log", "wb") as log:
+                procs.append(
+                    subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                )
 
         def serving() -> bool:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
@@ -428,8 +429,8 @@ async def test_operator_process_from_its_pod_spec(
     argv, env = container_process(docs, user, w, f"{ACCOUNT}-0")
     assert env["KMILVUS_SPARK_RUNNER"] == "sparkapplication" and "KMILVUS_TEST_ONLY" not in env
     env["KUBECONFIG"] = str(kubeconfig(tmp_path / "kubeconfig", str(kmock.url)))
-    log = open(tmp_path / "operator.log", "wb")
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(tmp_path / "operator.log", "wb") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"), storage_uri=storage_uri)
         example = yaml.safe_load((ROOT / "crds" / "examples" / "collection.yaml").read_text())

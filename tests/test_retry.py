@@ -44,7 +44,7 @@ async def test_supervise_is_cancellable_while_backing_off():
 def test_backoff_doubles_up_to_the_cap_and_resets():
     b = Backoff(base=1.0, cap=4.0)
     delays = [b.next_delay() for _ in range(5)]
-    for got, top in zip(delays, [1, 2, 4, 4, 4]):
+    for got, top in zip(delays, [1, 2, 4, 4, 4], strict=True):
         assert 0.8 * top <= got <= top
     b.reset()
     assert b.next_delay() <= 1.0

@@ -157,7 +157,7 @@ async def register_when_etcd_is_back(session: Session) -> None:
     for attempt in range(100):
         try:
             return await session.register()
-        except Exception:  # noqa: BLE001 - etcd's port refuses connections for a moment
+        except Exception:  # etcd's port refuses connections for a moment
             if attempt == 99:
                 raise
             await asyncio.sleep(0.2)

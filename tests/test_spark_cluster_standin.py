@@ -239,7 +239,7 @@ async def kube(kmock):
 async def test_application_fails_when_the_secret_or_the_account_is_wrong(kmock, kube, tmp_path, broken):
     docs = render(chart_values("s3://b/data?endpoint=http://127.0.0.1:1"))
     settings = operator_settings(docs)
-    cluster = ClusterObjects(docs + [user_secret(access="AKIA", secret="s3cr3t")])
+    cluster = ClusterObjects([*docs, user_secret(access="AKIA", secret="s3cr3t")])
     if broken == "secret-missing":
         cluster.docs = [d for d in cluster.docs if d["kind"] != "Secret"]
     elif broken == "secret-key-missing":
@@ -290,7 +290,7 @@ async def test_bulk_import_with_only_what_the_spec_provides(
     docs = render(chart_values(storage_uri))
     settings = operator_settings(docs)
     assert settings["spark_s3_secret_name"] == "s3-creds" and settings["spark_namespace"] == NS
-    cluster = ClusterObjects(docs + [user_secret(access="spec-access-key", secret="spec-secret-key")])
+    cluster = ClusterObjects([*docs, user_secret(access="spec-access-key", secret="spec-secret-key")])
     monkeypatch.setenv("KMILVUS_TEST_ONLY_VARIABLE", "the test's own environment")
 
     n = 300

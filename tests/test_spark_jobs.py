@@ -299,7 +299,7 @@ def test_compaction_merges_small_segments(node_factory, tmp_path):
         ids = np.sort(back.column("100").to_numpy())
         np.testing.assert_array_equal(ids, np.arange(total))
         assert len(np.unique(back.column("0").to_numpy())) == total
-        tags = dict(zip(back.column("100").to_pylist(), back.column("102").to_pylist()))
+        tags = dict(zip(back.column("100").to_pylist(), back.column("102").to_pylist(), strict=True))
         assert tags[0] == "t0" and tags[total - 1] == f"t{total - 1}"
         # The sources are collected: files first, then meta.
         wait_until(lambda: all(s.id not in dc.meta.segments for s in sources), timeout=10, what="sources collected")
@@ -538,9 +538,8 @@ def test_job_rejects_bad_csv_and_nan(spark, tmp_path):
 
 def test_job_compaction_in_process(spark, tmp_path):
     """Two sources → two targets of equal size; rows keep IDs and timestamps, each exactly once."""
-    from kmilvus_jobs import compactor
-
     from kmilvus.storage import ObjectStore, write_insert_binlog
+    from kmilvus_jobs import compactor
 
     schema = _schema_pb()
     store = ObjectStore.from_uri((tmp_path / "store").as_uri())

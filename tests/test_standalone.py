@@ -22,22 +22,23 @@ def start_standalone(tmp_path: Path, *args: str, env: dict | None = None) -> tup
     port = free_port()
     log = tmp_path / "standalone.log"
     exe = Path(sys.executable).with_name("kmilvus")
-    proc = subprocess.Popen(
-        [
-            str(exe),
-            "standalone",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--port",
-            str(port),
-            "--cluster",
-            "sa" + str(port),
-            *args,
-        ],
-        stdout=open(log, "wb"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
-    )
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                str(exe),
+                "standalone",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--port",
+                str(port),
+                "--cluster",
+                "sa" + str(port),
+                *args,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
     deadline = time.monotonic() + 60
     while f"kmilvus standalone ready on 127.0.0.1:{port}" not in log.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -66,7 +67,7 @@ def test_standalone_serves_pymilvus_and_stops_cleanly_on_sigterm(tmp_path):
         c = MilvusClient(uri=f"http://127.0.0.1:{port}")
         c.create_collection("sa", schema=bench_schema())
         ids, vecs, tags = batch(0, 100)
-        c.insert("sa", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+        c.insert("sa", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags, strict=True)])
         c.flush("sa")
         assert c.list_collections() == ["sa"] and c.get_collection_stats("sa")["row_count"] == 100
         c.close()
@@ -93,7 +94,7 @@ def test_standalone_with_external_servers_and_s3_storage(tmp_path, etcd_endpoint
         c = MilvusClient(uri=f"http://127.0.0.1:{port}")
         c.create_collection("s3c", schema=bench_schema())
         ids, vecs, tags = batch(0, 1000)
-        c.insert("s3c", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+        c.insert("s3c", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags, strict=True)])
         c.flush("s3c")
         assert c.get_collection_stats("s3c")["row_count"] == 1000
         c.close()
@@ -130,7 +131,7 @@ def test_prometheus_metrics_are_exposed(tmp_path):
         c = MilvusClient(uri=f"http://127.0.0.1:{port}")
         c.create_collection("m", schema=bench_schema())
         ids, vecs, tags = batch(0, 250)
-        c.insert("m", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags)])
+        c.insert("m", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags, strict=True)])
         c.flush("m")
         c.close()
         time.sleep(1.2)  # DataCoord exports segment gauges once a second
@@ -149,5 +150,5 @@ def test_sigkilled_standalone_leaves_no_server_behind(tmp_path):
     assert {c.name() for c in children} >= {"etcd", "nats-server"}
     proc.kill()
     proc.wait(10)
-    gone, alive = psutil.wait_procs(children, timeout=10)
+    _gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"orphaned: {[c.name() for c in alive]}"

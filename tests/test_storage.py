@@ -249,7 +249,7 @@ async def test_read_segment_in_log_order(store):
     schema = make_schema()
     batches = {}
     for log_id, start in ((100, 0), (9, 50), (10, 80)):  # numeric, not lexicographic, order
-        b = make_batch(schema, start, 30 if log_id != 9 else 30, start)
+        b = make_batch(schema, start, 30, start)
         batches[log_id] = b
         await binlog.awrite_insert_binlog(store, paths.insert_log_key(1, 2, 3, log_id), [b])
     await binlog.awrite_insert_binlog(store, paths.insert_log_key(1, 2, 4, 1), [make_batch(schema, 999, 5, 1)])
@@ -297,7 +297,7 @@ async def test_ddl_binlogs_roundtrip(store):
     d = await binlog.aread_ddl_binlog(store, ddl_key)
     assert d.schema == binlog.DDL_SCHEMA
     assert d.column("type").type == pa.int32() and d.column("payload").type == pa.binary()
-    assert await binlog.aread_ddl_records(store, ddl_key) == list(zip(ts, types, payloads))
+    assert await binlog.aread_ddl_records(store, ddl_key) == list(zip(ts, types, payloads, strict=True))
     plain = pq.read_table(store.path(ddl_key), filesystem=store.filesystem)
     assert plain.column("payload").to_pylist() == payloads
     with pytest.raises(ValueError):

@@ -20,7 +20,7 @@ class LocalTSO:
     def __init__(self, tso: GlobalTSOAllocator):
         self.tso = tso
 
-    async def AllocTimestamp(self, req, context=None):  # noqa: N802 - the RPC's name
+    async def AllocTimestamp(self, req, context=None):  # the RPC's name
         return internal_pb2.AllocTimestampResponse(timestamp=await self.tso.alloc(req.count or 1), count=1)
 
 

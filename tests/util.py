@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def wait_until(pred: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> object:

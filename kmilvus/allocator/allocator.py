@@ -9,6 +9,8 @@ concurrent callers are served in order, so a caller that registered its timestam
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import Protocol
 
 import numpy as np
 
@@ -16,8 +18,18 @@ from kmilvus.proto import internal_pb2
 from kmilvus.util import merr
 
 
+class RootCoordAlloc(Protocol):
+    """What the allocators call: RootCoord's gRPC stub, or RootCoord itself in-process."""
+
+    def AllocTimestamp(
+        self, request: internal_pb2.AllocTimestampRequest, /
+    ) -> Awaitable[internal_pb2.AllocTimestampResponse]: ...
+
+    def AllocID(self, request: internal_pb2.AllocIDRequest, /) -> Awaitable[internal_pb2.AllocIDResponse]: ...
+
+
 class TimestampAllocator:
-    def __init__(self, rootcoord, source_id: int = 0):
+    def __init__(self, rootcoord: RootCoordAlloc, source_id: int = 0):
         self.rootcoord = rootcoord
         self.source_id = source_id
         self._lock = asyncio.Lock()
@@ -44,7 +56,7 @@ class TimestampAllocator:
 class IDAllocator:
     """Globally unique int64 IDs, fetched `batch` at a time."""
 
-    def __init__(self, rootcoord, batch: int = 100_000):
+    def __init__(self, rootcoord: RootCoordAlloc, batch: int = 100_000):
         self.rootcoord = rootcoord
         self.batch = batch
         self._next = 0

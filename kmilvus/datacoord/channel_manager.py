@@ -118,7 +118,7 @@ class ChannelManager:
                 if not self.nodes:
                     self.assign[ch] = 0
                     continue
-                load = {n: 0 for n in self.nodes}
+                load = dict.fromkeys(self.nodes, 0)
                 for n in self.assign.values():
                     if n in load:
                         load[n] += 1

@@ -361,7 +361,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 )
             for seg in new:
                 port.meta.segments[seg.id] = seg
-            for s, info in zip(sources, dropped):
+            for s, info in zip(sources, dropped, strict=True):
                 s.info = info
             await port.meta.notify(*new, *sources)
         log.info(

@@ -104,7 +104,7 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
         if self._tt_sub is not None:
             try:
                 await self._tt_sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - the connection may already be closed; nothing to undo
+            except Exception:  # the connection may already be closed; nothing to undo
                 log.info("time tick unsubscribe failed", exc_info=True)
 
     async def _background_step(self) -> None:
@@ -127,7 +127,7 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
             s.flush_sent_at = 0
 
     def _export_metrics(self) -> None:
-        counts = {name: 0 for name in SegmentState.keys()}
+        counts = dict.fromkeys(SegmentState.keys(), 0)
         for s in self.meta.segments.values():
             counts[SegmentState.Name(s.info.state)] += 1
         for name, n in counts.items():

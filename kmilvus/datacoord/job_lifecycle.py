@@ -19,8 +19,9 @@ import asyncio
 import base64
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from pymilvus.grpc_gen import schema_pb2
 
@@ -277,7 +278,7 @@ class JobLifecycle(Generic[J]):
             await self.port.store.delete(self.manifest_key(job))
         except FileNotFoundError:
             pass
-        except Exception:  # noqa: BLE001 - a stray manifest is removed with its collection
+        except Exception:  # a stray manifest is removed with its collection
             log.warning("manifest not deleted", kind=self.kind, job=self.job_id(job), exc_info=True)
 
     # ------------------------------------------------------------------ cancel
@@ -285,14 +286,14 @@ class JobLifecycle(Generic[J]):
         if handle_json:
             try:
                 await self.service.runner.cancel(json.loads(handle_json))
-            except Exception:  # noqa: BLE001 - an application already gone needs no stop
+            except Exception:  # an application already gone needs no stop
                 log.info("cancel of a Spark application failed", kind=self.kind, exc_info=True)
 
     async def _release_handle(self, handle_json: str) -> None:
         if handle_json:
             try:
                 await self.service.runner.release(json.loads(handle_json))
-            except Exception:  # noqa: BLE001 - release only frees the runner's bookkeeping
+            except Exception:  # release only frees the runner's bookkeeping
                 log.info("release of a Spark application failed", kind=self.kind, exc_info=True)
 
     async def cancel_tasks(self, job_ids) -> None:

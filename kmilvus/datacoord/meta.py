@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from pymilvus.grpc_gen import common_pb2
 
+from kmilvus.datacoord.segment_feed import SegmentFeed
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
-from kmilvus.datacoord.segment_feed import SegmentFeed
 from kmilvus.proto import internal_pb2
 from kmilvus.util import merr
 
@@ -55,11 +55,11 @@ class SegmentMeta:
             info = internal_pb2.SegmentInfo.FromString(raw)
             self.segments[info.ID] = Segment(info)
         for key, raw in await self.kv.get_prefix("datacoord-meta/binlog/"):
-            _, _, coll, seg, log_id = key.split("/")
+            _, _, _coll, seg, log_id = key.split("/")
             if (s := self.segments.get(int(seg))) is not None:
                 s.binlogs[int(log_id)] = internal_pb2.Binlog.FromString(raw)
         for key, raw in await self.kv.get_prefix("datacoord-meta/ddl-binlog/"):
-            _, _, coll, seg, idx = key.split("/")
+            _, _, _coll, seg, idx = key.split("/")
             if (s := self.segments.get(int(seg))) is not None:
                 s.ddl_binlogs[int(idx)] = internal_pb2.DDLBinlogMeta.FromString(raw)
         for key, raw in await self.kv.get_prefix("datacoord-meta/channel-cp/"):

@@ -57,7 +57,7 @@ class PendingWrite:
 
 
 class FlowGraph:
-    def __init__(self, node: "DataNode", info: internal_pb2.ChannelWatchInfo):
+    def __init__(self, node: DataNode, info: internal_pb2.ChannelWatchInfo):
         self.node = node
         self.info = info
         self.vchannel = info.vchannel
@@ -111,7 +111,7 @@ class FlowGraph:
                     break
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.error("flowgraph failed", channel=self.vchannel, exc_info=True)
             raise
         if self.dropped:

@@ -7,8 +7,9 @@ no reader ever sees half a change and a crash never leaves one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import AsyncIterator, Iterable
+from typing import Any, TypeVar
 
 import aetcd
 import aetcd.rtypes
@@ -20,6 +21,7 @@ from kmilvus.log import get_logger
 from kmilvus.util import merr
 
 log = get_logger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,15 +34,15 @@ class Op:
     lease: int | None = None
 
     @staticmethod
-    def put(key: str, value: bytes, lease: int | None = None) -> "Op":
+    def put(key: str, value: bytes, lease: int | None = None) -> Op:
         return Op("put", key, value, lease)
 
     @staticmethod
-    def delete(key: str) -> "Op":
+    def delete(key: str) -> Op:
         return Op("delete", key)
 
     @staticmethod
-    def delete_prefix(prefix: str) -> "Op":
+    def delete_prefix(prefix: str) -> Op:
         return Op("delete_prefix", prefix)
 
 
@@ -53,19 +55,19 @@ class Cmp:
     value: bytes | int = b""
 
     @staticmethod
-    def value_eq(key: str, value: bytes) -> "Cmp":
+    def value_eq(key: str, value: bytes) -> Cmp:
         return Cmp("value", key, value)
 
     @staticmethod
-    def missing(key: str) -> "Cmp":
+    def missing(key: str) -> Cmp:
         return Cmp("missing", key)
 
     @staticmethod
-    def exists(key: str) -> "Cmp":
+    def exists(key: str) -> Cmp:
         return Cmp("exists", key)
 
     @staticmethod
-    def mod_revision(key: str, rev: int) -> "Cmp":
+    def mod_revision(key: str, rev: int) -> Cmp:
         return Cmp("mod_rev", key, rev)
 
 
@@ -100,7 +102,7 @@ class EtcdKV:
         self._fence = fence
 
     @classmethod
-    async def connect(cls, endpoints: list[str], root: str, *, timeout: float = 10.0) -> "EtcdKV":
+    async def connect(cls, endpoints: list[str], root: str, *, timeout: float = 10.0) -> EtcdKV:
         host, _, port = endpoints[0].removeprefix("http://").partition(":")
         client = aetcd.Client(
             host=host or "127.0.0.1",
@@ -114,11 +116,11 @@ class EtcdKV:
     async def close(self) -> None:
         await self.client.close()
 
-    def sub(self, root: str) -> "EtcdKV":
+    def sub(self, root: str) -> EtcdKV:
         """The same connection rooted further down (and fenced the same way)."""
         return EtcdKV(self.client, f"{self._prefix}{root}", self._fence)
 
-    def fenced(self, key: str, value: bytes) -> "EtcdKV":
+    def fenced(self, key: str, value: bytes) -> EtcdKV:
         """This KV, with every write applied only while `key` holds `value` (a leader lock);
         otherwise the write raises FencedError and changes nothing. etcd decides, in the same
         transaction as the write: no local clock is trusted."""
@@ -210,10 +212,10 @@ class EtcdKV:
             kvs = resp.responses[0].response_range.kvs
             if not kvs or kvs[0].value != fence.value:
                 raise FencedError(f"not the leader any more ({fence.key.decode()})")
-        return resp.succeeded
+        return bool(resp.succeeded)
 
     @_handle_errors
-    async def _txn(self, req):
+    async def _txn(self, req: etcdrpc.TxnRequest) -> etcdrpc.TxnResponse:
         # aetcd's own transaction() rebuilds ops from its own types and cannot express a
         # prefix delete; the raw request can, with aetcd's connection and error mapping.
         c = self.client
@@ -245,12 +247,12 @@ class EtcdKV:
     async def revision(self) -> int:
         """The store's current revision (for watching from a consistent snapshot)."""
         r = await self.client.get_prefix(self._k(""), keys_only=True)
-        return r.header.revision
+        return int(r.header.revision)
 
     # Leases -----------------------------------------------------------------------------
     async def grant(self, ttl: int) -> int:
         lease = await self.client.lease(ttl)
-        return lease.id
+        return int(lease.id)
 
     async def keepalive(self, lease_id: int) -> int:
         """Refresh a lease; returns its remaining TTL (≤ 0: the lease is gone)."""
@@ -261,12 +263,13 @@ class EtcdKV:
         await self.client.revoke_lease(lease_id)
 
 
-async def retrying(fn, *args, attempts: int = 50, delay: float = 0.05, **kwargs):
-    """Retry an idempotent etcd call through transient connection errors."""
-    for i in range(attempts):
+async def retrying(
+    fn: Callable[..., Awaitable[T]], *args: Any, attempts: int = 50, delay: float = 0.05, **kwargs: Any
+) -> T:
+    """Retry an idempotent etcd call through transient connection errors (the last one raises)."""
+    for _ in range(attempts - 1):
         try:
             return await fn(*args, **kwargs)
         except (aetcd.exceptions.ConnectionFailedError, aetcd.exceptions.ConnectionTimeoutError):
-            if i == attempts - 1:
-                raise
             await asyncio.sleep(delay)
+    return await fn(*args, **kwargs)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -120,7 +121,7 @@ class MsgStream:
                 name=label,
                 allow_reconnect=True,
                 max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
+                reconnect_time_wait=0.5,  # type: ignore[arg-type]  # seconds for asyncio.sleep: a float works
                 connect_timeout=5,
                 ping_interval=10,
                 max_outstanding_pings=3,
@@ -208,10 +209,8 @@ class MsgStream:
         returns how many there were."""
         names = await self.consumer_names(vchannel)
         for name in names:
-            try:
+            with contextlib.suppress(nats.js.errors.NotFoundError):
                 await self.js.delete_consumer(self.stream, name)
-            except nats.js.errors.NotFoundError:
-                pass
         return len(names)
 
     async def last_seq(self, vchannel: str) -> int:
@@ -236,10 +235,8 @@ class MsgStream:
 
     async def delete_stream(self) -> None:
         """Delete the cluster's stream and every consumer on it (tests, teardown)."""
-        try:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
             await self.js.delete_stream(self.stream)
-        except nats.js.errors.NotFoundError:
-            pass
 
     async def close(self) -> None:
         """Close open consumers (deleting them server-side), flush and disconnect."""
@@ -288,6 +285,8 @@ class Producer:
 
     async def _send(self, vchannel: str, msg: Msg, msg_id: str | None) -> list[asyncio.Future[api.PubAck]]:
         """Send `msg` (split if needed); returns the ack futures of its NATS messages."""
+        # nats-py annotates `payload: bytes` but needs only a buffer: passing memoryviews saves a
+        # copy of every payload, hence the `type: ignore[arg-type]` on publish_async below.
         s = self._s
         js = s.js
         subject = s.subject(vchannel)
@@ -300,13 +299,13 @@ class Producer:
         size = len(payload)
         max_payload = s.nc.max_payload
         if size <= s.max_message_bytes and size + _SMALL_HDRS <= max_payload:  # the common case
-            fut = await js.publish_async(subject, payload, headers=headers)
+            fut = await js.publish_async(subject, payload, headers=headers)  # type: ignore[arg-type]
             if size >= YIELD_BYTES:
                 await asyncio.sleep(0)
             return [fut]
         limit = min(s.max_message_bytes, max_payload - _headers_size(headers) - 2 * len(msg_id or "") - _HDR_SLACK)
         if size <= limit:
-            fut = await js.publish_async(subject, payload, headers=headers)
+            fut = await js.publish_async(subject, payload, headers=headers)  # type: ignore[arg-type]
             await asyncio.sleep(0)
             return [fut]
         if limit <= 0:
@@ -324,7 +323,7 @@ class Producer:
                 h[_H_MSG_ID] = f"{msg_id}#{i}/{n}"
             if i:
                 h[H_CHUNK_START] = str(start)
-            fut = await js.publish_async(subject, view[i * limit : (i + 1) * limit], headers=h)
+            fut = await js.publish_async(subject, view[i * limit : (i + 1) * limit], headers=h)  # type: ignore[arg-type]
             await asyncio.sleep(0)
             if i == 0:
                 # Later parts record part 0's seq; one round trip per multi-MB message.
@@ -472,7 +471,7 @@ class Consumer:
                 if self._closed:  # closed while we were recreating it
                     await self._stop()
                 return
-            except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+            except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as e:
                 log.warning("consumer create failed, retrying", vchannel=self.vchannel, error=repr(e))
                 await asyncio.sleep(0.5)
 
@@ -539,7 +538,7 @@ class Consumer:
         limit = 3 * HEARTBEAT if timeout is None else min(timeout, 3 * HEARTBEAT)
         try:
             await asyncio.wait_for(self._wake.wait(), limit)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             now = loop.time()
             if self._rx != self._seen_rx:
                 self._seen_rx, self._seen_at = self._rx, now
@@ -596,6 +595,7 @@ class Consumer:
         i, n = int(i_s), int(n_s)
         cid = headers[H_CHUNK_ID]
         groups = self._groups
+        g: _Group | None
         if i == 0:
             if len(groups) >= MAX_OPEN_GROUPS:
                 oldest = next(iter(groups))
@@ -627,7 +627,7 @@ class Consumer:
                 return await self._s.js.get_msg(self._s.stream, seq=seq, subject=self.subject, next=True, direct=True)
             except nats.js.errors.NotFoundError:
                 raise
-            except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+            except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as e:
                 if self._closed:
                     raise
                 log.warning(
@@ -669,5 +669,5 @@ async def _quietly(aw: Awaitable[Any]) -> None:
     """Best-effort cleanup: the connection may be closing or the consumer already gone."""
     try:
         await aw
-    except (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError) as e:
+    except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as e:
         log.info("cleanup step failed", error=repr(e))

@@ -4,9 +4,9 @@ Importing this package regenerates the modules when a .proto changed (or on a fr
 so code never runs against stale generated code.
 """
 
+import contextlib
+
 from kmilvus.proto import build as _build
 
-try:
+with contextlib.suppress(OSError):  # read-only install: the image build generated them already
     _build.build()
-except OSError:  # read-only install: the image build generated them already
-    pass

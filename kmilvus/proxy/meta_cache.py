@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
-from kmilvus.util import merr
-from kmilvus.util import typeutil
+from kmilvus.util import merr, typeutil
 from kmilvus.util.constants import DEFAULT_DB, default_partition_id
 
 

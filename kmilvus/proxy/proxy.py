@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
 
-from kmilvus import __version__
+from kmilvus import __version__, metrics
 from kmilvus import components as roles
 from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
@@ -21,7 +21,6 @@ from kmilvus.proxy.jobs import ProxyJobsMixin
 from kmilvus.proxy.meta_cache import MetaCache
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
-from kmilvus import metrics
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.tasks import BackgroundTasks

@@ -37,7 +37,7 @@ class Task:
             await self.pre_execute()
             await self.execute()
             await self.post_execute()
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+        except BaseException as exc:  # handed to the waiter
             self.notify(exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise

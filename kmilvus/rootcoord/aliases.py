@@ -68,7 +68,7 @@ class AliasMixin:
         results = await asyncio.gather(
             *(p.InvalidateCollectionMetaCache(req) for p in proxies.values()), return_exceptions=True
         )
-        for sid, r in zip(proxies, results):
+        for sid, r in zip(proxies, results, strict=True):
             if isinstance(r, BaseException):
                 log.warning("invalidate alias cache failed", proxy=sid, alias=alias, error=str(r))
 

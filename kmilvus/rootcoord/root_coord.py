@@ -188,7 +188,7 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
 
     async def _new_collection_info(self, db, schema, shards, req) -> internal_pb2.CollectionInfo:
         coll_id = await self.ids.alloc(2)  # the collection's ID and its default partition's
-        used = {p: 0 for p in self.pchannels}
+        used = dict.fromkeys(self.pchannels, 0)
         for c in self.collections.values():
             for p in c.physical_channel_names:
                 used[p] = used.get(p, 0) + 1
@@ -369,7 +369,7 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
         results = await asyncio.gather(
             *(p.InvalidateCollectionMetaCache(req) for p in proxies.values()), return_exceptions=True
         )
-        for sid, r in zip(proxies, results):
+        for sid, r in zip(proxies, results, strict=True):
             if isinstance(r, BaseException):
                 log.warning("invalidate meta cache failed", proxy=sid, error=str(r))
 
@@ -404,13 +404,13 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
         results = await asyncio.gather(
             *(p.ReleaseDQLMessageStream(req) for p in proxies.values()), return_exceptions=True
         )
-        for sid, r in zip(proxies, results):
+        for sid, r in zip(proxies, results, strict=True):
             if isinstance(r, BaseException):  # a Proxy that is gone holds no stream to release
                 log.warning("release DQL stream failed", proxy=sid, error=str(r))
         return merr.success()
 
 
-def MilvusError_dup(name: str) -> merr.MilvusError:  # noqa: N802 - reads like the error it builds
+def MilvusError_dup(name: str) -> merr.MilvusError:  # reads like the error it builds
     return merr.MilvusError(
         merr.PARAMETER_INVALID, f"create duplicate collection with different parameters, collection: {name}"
     )

@@ -31,7 +31,7 @@ def validate_name(name: str, what: str = "collection") -> None:
             merr.PARAMETER_INVALID,
             f"Invalid {what} name: {name}. The length of a {what} name must be less than {MAX_NAME_LENGTH} characters.",
         )
-    if not (name[0] == "_" or name[0].isascii() and name[0].isalpha()):
+    if not (name[0] == "_" or (name[0].isascii() and name[0].isalpha())):
         raise MilvusError(
             merr.PARAMETER_INVALID,
             f"Invalid {what} name: {name}. The first character of a {what} name must be an underscore or letter.",
@@ -67,7 +67,8 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
             if raw is None:
                 raise MilvusError(
                     merr.PARAMETER_INVALID,
-                    f"dimension is not defined in field type params of field {f.name}, check type param `dim` for vector field",
+                    f"dimension is not defined in field type params of field {f.name}, "
+                    "check type param `dim` for vector field",
                 )
             try:
                 dim = int(raw)
@@ -85,7 +86,8 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
             if raw is None:
                 raise MilvusError(
                     merr.PARAMETER_INVALID,
-                    f"type param(max_length) should be specified for varChar field({f.name}) of collection {schema.name}",
+                    f"type param(max_length) should be specified for varChar field({f.name}) "
+                    f"of collection {schema.name}",
                 )
             try:
                 n = int(raw)
@@ -96,7 +98,8 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
             if not 0 < n <= max_varchar:
                 raise MilvusError(
                     merr.PARAMETER_INVALID,
-                    f"the maximum length specified for field({f.name}) should be in (0, {max_varchar}], but got {n} instead",
+                    f"the maximum length specified for field({f.name}) should be in (0, {max_varchar}], "
+                    f"but got {n} instead",
                 )
         if f.is_dynamic:
             raise MilvusError(merr.PARAMETER_INVALID, "cannot explicitly set a field as a dynamic field")

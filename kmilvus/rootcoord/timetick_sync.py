@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from kmilvus import metrics
 from kmilvus.log import get_logger

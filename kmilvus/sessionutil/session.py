@@ -13,8 +13,8 @@ import json
 import os
 import socket
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
-from typing import AsyncIterator
 
 import aetcd.exceptions
 
@@ -38,7 +38,7 @@ class SessionInfo:
         return json.dumps(asdict(self)).encode()
 
     @staticmethod
-    def decode(raw: bytes) -> "SessionInfo":
+    def decode(raw: bytes) -> SessionInfo:
         return SessionInfo(**json.loads(raw))
 
 

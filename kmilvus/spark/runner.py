@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from kmilvus.log import get_logger
@@ -37,7 +38,7 @@ EVENTS_ENV = "KMILVUS_JOB_EVENTS"  # file the job appends its JSON events to (lo
 INLINE_ARG_LIMIT = 64 * 1024  # longer arguments are handed over as a file
 
 
-class JobState(str, Enum):
+class JobState(StrEnum):
     NEW = ""
     SUBMITTED = "SUBMITTED"
     RUNNING = "RUNNING"
@@ -77,7 +78,7 @@ class JobRunner(abc.ABC):
     async def cancel(self, handle: dict) -> None:
         """Stop the application; returns once nothing of it runs any more."""
 
-    async def release(self, handle: dict) -> None:
+    async def release(self, handle: dict) -> None:  # noqa: B027 - an optional hook: by default nothing to release
         """Forget a finished application (remove its leftovers). Optional."""
 
 
@@ -171,6 +172,14 @@ class LocalSparkRunner(JobRunner):
         return argv, env
 
     async def submit(self, app: dict) -> dict:
+        # Clearing the work dir, writing the command and forking spark-submit block: off the loop.
+        handle, proc = await asyncio.to_thread(self._start, app)
+        if proc is not None:
+            self._procs[handle["name"]] = proc
+            log.info("spark application submitted", app=handle["name"], pid=proc.pid, master=self.master)
+        return handle
+
+    def _start(self, app: dict) -> tuple[dict, subprocess.Popen | None]:
         name = app["metadata"]["name"]
         workdir = self.work_dir / name
         shutil.rmtree(workdir, ignore_errors=True)
@@ -180,34 +189,30 @@ class LocalSparkRunner(JobRunner):
             argv, env = self.command(app, workdir)
         except (OSError, KeyError) as exc:
             (workdir / "submission-error").write_text(str(exc))
-            return handle
+            return handle, None
         (workdir / "command.json").write_text(json.dumps(argv))
         rc = workdir / "rc"
         script = (
             'rc=0; "$@" || rc=$?; echo "$rc" > "$KMILVUS_RC_FILE.tmp" && mv "$KMILVUS_RC_FILE.tmp" "$KMILVUS_RC_FILE"'
         )
         env["KMILVUS_RC_FILE"] = str(rc)
-        out = open(workdir / "driver.log", "ab")
-        try:
-            proc = subprocess.Popen(
-                ["/bin/sh", "-c", script, "sh", *argv],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=str(workdir),
-                start_new_session=True,
-            )
-        except OSError as exc:
-            (workdir / "submission-error").write_text(str(exc))
-            return handle
-        finally:
-            out.close()
-        self._procs[name] = proc
+        with open(workdir / "driver.log", "ab") as out:  # the child keeps its own descriptor
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", script, "sh", *argv],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    cwd=str(workdir),
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                (workdir / "submission-error").write_text(str(exc))
+                return handle, None
         handle["pid"] = proc.pid
         handle["create_time"] = _create_time(proc.pid)
-        log.info("spark application submitted", app=name, pid=proc.pid, master=self.master)
-        return handle
+        return handle, proc
 
     # -------------------------------------------------------------------------------- state
     def _alive(self, handle: dict) -> bool:
@@ -257,9 +262,8 @@ class LocalSparkRunner(JobRunner):
     async def cancel(self, handle: dict) -> None:
         name = handle["name"]
         self._cancelled.add(name)
-        workdir = Path(handle["workdir"])
-        if workdir.exists():
-            (workdir / "cancelled").write_text("cancelled")
+        with contextlib.suppress(FileNotFoundError):  # no work dir: nothing to mark
+            await asyncio.to_thread((Path(handle["workdir"]) / "cancelled").write_text, "cancelled")
         if not self._alive(handle):
             return
         await asyncio.to_thread(_kill_tree, int(handle["pid"]))
@@ -293,27 +297,21 @@ def _kill_tree(pid: int, grace: float = 5.0) -> None:
 
     try:
         root = psutil.Process(pid)
-        procs = [root] + root.children(recursive=True)
+        procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=grace)
     # Late-forked workers (a daemon forking while we signalled) are caught on a second sweep.
     extra = []
     for p in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             extra += p.children(recursive=True)
-        except psutil.NoSuchProcess:
-            pass
     for p in alive + extra:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(alive + extra, timeout=grace)
 
 

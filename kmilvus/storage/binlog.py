@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,15 +58,15 @@ class BinlogInfo:
 
 
 def _is_vector(t: pa.DataType) -> bool:
-    return pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
+    return bool(pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t))
 
 
 def parquet_options(schema: pa.Schema) -> dict:
     """ParquetWriter keyword arguments for a binlog of `schema` (see the module docstring)."""
     vectors = [f.name for f in schema if _is_vector(f.type)]
     scalars = [f.name for f in schema if not _is_vector(f.type)]
-    compression = {n: "none" for n in vectors}
-    compression.update({n: SCALAR_COMPRESSION for n in scalars})
+    compression = dict.fromkeys(vectors, "none")
+    compression.update(dict.fromkeys(scalars, SCALAR_COMPRESSION))
     return {
         "compression": compression,
         "use_dictionary": scalars,
@@ -91,7 +92,7 @@ def _to_table(batches: list[pa.RecordBatch] | pa.Table | pa.RecordBatch) -> pa.T
     return pa.Table.from_batches(batches)
 
 
-def write_parquet(store: ObjectStore, key: str, table: pa.Table, **options) -> int:
+def write_parquet(store: ObjectStore, key: str, table: pa.Table, **options: Any) -> int:
     """Write `table` as one Parquet file at `key` (atomically for readers); returns its size."""
     fs = store.filesystem
     rows = options.pop("row_group_size", None) or row_group_rows(table)
@@ -100,12 +101,12 @@ def write_parquet(store: ObjectStore, key: str, table: pa.Table, **options) -> i
         with fs.open_output_stream(path) as out:
             with pq.ParquetWriter(out, table.schema, **options) as writer:
                 writer.write_table(table, row_group_size=rows)
-            return out.tell()
+            return int(out.tell())
 
     path = store.path(key)
     if not store.local:
         return produce(path)
-    written = []
+    written: list[int] = []
     store.atomic_local(path, lambda tmp: written.append(produce(tmp)))
     return written[-1]
 
@@ -141,7 +142,7 @@ def read_binlog(store: ObjectStore, key: str) -> pa.Table:
     return pq.read_table(store.path(key), filesystem=store.filesystem)
 
 
-def _log_sort_key(key: str):
+def _log_sort_key(key: str) -> tuple[int, int, str]:
     lid = _log_id_of(key)
     return (0, lid, key) if lid is not None else (1, 0, key)
 
@@ -212,7 +213,9 @@ def read_ddl_binlog(store: ObjectStore, key: str) -> pa.Table:
 def read_ddl_records(store: ObjectStore, ddl_key: str) -> list[tuple[int, int, bytes]]:
     """The `ddl` file's rows as (ts, msg type, payload)."""
     t = read_binlog(store, ddl_key)
-    return list(zip(t.column("ts").to_pylist(), t.column("type").to_pylist(), t.column("payload").to_pylist()))
+    return list(
+        zip(t.column("ts").to_pylist(), t.column("type").to_pylist(), t.column("payload").to_pylist(), strict=True)
+    )
 
 
 # ------------------------------------------------------------------------------ async wrappers

@@ -16,10 +16,13 @@ to the root, so dropping everything a collection owns returns the tree to its ea
 from __future__ import annotations
 
 import asyncio
+import builtins
+import contextlib
 import os
 import posixpath
 import uuid
-from urllib.parse import parse_qs, unquote, urlparse
+from collections.abc import Callable
+from urllib.parse import ParseResult, parse_qs, unquote, urlparse
 
 import pyarrow.fs as pafs
 
@@ -62,7 +65,7 @@ class ObjectStore:
     # ---------------------------------------------------------------- construction
 
     @classmethod
-    def from_uri(cls, uri: str) -> "ObjectStore":
+    def from_uri(cls, uri: str) -> ObjectStore:
         if uri.startswith("/"):
             uri = "file://" + uri
         u = urlparse(uri)
@@ -77,7 +80,7 @@ class ObjectStore:
         raise ValueError(f"unsupported storage URI {uri!r} (use file:///abs/path or s3://bucket/prefix)")
 
     @classmethod
-    def _from_s3(cls, u) -> "ObjectStore":
+    def _from_s3(cls, u: ParseResult) -> ObjectStore:
         bucket = u.netloc
         if not bucket:
             raise ValueError("s3 URI needs a bucket: s3://bucket/prefix")
@@ -143,7 +146,7 @@ class ObjectStore:
         with open(tmp, "wb") as f:
             f.write(data)
 
-    def atomic_local(self, path: str, produce) -> None:
+    def atomic_local(self, path: str, produce: Callable[[str], object]) -> None:
         """Run `produce(tmp_path)` then rename tmp → path (local stores only).
 
         The parent directory is created first; should a concurrent prune remove it in between,
@@ -179,7 +182,8 @@ class ObjectStore:
 
     def read_sync(self, key: str) -> bytes:
         with self.filesystem.open_input_file(self.path(key)) as f:
-            return f.read()
+            data: bytes = f.read()
+            return data
 
     def info_sync(self, key: str) -> pafs.FileInfo:
         return self.filesystem.get_file_info(self.path(key))
@@ -226,10 +230,8 @@ class ObjectStore:
         base = self._dir(prefix)
         info = self.filesystem.get_file_info(base)
         if info.type == pafs.FileType.Directory:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.filesystem.delete_dir(base)
-            except FileNotFoundError:
-                pass
         elif info.type == pafs.FileType.File:
             self.filesystem.delete_file(base)
         elif not self.local:
@@ -263,13 +265,13 @@ class ObjectStore:
 
     async def exists(self, key: str) -> bool:
         info = await asyncio.to_thread(self.info_sync, key)
-        return info.type == pafs.FileType.File
+        return bool(info.type == pafs.FileType.File)
 
     async def size(self, key: str) -> int:
         info = await asyncio.to_thread(self.info_sync, key)
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(key)
-        return info.size
+        return int(info.size)
 
     async def list(self, prefix: str = "") -> list[tuple[str, int]]:
         return await asyncio.to_thread(self.list_sync, prefix)
@@ -280,7 +282,7 @@ class ObjectStore:
     async def delete_prefix(self, prefix: str) -> None:
         await asyncio.to_thread(self.delete_prefix_sync, prefix)
 
-    async def walk(self) -> list[str]:
+    async def walk(self) -> builtins.list[str]:  # `list` here is the method above
         return await asyncio.to_thread(self.walk_sync)
 
     def __repr__(self) -> str:
@@ -297,7 +299,5 @@ def _fsync_file(path: str) -> None:
 
 
 def _unlink_quiet(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass

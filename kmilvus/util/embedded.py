@@ -86,7 +86,6 @@ def _die_with_parent() -> None:
 
 def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    out = open(log_path, "ab")
     # Python code between fork and exec (preexec_fn) is unsafe in a threaded process: started from
     # one (gRPC, an event-loop thread) the child has died with SIGSEGV before exec. util-linux's
     # setpriv (Essential on Debian) sets the parent-death signal and execs the server instead.
@@ -96,7 +95,7 @@ def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | Non
         argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
     else:
         preexec = _die_with_parent
-    try:
+    with open(log_path, "ab") as out:  # the child keeps its own descriptor
         # New process group: a Ctrl-C to the terminal reaches us, and we stop children in order.
         return subprocess.Popen(
             argv,
@@ -107,8 +106,6 @@ def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | Non
             env={**os.environ, **(env or {})},
             preexec_fn=preexec,
         )
-    finally:
-        out.close()
 
 
 def _wait(check, proc: subprocess.Popen, name: str, log_path: Path, timeout: float) -> None:

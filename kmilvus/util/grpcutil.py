@@ -8,8 +8,8 @@ context=None)`. In one process a caller holds the object itself; across processe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 
@@ -55,7 +55,6 @@ def answer_unimplemented_quietly(servicer: Any) -> None:
     traceback; an RPC kmilvus has not built is a normal answer, not a server fault. Instance
     attributes shadow the base methods, so the class itself is left alone.
     """
-    from kmilvus import metrics
 
     role = getattr(servicer, "role", type(servicer).__name__)
     for base in _generated_servicers(type(servicer)):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from pymilvus.grpc_gen import common_pb2
 
@@ -107,7 +108,7 @@ def rpc(response_type: Any | None = None, *, status_field: str = "status"):
             started = time.perf_counter()
             try:
                 return await fn(self, request, context)
-            except Exception as exc:  # noqa: BLE001 - every failure goes back as a status
+            except Exception as exc:  # every failure goes back as a status
                 status = status_of(exc)
                 metrics.RPC_FAILURES.labels(getattr(self, "role", "?"), method, str(status.code)).inc()
                 if not isinstance(exc, MilvusError):

@@ -51,7 +51,7 @@ async def supervise(
             return
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the point: log, back off, run again
+        except Exception as exc:  # the point: log, back off, run again
             if loop.time() - started >= healthy_after:
                 backoff.reset()
             delay = backoff.next_delay()

@@ -8,7 +8,7 @@ go on" loop the coordinators run at a steady pace.
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 
 from kmilvus.log import get_logger
 
@@ -28,7 +28,7 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task | None], *, log_failures:
             me = asyncio.current_task()
             if me is not None and me.cancelling():
                 raise  # we are cancelled ourselves, not just the task we waited for
-        except Exception:  # noqa: BLE001 - logged (here or by its owner); the stop goes on
+        except Exception:  # logged (here or by its owner); the stop goes on
             if log_failures:
                 log.error("background task failed", task=t.get_name(), exc_info=True)
 
@@ -73,5 +73,5 @@ async def _periodic(interval: float | Callable[[], float], step: Callable[[], Aw
             await step()
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - logged; retried on the next period
+        except Exception:  # logged; retried on the next period
             log.warning("periodic step failed", task=name, exc_info=True)

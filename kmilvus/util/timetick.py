@@ -10,7 +10,7 @@ everything still in flight.
 from __future__ import annotations
 
 import contextlib
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from kmilvus.allocator import TimestampAllocator
 

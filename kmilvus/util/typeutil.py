@@ -15,7 +15,7 @@ Validation follows Milvus' proxy (validate_util.go / insert task) and its wordin
 from __future__ import annotations
 
 import json
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa

@@ -64,7 +64,10 @@ def _native_frame(spark, store, files, plans, columns):
     tail = F.regexp_extract(F.col("_metadata.file_path"), KEY_TAIL, 1)
     offset = F.create_map(*[x for f in files for x in (F.lit(f["tail"]), F.lit(f["offset"]).cast("long"))])
     plan = F.create_map(*[x for f in files for x in (F.lit(f["tail"]), F.lit(f["plan"]))])
-    arr = lambda k: F.array(*[F.lit(p[k]).cast("long") for p in plans])
+
+    def arr(k):
+        return F.array(*[F.lit(p[k]).cast("long") for p in plans])
+
     df = raw.select(*[F.col(f"`{c}`") for c in columns], tail.alias("__k"), F.col("_metadata.row_index").alias("__ri"))
     df = df.withColumn("__p", F.element_at(plan, F.col("__k")) + 1)
     df = df.withColumn("__g", F.element_at(offset, F.col("__k")) + F.col("__ri"))

@@ -406,7 +406,7 @@ def duplicate_key_parquet(files, counts, pk):
             return None
         value = dup.field("values")[0].as_py()
         where = np.flatnonzero(pc.equal(keys, value).to_numpy(zero_copy_only=False))
-    offsets = np.cumsum([0] + list(counts))
+    offsets = np.cumsum([0, *counts])
 
     def locate(g):
         fi = int(np.searchsorted(offsets, g, side="right") - 1)
@@ -573,7 +573,7 @@ def run(spark, spec: dict) -> dict:
 
     out_segments = []
     row_id_start = int(spec["row_id_start"])
-    for k, (c, p, sid) in enumerate(segments):
+    for k, (_c, p, sid) in enumerate(segments):
         logs = sorted((r for r in binlogs if r["seg"] == k), key=lambda r: r["log_id"])
         rows = sum(r["rows"] for r in logs)
         first = -(-k * total // n_seg)
@@ -611,7 +611,9 @@ def run(spark, spec: dict) -> dict:
         "partition_id": part,
         "rows": written,
         "timestamp": int(spec["timestamp"]),
-        "files": [{"uri": f.uri, "format": f.fmt, "size": f.size, "rows": c} for f, c in zip(files, counts)],
+        "files": [
+            {"uri": f.uri, "format": f.fmt, "size": f.size, "rows": c} for f, c in zip(files, counts, strict=True)
+        ],
         "input_bytes": sum(f.size for f in files),
         "segments": out_segments,
         "spark_seconds": round(time.time() - started, 3),

@@ -60,7 +60,7 @@ def arrow_parquet_frame(spark, f, file_index: int, columns: list[tuple[str, str,
                 for rg in b.column("__task").to_pylist():
                     t = pf.read_row_group(rg, columns=src_names)
                     arrays = []
-                    for (name, _, typ), col in zip(columns, t.columns):
+                    for (_name, _, typ), col in zip(columns, t.columns, strict=True):
                         col = to_list(col.combine_chunks())
                         arrays.append(col if col.type == typ else col.cast(typ))
                     n = t.num_rows

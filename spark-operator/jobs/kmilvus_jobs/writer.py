@@ -23,6 +23,7 @@ dot-prefixed temporary name and renamed when complete, so readers never see half
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 
 import pyarrow as pa
@@ -190,16 +191,12 @@ class _Piece:
     def abort(self) -> None:
         for closer in (self._writer, self._stream):
             if closer is not None:
-                try:
+                with contextlib.suppress(Exception):  # best effort on the way out: the job failed already
                     closer.close()
-                except Exception:  # noqa: BLE001 - best effort on the way out
-                    pass
         target = self._tmp or (None if self.store.local else self.path)
         if target:
-            try:
+            with contextlib.suppress(OSError):
                 self.store.filesystem.delete_file(target)
-            except (OSError, FileNotFoundError):
-                pass
 
 
 class BinlogWriter:
@@ -332,7 +329,7 @@ class BinlogWriter:
 
 
 def _record(**kw) -> dict:
-    base = {n: None for n in RESULT_SCHEMA.names}
+    base = dict.fromkeys(RESULT_SCHEMA.names)
     base.update(kw)
     return base
 
