@@ -97,3 +97,42 @@ class Coords:
                 ]
             )
         )
+
+
+class WatchingDataNode:
+    """The test plays a DataNode that accepts DataCoord's channel watches (and nothing more:
+    it consumes no stream, so only the test's own messages reach DataCoord)."""
+
+    def __init__(self) -> None:
+        self.watches: dict[str, int] = {}  # vchannel → watch version
+
+    async def WatchDmChannels(self, req, context=None):
+        for info in req.channels:
+            self.watches[info.vchannel] = info.watch_version
+        return merr.success()
+
+    async def UnwatchDmChannels(self, req, context=None):
+        for ch in req.vchannels:
+            self.watches.pop(ch, None)
+        return merr.success()
+
+    async def FlushSegments(self, req, context=None):
+        return merr.success()
+
+
+async def watched_by_a_datanode(c: Coords, channels: list[str], node_id: int = 9) -> WatchingDataNode:
+    """Register a DataNode session (served in-process by `WatchingDataNode`) and wait until
+    DataCoord has assigned `channels` to it; messages then carry (node_id, its watch version)."""
+    import asyncio
+
+    from kmilvus.sessionutil import Session
+
+    dn = WatchingDataNode()
+    c.registry.add_local(roles.DATANODE, node_id, dn)
+    session = Session(c.kv, roles.DATANODE, "127.0.0.1:1", ttl=c.cfg.session_ttl, server_id=node_id)
+    await session.register()
+    for _ in range(200):
+        if all(ch in dn.watches for ch in channels):
+            return dn
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"DataCoord did not assign {channels} to the DataNode")

@@ -12,7 +12,7 @@ from kmilvus.datacoord.meta import SegmentState
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2
 from kmilvus.util import merr
-from tests.coordutil import Coords
+from tests.coordutil import Coords, watched_by_a_datanode
 from tests.harness import make_config
 from tests.util import eventually
 
@@ -26,9 +26,20 @@ async def coords(etcd_endpoint, nats_url, root, tmp_path):
     await c.stop()
 
 
+NODE = 9  # the DataNode `watched_by_a_datanode` registers
+
+
 async def _collection(c: Coords, shards: int = 2):
     desc = await c.create_collection("c", shards=shards)
     return desc.collectionID, list(desc.virtual_channel_names)
+
+
+async def _watched_collection(c: Coords, shards: int = 2):
+    """A collection whose channels a DataNode (played by the test) watches: DataCoord accepts
+    time ticks and binlogs only from a channel's current watch."""
+    coll, chans = await _collection(c, shards)
+    await watched_by_a_datanode(c, chans, NODE)
+    return coll, chans
 
 
 async def _stored_state(c: Coords, seg) -> int:
@@ -131,15 +142,18 @@ async def test_flush_seals_every_growing_segment_and_new_quota_opens_new_ones(co
 
 
 def _flushed(
-    sid: int, coll: int, channel: str, seq: int, ts: int, rows: int = 0
+    sid: int, coll: int, channel: str, seq: int, ts: int, rows: int = 0, version: int = 1
 ) -> internal_pb2.SaveBinlogPathsRequest:
-    """What a DataNode sends once a segment's binlogs are written (meta only: no file is read)."""
+    """What a DataNode sends once a segment's binlogs are written (meta only: no file is read),
+    under the channel's current watch."""
     req = internal_pb2.SaveBinlogPathsRequest(
         segmentID=sid,
         collectionID=coll,
         channel=channel,
         flushed=True,
         checkpoint=internal_pb2.MsgPosition(channel_name=channel, seq=seq, timestamp=ts),
+        nodeID=NODE,
+        watch_version=version,
     )
     if rows:
         req.binlogs.add(logID=sid + 1, entries_num=rows, log_path=f"insert_log/{coll}/{sid}/1", log_size=100)
@@ -158,7 +172,7 @@ async def _flush_state(c: Coords, coll: int, resp, wait_ms: int = 0) -> bool:
 
 async def test_flush_state_needs_every_segment_flushed_and_every_checkpoint_past_flush_ts(coords):
     c = coords
-    coll, (ch, other) = await _collection(c)
+    coll, (ch, other) = await _watched_collection(c)
     sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
     resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
     assert list(resp.segmentIDs) == [sid]
@@ -173,6 +187,8 @@ async def test_flush_state_needs_every_segment_flushed_and_every_checkpoint_past
             channel_name=other,
             timestamp=resp.flush_ts - 1,
             checkpoint=internal_pb2.MsgPosition(channel_name=other, seq=4, timestamp=resp.flush_ts - 1),
+            nodeID=NODE,
+            watch_version=1,
         )
     )
     assert not await _flush_state(c, coll, resp)  # ... one short of flush_ts
@@ -185,6 +201,8 @@ async def test_flush_state_needs_every_segment_flushed_and_every_checkpoint_past
             channel_name=other,
             timestamp=resp.flush_ts + 5,
             checkpoint=internal_pb2.MsgPosition(channel_name=other, seq=5, timestamp=resp.flush_ts + 5),
+            nodeID=NODE,
+            watch_version=1,
         )
     )
     assert await waiting
@@ -193,7 +211,7 @@ async def test_flush_state_needs_every_segment_flushed_and_every_checkpoint_past
 
 async def test_empty_flushed_segment_leaves_no_meta(coords):
     c = coords
-    coll, (ch, _) = await _collection(c)
+    coll, (ch, _) = await _watched_collection(c)
     sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
     resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
     merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 10, resp.flush_ts + 1)))
@@ -201,11 +219,13 @@ async def test_empty_flushed_segment_leaves_no_meta(coords):
     assert await c.kv.get_prefix(keys.segment_prefix(coll)) == []
 
 
-def _tt(channel: str, seq: int, ts: int) -> internal_pb2.DataNodeTtMsg:
+def _tt(channel: str, seq: int, ts: int, node: int = NODE, version: int = 1) -> internal_pb2.DataNodeTtMsg:
     return internal_pb2.DataNodeTtMsg(
         channel_name=channel,
         timestamp=ts,
         checkpoint=internal_pb2.MsgPosition(channel_name=channel, seq=seq, timestamp=ts),
+        nodeID=node,
+        watch_version=version,
     )
 
 
@@ -216,7 +236,7 @@ async def _stored_checkpoint(c: Coords, channel: str) -> internal_pb2.MsgPositio
 
 async def test_channel_checkpoint_only_moves_forward_and_is_persisted(coords):
     c = coords
-    _, (ch, _) = await _collection(c)
+    _, (ch, _) = await _watched_collection(c)
     await c.dc.handle_tt(_tt(ch, 7, 700))
     await c.dc.handle_tt(_tt(ch, 5, 900))  # an older position (a late report) is ignored
     await c.dc.handle_tt(_tt("unknown-channel", 9, 900))
@@ -232,10 +252,27 @@ async def test_channel_checkpoint_only_moves_forward_and_is_persisted(coords):
 
 async def test_save_binlog_paths_commits_the_checkpoint_with_the_segment(coords):
     c = coords
-    coll, (ch, _) = await _collection(c)
+    coll, (ch, _) = await _watched_collection(c)
     sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
     resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
     merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 12, resp.flush_ts + 1, rows=3)))
     cp = await _stored_checkpoint(c, ch)  # in the same transaction: no wait
     assert cp is not None and (cp.seq, cp.timestamp) == (12, resp.flush_ts + 1)
     assert c.dc.meta.checkpoints[ch].seq == 12
+
+
+async def test_time_ticks_and_binlogs_of_a_stale_watch_are_refused(coords):
+    """Issue 11 defect 3: a DataNode acts on a channel only under its current watch (node and
+    version); anything else — another node, an older version — is refused and changes nothing."""
+    c = coords
+    coll, (ch, _) = await _watched_collection(c)
+    await c.dc.handle_tt(_tt(ch, 7, 700))  # the current watch: accepted
+    await c.dc.handle_tt(_tt(ch, 9, 900, node=NODE + 1))  # another node
+    await c.dc.handle_tt(_tt(ch, 9, 900, version=0))  # an older watch of this node
+    assert (c.dc.meta.checkpoints[ch].seq, c.dc.meta.checkpoints[ch].timestamp) == (7, 700)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    stale = await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 12, 1200, rows=3, version=0))
+    assert stale.code == merr.CHANNEL_NOT_FOUND[0] and "not watched by node" in stale.reason
+    assert await _stored_state(c, _segment(c, sid)) == SegmentState.Sealed
+    assert await c.kv.get_prefix(keys.binlog_prefix(coll)) == []

@@ -238,8 +238,9 @@ def _expand(value: str, env: dict[str, str]) -> str:
 
 def container_process(docs: list[dict], cluster_objects: list[dict], workload: dict, pod_name: str) -> tuple:
     """argv and environment of a workload's container exactly as its pod spec gives them:
-    image ENTRYPOINT `kmilvus` + args, envFrom ConfigMaps, then env (values with $(VAR),
-    fieldRef, secretKeyRef, configMapKeyRef), over the image's own variables."""
+    its `command` (the image has no ENTRYPOINT; its CMD is `kmilvus-operator`) + args, envFrom
+    ConfigMaps, then env (values with $(VAR), fieldRef, secretKeyRef, configMapKeyRef), over the
+    image's own variables."""
     pod = workload["spec"]["template"]["spec"]
     c = pod["containers"][0]
     ns = workload["metadata"]["namespace"]
@@ -267,7 +268,10 @@ def container_process(docs: list[dict], cluster_objects: list[dict], workload: d
             env[e["name"]] = base64.b64decode(find("Secret", ref["name"])["data"][ref["key"]]).decode()
         elif ref := e["valueFrom"].get("configMapKeyRef"):
             env[e["name"]] = find("ConfigMap", ref["name"])["data"][ref["key"]]
-    argv = [str(Path(sys.executable).with_name("kmilvus"))] + [_expand(a, env) for a in c.get("args") or []]
+    command = [_expand(a, env) for a in c.get("command") or ["kmilvus-operator"]]
+    # The image puts the console scripts on PATH; here they are the virtualenv's.
+    command[0] = str(Path(sys.executable).with_name(command[0]))
+    argv = command + [_expand(a, env) for a in c.get("args") or []]
     return argv, env
 
 
