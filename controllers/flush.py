@@ -17,7 +17,6 @@ import logging
 import time
 
 import kopf
-from pymilvus.grpc_gen import common_pb2
 
 from controllers import conditions, metrics
 from controllers import resources as R
@@ -25,10 +24,11 @@ from controllers.collection import describe
 from controllers.kube import NotFound
 from controllers.schema import DEFAULT_DB, NAME_RE, Target
 from kmilvus.util import merr
+from kmilvus.util.constants import LIVE_SEGMENT_STATES
 
 log = logging.getLogger("kmilvus.operator.flush")
 TERMINAL = ("Completed", "Failed")
-LIVE = (common_pb2.SegmentState.Growing, common_pb2.SegmentState.Sealed, common_pb2.SegmentState.Flushing)
+LIVE = LIVE_SEGMENT_STATES
 
 
 class FlushRun:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus.rootcoord import schema as schemautil
+from kmilvus.util.constants import DEFAULT_DB, MAX_DIM, MAX_VARCHAR_LENGTH
 from kmilvus.util.merr import MilvusError
 
 DT = schema_pb2.DataType
@@ -33,10 +34,8 @@ DATA_TYPES = {
 TYPE_NAMES = {v: k for k, v in DATA_TYPES.items()}
 CONSISTENCY = dict(common_pb2.ConsistencyLevel.items())
 CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
-DEFAULT_DB = "default"
 DEFAULT_CONSISTENCY = "Bounded"
-MAX_DIM = 32768
-MAX_VARCHAR = 65535
+MAX_VARCHAR = MAX_VARCHAR_LENGTH
 MAX_FIELDS = 64
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -22,20 +22,35 @@ import asyncio
 import contextlib
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow as pa
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus.config import Config
 from kmilvus.datanode.buffer import DDLBuffer, SegmentBuffer
 from kmilvus.log import get_logger
-from kmilvus.msgstream import MsgType
+from kmilvus.msgstream import MsgStream, MsgType
 from kmilvus.proto import internal_pb2
 
-if TYPE_CHECKING:
-    from kmilvus.datanode.data_node import DataNode
-
 log = get_logger(__name__)
+
+
+class FlowGraphHost(Protocol):
+    """What a flowgraph needs from the DataNode that runs it, and nothing more: where to
+    consume, the memory account, the time-tick report, and to be forgotten once dropped."""
+
+    cfg: Config
+    stream: MsgStream
+    server_id: int
+
+    def account(self, nbytes: int) -> None: ...
+
+    def release(self, nbytes: int) -> None: ...
+
+    def forget(self, vchannel: str) -> None: ...
+
+    async def report_tt(self, fg: FlowGraph, ts: int, cp: internal_pb2.MsgPosition) -> None: ...
 
 
 def read_ipc(payload) -> pa.RecordBatch:
@@ -57,7 +72,7 @@ class PendingWrite:
 
 
 class FlowGraph:
-    def __init__(self, node: DataNode, info: internal_pb2.ChannelWatchInfo):
+    def __init__(self, node: FlowGraphHost, info: internal_pb2.ChannelWatchInfo):
         self.node = node
         self.info = info
         self.vchannel = info.vchannel
