@@ -68,8 +68,10 @@ def list_segments(kube, namespace: str, collection_id: int) -> list[dict]:
     items = client.CustomObjectsApi(kube).list_namespaced_custom_object(
         GROUP, VERSION, namespace, "segments", label_selector=f"kmilvus.io/collection-id={collection_id}"
     )["items"]
-    # The label is how the operator finds them; spec.collectionID is what they say about themselves.
-    return [s for s in items if int((s.get("spec") or {}).get("collectionID", collection_id)) == collection_id]
+    # The label is how the operator finds them; spec.collectionID (required by the CRD) is what
+    # they say about themselves: both must agree.
+    assert all(int(s["spec"]["collectionID"]) == collection_id for s in items), items
+    return items
 
 
 def wait_for(what: str, fn, timeout: float, interval: float = 2.0):
@@ -154,7 +156,8 @@ def test_collection_lifecycle(kube, namespace, milvus):
         f"Collection {cr_name} Ready",
         lambda: (
             (o := get(kube, "collections", namespace, cr_name))
-            and ((o.get("status") or {}).get("phase") == "Ready" or condition(o, "Ready") == "True")
+            and (o.get("status") or {}).get("phase") == "Ready"
+            and condition(o, "Ready") == "True"
             and o
         ),
         timeout=180,
@@ -162,7 +165,8 @@ def test_collection_lifecycle(kube, namespace, milvus):
     status = ready["status"]
     assert status.get("phase") == "Ready", status
     collection_id = int(status["collectionID"])
-    milvus_name = status.get("name") or coll["spec"].get("name") or cr_name
+    milvus_name = status["name"]
+    assert milvus_name == (coll["spec"].get("name") or cr_name), status
     assert milvus.has_collection(milvus_name), f"pymilvus does not see collection {milvus_name}"
     described = milvus.describe_collection(milvus_name)
     assert {f["name"] for f in described["fields"]} >= {f["name"] for f in coll["spec"]["fields"]}
@@ -187,8 +191,7 @@ def test_collection_lifecycle(kube, namespace, milvus):
 
     done = wait_for(f"FlushRequest {fr_name} Completed", flushed, timeout=300)
     fstatus = done["status"]
-    if "total" in fstatus and "flushed" in fstatus:
-        assert fstatus["flushed"] == fstatus["total"], fstatus
+    assert fstatus["total"] >= 1 and fstatus["flushed"] == fstatus["total"], fstatus
     assert fstatus.get("completionTime"), fstatus
 
     # 4. Segments listed as Flushed, holding all rows ------------------------------------------
