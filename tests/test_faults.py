@@ -285,3 +285,52 @@ def test_inserts_beyond_the_proxy_bound_get_the_rate_limit_code(node_factory, tm
     finally:
         connections.disconnect(alias)
         proxy.stop()
+
+
+def test_storage_unavailable_mid_flush_keeps_every_row_and_the_flush_finishes(node_factory, tmp_path):
+    """Object storage away while a flush writes (the local root replaced by a file: root ignores
+    permissions): the DataNode keeps the data and retries; once storage is back the flush
+    finishes and every acknowledged row is stored once."""
+    node = node_factory(insert_buffer_size_mb=2)
+    storage = tmp_path / "storage"
+    alias = "o" + uuid.uuid4().hex[:6]
+    connections.connect(alias, uri=node.uri)
+    aside = tmp_path / "storage-aside"
+    try:
+        coll = Collection("outage", bench_schema(), using=alias)
+        coll_id = coll.describe()["collection_id"]
+        acked: list[int] = []
+        for start in range(0, 6000, 1000):
+            ids, vecs, tags = batch(start, 1000)
+            coll.insert([ids, vecs, tags])
+            acked += ids
+        storage.rename(aside)
+        storage.write_text("storage is away")
+        done = threading.Event()
+        errors: list[Exception] = []
+
+        def flush() -> None:
+            try:
+                coll.flush(timeout=120)
+            except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+                errors.append(exc)
+            done.set()
+
+        threading.Thread(target=flush, daemon=True).start()
+        for start in range(6000, 9000, 1000):  # inserts go on while storage is away
+            ids, vecs, tags = batch(start, 1000)
+            coll.insert([ids, vecs, tags])
+            acked += ids
+        time.sleep(2)
+        assert not done.is_set(), "a flush cannot finish while storage is away"
+        storage.unlink()
+        aside.rename(storage)
+        assert done.wait(120) and not errors, errors
+        coll.flush(timeout=60)
+        _check_exactly_once(node, coll, coll_id, acked)
+    finally:
+        connections.disconnect(alias)
+        if aside.exists():
+            if storage.is_file():
+                storage.unlink()
+            aside.rename(storage)
