@@ -130,7 +130,7 @@ class Client(threading.Thread):
 class Deployment:
     def __init__(self, work: Path):
         self.work = work
-        self.etcd_port, self.nats_port = free_port(), free_port()
+        self.etcd_port, self.etcd_peer_port, self.nats_port = free_port(), free_port(), free_port()
         self.etcd: ChildServer | None = None
         self.nats: ChildServer | None = None
         self.storage = work / "storage"
@@ -142,7 +142,7 @@ class Deployment:
         return f"127.0.0.1:{self.etcd_port}"
 
     def start_servers(self) -> None:
-        self.etcd = start_etcd(self.work / "etcd", port=self.etcd_port)
+        self.etcd = start_etcd(self.work / "etcd", port=self.etcd_port, peer_port=self.etcd_peer_port)
         self.nats = start_nats(self.work / "nats", port=self.nats_port)
 
     def make(self, name: str, roles: tuple[str, ...]) -> Proc:
@@ -258,7 +258,7 @@ def inject(dep: Deployment, fault: str, rng: random.Random) -> str:
     if fault == "etcd_restart":
         dep.etcd.kill()
         time.sleep(1)
-        dep.etcd = start_etcd(dep.work / "etcd", port=dep.etcd_port)
+        dep.etcd = start_etcd(dep.work / "etcd", port=dep.etcd_port, peer_port=dep.etcd_peer_port)
         return "etcd"
     if fault == "storage_outage":
         # Root ignores permissions, so "unavailable" is the storage root replaced by a file.
