@@ -192,3 +192,28 @@ async def test_session_watch_survives_an_etcd_restart(own_servers, root, tmp_pat
         await asyncio.gather(task, return_exceptions=True)
         await second.stop()
         await kv.close()
+
+
+async def test_a_standby_outlives_an_etcd_restart_and_takes_over_later(own_servers, root, tmp_path):
+    """A coordinator standby waits for the leader lock through an etcd restart (it used to die
+    on the first connection error, leaving no standby), and takes over once the leader leaves."""
+    from kmilvus.sessionutil.leader import LeaderLock
+
+    kv = await EtcdKV.connect([own_servers["etcd"].endpoint], f"{root}/meta")
+    leader, standby = LeaderLock(kv, "rootcoord", ttl=30), LeaderLock(kv, "rootcoord", ttl=30)
+    try:
+        await leader.acquire()
+        waiting = asyncio.create_task(standby.acquire(poll=0.05))
+        await asyncio.sleep(0.5)
+        ports = kill(own_servers, "etcd")
+        await asyncio.sleep(1.0)
+        assert not waiting.done()
+        await asyncio.to_thread(start_again, own_servers, "etcd", ports, tmp_path)
+        await asyncio.sleep(1.0)
+        assert not waiting.done(), "the standby must keep waiting while the leader holds the lock"
+        await leader.release()
+        await asyncio.wait_for(waiting, 30)
+        assert standby.valid()
+    finally:
+        await standby.release()
+        await kv.close()

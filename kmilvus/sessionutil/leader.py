@@ -20,6 +20,7 @@ import uuid
 
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, Op
+from kmilvus.util.retry import Backoff
 from kmilvus.util.tasks import cancel_and_wait
 
 log = get_logger(__name__)
@@ -45,16 +46,28 @@ class LeaderLock:
         return bool(self.lease) and not self.lost.is_set() and time.monotonic() < self._deadline
 
     async def acquire(self, poll: float = 0.2) -> None:
-        """Wait until this process holds every key of the lock."""
+        """Wait until this process holds every key of the lock. A standby outlives etcd restarts:
+        an error is logged and the attempt repeated (a lease granted by a failed attempt is never
+        kept alive, so a lock it may have taken expires and is taken again)."""
         waited = False
+        backoff = Backoff(poll, 5.0)
         while True:
             sent = time.monotonic()
-            self.lease = await self.kv.grant(self.ttl)
-            puts = [Op.put(k, self.identity, lease=self.lease) for k in self.keys]
-            if await self.kv.txn(puts, [Cmp.missing(k) for k in self.keys]):
-                break
-            await self.kv.revoke(self.lease)
+            try:
+                self.lease = await self.kv.grant(self.ttl)
+                puts = [Op.put(k, self.identity, lease=self.lease) for k in self.keys]
+                if await self.kv.txn(puts, [Cmp.missing(k) for k in self.keys]):
+                    break
+                await self.kv.revoke(self.lease)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - etcd away: a standby waits it out
+                log.warning("leader lock attempt failed; retrying", keys=",".join(self.keys), error=repr(exc))
+                self.lease = 0
+                await backoff.sleep()
+                continue
             self.lease = 0
+            backoff.reset()
             if not waited:
                 log.info("standby: waiting for the leader lock", keys=",".join(self.keys))
                 waited = True
