@@ -92,7 +92,7 @@ class Node:
         address = f"{cfg.internal_host}:{self.internal_port}"
         for r in self.role_names:
             comp = objs[r]
-            if r == roles.ROOTCOORD and self.leader is not None:
+            if r in (roles.ROOTCOORD, roles.DATACOORD) and self.leader is not None:
                 comp.leader_check = self.leader.still_valid
             self.registry.add_local(r, ids[r], comp)
             await comp.start()

@@ -105,6 +105,7 @@ class WatchingDataNode:
 
     def __init__(self) -> None:
         self.watches: dict[str, int] = {}  # vchannel → watch version
+        self.session = None  # its etcd session (stop it: the node is gone)
 
     async def WatchDmChannels(self, req, context=None):
         for info in req.channels:
@@ -131,6 +132,7 @@ async def watched_by_a_datanode(c: Coords, channels: list[str], node_id: int = 9
     c.registry.add_local(roles.DATANODE, node_id, dn)
     session = Session(c.kv, roles.DATANODE, "127.0.0.1:1", ttl=c.cfg.session_ttl, server_id=node_id)
     await session.register()
+    dn.session = session
     for _ in range(200):
         if all(ch in dn.watches for ch in channels):
             return dn

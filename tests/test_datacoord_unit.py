@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from kmilvus import components as roles
 from kmilvus.datacoord.meta import SegmentState
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2
@@ -276,3 +277,52 @@ async def test_time_ticks_and_binlogs_of_a_stale_watch_are_refused(coords):
     assert stale.code == merr.CHANNEL_NOT_FOUND[0] and "not watched by node" in stale.reason
     assert await _stored_state(c, _segment(c, sid)) == SegmentState.Sealed
     assert await c.kv.get_prefix(keys.binlog_prefix(coll)) == []
+
+
+async def test_a_save_checked_before_its_channel_moved_cannot_commit_after(coords):
+    """The watch check and the commit are one decision: a SaveBinlogPaths that passed the check
+    but reaches etcd after the channel moved to another node is refused by the transaction (the
+    new owner replays that data from the checkpoint; committing it too would store it twice)."""
+    c = coords
+    coll, (ch, other) = await _watched_collection(c)
+    first = c.dc.channels.node_of(ch)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    dn = next(iter(c.registry._local[roles.DATANODE].values()))
+    async with c.dc.meta.write_lock:  # the save passes the watch check, then waits here
+        save = asyncio.create_task(c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 12, resp.flush_ts + 1, rows=3)))
+        await asyncio.sleep(0)
+        await dn.session.stop()  # the DataNode is gone ...
+        await watched_by_a_datanode(c, [ch, other], NODE + 1)  # ... and a new one watches the channel
+        assert c.dc.channels.node_of(ch) == NODE + 1 != first
+    st = await save
+    assert st.code == merr.CHANNEL_NOT_FOUND[0], st
+    assert await _stored_state(c, _segment(c, sid)) == SegmentState.Sealed
+    assert await c.kv.get_prefix(keys.binlog_prefix(coll)) == []
+
+
+async def test_a_datacoord_that_lost_its_lock_grants_no_quota_and_flushes_nothing(coords):
+    """Quota and FlushSegments are decided from memory: a DataCoord whose leader lock is gone
+    (paused past its lease; its successor may have sealed and flushed the same segments) must
+    refuse both, or a DataNode would drop inserts as belonging to a flushed segment."""
+    c = coords
+    coll, (ch, _) = await _watched_collection(c)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    dn = next(iter(c.registry._local[roles.DATANODE].values()))
+    sent: list = []
+    dn.FlushSegments = lambda req, context=None: sent.append(req) or _ok()
+
+    async def lost() -> bool:
+        return False
+
+    c.dc.leader_check = lost
+    refused = await c.assign(coll, ch, 3)
+    assert refused.status.code == merr.SERVICE_NOT_READY[0] and "lost its leader lock" in refused.status.reason
+    await c.dc.handle_tt(_tt(ch, 20, 2**62))  # a tick past everything: still no FlushSegments
+    assert sent == []
+    assert _segment(c, sid).info.assigned_rows == 3
+
+
+async def _ok():
+    return merr.success()

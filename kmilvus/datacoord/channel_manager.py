@@ -17,7 +17,7 @@ from pymilvus.grpc_gen import schema_pb2
 from kmilvus import components as roles
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
 from kmilvus.log import get_logger
-from kmilvus.meta import EtcdKV
+from kmilvus.meta import Cmp, EtcdKV
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_node_pb2, internal_pb2
 from kmilvus.sessionutil import list_sessions, watch_sessions
@@ -35,7 +35,9 @@ class ChannelManager:
         self.meta = meta
         self.registry = registry
         self.assign: dict[str, int] = {}  # vchannel → node (0: none)
+        self.records: dict[str, bytes] = {}  # vchannel → its watch record as persisted
         self.versions: dict[str, int] = {}  # vchannel → current watch version
+        self.records: dict[str, bytes] = {}  # vchannel → its watch record as persisted
         self.infos: dict[str, internal_pb2.ChannelWatchInfo] = {}
         self.nodes: set[int] = set()
         self._lock = asyncio.Lock()
@@ -48,6 +50,7 @@ class ChannelManager:
             ch = key.rsplit("/", 1)[1]
             self.assign[ch] = rec["node"]
             self.versions[ch] = rec.get("version", 0)
+            self.records[ch] = raw
             self.infos[ch] = internal_pb2.ChannelWatchInfo.FromString(bytes.fromhex(rec["info"]))
 
     def start(self) -> None:
@@ -62,7 +65,9 @@ class ChannelManager:
             "version": self.versions.get(ch, 0),
             "info": self.infos[ch].SerializeToString().hex(),
         }
-        await self.kv.put(keys.channel_watch_key(ch), json.dumps(rec).encode())
+        raw = json.dumps(rec).encode()
+        await self.kv.put(keys.channel_watch_key(ch), raw)
+        self.records[ch] = raw
 
     async def _watch_nodes(self) -> None:
         first = True
@@ -167,6 +172,7 @@ class ChannelManager:
                 node = self.assign.pop(ch, None)
                 self.infos.pop(ch, None)
                 self.versions.pop(ch, None)
+                self.records.pop(ch, None)
                 if node:
                     by_node.setdefault(node, []).append(ch)
         for node, chans in by_node.items():
@@ -182,6 +188,11 @@ class ChannelManager:
 
     def node_of(self, ch: str) -> int:
         return self.assign.get(ch, 0)
+
+    def watch_guard(self, ch: str) -> Cmp:
+        """A transaction compare that holds only while `ch`'s watch is the one seen now: a
+        commit checked against the current watch cannot land after the channel moved."""
+        return Cmp.value_eq(keys.channel_watch_key(ch), self.records.get(ch, b""))
 
     def is_current_watch(self, ch: str, node: int, version: int) -> bool:
         """Whether `node` acts on `ch` under its current watch (not a stale one)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
@@ -38,6 +39,10 @@ FLUSH_RESEND_AFTER = 10.0  # seconds before a FlushSegments without answer is se
 CHECKPOINT_PERSIST_EVERY = 1.0
 
 
+async def _leader_unknown() -> bool:
+    return True
+
+
 class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
     role = roles.DATACOORD
 
@@ -61,6 +66,7 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
         self._tasks = BackgroundTasks()
         self._tt_sub = None
         self._assign_lock = asyncio.Lock()
+        self.leader_check: Callable[[], Awaitable[bool]] = _leader_unknown  # Node sets its lock's check
         self._flush_ts: dict[int, int] = {}  # collection → latest flush timestamp
         self.jobs = JobService(
             JobPort(
@@ -154,6 +160,8 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
     async def _check_flushable(self, chans: list[str] | None = None) -> None:
         """FlushSegments for sealed segments whose channel tick passed their seal time and
         every insert they were promised to."""
+        if not await self.leader_check():
+            return  # a DataCoord that lost its lock must not make a DataNode seal its data
         now = time.monotonic()
         for ch in chans if chans is not None else list(self.ticks):
             tick = self.ticks.get(ch, 0)
@@ -201,9 +209,16 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
             )
         return merr.success()
 
+    async def _check_leader(self) -> None:
+        """Quota is handed out from memory, without etcd: a leader paused past its lease must not
+        grant it when it resumes (its successor may have sealed and flushed those segments)."""
+        if not await self.leader_check():
+            raise merr.MilvusError(merr.SERVICE_NOT_READY, "datacoord lost its leader lock")
+
     @merr.rpc(data_coord_pb2.AssignSegmentIDResponse)
     async def AssignSegmentID(self, req: data_coord_pb2.AssignSegmentIDRequest, context=None):
         resp = data_coord_pb2.AssignSegmentIDResponse()
+        await self._check_leader()
         async with self._assign_lock:
             for r in req.segmentIDRequests:
                 if r.collectionID in self._dropping or r.channel_name not in self.channels.infos:
@@ -301,7 +316,7 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
                 f"channel {req.channel} is not watched by node {req.nodeID} "
                 f"(watch version {req.watch_version}) any more",
             )
-        seg = await self.meta.save_binlog_paths(req)
+        seg = await self.meta.save_binlog_paths(req, self.channels.watch_guard(req.channel) if req.channel else None)
         if req.flushed:
             log.info("segment flushed", segment=seg.id, rows=seg.info.num_of_rows, binlogs=seg.info.binlog_count)
             if seg.info.num_of_rows == 0:

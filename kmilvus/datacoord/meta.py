@@ -104,11 +104,12 @@ class SegmentMeta:
             )
             await self.notify(*segs)
 
-    async def save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest) -> Segment:
+    async def save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest, guard: Cmp | None = None) -> Segment:
+        """`guard`: a compare the commit also needs (the sender's channel watch still current)."""
         async with self.write_lock:
-            return await self._save_binlog_paths(req)
+            return await self._save_binlog_paths(req, guard)
 
-    async def _save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest) -> Segment:
+    async def _save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest, guard: Cmp | None) -> Segment:
         seg = self.segments.get(req.segmentID)
         if seg is None or seg.info.state in (SegmentState.Dropped, SegmentState.NotExist):
             raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
@@ -141,7 +142,11 @@ class SegmentMeta:
             ops.append(
                 Op.put(keys.channel_checkpoint_key(req.checkpoint.channel_name), req.checkpoint.SerializeToString())
             )
-        if not await self.kv.txn(ops, [Cmp.exists(seg_key)]):
+        if not await self.kv.txn(ops, [Cmp.exists(seg_key)] + ([guard] if guard is not None else [])):
+            if guard is not None and await self.kv.get(seg_key) is not None:
+                raise merr.MilvusError(
+                    merr.CHANNEL_NOT_FOUND, f"channel {req.channel} moved while segment {req.segmentID} was being saved"
+                )
             raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
         live = seg.info  # may have been granted quota meanwhile: keep that, set what this save owns
         live.num_of_rows, live.binlog_count, live.binlog_size = info.num_of_rows, info.binlog_count, info.binlog_size
