@@ -102,7 +102,8 @@ def main() -> int:
     srv = Standalone().start()
     samples: list[dict] = []
     stop = threading.Event()
-    acked_total = mp.Value("q", 0)
+    ctx = mp.get_context("spawn")
+    acked_total = ctx.Value("q", 0)
     try:
         from pymilvus import Collection, connections
 
@@ -125,7 +126,6 @@ def main() -> int:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         until = time.monotonic() + args.minutes * 60
-        ctx = mp.get_context("spawn")
         outs = [srv.data_dir / f"client{c}.json" for c in range(args.clients)]
         procs = [
             ctx.Process(
