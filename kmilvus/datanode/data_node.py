@@ -4,6 +4,7 @@ on FlushSegments (and under memory pressure), and commits them with SaveBinlogPa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
@@ -19,7 +20,6 @@ from kmilvus.storage import binlog, paths
 from kmilvus.util import merr
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.retry import Backoff, supervise
-from kmilvus.util.tasks import cancel_and_wait
 
 log = get_logger(__name__)
 
@@ -52,7 +52,10 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         for fg in list(self.flowgraphs.values()):
             await fg.stop()
         self.flowgraphs.clear()
-        await cancel_and_wait([self._pressure_task])
+        if self._pressure_task:
+            self._pressure_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pressure_task
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
 

@@ -32,7 +32,6 @@ from kmilvus.datanode.buffer import DDLBuffer, SegmentBuffer
 from kmilvus.log import get_logger
 from kmilvus.msgstream import MsgStream, MsgType
 from kmilvus.proto import internal_pb2
-from kmilvus.util.tasks import cancel_and_wait
 
 log = get_logger(__name__)
 
@@ -102,8 +101,10 @@ class FlowGraph:
 
     async def stop(self, drop: bool = False) -> None:
         """Stop consuming and delete the consumer; `drop` also discards what is buffered."""
-        if self._task is not asyncio.current_task():
-            await cancel_and_wait([self._task])
+        if self._task and self._task is not asyncio.current_task():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
         if self._consumer is not None:
             with contextlib.suppress(Exception):
                 await self._consumer.close()

@@ -8,13 +8,13 @@ moves forward, so "tick T on a channel" means every message with ts < T is alrea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
 from kmilvus import metrics
 from kmilvus.log import get_logger
 from kmilvus.msgstream import Msg, MsgType
-from kmilvus.util.tasks import cancel_and_wait
 from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
@@ -80,4 +80,7 @@ class TimeTickSync:
         self._task = asyncio.create_task(self._loop(), name="timetick-sync")
 
     async def stop(self) -> None:
-        await cancel_and_wait([self._task])
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -21,7 +21,6 @@ import uuid
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.util.retry import Backoff
-from kmilvus.util.tasks import cancel_and_wait
 
 log = get_logger(__name__)
 SAFETY = 0.5  # seconds of the lease a holder never uses: clock rates and network delay
@@ -124,8 +123,11 @@ class LeaderLock:
         self.lost.set()
 
     async def release(self) -> None:
-        await cancel_and_wait([self._keepalive])
-        self._keepalive = None
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keepalive
+            self._keepalive = None
         if self.lease:
             with contextlib.suppress(Exception):  # best effort: the lease expires anyway
                 await self.kv.txn([Op.delete(k) for k in self.keys], [Cmp.value_eq(self.key, self.identity)])

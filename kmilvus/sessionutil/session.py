@@ -21,7 +21,6 @@ import aetcd.exceptions
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.util.retry import Backoff
-from kmilvus.util.tasks import cancel_and_wait
 
 log = get_logger(__name__)
 SERVER_ID_KEY = "session/id"
@@ -127,8 +126,11 @@ class Session:
         return remaining > 0
 
     async def stop(self) -> None:
-        await cancel_and_wait([self._task])
-        self._task = None
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
         if self.lease:
             with contextlib.suppress(Exception):
                 await self.kv.revoke(self.lease)
