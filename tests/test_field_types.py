@@ -69,10 +69,9 @@ def test_every_type_is_flushed_in_its_natural_arrow_type(node, client):
     assert t.num_rows == 6
     assert t.schema.field(f["bin"]).type == pa.binary(2)
     assert t.column(f["bin"]).to_pylist()[3] == bytes([3, 252])
-    assert t.schema.field(f["f16"]).type == pa.list_(pa.float16(), 4)
-    np.testing.assert_array_equal(
-        np.asarray(t.column(f["f16"]).to_pylist()[5], dtype=np.float16), np.array([5, 0.5, -1, 2], np.float16)
-    )
+    assert t.schema.field(f["f16"]).type == pa.binary(8)
+    f16 = np.frombuffer(t.column(f["f16"]).to_pylist()[5], dtype="<f2")
+    np.testing.assert_array_equal(f16, np.array([5, 0.5, -1, 2], np.float16))
     assert t.schema.field(f["bf16"]).type == pa.binary(8)
     bf = np.frombuffer(t.column(f["bf16"]).to_pylist()[2], dtype="<u2").astype(np.uint32) << 16
     np.testing.assert_array_equal(bf.view(np.float32), np.array([2.0, 0.25, -1.0, 2.0], np.float32))
@@ -234,3 +233,51 @@ def test_columns_convert_back_to_the_field_data_pymilvus_reads(node, client):
     for fd in out.values():
         extract_row_data_from_fields_data_v2(fd, [row])
     assert row["note"] is None and row["tags"] == ["a", "t1"] and row["score"] == 1.0
+
+
+def test_compaction_keeps_every_type_as_it_was(node_factory):
+    """The Spark compaction job merges segments of every type without changing a value."""
+    from pymilvus import Collection, connections
+
+    from tests.test_spark_jobs import IMPORT_TIMEOUT, _read_all, _segments
+
+    n = node_factory(auto_compaction=False)
+    client = MilvusClient(uri=n.uri)
+    connections.connect("types", uri=n.uri)
+    try:
+        client.create_collection("types", schema=_schema(client))
+        for start in (0, 10, 20):
+            client.insert("types", [_row(i) for i in range(start, start + 10)])
+            client.flush("types")
+        coll = client.describe_collection("types")["collection_id"]
+        dc = n.component("datacoord")
+        before = _read_all(n, coll, dc.compactions.schema_of(coll)).sort_by("100")
+        assert len(_segments(n, coll)) == 3
+        orm = Collection("types", using="types")
+        orm.compact()
+        assert orm.wait_for_compaction_completed(timeout=IMPORT_TIMEOUT)
+        assert orm.get_compaction_state().completed == 1, [
+            j.reason if hasattr(j, "reason") else j for j in dc.compactions.jobs.values()
+        ]
+        after = _read_all(n, coll, dc.compactions.schema_of(coll)).sort_by("100")
+        assert len(_segments(n, coll)) == 1
+        assert after.schema.remove_metadata() == before.schema.remove_metadata()
+        for name in before.schema.names:
+            assert after.column(name).to_pylist() == before.column(name).to_pylist(), name
+    finally:
+        connections.disconnect("types")
+        client.close()
+
+
+def test_bulk_import_of_the_new_types_is_refused_up_front(node, client, tmp_path):
+    """The import job reads none of these types yet: the Import call says so and creates no job."""
+    client.create_collection("types", schema=_schema(client))
+    f = tmp_path / "rows.json"
+    f.write_text("[]")
+    with grpc.insecure_channel(node.uri.removeprefix("http://")) as ch:
+        resp = milvus_pb2_grpc.MilvusServiceStub(ch).Import(
+            milvus_pb2.ImportRequest(collection_name="types", files=[str(f)])
+        )
+    assert resp.status.code != 0
+    assert "bulk import of BinaryVector fields is not supported yet (field bin)" in resp.status.reason
+    assert not node.call(node.node.kv.get_prefix("datacoord-meta/import-job/"))

@@ -2,8 +2,8 @@
 and sparse float vectors, arrays of scalars, and nullable fields with default values.
 
 Each type has its natural Arrow form in the binlogs: a binary vector is `fixed_size_binary(dim/8)`,
-a float16 vector `fixed_size_list<halffloat>[dim]`, a bfloat16 vector `fixed_size_binary(2·dim)`
-(Arrow has no bfloat16), a sparse vector `map<uint32, float32>`, an array `list<element>`; a
+float16 and bfloat16 vectors `fixed_size_binary(2·dim)` (as Milvus' own binlogs: Arrow has no
+bfloat16, and Spark reads no Parquet FLOAT16), a sparse vector `map<uint32, float32>`, an array `list<element>`; a
 nullable field is an Arrow column with nulls. Conversions are columnar: byte vectors are one
 buffer, sparse rows are joined once and read as (index, value) pairs by numpy, nullable values are
 placed by one `take`. An array column walks its rows once to read each row's ScalarField, which
@@ -58,9 +58,7 @@ def arrow_type(field: schema_pb2.FieldSchema, dim: int | None) -> pa.DataType:
     dt = field.data_type
     if dt == DT.BinaryVector:
         return pa.binary(byte_width(field, dim))
-    if dt == DT.Float16Vector:
-        return pa.list_(pa.float16(), dim)
-    if dt == DT.BFloat16Vector:
+    if dt in (DT.Float16Vector, DT.BFloat16Vector):
         return pa.binary(byte_width(field, dim))
     if dt == DT.SparseFloatVector:
         return SPARSE_ARROW
@@ -122,17 +120,13 @@ def byte_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, dim: in
             f"the byte length ({len(raw)}) of {slot} field ({field.name}) is not num_rows ({num_rows}) × "
             f"{width} bytes (dim {dim})",
         )
-    buf = pa.py_buffer(raw)
     if field.data_type == DT.Float16Vector:
-        flat = pa.Array.from_buffers(pa.float16(), num_rows * dim, [None, buf])
-        out = pa.FixedSizeListArray.from_arrays(flat, dim)
-        _check_finite_half(field.name, flat, dim)
-        return out
-    return pa.Array.from_buffers(pa.binary(width), num_rows, [None, buf])
+        _check_finite_half(field.name, raw, dim)
+    return pa.Array.from_buffers(pa.binary(width), num_rows, [None, pa.py_buffer(raw)])
 
 
-def _check_finite_half(name: str, flat: pa.Array, dim: int) -> None:
-    values = np.frombuffer(flat.buffers()[1], dtype=np.float16, count=len(flat))
+def _check_finite_half(name: str, raw: bytes, dim: int) -> None:
+    values = np.frombuffer(raw, dtype="<f2")
     bad = ~np.isfinite(values)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -291,11 +285,8 @@ def fill_to_field_data(field: schema_pb2.FieldSchema, col: pa.Array, fd: schema_
     dt = field.data_type
     if dt in BYTE_VECTORS:
         fd.vectors.dim = dim
-        if dt == DT.Float16Vector:
-            raw = col.flatten().to_numpy(zero_copy_only=False).astype("<f2").tobytes()
-        else:
-            width = col.type.byte_width
-            raw = col.buffers()[1].to_pybytes()[col.offset * width : (col.offset + len(col)) * width]
+        width = col.type.byte_width
+        raw = col.buffers()[1].to_pybytes()[col.offset * width : (col.offset + len(col)) * width]
         setattr(fd.vectors, BYTE_VECTORS[dt], raw)
     elif dt == DT.SparseFloatVector:
         keys = col.keys.to_numpy(zero_copy_only=False).astype("<u4")
