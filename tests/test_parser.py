@@ -3,11 +3,14 @@ extraction, and column-wise evaluation over a small Arrow table of every type.""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pyarrow as pa
 import pytest
 from pymilvus.grpc_gen import schema_pb2
 
-from kmilvus.parser import parse
+from kmilvus.parser import evaluate, jsonpath, parse
 from kmilvus.parser import plan as P
 from kmilvus.util.merr import MilvusError
 
@@ -205,3 +208,220 @@ def test_unknown_field_without_dynamic_field():
 def test_empty_expression_matches_all():
     assert parse("", SCHEMA).predicate == P.Const(True)
     assert parse("   ", SCHEMA).predicate == P.Const(True)
+
+
+# -- evaluate ----------------------------------------------------------------------------------
+
+ROWS = [
+    # id, b, i8, i32, i64, f, d, s, meta, arr, tags, $meta
+    (
+        1,
+        True,
+        -3,
+        10,
+        100,
+        0.5,
+        1.5,
+        "apple",
+        {"k": 1, "s": "x", "t": [1, 2], "o": {"p": 5}},
+        [1, 2, 3],
+        ["a"],
+        {"color": "red", "n": 1},
+    ),
+    (2, False, 0, 20, 200, 1.5, 2.5, "banana", {"k": 2.5, "s": "y", "t": [3]}, [4], ["b", "c"], {"color": "blue"}),
+    (3, True, 7, 30, 300, 2.5, 3.5, "cherry", {"k": "str", "t": []}, [], [], {"n": 3}),
+    (4, False, 12, 40, 400, 3.5, 4.5, "apricot", {"s": None, "o": {"p": 6}}, [2, 2], ["a", "b"], {}),
+    (5, True, -8, 50, 500, 4.5, 5.5, "%odd_", {"k": 5, "t": [5, "five"]}, [9, 1], ["z"], {"color": "red", "n": 10}),
+]
+
+
+def make_table(rows=ROWS, json_bytes=None) -> pa.Table:
+    cols = list(zip(*rows, strict=True))
+    dumps = json_bytes or (lambda v: json.dumps(v).encode())
+    return pa.table(
+        {
+            "100": pa.array(cols[0], pa.int64()),
+            "101": pa.array(cols[1], pa.bool_()),
+            "102": pa.array(cols[2], pa.int8()),
+            "103": pa.array(cols[3], pa.int32()),
+            "104": pa.array(cols[4], pa.int64()),
+            "105": pa.array(cols[5], pa.float32()),
+            "106": pa.array(cols[6], pa.float64()),
+            "107": pa.array(cols[7], pa.string()),
+            "108": pa.array([dumps(v) for v in cols[8]], pa.binary()),
+            "109": pa.array(cols[9], pa.list_(pa.int64())),
+            "110": pa.array(cols[10], pa.list_(pa.string())),
+            "112": pa.array([dumps(v) for v in cols[11]], pa.binary()),
+        }
+    )
+
+
+TABLE = make_table()
+
+CASES = [
+    ("", [1, 2, 3, 4, 5]),
+    ("id in [1, 3, 9]", [1, 3]),
+    ("id not in [1, 3]", [2, 4, 5]),
+    ("id == 2 or 4 == id", [2, 4]),
+    ("b == true", [1, 3, 5]),
+    ("b != True", [2, 4]),
+    ("i8 < 0", [1, 5]),
+    ("-5 <= i8 < 10", [1, 2, 3]),
+    ("20 > i32 >= 10", [1]),
+    ("i64 >= 300 && i64 != 400", [3, 5]),
+    ("f > 1.5", [3, 4, 5]),
+    ("d <= 2.5", [1, 2]),
+    ("f == 0.5 or d == 5.5", [1, 5]),
+    ("i64 > f * 100", [1, 2, 3, 4, 5]),
+    ("i32 + 5 == 25", [2]),
+    ("i64 / 100 == 2", [2]),
+    ("i64 % 200 == 100", [1, 3, 5]),
+    ("i8 % 2 == -1", [1]),
+    ("i64 - i32 * 10 == 0", [1, 2, 3, 4, 5]),
+    ("-i8 > 2", [1, 5]),
+    ("s == 'apple'", [1]),
+    ("s > 'b'", [2, 3]),
+    ("s in ['cherry', 'kiwi']", [3]),
+    ("s like 'ap%'", [1, 4]),
+    ("s like '%rry'", [3]),
+    ("s like '%an%'", [2]),
+    ("s like 'banana'", [2]),
+    ("s like 'a_ple'", [1]),
+    (r"s like '\\%odd\\_'", [5]),
+    ("s like 'ap%' and not (i64 > 100)", [1]),
+    ("not (s like 'ap%')", [2, 3, 5]),
+    ('meta["k"] == 1', [1]),
+    ('meta["k"] > 1', [2, 5]),
+    ('meta["k"] < 3 and meta["k"] >= 1', [1, 2]),
+    ('not (meta["k"] > 1)', [1]),
+    ('meta["k"] != 1', [2, 5]),
+    ('meta["k"] == "str"', [3]),
+    ('meta["k"] in [1, 5, "str"]', [1, 3, 5]),
+    ('meta["k"] not in [1, 5]', [2, 3]),
+    ('meta["s"] like "x%"', [1]),
+    ('meta["o"]["p"] == 6', [4]),
+    ('meta["t"][0] == 3', [2]),
+    ('meta["t"][1] == "five"', [5]),
+    ('meta["k"] + 1 > 3', [2, 5]),
+    ('exists meta["k"]', [1, 2, 3, 5]),
+    ('exists meta["o"]["p"]', [1, 4]),
+    ('meta["s"] is null', [3, 4, 5]),
+    ('meta["s"] is not null', [1, 2]),
+    ('json_contains(meta["t"], 5)', [5]),
+    ('json_contains_all(meta["t"], [1, 2])', [1]),
+    ('json_contains_any(meta["t"], [3, "five"])', [2, 5]),
+    ('array_length(meta["t"]) == 0', [3]),
+    ("array_contains(arr, 2)", [1, 4]),
+    ("array_contains_all(arr, [1, 2])", [1]),
+    ("array_contains_any(arr, [4, 9])", [2, 5]),
+    ("not array_contains(arr, 2)", [2, 3, 5]),
+    ("array_contains(tags, 'a')", [1, 4]),
+    ("array_contains_any(tags, ['b', 'z'])", [2, 4, 5]),
+    ("array_length(arr) == 2", [4, 5]),
+    ("array_length(tags) >= 1", [1, 2, 4, 5]),
+    ("arr[0] == 2", [4]),
+    ("arr[1] > 1", [1, 4]),
+    ("arr[0] in [1, 4]", [1, 2]),
+    ("tags[0] == 'a'", [1, 4]),
+    ("color == 'red'", [1, 5]),
+    ('$meta["color"] == "blue"', [2]),
+    ("n > 2", [3, 5]),
+    ("exists color", [1, 2, 5]),
+    ("color in ['red', 'blue'] and n == 1", [1]),
+    ("(i8 > 0 or s == 'apple') and b == true", [1, 3]),
+    ("i8 > 0 or s == 'apple' and b == false", [3, 4]),
+    ("not (i8 > 0 or s == 'apple')", [2, 5]),
+    ("i64 in []", []),
+    ("i64 not in []", [1, 2, 3, 4, 5]),
+    ("id < 0", []),
+]
+
+
+def matching_ids(expr: str, table: pa.Table = TABLE) -> list[int]:
+    mask = evaluate(parse(expr, SCHEMA), table)
+    assert isinstance(mask, pa.BooleanArray) and len(mask) == table.num_rows and mask.null_count == 0
+    return table.column("100").filter(mask).to_pylist()
+
+
+@pytest.mark.parametrize(("expr", "ids"), CASES)
+def test_evaluate(expr, ids):
+    assert matching_ids(expr) == ids
+
+
+JSON_CASES = [c for c in CASES if "meta" in c[0] or "color" in c[0] or c[0].startswith("n ")]
+
+
+@pytest.mark.parametrize(("expr", "ids"), JSON_CASES)
+def test_evaluate_json_through_orjson(expr, ids, monkeypatch):
+    """Columns Arrow's JSON reader cannot take (mixed types of a key) are read with orjson."""
+    monkeypatch.setattr(jsonpath, "_read_arrow", lambda col: None)
+    assert matching_ids(expr) == ids
+
+
+def test_json_reader_choice():
+    uniform = pa.array([b'{"a": 1, "b": [1]}', b'{"a": 2}', b"{}"], pa.binary())
+    assert isinstance(jsonpath.read_column(uniform), jsonpath._ArrowJson)
+    mixed = pa.array([b'{"a": 1}', b'{"a": "x"}'], pa.binary())
+    assert isinstance(jsonpath.read_column(mixed), jsonpath._ObjJson)
+    newline = pa.array([b'{"a":\n 1}', b'{"a": 2}'], pa.binary())
+    assert isinstance(jsonpath.read_column(newline), jsonpath._ObjJson)
+
+
+UNIFORM_ROWS = [
+    {"k": 1, "s": "x", "t": [1, 2], "o": {"p": 5}},
+    {"k": 2, "s": "y", "t": [3]},
+    {"k": 3, "t": []},
+    {"s": None, "o": {"p": 6}},
+    {"k": 5, "s": "xy", "t": [5, 6]},
+]
+
+
+@pytest.mark.parametrize(
+    ("expr", "ids"),
+    [
+        ('meta["k"] > 1', [2, 3, 5]),
+        ('not (meta["k"] > 1)', [1]),
+        ('meta["k"] in [1, 5]', [1, 5]),
+        ('meta["k"] not in [1, 5]', [2, 3]),
+        ('meta["k"] % 2 == 1', [1, 3, 5]),
+        ('meta["s"] like "x%"', [1, 5]),
+        ('meta["s"] == "y"', [2]),
+        ('meta["o"]["p"] >= 5', [1, 4]),
+        ('meta["t"][1] == 6', [5]),
+        ('json_contains(meta["t"], 3)', [2]),
+        ('json_contains_all(meta["t"], [5, 6])', [5]),
+        ('json_contains_any(meta["t"], [1, 6])', [1, 5]),
+        ('array_length(meta["t"]) == 2', [1, 5]),
+        ('exists meta["o"]', [1, 4]),
+        ('exists meta["s"]', [1, 2, 4, 5]),
+        ('meta["s"] is null', [3, 4]),
+    ],
+)
+def test_arrow_and_orjson_readers_agree(expr, ids, monkeypatch):
+    rows = [(*r[:8], meta, *r[9:]) for r, meta in zip(ROWS, UNIFORM_ROWS, strict=True)]
+    table = make_table(rows)
+    assert isinstance(jsonpath.read_column(table.column("108")), jsonpath._ArrowJson)
+    assert matching_ids(expr, table) == ids
+    monkeypatch.setattr(jsonpath, "_read_arrow", lambda col: None)
+    assert matching_ids(expr, table) == ids
+
+
+def test_evaluate_record_batch_by_field_name():
+    batch = TABLE.to_batches()[0]
+    renamed = batch.rename_columns([f.name for f in SCHEMA.fields if str(f.fieldID) in batch.schema.names])
+    assert renamed.schema.names[7] == "s"
+    mask = evaluate(parse("s like 'ap%' and i64 > 100", SCHEMA), renamed)
+    assert mask.to_pylist() == [False, False, False, True, False]
+
+
+def test_evaluate_chunked_table():
+    table = pa.concat_tables([TABLE.slice(0, 2), TABLE.slice(2)])
+    assert table.column("100").num_chunks == 2
+    assert matching_ids('meta["k"] > 1 or array_contains(arr, 2)', table) == [1, 2, 4, 5]
+
+
+def test_json_null_rows_and_missing_keys_are_false_not_errors():
+    table = TABLE.set_column(8, "108", pa.array([None, b"{}", b'{"k": 3}', b"[1, 2]", b'"text"'], pa.binary()))
+    assert matching_ids('meta["k"] >= 3', table) == [3]
+    assert matching_ids('not (meta["k"] >= 3)', table) == []
+    assert matching_ids("meta is null", table) == [1]

@@ -493,7 +493,7 @@ class _Parser:
             left, right, op = right, left, _FLIP[op]
         lk, rk = _kind(left), _kind(right)
         if isinstance(right, P.Literal):
-            if isinstance(right.value, tuple) and (lk != P.JSON or op not in ("==", "!=")):
+            if isinstance(right.value, tuple):
                 raise ExprError(f"comparisons between {lk} and Array are not supported")
             try:
                 value = _cast(right.value, lk) if lk != P.INT or not isinstance(right.value, float) else right.value
