@@ -10,7 +10,6 @@ null there, so a comparison on it is null and finally false (SQL-like).
 from __future__ import annotations
 
 import gc
-import io
 import itertools
 from typing import Protocol
 
@@ -98,11 +97,11 @@ def _read_arrow(col: pa.Array) -> JsonValues | None:
     n = len(col)
     if n == 0:
         return None
-    text = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), col), b"\n")[0].as_py()
-    if text.count(b"\n") != n - 1:  # a value with a raw newline in it: rows would not line up
-        return None
+    text = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), col), b"\n")[0].as_buffer()
+    if np.count_nonzero(np.frombuffer(text, dtype=np.uint8) == ord("\n")) != n - 1:
+        return None  # a value with a raw newline in it: rows would not line up
     try:
-        table = pa_json.read_json(io.BytesIO(text), read_options=pa_json.ReadOptions(block_size=1 << 24))
+        table = pa_json.read_json(pa.BufferReader(text))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     if table.num_rows != n:
