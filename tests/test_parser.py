@@ -425,3 +425,64 @@ def test_json_null_rows_and_missing_keys_are_false_not_errors():
     assert matching_ids('meta["k"] >= 3', table) == [3]
     assert matching_ids('not (meta["k"] >= 3)', table) == []
     assert matching_ids("meta is null", table) == [1]
+
+
+# -- property: evaluate agrees with a per-row reference interpreter -----------------------------
+
+
+def _random_expr(rng: np.random.Generator, depth: int) -> tuple[str, str]:
+    """(Milvus expression, the same as Python over a row `r`) over the int columns i8 / i32 / i64."""
+    if depth == 0 or rng.random() < 0.3:
+        col = rng.choice(["i8", "i32", "i64"])
+        kind = rng.integers(0, 4)
+        if kind == 0:
+            op = rng.choice(["==", "!=", "<", "<=", ">", ">="])
+            v = int(rng.integers(-10, 400))
+            return f"{col} {op} {v}", f"(r['{col}'] {op} {v})"
+        if kind == 1:
+            vals = [int(v) for v in rng.integers(-10, 60, rng.integers(0, 4))]
+            neg = bool(rng.integers(0, 2))
+            return (f"{col} {'not in' if neg else 'in'} {vals}", f"(r['{col}'] {'not in' if neg else 'in'} {vals})")
+        if kind == 2:
+            m = int(rng.integers(2, 5))
+            k = int(rng.integers(0, m))
+            return f"{col} % {m} == {k}", f"(math.fmod(r['{col}'], {m}) == {k})"
+        lo, hi = sorted(int(v) for v in rng.integers(-10, 400, 2))
+        return f"{lo} < {col} <= {hi}", f"({lo} < r['{col}'] <= {hi})"
+    kind = rng.integers(0, 3)
+    left, pleft = _random_expr(rng, depth - 1)
+    if kind == 0:
+        return f"not ({left})", f"(not ({pleft}))"
+    right, pright = _random_expr(rng, depth - 1)
+    op = rng.choice(["and", "or", "&&", "||"])
+    pop = {"&&": "and", "||": "or"}.get(str(op), str(op))
+    return f"{left} {op} {right}", f"{pleft} {pop} {pright}"  # no parentheses: precedence decides both
+
+
+def test_evaluate_matches_reference_interpreter():
+    import math
+
+    rng = np.random.default_rng(7)
+    n = 200
+    table = pa.table(
+        {
+            "100": pa.array(np.arange(n), pa.int64()),
+            "102": pa.array(rng.integers(-128, 128, n), pa.int8()),
+            "103": pa.array(rng.integers(-50, 60, n), pa.int32()),
+            "104": pa.array(rng.integers(0, 400, n), pa.int64()),
+        }
+    )
+    rows = [
+        {"i8": a, "i32": b, "i64": c}
+        for a, b, c in zip(
+            table.column("102").to_pylist(),
+            table.column("103").to_pylist(),
+            table.column("104").to_pylist(),
+            strict=True,
+        )
+    ]
+    for _ in range(300):
+        expr, python = _random_expr(rng, 3)
+        check = eval(f"lambda r: {python}", {"math": math})  # the reference: one row at a time
+        expected = [check(r) for r in rows]
+        assert evaluate(parse(expr, SCHEMA), table).to_pylist() == expected, expr
