@@ -486,3 +486,23 @@ def test_evaluate_matches_reference_interpreter():
         check = eval(f"lambda r: {python}", {"math": math})  # the reference: one row at a time
         expected = [check(r) for r in rows]
         assert evaluate(parse(expr, SCHEMA), table).to_pylist() == expected, expr
+
+
+# -- expression templates (pymilvus' expr_params / filter_params) -------------------------------
+
+
+def test_template_values_from_pymilvus_request():
+    from pymilvus.client.prepare import Prepare
+
+    from kmilvus.parser import template_values
+
+    proto = Prepare.prepare_expression_template({"ids": [1, 3], "name": "apple", "lo": 1.5, "tags": [["a"], ["b"]]})
+    values = template_values(proto)
+    assert values == {"ids": [1, 3], "name": "apple", "lo": 1.5, "tags": [["a"], ["b"]]}
+    plan = parse("id in {ids} or (s == {name} and f > {lo})", SCHEMA, values)
+    assert plan.primary_keys() is None
+    assert evaluate(plan, TABLE).to_pylist() == [True, False, True, False, False]
+    assert parse("id in {ids}", SCHEMA, values).primary_keys().tolist() == [1, 3]
+    assert "template variable name {nope} is not found" in parse_error("id in {nope}")
+    with pytest.raises(MilvusError, match="value '\"x\"' in list cannot be casted to Int64"):
+        parse("id in {v}", SCHEMA, {"v": ["x"]})

@@ -7,7 +7,7 @@ it column-wise over Arrow data.
 """
 
 from kmilvus.parser.evaluator import evaluate
-from kmilvus.parser.parser import parse
+from kmilvus.parser.parser import parse, template_values
 from kmilvus.parser.plan import Plan
 
-__all__ = ["Plan", "evaluate", "parse"]
+__all__ = ["Plan", "evaluate", "parse", "template_values"]

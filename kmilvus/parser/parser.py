@@ -11,6 +11,7 @@ and a syntax error's <why> is ANTLR's `line 1:<column> <problem>`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from pymilvus.grpc_gen import schema_pb2
@@ -147,9 +148,10 @@ class _Schema:
 
 
 class _Parser:
-    def __init__(self, expr: str, schema: _Schema):
+    def __init__(self, expr: str, schema: _Schema, values: Mapping[str, Any] | None = None):
         self.expr = expr
         self.schema = schema
+        self.values = values or {}
         self.tokens = tokenize(expr)
         self.i = 0
 
@@ -234,6 +236,8 @@ class _Parser:
             return node
         if tok.kind == OP and tok.text == "[":
             return self.array()
+        if tok.kind == OP and tok.text == "{":
+            return self.template()
         if (tok.kind == KEYWORD and tok.value == "not") or (tok.kind == OP and tok.text in "+-~"):
             return self.unary(tok, self.expression(_UNARY_BP))
         if tok.kind == KEYWORD and tok.value == "exists":
@@ -248,6 +252,17 @@ class _Parser:
             self._next()
             return P.IsNull(column, negate=tok.value == "is not null")
         return column
+
+    def template(self) -> P.Literal:
+        """`{name}`: a value passed beside the expression (expr_template_values)."""
+        name = self._next()
+        if name.kind != IDENT:
+            raise self._mismatched(name, "Identifier")
+        self._expect("}")
+        if name.value not in self.values:
+            raise ExprError(f"the value of expression template variable name {{{name.value}}} is not found")
+        value = self.values[name.value]
+        return P.Literal(_freeze(value))
 
     def array(self) -> P.Literal:
         values: list[Any] = []
@@ -549,16 +564,49 @@ def _fold(op: str, a: Any, b: Any) -> Any:
     raise ExprError(f"unexpected op: {op}")
 
 
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    raise ExprError(f"unsupported template value type: {type(value).__name__}")
+
+
+def template_values(values: Mapping[str, schema_pb2.TemplateValue]) -> dict[str, Any]:
+    """A request's `expr_template_values` as Python values for `parse`."""
+    return {name: _template_value(v) for name, v in values.items()}
+
+
+def _template_value(v: schema_pb2.TemplateValue) -> Any:
+    which = v.WhichOneof("val")
+    if which == "array_val":
+        return _template_array(v.array_val)
+    return getattr(v, which) if which else None
+
+
+def _template_array(a: schema_pb2.TemplateArrayValue) -> list[Any]:
+    which = a.WhichOneof("data")
+    if which is None:
+        return []
+    if which == "array_data":
+        return [_template_array(x) for x in a.array_data.data]
+    if which == "json_data":
+        raise ExprError("unsupported template value type: json array")
+    return list(getattr(a, which).data)
+
+
 def _fail(expr: str, why: str) -> MilvusError:
     return MilvusError(merr.PARAMETER_INVALID, f"cannot parse expression: {expr}, error: {why}")
 
 
-def parse(expr: str, schema: schema_pb2.CollectionSchema) -> P.Plan:
-    """Parse and type-check `expr` against `schema`; the empty expression matches every row."""
+def parse(expr: str, schema: schema_pb2.CollectionSchema, template_values: Mapping[str, Any] | None = None) -> P.Plan:
+    """Parse and type-check `expr` against `schema`; the empty expression matches every row.
+
+    `template_values` fills `{name}` placeholders (see `template_values()` for a request's)."""
     if not expr.strip():
         return P.Plan(expr, P.Const(True), schema)
     try:
-        node = _Parser(expr, _Schema(schema)).parse()
+        node = _Parser(expr, _Schema(schema), template_values).parse()
     except LexError as exc:
         raise _fail(expr, f"line 1:{exc.column} {exc}") from None
     except ExprError as exc:
