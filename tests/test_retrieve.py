@@ -182,3 +182,17 @@ def test_retrieve_over_flushed_binlogs(node, client):
         assert (r["tag"], r["info"], r["vec"]) == (want["tag"], want["info"], pytest.approx(want["vec"]))
         assert r.get("color") == want.get("color")
     assert dynamic == {"color"}
+
+
+def test_json_cache_parses_a_segment_once(monkeypatch):
+    from kmilvus.parser import evaluator
+
+    reads = []
+    real = evaluator.read_column
+    monkeypatch.setattr(evaluator, "read_column", lambda col, exact=False: reads.append(exact) or real(col, exact))
+    cache: dict = {}
+    for expr in ("meta['k'] > 3", "meta['k'] in [1, 2] or color == 'red'", "meta['k'] < 2"):
+        plan = parse(expr, SCHEMA)
+        assert count(TABLE, plan, json_cache=cache) == count(TABLE, plan)
+    # cached: meta once, $meta once; uncached: every call reads again
+    assert reads.count(False) == 2 + 4

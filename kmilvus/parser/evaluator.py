@@ -9,6 +9,7 @@ null as false. So `meta["k"] > 1` and `not (meta["k"] > 1)` are both false on ro
 from __future__ import annotations
 
 import re
+from collections.abc import MutableMapping
 from typing import Any
 
 import numpy as np
@@ -35,9 +36,16 @@ _ARITH = {"+": pc.add, "-": pc.subtract, "*": pc.multiply, "/": pc.divide}
 _WANT = {P.STRING: "string", P.BOOL: "bool"}
 
 
-def evaluate(plan: P.Plan, data: pa.Table | pa.RecordBatch) -> pa.BooleanArray:
-    """One boolean per row of `data`: whether it matches `plan`."""
-    out = _Context(data).predicate(plan.predicate)
+JsonCache = MutableMapping[tuple[int, bool], JsonValues]
+
+
+def evaluate(plan: P.Plan, data: pa.Table | pa.RecordBatch, json_cache: JsonCache | None = None) -> pa.BooleanArray:
+    """One boolean per row of `data`: whether it matches `plan`.
+
+    `json_cache`: parsed JSON columns of `data`, kept by a caller that evaluates the same
+    immutable data again (a QueryNode, per sealed segment); parsing is most of a JSON filter's cost.
+    """
+    out = _Context(data, json_cache).predicate(plan.predicate)
     out = pc.fill_null(out, False)
     if isinstance(out, pa.ChunkedArray):
         out = out.combine_chunks()
@@ -92,11 +100,11 @@ def _like(values: pa.Array, pattern: str) -> pa.Array:
 
 
 class _Context:
-    def __init__(self, data: pa.Table | pa.RecordBatch):
+    def __init__(self, data: pa.Table | pa.RecordBatch, json_cache: JsonCache | None = None):
         self.data = data
         self.n = data.num_rows
         self.names = set(data.schema.names)
-        self._json: dict[tuple[int, bool], JsonValues] = {}
+        self._json: JsonCache = {} if json_cache is None else json_cache
 
     # -- values -------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pymilvus.grpc_gen import schema_pb2
 
-from kmilvus.parser.evaluator import evaluate
+from kmilvus.parser.evaluator import JsonCache, evaluate
 from kmilvus.parser.plan import Plan
 from kmilvus.util import merr, typeutil
 from kmilvus.util.merr import MilvusError
@@ -74,17 +74,27 @@ def resolve_output_fields(schema: schema_pb2.CollectionSchema, output_fields: Se
     return OutputFields(field_ids, tuple(names), dynamic_keys)
 
 
-def match(table: pa.Table | pa.RecordBatch, plan: Plan, visible: pa.BooleanArray | None = None) -> pa.BooleanArray:
+def match(
+    table: pa.Table | pa.RecordBatch,
+    plan: Plan,
+    visible: pa.BooleanArray | None = None,
+    json_cache: JsonCache | None = None,
+) -> pa.BooleanArray:
     """Rows matching `plan`, restricted to `visible` ones (not deleted, within the timestamp)."""
-    mask = evaluate(plan, table)
+    mask = evaluate(plan, table, json_cache)
     if visible is not None:
         mask = pc.and_(mask, visible)
     return mask
 
 
-def count(table: pa.Table | pa.RecordBatch, plan: Plan, visible: pa.BooleanArray | None = None) -> int:
+def count(
+    table: pa.Table | pa.RecordBatch,
+    plan: Plan,
+    visible: pa.BooleanArray | None = None,
+    json_cache: JsonCache | None = None,
+) -> int:
     """`count(*)` of the rows matching `plan`."""
-    return int(pc.sum(match(table, plan, visible)).as_py() or 0)
+    return int(pc.sum(match(table, plan, visible, json_cache)).as_py() or 0)
 
 
 def retrieve(
@@ -94,13 +104,14 @@ def retrieve(
     limit: int | None = None,
     offset: int = 0,
     visible: pa.BooleanArray | None = None,
+    json_cache: JsonCache | None = None,
 ) -> pa.Table:
     """The matching rows' output columns (named by field ID), `offset` rows skipped and at most
     `limit` kept, in the table's order; `$meta` keeps only the dynamic keys asked for."""
     out = (
         output_fields if isinstance(output_fields, OutputFields) else resolve_output_fields(plan.schema, output_fields)
     )
-    rows = np.flatnonzero(match(table, plan, visible).to_numpy(zero_copy_only=False))
+    rows = np.flatnonzero(match(table, plan, visible, json_cache).to_numpy(zero_copy_only=False))
     end = None if limit is None or limit < 0 else offset + limit
     rows = rows[offset:end]
     if isinstance(table, pa.RecordBatch):
