@@ -183,6 +183,8 @@ def test_syntax_errors_name_position_and_token(expr, message):
         ("array_contains_all(arr, 1)", "contains_all operation element must be an array"),
         ("array_contains(arr, 'x')", "contains operation can't compare between array element type: Int64 and VarChar"),
         ("exists i64", "exists operations are only supportted on json field"),
+        ('json_contains(meta["t"], [1, 2])', "contains operation on nested arrays is not supported yet"),
+        ('meta["t"] in [[1, 2]]', "value '[1,2]' in list cannot be an array"),
         ("arr > 1", "can not comparisons array fields directly"),
         ('s["k"] == 1', "VarChar data type not supported accessed with []"),
         ('arr["k"] == 1', "can only access array field with integer index"),

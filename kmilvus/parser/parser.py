@@ -319,6 +319,8 @@ class _Parser:
         values = (element.value,) if func == "one" else element.value
         if func != "one" and not isinstance(values, tuple):
             raise ExprError(f"{op} operation element must be an array")
+        if any(isinstance(v, tuple) for v in values):
+            raise ExprError(f"{op} operation on nested arrays is not supported yet")
         if column.kind == P.ARRAY:
             elem_kind = P.kind_of_type(column.element_type)
             cast = []
@@ -442,6 +444,8 @@ class _Parser:
             raise ExprError("the right-hand side of 'in' must be a list")
         values = []
         for v in right.value:
+            if isinstance(v, tuple):
+                raise ExprError(f"value '{_text(v)}' in list cannot be an array")
             try:
                 values.append(_cast(v, left.kind))
             except ValueError:
