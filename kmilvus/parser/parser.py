@@ -269,12 +269,17 @@ class _Parser:
         if self.tok.kind == OP and self.tok.text == "]":
             self._next()
             return P.Literal(())
+        tokens = self.tokens
         while True:
             start = self.tok
-            element = self.expression(0)
-            if not isinstance(element, P.Literal):
-                raise ExprError(f"array element type must be generic value, but got: {self._slice(start)}")
-            values.append(element.value)
+            if start.kind in (INT, FLOAT, BOOL, STRING) and tokens[self.i + 1].text in (",", "]"):
+                self.i += 1  # a plain literal: the common case of long key lists, no Pratt round trip
+                values.append(start.value)
+            else:
+                element = self.expression(0)
+                if not isinstance(element, P.Literal):
+                    raise ExprError(f"array element type must be generic value, but got: {self._slice(start)}")
+                values.append(element.value)
             if self.tok.kind == OP and self.tok.text == ",":
                 self._next()
                 if self.tok.kind == OP and self.tok.text == "]":
@@ -443,11 +448,12 @@ class _Parser:
         if not isinstance(right, P.Literal) or not isinstance(right.value, tuple):
             raise ExprError("the right-hand side of 'in' must be a list")
         values = []
+        kind = left.kind
         for v in right.value:
             if isinstance(v, tuple):
                 raise ExprError(f"value '{_text(v)}' in list cannot be an array")
             try:
-                values.append(_cast(v, left.kind))
+                values.append(_cast(v, kind))
             except ValueError:
                 type_name = DT.Name(left.element_type if left.data_type == DT.Array else left.data_type)
                 raise ExprError(f"value '{_text(v)}' in list cannot be casted to {type_name}") from None

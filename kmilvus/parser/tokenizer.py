@@ -8,8 +8,7 @@ them ("line 1:7 ..."), so error messages point where Milvus' do.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 # Token kinds.
 INT = "IntegerConstant"
@@ -31,8 +30,7 @@ class LexError(Exception):
         self.column = column
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
+class Token(NamedTuple):  # a tuple: cheap to make, and long key lists make many
     kind: str
     text: str  # as written
     pos: int  # 0-based column
@@ -87,7 +85,6 @@ _OPERATORS = (
 )
 _CANONICAL_OP = {"&&": "and", "||": "or", "!": "not"}
 
-_WS = re.compile(r"[ \t\r\n]+")
 _IDENT = re.compile(r"\$meta|[A-Za-z_][A-Za-z0-9_]*")
 _IS_NULL = re.compile(r"(is|IS)[ \t]+(?:(not|NOT)[ \t]+)?(null|NULL)\b")
 _FLOAT = re.compile(r"(?:[0-9]*\.[0-9]+|[0-9]+\.)(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+")
@@ -155,13 +152,13 @@ def _string(expr: str, start: int) -> tuple[str, int]:
 
 
 def _int(text: str) -> int:
+    if text[0] != "0" or len(text) == 1:
+        return int(text)
     if text[:2] in ("0x", "0X"):
         return int(text[2:], 16)
     if text[:2] in ("0b", "0B"):
         return int(text[2:], 2)
-    if len(text) > 1 and text[0] == "0":
-        return int(text[1:], 8)
-    return int(text)
+    return int(text[1:], 8)
 
 
 def _json_path(expr: str, i: int) -> tuple[list[str | int], int]:
@@ -186,60 +183,54 @@ def _json_path(expr: str, i: int) -> tuple[list[str | int], int]:
     return steps, i
 
 
+# One pattern for every token but strings (decoded by `_string`): one regex call per token.
+_TOKEN = re.compile(
+    r"(?P<ws>[ \t\r\n]+)"
+    r"|(?P<quote>['\"])"
+    rf"|(?P<float>{_FLOAT.pattern})"
+    rf"|(?P<int>{_INT.pattern})"
+    rf"|(?P<isnull>{_IS_NULL.pattern})"
+    rf"|(?P<ident>{_IDENT.pattern})"
+    r"|(?P<op>" + "|".join(re.escape(op) for op in _OPERATORS) + ")"
+)
+
+
 def tokenize(expr: str) -> list[Token]:
     """All tokens of `expr`, ending with an EOF token."""
     tokens: list[Token] = []
+    append = tokens.append
     i, n = 0, len(expr)
+    match = _TOKEN.match
     while i < n:
-        m = _WS.match(expr, i)
-        if m:
-            i = m.end()
-            continue
-        c = expr[i]
-        if c in "'\"":
-            value, end = _string(expr, i)
-            tokens.append(Token(STRING, expr[i:end], i, value))
-            i = end
-            continue
-        if c.isdigit() or (c == "." and i + 1 < n and expr[i + 1].isdigit()):
-            m = _FLOAT.match(expr, i)
-            if m:
-                tokens.append(Token(FLOAT, m.group(), i, float(m.group())))
-            else:
-                m = _INT.match(expr, i)
-                assert m is not None
-                tokens.append(Token(INT, m.group(), i, _int(m.group())))
-            i = m.end()
-            continue
-        m = _IS_NULL.match(expr, i)
-        if m:
-            kw = "is not null" if m.group(2) else "is null"
-            tokens.append(Token(KEYWORD, m.group(), i, kw))
-            i = m.end()
-            continue
-        m = _IDENT.match(expr, i)
-        if m:
-            word = m.group()
-            end = m.end()
-            if word in _KEYWORDS:
-                tokens.append(Token(KEYWORD, word, i, _KEYWORDS[word]))
-            elif word in _BOOLS:
-                tokens.append(Token(BOOL, word, i, _BOOLS[word]))
+        m = match(expr, i)
+        if m is None:
+            raise LexError(i, f"token recognition error at: '{expr[i]}'")
+        kind, text, end = m.lastgroup, m.group(), m.end()
+        if kind == "ws":
+            pass
+        elif kind == "int":
+            append(Token(INT, text, i, _int(text)))
+        elif kind == "op":
+            append(Token(OP if text not in _CANONICAL_OP else KEYWORD, text, i, _CANONICAL_OP.get(text, text)))
+        elif kind == "ident":
+            if text in _KEYWORDS:
+                append(Token(KEYWORD, text, i, _KEYWORDS[text]))
+            elif text in _BOOLS:
+                append(Token(BOOL, text, i, _BOOLS[text]))
             else:
                 steps, path_end = _json_path(expr, end)
                 if steps:
-                    tokens.append(Token(JSON_IDENT, expr[i:path_end], i, (word, tuple(steps))))
+                    append(Token(JSON_IDENT, expr[i:path_end], i, (text, tuple(steps))))
                     end = path_end
                 else:
-                    tokens.append(Token(IDENT, word, i, word))
-            i = end
-            continue
-        for op in _OPERATORS:
-            if expr.startswith(op, i):
-                tokens.append(Token(OP if op not in _CANONICAL_OP else KEYWORD, op, i, _CANONICAL_OP.get(op, op)))
-                i += len(op)
-                break
-        else:
-            raise LexError(i, f"token recognition error at: '{c}'")
-    tokens.append(Token(EOF, "<EOF>", n))
+                    append(Token(IDENT, text, i, text))
+        elif kind == "quote":
+            value, end = _string(expr, i)
+            append(Token(STRING, expr[i:end], i, value))
+        elif kind == "float":
+            append(Token(FLOAT, text, i, float(text)))
+        else:  # is null / is not null
+            append(Token(KEYWORD, text, i, "is not null" if len(text.split()) == 3 else "is null"))
+        i = end
+    append(Token(EOF, "<EOF>", n))
     return tokens
