@@ -202,8 +202,6 @@ class _Context:
             else:
                 null = pc.is_null(self.column(col))
             return pc.invert(null) if node.negate else null
-        if isinstance(node, P.BoolColumn):
-            return self.value(node.column, "bool")
         raise MilvusError(merr.SERVICE_INTERNAL, f"cannot evaluate {type(node).__name__}")
 
     def term(self, node: P.Term) -> pa.Array:

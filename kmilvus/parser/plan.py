@@ -173,14 +173,7 @@ class Const:
     value: bool
 
 
-@dataclass(frozen=True)
-class BoolColumn:
-    """A Bool field (or JSON path) used as a predicate by itself."""
-
-    column: Column
-
-
-Predicate = Compare | Term | Like | Contains | Exists | IsNull | And | Or | Not | Const | BoolColumn
+Predicate = Compare | Term | Like | Contains | Exists | IsNull | And | Or | Not | Const
 
 
 @dataclass(frozen=True)
