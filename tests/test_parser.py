@@ -508,3 +508,28 @@ def test_template_values_from_pymilvus_request():
     assert "template variable name {nope} is not found" in parse_error("id in {nope}")
     with pytest.raises(MilvusError, match="value '\"x\"' in list cannot be casted to Int64"):
         parse("id in {v}", SCHEMA, {"v": ["x"]})
+
+
+def test_selective_and_evaluates_the_rest_on_surviving_rows_only(monkeypatch):
+    from kmilvus.parser import evaluator
+
+    rows = [ROWS[i % len(ROWS)] for i in range(400)]
+    rows = [(i, *r[1:]) for i, r in enumerate(rows)]
+    table = make_table(rows)
+    exprs = [
+        'id in [3, 6, 9, 200] and meta["k"] > 1',
+        'id < 20 and not (meta["k"] > 1) and color == "red"',
+        'id in [1, 2] and (meta["s"] == "y" or meta["k"] == "str")',
+        "id < 0 and meta['k'] > 1",
+        'meta["k"] >= 1 and id in [0, 1, 4]',
+    ]
+    parsed: list[int] = []
+    real = evaluator.read_column
+    monkeypatch.setattr(evaluator, "read_column", lambda col, exact=False: parsed.append(len(col)) or real(col, exact))
+    for expr in exprs:
+        plan = parse(expr, SCHEMA)
+        narrowed = evaluate(plan, table).to_pylist()
+        whole = evaluate(plan, table, json_cache={}).to_pylist()  # a caller's cache: no narrowing
+        assert narrowed == whole, expr
+    assert parsed[:2] == [4, 400]  # the first expression parsed 4 rows of meta, then all 400 with the cache
+    assert evaluate(parse(exprs[0], SCHEMA), table).to_pylist().count(True) == 2  # ids 6 (k=2.5) and 9 (k=5)

@@ -78,6 +78,19 @@ def _rows_hit(n: int, parents: np.ndarray, hit: np.ndarray) -> np.ndarray:
     return rows
 
 
+_NARROW_BELOW = 8  # narrow an `and` to its surviving rows when fewer than 1 in 8 survive
+
+
+def _scatter(full: pa.Array, rows: pa.Array, part: pa.Array) -> pa.Array:
+    """`full` with `part`'s values (nulls included) at `rows`."""
+    values = full.to_numpy(zero_copy_only=False).copy()
+    valid = np.ones(len(full), dtype=bool)
+    idx = rows.to_numpy()
+    values[idx] = pc.fill_null(part, False).to_numpy(zero_copy_only=False)
+    valid[idx] = pc.is_valid(part).to_numpy(zero_copy_only=False)
+    return pa.array(values, mask=~valid)
+
+
 _WILDCARD = re.compile(r"(?<!\\)[%_]")
 
 
@@ -105,6 +118,8 @@ class _Context:
         self.n = data.num_rows
         self.names = set(data.schema.names)
         self._json: JsonCache = {} if json_cache is None else json_cache
+        # With a caller's cache, whole columns are parsed once anyway: no narrowing then.
+        self._json_cache_owned = json_cache is None
 
     # -- values -------------------------------------------------------------------------------
 
@@ -173,10 +188,7 @@ class _Context:
             want = _want(node.left, node.right)
             return _COMPARE[node.op](self.value(node.left, want), self.value(node.right, want))
         if isinstance(node, P.And):
-            out = self.predicate(node.children[0])
-            for child in node.children[1:]:
-                out = pc.and_kleene(out, self.predicate(child))
-            return out
+            return self.conjunction(node.children)
         if isinstance(node, P.Or):
             out = self.predicate(node.children[0])
             for child in node.children[1:]:
@@ -203,6 +215,23 @@ class _Context:
                 null = pc.is_null(self.column(col))
             return pc.invert(null) if node.negate else null
         raise MilvusError(merr.SERVICE_INTERNAL, f"cannot evaluate {type(node).__name__}")
+
+    def conjunction(self, children: tuple[P.Predicate, ...]) -> pa.Array:
+        """`and` of `children`, left to right; once few rows can still match, the rest is
+        evaluated on those rows only (a selective `id in [..]` spares parsing a JSON column)."""
+        out = self.predicate(children[0])
+        for i, child in enumerate(children[1:], start=1):
+            alive = pc.fill_null(out, True)  # true or null: the rows `and` may still need
+            kept = pc.sum(alive).as_py() or 0
+            if kept * _NARROW_BELOW < self.n and self._json_cache_owned:
+                rows = pa.array(np.flatnonzero(alive.to_numpy(zero_copy_only=False)), pa.int64())
+                sub = _Context(self.data.take(rows))
+                part = sub.conjunction((P.Const(True), *children[i:])) if kept else pa.array([], pa.bool_())
+                part = pc.and_kleene(out.take(rows), part)
+                full = pa.array(np.zeros(self.n, dtype=bool))
+                return _scatter(full, rows, part)
+            out = pc.and_kleene(out, self.predicate(child))
+        return out
 
     def term(self, node: P.Term) -> pa.Array:
         col = node.value
