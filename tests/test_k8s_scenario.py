@@ -1,8 +1,8 @@
 """Issue 12's scenario as Kubernetes would run it, without a cluster: the chart rendered for
 external etcd / NATS / (moto) S3 with a credentials Secret; the Proxy and the DataNode as
-processes with exactly their pod specs; the operator (in process, with the spark_* settings of
-its rendered Deployment) under the rendered RBAC (403 otherwise); SparkApplications run by the
-spark-operator stand-in with only what their spec provides. Apply the example Collection →
+processes with exactly their pod specs, and so is the operator (its rendered container, with the
+API address a pod gets from its service account), under the rendered RBAC (403 otherwise);
+SparkApplications run by the spark-operator stand-in with only what their spec provides. Apply the example Collection →
 Ready; insert through pymilvus; FlushRequest → Completed; bulk import (SparkApplication) → rows
 counted; compaction (SparkApplication) → fewer Segments; delete the Collection → its etcd keys,
 binlogs, stream consumers, Segments and SparkApplications gone."""
@@ -29,17 +29,25 @@ from pymilvus import MilvusClient, connections, utility
 
 from controllers import resources as R
 from controllers.kube import KubeClient
-from kmilvus.meta import catalog
+from kmilvus.meta import EtcdKV, catalog
 from kmilvus.msgstream import MsgStream
 from kmilvus.storage import paths
 from kmilvus.storage.objectstore import ObjectStore
 from kmilvus.util.embedded import free_port
 from tests.test_chart import NS as RELEASE_NS
 from tests.test_chart import RELEASE, by_kind, render
-from tests.test_controllers import COLL, FLUSH, SEGS, cfg, cond, obj, operators, start_operator  # noqa: F401
-from tests.test_operator_rbac import ACCOUNT, ADMIN_TOKEN, Authorizer, RBACKMock, container_process, kube  # noqa: F401
+from tests.test_controllers import COLL, FLUSH, SEGS, cond, obj
+from tests.test_operator_rbac import (  # noqa: F401
+    ACCOUNT,
+    ADMIN_TOKEN,
+    Authorizer,
+    RBACKMock,
+    container_process,
+    kube,
+    kubeconfig,
+)
 from tests.test_spark_application_runner import APPS, declare
-from tests.test_spark_cluster_standin import ClusterObjects, operator_settings, standin
+from tests.test_spark_cluster_standin import ClusterObjects, standin
 from tests.util import eventually
 
 pytestmark = [pytest.mark.kmock(cls=RBACKMock), pytest.mark.timeout(900), pytest.mark.spark]
@@ -70,15 +78,16 @@ async def _no_consumers(stream: MsgStream, vchannels: list[str]) -> bool:
 
 
 async def test_collection_lifecycle_as_kubernetes_runs_it(
-    kmock, kube, cfg, operators, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path
+    kmock, kube, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path, monkeypatch
 ):
+    monkeypatch.setenv("KMILVUS_TEST_ONLY", "the test's own environment")
     declare(kmock)
     port = free_port()
     storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
     docs = render(
         {
             "cluster": root,
-            "operator": {"watchNamespaces": [NS]},
+            "operator": {"watchNamespaces": [NS], "healthPort": free_port(), "metricsPort": free_port()},
             "externalEtcd": {"endpoint": etcd_endpoint},
             "externalNats": {"url": nats_url},
             "storage": {
@@ -93,11 +102,6 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(
     )
     users = [secret(RELEASE_NS), secret(NS)]  # `kubectl create secret` where pods and jobs run
     kmock.authorizer = auth = Authorizer(docs, ACCOUNT, RELEASE_NS)
-    cfg.storage_uri = storage_uri
-    for k, v in operator_settings(docs).items():  # spark_runner=sparkapplication, account, Secret, ...
-        setattr(cfg, k, v)
-    assert cfg.spark_runner == "sparkapplication" and cfg.spark_s3_secret_name == "s3-creds"
-    op = await start_operator(operators, namespaces=(NS,), peering=RELEASE, sdk_namespace=NS)
 
     async def admin_login():
         return kopf.ConnectionInfo(server=str(kmock.url), insecure=True, token=ADMIN_TOKEN)
@@ -105,9 +109,18 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(
     spark_kube = KubeClient(admin_login)
     procs = []
     try:
-        for kind, name in (("StatefulSet", f"{RELEASE}-datanode"), ("Deployment", f"{RELEASE}-proxy")):
+        for kind, name in (
+            ("Deployment", ACCOUNT),
+            ("StatefulSet", f"{RELEASE}-datanode"),
+            ("Deployment", f"{RELEASE}-proxy"),
+        ):
             w = next(d for d in by_kind(docs, kind) if d["metadata"]["name"] == name)
             argv, env = container_process(docs, users, w, f"{name}-0")
+            assert "KMILVUS_TEST_ONLY" not in env
+            if name == ACCOUNT:  # the operator: Spark jobs as SparkApplications, the API from its pod
+                assert env["KMILVUS_SPARK_RUNNER"] == "sparkapplication"
+                assert env["KMILVUS_SPARK_S3_SECRET_NAME"] == "s3-creds"
+                env["KUBECONFIG"] = str(kubeconfig(tmp_path / "kubeconfig", str(kmock.url)))
             with open(tmp_path / f"{name}.log", "wb") as log:
                 procs.append(
                     subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -118,7 +131,7 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(
                 return True
             return False
 
-        await eventually(lambda: serving() or any(p.poll() is not None for p in procs), 60, "the Proxy port")
+        await eventually(lambda: serving() or any(p.poll() is not None for p in procs), 90, "the Proxy port")
         assert all(p.poll() is None for p in procs)
         client = MilvusClient(uri=f"http://127.0.0.1:{port}")
 
@@ -224,9 +237,13 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(
             30,
             "its SparkApplications to go",
         )
-        kv = op.runtime.node.kv
-        for prefix in catalog.collection_owned_prefixes(cid, vchannels):
-            assert not op.call(kv.get_prefix(prefix)), prefix
+        assert all(p.poll() is None for p in procs)
+        kv = await EtcdKV.connect([etcd_endpoint], f"{root}/meta")
+        try:
+            for prefix in catalog.collection_owned_prefixes(cid, vchannels):
+                assert not await kv.get_prefix(prefix), prefix
+        finally:
+            await kv.close()
         store = ObjectStore.from_uri(storage_uri)
         for prefix in (paths.insert_log_prefix(cid), paths.ddl_prefix(cid), paths.stats_log_prefix(cid)):
             assert await asyncio.to_thread(store.list_sync, prefix) == [], prefix
