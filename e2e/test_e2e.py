@@ -125,6 +125,112 @@ def rows_for(fields: list[dict], start: int, n: int) -> list[dict]:
     return out
 
 
+def all_flushed_segments(kube, namespace: str, collection_id: int) -> list[dict]:
+    return [
+        s for s in list_segments(kube, namespace, collection_id) if (s.get("status") or {}).get("state") == "Flushed"
+    ]
+
+
+def spark_applications(kube, namespace: str) -> list[dict]:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(kube).list_namespaced_custom_object(
+        "sparkoperator.k8s.io", "v1beta2", namespace, "sparkapplications"
+    )["items"]
+
+
+def owned_by(obj: dict, collection: str) -> bool:
+    return any(
+        o["kind"] == "Collection" and o["name"] == collection for o in obj["metadata"].get("ownerReferences") or []
+    )
+
+
+def upload_to_minio(kube, namespace: str, release: str, key: str, data: bytes) -> None:
+    """Put `data` into the in-chart MinIO (e2e/values.yaml) through a port-forward, with the
+    credentials of the chart's Secret — the same store kmilvus' storage URI names."""
+    import base64
+    import socket
+
+    import boto3
+    from kubernetes import client
+
+    secret = client.CoreV1Api(kube).read_namespaced_secret(f"{release}-minio", namespace).data
+    user, password = (base64.b64decode(secret[k]).decode() for k in ("rootUser", "rootPassword"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pf = subprocess.Popen([KUBECTL, "-n", namespace, "port-forward", f"svc/{release}-minio", f"{port}:9000"])
+    try:
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            aws_access_key_id=user,
+            aws_secret_access_key=password,
+            region_name="us-east-1",
+        )
+        wait_for("the MinIO port-forward", lambda: _put(s3, key, data), timeout=60)
+    finally:
+        pf.terminate()
+        pf.wait(10)
+
+
+def _put(s3, key: str, data: bytes) -> bool:
+    bucket, _, path = key.partition("/")
+    try:
+        s3.put_object(Bucket=bucket, Key=path, Body=data)
+    except Exception:  # noqa: BLE001 - the port-forward is not up yet
+        return False
+    return True
+
+
+def bulk_import(kube, namespace: str, milvus_port: int, name: str, fields: list[dict], cr_name: str) -> int:
+    """A Parquet file of 3,000 new rows into MinIO, `do_bulk_insert` of its storage-relative key,
+    then the Collection's status until the SparkApplication's import is registered."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pymilvus import connections, utility
+
+    n, start = 3_000, ROWS
+    rows = rows_for(fields, start, n)
+
+    def column(f: dict) -> pa.Array:
+        values = [r[f["name"]] for r in rows]
+        if f["dataType"] == "JSON":
+            return pa.array([json.dumps(v) for v in values])
+        if f["dataType"] == "FloatVector":
+            return pa.array(values, pa.list_(pa.float32(), int(f["dim"])))
+        return pa.array(values)
+
+    table = pa.table({f["name"]: column(f) for f in fields if not (f.get("isPrimaryKey") and f.get("autoID"))})
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    # The chart's storage URI is s3://<minio.bucket>/<minio.prefix>: a relative import path is a
+    # key under it (kmilvus.spark.files.resolve).
+    upload_to_minio(
+        kube, namespace, os.environ.get("E2E_RELEASE", "kmilvus"), "kmilvus/data/e2e/rows.parquet", buf.getvalue()
+    )
+    connections.connect("e2e-import", uri=f"http://127.0.0.1:{milvus_port}")
+    try:
+        task = utility.do_bulk_insert(name, files=["e2e/rows.parquet"], using="e2e-import")
+    finally:
+        connections.disconnect("e2e-import")
+
+    def finished():
+        o = get(kube, "collections", namespace, cr_name)
+        imp = ((o or {}).get("status") or {}).get("imports") or {}
+        last = imp.get("last") or {}
+        return imp if last.get("jobID") == task and last.get("state") in ("ImportCompleted", "ImportFailed") else None
+
+    imp = wait_for("the bulk import to finish", finished, timeout=900)
+    assert imp["last"]["state"] == "ImportCompleted", imp
+    assert imp["rowsImported"] == n and imp["running"] == 0, imp
+    app = imp["last"]["sparkApplication"]
+    assert any(a["metadata"]["name"] == app for a in spark_applications(kube, namespace)), app
+    return n
+
+
 # ------------------------------------------------------------------------------------ tests
 
 
@@ -141,7 +247,7 @@ def test_kmilvus_is_running(kube, namespace, release):
     assert [(p.name, p.port) for p in svc.spec.ports] == [("milvus", 19530)]
 
 
-def test_collection_lifecycle(kube, namespace, milvus):
+def test_collection_lifecycle(kube, namespace, milvus, milvus_port):
     coll = example("collection.yaml", namespace)
     flush = example("flushrequest.yaml", namespace)
     cr_name = coll["metadata"]["name"]
@@ -219,10 +325,43 @@ def test_collection_lifecycle(kube, namespace, milvus):
     stats = milvus.get_collection_stats(milvus_name)
     assert int(stats["row_count"]) == ROWS, stats
 
-    # 5. Delete the Collection -> gone from pymilvus, no Segment resources left ---------------
+    # 5. Bulk import through a SparkApplication in the Collection's namespace -------------------
+    imported = bulk_import(kube, namespace, milvus_port, milvus_name, coll["spec"]["fields"], cr_name)
+    assert int(milvus.get_collection_stats(milvus_name)["row_count"]) == ROWS + imported
+
+    # 6. Compaction through a SparkApplication: fewer Segments, the same rows ------------------
+    before = len(all_flushed_segments(kube, namespace, collection_id))
+    compaction_id = milvus.compact(milvus_name)
+
+    def compacted():
+        o = get(kube, "collections", namespace, cr_name)
+        c = ((o or {}).get("status") or {}).get("compactions") or {}
+        last = c.get("last") or {}
+        if last.get("compactionID") == compaction_id and c.get("running") == 0:
+            return last
+        return None
+
+    last = wait_for("the compaction to finish", compacted, timeout=900)
+    assert last["state"] == "Completed", last
+    assert last["plans"] >= 1, last
+    after = wait_for(
+        f"fewer than {before} Segments",
+        lambda: (s := all_flushed_segments(kube, namespace, collection_id)) and len(s) < before and s,
+        timeout=120,
+    )
+    assert sum(int(s["status"]["rows"]) for s in after) == ROWS + imported
+    apps = spark_applications(kube, namespace)
+    assert any(a["metadata"]["name"] == last["sparkApplication"] for a in apps), [a["metadata"]["name"] for a in apps]
+
+    # 7. Delete the Collection -> gone from pymilvus, no Segment resources left ---------------
     kubectl("-n", namespace, "delete", "collection", cr_name, "--wait=false")
     wait_for(f"Collection {cr_name} deleted", lambda: get(kube, "collections", namespace, cr_name) is None, timeout=180)
     wait_for(f"{milvus_name} dropped", lambda: not milvus.has_collection(milvus_name), timeout=60)
     wait_for("no Segment resources left", lambda: not list_segments(kube, namespace, collection_id), timeout=120)
+    wait_for(
+        "its SparkApplications to go",
+        lambda: not [a for a in spark_applications(kube, namespace) if owned_by(a, cr_name)],
+        timeout=120,
+    )
     assert milvus_name not in milvus.list_collections()
     kubectl("-n", namespace, "delete", "flushrequest", fr_name, "--ignore-not-found")
