@@ -28,24 +28,37 @@ def _stored_info(node, coll_id: int) -> internal_pb2.CollectionInfo:
 
 def test_alter_collection_properties_are_kept_and_dropped(node, client):
     client.create_collection("c", schema=_schema(client))
-    client.alter_collection_properties("c", properties={"collection.ttl.seconds": 500, "mmap.enabled": True})
+    client.alter_collection_properties("c", properties={"mmap.enabled": True, "team": "search"})
     desc = client.describe_collection("c")
-    assert desc["properties"]["collection.ttl.seconds"] == "500"
-    assert desc["properties"]["mmap.enabled"] == "True"
+    assert desc["properties"]["mmap.enabled"] == "True" and desc["properties"]["team"] == "search"
     stored = {kv.key: kv.value for kv in _stored_info(node, desc["collection_id"]).properties}
-    assert stored == {"collection.ttl.seconds": "500", "mmap.enabled": "True"}
+    assert stored == {"mmap.enabled": "True", "team": "search"}
 
     client.drop_collection_properties("c", property_keys=["mmap.enabled"])
-    assert client.describe_collection("c")["properties"] == {"collection.ttl.seconds": "500"}
+    assert client.describe_collection("c")["properties"] == {"team": "search"}
 
     with pytest.raises(MilvusException) as err:
-        client.alter_collection_properties("c", properties={"collection.ttl.seconds": "soon"})
-    assert "collection TTL is not a valid positive integer: soon" in err.value.message
-    assert client.describe_collection("c")["properties"] == {"collection.ttl.seconds": "500"}
+        client.alter_collection_properties("c", properties={"mmap.enabled": "maybe"})
+    assert "invalid mmap.enabled value: maybe, expected: true, false" in err.value.message
+    assert client.describe_collection("c")["properties"] == {"team": "search"}
 
     with pytest.raises(MilvusException) as err:
         client.alter_collection_properties("nosuch", properties={"mmap.enabled": True})
     assert err.value.code == 100 and "collection not found[collection=nosuch]" in err.value.message
+
+
+def test_a_collection_ttl_is_refused_until_rows_can_expire(node, client):
+    """Keeping the TTL while nothing expires rows would be a half-done success: refused, nothing written."""
+    client.create_collection("c", schema=_schema(client))
+    for value, needle in ((500, "does not support collection.ttl.seconds yet"), ("soon", "not a valid positive")):
+        with pytest.raises(MilvusException) as err:
+            client.alter_collection_properties("c", properties={"collection.ttl.seconds": value})
+        assert needle in err.value.message
+    assert client.describe_collection("c")["properties"] == {}
+    with pytest.raises(MilvusException) as err:
+        client.create_collection("t", schema=_schema(client), properties={"collection.ttl.seconds": 60})
+    assert "does not support collection.ttl.seconds yet" in err.value.message
+    assert not client.has_collection("t")
 
 
 def test_alter_field_max_length_takes_effect_in_the_proxy_at_once(node, client):

@@ -29,8 +29,9 @@ MAX_LENGTH = "max_length"
 MAX_VARCHAR_LENGTH = 65535
 
 
-def _check_collection_property(key: str, value: str) -> None:
-    """Milvus validates the values it acts on; any other key is kept as the user's own."""
+def check_collection_property(key: str, value: str) -> None:
+    """Milvus validates the values it acts on; any other key is kept as the user's own. A TTL is
+    refused (not kept and ignored): rows would be expected to expire, and nothing expires them yet."""
     if key == COLLECTION_TTL:
         try:
             ttl = int(value)
@@ -38,7 +39,8 @@ def _check_collection_property(key: str, value: str) -> None:
             ttl = -1
         if ttl < 0:
             raise merr.invalid(f"collection TTL is not a valid positive integer: {value}")
-    elif key == MMAP_ENABLED and value.lower() not in ("true", "false"):
+        raise MilvusError(merr.UNEXPECTED, f"kmilvus does not support {COLLECTION_TTL} yet: rows would not expire")
+    if key == MMAP_ENABLED and value.lower() not in ("true", "false"):
         raise merr.invalid(f"invalid mmap.enabled value: {value}, expected: true, false")
 
 
@@ -62,7 +64,7 @@ class AlterMixin:
         if req.properties and req.delete_keys:
             raise merr.invalid("can not provide properties and deletekeys at the same time")
         for kv in req.properties:
-            _check_collection_property(kv.key, kv.value)
+            check_collection_property(kv.key, kv.value)
         async with self._ddl_lock:
             info = self._copy(req.db_name, req.collection_name, req.collectionID)
             new_props = _merge(list(info.properties), list(req.properties), list(req.delete_keys))

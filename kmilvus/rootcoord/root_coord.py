@@ -23,7 +23,7 @@ from kmilvus.msgstream import Msg, MsgType, channels
 from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc
 from kmilvus.rootcoord import schema as schemautil
 from kmilvus.rootcoord.aliases import AliasMixin
-from kmilvus.rootcoord.alter import AlterMixin
+from kmilvus.rootcoord.alter import AlterMixin, check_collection_property
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
@@ -165,6 +165,8 @@ class RootCoord(AliasMixin, AlterMixin, root_coord_pb2_grpc.RootCoordServicer):
         if schema.name != req.collection_name:
             raise merr.invalid(f"collection name [{req.collection_name}] not matches schema name [{schema.name}]")
         schemautil.validate_schema(schema, max_dim=self.cfg.max_dim, max_varchar=self.cfg.max_varchar_length)
+        for kv in req.properties:
+            check_collection_property(kv.key, kv.value)
         schema = schemautil.normalize(schema)
         shards = req.shards_num or self.cfg.default_shards_num
         if not 1 <= shards <= 16:
