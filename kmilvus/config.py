@@ -77,6 +77,12 @@ class Config:
     compaction_small_proportion: float = 0.5  # "small": fewer rows than this × the target's
     compaction_target_size_mb: int = 0  # target segment size (0 = segment_max_size_mb)
     compaction_max_sources: int = 32  # source segments per plan at most
+    # Security (Milvus' common.security.authorizationEnabled, tls.*).
+    auth: bool = False  # authenticate every Milvus API call and check its privilege
+    root_password: str = ""  # root's password on first start; required when auth is on
+    tls_cert: str = ""  # PEM certificate of the Milvus API (one-way TLS when set with tls_key)
+    tls_key: str = ""
+    tls_ca: str = ""  # PEM CA: clients must present a certificate it signed (mutual TLS)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Config:
@@ -89,6 +95,16 @@ class Config:
             if v is not None:
                 setattr(cfg, k, v)
         return cfg
+
+    def check_security(self, runs_rootcoord: bool = True) -> None:
+        """Refuse settings that would start an unprotected or half-configured API. Only the
+        process running RootCoord (which creates root) needs root's password."""
+        if self.auth and runs_rootcoord and not self.root_password:
+            raise ValueError("KMILVUS_ROOT_PASSWORD is required when auth is on (there is no default root password)")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("TLS needs both --tls-cert and --tls-key")
+        if self.tls_ca and not self.tls_cert:
+            raise ValueError("mutual TLS (--tls-ca) needs --tls-cert and --tls-key")
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)

@@ -47,6 +47,17 @@ def get_logger(name: str) -> Logger:
     return Logger(logging.getLogger(name), {})
 
 
+AUDIT_LOGGER = "kmilvus.audit"
+_audit = Logger(logging.getLogger(AUDIT_LOGGER), {})
+logging.getLogger(AUDIT_LOGGER).setLevel(logging.INFO)
+
+
+def audit(event: str, **kv: object) -> None:
+    """One structured audit event (who, what, object, result) on the `kmilvus.audit` logger,
+    logged at INFO whatever the process' log level (setup() keeps that logger at INFO)."""
+    _audit.info(event, **kv)
+
+
 def setup(level: str | None = None) -> None:
     level = (level or os.environ.get("KMILVUS_LOG_LEVEL") or "warning").upper()
     handler = logging.StreamHandler(sys.stderr)
@@ -54,5 +65,6 @@ def setup(level: str | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    logging.getLogger(AUDIT_LOGGER).setLevel(logging.INFO)
     for noisy in ("aetcd", "nats", "grpc", "asyncio", "botocore", "urllib3"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -26,13 +26,14 @@ from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import MsgStream
 from kmilvus.proxy import Proxy
+from kmilvus.proxy.privilege import SecurityInterceptor
 from kmilvus.querycoord import QueryCoord
 from kmilvus.rootcoord import RootCoord
 from kmilvus.sessionutil import Session
 from kmilvus.sessionutil.leader import LeaderLock
 from kmilvus.sessionutil.session import next_server_id
 from kmilvus.storage import ObjectStore
-from kmilvus.util.grpcutil import start_server
+from kmilvus.util.grpcutil import server_credentials, start_server
 
 log = get_logger(__name__)
 ALL_ROLES = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD, roles.DATANODE, roles.PROXY)
@@ -70,6 +71,7 @@ class Node:
 
     async def start(self) -> None:
         cfg = self.cfg
+        cfg.check_security(runs_rootcoord=roles.ROOTCOORD in self.role_names)
         t0 = time.monotonic()
         self.kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
         self.stream = await MsgStream.connect(cfg.nats_url, cfg.cluster, max_message_bytes=cfg.max_message_bytes)
@@ -109,6 +111,8 @@ class Node:
                 cfg.proxy_host,
                 cfg.proxy_port,
                 [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server, self.components[roles.PROXY])],
+                credentials=server_credentials(cfg.tls_cert, cfg.tls_key, cfg.tls_ca),
+                interceptors=[SecurityInterceptor(self.components[roles.PROXY].security)],
             )
         log.info("node ready", roles=",".join(self.role_names), seconds=round(time.monotonic() - t0, 3))
 

@@ -20,9 +20,11 @@ from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.msgstream import Msg, MsgType, channels
-from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc
+from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc, security_pb2_grpc
 from kmilvus.rootcoord import schema as schemautil
 from kmilvus.rootcoord.aliases import AliasMixin
+from kmilvus.rootcoord.credentials import CredentialMixin
+from kmilvus.rootcoord.rbac import RbacMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
@@ -40,7 +42,13 @@ async def _leader_unknown() -> bool:
     return True
 
 
-class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
+class RootCoord(
+    AliasMixin,
+    CredentialMixin,
+    RbacMixin,
+    root_coord_pb2_grpc.RootCoordServicer,
+    security_pb2_grpc.RootCoordSecurityServicer,
+):
     role = roles.ROOTCOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, registry: roles.Registry, server_id: int = 0):
@@ -70,6 +78,7 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
             info = internal_pb2.CollectionInfo.FromString(raw)
             self._cache(info)
         await self._load_aliases()
+        await self._init_credentials()
         self.producer = self.stream.producer()
         self.ticks = TickSource(TimestampAllocator(self))
         self.tt_sync = TimeTickSync(self.producer, self.ticks, self._live_vchannels, self.cfg.time_tick_interval)

@@ -29,13 +29,22 @@ CHANNEL_OPTIONS = [
 ]
 
 
-async def start_server(host: str, port: int, registrations: list[tuple[Callable, Any]]) -> tuple[grpc.aio.Server, int]:
-    """Serve `servicer`s (each with its generated add_*_to_server) on host:port (0 = free port)."""
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+async def start_server(
+    host: str,
+    port: int,
+    registrations: list[tuple[Callable, Any]],
+    *,
+    credentials: grpc.ServerCredentials | None = None,
+    interceptors: list[grpc.aio.ServerInterceptor] | None = None,
+) -> tuple[grpc.aio.Server, int]:
+    """Serve `servicer`s (each with its generated add_*_to_server) on host:port (0 = free port);
+    TLS when `credentials` are given (then a plaintext client is refused)."""
+    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors or None)
     for add, servicer in registrations:
         answer_unimplemented_quietly(servicer)
         add(servicer, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port}")
     await server.start()
@@ -156,3 +165,18 @@ class RemoteClient:
 
     async def close(self) -> None:
         await self._reset()
+
+
+def server_credentials(cert: str, key: str, ca: str = "") -> grpc.ServerCredentials | None:
+    """TLS for a server from PEM files: one-way with cert+key, mutual (client certificate signed
+    by `ca` required) when `ca` is set; None when no certificate is configured."""
+    if not cert:
+        return None
+
+    def read(path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    return grpc.ssl_server_credentials(
+        [(read(key), read(cert))], root_certificates=read(ca) if ca else None, require_client_auth=bool(ca)
+    )

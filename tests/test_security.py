@@ -1,0 +1,255 @@
+"""Issue 15 acceptance through pymilvus: authentication, TLS (one-way and mutual), roles and
+privileges, revocation on every Proxy, and the audit trail of refusals."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from prometheus_client import REGISTRY
+from pymilvus import DataType, MilvusClient, MilvusException
+
+from kmilvus.util.embedded import free_port
+
+ROOT_PW = "R00t-secret!"
+# pymilvus raises gRPC PERMISSION_DENIED / UNAUTHENTICATED as it gets them (as against Milvus).
+REFUSED = (MilvusException, grpc.RpcError)
+DIM = 8
+
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _cert(subject: str, key, issuer_name: x509.Name, issuer_key, *, ca: bool = False, san: bool = False):
+    now = datetime.datetime.now(datetime.UTC)
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if san:
+        b = b.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+    return b.sign(issuer_key, hashes.SHA256())
+
+
+def _write(path: Path, key, cert) -> tuple[str, str]:
+    key_path, cert_path = path.with_suffix(".key"), path.with_suffix(".crt")
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return str(cert_path), str(key_path)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> dict[str, str]:
+    """A CA, a server certificate for localhost, a client certificate it signed, and a client
+    certificate nobody trusted (self-signed)."""
+    d = tmp_path_factory.mktemp("certs")
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _cert("kmilvus-test-ca", ca_key, _name("kmilvus-test-ca"), ca_key, ca=True)
+    out: dict[str, str] = {}
+    out["ca"], _ = _write(d / "ca", ca_key, ca)
+    for name, signer in (("server", True), ("client", True), ("rogue", False)):
+        key = ec.generate_private_key(ec.SECP256R1())
+        if signer:
+            cert = _cert(name if name != "server" else "localhost", key, ca.subject, ca_key, san=name == "server")
+        else:
+            cert = _cert(name, key, _name(name), key, ca=False)
+        out[name + "_crt"], out[name + "_key"] = _write(d / name, key, cert)
+    return out
+
+
+def _client(port: int, certs, *, token: str = "", **extra) -> MilvusClient:
+    if "client_pem_path" not in extra:  # pymilvus: server_pem_path means one-way TLS
+        extra["server_pem_path"] = certs["ca"]
+    return MilvusClient(
+        uri=f"https://localhost:{port}",
+        token=token,
+        server_name="localhost",
+        timeout=10,
+        dedicated=True,
+        **extra,
+    )
+
+
+def _mtls(certs, name: str) -> dict[str, str]:
+    return {
+        "client_pem_path": certs[name + "_crt"],
+        "client_key_path": certs[name + "_key"],
+        "ca_pem_path": certs["ca"],
+    }
+
+
+def _schema():
+    s = MilvusClient.create_schema()
+    s.add_field("id", DataType.INT64, is_primary=True)
+    s.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+    return s
+
+
+def _rows(n: int, start: int = 0):
+    return [{"id": start + i, "vec": np.random.rand(DIM).astype("float32")} for i in range(n)]
+
+
+def _denied_count(method: str, reason: str) -> float:
+    return REGISTRY.get_sample_value("kmilvus_proxy_denied_total", {"method": method, "reason": reason}) or 0.0
+
+
+@pytest.fixture
+def secure(node_factory, certs):
+    """A full node and a second Proxy, both with --auth and one-way TLS."""
+    opts = {"auth": True, "root_password": ROOT_PW, "tls_cert": certs["server_crt"], "tls_key": certs["server_key"]}
+    n1 = node_factory(**opts)
+    n2 = node_factory(roles=("proxy",), **opts)
+    return n1.node.api_port, n2.node.api_port
+
+
+def test_auth_tls_roles_and_revoke_on_every_proxy(secure, certs, caplog):
+    p1, p2 = secure
+    caplog.set_level(logging.INFO, logger="kmilvus.audit")
+
+    # Plaintext is refused by a TLS port.
+    with pytest.raises(REFUSED):
+        MilvusClient(uri=f"http://127.0.0.1:{p1}", token=f"root:{ROOT_PW}", timeout=3, dedicated=True)
+    # No credentials, or a wrong password: refused (Connect already fails).
+    with pytest.raises(REFUSED):
+        _client(p1, certs)
+    with pytest.raises(REFUSED):
+        _client(p1, certs, token="root:wrong-password")
+
+    root = _client(p1, certs, token=f"root:{ROOT_PW}")
+    root.create_collection("a", schema=_schema())
+    root.create_collection("b", schema=_schema())
+    root.create_user("alice", "alice-pw-1")
+    assert "alice" in root.list_users()
+
+    alice1 = _client(p1, certs, token="alice:alice-pw-1")
+    alice2 = _client(p2, certs, token="alice:alice-pw-1")
+    before = _denied_count("Insert", "permission")
+    with pytest.raises(REFUSED, match="permission deny"):
+        alice1.insert("a", _rows(3))
+    assert _denied_count("Insert", "permission") == before + 1
+    assert any("denied" in r.getMessage() and getattr(r, "kv", {}).get("user") == "alice" for r in caplog.records), (
+        "the refusal is an audit event"
+    )
+
+    root.create_role("writer")
+    root.grant_privilege("writer", "Collection", "Insert", "a")
+    root.grant_role("alice", "writer")
+    alice1.insert("a", _rows(5))
+    alice2.insert("a", _rows(5, start=100))  # proxy 2 has loaded the policy too
+    with pytest.raises(REFUSED, match="permission deny"):
+        alice1.drop_collection("a")
+    with pytest.raises(REFUSED, match="permission deny"):
+        alice1.insert("b", _rows(3))
+    assert root.has_collection("a")
+
+    grants = root.describe_role("writer")
+    assert any(p["privilege"] == "Insert" and p["object_name"] == "a" for p in grants["privileges"])
+
+    # Revoke through proxy 1: proxy 2 refuses the very next call (invalidation, no polling).
+    root.revoke_privilege("writer", "Collection", "Insert", "a")
+    with pytest.raises(REFUSED, match="permission deny"):
+        alice2.insert("a", _rows(3, start=200))
+    with pytest.raises(REFUSED, match="permission deny"):
+        alice1.insert("a", _rows(3, start=300))
+
+    root.flush("a")
+    assert root.get_collection_stats("a")["row_count"] == 10  # only the permitted inserts
+    root.drop_collection("a")
+    assert not root.has_collection("a")
+
+
+def test_credentials_cached_and_invalidated_on_every_proxy(secure, certs):
+    p1, p2 = secure
+    root = _client(p1, certs, token=f"root:{ROOT_PW}")
+    root.create_user("bob", "bob-pw-1")
+    bob2 = _client(p2, certs, token="bob:bob-pw-1")
+    assert bob2.list_collections() == []  # proxy 2 has verified and cached bob's password
+
+    bob1 = _client(p1, certs, token="bob:bob-pw-1")
+    bob1.update_password("bob", "bob-pw-1", "bob-pw-2")  # bob may change his own password
+    with pytest.raises(REFUSED):
+        bob2.list_collections()  # the old password no longer works on proxy 2
+    assert _client(p2, certs, token="bob:bob-pw-2").list_collections() == []
+
+    with pytest.raises(REFUSED):
+        root.update_password("bob", "wrong-old-pw", "bob-pw-3")  # the old password is checked
+    root.drop_user("bob")
+    with pytest.raises(REFUSED):
+        _client(p2, certs, token="bob:bob-pw-2")
+    with pytest.raises(REFUSED, match="root user cannot be deleted"):
+        root.drop_user("root")
+
+
+def test_passwords_are_stored_only_as_bcrypt_hashes(secure, certs, node_factory, etcd_endpoint, root):
+    import asyncio
+
+    from kmilvus.meta import EtcdKV
+
+    p1, _ = secure
+    c = _client(p1, certs, token=f"root:{ROOT_PW}")
+    c.create_user("carol", "carol-pw-1")
+
+    async def dump() -> list[bytes]:
+        kv = await EtcdKV.connect([etcd_endpoint], f"{root}/meta")
+        try:
+            return [v for _, v in await kv.get_prefix("root-coord/credential/users/")]
+        finally:
+            await kv.close()
+
+    values = asyncio.run(dump())
+    blob = b"".join(values)
+    assert b"carol-pw-1" not in blob and ROOT_PW.encode() not in blob
+    assert blob.count(b"$2b$") == 2  # root and carol, salted bcrypt
+
+
+def test_mutual_tls_refuses_clients_without_a_ca_signed_certificate(node_factory, certs):
+    n = node_factory(tls_cert=certs["server_crt"], tls_key=certs["server_key"], tls_ca=certs["ca"])
+    port = n.node.api_port
+    with pytest.raises(REFUSED):
+        _client(port, certs)  # no client certificate
+    with pytest.raises(REFUSED):
+        _client(
+            port, certs, client_pem_path=certs["rogue_crt"], client_key_path=certs["rogue_key"], ca_pem_path=certs["ca"]
+        )
+    c = _client(
+        port, certs, client_pem_path=certs["client_crt"], client_key_path=certs["client_key"], ca_pem_path=certs["ca"]
+    )
+    assert c.list_collections() == []
+
+
+def test_auth_requires_the_root_password(tmp_path):
+    exe = Path(sys.executable).with_name("kmilvus")
+    env = {k: v for k, v in os.environ.items() if k != "KMILVUS_ROOT_PASSWORD"}
+    r = subprocess.run(
+        [str(exe), "standalone", "--auth", "--data-dir", str(tmp_path), "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert r.returncode != 0
+    assert "KMILVUS_ROOT_PASSWORD" in r.stderr
