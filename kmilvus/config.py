@@ -83,6 +83,7 @@ class Config:
     tls_cert: str = ""  # PEM certificate of the Milvus API (one-way TLS when set with tls_key)
     tls_key: str = ""
     tls_ca: str = ""  # PEM CA: clients must present a certificate it signed (mutual TLS)
+    audit_log: bool = False  # log audit events at any log level (always on with auth)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Config:

@@ -49,13 +49,16 @@ def get_logger(name: str) -> Logger:
 
 AUDIT_LOGGER = "kmilvus.audit"
 _audit = Logger(logging.getLogger(AUDIT_LOGGER), {})
-logging.getLogger(AUDIT_LOGGER).setLevel(logging.INFO)
 
 
 def audit(event: str, **kv: object) -> None:
-    """One structured audit event (who, what, object, result) on the `kmilvus.audit` logger,
-    logged at INFO whatever the process' log level (setup() keeps that logger at INFO)."""
+    """One structured audit event (who, what, object, result) on the `kmilvus.audit` logger."""
     _audit.info(event, **kv)
+
+
+def enable_audit() -> None:
+    """Log audit events whatever the process' log level (auth on, or KMILVUS_AUDIT_LOG)."""
+    logging.getLogger(AUDIT_LOGGER).setLevel(logging.INFO)
 
 
 def setup(level: str | None = None) -> None:
@@ -65,6 +68,5 @@ def setup(level: str | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    logging.getLogger(AUDIT_LOGGER).setLevel(logging.INFO)
     for noisy in ("aetcd", "nats", "grpc", "asyncio", "botocore", "urllib3"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

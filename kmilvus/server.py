@@ -22,7 +22,7 @@ from kmilvus import components as roles
 from kmilvus.config import Config
 from kmilvus.datacoord import DataCoord
 from kmilvus.datanode import DataNode
-from kmilvus.log import get_logger
+from kmilvus.log import enable_audit, get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import MsgStream
 from kmilvus.proxy import Proxy
@@ -72,6 +72,8 @@ class Node:
     async def start(self) -> None:
         cfg = self.cfg
         cfg.check_security(runs_rootcoord=roles.ROOTCOORD in self.role_names)
+        if cfg.auth or cfg.audit_log:
+            enable_audit()
         t0 = time.monotonic()
         self.kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
         self.stream = await MsgStream.connect(cfg.nats_url, cfg.cluster, max_message_bytes=cfg.max_message_bytes)
