@@ -165,6 +165,10 @@ the served ones, plus spark.namespaces (Collections' namespaces of a cluster-wid
 # The address other components use to reach this one (published in its etcd session).
 - name: KMILVUS_INTERNAL_HOST
   value: $(POD_IP)
+{{- if .Values.security.auth.enabled }}
+- name: KMILVUS_AUTH
+  value: "true"
+{{- end }}
 {{- if include "kmilvus.natsAuth" . }}
 - name: NATS_USER
   valueFrom:
@@ -220,3 +224,7 @@ prometheus.io/path: /metrics
   emptyDir:
     sizeLimit: {{ .Values.tmpSizeLimit }}
 {{- end -}}
+
+
+{{/* TLS of the Milvus API: the Secret (tls.crt, tls.key, ca.crt) is mounted here. */}}
+{{- define "kmilvus.tlsDir" -}}/etc/kmilvus/tls{{- end -}}
