@@ -5,6 +5,8 @@ must leave the collection, segment and security meta in etcd exactly as it was."
 
 from __future__ import annotations
 
+import base64
+
 import grpc
 import pytest
 from google.protobuf.descriptor import FieldDescriptor as FD
@@ -14,6 +16,7 @@ from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc
 
 from kmilvus.meta import EtcdKV
 from kmilvus.proxy import Proxy
+from kmilvus.util.privileges import AUTHENTICATED_ONLY
 
 SERVICE = milvus_pb2.DESCRIPTOR.services_by_name["MilvusService"]
 IMPLEMENTED = sorted(
@@ -211,3 +214,65 @@ def test_malformed_wire_bytes_and_oversized_messages(api):
     assert not failures, "\n".join(failures)
     health = milvus_pb2_grpc.MilvusServiceStub(channel).CheckHealth(milvus_pb2.CheckHealthRequest(), timeout=DEADLINE)
     assert health.isHealthy
+
+
+@pytest.fixture
+def secured_api(node_factory, etcd_endpoint, root):
+    """A node with auth on and a user `fuzz` that has no role (only `public`)."""
+    n = node_factory(auth=True, root_password="fuzz-root-pw")
+    channel = grpc.insecure_channel(f"127.0.0.1:{n.node.api_port}")
+    md = (("authorization", base64.b64encode(b"root:fuzz-root-pw").decode()),)
+    req = milvus_pb2.CreateCredentialRequest(username="fuzz", password=base64.b64encode(b"fuzz-pw-1").decode())
+    assert milvus_pb2_grpc.MilvusServiceStub(channel).CreateCredential(req, metadata=md, timeout=DEADLINE).code == 0
+    kv = n.call(EtcdKV.connect([etcd_endpoint], f"{root}/meta"))
+    yield n, channel, kv
+    n.call(kv.close())
+    channel.close()
+
+
+AUTH_HEADERS = [
+    None,
+    "",
+    "not base64 !!",
+    base64.b64encode(b"no-colon").decode(),
+    base64.b64encode(b"fuzz:wrong-password").decode(),
+    base64.b64encode(b"root:").decode(),
+    base64.b64encode(b":\xff\xfe").decode(),
+    base64.b64encode(b"fuzz:fuzz-pw-1").decode(),  # valid, but a user without privileges
+    base64.b64encode(("x" * 3000 + ":y").encode()).decode(),  # long, under gRPC's 8 KB header limit
+]
+
+
+@pytest.mark.timeout(300)
+def test_fuzzed_calls_with_hostile_credentials_change_nothing(secured_api):
+    """With auth on, every call without valid root credentials is refused (gRPC UNAUTHENTICATED
+    or PERMISSION_DENIED, never a traceback) or answered by an RPC open to any authenticated
+    user; a refused call leaves etcd as it was."""
+    node, channel, kv = secured_api
+    stub_codes = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(method=st.sampled_from(IMPLEMENTED), header=st.sampled_from(AUTH_HEADERS), data=st.data())
+    def run(method, header, data):
+        m = SERVICE.methods_by_name[method]
+        req = data.draw(_message(m.input_type))
+        call = channel.unary_unary(
+            f"/{SERVICE.full_name}/{method}",
+            request_serializer=lambda b: b,
+            response_deserializer=_class(m.output_type).FromString,
+        )
+        before = node.call(_snapshot(kv))
+        md = None if header is None else (("authorization", header),)
+        try:
+            resp = call(req.SerializeToString(), metadata=md, timeout=DEADLINE)
+        except grpc.RpcError as err:
+            assert err.code() in stub_codes, f"{method}: {err.code()} {err.details()}"
+            assert "Traceback" not in (err.details() or "")
+            assert node.call(_snapshot(kv)) == before, f"{method}: a refused call changed etcd"
+            return
+        valid_user = header == AUTH_HEADERS[-2]
+        assert valid_user and method in AUTHENTICATED_ONLY, f"{method} answered {header!r} without a refusal"
+        status = _status(resp)
+        assert status is None or "Traceback" not in status.reason
+
+    run()
