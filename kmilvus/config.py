@@ -84,6 +84,17 @@ class Config:
     tls_key: str = ""
     tls_ca: str = ""  # PEM CA: clients must present a certificate it signed (mutual TLS)
     audit_log: bool = False  # log audit events at any log level (always on with auth)
+    # Credentials and TLS of kmilvus' own connections to etcd and NATS (PEM paths).
+    etcd_user: str = ""
+    etcd_password: str = ""
+    etcd_tls_cert: str = ""  # client certificate (etcd --client-cert-auth)
+    etcd_tls_key: str = ""
+    etcd_tls_ca: str = ""  # set to talk TLS to etcd
+    nats_user: str = ""
+    nats_password: str = ""
+    nats_tls_cert: str = ""
+    nats_tls_key: str = ""
+    nats_tls_ca: str = ""  # set to talk TLS to NATS
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Config:
@@ -106,6 +117,16 @@ class Config:
             raise ValueError("TLS needs both --tls-cert and --tls-key")
         if self.tls_ca and not self.tls_cert:
             raise ValueError("mutual TLS (--tls-ca) needs --tls-cert and --tls-key")
+
+    def etcd_options(self) -> dict[str, Any]:
+        """EtcdKV.connect's security arguments."""
+        tls = (self.etcd_tls_cert, self.etcd_tls_key, self.etcd_tls_ca)
+        return {"user": self.etcd_user, "password": self.etcd_password, "tls": tls if any(tls) else None}
+
+    def nats_options(self) -> dict[str, Any]:
+        """MsgStream.connect's security arguments."""
+        tls = (self.nats_tls_cert, self.nats_tls_key, self.nats_tls_ca)
+        return {"user": self.nats_user, "password": self.nats_password, "tls": tls if any(tls) else None}
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)

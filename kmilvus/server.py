@@ -75,8 +75,10 @@ class Node:
         if cfg.auth or cfg.audit_log:
             enable_audit()
         t0 = time.monotonic()
-        self.kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
-        self.stream = await MsgStream.connect(cfg.nats_url, cfg.cluster, max_message_bytes=cfg.max_message_bytes)
+        self.kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta", **cfg.etcd_options())
+        self.stream = await MsgStream.connect(
+            cfg.nats_url, cfg.cluster, max_message_bytes=cfg.max_message_bytes, **cfg.nats_options()
+        )
         self.store = ObjectStore.from_uri(cfg.storage_uri)
         self.registry = roles.Registry(self.kv)
         coordinators = [r for r in self.role_names if r in COORDINATORS]

@@ -253,3 +253,93 @@ def test_auth_requires_the_root_password(tmp_path):
     )
     assert r.returncode != 0
     assert "KMILVUS_ROOT_PASSWORD" in r.stderr
+
+
+async def _enable_etcd_auth(endpoint: str, client_tls: tuple[str, str, str], password: str) -> None:
+    """etcd's own authentication: a root user with the root role, then auth on."""
+    from aetcd import rpc as etcdrpc
+
+    from kmilvus.meta.etcdkv import _TLSClient
+
+    host, _, port = endpoint.partition(":")
+    c = _TLSClient(client_tls, host=host, port=int(port), timeout=5)
+    await c.connect()
+    try:
+        auth = etcdrpc.AuthStub(c.channel)
+        await auth.RoleAdd(etcdrpc.AuthRoleAddRequest(name="root"))
+        await auth.UserAdd(etcdrpc.AuthUserAddRequest(name="root", password=password))
+        await auth.UserGrantRole(etcdrpc.AuthUserGrantRoleRequest(user="root", role="root"))
+        await auth.AuthEnable(etcdrpc.AuthEnableRequest())
+    finally:
+        await c.close()
+
+
+def test_flush_and_drop_with_etcd_and_nats_over_tls_with_credentials(tmp_path, certs, root):
+    """kmilvus' own connections secured: etcd with client-certificate TLS and its own auth, NATS
+    with TLS (verified client certificates) and a user/password; Flush and Drop still work, and
+    a client without the credentials is refused by both servers."""
+    import asyncio
+
+    import nats
+
+    from kmilvus.meta import EtcdKV
+    from kmilvus.util.embedded import start_etcd, start_nats
+    from tests.harness import NodeThread, make_config
+
+    server_tls = (certs["server_crt"], certs["server_key"], certs["ca"])
+    client_tls = (certs["client_crt"], certs["client_key"], certs["ca"])
+    etcd = start_etcd(tmp_path / "etcd", tls=server_tls)
+    nats_srv = start_nats(tmp_path / "nats", tls=server_tls, user="kmilvus", password="nats-pw-1")
+    try:
+        asyncio.run(_enable_etcd_auth(etcd.endpoint, client_tls, "etcd-pw-1"))
+
+        async def etcd_without_credentials() -> None:
+            kv = await EtcdKV.connect([etcd.endpoint], "x", timeout=3, tls=client_tls)
+            try:
+                await kv.get("k")
+            finally:
+                await kv.close()
+
+        with pytest.raises(Exception):  # noqa: B017 - aetcd's error type for a refused token varies
+            asyncio.run(asyncio.wait_for(etcd_without_credentials(), 15))
+
+        async def nats_without_credentials() -> None:
+            nc = await nats.connect(
+                nats_srv.endpoint, allow_reconnect=False, connect_timeout=3, max_reconnect_attempts=0
+            )
+            await nc.close()
+
+        with pytest.raises(Exception):  # noqa: B017 - plaintext and no user: refused
+            asyncio.run(asyncio.wait_for(nats_without_credentials(), 15))
+
+        cfg = make_config(
+            root,
+            etcd.endpoint,
+            nats_srv.endpoint,
+            tmp_path / "storage",
+            etcd_user="root",
+            etcd_password="etcd-pw-1",
+            etcd_tls_cert=client_tls[0],
+            etcd_tls_key=client_tls[1],
+            etcd_tls_ca=client_tls[2],
+            nats_user="kmilvus",
+            nats_password="nats-pw-1",
+            nats_tls_cert=client_tls[0],
+            nats_tls_key=client_tls[1],
+            nats_tls_ca=client_tls[2],
+        )
+        node = NodeThread(cfg).start()
+        try:
+            c = MilvusClient(uri=node.uri, dedicated=True)
+            c.create_collection("secured", schema=_schema())
+            c.insert("secured", _rows(100))
+            c.flush("secured")
+            assert c.get_collection_stats("secured")["row_count"] == 100
+            c.drop_collection("secured")
+            assert not c.has_collection("secured")
+            c.close()
+        finally:
+            node.stop()
+    finally:
+        nats_srv.stop()
+        etcd.stop()
