@@ -20,7 +20,7 @@ from kmilvus.proto import (
     security_pb2_grpc,
 )
 from kmilvus.sessionutil import list_sessions
-from kmilvus.util.grpcutil import RemoteClient
+from kmilvus.util.grpcutil import ChannelTLS, RemoteClient
 
 ROOTCOORD, DATACOORD, QUERYCOORD, DATANODE, PROXY = "rootcoord", "datacoord", "querycoord", "datanode", "proxy"
 
@@ -68,8 +68,9 @@ def healthy(server_id: int, role: str) -> milvus_pb2.ComponentStates:
 
 
 class Registry:
-    def __init__(self, kv: EtcdKV):
+    def __init__(self, kv: EtcdKV, tls: ChannelTLS | None = None):
         self.kv = kv
+        self.tls = tls  # internal gRPC over mutual TLS
         self._local: dict[str, dict[int, object]] = {}
         self._remote: dict[tuple[str, int | None], RemoteClient] = {}
 
@@ -90,7 +91,9 @@ class Registry:
             # A pinned node that stops answering is replaced by whoever watches its session, so
             # calls to it fail fast; coordinators are worth waiting for while they restart.
             retries = 3 if server_id is not None else 30
-            self._remote[key] = RemoteClient(self.kv, role, STUBS[role][0], server_id=server_id, retries=retries)
+            self._remote[key] = RemoteClient(
+                self.kv, role, STUBS[role][0], server_id=server_id, retries=retries, tls=self.tls
+            )
         return self._remote[key]
 
     async def clients(self, role: str) -> dict[int, object]:

@@ -84,6 +84,12 @@ class Config:
     tls_key: str = ""
     tls_ca: str = ""  # PEM CA: clients must present a certificate it signed (mutual TLS)
     audit_log: bool = False  # log audit events at any log level (always on with auth)
+    # Mutual TLS between components (PEM paths; every component presents internal_tls_cert and
+    # accepts only peers signed by internal_tls_ca; the certificate must carry internal_tls_server_name).
+    internal_tls_cert: str = ""
+    internal_tls_key: str = ""
+    internal_tls_ca: str = ""
+    internal_tls_server_name: str = ""
     # Credentials and TLS of kmilvus' own connections to etcd and NATS (PEM paths).
     etcd_user: str = ""
     etcd_password: str = ""
@@ -117,6 +123,9 @@ class Config:
             raise ValueError("TLS needs both --tls-cert and --tls-key")
         if self.tls_ca and not self.tls_cert:
             raise ValueError("mutual TLS (--tls-ca) needs --tls-cert and --tls-key")
+        internal = (self.internal_tls_cert, self.internal_tls_key, self.internal_tls_ca)
+        if any(internal) and not all(internal):
+            raise ValueError("internal TLS needs KMILVUS_INTERNAL_TLS_CERT, _KEY and _CA together")
 
     def etcd_options(self) -> dict[str, Any]:
         """EtcdKV.connect's security arguments."""

@@ -33,7 +33,7 @@ from kmilvus.sessionutil import Session
 from kmilvus.sessionutil.leader import LeaderLock
 from kmilvus.sessionutil.session import next_server_id
 from kmilvus.storage import ObjectStore
-from kmilvus.util.grpcutil import server_credentials, start_server
+from kmilvus.util.grpcutil import ChannelTLS, server_credentials, start_server
 
 log = get_logger(__name__)
 ALL_ROLES = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD, roles.DATANODE, roles.PROXY)
@@ -80,7 +80,12 @@ class Node:
             cfg.nats_url, cfg.cluster, max_message_bytes=cfg.max_message_bytes, **cfg.nats_options()
         )
         self.store = ObjectStore.from_uri(cfg.storage_uri)
-        self.registry = roles.Registry(self.kv)
+        internal_tls = None
+        if cfg.internal_tls_ca:
+            internal_tls = ChannelTLS(
+                cfg.internal_tls_cert, cfg.internal_tls_key, cfg.internal_tls_ca, cfg.internal_tls_server_name
+            )
+        self.registry = roles.Registry(self.kv, internal_tls)
         coordinators = [r for r in self.role_names if r in COORDINATORS]
         if coordinators:
             self.leader = LeaderLock(self.kv, *coordinators, ttl=cfg.session_ttl)
@@ -93,7 +98,10 @@ class Node:
         for r in self.role_names:
             objs[r] = self._make(r, ids[r])
         self.internal_server, self.internal_port = await start_server(
-            cfg.internal_host, 0, [(roles.STUBS[r][1], objs[r]) for r in self.role_names]
+            cfg.internal_host,
+            0,
+            [(roles.STUBS[r][1], objs[r]) for r in self.role_names],
+            credentials=internal_tls.server_credentials() if internal_tls else None,
         )
         address = f"{cfg.internal_host}:{self.internal_port}"
         for r in self.role_names:

@@ -343,3 +343,42 @@ def test_flush_and_drop_with_etcd_and_nats_over_tls_with_credentials(tmp_path, c
     finally:
         nats_srv.stop()
         etcd.stop()
+
+
+def test_internal_grpc_over_mutual_tls(node_factory, certs):
+    """Coordinators and DataNode in one node, a Proxy in another: every call between them
+    (allocation, inserts' segment quotas, flush, RootCoord's cache invalidations) goes over
+    mutual TLS; an internal port refuses plaintext and certificates the CA did not sign."""
+    internal = {
+        "internal_tls_cert": certs["server_crt"],
+        "internal_tls_key": certs["server_key"],
+        "internal_tls_ca": certs["ca"],
+        "internal_tls_server_name": "localhost",
+    }
+    core = node_factory(roles=("rootcoord", "datacoord", "querycoord", "datanode"), **internal)
+    proxy = node_factory(roles=("proxy",), **internal)
+    c = MilvusClient(uri=proxy.uri, dedicated=True)
+    c.create_collection("internal_tls", schema=_schema())
+    c.insert("internal_tls", _rows(50))
+    c.flush("internal_tls")
+    assert c.get_collection_stats("internal_tls")["row_count"] == 50
+    c.drop_collection("internal_tls")  # RootCoord → Proxy invalidation over TLS
+    assert not c.has_collection("internal_tls")
+    c.close()
+
+    from pymilvus.grpc_gen import milvus_pb2
+
+    from kmilvus.proto import root_coord_pb2_grpc
+
+    address = f"127.0.0.1:{core.node.internal_port}"
+    req = milvus_pb2.GetComponentStatesRequest()
+    with grpc.insecure_channel(address) as ch, pytest.raises(grpc.RpcError):
+        root_coord_pb2_grpc.RootCoordStub(ch).GetComponentStates(req, timeout=5)
+    rogue = grpc.ssl_channel_credentials(
+        root_certificates=Path(certs["ca"]).read_bytes(),
+        private_key=Path(certs["rogue_key"]).read_bytes(),
+        certificate_chain=Path(certs["rogue_crt"]).read_bytes(),
+    )
+    opts = [("grpc.ssl_target_name_override", "localhost")]
+    with grpc.secure_channel(address, rogue, options=opts) as ch, pytest.raises(grpc.RpcError):
+        root_coord_pb2_grpc.RootCoordStub(ch).GetComponentStates(req, timeout=5)

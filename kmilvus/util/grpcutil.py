@@ -79,6 +79,29 @@ def answer_unimplemented_quietly(servicer: Any) -> None:
             setattr(servicer, name, unimplemented)
 
 
+class ChannelTLS:
+    """Mutual TLS for internal gRPC: every component presents its certificate and accepts only
+    peers whose certificate the CA signed. Internal addresses are pod IPs that change, so the
+    certificate is checked against one `server_name` (a SAN of the components' certificate)."""
+
+    def __init__(self, cert: str, key: str, ca: str, server_name: str = ""):
+        with open(cert, "rb") as c, open(key, "rb") as k, open(ca, "rb") as a:
+            self.cert, self.key, self.ca = c.read(), k.read(), a.read()
+        self.server_name = server_name
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
+        )
+        options = list(CHANNEL_OPTIONS)
+        if self.server_name:
+            options.append(("grpc.ssl_target_name_override", self.server_name))
+        return grpc.aio.secure_channel(address, creds, options=options)
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca, require_client_auth=True)
+
+
 class RemoteClient:
     """A gRPC stub for a component found by its session; re-resolves when the peer moves.
 
@@ -95,6 +118,7 @@ class RemoteClient:
         server_id: int | None = None,
         address: str | None = None,
         retries: int = 30,
+        tls: ChannelTLS | None = None,
     ):
         self.kv = kv
         self.role = role
@@ -102,6 +126,7 @@ class RemoteClient:
         self.server_id = server_id
         self.address = address
         self.retries = retries
+        self.tls = tls
         self._channel: grpc.aio.Channel | None = None
         self._stub = None
         self._lock = asyncio.Lock()
@@ -122,7 +147,10 @@ class RemoteClient:
         async with self._lock:
             if self._stub is None:
                 addr = self.address or await self._resolve()
-                self._channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+                if self.tls is None:
+                    self._channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+                else:
+                    self._channel = self.tls.channel(addr)
                 self._stub = self.stub_cls(self._channel)
             return self._stub
 
