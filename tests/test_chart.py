@@ -85,6 +85,9 @@ SECURE = {
         "auth": {"enabled": True, "rootPasswordSecret": "kmilvus-root"},
         "tls": {"secretName": "kmilvus-tls", "mutual": True},
         "networkPolicy": {"enabled": True, "apiFrom": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]},
+        "internalTls": {"secretName": "kmilvus-internal-tls"},
+        "etcd": {"authSecret": "etcd-auth", "tlsSecret": "etcd-client-tls"},
+        "nats": {"tlsSecret": "nats-client-tls"},
     },
 }
 SCENARIOS = {
@@ -817,6 +820,25 @@ def test_security_values_wire_auth_tls_and_network_policies():
         ports = [p["port"] for r in policies[f"{RELEASE}-{name}"]["ingress"] for p in r.get("ports", [])]
         assert ports == [9091]  # only metrics from outside the release's kmilvus pods
     assert not by_kind(render({}), "NetworkPolicy")
+
+    # Internal mutual TLS, etcd and NATS client TLS and etcd credentials: on every kmilvus pod.
+    for w in workloads(docs):
+        if component(w) not in KMILVUS_COMPONENTS:
+            continue
+        spec = w["spec"]["template"]["spec"]
+        c = spec["containers"][0]
+        env = {e["name"]: e for e in c["env"]}
+        secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+        for name, secret, prefix in (
+            ("internal-tls", "kmilvus-internal-tls", "KMILVUS_INTERNAL_TLS"),
+            ("etcd-tls", "etcd-client-tls", "KMILVUS_ETCD_TLS"),
+            ("nats-tls", "nats-client-tls", "KMILVUS_NATS_TLS"),
+        ):
+            assert secrets[name] == secret
+            assert {"name": name, "mountPath": f"/etc/kmilvus/{name}", "readOnly": True} in c["volumeMounts"]
+            assert env[f"{prefix}_CA"]["value"] == f"/etc/kmilvus/{name}/ca.crt"
+        assert env["KMILVUS_INTERNAL_TLS_SERVER_NAME"]["value"] == "kmilvus-internal"
+        assert env["KMILVUS_ETCD_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "etcd-auth", "key": "password"}
 
 
 def test_auth_without_a_root_password_secret_does_not_render():

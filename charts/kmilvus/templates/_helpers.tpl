@@ -169,6 +169,31 @@ the served ones, plus spark.namespaces (Collections' namespaces of a cluster-wid
 - name: KMILVUS_AUTH
   value: "true"
 {{- end }}
+{{- range $name, $secret := include "kmilvus.securitySecrets" . | fromYaml }}
+{{- $prefix := get (dict "internal-tls" "KMILVUS_INTERNAL_TLS" "etcd-tls" "KMILVUS_ETCD_TLS" "nats-tls" "KMILVUS_NATS_TLS") $name }}
+- name: {{ $prefix }}_CERT
+  value: /etc/kmilvus/{{ $name }}/tls.crt
+- name: {{ $prefix }}_KEY
+  value: /etc/kmilvus/{{ $name }}/tls.key
+- name: {{ $prefix }}_CA
+  value: /etc/kmilvus/{{ $name }}/ca.crt
+{{- end }}
+{{- if .Values.security.internalTls.secretName }}
+- name: KMILVUS_INTERNAL_TLS_SERVER_NAME
+  value: {{ .Values.security.internalTls.serverName | quote }}
+{{- end }}
+{{- with .Values.security.etcd.authSecret }}
+- name: KMILVUS_ETCD_USER
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.security.etcd.usernameKey }}
+- name: KMILVUS_ETCD_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.security.etcd.passwordKey }}
+{{- end }}
 {{- if include "kmilvus.natsAuth" . }}
 - name: NATS_USER
   valueFrom:
@@ -223,6 +248,34 @@ prometheus.io/path: /metrics
 - name: tmp
   emptyDir:
     sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- range $name, $secret := include "kmilvus.securitySecrets" . | fromYaml }}
+- name: {{ $name }}
+  secret:
+    secretName: {{ $secret }}
+    defaultMode: 0440
+{{- end }}
+{{- end -}}
+
+{{/* The TLS Secrets every kmilvus pod mounts (volume name: Secret), as YAML. */}}
+{{- define "kmilvus.securitySecrets" -}}
+{{- with .Values.security.internalTls.secretName }}
+internal-tls: {{ . }}
+{{- end }}
+{{- with .Values.security.etcd.tlsSecret }}
+etcd-tls: {{ . }}
+{{- end }}
+{{- with .Values.security.nats.tlsSecret }}
+nats-tls: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* Mounts of those Secrets, read-only, under /etc/kmilvus/<name>. */}}
+{{- define "kmilvus.securityMounts" -}}
+{{- range $name, $secret := include "kmilvus.securitySecrets" . | fromYaml }}
+- name: {{ $name }}
+  mountPath: /etc/kmilvus/{{ $name }}
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 
