@@ -3,6 +3,7 @@ privileges, revocation on every Proxy, and the audit trail of refusals."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
 import logging
@@ -382,3 +383,49 @@ def test_internal_grpc_over_mutual_tls(node_factory, certs):
     opts = [("grpc.ssl_target_name_override", "localhost")]
     with grpc.secure_channel(address, rogue, options=opts) as ch, pytest.raises(grpc.RpcError):
         root_coord_pb2_grpc.RootCoordStub(ch).GetComponentStates(req, timeout=5)
+
+
+def test_privilege_table_comes_from_milvus_proto():
+    from kmilvus.util.privileges import AUTHENTICATED_ONLY, PRIVILEGE_TABLE, Rule
+
+    assert PRIVILEGE_TABLE["Insert"] == Rule("Collection", "PrivilegeInsert", name_field="collection_name")
+    assert PRIVILEGE_TABLE["Flush"] == Rule("Collection", "PrivilegeFlush", names_field="collection_names")
+    assert PRIVILEGE_TABLE["DropCollection"] == Rule("Global", "PrivilegeDropCollection")
+    assert PRIVILEGE_TABLE["UpdateCredential"] == Rule("User", "PrivilegeUpdateUser", name_field="username")
+    for rpc in ("Search", "Query", "Delete", "Upsert", "CreateIndex", "LoadCollection", "CreatePartition"):
+        assert rpc in PRIVILEGE_TABLE  # the RPCs others are building are covered already
+    assert not AUTHENTICATED_ONLY & set(PRIVILEGE_TABLE)
+
+
+def test_unlisted_rpcs_are_refused_to_non_admins_and_admins_may_do_anything(secure, certs, caplog):
+    """Fail closed: an RPC in neither the privilege table nor the authenticated-only list is
+    refused to a user without admin; a member of `admin` may call anything."""
+    from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc
+
+    p1, _ = secure
+    caplog.set_level(logging.INFO, logger="kmilvus.audit")
+    root = _client(p1, certs, token=f"root:{ROOT_PW}")
+    root.create_user("dave", "dave-pw-1")
+    creds = grpc.ssl_channel_credentials(root_certificates=Path(certs["ca"]).read_bytes())
+    opts = [("grpc.ssl_target_name_override", "localhost")]
+
+    def run_analyzer(token: str) -> grpc.RpcError:
+        with grpc.secure_channel(f"127.0.0.1:{p1}", creds, options=opts) as ch:
+            md = (("authorization", base64.b64encode(token.encode()).decode()),)
+            with pytest.raises(grpc.RpcError) as err:
+                milvus_pb2_grpc.MilvusServiceStub(ch).RunAnalyzer(
+                    milvus_pb2.RunAnalyzerRequest(), metadata=md, timeout=10
+                )
+            return err.value
+
+    assert run_analyzer("dave:dave-pw-1").code() == grpc.StatusCode.PERMISSION_DENIED
+    root.grant_role("dave", "admin")
+    assert run_analyzer("dave:dave-pw-1").code() == grpc.StatusCode.UNIMPLEMENTED  # allowed; not built
+    dave = _client(p1, certs, token="dave:dave-pw-1")
+    dave.create_collection("by_admin", schema=_schema())
+    dave.drop_collection("by_admin")
+    events = [getattr(r, "kv", {}) for r in caplog.records if r.name == "kmilvus.audit"]
+    assert {"user": "dave", "rpc": "DropCollection", "object": "by_admin", "result": "ok"}.items() <= next(
+        e for e in events if e.get("rpc") == "DropCollection"
+    ).items()
+    assert any(e.get("rpc") == "OperateUserRole" and e.get("user") == "root" for e in events)
