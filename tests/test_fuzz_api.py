@@ -275,4 +275,11 @@ def test_fuzzed_calls_with_hostile_credentials_change_nothing(secured_api):
         status = _status(resp)
         assert status is None or "Traceback" not in status.reason
 
+    # Found by this test: a refusal quoted the 70 KB db_name whole, past gRPC's 16 KB limit on
+    # status details, so the client got RESOURCE_EXHAUSTED instead of PERMISSION_DENIED.
+    huge_db = milvus_pb2.DescribeAliasRequest(db_name="a" * 70_000, alias="x")
+    md = (("authorization", AUTH_HEADERS[-2]),)
+    with pytest.raises(grpc.RpcError) as err:
+        milvus_pb2_grpc.MilvusServiceStub(channel).DescribeAlias(huge_db, metadata=md, timeout=DEADLINE)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     run()

@@ -44,6 +44,12 @@ log = get_logger(__name__)
 AUTH_FAILURE = "auth check failure, please check username and password are correct"
 
 
+def _cut(value: str, limit: int = 128) -> str:
+    """Client-supplied names quoted in a refusal or an audit event are cut: gRPC refuses status
+    details past 16 KB, and a log line must stay a line."""
+    return value if len(value) <= limit else value[:limit] + "..."
+
+
 class Denied(Exception):
     def __init__(self, code: grpc.StatusCode, message: str, reason: str):
         super().__init__(message)
@@ -142,7 +148,7 @@ class ProxySecurity:
         if rule is None:
             raise Denied(
                 grpc.StatusCode.PERMISSION_DENIED,
-                f"{method}: permission deny to {user} in the `{db}` database",
+                f"{method}: permission deny to {_cut(user)} in the `{_cut(db)}` database",
                 "not_in_table",
             )
         names = _object_names(rule, request)
@@ -154,7 +160,7 @@ class ProxySecurity:
             return
         raise Denied(
             grpc.StatusCode.PERMISSION_DENIED,
-            f"{rule.privilege}: permission deny to {user} in the `{db}` database",
+            f"{rule.privilege}: permission deny to {_cut(user)} in the `{_cut(db)}` database",
             "permission",
         )
 
@@ -168,9 +174,9 @@ def _object_of(method: str, request) -> str:
     rule = PRIVILEGE_TABLE.get(method)
     for field in ("collection_name", "role_name", "username", "alias", "db_name"):
         if hasattr(request, field) and getattr(request, field):
-            return str(getattr(request, field))
+            return _cut(str(getattr(request, field)))
     if rule is not None:
-        return ",".join(_object_names(rule, request))
+        return _cut(",".join(_object_names(rule, request)))
     return ""
 
 
@@ -202,7 +208,13 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):
                     await sec.authorize(user, method, request, md)
                 except Denied as d:
                     metrics.SECURITY_DENIED.labels(method, d.reason).inc()
-                    audit("denied", user=user or "-", rpc=method, object=_object_of(method, request), result=d.reason)
+                    audit(
+                        "denied",
+                        user=_cut(user) or "-",
+                        rpc=method,
+                        object=_object_of(method, request),
+                        result=d.reason,
+                    )
                     await context.abort(d.code, d.message)
                 except Exception:
                     log.warning("security check failed", rpc=method, exc_info=True)
@@ -213,7 +225,7 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):
                 code = _result_code(resp)
                 audit(
                     "call",
-                    user=user or "-",
+                    user=_cut(user) or "-",
                     rpc=method,
                     object=_object_of(method, request),
                     result="ok" if code == 0 else f"error:{code}",

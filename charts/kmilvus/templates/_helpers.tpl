@@ -169,18 +169,31 @@ the served ones, plus spark.namespaces (Collections' namespaces of a cluster-wid
 - name: KMILVUS_AUTH
   value: "true"
 {{- end }}
-{{- range $name, $secret := include "kmilvus.securitySecrets" . | fromYaml }}
-{{- $prefix := get (dict "internal-tls" "KMILVUS_INTERNAL_TLS" "etcd-tls" "KMILVUS_ETCD_TLS" "nats-tls" "KMILVUS_NATS_TLS") $name }}
-- name: {{ $prefix }}_CERT
-  value: /etc/kmilvus/{{ $name }}/tls.crt
-- name: {{ $prefix }}_KEY
-  value: /etc/kmilvus/{{ $name }}/tls.key
-- name: {{ $prefix }}_CA
-  value: /etc/kmilvus/{{ $name }}/ca.crt
-{{- end }}
 {{- if .Values.security.internalTls.secretName }}
+- name: KMILVUS_INTERNAL_TLS_CERT
+  value: /etc/kmilvus/internal-tls/tls.crt
+- name: KMILVUS_INTERNAL_TLS_KEY
+  value: /etc/kmilvus/internal-tls/tls.key
+- name: KMILVUS_INTERNAL_TLS_CA
+  value: /etc/kmilvus/internal-tls/ca.crt
 - name: KMILVUS_INTERNAL_TLS_SERVER_NAME
   value: {{ .Values.security.internalTls.serverName | quote }}
+{{- end }}
+{{- if .Values.security.etcd.tlsSecret }}
+- name: KMILVUS_ETCD_TLS_CERT
+  value: /etc/kmilvus/etcd-tls/tls.crt
+- name: KMILVUS_ETCD_TLS_KEY
+  value: /etc/kmilvus/etcd-tls/tls.key
+- name: KMILVUS_ETCD_TLS_CA
+  value: /etc/kmilvus/etcd-tls/ca.crt
+{{- end }}
+{{- if .Values.security.nats.tlsSecret }}
+- name: KMILVUS_NATS_TLS_CERT
+  value: /etc/kmilvus/nats-tls/tls.crt
+- name: KMILVUS_NATS_TLS_KEY
+  value: /etc/kmilvus/nats-tls/tls.key
+- name: KMILVUS_NATS_TLS_CA
+  value: /etc/kmilvus/nats-tls/ca.crt
 {{- end }}
 {{- with .Values.security.etcd.authSecret }}
 - name: KMILVUS_ETCD_USER
