@@ -6,6 +6,7 @@ must leave the collection, segment and security meta in etcd exactly as it was."
 from __future__ import annotations
 
 import base64
+import os
 
 import grpc
 import pytest
@@ -49,6 +50,8 @@ HOSTILE = [
     "*",
 ]
 DEADLINE = 15
+# The suite replays the same examples every run (stable); KMILVUS_FUZZ_RANDOM=1 explores new ones.
+DERANDOMIZE = not os.environ.get("KMILVUS_FUZZ_RANDOM")
 
 
 def _scalar(field) -> st.SearchStrategy:
@@ -170,7 +173,9 @@ def _check_call(node, channel, kv, method: str, payload: bytes, failures: list[s
 
 
 def _fuzz_one(node, channel, kv, method: str, failures: list[str]) -> None:
-    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(
+        max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=DERANDOMIZE
+    )
     @given(req=_message(SERVICE.methods_by_name[method].input_type))
     def run(req):
         _check_call(node, channel, kv, method, req.SerializeToString(), failures)
@@ -197,7 +202,9 @@ def test_malformed_wire_bytes_and_oversized_messages(api):
     node, channel, kv = api
     failures: list[str] = []
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(
+        max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=DERANDOMIZE
+    )
     @given(method=st.sampled_from(IMPLEMENTED), payload=st.binary(max_size=256))
     def run(method, payload):
         _check_call(node, channel, kv, method, payload, failures, strict=False)
@@ -251,7 +258,9 @@ def test_fuzzed_calls_with_hostile_credentials_change_nothing(secured_api):
     node, channel, kv = secured_api
     stub_codes = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
-    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(
+        max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=DERANDOMIZE
+    )
     @given(method=st.sampled_from(IMPLEMENTED), header=st.sampled_from(AUTH_HEADERS), data=st.data())
     def run(method, header, data):
         m = SERVICE.methods_by_name[method]
