@@ -429,3 +429,17 @@ def test_unlisted_rpcs_are_refused_to_non_admins_and_admins_may_do_anything(secu
         e for e in events if e.get("rpc") == "DropCollection"
     ).items()
     assert any(e.get("rpc") == "OperateUserRole" and e.get("user") == "root" for e in events)
+
+
+def test_security_settings_are_checked_before_anything_starts():
+    from kmilvus.config import Config
+
+    Config(auth=True).check_security(runs_rootcoord=False)  # a Proxy alone needs no root password
+    with pytest.raises(ValueError, match="KMILVUS_ROOT_PASSWORD"):
+        Config(auth=True).check_security(runs_rootcoord=True)
+    with pytest.raises(ValueError, match="--tls-key"):
+        Config(tls_cert="server.crt").check_security()
+    with pytest.raises(ValueError, match="--tls-cert"):
+        Config(tls_ca="ca.crt").check_security()
+    with pytest.raises(ValueError, match="internal TLS"):
+        Config(internal_tls_ca="ca.crt").check_security()
