@@ -161,7 +161,7 @@ class Runtime:
     async def _wait_for_handover(self) -> None:
         """Start only when no other process runs the coordinators of this cluster: hold the
         cluster's leader lock in etcd (lease-bound: a leader that died loses it after its TTL)."""
-        kv = await EtcdKV.connect(self.cfg.etcd_endpoints, f"{self.cfg.cluster}/meta")
+        kv = await EtcdKV.connect(self.cfg.etcd_endpoints, f"{self.cfg.cluster}/meta", **self.cfg.etcd_options())
         lock = LeaderLock(kv, "coordinators", ttl=self.cfg.session_ttl)
         try:
             await lock.acquire()

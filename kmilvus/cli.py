@@ -13,6 +13,14 @@ from kmilvus.util.embedded import MissingBinaryError
 
 
 def _common(f):
+    f = click.option("--tls-ca", default=None, help="PEM CA: require client certificates it signed (mutual TLS).")(f)
+    f = click.option("--tls-key", default=None, help="PEM private key of --tls-cert.")(f)
+    f = click.option("--tls-cert", default=None, help="PEM certificate: serve the Milvus API over TLS.")(f)
+    f = click.option(
+        "--auth/--no-auth",
+        default=None,
+        help="Authenticate every call and check privileges (env KMILVUS_AUTH; root's password: KMILVUS_ROOT_PASSWORD).",
+    )(f)
     f = click.option(
         "--log-level", default=None, help="debug|info|warning|error (default: warning; env KMILVUS_LOG_LEVEL)"
     )(f)
@@ -46,12 +54,36 @@ def main() -> None:
 )
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
 @_common
-def standalone(data_dir, port, host, etcd_endpoint, nats_url, storage_uri, metrics_port, log_level, cluster):
+def standalone(
+    data_dir,
+    port,
+    host,
+    etcd_endpoint,
+    nats_url,
+    storage_uri,
+    metrics_port,
+    log_level,
+    cluster,
+    auth,
+    tls_cert,
+    tls_key,
+    tls_ca,
+):
     """Run every component in one process (etcd and nats-server as children unless given)."""
     from kmilvus.standalone import run_standalone
 
     log.setup(log_level)
-    cfg = Config.from_env(proxy_port=port, proxy_host=host, metrics_port=metrics_port, cluster=cluster)
+    cfg = Config.from_env(
+        proxy_port=port,
+        proxy_host=host,
+        metrics_port=metrics_port,
+        cluster=cluster,
+        auth=auth,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+    )
+    _check_security(cfg, runs_rootcoord=True)
     _serve_metrics(cfg)
     try:
         sys.exit(run_standalone(cfg, data_dir, etcd_endpoint=etcd_endpoint, nats_url=nats_url, storage_uri=storage_uri))
@@ -79,7 +111,22 @@ def standalone(data_dir, port, host, etcd_endpoint, nats_url, storage_uri, metri
 )
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
 @_common
-def run(roles, etcd_endpoint, nats_url, storage_uri, port, host, internal_host, metrics_port, log_level, cluster):
+def run(
+    roles,
+    etcd_endpoint,
+    nats_url,
+    storage_uri,
+    port,
+    host,
+    internal_host,
+    metrics_port,
+    log_level,
+    cluster,
+    auth,
+    tls_cert,
+    tls_key,
+    tls_ca,
+):
     """Run one or more components; they find the others through sessions in etcd."""
     from kmilvus.standalone import run_role
 
@@ -93,9 +140,21 @@ def run(roles, etcd_endpoint, nats_url, storage_uri, port, host, internal_host, 
         metrics_port=metrics_port,
         internal_host=internal_host or (host if host not in ("0.0.0.0", "::") else "127.0.0.1"),
         cluster=cluster,
+        auth=auth,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
     )
+    _check_security(cfg, runs_rootcoord="rootcoord" in roles)
     _serve_metrics(cfg)
     sys.exit(run_role(cfg, tuple(roles)))
+
+
+def _check_security(cfg: Config, runs_rootcoord: bool) -> None:
+    try:
+        cfg.check_security(runs_rootcoord)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _serve_metrics(cfg: Config) -> None:

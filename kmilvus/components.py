@@ -17,18 +17,46 @@ from kmilvus.proto import (
     proxy_pb2_grpc,
     query_coord_pb2_grpc,
     root_coord_pb2_grpc,
+    security_pb2_grpc,
 )
 from kmilvus.sessionutil import list_sessions
-from kmilvus.util.grpcutil import RemoteClient
+from kmilvus.util.grpcutil import ChannelTLS, RemoteClient
 
 ROOTCOORD, DATACOORD, QUERYCOORD, DATANODE, PROXY = "rootcoord", "datacoord", "querycoord", "datanode", "proxy"
 
+
+def _with_service(stub: type, add, extra_stub: type, extra_add) -> tuple[type, object]:
+    """A role that serves a second gRPC service (RootCoord's and the Proxy's security RPCs):
+    one stub with both services' methods, one registration adding both."""
+
+    class Combined(stub, extra_stub):  # type: ignore[valid-type,misc]
+        def __init__(self, channel):
+            stub.__init__(self, channel)
+            extra_stub.__init__(self, channel)
+
+    def add_both(servicer, server) -> None:
+        add(servicer, server)
+        extra_add(servicer, server)
+
+    return Combined, add_both
+
+
 STUBS = {
-    ROOTCOORD: (root_coord_pb2_grpc.RootCoordStub, root_coord_pb2_grpc.add_RootCoordServicer_to_server),
+    ROOTCOORD: _with_service(
+        root_coord_pb2_grpc.RootCoordStub,
+        root_coord_pb2_grpc.add_RootCoordServicer_to_server,
+        security_pb2_grpc.RootCoordSecurityStub,
+        security_pb2_grpc.add_RootCoordSecurityServicer_to_server,
+    ),
     DATACOORD: (data_coord_pb2_grpc.DataCoordStub, data_coord_pb2_grpc.add_DataCoordServicer_to_server),
     QUERYCOORD: (query_coord_pb2_grpc.QueryCoordStub, query_coord_pb2_grpc.add_QueryCoordServicer_to_server),
     DATANODE: (data_node_pb2_grpc.DataNodeStub, data_node_pb2_grpc.add_DataNodeServicer_to_server),
-    PROXY: (proxy_pb2_grpc.ProxyStub, proxy_pb2_grpc.add_ProxyServicer_to_server),
+    PROXY: _with_service(
+        proxy_pb2_grpc.ProxyStub,
+        proxy_pb2_grpc.add_ProxyServicer_to_server,
+        security_pb2_grpc.ProxySecurityStub,
+        security_pb2_grpc.add_ProxySecurityServicer_to_server,
+    ),
 }
 
 
@@ -40,8 +68,9 @@ def healthy(server_id: int, role: str) -> milvus_pb2.ComponentStates:
 
 
 class Registry:
-    def __init__(self, kv: EtcdKV):
+    def __init__(self, kv: EtcdKV, tls: ChannelTLS | None = None):
         self.kv = kv
+        self.tls = tls  # internal gRPC over mutual TLS
         self._local: dict[str, dict[int, object]] = {}
         self._remote: dict[tuple[str, int | None], RemoteClient] = {}
 
@@ -62,7 +91,9 @@ class Registry:
             # A pinned node that stops answering is replaced by whoever watches its session, so
             # calls to it fail fast; coordinators are worth waiting for while they restart.
             retries = 3 if server_id is not None else 30
-            self._remote[key] = RemoteClient(self.kv, role, STUBS[role][0], server_id=server_id, retries=retries)
+            self._remote[key] = RemoteClient(
+                self.kv, role, STUBS[role][0], server_id=server_id, retries=retries, tls=self.tls
+            )
         return self._remote[key]
 
     async def clients(self, role: str) -> dict[int, object]:

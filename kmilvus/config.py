@@ -77,6 +77,30 @@ class Config:
     compaction_small_proportion: float = 0.5  # "small": fewer rows than this × the target's
     compaction_target_size_mb: int = 0  # target segment size (0 = segment_max_size_mb)
     compaction_max_sources: int = 32  # source segments per plan at most
+    # Security (Milvus' common.security.authorizationEnabled, tls.*).
+    auth: bool = False  # authenticate every Milvus API call and check its privilege
+    root_password: str = ""  # root's password on first start; required when auth is on
+    tls_cert: str = ""  # PEM certificate of the Milvus API (one-way TLS when set with tls_key)
+    tls_key: str = ""
+    tls_ca: str = ""  # PEM CA: clients must present a certificate it signed (mutual TLS)
+    audit_log: bool = False  # log audit events at any log level (always on with auth)
+    # Mutual TLS between components (PEM paths; every component presents internal_tls_cert and
+    # accepts only peers signed by internal_tls_ca; the certificate must carry internal_tls_server_name).
+    internal_tls_cert: str = ""
+    internal_tls_key: str = ""
+    internal_tls_ca: str = ""
+    internal_tls_server_name: str = ""
+    # Credentials and TLS of kmilvus' own connections to etcd and NATS (PEM paths).
+    etcd_user: str = ""
+    etcd_password: str = ""
+    etcd_tls_cert: str = ""  # client certificate (etcd --client-cert-auth)
+    etcd_tls_key: str = ""
+    etcd_tls_ca: str = ""  # set to talk TLS to etcd
+    nats_user: str = ""
+    nats_password: str = ""
+    nats_tls_cert: str = ""
+    nats_tls_key: str = ""
+    nats_tls_ca: str = ""  # set to talk TLS to NATS
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Config:
@@ -89,6 +113,29 @@ class Config:
             if v is not None:
                 setattr(cfg, k, v)
         return cfg
+
+    def check_security(self, runs_rootcoord: bool = True) -> None:
+        """Refuse settings that would start an unprotected or half-configured API. Only the
+        process running RootCoord (which creates root) needs root's password."""
+        if self.auth and runs_rootcoord and not self.root_password:
+            raise ValueError("KMILVUS_ROOT_PASSWORD is required when auth is on (there is no default root password)")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("TLS needs both --tls-cert and --tls-key")
+        if self.tls_ca and not self.tls_cert:
+            raise ValueError("mutual TLS (--tls-ca) needs --tls-cert and --tls-key")
+        internal = (self.internal_tls_cert, self.internal_tls_key, self.internal_tls_ca)
+        if any(internal) and not all(internal):
+            raise ValueError("internal TLS needs KMILVUS_INTERNAL_TLS_CERT, _KEY and _CA together")
+
+    def etcd_options(self) -> dict[str, Any]:
+        """EtcdKV.connect's security arguments."""
+        tls = (self.etcd_tls_cert, self.etcd_tls_key, self.etcd_tls_ca)
+        return {"user": self.etcd_user, "password": self.etcd_password, "tls": tls if any(tls) else None}
+
+    def nats_options(self) -> dict[str, Any]:
+        """MsgStream.connect's security arguments."""
+        tls = (self.nats_tls_cert, self.nats_tls_key, self.nats_tls_ca)
+        return {"user": self.nats_user, "password": self.nats_password, "tls": tls if any(tls) else None}
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)

@@ -47,6 +47,20 @@ def get_logger(name: str) -> Logger:
     return Logger(logging.getLogger(name), {})
 
 
+AUDIT_LOGGER = "kmilvus.audit"
+_audit = Logger(logging.getLogger(AUDIT_LOGGER), {})
+
+
+def audit(event: str, **kv: object) -> None:
+    """One structured audit event (who, what, object, result) on the `kmilvus.audit` logger."""
+    _audit.info(event, **kv)
+
+
+def enable_audit() -> None:
+    """Log audit events whatever the process' log level (auth on, or KMILVUS_AUDIT_LOG)."""
+    logging.getLogger(AUDIT_LOGGER).setLevel(logging.INFO)
+
+
 def setup(level: str | None = None) -> None:
     level = (level or os.environ.get("KMILVUS_LOG_LEVEL") or "warning").upper()
     handler = logging.StreamHandler(sys.stderr)

@@ -27,3 +27,6 @@ BUFFERED_BYTES = Gauge("kmilvus_datanode_buffered_bytes", "Insert data held in D
 SEGMENTS = Gauge("kmilvus_datacoord_segments", "Segments known to DataCoord, by state.", ["state"])
 TIME_TICK = Gauge("kmilvus_rootcoord_time_tick_ms", "Physical time (ms) of the last published time tick.")
 DROPPED_COLLECTIONS = Counter("kmilvus_datacoord_dropped_collections_total", "Collections whose data was removed.")
+SECURITY_DENIED = Counter(
+    "kmilvus_proxy_denied_total", "Calls refused by authentication or privilege checks.", ["method", "reason"]
+)

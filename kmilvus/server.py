@@ -22,17 +22,18 @@ from kmilvus import components as roles
 from kmilvus.config import Config
 from kmilvus.datacoord import DataCoord
 from kmilvus.datanode import DataNode
-from kmilvus.log import get_logger
+from kmilvus.log import enable_audit, get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import MsgStream
 from kmilvus.proxy import Proxy
+from kmilvus.proxy.privilege import SecurityInterceptor
 from kmilvus.querycoord import QueryCoord
 from kmilvus.rootcoord import RootCoord
 from kmilvus.sessionutil import Session
 from kmilvus.sessionutil.leader import LeaderLock
 from kmilvus.sessionutil.session import next_server_id
 from kmilvus.storage import ObjectStore
-from kmilvus.util.grpcutil import start_server
+from kmilvus.util.grpcutil import ChannelTLS, server_credentials, start_server
 
 log = get_logger(__name__)
 ALL_ROLES = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD, roles.DATANODE, roles.PROXY)
@@ -70,11 +71,21 @@ class Node:
 
     async def start(self) -> None:
         cfg = self.cfg
+        cfg.check_security(runs_rootcoord=roles.ROOTCOORD in self.role_names)
+        if cfg.auth or cfg.audit_log:
+            enable_audit()
         t0 = time.monotonic()
-        self.kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
-        self.stream = await MsgStream.connect(cfg.nats_url, cfg.cluster, max_message_bytes=cfg.max_message_bytes)
+        self.kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta", **cfg.etcd_options())
+        self.stream = await MsgStream.connect(
+            cfg.nats_url, cfg.cluster, max_message_bytes=cfg.max_message_bytes, **cfg.nats_options()
+        )
         self.store = ObjectStore.from_uri(cfg.storage_uri)
-        self.registry = roles.Registry(self.kv)
+        internal_tls = None
+        if cfg.internal_tls_ca:
+            internal_tls = ChannelTLS(
+                cfg.internal_tls_cert, cfg.internal_tls_key, cfg.internal_tls_ca, cfg.internal_tls_server_name
+            )
+        self.registry = roles.Registry(self.kv, internal_tls)
         coordinators = [r for r in self.role_names if r in COORDINATORS]
         if coordinators:
             self.leader = LeaderLock(self.kv, *coordinators, ttl=cfg.session_ttl)
@@ -87,7 +98,10 @@ class Node:
         for r in self.role_names:
             objs[r] = self._make(r, ids[r])
         self.internal_server, self.internal_port = await start_server(
-            cfg.internal_host, 0, [(roles.STUBS[r][1], objs[r]) for r in self.role_names]
+            cfg.internal_host,
+            0,
+            [(roles.STUBS[r][1], objs[r]) for r in self.role_names],
+            credentials=internal_tls.server_credentials() if internal_tls else None,
         )
         address = f"{cfg.internal_host}:{self.internal_port}"
         for r in self.role_names:
@@ -109,6 +123,8 @@ class Node:
                 cfg.proxy_host,
                 cfg.proxy_port,
                 [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server, self.components[roles.PROXY])],
+                credentials=server_credentials(cfg.tls_cert, cfg.tls_key, cfg.tls_ca),
+                interceptors=[SecurityInterceptor(self.components[roles.PROXY].security)],
             )
         log.info("node ready", roles=",".join(self.role_names), seconds=round(time.monotonic() - t0, 3))
 

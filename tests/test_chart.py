@@ -79,12 +79,24 @@ CLUSTER_WIDE = {
     "etcd": {"enabled": True, "persistence": {"enabled": False}},
 }
 MULTI_NS = {"operator": {"watchNamespaces": ["team-a", "team-b"]}}
+SECURE = {
+    **IN_CHART,
+    "security": {
+        "auth": {"enabled": True, "rootPasswordSecret": "kmilvus-root"},
+        "tls": {"secretName": "kmilvus-tls", "mutual": True},
+        "networkPolicy": {"enabled": True, "apiFrom": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]},
+        "internalTls": {"secretName": "kmilvus-internal-tls"},
+        "etcd": {"authSecret": "etcd-auth", "tlsSecret": "etcd-client-tls"},
+        "nats": {"tlsSecret": "nats-client-tls"},
+    },
+}
 SCENARIOS = {
     "default": {},
     "external": EXTERNAL,
     "in-chart": IN_CHART,
     "cluster-wide": CLUSTER_WIDE,
     "multi-namespace": MULTI_NS,
+    "secure": SECURE,
 }
 KMILVUS_COMPONENTS = ("operator", "proxy", "datanode")
 
@@ -770,3 +782,65 @@ def test_argocd_health_check_reads_the_kstatus_conditions():
         ("SchemaSynced", False, "SchemaImmutable", "the schema cannot change"),
     )
     assert _argocd_health(refused)["status"] == "Degraded"
+
+
+# ------------------------------------------------------------------------------------ security
+
+
+def test_security_values_wire_auth_tls_and_network_policies():
+    docs = render(SECURE)
+    operator = one(docs, "Deployment", f"{RELEASE}-operator")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in operator["env"]}
+    assert env["KMILVUS_AUTH"]["value"] == "true"
+    assert env["KMILVUS_ROOT_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "kmilvus-root", "key": "password"}
+    pod = one(docs, "Deployment", f"{RELEASE}-proxy")["spec"]["template"]["spec"]
+    proxy = pod["containers"][0]
+    assert "KMILVUS_ROOT_PASSWORD" not in {e["name"] for e in proxy["env"]}  # only RootCoord needs it
+    assert {e["name"]: e.get("value") for e in proxy["env"]}["KMILVUS_AUTH"] == "true"
+    args = proxy["args"]
+    assert flag(args, "--tls-cert") == ["/etc/kmilvus/tls/tls.crt"]
+    assert flag(args, "--tls-key") == ["/etc/kmilvus/tls/tls.key"]
+    assert flag(args, "--tls-ca") == ["/etc/kmilvus/tls/ca.crt"]
+    assert {"name": "tls", "mountPath": "/etc/kmilvus/tls", "readOnly": True} in proxy["volumeMounts"]
+    assert {"name": "tls", "secret": {"secretName": "kmilvus-tls", "defaultMode": 0o440}} in pod["volumes"]
+
+    policies = {p["metadata"]["name"]: p["spec"] for p in by_kind(docs, "NetworkPolicy")}
+    for server in ("etcd", "nats"):
+        peers = [
+            f["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+            for f in policies[f"{RELEASE}-{server}"]["ingress"][0]["from"]
+        ]
+        assert sorted(peers) == sorted(["operator", "proxy", "datanode", server])
+        assert "ports" not in policies[f"{RELEASE}-{server}"]["ingress"][0]
+    api_rules = [
+        r for r in policies[f"{RELEASE}-proxy"]["ingress"] if r.get("ports") == [{"port": 19530, "protocol": "TCP"}]
+    ]
+    assert api_rules and api_rules[0]["from"] == SECURE["security"]["networkPolicy"]["apiFrom"]
+    for name in ("operator", "datanode"):
+        ports = [p["port"] for r in policies[f"{RELEASE}-{name}"]["ingress"] for p in r.get("ports", [])]
+        assert ports == [9091]  # only metrics from outside the release's kmilvus pods
+    assert not by_kind(render({}), "NetworkPolicy")
+
+    # Internal mutual TLS, etcd and NATS client TLS and etcd credentials: on every kmilvus pod.
+    for w in workloads(docs):
+        if component(w) not in KMILVUS_COMPONENTS:
+            continue
+        spec = w["spec"]["template"]["spec"]
+        c = spec["containers"][0]
+        env = {e["name"]: e for e in c["env"]}
+        secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+        for name, secret, prefix in (
+            ("internal-tls", "kmilvus-internal-tls", "KMILVUS_INTERNAL_TLS"),
+            ("etcd-tls", "etcd-client-tls", "KMILVUS_ETCD_TLS"),
+            ("nats-tls", "nats-client-tls", "KMILVUS_NATS_TLS"),
+        ):
+            assert secrets[name] == secret
+            assert {"name": name, "mountPath": f"/etc/kmilvus/{name}", "readOnly": True} in c["volumeMounts"]
+            assert env[f"{prefix}_CA"]["value"] == f"/etc/kmilvus/{name}/ca.crt"
+        assert env["KMILVUS_INTERNAL_TLS_SERVER_NAME"]["value"] == "kmilvus-internal"
+        assert env["KMILVUS_ETCD_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "etcd-auth", "key": "password"}
+
+
+def test_auth_without_a_root_password_secret_does_not_render():
+    with pytest.raises(Exception, match="rootPasswordSecret is required"):
+        render({"security": {"auth": {"enabled": True}}})

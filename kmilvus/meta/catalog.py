@@ -119,3 +119,32 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
         *[channel_checkpoint_key(v) for v in vchannels],
         *[channel_watch_key(v) for v in vchannels],
     ]
+
+
+# RootCoord: credentials and RBAC (Milvus' root-coord/credential/...) ----------------------
+CREDENTIAL_USER_PREFIX = "root-coord/credential/users/"
+ROLE_PREFIX = "root-coord/credential/roles/"
+USER_ROLE_PREFIX = "root-coord/credential/user-role-mapping/"
+GRANT_PREFIX = "root-coord/credential/grantee-privileges/"
+
+
+def credential_user_key(username: str) -> str:
+    """A user's CredentialInfo (the password only as a salted bcrypt hash)."""
+    return CREDENTIAL_USER_PREFIX + username
+
+
+def role_key(role: str) -> str:
+    return ROLE_PREFIX + role
+
+
+def user_role_key(username: str, role: str) -> str:
+    return f"{USER_ROLE_PREFIX}{username}/{role}"
+
+
+def grant_key(role: str, object_type: str, db: str, object_name: str, privilege: str) -> str:
+    """One granted privilege; the value is the grantor's name."""
+    return f"{GRANT_PREFIX}{role}/{object_type}/{db}/{object_name}/{privilege}"
+
+
+def grant_prefix(role: str) -> str:
+    return f"{GRANT_PREFIX}{role}/"

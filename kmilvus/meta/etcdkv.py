@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aetcd
+import aetcd.client
 import aetcd.rtypes
+import grpc
 from aetcd import rpc as etcdrpc
 from aetcd.client import _handle_errors
 from aetcd.utils import prefix_range_end
@@ -92,6 +94,41 @@ class _Fence:
     value: bytes  # this holder's identity
 
 
+class _TLSClient(aetcd.Client):
+    """aetcd (1.x) opens only plaintext channels: this one opens a TLS channel to etcd (with a
+    client certificate when given), and keeps aetcd's authentication and stubs as they are."""
+
+    def __init__(self, tls: tuple[str, str, str], **kwargs: Any):
+        super().__init__(**kwargs)
+        cert, key, ca = (_read(p) if p else None for p in tls)
+        self._credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+
+    async def connect(self) -> None:
+        if self._connected.is_set():
+            return
+        target = f"{self._host}:{self._port}"
+        self.channel = grpc.aio.secure_channel(target, self._credentials, options=list(self._options.items()))
+        if self._username is not None:
+            auth = etcdrpc.AuthStub(self.channel)
+            resp = await auth.Authenticate(
+                etcdrpc.AuthenticateRequest(name=self._username, password=self._password), timeout=self._timeout
+            )
+            self.metadata = (("token", resp.token),)
+        self.kvstub = etcdrpc.KVStub(self.channel)
+        self.clusterstub = etcdrpc.ClusterStub(self.channel)
+        self.leasestub = etcdrpc.LeaseStub(self.channel)
+        self.maintenancestub = etcdrpc.MaintenanceStub(self.channel)
+        self._watcher = aetcd.client.watcher.Watcher(
+            etcdrpc.WatchStub(self.channel), timeout=self._timeout, metadata=self.metadata
+        )
+        self._connected.set()
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class EtcdKV:
     """Keys are relative to `root` (e.g. "kmilvus/meta"); values are bytes."""
 
@@ -102,14 +139,28 @@ class EtcdKV:
         self._fence = fence
 
     @classmethod
-    async def connect(cls, endpoints: list[str], root: str, *, timeout: float = 10.0) -> EtcdKV:
-        host, _, port = endpoints[0].removeprefix("http://").partition(":")
-        client = aetcd.Client(
-            host=host or "127.0.0.1",
-            port=int(port or 2379),
-            timeout=timeout,
-            options={"grpc.max_receive_message_length": 64 * 1024 * 1024},
-        )
+    async def connect(
+        cls,
+        endpoints: list[str],
+        root: str,
+        *,
+        timeout: float = 10.0,
+        user: str = "",
+        password: str = "",
+        tls: tuple[str, str, str] | None = None,
+    ) -> EtcdKV:
+        """`user`/`password`: etcd authentication; `tls`: (client cert, key, CA) PEM paths for an
+        etcd serving https (cert and key may be empty when etcd does not require client certs)."""
+        host, _, port = endpoints[0].removeprefix("http://").removeprefix("https://").partition(":")
+        kwargs: dict[str, Any] = {
+            "host": host or "127.0.0.1",
+            "port": int(port or 2379),
+            "timeout": timeout,
+            "options": {"grpc.max_receive_message_length": 64 * 1024 * 1024},
+        }
+        if user:
+            kwargs.update(username=user, password=password)
+        client = _TLSClient(tls, **kwargs) if tls else aetcd.Client(**kwargs)
         await client.connect()
         return cls(client, root)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ssl
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -96,9 +97,18 @@ class MsgStream:
 
     @classmethod
     async def connect(
-        cls, nats_url: str, cluster: str, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, name: str = ""
+        cls,
+        nats_url: str,
+        cluster: str,
+        *,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        name: str = "",
+        user: str = "",
+        password: str = "",
+        tls: tuple[str, str, str] | None = None,
     ) -> MsgStream:
-        """Connect (reconnecting forever) and make sure the cluster's stream exists."""
+        """Connect (reconnecting forever) and make sure the cluster's stream exists. `user` /
+        `password`: NATS authentication; `tls`: (client cert, key, CA) PEM paths."""
         label = name or f"kmilvus-{cluster}"
         nc = NATS()
         self = cls(nc, cluster, max_message_bytes)
@@ -115,9 +125,19 @@ class MsgStream:
             self.reconnected_at = asyncio.get_running_loop().time()
             log.warning("nats reconnected", conn=label)
 
+        secure: dict[str, Any] = {}
+        if user:
+            secure.update(user=user, password=password)
+        if tls:
+            cert, key, ca = tls
+            ctx = ssl.create_default_context(cafile=ca or None)
+            if cert:
+                ctx.load_cert_chain(cert, key)
+            secure["tls"] = ctx
         try:
             await nc.connect(
                 nats_url,
+                **secure,
                 name=label,
                 allow_reconnect=True,
                 max_reconnect_attempts=-1,

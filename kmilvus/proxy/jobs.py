@@ -171,7 +171,10 @@ class ProxyJobsMixin:
 
     @merr.rpc(milvus_pb2.GetCompactionStateResponse)
     async def GetCompactionState(self, req: milvus_pb2.GetCompactionStateRequest, context=None):
-        job = (await self._compaction_jobs(req.compactionID))[0]
+        jobs = await self._compaction_jobs(req.compactionID) if req.compactionID else []
+        if not jobs:  # Milvus: an unknown compaction has no executing plan, so it is Completed
+            return milvus_pb2.GetCompactionStateResponse(state=common_pb2.Completed)
+        job = jobs[0]
         n = compaction_counts(job)
         return milvus_pb2.GetCompactionStateResponse(
             state=job.state,

@@ -15,11 +15,13 @@ from kmilvus import components as roles
 from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.log import get_logger
-from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc
+from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc, security_pb2_grpc
 from kmilvus.proxy.alter import ProxyAlterMixin
+from kmilvus.proxy.credentials import ProxyCredentialsMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
 from kmilvus.proxy.meta_cache import MetaCache
+from kmilvus.proxy.privilege import ProxyRbacMixin, ProxySecurity
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
@@ -35,7 +37,15 @@ async def _always() -> bool:
     return True
 
 
-class Proxy(ProxyJobsMixin, ProxyAlterMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grpc.ProxyServicer):
+class Proxy(
+    ProxyJobsMixin,
+    ProxyAlterMixin,
+    ProxyCredentialsMixin,
+    ProxyRbacMixin,
+    milvus_pb2_grpc.MilvusServiceServicer,
+    proxy_pb2_grpc.ProxyServicer,
+    security_pb2_grpc.ProxySecurityServicer,
+):
     role = roles.PROXY
 
     def __init__(self, cfg: Config, registry: roles.Registry, stream, server_id: int):
@@ -48,6 +58,7 @@ class Proxy(ProxyJobsMixin, ProxyAlterMixin, milvus_pb2_grpc.MilvusServiceServic
         self.rootcoord = registry.client(roles.ROOTCOORD)
         self.datacoord = registry.client(roles.DATACOORD)
         self.meta_cache = MetaCache(self.rootcoord)
+        self.security = ProxySecurity(cfg, self.rootcoord)
         self.tso = TimestampAllocator(self.rootcoord)
         self.ids = IDAllocator(self.rootcoord)
         self.ticks = TickSource(self.tso)

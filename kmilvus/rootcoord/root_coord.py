@@ -20,10 +20,12 @@ from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.msgstream import Msg, MsgType, channels
-from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc
+from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc, security_pb2_grpc
 from kmilvus.rootcoord import schema as schemautil
 from kmilvus.rootcoord.aliases import AliasMixin
 from kmilvus.rootcoord.alter import AlterMixin, check_collection_property
+from kmilvus.rootcoord.credentials import CredentialMixin
+from kmilvus.rootcoord.rbac import RbacMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
@@ -41,7 +43,14 @@ async def _leader_unknown() -> bool:
     return True
 
 
-class RootCoord(AliasMixin, AlterMixin, root_coord_pb2_grpc.RootCoordServicer):
+class RootCoord(
+    AliasMixin,
+    AlterMixin,
+    CredentialMixin,
+    RbacMixin,
+    root_coord_pb2_grpc.RootCoordServicer,
+    security_pb2_grpc.RootCoordSecurityServicer,
+):
     role = roles.ROOTCOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, registry: roles.Registry, server_id: int = 0):
@@ -71,6 +80,7 @@ class RootCoord(AliasMixin, AlterMixin, root_coord_pb2_grpc.RootCoordServicer):
             info = internal_pb2.CollectionInfo.FromString(raw)
             self._cache(info)
         await self._load_aliases()
+        await self._init_credentials()
         self.producer = self.stream.producer()
         self.ticks = TickSource(TimestampAllocator(self))
         self.tt_sync = TimeTickSync(self.producer, self.ticks, self._live_vchannels, self.cfg.time_tick_interval)

@@ -41,7 +41,9 @@ def validate_name(name: str, what: str = "collection") -> None:
     if len(name) > MAX_NAME_LENGTH:
         raise MilvusError(
             merr.PARAMETER_INVALID,
-            f"Invalid {what} name: {name}. The length of a {what} name must be less than {MAX_NAME_LENGTH} characters.",
+            # The name is cut: echoing a hostile multi-megabyte name would make the answer huge.
+            f"Invalid {what} name: {name[:MAX_NAME_LENGTH]}... The length of a {what} name must be less than "
+            f"{MAX_NAME_LENGTH} characters.",
         )
     if not (name[0] == "_" or (name[0].isascii() and name[0].isalpha())):
         raise MilvusError(

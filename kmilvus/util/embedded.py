@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -123,15 +124,21 @@ def _wait(check, proc: subprocess.Popen, name: str, log_path: Path, timeout: flo
 
 
 def start_etcd(
-    data_dir: Path, *, port: int | None = None, peer_port: int | None = None, timeout: float = 20.0
+    data_dir: Path,
+    *,
+    port: int | None = None,
+    peer_port: int | None = None,
+    timeout: float = 20.0,
+    tls: tuple[str, str, str] | None = None,
 ) -> ChildServer:
     """etcd with fast elections (single member) and a raised request size for binlog meta.
-    Restart one on its data directory with the same `port` and `peer_port` (`extra`)."""
+    Restart one on its data directory with the same `port` and `peer_port` (`extra`).
+    `tls` = (server cert, key, CA): clients speak TLS and need a certificate the CA signed."""
     binary = find_binary("etcd")
     port = port or free_port()
     peer = peer_port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     purl = f"http://127.0.0.1:{peer}"
     argv = [
         binary,
@@ -160,11 +167,17 @@ def start_etcd(
         "--log-level",
         "error",
     ]
+    ctx = None
+    if tls:
+        cert, key, ca = tls
+        argv += ["--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca, "--client-cert-auth"]
+        ctx = ssl.create_default_context(cafile=ca)
+        ctx.load_cert_chain(cert, key)
     log_path = data_dir / "etcd.log"
     proc = _spawn("etcd", argv, log_path)
 
     def ready() -> bool:
-        with urllib.request.urlopen(f"{url}/health", timeout=1) as r:
+        with urllib.request.urlopen(f"{url}/health", timeout=1, context=ctx) as r:
             return b'"true"' in r.read()
 
     _wait(ready, proc, "etcd", log_path, timeout)
@@ -178,8 +191,13 @@ def start_nats(
     max_payload: int = 8 * 1024 * 1024,
     timeout: float = 20.0,
     memory_limit: str = "256MiB",
+    tls: tuple[str, str, str] | None = None,
+    user: str = "",
+    password: str = "",
 ) -> ChildServer:
-    """nats-server with JetStream on; max_payload is only settable from a config file in 2.9."""
+    """nats-server with JetStream on; max_payload is only settable from a config file in 2.9.
+    `tls` = (server cert, key, CA): clients must speak TLS and present a CA-signed certificate;
+    `user`/`password`: clients must authenticate."""
     binary = find_binary("nats-server")
     port = port or free_port()
     mport = free_port()
@@ -192,6 +210,12 @@ def start_nats(
         f"max_payload: {max_payload}\n"
         f"max_pending: {max(4 * max_payload, 64 * 1024 * 1024)}\n"
         f'jetstream {{\n  store_dir: "{store}"\n  max_memory_store: 268435456\n}}\n'
+        + (
+            f'tls {{\n  cert_file: "{tls[0]}"\n  key_file: "{tls[1]}"\n  ca_file: "{tls[2]}"\n  verify: true\n}}\n'
+            if tls
+            else ""
+        )
+        + (f'authorization {{\n  user: "{user}"\n  password: "{password}"\n}}\n' if user else "")
     )
     log_path = data_dir / "nats.log"
     # Go's collector lets the heap grow to twice the live data; JetStream's block caches make that

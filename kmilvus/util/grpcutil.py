@@ -29,13 +29,22 @@ CHANNEL_OPTIONS = [
 ]
 
 
-async def start_server(host: str, port: int, registrations: list[tuple[Callable, Any]]) -> tuple[grpc.aio.Server, int]:
-    """Serve `servicer`s (each with its generated add_*_to_server) on host:port (0 = free port)."""
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+async def start_server(
+    host: str,
+    port: int,
+    registrations: list[tuple[Callable, Any]],
+    *,
+    credentials: grpc.ServerCredentials | None = None,
+    interceptors: list[grpc.aio.ServerInterceptor] | None = None,
+) -> tuple[grpc.aio.Server, int]:
+    """Serve `servicer`s (each with its generated add_*_to_server) on host:port (0 = free port);
+    TLS when `credentials` are given (then a plaintext client is refused)."""
+    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors or None)
     for add, servicer in registrations:
         answer_unimplemented_quietly(servicer)
         add(servicer, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port}")
     await server.start()
@@ -70,6 +79,29 @@ def answer_unimplemented_quietly(servicer: Any) -> None:
             setattr(servicer, name, unimplemented)
 
 
+class ChannelTLS:
+    """Mutual TLS for internal gRPC: every component presents its certificate and accepts only
+    peers whose certificate the CA signed. Internal addresses are pod IPs that change, so the
+    certificate is checked against one `server_name` (a SAN of the components' certificate)."""
+
+    def __init__(self, cert: str, key: str, ca: str, server_name: str = ""):
+        with open(cert, "rb") as c, open(key, "rb") as k, open(ca, "rb") as a:
+            self.cert, self.key, self.ca = c.read(), k.read(), a.read()
+        self.server_name = server_name
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
+        )
+        options = list(CHANNEL_OPTIONS)
+        if self.server_name:
+            options.append(("grpc.ssl_target_name_override", self.server_name))
+        return grpc.aio.secure_channel(address, creds, options=options)
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca, require_client_auth=True)
+
+
 class RemoteClient:
     """A gRPC stub for a component found by its session; re-resolves when the peer moves.
 
@@ -86,6 +118,7 @@ class RemoteClient:
         server_id: int | None = None,
         address: str | None = None,
         retries: int = 30,
+        tls: ChannelTLS | None = None,
     ):
         self.kv = kv
         self.role = role
@@ -93,6 +126,7 @@ class RemoteClient:
         self.server_id = server_id
         self.address = address
         self.retries = retries
+        self.tls = tls
         self._channel: grpc.aio.Channel | None = None
         self._stub = None
         self._lock = asyncio.Lock()
@@ -113,7 +147,10 @@ class RemoteClient:
         async with self._lock:
             if self._stub is None:
                 addr = self.address or await self._resolve()
-                self._channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+                if self.tls is None:
+                    self._channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+                else:
+                    self._channel = self.tls.channel(addr)
                 self._stub = self.stub_cls(self._channel)
             return self._stub
 
@@ -156,3 +193,18 @@ class RemoteClient:
 
     async def close(self) -> None:
         await self._reset()
+
+
+def server_credentials(cert: str, key: str, ca: str = "") -> grpc.ServerCredentials | None:
+    """TLS for a server from PEM files: one-way with cert+key, mutual (client certificate signed
+    by `ca` required) when `ca` is set; None when no certificate is configured."""
+    if not cert:
+        return None
+
+    def read(path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    return grpc.ssl_server_credentials(
+        [(read(key), read(cert))], root_certificates=read(ca) if ca else None, require_client_auth=bool(ca)
+    )

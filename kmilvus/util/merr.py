@@ -35,6 +35,7 @@ IO_FAILED = (1000, EC.UnexpectedError)
 ALIAS_NOT_FOUND = (1600, EC.UnexpectedError)
 ALIAS_COLLECTION_NAME_CONFLICT = (1601, EC.UnexpectedError)
 ALIAS_ALREADY_EXIST = (1602, EC.UnexpectedError)
+MAX_REASON = 8192  # characters of an error message a client gets back
 UNEXPECTED = (65535, EC.UnexpectedError)  # what Milvus answers for a plain (unclassified) error
 PARAMETER_INVALID = (1100, EC.IllegalArgument)
 PARAMETER_MISSING = (1101, EC.IllegalArgument)
@@ -57,7 +58,9 @@ class MilvusError(Exception):
         self.message = message
 
     def status(self) -> common_pb2.Status:
-        return common_pb2.Status(code=self.code, error_code=self.error_code, reason=self.message)
+        # A message quoting client input is capped, so no request can make its answer huge.
+        reason = self.message if len(self.message) <= MAX_REASON else self.message[:MAX_REASON] + "...(truncated)"
+        return common_pb2.Status(code=self.code, error_code=self.error_code, reason=reason)
 
 
 def success() -> common_pb2.Status:

@@ -165,6 +165,48 @@ the served ones, plus spark.namespaces (Collections' namespaces of a cluster-wid
 # The address other components use to reach this one (published in its etcd session).
 - name: KMILVUS_INTERNAL_HOST
   value: $(POD_IP)
+{{- if .Values.security.auth.enabled }}
+- name: KMILVUS_AUTH
+  value: "true"
+{{- end }}
+{{- if .Values.security.internalTls.secretName }}
+- name: KMILVUS_INTERNAL_TLS_CERT
+  value: /etc/kmilvus/internal-tls/tls.crt
+- name: KMILVUS_INTERNAL_TLS_KEY
+  value: /etc/kmilvus/internal-tls/tls.key
+- name: KMILVUS_INTERNAL_TLS_CA
+  value: /etc/kmilvus/internal-tls/ca.crt
+- name: KMILVUS_INTERNAL_TLS_SERVER_NAME
+  value: {{ .Values.security.internalTls.serverName | quote }}
+{{- end }}
+{{- if .Values.security.etcd.tlsSecret }}
+- name: KMILVUS_ETCD_TLS_CERT
+  value: /etc/kmilvus/etcd-tls/tls.crt
+- name: KMILVUS_ETCD_TLS_KEY
+  value: /etc/kmilvus/etcd-tls/tls.key
+- name: KMILVUS_ETCD_TLS_CA
+  value: /etc/kmilvus/etcd-tls/ca.crt
+{{- end }}
+{{- if .Values.security.nats.tlsSecret }}
+- name: KMILVUS_NATS_TLS_CERT
+  value: /etc/kmilvus/nats-tls/tls.crt
+- name: KMILVUS_NATS_TLS_KEY
+  value: /etc/kmilvus/nats-tls/tls.key
+- name: KMILVUS_NATS_TLS_CA
+  value: /etc/kmilvus/nats-tls/ca.crt
+{{- end }}
+{{- with .Values.security.etcd.authSecret }}
+- name: KMILVUS_ETCD_USER
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.security.etcd.usernameKey }}
+- name: KMILVUS_ETCD_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.security.etcd.passwordKey }}
+{{- end }}
 {{- if include "kmilvus.natsAuth" . }}
 - name: NATS_USER
   valueFrom:
@@ -219,4 +261,36 @@ prometheus.io/path: /metrics
 - name: tmp
   emptyDir:
     sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- range $name, $secret := include "kmilvus.securitySecrets" . | fromYaml }}
+- name: {{ $name }}
+  secret:
+    secretName: {{ $secret }}
+    defaultMode: 0440
+{{- end }}
 {{- end -}}
+
+{{/* The TLS Secrets every kmilvus pod mounts (volume name: Secret), as YAML. */}}
+{{- define "kmilvus.securitySecrets" -}}
+{{- with .Values.security.internalTls.secretName }}
+internal-tls: {{ . }}
+{{- end }}
+{{- with .Values.security.etcd.tlsSecret }}
+etcd-tls: {{ . }}
+{{- end }}
+{{- with .Values.security.nats.tlsSecret }}
+nats-tls: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* Mounts of those Secrets, read-only, under /etc/kmilvus/<name>. */}}
+{{- define "kmilvus.securityMounts" -}}
+{{- range $name, $secret := include "kmilvus.securitySecrets" . | fromYaml }}
+- name: {{ $name }}
+  mountPath: /etc/kmilvus/{{ $name }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+
+{{/* TLS of the Milvus API: the Secret (tls.crt, tls.key, ca.crt) is mounted here. */}}
+{{- define "kmilvus.tlsDir" -}}/etc/kmilvus/tls{{- end -}}
