@@ -26,6 +26,7 @@ from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import MsgStream
 from kmilvus.proxy import Proxy
+from kmilvus.proxy.databases import DatabaseInterceptor
 from kmilvus.querycoord import QueryCoord
 from kmilvus.rootcoord import RootCoord
 from kmilvus.sessionutil import Session
@@ -109,6 +110,7 @@ class Node:
                 cfg.proxy_host,
                 cfg.proxy_port,
                 [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server, self.components[roles.PROXY])],
+                interceptors=[DatabaseInterceptor()],
             )
         log.info("node ready", roles=",".join(self.role_names), seconds=round(time.monotonic() - t0, 3))
 

@@ -16,9 +16,11 @@ from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc
+from kmilvus.proxy.databases import ProxyDatabasesMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
 from kmilvus.proxy.meta_cache import MetaCache
+from kmilvus.proxy.partitions import ProxyPartitionsMixin
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
@@ -34,7 +36,13 @@ async def _always() -> bool:
     return True
 
 
-class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grpc.ProxyServicer):
+class Proxy(
+    ProxyJobsMixin,
+    ProxyDatabasesMixin,
+    ProxyPartitionsMixin,
+    milvus_pb2_grpc.MilvusServiceServicer,
+    proxy_pb2_grpc.ProxyServicer,
+):
     role = roles.PROXY
 
     def __init__(self, cfg: Config, registry: roles.Registry, stream, server_id: int):
@@ -110,13 +118,13 @@ class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grp
     async def AllocTimestamp(self, req, context=None):
         return milvus_pb2.AllocTimestampResponse(timestamp=await self.tso.alloc())
 
-    @merr.rpc(milvus_pb2.ListDatabasesResponse)
-    async def ListDatabases(self, req, context=None):
-        return milvus_pb2.ListDatabasesResponse(db_names=[DEFAULT_DB])
-
     # DDL ----------------------------------------------------------------------------------
     async def _dd(self, task: Task):
         return await self.dd_queue.enqueue(task)
+
+    async def _dd_call(self, call, pre=None):
+        """A DDL whose body is one coordinator call answering a bare Status."""
+        return await self._dd(_CallTask(call, pre=pre))
 
     @merr.rpc()
     async def CreateCollection(self, req, context=None):

@@ -23,11 +23,13 @@ from kmilvus.msgstream import Msg, MsgType, channels
 from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc
 from kmilvus.rootcoord import schema as schemautil
 from kmilvus.rootcoord.aliases import AliasMixin
+from kmilvus.rootcoord.databases import DatabaseMixin
+from kmilvus.rootcoord.partitions import PartitionMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
 from kmilvus.util import merr
-from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION, default_partition_id
+from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
 from kmilvus.util.failpoint import failpoint
 from kmilvus.util.retry import supervise
 from kmilvus.util.tasks import BackgroundTasks
@@ -40,7 +42,7 @@ async def _leader_unknown() -> bool:
     return True
 
 
-class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
+class RootCoord(AliasMixin, DatabaseMixin, PartitionMixin, root_coord_pb2_grpc.RootCoordServicer):
     role = roles.ROOTCOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, registry: roles.Registry, server_id: int = 0):
@@ -66,6 +68,7 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
     async def start(self) -> None:
         await self.tso.initialize()
         await self.ids.initialize()
+        await self._load_databases()
         for _, raw in await self.kv.get_prefix(keys.COLLECTION_PREFIX):
             info = internal_pb2.CollectionInfo.FromString(raw)
             self._cache(info)
@@ -88,6 +91,7 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
             info = internal_pb2.CollectionInfo.FromString(raw)
             log.warning("resuming interrupted drop", collection=info.schema.name, id=info.ID)
             await self._finish_drop(info)
+        await self._resume_partition_drops()
 
     async def stop(self) -> None:
         if self.tt_sync:
@@ -117,6 +121,7 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
         if coll_id:
             info = self.collections.get(coll_id)
         else:
+            self._database(db)
             key = (db or DEFAULT_DB, name)
             info = self.collections.get(self.names.get(key, self.aliases.get(key, -1)))
         if info is None:
@@ -170,6 +175,7 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
             raise merr.invalid(f"shard num ({shards}) should be in range [1, 16]")
         db = req.db_name or DEFAULT_DB
         async with self._ddl_lock:
+            self._database(db)
             if (db, schema.name) in self.aliases:
                 raise merr.MilvusError(
                     merr.UNEXPECTED,
@@ -187,7 +193,8 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
         return merr.success()
 
     async def _new_collection_info(self, db, schema, shards, req) -> internal_pb2.CollectionInfo:
-        coll_id = await self.ids.alloc(2)  # the collection's ID and its default partition's
+        coll_id = await self.ids.alloc()
+        part_id = await self.ids.alloc()  # allocated like any ID: no component derives it
         used = dict.fromkeys(self.pchannels, 0)
         for c in self.collections.values():
             for p in c.physical_channel_names:
@@ -198,12 +205,11 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
             schema=schema,
             shards_num=shards,
             db_name=db,
+            dbID=self._database(db).ID,
             consistency_level=req.consistency_level,
             physical_channel_names=pchans,
             virtual_channel_names=[channels.vchannel_name(p, coll_id, i) for i, p in enumerate(pchans)],
-            partitions=[
-                internal_pb2.PartitionInfo(partitionID=default_partition_id(coll_id), partitionName=DEFAULT_PARTITION)
-            ],
+            partitions=[internal_pb2.PartitionInfo(partitionID=part_id, partitionName=DEFAULT_PARTITION)],
             properties=list(req.properties),
         )
 
@@ -229,7 +235,11 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
                     Op.put(keys.collection_key(info.ID), info.SerializeToString()),
                     Op.put(name_key, str(info.ID).encode()),
                 ],
-                [Cmp.missing(name_key), Cmp.missing(keys.alias_key(info.db_name or DEFAULT_DB, info.schema.name))],
+                [
+                    Cmp.missing(name_key),
+                    Cmp.missing(keys.alias_key(info.db_name or DEFAULT_DB, info.schema.name)),
+                    Cmp.exists(keys.database_key(info.db_name or DEFAULT_DB)),
+                ],
             )
             if not ok:
                 for v in info.virtual_channel_names:
@@ -267,11 +277,13 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
     @merr.rpc(milvus_pb2.BoolResponse)
     async def HasCollection(self, req, context=None):
         key = (req.db_name or DEFAULT_DB, req.collection_name)
+        self._database(key[0])
         return milvus_pb2.BoolResponse(value=key in self.names or key in self.aliases)
 
     @merr.rpc(milvus_pb2.ShowCollectionsResponse)
     async def ShowCollections(self, req, context=None):
         db = req.db_name or DEFAULT_DB
+        self._database(db)
         infos = sorted(
             (c for c in self.collections.values() if (c.db_name or DEFAULT_DB) == db), key=lambda c: c.create_time
         )
@@ -306,6 +318,7 @@ class RootCoord(AliasMixin, root_coord_pb2_grpc.RootCoordServicer):
         """DropCollectionReqTask: TSO first, ONE meta transaction, then the broadcast steps."""
         db = req.db_name or DEFAULT_DB
         async with self._ddl_lock:
+            self._database(db)
             coll_id = self.names.get((db, req.collection_name))
             if coll_id is None and (db, req.collection_name) in self.aliases:
                 raise merr.MilvusError(merr.UNEXPECTED, f"cannot drop the collection via alias = {req.collection_name}")

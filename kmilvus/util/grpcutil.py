@@ -29,9 +29,11 @@ CHANNEL_OPTIONS = [
 ]
 
 
-async def start_server(host: str, port: int, registrations: list[tuple[Callable, Any]]) -> tuple[grpc.aio.Server, int]:
+async def start_server(
+    host: str, port: int, registrations: list[tuple[Callable, Any]], interceptors: list | None = None
+) -> tuple[grpc.aio.Server, int]:
     """Serve `servicer`s (each with its generated add_*_to_server) on host:port (0 = free port)."""
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors)
     for add, servicer in registrations:
         answer_unimplemented_quietly(servicer)
         add(servicer, server)
