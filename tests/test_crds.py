@@ -190,7 +190,7 @@ def test_flushrequest_and_segment_crd_details():
     assert "ttlSecondsAfterFinished" in fr["properties"]["spec"]["properties"]
     (v,) = crds()["Segment"]["spec"]["versions"]
     cols = [c["name"] for c in v["additionalPrinterColumns"] if not c.get("priority")]
-    assert cols == ["Collection", "State", "Rows", "Channel", "Age"]
+    assert cols == ["Collection", "Partition", "State", "Rows", "Channel", "Age"]
 
 
 # Instances ----------------------------------------------------------------------------------------
@@ -205,6 +205,7 @@ def test_examples_validate(path):
 
 def test_a_good_collection_validates():
     assert validate("Collection", collection()) == []
+    assert validate("Collection", collection(partitions=["p1", "p2"])) == []
 
 
 @pytest.mark.parametrize(
@@ -223,6 +224,7 @@ def test_a_good_collection_validates():
         (collection(consistencyLevel="Weak"), "is not one of"),
         (collection(fields=[]), "should be non-empty"),
         (with_field(1, dataType=None), "'dataType' is a required property"),
+        (collection(partitions=["p1", "1p"]), "does not match"),
         (
             {"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", "metadata": {}, "spec": {}},
             "'fields' is a required property",
@@ -242,6 +244,7 @@ def test_a_good_collection_validates():
         "consistency",
         "no-fields",
         "no-datatype",
+        "bad-partition-name",
         "no-fields-key",
     ],
 )
@@ -268,6 +271,8 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
         (with_field(0, maxLength=8), "maxLength only applies to VarChar"),
         (with_field(0, dataType="Float"), "a primary key must be Int64 or VarChar"),
         (with_field(2, autoID=True), "only the primary key can set autoID"),
+        # x-kubernetes-list-type: set (the API server refuses duplicates; jsonschema does not know it)
+        (collection(partitions=["p1", "p1"]), "spec.partitions lists a partition twice"),
     ],
     ids=[
         "two-pks",
@@ -279,6 +284,7 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
         "maxlength-on-int",
         "float-pk",
         "autoid-not-pk",
+        "duplicate-partition",
     ],
 )
 def test_cel_covered_cases_caught_by_the_controller(bad, expect):
@@ -337,7 +343,14 @@ def test_segment_instance():
         "apiVersion": "kmilvus.io/v1alpha1",
         "kind": "Segment",
         "metadata": {"name": "c-1"},
-        "spec": {"segmentID": 1, "collection": "c", "collectionID": 7, "partitionID": 8, "channel": "ch"},
+        "spec": {
+            "segmentID": 1,
+            "collection": "c",
+            "collectionID": 7,
+            "partitionID": 8,
+            "partition": "p1",
+            "channel": "ch",
+        },
         "status": {
             "state": "Flushed",
             "rows": 10,
