@@ -4,8 +4,12 @@ with nothing of the partition left (also when the coordinators die after its met
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from pymilvus import Collection, MilvusClient, MilvusException, Partition
+from pymilvus import Collection, MilvusClient, MilvusException, Partition, utility
+from pymilvus.client.types import BulkInsertState
+from pymilvus.grpc_gen import common_pb2
 
 from kmilvus.msgstream import MsgType
 from kmilvus.proto import internal_pb2
@@ -24,6 +28,13 @@ def rows(start: int, n: int) -> list[dict]:
 def segments(node, coll_id: int):
     dc = node.component("datacoord")
     return [s.info for s in dc.meta.by_collection(coll_id)]
+
+
+def partition_pks(node, coll_id: int, part_id: int) -> list[int]:
+    """Every primary key in the binlogs of one partition's segments, sorted."""
+    segs = [s for s in segments(node, coll_id) if s.partitionID == part_id]
+    tables = [binlog.read_segment(node.node.store, coll_id, part_id, s.ID) for s in segs]
+    return sorted(pk for t in tables for pk in t.column("100").to_pylist())
 
 
 def partition_leftovers(node, coll_id: int, part_id: int) -> list[str]:
@@ -52,16 +63,10 @@ def test_partitions_insert_flush_stats_and_drop(node, client):
     part_ids = {p.partitionName: p.partitionID for p in info.partitions}
     assert len(set(part_ids.values()) | {coll_id}) == 4  # each an allocated ID of its own
     # Segments belong to one partition; each partition's binlogs hold exactly its rows.
-    store = node.node.store
     for name, (start, n) in {"_default": (0, 5), "p1": (100, 10), "p2": (200, 20)}.items():
         segs = [s for s in segments(node, coll_id) if s.partitionID == part_ids[name]]
-        assert segs and all(s.state == internal_pb2.SegmentInfo().state or s.num_of_rows for s in segs)
-        got = sorted(
-            pk
-            for s in segs
-            for pk in binlog.read_segment(store, coll_id, s.partitionID, s.ID).column("100").to_pylist()
-        )
-        assert got == list(range(start, start + n))
+        assert segs and all(s.state == common_pb2.Flushed for s in segs)
+        assert partition_pks(node, coll_id, part_ids[name]) == list(range(start, start + n))
 
     client.drop_partition("docs", "p2")
     assert client.list_partitions("docs") == ["_default", "p1"]
@@ -182,3 +187,58 @@ def test_coordinators_killed_after_drop_partition_meta_txn_finish_on_restart(etc
         c.close()
     finally:
         cluster.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)  # a Spark job on a loaded 2-core machine can take minutes
+def test_bulk_import_into_a_partition(node, client, orm, tmp_path):
+    """Import takes `partition_name`: the imported segments belong to that partition."""
+    client.create_collection("imp", schema=bench_schema())
+    client.create_partition("imp", "p1")
+    ids, vecs, tags = batch(5000, 200)
+    table = pa.table(
+        {
+            "id": pa.array(ids, type=pa.int64()),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1)), 128),
+            "tag": pa.array(tags),
+        }
+    )
+    pq.write_table(table, tmp_path / "p1.parquet")
+    task = utility.do_bulk_insert("imp", files=[str(tmp_path / "p1.parquet")], partition_name="p1", using=orm)
+    wait_until(
+        lambda: utility.get_bulk_insert_state(task, using=orm).state == BulkInsertState.ImportCompleted,
+        timeout=500,
+        what="the import into p1",
+    )
+    assert client.get_partition_stats("imp", "p1")["row_count"] == 200
+    assert client.get_partition_stats("imp", "_default")["row_count"] == 0
+    coll_id = client.describe_collection("imp")["collection_id"]
+    parts = {p.partitionName: p.partitionID for p in node.component("rootcoord").collections[coll_id].partitions}
+    assert partition_pks(node, coll_id, parts["p1"]) == list(range(5000, 5200))
+    with pytest.raises(MilvusException) as e:
+        utility.do_bulk_insert("imp", files=[str(tmp_path / "p1.parquet")], partition_name="nope", using=orm)
+    assert e.value.code == 200
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_compaction_never_merges_across_partitions(node, client, orm):
+    client.create_collection("cp", schema=bench_schema())
+    client.create_partition("cp", "p1")
+    for i in range(3):
+        client.insert("cp", rows(i * 50, 50))
+        client.insert("cp", rows(1000 + i * 50, 50), partition_name="p1")
+        client.flush("cp")
+    coll_id = client.describe_collection("cp")["collection_id"]
+    parts = {p.partitionName: p.partitionID for p in node.component("rootcoord").collections[coll_id].partitions}
+    before = {s.ID: s.partitionID for s in segments(node, coll_id)}
+    assert sorted(before.values()) == sorted([parts["_default"]] * 3 + [parts["p1"]] * 3)
+    coll = Collection("cp", using=orm)
+    coll.compact()
+    assert coll.wait_for_compaction_completed(timeout=500)
+    targets = [s for s in segments(node, coll_id) if s.compaction_from]
+    assert {t.partitionID for t in targets} == set(parts.values())  # one merge per partition
+    for t in targets:
+        assert {before[src] for src in t.compaction_from} == {t.partitionID}
+    assert partition_pks(node, coll_id, parts["_default"]) == list(range(150))
+    assert partition_pks(node, coll_id, parts["p1"]) == list(range(1000, 1150))
