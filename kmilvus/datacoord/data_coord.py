@@ -353,6 +353,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, data_coord_pb2_grpc
             await self.meta.drop_collection_meta(coll, vchans)
             self.segments.max_rows.pop(coll, None)
             self._flush_ts.pop(coll, None)
+            self.dropped_partitions = {k for k in self.dropped_partitions if k[0] != coll}
         finally:
             self._dropping.discard(coll)
         metrics.DROPPED_COLLECTIONS.inc()
