@@ -29,14 +29,35 @@ DATA_TYPES = {
     "Double": DT.Double,
     "VarChar": DT.VarChar,
     "JSON": DT.JSON,
+    "Array": DT.Array,
     "FloatVector": DT.FloatVector,
+    "BinaryVector": DT.BinaryVector,
+    "Float16Vector": DT.Float16Vector,
+    "BFloat16Vector": DT.BFloat16Vector,
+    "SparseFloatVector": DT.SparseFloatVector,
 }
 TYPE_NAMES = {v: k for k, v in DATA_TYPES.items()}
+VECTOR_TYPES = ("FloatVector", "BinaryVector", "Float16Vector", "BFloat16Vector", "SparseFloatVector")
+DENSE_VECTOR_TYPES = VECTOR_TYPES[:-1]
+ELEMENT_TYPES = ("Bool", "Int8", "Int16", "Int32", "Int64", "Float", "Double", "VarChar")
+MAX_CAPACITY = 4096
+# defaultValue (JSON in the spec) → the ValueField member and the JSON types it may be.
+_DEFAULT_SLOTS = {
+    "Bool": ("bool_data", (bool,)),
+    "Int8": ("int_data", (int,)),
+    "Int16": ("int_data", (int,)),
+    "Int32": ("int_data", (int,)),
+    "Int64": ("long_data", (int,)),
+    "Float": ("float_data", (int, float)),
+    "Double": ("double_data", (int, float)),
+    "VarChar": ("string_data", (str,)),
+}
 CONSISTENCY = dict(common_pb2.ConsistencyLevel.items())
 CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
 DEFAULT_CONSISTENCY = "Bounded"
 MAX_VARCHAR = MAX_VARCHAR_LENGTH
 MAX_FIELDS = 64
+SPEC_PARAMS = {"dim": "dim", "max_length": "maxLength", "max_capacity": "maxCapacity"}  # type param → spec key
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -132,22 +153,25 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
         if f.get("autoID") and not f.get("isPrimaryKey"):
             problems.append(f"{where}: only the primary key can set autoID")
         dim = f.get("dim")
-        if dtype == "FloatVector":
-            vectors += 1
+        vectors += dtype in VECTOR_TYPES
+        if dtype in DENSE_VECTOR_TYPES:
             if dim is None:
-                problems.append(f"{where}: a FloatVector field needs dim")
+                problems.append(f"{where}: a dense vector field needs dim")
             elif not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= MAX_DIM:
                 problems.append(f"{where}: dim must be in [1, {MAX_DIM}], got {dim!r}")
         elif dim is not None:
-            problems.append(f"{where}: dim only applies to FloatVector fields")
+            problems.append(f"{where}: dim only applies to dense vector fields")
+        element = f.get("elementType")
+        stringy = dtype == "VarChar" or (dtype == "Array" and element == "VarChar")
         max_length = f.get("maxLength")
-        if dtype == "VarChar":
+        if stringy:
             if max_length is None:
-                problems.append(f"{where}: a VarChar field needs maxLength")
+                problems.append(f"{where}: a VarChar field (or an Array of VarChar) needs maxLength")
             elif not isinstance(max_length, int) or isinstance(max_length, bool) or not 1 <= max_length <= MAX_VARCHAR:
                 problems.append(f"{where}: maxLength must be in [1, {MAX_VARCHAR}], got {max_length!r}")
         elif max_length is not None:
-            problems.append(f"{where}: maxLength only applies to VarChar fields")
+            problems.append(f"{where}: maxLength only applies to VarChar fields and Arrays of VarChar")
+        problems += _array_and_null_problems(where, f, dtype)
     dups = sorted({n for n in names if names.count(n) > 1})
     if dups:
         problems.append(f"duplicated field name(s): {', '.join(dups)}")
@@ -156,7 +180,33 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
             f"exactly one field must be the primary key, found {len(pks)}" + (f" ({', '.join(pks)})" if pks else "")
         )
     if not vectors:
-        problems.append("a collection needs a FloatVector field")
+        problems.append("a collection needs a vector field")
+    return problems
+
+
+def _array_and_null_problems(where: str, f: dict, dtype: str) -> list[str]:
+    problems = []
+    element, capacity = f.get("elementType"), f.get("maxCapacity")
+    if dtype == "Array":
+        if element is None or capacity is None:
+            problems.append(f"{where}: an Array field needs elementType and maxCapacity")
+        if element is not None and element not in ELEMENT_TYPES:
+            problems.append(f"{where}: elementType must be one of {', '.join(ELEMENT_TYPES)}, got {element!r}")
+        if capacity is not None and (
+            not isinstance(capacity, int) or isinstance(capacity, bool) or not 1 <= capacity <= MAX_CAPACITY
+        ):
+            problems.append(f"{where}: maxCapacity must be in [1, {MAX_CAPACITY}], got {capacity!r}")
+    elif element is not None or capacity is not None:
+        problems.append(f"{where}: elementType and maxCapacity only apply to Array fields")
+    if f.get("nullable") and (dtype in VECTOR_TYPES or f.get("isPrimaryKey")):
+        problems.append(f"{where}: a primary key or a vector field cannot be nullable")
+    if "defaultValue" in f:
+        slot = _DEFAULT_SLOTS.get(dtype)
+        value = f["defaultValue"]
+        if slot is None:
+            problems.append(f"{where}: a {dtype} field cannot have a defaultValue")
+        elif not isinstance(value, slot[1]) or (isinstance(value, bool) and bool not in slot[1]):
+            problems.append(f"{where}: defaultValue {value!r} is not a {dtype}")
     return problems
 
 
@@ -179,6 +229,14 @@ def to_schema(spec: dict, meta_name: str) -> schema_pb2.CollectionSchema:
             fs.type_params.add(key="dim", value=str(f["dim"]))
         if "maxLength" in f:
             fs.type_params.add(key="max_length", value=str(f["maxLength"]))
+        if "elementType" in f:
+            fs.element_type = DATA_TYPES[f["elementType"]]
+        if "maxCapacity" in f:
+            fs.type_params.add(key="max_capacity", value=str(f["maxCapacity"]))
+        fs.nullable = bool(f.get("nullable"))
+        if "defaultValue" in f:
+            slot, _ = _DEFAULT_SLOTS[f["dataType"]]
+            setattr(fs.default_value, slot, f["defaultValue"])
     schema.autoID = any(f.autoID for f in schema.fields if f.is_primary_key)
     try:  # RootCoord's own rules, with Milvus' wording
         schemautil.validate_schema(schema, max_dim=MAX_DIM, max_varchar=MAX_VARCHAR)
@@ -197,9 +255,13 @@ def representable(schema: schema_pb2.CollectionSchema) -> schema_pb2.CollectionS
             is_primary_key=f.is_primary_key,
             autoID=f.autoID,
             description=f.description,
+            element_type=f.element_type,
+            nullable=f.nullable,
         )
+        if f.HasField("default_value"):
+            fs.default_value.CopyFrom(f.default_value)
         for kv in f.type_params:
-            if kv.key in ("dim", "max_length"):
+            if kv.key in SPEC_PARAMS:
                 fs.type_params.add(key=kv.key, value=kv.value)
     return out
 
@@ -217,7 +279,7 @@ def schema_diff(spec_schema: schema_pb2.CollectionSchema, stored: schema_pb2.Col
                 TYPE_NAMES.get(f.data_type, DT.Name(f.data_type)),
                 f.is_primary_key,
                 f.autoID,
-                {kv.key: kv.value for kv in f.type_params if kv.key in ("dim", "max_length")},
+                {kv.key: kv.value for kv in f.type_params if kv.key in SPEC_PARAMS},
             )
             for f in s.fields
         }
@@ -261,10 +323,14 @@ def spec_from_collection(desc) -> dict:
         if f.description:
             out["description"] = f.description
         for kv in f.type_params:
-            if kv.key == "dim":
-                out["dim"] = int(kv.value)
-            elif kv.key == "max_length":
-                out["maxLength"] = int(kv.value)
+            if kv.key in SPEC_PARAMS:
+                out[SPEC_PARAMS[kv.key]] = int(kv.value)
+        if f.data_type == DT.Array:
+            out["elementType"] = TYPE_NAMES[f.element_type]
+        if f.nullable:
+            out["nullable"] = True
+        if f.HasField("default_value") and (which := f.default_value.WhichOneof("data")):
+            out["defaultValue"] = getattr(f.default_value, which)
         fields.append(out)
     spec = {
         "name": desc.collection_name,

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from controllers.schema import check_spec, k8s_name, spec_from_collection, to_schema
+from controllers.schema import DT, SpecError, check_spec, k8s_name, spec_from_collection, to_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "crds"
@@ -157,7 +157,12 @@ def test_collection_crd_details():
         "Double",
         "VarChar",
         "JSON",
+        "Array",
         "FloatVector",
+        "BinaryVector",
+        "Float16Vector",
+        "BFloat16Vector",
+        "SparseFloatVector",
     ]
     assert (f["dim"]["minimum"], f["dim"]["maximum"]) == (1, 32768)
     assert f["name"]["pattern"] == "^[A-Za-z_][A-Za-z0-9_]*$" and f["name"]["maxLength"] == 255
@@ -264,13 +269,16 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
             "exactly one field must be the primary key",
         ),
         (with_field(0, isPrimaryKey=False), "exactly one field must be the primary key, found 0"),
-        (collection(fields=[{"name": "id", "dataType": "Int64", "isPrimaryKey": True}]), "needs a FloatVector field"),
-        (with_field(1, dim=None), "a FloatVector field needs dim"),
-        (with_field(0, dim=8), "dim only applies to FloatVector"),
-        (with_field(2, maxLength=None), "a VarChar field needs maxLength"),
+        (collection(fields=[{"name": "id", "dataType": "Int64", "isPrimaryKey": True}]), "needs a vector field"),
+        (with_field(1, dim=None), "a dense vector field needs dim"),
+        (with_field(0, dim=8), "dim only applies to dense vector"),
+        (with_field(2, maxLength=None), "a VarChar field (or an Array of VarChar) needs maxLength"),
         (with_field(0, maxLength=8), "maxLength only applies to VarChar"),
         (with_field(0, dataType="Float"), "a primary key must be Int64 or VarChar"),
         (with_field(2, autoID=True), "only the primary key can set autoID"),
+        (with_field(2, dataType="Array", maxLength=None), "an Array field needs elementType and maxCapacity"),
+        (with_field(2, dataType="Int64", maxLength=None, maxCapacity=4), "only apply to Array fields"),
+        (with_field(1, nullable=True), "a primary key or a vector field cannot be nullable"),
         # x-kubernetes-list-type: set (the API server refuses duplicates; jsonschema does not know it)
         (collection(partitions=["p1", "p1"]), "spec.partitions lists a partition twice"),
     ],
@@ -284,6 +292,9 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
         "maxlength-on-int",
         "float-pk",
         "autoid-not-pk",
+        "array-without-element",
+        "capacity-on-int",
+        "nullable-vector",
         "duplicate-partition",
     ],
 )
@@ -297,11 +308,14 @@ def test_every_cel_rule_has_a_controller_check():
     """Each CEL message of the Collection CRD corresponds to a case above (keep them in step)."""
     covered = {
         "exactly one field must be the primary key (isPrimaryKey)",
-        "a collection needs a FloatVector field",
-        "a FloatVector field needs dim",
-        "dim only applies to FloatVector fields",
-        "a VarChar field needs maxLength",
-        "maxLength only applies to VarChar fields",
+        "a collection needs a vector field",
+        "a dense vector field needs dim",
+        "dim only applies to dense vector fields",
+        "a VarChar field (or an Array of VarChar) needs maxLength",
+        "maxLength only applies to VarChar fields and Arrays of VarChar",
+        "an Array field needs elementType and maxCapacity",
+        "elementType and maxCapacity only apply to Array fields",
+        "a primary key or a vector field cannot be nullable",
         "a primary key must be Int64 or VarChar",
         "only the primary key can set autoID",
     }
@@ -375,6 +389,43 @@ def test_spec_round_trip_through_a_milvus_schema():
     desc.schema.CopyFrom(schema)
     back = spec_from_collection(desc)
     assert back["fields"] == spec["fields"] and back["shardsNum"] == 2 and back["name"] == "my_coll"
+
+
+def test_new_field_types_round_trip_through_a_milvus_schema():
+    from pymilvus.grpc_gen import milvus_pb2
+
+    extra = [
+        {"name": "bin", "dataType": "BinaryVector", "dim": 16},
+        {"name": "sparse", "dataType": "SparseFloatVector"},
+        {"name": "tags", "dataType": "Array", "elementType": "VarChar", "maxCapacity": 4, "maxLength": 8},
+        {"name": "note", "dataType": "VarChar", "maxLength": 8, "nullable": True, "defaultValue": "none"},
+        {"name": "score", "dataType": "Float", "defaultValue": 1.5},
+    ]
+    spec = collection()["spec"]
+    spec["fields"] += extra
+    assert validate("Collection", {**collection(), "spec": spec}) == []
+    schema = to_schema(spec, "c")
+    tags = next(f for f in schema.fields if f.name == "tags")
+    assert tags.element_type == DT.VarChar and {kv.key: kv.value for kv in tags.type_params} == {
+        "max_length": "8",
+        "max_capacity": "4",
+    }
+    desc = milvus_pb2.DescribeCollectionResponse(collection_name="c", db_name="default", shards_num=1)
+    desc.schema.CopyFrom(schema)
+    assert spec_from_collection(desc)["fields"] == spec["fields"]
+    bad = [*collection()["spec"]["fields"], {"name": "b", "dataType": "BinaryVector", "dim": 12}]
+    with pytest.raises(SpecError, match="binary vector dimension should be multiple of 8"):
+        to_schema({**spec, "fields": bad}, "c")
+    assert any(
+        "defaultValue 'x' is not a Int64" in p
+        for p in check_spec(
+            {
+                **spec,
+                "fields": [*collection()["spec"]["fields"], {"name": "n", "dataType": "Int64", "defaultValue": "x"}],
+            },
+            "c",
+        )
+    )
 
 
 def test_k8s_names_for_mirrored_collections():

@@ -145,10 +145,18 @@ def test_schema_helpers():
         typeutil.primary_field(no_pk)
 
 
-@pytest.mark.parametrize("dtype", [DT.String, DT.Array, DT.BinaryVector, DT.Float16Vector, DT.SparseFloatVector])
+@pytest.mark.parametrize("dtype", [DT.String, DT.Int8Vector, DT.Geometry])
 def test_unsupported_type(dtype):
     f = schema_pb2.FieldSchema(fieldID=100, name="x", data_type=dtype, type_params=kv(dim=8))
     with expect_error(merr.PARAMETER_INVALID, f"data type {DT.Name(dtype)} is not supported", "x"):
+        typeutil.arrow_type(f)
+
+
+def test_array_of_an_unsupported_element_type():
+    f = schema_pb2.FieldSchema(
+        fieldID=100, name="x", data_type=DT.Array, element_type=DT.JSON, type_params=kv(max_capacity=4)
+    )
+    with expect_error(merr.PARAMETER_INVALID, "element type JSON is not supported for array field x"):
         typeutil.arrow_type(f)
 
 

@@ -16,6 +16,7 @@ from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc
+from kmilvus.proxy.alter import ProxyAlterMixin
 from kmilvus.proxy.databases import ProxyDatabasesMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
@@ -38,6 +39,7 @@ async def _always() -> bool:
 
 class Proxy(
     ProxyJobsMixin,
+    ProxyAlterMixin,
     ProxyDatabasesMixin,
     ProxyPartitionsMixin,
     milvus_pb2_grpc.MilvusServiceServicer,
@@ -123,7 +125,7 @@ class Proxy(
         return await self.dd_queue.enqueue(task)
 
     async def _dd_call(self, call, pre=None):
-        """A DDL whose body is one coordinator call answering a bare Status."""
+        """A DDL task whose Execute is one coordinator call answering a bare Status."""
         return await self._dd(_CallTask(call, pre=pre))
 
     @merr.rpc()

@@ -23,6 +23,7 @@ from kmilvus.msgstream import Msg, MsgType, channels
 from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc
 from kmilvus.rootcoord import schema as schemautil
 from kmilvus.rootcoord.aliases import AliasMixin
+from kmilvus.rootcoord.alter import AlterMixin
 from kmilvus.rootcoord.databases import DatabaseMixin
 from kmilvus.rootcoord.partitions import PartitionMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
@@ -42,7 +43,7 @@ async def _leader_unknown() -> bool:
     return True
 
 
-class RootCoord(AliasMixin, DatabaseMixin, PartitionMixin, root_coord_pb2_grpc.RootCoordServicer):
+class RootCoord(AliasMixin, AlterMixin, DatabaseMixin, PartitionMixin, root_coord_pb2_grpc.RootCoordServicer):
     role = roles.ROOTCOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, registry: roles.Registry, server_id: int = 0):

@@ -10,12 +10,24 @@ import re
 
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
-from kmilvus.util import merr
+from kmilvus.util import fieldtypes, merr
 from kmilvus.util.merr import MilvusError
-from kmilvus.util.typeutil import DYNAMIC_FIELD_NAME, type_param
+from kmilvus.util.typeutil import DYNAMIC_FIELD_NAME, SUPPORTED_TYPES, type_param
 
 DT = schema_pb2.DataType
-SUPPORTED = {DT.Bool, DT.Int8, DT.Int16, DT.Int32, DT.Int64, DT.Float, DT.Double, DT.VarChar, DT.JSON, DT.FloatVector}
+SUPPORTED = set(SUPPORTED_TYPES)
+DIM_VECTORS = (DT.FloatVector, *fieldtypes.BYTE_VECTORS)
+# A default value's ValueField member per data type (Milvus' checkDefaultValue).
+_DEFAULT_SLOT = {
+    DT.Bool: "bool_data",
+    DT.Int8: "int_data",
+    DT.Int16: "int_data",
+    DT.Int32: "int_data",
+    DT.Int64: "long_data",
+    DT.Float: "float_data",
+    DT.Double: "double_data",
+    DT.VarChar: "string_data",
+}
 START_FIELD_ID = 100
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_NAME_LENGTH = 255
@@ -61,8 +73,9 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
             )
         if f.is_primary_key:
             pks.append(f)
-        if f.data_type == DT.FloatVector:
+        if fieldtypes.is_vector(f.data_type):
             has_vector = True
+        if f.data_type in DIM_VECTORS:
             raw = type_param(f, "dim")
             if raw is None:
                 raise MilvusError(
@@ -81,26 +94,16 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
                     merr.DIMENSION_INVALID,
                     f"invalid dimension: {dim} of field {f.name}. should be in range 1 ~ {max_dim}",
                 )
+            if f.data_type == DT.BinaryVector and dim % 8:
+                raise MilvusError(
+                    merr.DIMENSION_INVALID,
+                    f"invalid dimension: {dim} of field {f.name}. binary vector dimension should be multiple of 8.",
+                )
+        if f.data_type == DT.Array:
+            _check_array(f, max_varchar)
         if f.data_type == DT.VarChar:
-            raw = type_param(f, "max_length")
-            if raw is None:
-                raise MilvusError(
-                    merr.PARAMETER_INVALID,
-                    f"type param(max_length) should be specified for varChar field({f.name}) "
-                    f"of collection {schema.name}",
-                )
-            try:
-                n = int(raw)
-            except ValueError:
-                raise MilvusError(
-                    merr.PARAMETER_INVALID, f"the maximum length of field {f.name} must be an integer, got {raw}"
-                ) from None
-            if not 0 < n <= max_varchar:
-                raise MilvusError(
-                    merr.PARAMETER_INVALID,
-                    f"the maximum length specified for field({f.name}) should be in (0, {max_varchar}], "
-                    f"but got {n} instead",
-                )
+            _check_max_length(f, max_varchar, schema.name)
+        _check_nullable_and_default(f, max_varchar)
         if f.is_dynamic:
             raise MilvusError(merr.PARAMETER_INVALID, "cannot explicitly set a field as a dynamic field")
         if f.autoID and not f.is_primary_key:
@@ -121,6 +124,95 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
         )
     if not has_vector:
         raise MilvusError(merr.PARAMETER_INVALID, "schema does not contain vector field")
+
+
+def _check_max_length(f: schema_pb2.FieldSchema, max_varchar: int, collection: str = "") -> None:
+    raw = type_param(f, "max_length")
+    if raw is None:
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"type param(max_length) should be specified for varChar field({f.name}) of collection {collection}",
+        )
+    try:
+        n = int(raw)
+    except ValueError:
+        raise MilvusError(
+            merr.PARAMETER_INVALID, f"the maximum length of field {f.name} must be an integer, got {raw}"
+        ) from None
+    if not 0 < n <= max_varchar:
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"the maximum length specified for field({f.name}) should be in (0, {max_varchar}], but got {n} instead",
+        )
+
+
+def _check_array(f: schema_pb2.FieldSchema, max_varchar: int) -> None:
+    """Milvus' array rules: a scalar element type (no JSON, no nested arrays), a max_capacity in
+    (0, 4096], and a max_length for VarChar elements."""
+    if f.element_type not in fieldtypes.ARRAY_ELEMENTS:
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"element type {DT.Name(f.element_type) if f.element_type in DT.values() else f.element_type} "
+            f"is not supported for array field {f.name}",
+        )
+    raw = type_param(f, "max_capacity")
+    if raw is None:
+        raise MilvusError(
+            merr.PARAMETER_INVALID, f"type param(max_capacity) should be specified for array field {f.name}"
+        )
+    try:
+        cap = int(raw)
+    except ValueError:
+        raise MilvusError(
+            merr.PARAMETER_INVALID, "the maximum capacity specified for a Array should be an integer"
+        ) from None
+    if not 0 < cap <= fieldtypes.MAX_CAPACITY_LIMIT:
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"the maximum capacity specified for a Array should be in (0, {fieldtypes.MAX_CAPACITY_LIMIT}]",
+        )
+    if f.element_type == DT.VarChar:
+        _check_max_length(f, max_varchar)
+    if f.is_primary_key:
+        raise MilvusError(
+            merr.PARAMETER_INVALID, f"the data type of primary key should be Int64 or VarChar, field name = {f.name}"
+        )
+
+
+def _check_nullable_and_default(f: schema_pb2.FieldSchema, max_varchar: int) -> None:
+    """Milvus 2.5: no null primary key or vector, a default only for scalars and of the field's type."""
+    if f.nullable and f.is_primary_key:
+        raise MilvusError(merr.PARAMETER_INVALID, f"primary field not support null, field name = {f.name}")
+    if f.nullable and fieldtypes.is_vector(f.data_type):
+        raise MilvusError(merr.PARAMETER_INVALID, f"vector type not support null, field name = {f.name}")
+    if not f.HasField("default_value") or f.default_value.WhichOneof("data") is None:
+        return
+    if f.is_primary_key:
+        raise MilvusError(merr.PARAMETER_INVALID, f"primary field not support default_value, field name = {f.name}")
+    want = _DEFAULT_SLOT.get(f.data_type)
+    if want is None:
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"{DT.Name(f.data_type)} field {f.name} does not support default_value",
+        )
+    got = f.default_value.WhichOneof("data")
+    if got != want:
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"type ({got}) of field ({f.name}) is not equal to the type({DT.Name(f.data_type)}) of default_value",
+        )
+    if f.data_type == DT.VarChar:
+        limit = int(type_param(f, "max_length") or max_varchar)
+        if len(f.default_value.string_data.encode()) > limit:
+            raise MilvusError(
+                merr.PARAMETER_INVALID,
+                f"the length ({len(f.default_value.string_data)}) of string exceeds max length ({limit})",
+            )
+    if f.data_type in (DT.Int8, DT.Int16):
+        bits = 8 if f.data_type == DT.Int8 else 16
+        v = f.default_value.int_data
+        if not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
+            raise MilvusError(merr.PARAMETER_INVALID, f"the default value ({v}) of field ({f.name}) out of range")
 
 
 def normalize(schema: schema_pb2.CollectionSchema, autoid_hint: bool = False) -> schema_pb2.CollectionSchema:
@@ -144,7 +236,16 @@ def same_schema(a: schema_pb2.CollectionSchema, b: schema_pb2.CollectionSchema) 
 
     def key(s):
         return [
-            (f.name, f.data_type, f.is_primary_key, f.autoID, sorted((kv.key, kv.value) for kv in f.type_params))
+            (
+                f.name,
+                f.data_type,
+                f.is_primary_key,
+                f.autoID,
+                sorted((kv.key, kv.value) for kv in f.type_params),
+                f.element_type,
+                f.nullable,
+                f.default_value.SerializeToString(),
+            )
             for f in s.fields
         ]
 

@@ -171,6 +171,22 @@ def importable_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.Fi
     return [f for f in typeutil.user_fields(schema) if not (f.is_primary_key and f.autoID) and not f.is_dynamic]
 
 
+# The field types the import job reads (its Spark types); the others are refused up front.
+IMPORT_TYPES = frozenset(
+    {DT.Bool, DT.Int8, DT.Int16, DT.Int32, DT.Int64, DT.Float, DT.Double, DT.VarChar, DT.JSON, DT.FloatVector}
+)
+
+
+def unimportable_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.FieldSchema]:
+    """Fields the import job cannot fill yet: types beyond IMPORT_TYPES, nullable fields and
+    fields with a default value."""
+    return [
+        f
+        for f in importable_fields(schema)
+        if f.data_type not in IMPORT_TYPES or f.nullable or f.HasField("default_value")
+    ]
+
+
 def dynamic_extras(names: list[str], schema: schema_pb2.CollectionSchema) -> list[str]:
     """Columns of a file that go into `$meta`: those naming no static field, when the collection
     has a dynamic field (else none)."""

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pymilvus.grpc_gen import schema_pb2
 
-from kmilvus.util import merr
+from kmilvus.util import fieldtypes, merr
 from kmilvus.util.merr import MilvusError
 
 DT = schema_pb2.DataType
@@ -51,6 +51,11 @@ SUPPORTED_TYPES = (
     DT.VarChar,
     DT.JSON,
     DT.FloatVector,
+    DT.BinaryVector,
+    DT.Float16Vector,
+    DT.BFloat16Vector,
+    DT.SparseFloatVector,
+    DT.Array,
 )
 
 _FIXED_ARROW = {
@@ -84,6 +89,7 @@ _INT_RANGE = {
     DT.Int32: (-(1 << 31), (1 << 31) - 1),
 }
 
+_ZERO = {DT.Bool: False, DT.Float: 0.0, DT.Double: 0.0, DT.VarChar: "", DT.JSON: b"null"}  # stand-ins for nulls
 _FIXED_SIZE = {DT.Bool: 1, DT.Int8: 1, DT.Int16: 2, DT.Int32: 4, DT.Int64: 8, DT.Float: 4, DT.Double: 8}
 
 
@@ -164,14 +170,16 @@ def arrow_type(field: schema_pb2.FieldSchema) -> pa.DataType:
     _check_supported(field)
     if field.data_type == DT.FloatVector:
         return pa.list_(pa.float32(), dim_of(field))
-    return _FIXED_ARROW[field.data_type]
+    if field.data_type in _FIXED_ARROW:
+        return _FIXED_ARROW[field.data_type]
+    return fieldtypes.arrow_type(field, dim_of(field) if field.data_type in fieldtypes.BYTE_VECTORS else None)
 
 
 def arrow_field(field: schema_pb2.FieldSchema) -> pa.Field:
     return pa.field(
         str(field.fieldID),
         arrow_type(field),
-        nullable=False,
+        nullable=field.nullable,
         metadata={"name": field.name, "data_type": type_name(field.data_type)},
     )
 
@@ -185,7 +193,7 @@ _TS_ARROW = pa.field(
 
 
 def arrow_schema(schema: schema_pb2.CollectionSchema) -> pa.Schema:
-    """Row ID, timestamp, then every field of `schema` by ID, none nullable."""
+    """Row ID, timestamp, then every field of `schema` by ID (nullable only if the field is)."""
     return pa.schema([_ROW_ID_ARROW, _TS_ARROW] + [arrow_field(f) for f in user_fields(schema)])
 
 
@@ -400,13 +408,31 @@ def _scalar(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: i
 def field_data_to_array(
     fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int, *, validate_json: bool = True
 ) -> pa.Array:
-    """One FieldData column → an Arrow array of `arrow_type(field)`, checked against `field`."""
+    """One FieldData column → an Arrow array of `arrow_type(field)`, checked against `field`.
+
+    With `valid_data` (nullable fields, fields with a default) the data holds only the valid
+    rows; the others become null or the field's default."""
     _check_supported(field)
     if fd.type not in (DT_NONE, field.data_type):
         raise _type_mismatch(field.name, field.data_type, fd.type)
-    if field.data_type == DT.FloatVector:
-        return _float_vector(fd, field, num_rows)
-    return _scalar(fd, field, num_rows, validate_json)
+    valid = None
+    if len(fd.valid_data):
+        if len(fd.valid_data) != num_rows:
+            raise _rows_mismatch(field.name, len(fd.valid_data), num_rows)
+        valid = np.asarray(fd.valid_data, dtype=np.bool_)
+        num_rows = int(valid.sum())
+    dt = field.data_type
+    if dt == DT.FloatVector:
+        arr = _float_vector(fd, field, num_rows)
+    elif dt in fieldtypes.BYTE_VECTORS:
+        arr = fieldtypes.byte_vector(fd, field, dim_of(field), num_rows)
+    elif dt == DT.SparseFloatVector:
+        arr = fieldtypes.sparse_vector(fd, field, num_rows)
+    elif dt == DT.Array:
+        arr = fieldtypes.array_column(fd, field, num_rows)
+    else:
+        arr = _scalar(fd, field, num_rows, validate_json)
+    return arr if valid is None else fieldtypes.expand_valid(arr, valid, field)
 
 
 def dynamic_field(schema: schema_pb2.CollectionSchema) -> schema_pb2.FieldSchema | None:
@@ -490,6 +516,10 @@ def fields_data_to_columns(
         columns[dynamic.fieldID] = empty_objects(num_rows)
     for field in by_id.values():
         if field.fieldID not in columns and not (field.is_primary_key and field.autoID):
+            filler = fieldtypes.missing_column(field, arrow_type(field), num_rows)
+            if filler is not None:
+                columns[field.fieldID] = filler
+                continue
             raise MilvusError(
                 merr.PARAMETER_MISSING,
                 f"insert missed an field `{field.name}` to collection without set nullable==true or set default_value",
@@ -561,9 +591,20 @@ def _column(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
 
 
 def array_to_field_data(field: schema_pb2.FieldSchema, col: pa.Array) -> schema_pb2.FieldData:
+    """A column → FieldData; a column with nulls gets `valid_data` and zero values in its
+    place (pymilvus reads `data[i]` only where `valid_data[i]`)."""
     _check_supported(field)
     dt = field.data_type
     fd = schema_pb2.FieldData(type=dt, field_name=field.name, field_id=field.fieldID)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if field.nullable:
+        fd.valid_data.extend(pc.is_valid(col).to_numpy(zero_copy_only=False))
+        if col.null_count and dt in _FIXED_ARROW:
+            col = pc.fill_null(col, pa.scalar(_ZERO.get(dt, 0), type=col.type))
+    if dt in fieldtypes.BYTE_VECTORS or dt in (DT.SparseFloatVector, DT.Array):
+        fieldtypes.fill_to_field_data(field, col, fd, dim_of(field) if dt in fieldtypes.BYTE_VECTORS else None)
+        return fd
     if dt == DT.FloatVector:
         dim = dim_of(field)
         fd.vectors.dim = dim
@@ -646,6 +687,14 @@ def estimate_row_size(schema: schema_pb2.CollectionSchema) -> int:
             size += JSON_AVG_SIZE
         elif dt == DT.FloatVector:
             size += dim_of(f) * 4
+        elif dt in fieldtypes.BYTE_VECTORS:
+            size += fieldtypes.byte_width(f, dim_of(f))
+        elif dt == DT.SparseFloatVector:
+            size += fieldtypes.SPARSE_AVG_SIZE
+        elif dt == DT.Array:
+            elem = f.element_type
+            per = max_length_of(f) if elem == DT.VarChar else _FIXED_SIZE.get(elem, 8)
+            size += fieldtypes.max_capacity_of(f) * per
         else:
             _check_supported(f)
     return size

@@ -1,0 +1,176 @@
+"""Collection alteration in RootCoord (Milvus' AlterCollection, AlterCollectionField,
+RenameCollection), with Milvus 2.5's rules and messages.
+
+Each change rewrites the collection's meta record in one etcd transaction that also checks the
+record is the one this RootCoord read (its mod revision is not compared; the DDL lock serialises
+RootCoord's own writes and the fenced KV refuses a stale leader's), then invalidates every
+Proxy's cache entry before it returns, so no Proxy validates against the old schema or routes
+the old name.
+"""
+
+from __future__ import annotations
+
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
+
+from kmilvus.log import get_logger
+from kmilvus.meta import Cmp, Op
+from kmilvus.meta import catalog as keys
+from kmilvus.proto import internal_pb2
+from kmilvus.rootcoord.schema import validate_name
+from kmilvus.util import merr
+from kmilvus.util.constants import DEFAULT_DB
+from kmilvus.util.merr import MilvusError
+
+log = get_logger(__name__)
+
+COLLECTION_TTL = "collection.ttl.seconds"
+MMAP_ENABLED = "mmap.enabled"
+MAX_LENGTH = "max_length"
+MAX_VARCHAR_LENGTH = 65535
+
+
+def _check_collection_property(key: str, value: str) -> None:
+    """Milvus validates the values it acts on; any other key is kept as the user's own."""
+    if key == COLLECTION_TTL:
+        try:
+            ttl = int(value)
+        except ValueError:
+            ttl = -1
+        if ttl < 0:
+            raise merr.invalid(f"collection TTL is not a valid positive integer: {value}")
+    elif key == MMAP_ENABLED and value.lower() not in ("true", "false"):
+        raise merr.invalid(f"invalid mmap.enabled value: {value}, expected: true, false")
+
+
+def _merge(
+    props: list[common_pb2.KeyValuePair], put: list[common_pb2.KeyValuePair], delete: list[str]
+) -> list[common_pb2.KeyValuePair]:
+    merged = {kv.key: kv.value for kv in props}
+    for kv in put:
+        merged[kv.key] = kv.value
+    for k in delete:
+        merged.pop(k, None)
+    return [common_pb2.KeyValuePair(key=k, value=v) for k, v in merged.items()]
+
+
+class AlterMixin:
+    """RootCoord's alteration RPCs; needs `kv`, `collections`, `names`, `aliases`, `_ddl_lock`,
+    `_cache`, `_uncache`, `_get` and `_invalidate_proxies`."""
+
+    @merr.rpc()
+    async def AlterCollection(self, req: milvus_pb2.AlterCollectionRequest, context=None):
+        if req.properties and req.delete_keys:
+            raise merr.invalid("can not provide properties and deletekeys at the same time")
+        for kv in req.properties:
+            _check_collection_property(kv.key, kv.value)
+        async with self._ddl_lock:
+            info = self._copy(req.db_name, req.collection_name, req.collectionID)
+            new_props = _merge(list(info.properties), list(req.properties), list(req.delete_keys))
+            del info.properties[:]
+            info.properties.extend(new_props)
+            await self._rewrite(info, [])
+        await self._invalidate_proxies(info)
+        log.info("collection altered", collection=info.schema.name, properties=len(new_props))
+        return merr.success()
+
+    @merr.rpc()
+    async def AlterCollectionField(self, req: milvus_pb2.AlterCollectionFieldRequest, context=None):
+        async with self._ddl_lock:
+            info = self._copy(req.db_name, req.collection_name, 0)
+            field = next((f for f in info.schema.fields if f.name == req.field_name), None)
+            if field is None:
+                raise MilvusError(merr.PARAMETER_INVALID, f"field not found in collection[field={req.field_name}]")
+            for kv in req.properties:
+                _check_field_property(field, kv.key, kv.value)
+            field_props = {kv.key: kv.value for kv in field.type_params}
+            for kv in req.properties:
+                field_props[kv.key] = kv.value
+            for k in req.delete_keys:
+                if k == MAX_LENGTH:
+                    raise merr.invalid("can not delete max_length of a varchar field")
+                field_props.pop(k, None)
+            del field.type_params[:]
+            field.type_params.extend(common_pb2.KeyValuePair(key=k, value=v) for k, v in field_props.items())
+            await self._rewrite(info, [])
+        await self._invalidate_proxies(info)
+        log.info("collection field altered", collection=info.schema.name, field=req.field_name)
+        return merr.success()
+
+    @merr.rpc()
+    async def RenameCollection(self, req: milvus_pb2.RenameCollectionRequest, context=None):
+        db = req.db_name or DEFAULT_DB
+        new_db = req.newDBName or db
+        validate_name(req.newName, "collection")
+        if new_db != db:
+            raise MilvusError(merr.UNEXPECTED, "renaming a collection into another database is not supported yet")
+        async with self._ddl_lock:
+            coll_id = self.names.get((db, req.oldName))
+            if coll_id is None:
+                raise merr.collection_not_found(req.oldName)
+            if (new_db, req.newName) in self.names:
+                raise merr.MilvusError(
+                    merr.PARAMETER_INVALID,
+                    f"duplicated new collection name {req.newName} in database {new_db} with other collection name",
+                )
+            if (new_db, req.newName) in self.aliases:
+                raise merr.MilvusError(
+                    merr.PARAMETER_INVALID,
+                    f"duplicated new collection name {req.newName} in database {new_db} with other alias name",
+                )
+            old = self.collections[coll_id]
+            info = internal_pb2.CollectionInfo()
+            info.CopyFrom(old)
+            info.schema.name = req.newName
+            new_name_key = keys.collection_name_key(new_db, req.newName)
+            await self._rewrite(
+                info,
+                [Op.delete(keys.collection_name_key(db, req.oldName)), Op.put(new_name_key, str(coll_id).encode())],
+                [Cmp.missing(new_name_key), Cmp.missing(keys.alias_key(new_db, req.newName))],
+                old=old,
+            )
+        await self._invalidate_proxies(old)
+        log.info("collection renamed", id=coll_id, old=req.oldName, new=req.newName)
+        return merr.success()
+
+    # helpers -----------------------------------------------------------------------------
+    def _copy(self, db: str, name: str, coll_id: int) -> internal_pb2.CollectionInfo:
+        """A mutable copy of the collection's meta; the cached one changes only after etcd did."""
+        info = internal_pb2.CollectionInfo()
+        info.CopyFrom(self._get(db, name, coll_id))
+        return info
+
+    async def _rewrite(
+        self,
+        info: internal_pb2.CollectionInfo,
+        ops: list,
+        cmps: list | None = None,
+        old: internal_pb2.CollectionInfo | None = None,
+    ) -> None:
+        key = keys.collection_key(info.ID)
+        ok = await self.kv.txn([Op.put(key, info.SerializeToString()), *ops], [Cmp.exists(key), *(cmps or [])])
+        if not ok:
+            raise MilvusError(merr.SERVICE_INTERNAL, f"collection {info.schema.name} changed during the alteration")
+        if old is not None:
+            self._uncache(old)
+        self._cache(info)
+
+
+def _check_field_property(field: schema_pb2.FieldSchema, key: str, value: str) -> None:
+    if key == MAX_LENGTH:
+        if field.data_type != schema_pb2.DataType.VarChar:
+            raise merr.invalid(f"can not modify the maxlength for non-string types, field: {field.name}")
+        try:
+            n = int(value)
+        except ValueError:
+            n = -1
+        if not 0 < n <= MAX_VARCHAR_LENGTH:
+            raise merr.invalid(
+                f"the maximum length specified for the field({field.name}) should be in (0, {MAX_VARCHAR_LENGTH}]"
+            )
+    elif key == MMAP_ENABLED:
+        if value.lower() not in ("true", "false"):
+            raise merr.invalid(f"invalid mmap.enabled value: {value}, expected: true, false")
+        if field.is_primary_key:
+            raise merr.invalid(f"can not alter mmap of the primary key field {field.name}")
+    else:
+        raise merr.invalid(f"{key} is not allowed to be altered for field {field.name}")

@@ -1,0 +1,308 @@
+"""The field types of Milvus 2.4/2.5 beyond scalars and float vectors: binary, float16, bfloat16
+and sparse float vectors, arrays of scalars, and nullable fields with default values.
+
+Each type has its natural Arrow form in the binlogs: a binary vector is `fixed_size_binary(dim/8)`,
+float16 and bfloat16 vectors `fixed_size_binary(2·dim)` (as Milvus' own binlogs: Arrow has no
+bfloat16, and Spark reads no Parquet FLOAT16), a sparse vector `map<uint32, float32>`, an array `list<element>`; a
+nullable field is an Arrow column with nulls. Conversions are columnar: byte vectors are one
+buffer, sparse rows are joined once and read as (index, value) pairs by numpy, nullable values are
+placed by one `take`. An array column walks its rows once to read each row's ScalarField, which
+is how the wire format packs them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pymilvus.grpc_gen import schema_pb2
+
+from kmilvus.util import merr, typeutil
+from kmilvus.util.merr import MilvusError
+
+DT = schema_pb2.DataType
+
+BYTE_VECTORS = {
+    DT.BinaryVector: "binary_vector",
+    DT.Float16Vector: "float16_vector",
+    DT.BFloat16Vector: "bfloat16_vector",
+}
+VECTORS = (DT.FloatVector, *BYTE_VECTORS, DT.SparseFloatVector)
+# Element type → (ScalarField slot, numpy dtype or None, Arrow type)
+ARRAY_ELEMENTS = {
+    DT.Bool: ("bool_data", np.bool_, pa.bool_()),
+    DT.Int8: ("int_data", np.int32, pa.int8()),
+    DT.Int16: ("int_data", np.int32, pa.int16()),
+    DT.Int32: ("int_data", np.int32, pa.int32()),
+    DT.Int64: ("long_data", np.int64, pa.int64()),
+    DT.Float: ("float_data", np.float32, pa.float32()),
+    DT.Double: ("double_data", np.float64, pa.float64()),
+    DT.VarChar: ("string_data", None, pa.string()),
+}
+MAX_CAPACITY_LIMIT = 4096  # Milvus' proxy.maxArrayCapacity default
+SPARSE_AVG_SIZE = 1024  # bytes per sparse row, for segment sizing
+_SPARSE_PAIR = np.dtype([("index", "<u4"), ("value", "<f4")])
+SPARSE_ARROW = pa.map_(pa.uint32(), pa.float32())
+
+
+def is_vector(data_type: int) -> bool:
+    return data_type in VECTORS
+
+
+def byte_width(field: schema_pb2.FieldSchema, dim: int) -> int:
+    """Bytes of one row of a byte vector field."""
+    return dim // 8 if field.data_type == DT.BinaryVector else 2 * dim
+
+
+def arrow_type(field: schema_pb2.FieldSchema, dim: int | None) -> pa.DataType:
+    dt = field.data_type
+    if dt == DT.BinaryVector:
+        return pa.binary(byte_width(field, dim))
+    if dt in (DT.Float16Vector, DT.BFloat16Vector):
+        return pa.binary(byte_width(field, dim))
+    if dt == DT.SparseFloatVector:
+        return SPARSE_ARROW
+    if dt == DT.Array:
+        if field.element_type not in ARRAY_ELEMENTS:
+            raise MilvusError(
+                merr.PARAMETER_INVALID,
+                f"element type {typeutil.type_name(field.element_type)} is not supported for array field {field.name}",
+            )
+        return pa.list_(ARRAY_ELEMENTS[field.element_type][2])
+    raise KeyError(dt)
+
+
+# --------------------------------------------------------------------------------------------
+# FieldData → Arrow
+
+
+def _vector_mismatch(field: schema_pb2.FieldSchema, got: str | None) -> MilvusError:
+    return MilvusError(
+        merr.PARAMETER_INVALID, f"vector field '{field.name}' is illegal, array type mismatch: got {got}"
+    )
+
+
+def _fp32_to_bf16(values: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even float32 → bfloat16 (the upper half of the float32 bits)."""
+    bits = values.astype(np.float32).view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (rounded >> np.uint32(16)).astype(np.uint16)
+
+
+def byte_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, dim: int, num_rows: int) -> pa.Array:
+    """Binary / float16 / bfloat16 vectors: one contiguous buffer of num_rows × width bytes.
+    Float16 and bfloat16 fields also take float32 data (pymilvus sends lists of floats so), which
+    is converted here as Milvus 2.6 does."""
+    which = fd.vectors.WhichOneof("data")
+    slot = BYTE_VECTORS[field.data_type]
+    width = byte_width(field, dim)
+    if fd.vectors.dim and fd.vectors.dim != dim:
+        raise typeutil.dim_mismatch(field.name, fd.vectors.dim, dim)
+    if which == "float_vector" and field.data_type != DT.BinaryVector:
+        values = np.asarray(fd.vectors.float_vector.data, dtype=np.float32)
+        if values.size != num_rows * dim:
+            raise MilvusError(
+                merr.PARAMETER_INVALID,
+                f"the length({values.size}) of float data should be num_rows({num_rows}) × dim({dim}) of field "
+                f"({field.name})",
+            )
+        half = (
+            values.astype(np.float16).view(np.uint16) if field.data_type == DT.Float16Vector else _fp32_to_bf16(values)
+        )
+        raw = half.astype("<u2").tobytes()
+    elif which in (None, slot):
+        raw = getattr(fd.vectors, slot)
+    else:
+        raise _vector_mismatch(field, which)
+    if len(raw) != num_rows * width:
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"the byte length ({len(raw)}) of {slot} field ({field.name}) is not num_rows ({num_rows}) × "
+            f"{width} bytes (dim {dim})",
+        )
+    if field.data_type == DT.Float16Vector:
+        _check_finite_half(field.name, raw, dim)
+    return pa.Array.from_buffers(pa.binary(width), num_rows, [None, pa.py_buffer(raw)])
+
+
+def _check_finite_half(name: str, raw: bytes, dim: int) -> None:
+    values = np.frombuffer(raw, dtype="<f2")
+    bad = ~np.isfinite(values)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"float16 vector field ({name}) contains NaN or Inf: the {i // dim}th row, value {values[i]}",
+        )
+
+
+def sparse_rows_to_arrow(contents, num_rows: int, name: str) -> pa.Array:
+    """Milvus' sparse rows (bytes of little-endian (uint32 index, float32 value) pairs, indices
+    strictly increasing) → `map<uint32, float32>`, checked as Milvus' ValidateSparseFloatRows."""
+    if len(contents) != num_rows:
+        raise typeutil._rows_mismatch(name, len(contents), num_rows)
+    lengths = np.fromiter(map(len, contents), dtype=np.int64, count=num_rows)
+    bad = np.flatnonzero(lengths % 8)
+    if bad.size:
+        raise _sparse_error(name, int(bad[0]), f"invalid data length in sparse float vector: {lengths[bad[0]]}")
+    pairs = np.frombuffer(b"".join(contents), dtype=_SPARSE_PAIR)
+    offsets = np.zeros(num_rows + 1, dtype=np.int32)
+    np.cumsum(lengths // 8, out=offsets[1:])
+    idx, val = pairs["index"], pairs["value"]
+    row_of = np.repeat(np.arange(num_rows), lengths // 8)
+    if idx.size:
+        if (hit := np.flatnonzero(idx == np.uint32(0xFFFFFFFF))).size:
+            raise _sparse_error(
+                name, int(row_of[hit[0]]), "invalid index in sparse float vector: must be less than 2^32-1"
+            )
+        same_row = row_of[1:] == row_of[:-1]
+        if (hit := np.flatnonzero(same_row & (idx[1:] <= idx[:-1]))).size:
+            raise _sparse_error(name, int(row_of[hit[0] + 1]), "unsorted or same indices in sparse float vector")
+        if (hit := np.flatnonzero(~np.isfinite(val))).size:
+            raise _sparse_error(name, int(row_of[hit[0]]), f"invalid value in sparse float vector: {val[hit[0]]}")
+        if (hit := np.flatnonzero(val < 0)).size:
+            raise _sparse_error(name, int(row_of[hit[0]]), "negative value in sparse float vector")
+    return pa.MapArray.from_arrays(
+        pa.array(offsets), pa.array(np.ascontiguousarray(idx)), pa.array(np.ascontiguousarray(val))
+    )
+
+
+def _sparse_error(name: str, row: int, why: str) -> MilvusError:
+    return MilvusError(
+        merr.PARAMETER_INVALID, f"the {row}th row of sparse float vector field ({name}) is invalid: {why}"
+    )
+
+
+def sparse_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int) -> pa.Array:
+    which = fd.vectors.WhichOneof("data")
+    if which not in (None, "sparse_float_vector"):
+        raise _vector_mismatch(field, which)
+    return sparse_rows_to_arrow(list(fd.vectors.sparse_float_vector.contents), num_rows, field.name)
+
+
+def array_column(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int) -> pa.Array:
+    """ArrayArray (one ScalarField per row) → `list<element>`, with max_capacity and, for VarChar
+    elements, max_length checked as Milvus' proxy does."""
+    which = fd.scalars.WhichOneof("data")
+    if which not in (None, "array_data"):
+        raise MilvusError(
+            merr.PARAMETER_INVALID, f"field '{field.name}' is illegal, array type mismatch: need array_data"
+        )
+    slot, np_type, arrow = ARRAY_ELEMENTS[field.element_type]
+    rows = fd.scalars.array_data.data
+    if len(rows) != num_rows:
+        raise typeutil._rows_mismatch(field.name, len(rows), num_rows)
+    for r in rows:  # one pass over the wire's per-row messages: a row of another type is refused
+        got = r.WhichOneof("data")
+        if got is not None and got != slot:
+            raise MilvusError(
+                merr.PARAMETER_INVALID,
+                f"the element type of array field ({field.name}) is not match schema: expected {slot}, got {got}",
+            )
+    lists = [getattr(r, slot).data for r in rows]
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=num_rows)
+    capacity = max_capacity_of(field)
+    if (hit := np.flatnonzero(lengths > capacity)).size:
+        i = int(hit[0])
+        raise MilvusError(
+            merr.PARAMETER_INVALID, f"the length ({lengths[i]}) of {i}th array exceeds max capacity ({capacity})"
+        )
+    offsets = np.zeros(num_rows + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    if np_type is None:
+        flat = pa.array([v for lst in lists for v in lst], pa.string())
+        typeutil.check_max_length(field.name, flat, typeutil.max_length_of(field))
+    else:
+        flat = pa.array(np.concatenate([np.asarray(x, dtype=np_type) for x in lists]) if lists else [], arrow)
+        if field.element_type in (DT.Int8, DT.Int16):
+            typeutil.check_range(field.name, field.element_type, flat)
+        flat = flat.cast(arrow)
+    return pa.ListArray.from_arrays(pa.array(offsets), flat)
+
+
+def max_capacity_of(field: schema_pb2.FieldSchema) -> int:
+    raw = typeutil.type_param(field, "max_capacity")
+    if raw is None:
+        raise MilvusError(
+            merr.PARAMETER_MISSING, f"type param(max_capacity) should be specified for array field {field.name}"
+        )
+    return int(raw)
+
+
+# --------------------------------------------------------------------------------------------
+# Nullable fields and default values
+
+
+def default_value(field: schema_pb2.FieldSchema):
+    """The field's default as a Python scalar, or None."""
+    if not field.HasField("default_value"):
+        return None
+    which = field.default_value.WhichOneof("data")
+    return None if which is None else getattr(field.default_value, which)
+
+
+def has_default(field: schema_pb2.FieldSchema) -> bool:
+    return default_value(field) is not None
+
+
+def expand_valid(values: pa.Array, valid: np.ndarray, field: schema_pb2.FieldSchema) -> pa.Array:
+    """Compacted values of the valid rows + the validity of every row → one column of
+    len(valid) rows: a missing value gets the field's default, else null (nullable fields only)."""
+    n_valid = int(valid.sum())
+    if len(values) != n_valid:
+        raise typeutil._rows_mismatch(field.name, len(values), n_valid)
+    if n_valid == len(valid):
+        return values
+    dflt = default_value(field)
+    if dflt is None and not field.nullable:
+        i = int(np.flatnonzero(~valid)[0])
+        raise MilvusError(
+            merr.PARAMETER_INVALID, f"the {i}th value of field ({field.name}) is null, but the field is not nullable"
+        )
+    positions = np.cumsum(valid) - 1
+    out = pc.take(values, pa.array(positions, mask=~valid))
+    if dflt is not None:
+        out = pc.fill_null(out, pa.scalar(dflt, type=values.type))
+    return out
+
+
+def missing_column(field: schema_pb2.FieldSchema, arrow: pa.DataType, num_rows: int) -> pa.Array | None:
+    """The column of a field the insert left out: all default, all null, or None (required)."""
+    dflt = default_value(field)
+    if dflt is not None:
+        return pa.repeat(pa.scalar(dflt, type=arrow), num_rows)
+    if field.nullable:
+        return pa.nulls(num_rows, arrow)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Arrow → FieldData (query results)
+
+
+def fill_to_field_data(field: schema_pb2.FieldSchema, col: pa.Array, fd: schema_pb2.FieldData, dim: int | None) -> None:
+    """Fill `fd` from a column of one of this module's vector or array types."""
+    dt = field.data_type
+    if dt in BYTE_VECTORS:
+        fd.vectors.dim = dim
+        width = col.type.byte_width
+        raw = col.buffers()[1].to_pybytes()[col.offset * width : (col.offset + len(col)) * width]
+        setattr(fd.vectors, BYTE_VECTORS[dt], raw)
+    elif dt == DT.SparseFloatVector:
+        keys = col.keys.to_numpy(zero_copy_only=False).astype("<u4")
+        items = col.items.to_numpy(zero_copy_only=False).astype("<f4")
+        pairs = np.empty(len(keys), dtype=_SPARSE_PAIR)
+        pairs["index"], pairs["value"] = keys, items
+        offsets = col.offsets.to_numpy() - col.offsets[0].as_py()
+        raw = pairs.tobytes()
+        fd.vectors.sparse_float_vector.contents.extend(
+            raw[offsets[i] * 8 : offsets[i + 1] * 8] for i in range(len(col))
+        )
+        fd.vectors.sparse_float_vector.dim = int(keys.max()) + 1 if len(keys) else 0
+    elif dt == DT.Array:
+        slot = ARRAY_ELEMENTS[field.element_type][0]
+        fd.scalars.array_data.element_type = field.element_type
+        for row in col.to_pylist():
+            getattr(fd.scalars.array_data.data.add(), slot).data.extend(row or [])
+    else:
+        raise KeyError(dt)

@@ -1,0 +1,102 @@
+"""Collection alteration through pymilvus 3.0: properties, field parameters and rename change the
+meta in etcd and every Proxy's view at once; bad input gets Milvus' messages with nothing written."""
+
+from __future__ import annotations
+
+import pytest
+from pymilvus import DataType, MilvusClient, MilvusException
+
+from kmilvus.proto import internal_pb2
+
+
+def _schema(client: MilvusClient):
+    schema = client.create_schema(enable_dynamic_field=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=4)
+    schema.add_field("title", DataType.VARCHAR, max_length=8)
+    return schema
+
+
+def _rows(start: int, n: int, title: str = "t"):
+    return [{"id": i, "vec": [0.1, 0.2, 0.3, 0.4], "title": title} for i in range(start, start + n)]
+
+
+def _stored_info(node, coll_id: int) -> internal_pb2.CollectionInfo:
+    raw = node.call(node.node.kv.get(f"root-coord/collection/{coll_id}"))
+    return internal_pb2.CollectionInfo.FromString(raw)
+
+
+def test_alter_collection_properties_are_kept_and_dropped(node, client):
+    client.create_collection("c", schema=_schema(client))
+    client.alter_collection_properties("c", properties={"collection.ttl.seconds": 500, "mmap.enabled": True})
+    desc = client.describe_collection("c")
+    assert desc["properties"]["collection.ttl.seconds"] == "500"
+    assert desc["properties"]["mmap.enabled"] == "True"
+    stored = {kv.key: kv.value for kv in _stored_info(node, desc["collection_id"]).properties}
+    assert stored == {"collection.ttl.seconds": "500", "mmap.enabled": "True"}
+
+    client.drop_collection_properties("c", property_keys=["mmap.enabled"])
+    assert client.describe_collection("c")["properties"] == {"collection.ttl.seconds": "500"}
+
+    with pytest.raises(MilvusException) as err:
+        client.alter_collection_properties("c", properties={"collection.ttl.seconds": "soon"})
+    assert "collection TTL is not a valid positive integer: soon" in err.value.message
+    assert client.describe_collection("c")["properties"] == {"collection.ttl.seconds": "500"}
+
+    with pytest.raises(MilvusException) as err:
+        client.alter_collection_properties("nosuch", properties={"mmap.enabled": True})
+    assert err.value.code == 100 and "collection not found[collection=nosuch]" in err.value.message
+
+
+def test_alter_field_max_length_takes_effect_in_the_proxy_at_once(node, client):
+    client.create_collection("c", schema=_schema(client))
+    with pytest.raises(MilvusException) as err:  # the Proxy caches the schema: max_length 8
+        client.insert("c", _rows(0, 1, title="x" * 20))
+    assert "length" in err.value.message
+
+    client.alter_collection_field("c", field_name="title", field_params={"max_length": 64, "mmap.enabled": True})
+    assert client.insert("c", _rows(0, 2, title="x" * 20))["insert_count"] == 2
+    field = next(f for f in client.describe_collection("c")["fields"] if f["name"] == "title")
+    assert field["params"]["max_length"] == 64
+
+    with pytest.raises(MilvusException) as err:
+        client.alter_collection_field("c", field_name="id", field_params={"max_length": 64})
+    assert "can not modify the maxlength for non-string types, field: id" in err.value.message
+    with pytest.raises(MilvusException) as err:
+        client.alter_collection_field("c", field_name="title", field_params={"max_length": 70000})
+    assert "should be in (0, 65535]" in err.value.message
+    with pytest.raises(MilvusException) as err:
+        client.alter_collection_field("c", field_name="nosuch", field_params={"mmap.enabled": True})
+    assert "field not found in collection[field=nosuch]" in err.value.message
+    field = next(f for f in client.describe_collection("c")["fields"] if f["name"] == "title")
+    assert field["params"]["max_length"] == 64  # nothing written by the refused calls
+
+
+def test_rename_moves_the_name_and_keeps_the_data(node, client):
+    client.create_collection("old", schema=_schema(client))
+    client.create_collection("other", schema=_schema(client))
+    client.insert("old", _rows(0, 3))
+    client.flush("old")
+    coll_id = client.describe_collection("old")["collection_id"]
+
+    client.rename_collection("old", "new")
+    assert not client.has_collection("old") and client.has_collection("new")
+    assert client.describe_collection("new")["collection_id"] == coll_id
+    assert client.get_collection_stats("new")["row_count"] == 3
+    client.insert("new", _rows(10, 2))  # the Proxy routes the new name to the same collection
+    client.flush("new")
+    assert client.get_collection_stats("new")["row_count"] == 5
+    assert _stored_info(node, coll_id).schema.name == "new"
+    names = node.call(node.node.kv.get_prefix("root-coord/collection-name/default/"))
+    assert sorted(k.rsplit("/", 1)[-1] for k, _ in names) == ["new", "other"]
+
+    with pytest.raises(MilvusException) as err:
+        client.insert("old", _rows(20, 1))
+    assert err.value.code == 100
+    with pytest.raises(MilvusException) as err:
+        client.rename_collection("new", "other")
+    assert "duplicated new collection name other in database default with other collection name" in err.value.message
+    with pytest.raises(MilvusException) as err:
+        client.rename_collection("nosuch", "x")
+    assert "collection not found[collection=nosuch]" in err.value.message
+    assert client.describe_collection("new")["collection_id"] == coll_id
