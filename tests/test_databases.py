@@ -120,3 +120,25 @@ def test_database_limit(node, client):
         client.create_database("a3")
     assert e.value.code == 801 and "exceeded the limit number of database[limit=3]" in e.value.message
     assert sorted(client.list_databases()) == ["a1", "a2", "default"]
+
+
+def test_aliases_live_in_their_database(node, client):
+    client.create_database("db1")
+    c1 = MilvusClient(uri=node.uri, db_name="db1")
+    try:
+        c1.create_collection("docs", schema=_schema())
+        c1.create_alias("docs", "latest")
+        assert c1.describe_alias("latest")["collection_name"] == "docs"
+        assert client.list_aliases()["aliases"] == []
+        with pytest.raises(MilvusException) as e:
+            client.create_alias("docs", "latest")  # no `docs` in default
+        assert e.value.code == 100
+    finally:
+        c1.close()
+    other = MilvusClient(uri=node.uri, db_name="nosuchdb")
+    try:
+        with pytest.raises(MilvusException) as e:
+            other.create_alias("docs", "a")
+        assert e.value.code == 800
+    finally:
+        other.close()
