@@ -30,6 +30,11 @@ def segments(node, coll_id: int):
     return [s.info for s in dc.meta.by_collection(coll_id)]
 
 
+def partition_ids(node, coll_id: int) -> dict[str, int]:
+    """The collection's partitions as RootCoord holds them, name → ID."""
+    return {p.partitionName: p.partitionID for p in node.component("rootcoord").collections[coll_id].partitions}
+
+
 def partition_pks(node, coll_id: int, part_id: int) -> list[int]:
     """Every primary key in the binlogs of one partition's segments, sorted."""
     segs = [s for s in segments(node, coll_id) if s.partitionID == part_id]
@@ -59,8 +64,7 @@ def test_partitions_insert_flush_stats_and_drop(node, client):
     assert [client.get_partition_stats("docs", p)["row_count"] for p in ("_default", "p1", "p2")] == [5, 10, 20]
 
     coll_id = client.describe_collection("docs")["collection_id"]
-    info = node.component("rootcoord").collections[coll_id]
-    part_ids = {p.partitionName: p.partitionID for p in info.partitions}
+    part_ids = partition_ids(node, coll_id)
     assert len(set(part_ids.values()) | {coll_id}) == 4  # each an allocated ID of its own
     # Segments belong to one partition; each partition's binlogs hold exactly its rows.
     for name, (start, n) in {"_default": (0, 5), "p1": (100, 10), "p2": (200, 20)}.items():
@@ -213,7 +217,7 @@ def test_bulk_import_into_a_partition(node, client, orm, tmp_path):
     assert client.get_partition_stats("imp", "p1")["row_count"] == 200
     assert client.get_partition_stats("imp", "_default")["row_count"] == 0
     coll_id = client.describe_collection("imp")["collection_id"]
-    parts = {p.partitionName: p.partitionID for p in node.component("rootcoord").collections[coll_id].partitions}
+    parts = partition_ids(node, coll_id)
     assert partition_pks(node, coll_id, parts["p1"]) == list(range(5000, 5200))
     with pytest.raises(MilvusException) as e:
         utility.do_bulk_insert("imp", files=[str(tmp_path / "p1.parquet")], partition_name="nope", using=orm)
@@ -230,7 +234,7 @@ def test_compaction_never_merges_across_partitions(node, client, orm):
         client.insert("cp", rows(1000 + i * 50, 50), partition_name="p1")
         client.flush("cp")
     coll_id = client.describe_collection("cp")["collection_id"]
-    parts = {p.partitionName: p.partitionID for p in node.component("rootcoord").collections[coll_id].partitions}
+    parts = partition_ids(node, coll_id)
     before = {s.ID: s.partitionID for s in segments(node, coll_id)}
     assert sorted(before.values()) == sorted([parts["_default"]] * 3 + [parts["p1"]] * 3)
     coll = Collection("cp", using=orm)
@@ -242,3 +246,29 @@ def test_compaction_never_merges_across_partitions(node, client, orm):
         assert {before[src] for src in t.compaction_from} == {t.partitionID}
     assert partition_pks(node, coll_id, parts["_default"]) == list(range(150))
     assert partition_pks(node, coll_id, parts["p1"]) == list(range(1000, 1150))
+
+
+def test_drop_partition_discards_its_buffered_rows(node, client):
+    """Rows of a partition still buffered in the DataNode when it is dropped are never written;
+    the collection's next flush finishes with the other partitions' rows only."""
+    client.create_collection("buf", schema=bench_schema())
+    client.create_partition("buf", "p2")
+    client.insert("buf", rows(0, 30))
+    client.insert("buf", rows(500, 40), partition_name="p2")  # buffered, not flushed
+    coll_id = client.describe_collection("buf")["collection_id"]
+    p2 = next(
+        p.partitionID for p in node.component("rootcoord").collections[coll_id].partitions if p.partitionName == "p2"
+    )
+    dn = node.component("datanode")
+    wait_until(
+        lambda: any(b.partition_id == p2 for fg in dn.flowgraphs.values() for b in fg.buffers.values()),
+        what="p2's rows buffered in the DataNode",
+    )
+    client.drop_partition("buf", "p2")
+    wait_until(lambda: not partition_leftovers(node, coll_id, p2), timeout=5, what="p2's segments gone")
+    client.flush("buf")
+    assert client.get_collection_stats("buf")["row_count"] == 30
+    assert not any(b.partition_id == p2 for fg in dn.flowgraphs.values() for b in fg.buffers.values())
+    assert not partition_leftovers(node, coll_id, p2)
+    files = [k for k, _ in node.call(node.node.store.list(paths.insert_log_prefix(coll_id)))]
+    assert files and all(f"/{coll_id}/{p2}/" not in k for k in files)
