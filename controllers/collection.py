@@ -41,6 +41,7 @@ from controllers.schema import (
 from controllers.segments import SegmentMirror, delete_segments
 from kmilvus.coordinator import CoordinatorClient
 from kmilvus.util import merr
+from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
 
 log = logging.getLogger("kmilvus.operator.collection")
 DROP_WAIT = 30.0
@@ -202,6 +203,11 @@ async def converge(rt: Runtime, body) -> Outcome:
                     f"collection {t.name} (ID {known_id}) no longer exists in Milvus; creating it again",
                 )
             )
+        if t.database != DEFAULT_DB:
+            try:
+                await co.ensure_database(t.database)  # spec.database is declarative too
+            except merr.MilvusError as exc:
+                raise kopf.TemporaryError(f"CreateDatabase {t.database}: {exc.message}", delay=1) from None
         req = milvus_pb2.CreateCollectionRequest(
             db_name=t.database,
             collection_name=t.name,
@@ -248,11 +254,36 @@ async def converge(rt: Runtime, body) -> Outcome:
         "observedGeneration": gen,
         "conditions": conds,
     }
+    out.status["partitions"] = await sync_partitions(co, t, spec, desc.collectionID, out.events)
     if "rows" not in old:
         out.status["rows"] = 0
     if "segments" not in old:
         out.status["segments"] = {"growing": 0, "sealed": 0, "flushing": 0, "flushed": 0, "total": 0}
     return out
+
+
+async def sync_partitions(co: CoordinatorClient, t: Target, spec: dict, cid: int, events: list) -> list[str]:
+    """`spec.partitions` is declarative: a listed partition that is missing is created; with
+    deletionPolicy Delete, a partition not listed (except `_default`) is dropped. Without
+    `spec.partitions` the operator leaves partitions alone (the SDK manages them). Returns the
+    collection's partitions afterwards."""
+    try:
+        have = await co.list_partitions(cid)
+        wanted = spec.get("partitions")
+        if wanted is None:
+            return list(have)
+        for p in wanted:
+            if p not in have:
+                await co.create_partition(t.database, t.name, p)
+                events.append(("Normal", "PartitionCreated", f"created partition {p} of collection {t.name}"))
+        if spec.get("deletionPolicy", "Delete") == "Delete":
+            for p in have:
+                if p != DEFAULT_PARTITION and p not in wanted:
+                    await co.drop_partition(t.database, t.name, p)
+                    events.append(("Normal", "PartitionDropped", f"dropped partition {p} of collection {t.name}"))
+        return list(await co.list_partitions(cid))
+    except merr.MilvusError as exc:
+        raise kopf.TemporaryError(f"partitions of {t.name}: {exc.message}", delay=2) from None
 
 
 async def _owner_exists(rt: Runtime, owner: str) -> bool:

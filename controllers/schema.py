@@ -92,6 +92,16 @@ def target(spec: dict, meta_name: str) -> Target:
     return Target(spec.get("database") or DEFAULT_DB, spec.get("name") or default_name(meta_name))
 
 
+def _partition_problems(parts) -> list[str]:
+    if not isinstance(parts, list):
+        return ["spec.partitions must be a list of partition names"]
+    bad = [p for p in parts if not isinstance(p, str) or not NAME_RE.match(p) or len(p) > schemautil.MAX_NAME_LENGTH]
+    problems = [f"spec.partitions: {p!r} is not a valid Milvus partition name" for p in bad]
+    if len(set(map(str, parts))) != len(parts):
+        problems.append("spec.partitions lists a partition twice")
+    return problems
+
+
 def check_spec(spec: dict, meta_name: str) -> list[str]:
     """Every problem the CRD schema (incl. its CEL rules) would have caught, in plain words."""
     problems: list[str] = []
@@ -113,6 +123,7 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
     policy = spec.get("deletionPolicy", "Delete")
     if policy not in ("Delete", "Retain"):
         problems.append(f"spec.deletionPolicy must be Delete or Retain, got {policy!r}")
+    problems += _partition_problems(spec.get("partitions", []))
     fields = spec.get("fields")
     if not isinstance(fields, list) or not fields:
         return [*problems, "spec.fields must list at least one field"]

@@ -72,6 +72,7 @@ class SegmentMirror:
         self.written: dict[int, tuple[dict, float]] = {}  # segment ID -> (status written, when)
         self.loaded_for: int | None = None
         self.coll_written: tuple[dict, float] | None = None
+        self.partition_names: dict[int, str] = {}  # partition ID -> name (ShowPartitions)
 
     def _labels(self, cid: int) -> dict:
         return {
@@ -113,6 +114,13 @@ class SegmentMirror:
             self.written.pop(sid, None)
         await self._collection_status(cid, infos, now)
 
+    async def _partition_name(self, cid: int, part_id: int) -> str:
+        """The segment's partition by name ('' once the partition was dropped)."""
+        if part_id not in self.partition_names:
+            co = await self.rt.coordinators()
+            self.partition_names = {pid: name for name, pid in (await co.list_partitions(cid)).items()}
+        return self.partition_names.get(part_id, "")
+
     async def _create(self, cid: int, info, status: dict) -> None:
         body = {
             "metadata": {
@@ -134,6 +142,7 @@ class SegmentMirror:
                 "collection": (self.body.get("status") or {}).get("name", ""),
                 "collectionID": cid,
                 "partitionID": info.partitionID,
+                "partition": await self._partition_name(cid, info.partitionID),
                 "channel": info.insert_channel,
             },
         }

@@ -31,6 +31,8 @@ class Config:
     max_varchar_length: int = MAX_VARCHAR_LENGTH
     max_insert_bytes: int = 64 * 1024 * 1024  # Milvus' proxy.maxInsertSize... checked per request
     max_pending_insert_mb: int = 256  # inserts queued or running in one Proxy; past it: rate limit
+    max_database_num: int = 64  # Milvus' rootCoord.maxDatabaseNum (`default` included)
+    max_partition_num: int = 1024  # Milvus' rootCoord.maxPartitionNum per collection
     # Time ticks.
     time_tick_interval: float = 0.1  # seconds; Milvus' proxy.timeTickInterval is 200 ms
     # DataCoord: segments and seal policies.

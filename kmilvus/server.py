@@ -26,6 +26,7 @@ from kmilvus.log import enable_audit, get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import MsgStream
 from kmilvus.proxy import Proxy
+from kmilvus.proxy.databases import DatabaseInterceptor
 from kmilvus.proxy.privilege import SecurityInterceptor
 from kmilvus.querycoord import QueryCoord
 from kmilvus.rootcoord import RootCoord
@@ -124,7 +125,8 @@ class Node:
                 cfg.proxy_port,
                 [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server, self.components[roles.PROXY])],
                 credentials=server_credentials(cfg.tls_cert, cfg.tls_key, cfg.tls_ca),
-                interceptors=[SecurityInterceptor(self.components[roles.PROXY].security)],
+                # The database first (from the `dbname` header), then the privilege check on it.
+                interceptors=[DatabaseInterceptor(), SecurityInterceptor(self.components[roles.PROXY].security)],
             )
         log.info("node ready", roles=",".join(self.role_names), seconds=round(time.monotonic() - t0, 3))
 

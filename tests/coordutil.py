@@ -17,7 +17,6 @@ from kmilvus.querycoord import QueryCoord
 from kmilvus.rootcoord import RootCoord
 from kmilvus.storage import ObjectStore
 from kmilvus.util import merr
-from kmilvus.util.constants import default_partition_id
 
 DIM = 128
 
@@ -91,7 +90,9 @@ class Coords:
                         count=count,
                         channel_name=channel,
                         collectionID=coll,
-                        partitionID=default_partition_id(coll) if partition is None else partition,
+                        partitionID=self.rc.collections[coll].partitions[0].partitionID
+                        if partition is None
+                        else partition,
                         timestamp=ts,
                     )
                 ]

@@ -679,3 +679,52 @@ async def test_segment_status_is_a_subresource(kmock, kube):
     o = obj(kmock, SEGS, "docs-1")
     assert o["status"] == {"state": "Flushed", "rows": 7} and o["spec"]["channel"] == "ch-0"
     assert check_instance(o) == []
+
+
+async def test_database_and_partitions_from_the_spec(kmock, kube, operators, node_factory):
+    """spec.database is created when missing; spec.partitions is declarative (a partition removed
+    from the list is dropped, deletionPolicy Delete); Segments name their partition."""
+    op = await start_operator(operators)
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    rc = op.component("rootcoord")
+    await kube.create(R.COLLECTION, NS, collection("shop-items", database="shop", partitions=["p1", "p2"]))
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "shop-items")) and (x.get("status") or {}).get("partitions") and x,
+        20,
+        "partitions",
+    )
+    cid = o["status"]["collectionID"]
+    assert "shop" in rc.databases and rc.collections[cid].db_name == "shop"
+    assert o["status"]["partitions"] == ["_default", "p1", "p2"] and o["status"]["database"] == "shop"
+    await eventually(lambda: events(kmock, "PartitionCreated", "shop-items"), 5, "a PartitionCreated event")
+
+    def insert_and_flush():
+        c = MilvusClient(uri=data.uri, db_name="shop")
+        try:
+            rows = [{"id": i, "vec": [0.5] * 8, "tag": "t"} for i in range(20)]
+            c.insert("shop_items", rows, partition_name="p1")
+            c.flush("shop_items")
+            return c.get_partition_stats("shop_items", "p1")["row_count"]
+        finally:
+            c.close()
+
+    assert await asyncio.to_thread(insert_and_flush) == 20
+
+    def p1_segments():
+        segs = [obj(kmock, SEGS, k[2]) for k in list(kmock.objects) if k[0] == SEGS]
+        segs = [s for s in segs if s and s["spec"]["collectionID"] == cid]
+        return segs if segs and all(s["status"]["state"] == "Flushed" for s in segs) else None
+
+    segs = await eventually(p1_segments, 10, "the p1 Segment mirrored")
+    assert {s["spec"]["partition"] for s in segs} == {"p1"}
+
+    await kube.patch(R.COLLECTION, NS, "shop-items", {"spec": {"partitions": ["p1"]}})
+    await eventually(
+        lambda: [p.partitionName for p in rc.collections[cid].partitions] == ["_default", "p1"], 10, "p2 dropped"
+    )
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "shop-items")) and x["status"]["partitions"] == ["_default", "p1"] and x,
+        10,
+        "status.partitions without p2",
+    )
+    assert events(kmock, "PartitionDropped", "shop-items")

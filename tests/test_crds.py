@@ -195,7 +195,7 @@ def test_flushrequest_and_segment_crd_details():
     assert "ttlSecondsAfterFinished" in fr["properties"]["spec"]["properties"]
     (v,) = crds()["Segment"]["spec"]["versions"]
     cols = [c["name"] for c in v["additionalPrinterColumns"] if not c.get("priority")]
-    assert cols == ["Collection", "State", "Rows", "Channel", "Age"]
+    assert cols == ["Collection", "Partition", "State", "Rows", "Channel", "Age"]
 
 
 # Instances ----------------------------------------------------------------------------------------
@@ -210,6 +210,7 @@ def test_examples_validate(path):
 
 def test_a_good_collection_validates():
     assert validate("Collection", collection()) == []
+    assert validate("Collection", collection(partitions=["p1", "p2"])) == []
 
 
 @pytest.mark.parametrize(
@@ -228,6 +229,7 @@ def test_a_good_collection_validates():
         (collection(consistencyLevel="Weak"), "is not one of"),
         (collection(fields=[]), "should be non-empty"),
         (with_field(1, dataType=None), "'dataType' is a required property"),
+        (collection(partitions=["p1", "1p"]), "does not match"),
         (
             {"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", "metadata": {}, "spec": {}},
             "'fields' is a required property",
@@ -247,6 +249,7 @@ def test_a_good_collection_validates():
         "consistency",
         "no-fields",
         "no-datatype",
+        "bad-partition-name",
         "no-fields-key",
     ],
 )
@@ -276,6 +279,8 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
         (with_field(2, dataType="Array", maxLength=None), "an Array field needs elementType and maxCapacity"),
         (with_field(2, dataType="Int64", maxLength=None, maxCapacity=4), "only apply to Array fields"),
         (with_field(1, nullable=True), "a primary key or a vector field cannot be nullable"),
+        # x-kubernetes-list-type: set (the API server refuses duplicates; jsonschema does not know it)
+        (collection(partitions=["p1", "p1"]), "spec.partitions lists a partition twice"),
     ],
     ids=[
         "two-pks",
@@ -290,6 +295,7 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
         "array-without-element",
         "capacity-on-int",
         "nullable-vector",
+        "duplicate-partition",
     ],
 )
 def test_cel_covered_cases_caught_by_the_controller(bad, expect):
@@ -351,7 +357,14 @@ def test_segment_instance():
         "apiVersion": "kmilvus.io/v1alpha1",
         "kind": "Segment",
         "metadata": {"name": "c-1"},
-        "spec": {"segmentID": 1, "collection": "c", "collectionID": 7, "partitionID": 8, "channel": "ch"},
+        "spec": {
+            "segmentID": 1,
+            "collection": "c",
+            "collectionID": 7,
+            "partitionID": 8,
+            "partition": "p1",
+            "channel": "ch",
+        },
         "status": {
             "state": "Flushed",
             "rows": 10,

@@ -11,7 +11,7 @@ from kmilvus.meta import catalog as keys
 from kmilvus.proto import internal_pb2
 from kmilvus.rootcoord import root_coord
 from kmilvus.util import merr
-from kmilvus.util.constants import DEFAULT_PARTITION, default_partition_id
+from kmilvus.util.constants import DEFAULT_PARTITION
 from tests.coordutil import Coords
 from tests.harness import make_config
 from tests.util import eventually
@@ -45,12 +45,13 @@ async def _collection_with_data(c: Coords):
     return coll, vchans
 
 
-async def test_create_records_default_partition_by_the_shared_rule(coords):
+async def test_create_records_default_partition_with_an_allocated_id(coords):
     desc = await coords.create_collection("c", shards=2)
     info = internal_pb2.CollectionInfo.FromString(await coords.kv.get(keys.collection_key(desc.collectionID)))
-    assert [(p.partitionID, p.partitionName) for p in info.partitions] == [
-        (default_partition_id(desc.collectionID), DEFAULT_PARTITION)
-    ]
+    [part] = info.partitions
+    assert part.partitionName == DEFAULT_PARTITION and part.partitionID not in (0, desc.collectionID)
+    shown = await coords.rc.ShowPartitions(milvus_pb2.ShowPartitionsRequest(collection_name="c"))
+    assert list(shown.partition_names) == [DEFAULT_PARTITION] and list(shown.partitionIDs) == [part.partitionID]
     assert len(desc.virtual_channel_names) == 2 and desc.db_name == "default"
 
 

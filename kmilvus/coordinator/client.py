@@ -24,6 +24,7 @@ from kmilvus.util import merr
 from kmilvus.util.grpcutil import RemoteClient
 
 NOT_FOUND = merr.COLLECTION_NOT_FOUND[0]
+DB_NOT_FOUND = merr.DATABASE_NOT_FOUND[0]
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class CoordinatorClient:
             else milvus_pb2.DescribeCollectionRequest(db_name=db, collection_name=name)
         )
         rsp = await self._rootcoord.DescribeCollection(req)
-        if rsp.status.code == NOT_FOUND:
+        if rsp.status.code in (NOT_FOUND, DB_NOT_FOUND):
             return None
         merr.check(rsp.status)
         return rsp
@@ -71,6 +72,36 @@ class CoordinatorClient:
     async def drop_collection(self, db: str, name: str) -> None:
         merr.check(
             await self._rootcoord.DropCollection(milvus_pb2.DropCollectionRequest(db_name=db, collection_name=name))
+        )
+
+    async def ensure_database(self, db: str) -> None:
+        """Create database `db` unless it exists (a Collection's spec.database names it)."""
+        rsp = await self._rootcoord.ListDatabases(milvus_pb2.ListDatabasesRequest())
+        merr.check(rsp.status)
+        if db in rsp.db_names:
+            return
+        st = await self._rootcoord.CreateDatabase(milvus_pb2.CreateDatabaseRequest(db_name=db))
+        if not merr.ok(st) and "already exist" not in st.reason:
+            merr.check(st)
+
+    async def list_partitions(self, collection_id: int) -> dict[str, int]:
+        """The collection's partitions, name → ID, in creation order."""
+        rsp = await self._rootcoord.ShowPartitions(milvus_pb2.ShowPartitionsRequest(collectionID=collection_id))
+        merr.check(rsp.status)
+        return dict(zip(rsp.partition_names, rsp.partitionIDs, strict=True))
+
+    async def create_partition(self, db: str, collection: str, partition: str) -> None:
+        merr.check(
+            await self._rootcoord.CreatePartition(
+                milvus_pb2.CreatePartitionRequest(db_name=db, collection_name=collection, partition_name=partition)
+            )
+        )
+
+    async def drop_partition(self, db: str, collection: str, partition: str) -> None:
+        merr.check(
+            await self._rootcoord.DropPartition(
+                milvus_pb2.DropPartitionRequest(db_name=db, collection_name=collection, partition_name=partition)
+            )
         )
 
     async def drop_state(self, collection_id: int) -> DropState:

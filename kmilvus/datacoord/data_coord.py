@@ -24,6 +24,7 @@ from kmilvus.datacoord.garbage_collector import GarbageCollector
 from kmilvus.datacoord.job_lifecycle import JobPort
 from kmilvus.datacoord.jobs import DataCoordJobsRPCs, JobService
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
+from kmilvus.datacoord.partitions import DataCoordPartitionsMixin
 from kmilvus.datacoord.segment_manager import SegmentManager
 from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
@@ -43,7 +44,7 @@ async def _leader_unknown() -> bool:
     return True
 
 
-class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
+class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, data_coord_pb2_grpc.DataCoordServicer):
     role = roles.DATACOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, store, registry: roles.Registry, server_id: int = 0):
@@ -63,6 +64,7 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
         self.ticks: dict[str, int] = {}  # latest DataNodeTtMsg per vchannel
         self._dirty_cps: set[str] = set()
         self._dropping: set[int] = set()
+        self.dropped_partitions: set[tuple[int, int]] = set()  # (collection, partition) dropped
         self._tasks = BackgroundTasks()
         self._tt_sub = None
         self._assign_lock = asyncio.Lock()
@@ -223,6 +225,7 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
             for r in req.segmentIDRequests:
                 if r.collectionID in self._dropping or r.channel_name not in self.channels.infos:
                     raise merr.MilvusError(merr.CHANNEL_NOT_FOUND, f"channel not found[channel={r.channel_name}]")
+                self.check_partition_live(r.collectionID, r.partitionID)
                 granted = await self.segments.assign(r)
                 resp.segIDAssignments.extend(granted)
                 if r.timestamp < self._flush_ts.get(r.collectionID, 0):
@@ -350,6 +353,7 @@ class DataCoord(DataCoordJobsRPCs, data_coord_pb2_grpc.DataCoordServicer):
             await self.meta.drop_collection_meta(coll, vchans)
             self.segments.max_rows.pop(coll, None)
             self._flush_ts.pop(coll, None)
+            self.dropped_partitions = {k for k in self.dropped_partitions if k[0] != coll}
         finally:
             self._dropping.discard(coll)
         metrics.DROPPED_COLLECTIONS.inc()

@@ -199,6 +199,18 @@ class SegmentMeta:
             self.checkpoints.pop(ch, None)
         await self.notify(*gone, removed=True)
 
+    async def drop_partition_meta(self, coll_id: int, part_id: int) -> list[Segment]:
+        """Every segment and binlog key of one partition, in one transaction. The DDL binlog
+        meta stays: DDL belongs to the collection, not to the segment that carried it."""
+        gone = [s for s in self.by_collection(coll_id) if s.info.partitionID == part_id]
+        ops = [Op.delete_prefix(f"{keys.segment_prefix(coll_id)}{part_id}/")]
+        ops += [Op.delete_prefix(keys.binlog_prefix(coll_id, s.id)) for s in gone]
+        await self.kv.txn(ops)
+        for s in gone:
+            self.segments.pop(s.id, None)
+        await self.notify(*gone, removed=True)
+        return gone
+
     async def remove_segment(self, seg: Segment) -> None:
         i = seg.info
         await self.kv.txn(

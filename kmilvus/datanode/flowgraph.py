@@ -82,6 +82,7 @@ class FlowGraph:
         self.persisted_upto: dict[int, int] = {s.ID: s.dml_position.seq for s in info.unflushed_segments}
         self.partition_of: dict[int, int] = {s.ID: s.partitionID for s in info.unflushed_segments}
         self.buffers: dict[int, SegmentBuffer] = {}
+        self.dropped_partitions: set[int] = set()  # seen DropPartition: their inserts are discarded
         self.inflight: dict[int, tuple[int, int]] = {}  # write token → (start seq, min ts) it holds
         self._tokens = itertools.count(1)
         self.watch_version = info.watch_version
@@ -142,6 +143,9 @@ class FlowGraph:
             seg = int(msg.headers["segment"])
             if seg in self.skip or pos.seq <= self.persisted_upto.get(seg, 0):
                 return  # already in binlogs (replay after a restart)
+            if self.dropped_partitions and int(msg.headers.get("partition", 0)) in self.dropped_partitions:
+                self.skip.add(seg)
+                return
             batch = read_ipc(msg.payload)
             buf = self.buffers.get(seg)
             if buf is None:
@@ -153,12 +157,24 @@ class FlowGraph:
         elif t == MsgType.TimeTick:
             self.tick = pos
             await self.node.report_tt(self, msg.timestamp, self.checkpoint())
-        elif t == MsgType.CreateCollection:
+        elif t in (MsgType.CreateCollection, MsgType.CreatePartition):
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
+        elif t == MsgType.DropPartition:
+            self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
+            self.drop_partition(internal_pb2.DropPartitionMsg.FromString(bytes(msg.payload)).partitionID)
         elif t == MsgType.DropCollection:
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
             self.dropped = True
             log.info("flowgraph saw DropCollection", channel=self.vchannel)
+
+    def drop_partition(self, part: int) -> None:
+        """Discard the partition's buffers; its segments are never flushed from here on (DataCoord
+        removes them and everything already written)."""
+        self.dropped_partitions.add(part)
+        for seg in [s for s, b in self.buffers.items() if b.partition_id == part]:
+            self.skip.add(seg)
+            self.node.release(self.buffers.pop(seg).nbytes)
+        log.info("flowgraph saw DropPartition", channel=self.vchannel, partition=part)
 
     def checkpoint(self, exclude: int | None = None) -> internal_pb2.MsgPosition:
         """Where a restart would resume: before every buffered row and every write in flight
@@ -187,7 +203,7 @@ class FlowGraph:
             self.node.release(buf.nbytes)
             self.persisted_upto[seg] = buf.end.seq
         ddl = None
-        if final and len(self.ddl):
+        if final and len(self.ddl) and self.partition(seg) not in self.dropped_partitions:
             ddl, self.ddl = self.ddl, DDLBuffer()
         return PendingWrite(token, seg, buf, ddl, final)
 

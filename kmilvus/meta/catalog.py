@@ -38,6 +38,22 @@ def alias_key(db: str, alias: str) -> str:
 
 ALIAS_PREFIX = "root-coord/aliases/"
 
+
+def database_key(name: str) -> str:
+    """A database (DatabaseInfo); `default` is written on RootCoord's first start."""
+    return f"{DATABASE_PREFIX}{name}"
+
+
+DATABASE_PREFIX = "root-coord/database/"
+
+
+def drop_partition_task_key(coll_id: int, part_id: int) -> str:
+    """A DropPartition in progress: its steps are resumed from here after a crash."""
+    return f"{DROP_PARTITION_TASK_PREFIX}{coll_id}/{part_id}"
+
+
+DROP_PARTITION_TASK_PREFIX = "root-coord/drop-partition-task/"
+
 # DataCoord ------------------------------------------------------------------------------
 
 
@@ -110,6 +126,7 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
     return [
         collection_key(coll_id),
         drop_task_key(coll_id),
+        f"{DROP_PARTITION_TASK_PREFIX}{coll_id}/",
         segment_prefix(coll_id),
         binlog_prefix(coll_id),
         ddl_binlog_prefix(coll_id),

@@ -30,6 +30,8 @@ class MsgType(enum.IntEnum):
 
     CreateCollection = 100
     DropCollection = 101
+    CreatePartition = 200
+    DropPartition = 201
     Insert = 400
     Delete = 401
     TimeTick = 1200

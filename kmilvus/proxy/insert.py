@@ -55,12 +55,12 @@ class InsertTask(Task):
         self.req = req
         self.meta: CollectionMeta | None = None
         self.columns: dict[int, pa.Array] = {}
+        self.partition_id = 0
 
     async def pre_execute(self) -> None:
         req, cfg = self.req, self.proxy.cfg
         self.meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
-        if req.partition_name and req.partition_name != "_default":
-            raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name}]")
+        self.partition_id = self.meta.partition(req.partition_name)
         n = req.num_rows
         if n <= 0:
             raise merr.invalid("num_rows should be greater than 0")
@@ -119,7 +119,7 @@ class InsertTask(Task):
                 count=batch.num_rows if idx is None else len(idx),
                 channel_name=ch,
                 collectionID=meta.id,
-                partitionID=meta.partition_id,
+                partitionID=self.partition_id,
                 timestamp=ts,
             )
         await afailpoint("proxy.insert.before_assign")
@@ -148,7 +148,7 @@ class InsertTask(Task):
                                 ipc_bytes(chunk),
                                 {
                                     "collection": str(meta.id),
-                                    "partition": str(meta.partition_id),
+                                    "partition": str(self.partition_id),
                                     "segment": str(a.segID),
                                     "rows": str(chunk.num_rows),
                                 },

@@ -103,14 +103,13 @@ class ProxyJobsMixin:
     @merr.rpc(milvus_pb2.ImportResponse)
     async def Import(self, req: milvus_pb2.ImportRequest, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
-        if req.partition_name and req.partition_name != DEFAULT_PARTITION:
-            raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name}]")
+        part_id = meta.partition(req.partition_name)
         if not req.files:
             raise merr.invalid("import requires at least one file")
         resp = await self.datacoord.Import(
             data_coord_pb2.ImportJobRequest(
                 collectionID=meta.id,
-                partitionID=meta.partition_id,
+                partitionID=part_id,
                 collection_name=meta.name,
                 partition_name=req.partition_name or DEFAULT_PARTITION,
                 schema=meta.schema.SerializeToString(),

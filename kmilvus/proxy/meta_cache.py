@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus.util import merr, typeutil
-from kmilvus.util.constants import DEFAULT_DB, default_partition_id
+from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
 
 
 @dataclass
@@ -24,12 +24,24 @@ class CollectionMeta:
     db: str
     schema: schema_pb2.CollectionSchema
     vchannels: list[str]
-    partition_id: int
+    partitions: dict[str, int]  # name → ID
     describe: milvus_pb2.DescribeCollectionResponse
     pk: schema_pb2.FieldSchema = field(init=False)
 
     def __post_init__(self) -> None:
         self.pk = typeutil.primary_field(self.schema)
+
+    @property
+    def partition_id(self) -> int:
+        """The `_default` partition's ID."""
+        return self.partitions[DEFAULT_PARTITION]
+
+    def partition(self, name: str) -> int:
+        """A partition's ID by name ('' = `_default`), or Milvus' "partition not found"."""
+        part = self.partitions.get(name or DEFAULT_PARTITION)
+        if part is None:
+            raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={name}]")
+        return part
 
 
 class MetaCache:
@@ -47,13 +59,15 @@ class MetaCache:
             milvus_pb2.DescribeCollectionRequest(db_name=key[0], collection_name=name)
         )
         merr.check(resp.status)
+        parts = await self.rootcoord.ShowPartitions(milvus_pb2.ShowPartitionsRequest(collectionID=resp.collectionID))
+        merr.check(parts.status)
         meta = CollectionMeta(
             id=resp.collectionID,
             name=resp.collection_name or name,
             db=key[0],
             schema=resp.schema,
             vchannels=list(resp.virtual_channel_names),
-            partition_id=default_partition_id(resp.collectionID),
+            partitions=dict(zip(parts.partition_names, parts.partitionIDs, strict=True)),
             describe=resp,
         )
         self._by_name[key] = meta

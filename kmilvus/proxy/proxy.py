@@ -18,9 +18,11 @@ from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc, security_pb2_grpc
 from kmilvus.proxy.alter import ProxyAlterMixin
 from kmilvus.proxy.credentials import ProxyCredentialsMixin
+from kmilvus.proxy.databases import ProxyDatabasesMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
 from kmilvus.proxy.meta_cache import MetaCache
+from kmilvus.proxy.partitions import ProxyPartitionsMixin
 from kmilvus.proxy.privilege import ProxyRbacMixin, ProxySecurity
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
@@ -42,6 +44,8 @@ class Proxy(
     ProxyAlterMixin,
     ProxyCredentialsMixin,
     ProxyRbacMixin,
+    ProxyDatabasesMixin,
+    ProxyPartitionsMixin,
     milvus_pb2_grpc.MilvusServiceServicer,
     proxy_pb2_grpc.ProxyServicer,
     security_pb2_grpc.ProxySecurityServicer,
@@ -121,10 +125,6 @@ class Proxy(
     @merr.rpc(milvus_pb2.AllocTimestampResponse)
     async def AllocTimestamp(self, req, context=None):
         return milvus_pb2.AllocTimestampResponse(timestamp=await self.tso.alloc())
-
-    @merr.rpc(milvus_pb2.ListDatabasesResponse)
-    async def ListDatabases(self, req, context=None):
-        return milvus_pb2.ListDatabasesResponse(db_names=[DEFAULT_DB])
 
     # DDL ----------------------------------------------------------------------------------
     async def _dd(self, task: Task):

@@ -55,6 +55,7 @@ class AliasMixin:
         return sorted(a for (_, a), cid in self.aliases.items() if cid == coll_id)
 
     def _target(self, db: str, collection: str) -> int:
+        self._database(db)  # an unknown database is Milvus' 800, before any collection lookup
         coll_id = self.names.get((db, collection))
         if coll_id is None:
             raise MilvusError(

@@ -26,11 +26,13 @@ from kmilvus.rootcoord.aliases import AliasMixin
 from kmilvus.rootcoord.alter import AlterMixin, check_collection_property
 from kmilvus.rootcoord.credentials import CredentialMixin
 from kmilvus.rootcoord.rbac import RbacMixin
+from kmilvus.rootcoord.databases import DatabaseMixin
+from kmilvus.rootcoord.partitions import PartitionMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
 from kmilvus.util import merr
-from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION, default_partition_id
+from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
 from kmilvus.util.failpoint import failpoint
 from kmilvus.util.retry import supervise
 from kmilvus.util.tasks import BackgroundTasks
@@ -48,6 +50,8 @@ class RootCoord(
     AlterMixin,
     CredentialMixin,
     RbacMixin,
+    DatabaseMixin,
+    PartitionMixin,
     root_coord_pb2_grpc.RootCoordServicer,
     security_pb2_grpc.RootCoordSecurityServicer,
 ):
@@ -76,6 +80,7 @@ class RootCoord(
     async def start(self) -> None:
         await self.tso.initialize()
         await self.ids.initialize()
+        await self._load_databases()
         for _, raw in await self.kv.get_prefix(keys.COLLECTION_PREFIX):
             info = internal_pb2.CollectionInfo.FromString(raw)
             self._cache(info)
@@ -99,6 +104,7 @@ class RootCoord(
             info = internal_pb2.CollectionInfo.FromString(raw)
             log.warning("resuming interrupted drop", collection=info.schema.name, id=info.ID)
             await self._finish_drop(info)
+        await self._resume_partition_drops()
 
     async def stop(self) -> None:
         if self.tt_sync:
@@ -128,6 +134,7 @@ class RootCoord(
         if coll_id:
             info = self.collections.get(coll_id)
         else:
+            self._database(db)
             key = (db or DEFAULT_DB, name)
             info = self.collections.get(self.names.get(key, self.aliases.get(key, -1)))
         if info is None:
@@ -183,6 +190,7 @@ class RootCoord(
             raise merr.invalid(f"shard num ({shards}) should be in range [1, 16]")
         db = req.db_name or DEFAULT_DB
         async with self._ddl_lock:
+            self._database(db)
             if (db, schema.name) in self.aliases:
                 raise merr.MilvusError(
                     merr.UNEXPECTED,
@@ -200,7 +208,8 @@ class RootCoord(
         return merr.success()
 
     async def _new_collection_info(self, db, schema, shards, req) -> internal_pb2.CollectionInfo:
-        coll_id = await self.ids.alloc(2)  # the collection's ID and its default partition's
+        coll_id = await self.ids.alloc()
+        part_id = await self.ids.alloc()  # allocated like any ID: no component derives it
         used = dict.fromkeys(self.pchannels, 0)
         for c in self.collections.values():
             for p in c.physical_channel_names:
@@ -211,12 +220,11 @@ class RootCoord(
             schema=schema,
             shards_num=shards,
             db_name=db,
+            dbID=self._database(db).ID,
             consistency_level=req.consistency_level,
             physical_channel_names=pchans,
             virtual_channel_names=[channels.vchannel_name(p, coll_id, i) for i, p in enumerate(pchans)],
-            partitions=[
-                internal_pb2.PartitionInfo(partitionID=default_partition_id(coll_id), partitionName=DEFAULT_PARTITION)
-            ],
+            partitions=[internal_pb2.PartitionInfo(partitionID=part_id, partitionName=DEFAULT_PARTITION)],
             properties=list(req.properties),
         )
 
@@ -242,7 +250,11 @@ class RootCoord(
                     Op.put(keys.collection_key(info.ID), info.SerializeToString()),
                     Op.put(name_key, str(info.ID).encode()),
                 ],
-                [Cmp.missing(name_key), Cmp.missing(keys.alias_key(info.db_name or DEFAULT_DB, info.schema.name))],
+                [
+                    Cmp.missing(name_key),
+                    Cmp.missing(keys.alias_key(info.db_name or DEFAULT_DB, info.schema.name)),
+                    Cmp.exists(keys.database_key(info.db_name or DEFAULT_DB)),
+                ],
             )
             if not ok:
                 for v in info.virtual_channel_names:
@@ -280,11 +292,13 @@ class RootCoord(
     @merr.rpc(milvus_pb2.BoolResponse)
     async def HasCollection(self, req, context=None):
         key = (req.db_name or DEFAULT_DB, req.collection_name)
+        self._database(key[0])
         return milvus_pb2.BoolResponse(value=key in self.names or key in self.aliases)
 
     @merr.rpc(milvus_pb2.ShowCollectionsResponse)
     async def ShowCollections(self, req, context=None):
         db = req.db_name or DEFAULT_DB
+        self._database(db)
         infos = sorted(
             (c for c in self.collections.values() if (c.db_name or DEFAULT_DB) == db), key=lambda c: c.create_time
         )
@@ -319,6 +333,7 @@ class RootCoord(
         """DropCollectionReqTask: TSO first, ONE meta transaction, then the broadcast steps."""
         db = req.db_name or DEFAULT_DB
         async with self._ddl_lock:
+            self._database(db)
             coll_id = self.names.get((db, req.collection_name))
             if coll_id is None and (db, req.collection_name) in self.aliases:
                 raise merr.MilvusError(merr.UNEXPECTED, f"cannot drop the collection via alias = {req.collection_name}")

@@ -65,3 +65,13 @@ def delta_log_prefix(coll: int) -> str:
 def collection_prefixes(coll: int) -> list[str]:
     """Every prefix under which a collection's files live: delete these and nothing is left."""
     return [insert_log_prefix(coll), ddl_prefix(coll), stats_log_prefix(coll), delta_log_prefix(coll)]
+
+
+def partition_prefixes(coll: int, part: int) -> list[str]:
+    """Every prefix under which a partition's files live (insert, delta and stats logs; DDL
+    binlogs belong to the collection): delete these and nothing of the partition is left."""
+    return [
+        partition_prefix(coll, part),
+        f"{DELTA_LOG}/{int(coll)}/{int(part)}/",
+        f"{STATS_LOG}/{int(coll)}/{int(part)}/",
+    ]

@@ -13,9 +13,3 @@ MAX_VARCHAR_LENGTH = 65535  # Milvus' max VarChar max_length
 SegmentState = common_pb2.SegmentState
 # Segments that still take (Growing) or hold unflushed rows (Sealed, Flushing).
 LIVE_SEGMENT_STATES = (SegmentState.Growing, SegmentState.Sealed, SegmentState.Flushing)
-
-
-def default_partition_id(collection_id: int) -> int:
-    """RootCoord gives a collection's `_default` partition the ID after the collection's own
-    (it allocates both at once), so every component derives it without asking."""
-    return collection_id + 1

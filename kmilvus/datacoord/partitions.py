@@ -1,0 +1,51 @@
+"""DataCoord's partition RPCs: remove a dropped partition's data (the DataCoord step of
+RootCoord's DropPartition flow) and count a partition's flushed rows.
+
+Files go before the meta that points at them; each step is idempotent, so RootCoord's drop
+task may repeat the call after a crash. A DataNode still flushing a segment of the partition is
+refused by SaveBinlogPaths (segment not found) and deletes what it wrote.
+"""
+
+from __future__ import annotations
+
+from kmilvus.datacoord.meta import SegmentState
+from kmilvus.log import get_logger
+from kmilvus.proto import data_coord_pb2
+from kmilvus.storage import paths
+from kmilvus.util import merr
+
+log = get_logger(__name__)
+
+
+class DataCoordPartitionsMixin:
+    """Needs DataCoord's `meta`, `store`, `_assign_lock` and `dropped_partitions`."""
+
+    dropped_partitions: set[tuple[int, int]]
+
+    def check_partition_live(self, coll_id: int, part_id: int) -> None:
+        """Quota is never granted in a partition being dropped (a Proxy's insert in flight)."""
+        if (coll_id, part_id) in self.dropped_partitions:
+            raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={part_id}]")
+
+    @merr.rpc()
+    async def DropPartition(self, req: data_coord_pb2.DropPartitionRequest, context=None):
+        coll, part = req.collectionID, req.partitionID
+        async with self._assign_lock:
+            self.dropped_partitions.add((coll, part))
+        for prefix in paths.partition_prefixes(coll, part):
+            await self.store.delete_prefix(prefix)
+        gone = await self.meta.drop_partition_meta(coll, part)
+        log.info("partition data dropped", collection=coll, partition=part, segments=len(gone))
+        return merr.success()
+
+    @merr.rpc(data_coord_pb2.GetCollectionStatisticsResponse)
+    async def GetPartitionStatistics(self, req: data_coord_pb2.GetPartitionStatisticsRequest, context=None):
+        wanted = set(req.partitionIDs)
+        rows = sum(
+            s.info.num_of_rows
+            for s in self.meta.by_collection(req.collectionID, (SegmentState.Flushed,))
+            if s.info.partitionID in wanted
+        )
+        resp = data_coord_pb2.GetCollectionStatisticsResponse()
+        resp.stats.add(key="row_count", value=str(rows))
+        return resp
