@@ -25,9 +25,9 @@ from kmilvus.rootcoord import schema as schemautil
 from kmilvus.rootcoord.aliases import AliasMixin
 from kmilvus.rootcoord.alter import AlterMixin, check_collection_property
 from kmilvus.rootcoord.credentials import CredentialMixin
-from kmilvus.rootcoord.rbac import RbacMixin
 from kmilvus.rootcoord.databases import DatabaseMixin
 from kmilvus.rootcoord.partitions import PartitionMixin
+from kmilvus.rootcoord.rbac import RbacMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
