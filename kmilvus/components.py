@@ -16,12 +16,14 @@ from kmilvus.proto import (
     data_node_pb2_grpc,
     proxy_pb2_grpc,
     query_coord_pb2_grpc,
+    query_node_pb2_grpc,
     root_coord_pb2_grpc,
 )
 from kmilvus.sessionutil import list_sessions
 from kmilvus.util.grpcutil import RemoteClient
 
 ROOTCOORD, DATACOORD, QUERYCOORD, DATANODE, PROXY = "rootcoord", "datacoord", "querycoord", "datanode", "proxy"
+QUERYNODE = "querynode"
 
 STUBS = {
     ROOTCOORD: (root_coord_pb2_grpc.RootCoordStub, root_coord_pb2_grpc.add_RootCoordServicer_to_server),
@@ -29,6 +31,7 @@ STUBS = {
     QUERYCOORD: (query_coord_pb2_grpc.QueryCoordStub, query_coord_pb2_grpc.add_QueryCoordServicer_to_server),
     DATANODE: (data_node_pb2_grpc.DataNodeStub, data_node_pb2_grpc.add_DataNodeServicer_to_server),
     PROXY: (proxy_pb2_grpc.ProxyStub, proxy_pb2_grpc.add_ProxyServicer_to_server),
+    QUERYNODE: (query_node_pb2_grpc.QueryNodeStub, query_node_pb2_grpc.add_QueryNodeServicer_to_server),
 }
 
 

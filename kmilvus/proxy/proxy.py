@@ -19,8 +19,11 @@ from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc
 from kmilvus.proxy.databases import ProxyDatabasesMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
+from kmilvus.proxy.load import ProxyLoadMixin
 from kmilvus.proxy.meta_cache import MetaCache
 from kmilvus.proxy.partitions import ProxyPartitionsMixin
+from kmilvus.proxy.query import ProxyQueryMixin
+from kmilvus.proxy.search import ProxySearchMixin
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
@@ -40,6 +43,9 @@ class Proxy(
     ProxyJobsMixin,
     ProxyDatabasesMixin,
     ProxyPartitionsMixin,
+    ProxyLoadMixin,
+    ProxySearchMixin,
+    ProxyQueryMixin,
     milvus_pb2_grpc.MilvusServiceServicer,
     proxy_pb2_grpc.ProxyServicer,
 ):
