@@ -187,12 +187,13 @@ def test_describe_unknown_collection(client):
 
 def test_quick_start_create_collection_names_the_missing_step(client):
     """MilvusClient.create_collection(name, dimension=…) sends CreateCollection, CreateIndex,
-    LoadCollection. Until the read path exists the second answers UNIMPLEMENTED, naming itself;
+    LoadCollection. Until the read path exists the third answers UNIMPLEMENTED, naming itself;
     the collection it created first is the one Milvus creates (id, vector, dynamic field)."""
     with pytest.raises(grpc.RpcError) as err:  # pymilvus passes UNIMPLEMENTED through as is
         client.create_collection("quick", dimension=4)
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert err.value.details() == "kmilvus does not implement CreateIndex yet"
+    assert err.value.details() == "kmilvus does not implement LoadCollection yet"
+    assert client.list_indexes("quick") == ["vector"]  # the AUTOINDEX it asked for exists
     desc = client.describe_collection("quick")
     assert [f["name"] for f in desc["fields"]] == ["id", "vector"] and desc["enable_dynamic_field"]
     client.insert("quick", [{"id": 1, "vector": [0.1, 0.2, 0.3, 0.4], "extra": "kept in $meta"}])

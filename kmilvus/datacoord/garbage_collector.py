@@ -4,6 +4,8 @@ A DataNode that dies between writing a binlog and committing it with SaveBinlogP
 file no meta refers to. The collector lists each known segment's directory and deletes files
 that have stayed unreferenced for `tolerance` seconds (a flush in progress commits long before).
 Directories of segments unknown to the meta (an import being written) are not its business.
+Index files (`index_files/...`) whose build ID no SegmentIndex records (a build that crashed
+before its InProgress record, or finished after its segment or index was dropped) go the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ class GarbageCollector:
         self.store = store
         self.tolerance = tolerance
         self._unreferenced_since: dict[str, float] = {}
+        self.index_meta = None  # DataCoord's IndexMeta, when indexes are served
+
+    def _orphan_index_files(self, listed: list[tuple[str, int]]) -> list[str]:
+        builds = {si.buildID for si in self.index_meta.segment_indexes.values()} if self.index_meta else set()
+        orphans = []
+        for key, _ in listed:
+            parts = key.split("/")  # index_files/{coll}/{part}/{seg}/{buildID}/{name}
+            if len(parts) >= 6 and parts[4].isdigit() and int(parts[4]) not in builds:
+                orphans.append(key)
+        return orphans
 
     async def collect(self) -> list[str]:
         """One pass; returns the keys it deleted."""
@@ -38,6 +50,13 @@ class GarbageCollector:
                 seen.add(key)
                 first = self._unreferenced_since.setdefault(key, now)
                 if now - first >= self.tolerance and i.ID in self.meta.segments:
+                    await self.store.delete(key)
+                    deleted.append(key)
+                    seen.discard(key)
+        if self.index_meta is not None:
+            for key in self._orphan_index_files(await self.store.list(paths.INDEX_FILES + "/")):
+                seen.add(key)
+                if now - self._unreferenced_since.setdefault(key, now) >= self.tolerance:
                     await self.store.delete(key)
                     deleted.append(key)
                     seen.discard(key)

@@ -188,6 +188,8 @@ class SegmentMeta:
             Op.delete_prefix(keys.segment_prefix(coll_id)),
             Op.delete_prefix(keys.binlog_prefix(coll_id)),
             Op.delete_prefix(keys.ddl_binlog_prefix(coll_id)),
+            Op.delete_prefix(keys.field_index_prefix(coll_id)),
+            Op.delete_prefix(keys.segment_index_prefix(coll_id)),
         ]
         for ch in vchannels:
             ops += [Op.delete(keys.channel_checkpoint_key(ch)), Op.delete(keys.channel_watch_key(ch))]

@@ -114,6 +114,24 @@ def compaction_job_prefix(coll_id: int | None = None) -> str:
     return "datacoord-meta/compaction-job/" if coll_id is None else f"datacoord-meta/compaction-job/{coll_id}/"
 
 
+def field_index_key(coll_id: int, index_id: int) -> str:
+    """A field's index (FieldIndex proto), owned by its collection."""
+    return f"datacoord-meta/field-index/{coll_id}/{index_id}"
+
+
+def field_index_prefix(coll_id: int | None = None) -> str:
+    return "datacoord-meta/field-index/" if coll_id is None else f"datacoord-meta/field-index/{coll_id}/"
+
+
+def segment_index_key(coll_id: int, part_id: int, seg_id: int, index_id: int) -> str:
+    """One segment's build of one index (SegmentIndex proto)."""
+    return f"datacoord-meta/segment-index/{coll_id}/{part_id}/{seg_id}/{index_id}"
+
+
+def segment_index_prefix(coll_id: int | None = None) -> str:
+    return "datacoord-meta/segment-index/" if coll_id is None else f"datacoord-meta/segment-index/{coll_id}/"
+
+
 # QueryCoord -----------------------------------------------------------------------------
 
 
@@ -133,6 +151,8 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
         loaded_collection_key(coll_id),
         import_job_prefix(coll_id),
         compaction_job_prefix(coll_id),
+        field_index_prefix(coll_id),
+        segment_index_prefix(coll_id),
         *[channel_checkpoint_key(v) for v in vchannels],
         *[channel_watch_key(v) for v in vchannels],
     ]
