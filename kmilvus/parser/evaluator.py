@@ -1,0 +1,256 @@
+"""Evaluate a `Plan` over Arrow data, column-wise (pyarrow.compute / numpy, no per-row Python).
+
+Columns are found by field ID (`"101"`, as binlogs and insert batches name them) or, failing
+that, by field name. Logic is SQL's three-valued one: a JSON key a row lacks, or a value of
+another type than the comparison needs, is null; `not` keeps null null; and the final mask takes
+null as false. So `meta["k"] > 1` and `not (meta["k"] > 1)` are both false on rows without "k".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pymilvus.grpc_gen import schema_pb2
+
+from kmilvus.parser import plan as P
+from kmilvus.parser.jsonpath import JsonValues, at_path, list_get, read_column
+from kmilvus.util import merr
+from kmilvus.util.merr import MilvusError
+
+DT = schema_pb2.DataType
+
+_COMPARE = {
+    "==": pc.equal,
+    "!=": pc.not_equal,
+    "<": pc.less,
+    "<=": pc.less_equal,
+    ">": pc.greater,
+    ">=": pc.greater_equal,
+}
+_ARITH = {"+": pc.add, "-": pc.subtract, "*": pc.multiply, "/": pc.divide}
+_WANT = {P.STRING: "string", P.BOOL: "bool"}
+
+
+def evaluate(plan: P.Plan, data: pa.Table | pa.RecordBatch) -> pa.BooleanArray:
+    """One boolean per row of `data`: whether it matches `plan`."""
+    out = _Context(data).predicate(plan.predicate)
+    out = pc.fill_null(out, False)
+    if isinstance(out, pa.ChunkedArray):
+        out = out.combine_chunks()
+    return out
+
+
+def _kind(node: P.Value) -> str | None:
+    return node.kind
+
+
+def _want(*nodes: P.Value) -> str:
+    """Which typed view of a JSON value a comparison needs, from the kinds around it."""
+    for node in nodes:
+        want = _WANT.get(_kind(node) or "")
+        if want:
+            return want
+    return "number"
+
+
+def _keep_nulls(source: pa.Array, result: pa.Array) -> pa.Array:
+    """`result`, null where `source` is null (is_in and friends answer false there)."""
+    if source.null_count == 0:
+        return result
+    return pc.if_else(pc.is_valid(source), result, pa.scalar(None, pa.bool_()))
+
+
+def _rows_hit(n: int, parents: np.ndarray, hit: np.ndarray) -> np.ndarray:
+    rows = np.zeros(n, dtype=bool)
+    rows[parents[hit]] = True
+    return rows
+
+
+_WILDCARD = re.compile(r"(?<!\\)[%_]")
+
+
+def _like(values: pa.Array, pattern: str) -> pa.Array:
+    """Milvus' LIKE: prefix%, %suffix, %infix% and exact take the fast kernels, the rest match_like."""
+    inner = pattern
+    lead = inner.startswith("%")
+    trail = inner.endswith("%") and not inner.endswith("\\%") and len(inner) > 1
+    core = inner[1 if lead else 0 : len(inner) - 1 if trail else len(inner)]
+    if _WILDCARD.search(core) is None:
+        literal = re.sub(r"\\(.)", r"\1", core)
+        if lead and trail:
+            return pc.match_substring(values, literal)
+        if lead:
+            return pc.ends_with(values, literal)
+        if trail:
+            return pc.starts_with(values, literal)
+        return pc.equal(values, literal)
+    return pc.match_like(values, pattern)
+
+
+class _Context:
+    def __init__(self, data: pa.Table | pa.RecordBatch):
+        self.data = data
+        self.n = data.num_rows
+        self.names = set(data.schema.names)
+        self._json: dict[tuple[int, bool], JsonValues] = {}
+
+    # -- values -------------------------------------------------------------------------------
+
+    def column(self, col: P.Column) -> pa.Array:
+        key = str(col.field_id)
+        if key not in self.names:
+            key = col.name
+            if key not in self.names:
+                raise MilvusError(merr.FIELD_NOT_FOUND, f"field not found[field={col.name}]")
+        arr = self.data.column(key)
+        return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+    def json(self, col: P.Column, exact: bool = False) -> JsonValues:
+        """The values at `col`'s path; `exact` tells a JSON null from a missing key (`exists`),
+        which only the orjson reader can."""
+        key = (col.field_id, exact)
+        root = self._json.get(key)
+        if root is None:
+            root = self._json[key] = read_column(self.column(col), exact=exact)
+        return at_path(root, col.path)
+
+    def value(self, node: P.Value, want: str = "number") -> Any:
+        if isinstance(node, P.Literal):
+            return node.value
+        if isinstance(node, P.Column):
+            if node.data_type == DT.JSON:
+                jv = self.json(node)
+                return jv.strings() if want == "string" else jv.bools() if want == "bool" else jv.numbers()
+            if node.data_type == DT.Array and node.path:
+                return list_get(self.column(node), int(node.path[0]))
+            return self.column(node)
+        if isinstance(node, P.ArrayLength):
+            if node.column.data_type == DT.JSON:
+                is_list, lengths, _, _ = self.json(node.column).lists()
+                return pa.array(lengths, mask=~is_list)
+            return pc.list_value_length(self.column(node.column)).cast(pa.int64())
+        left, right = self.value(node.left), self.value(node.right)
+        if node.op == "%":
+            return self._mod(left, right)
+        return _ARITH[node.op](left, right)
+
+    def _mod(self, left: Any, right: Any) -> pa.Array:
+        """C's `%` (sign of the dividend), as Milvus computes it; null where an operand is."""
+        arrays = [x for x in (left, right) if isinstance(x, (pa.Array, pa.ChunkedArray))]
+        valid = np.ones(self.n, dtype=bool)
+        for a in arrays:
+            valid &= pc.is_valid(a).to_numpy(zero_copy_only=False)
+
+        def raw(x: Any) -> Any:
+            if isinstance(x, (pa.Array, pa.ChunkedArray)):
+                return pc.fill_null(x, 1).to_numpy(zero_copy_only=False)
+            return x
+
+        a, b = raw(left), raw(right)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.fmod(a, np.where(b == 0, 1, b))
+        valid &= np.broadcast_to(b != 0, valid.shape)
+        return pa.array(out, mask=~valid)
+
+    # -- predicates ---------------------------------------------------------------------------
+
+    def predicate(self, node: P.Predicate) -> pa.Array:
+        if isinstance(node, P.Const):
+            return pa.array(np.full(self.n, node.value, dtype=bool))
+        if isinstance(node, P.Compare):
+            want = _want(node.left, node.right)
+            return _COMPARE[node.op](self.value(node.left, want), self.value(node.right, want))
+        if isinstance(node, P.And):
+            out = self.predicate(node.children[0])
+            for child in node.children[1:]:
+                out = pc.and_kleene(out, self.predicate(child))
+            return out
+        if isinstance(node, P.Or):
+            out = self.predicate(node.children[0])
+            for child in node.children[1:]:
+                out = pc.or_kleene(out, self.predicate(child))
+            return out
+        if isinstance(node, P.Not):
+            return pc.invert(self.predicate(node.child))
+        if isinstance(node, P.Term):
+            out = self.term(node)
+            return pc.invert(out) if node.negate else out
+        if isinstance(node, P.Like):
+            return _like(self.value(node.column, "string"), node.pattern)
+        if isinstance(node, P.Contains):
+            return self.contains(node)
+        if isinstance(node, P.Exists):
+            return pa.array(self.json(node.column, exact=True).present())
+        if isinstance(node, P.IsNull):
+            col = node.column
+            if col.data_type == DT.JSON and col.path:
+                null = pa.array(~self.json(col).not_null())
+            elif col.data_type == DT.Array and col.path:
+                null = pc.is_null(self.value(col))
+            else:
+                null = pc.is_null(self.column(col))
+            return pc.invert(null) if node.negate else null
+        if isinstance(node, P.BoolColumn):
+            return self.value(node.column, "bool")
+        raise MilvusError(merr.SERVICE_INTERNAL, f"cannot evaluate {type(node).__name__}")
+
+    def term(self, node: P.Term) -> pa.Array:
+        col = node.value
+        assert isinstance(col, P.Column)
+        if col.data_type != DT.JSON:
+            arr = self.value(col)
+            if pa.types.is_integer(arr.type):
+                arr, vtype = arr.cast(pa.int64()), pa.int64()
+            else:
+                vtype = arr.type
+            return _keep_nulls(arr, pc.is_in(arr, value_set=pa.array(list(node.values), type=vtype)))
+        jv = self.json(col)
+        matched = np.zeros(self.n, dtype=bool)
+        groups: dict[str, list[Any]] = {}
+        for v in node.values:
+            groups.setdefault(_WANT.get(P.Literal(v).kind, "number"), []).append(v)
+        for want, values in groups.items():
+            if want == "string":
+                arr, vs = jv.strings(), pa.array(values, pa.string())
+            elif want == "bool":
+                arr, vs = jv.bools(), pa.array(values, pa.bool_())
+            else:
+                arr = jv.numbers()
+                if pa.types.is_integer(arr.type) and all(isinstance(v, int) for v in values):
+                    vs = pa.array(values, pa.int64())
+                else:
+                    arr, vs = arr.cast(pa.float64()), pa.array([float(v) for v in values], pa.float64())
+            hit = pc.and_(pc.is_valid(arr), pc.is_in(arr, value_set=vs))
+            matched |= hit.to_numpy(zero_copy_only=False)
+        return pa.array(matched, mask=~jv.not_null())
+
+    def contains(self, node: P.Contains) -> pa.Array:
+        col = node.column
+        if col.data_type == DT.JSON:
+            is_list, _, parents, flat = self.json(col).lists()
+
+            def elements(v: Any) -> pa.Array:
+                want = _WANT.get(P.Literal(v).kind, "number")
+                return flat.strings() if want == "string" else flat.bools() if want == "bool" else flat.numbers()
+        else:
+            arr = self.column(col)
+            is_list = pc.is_valid(arr).to_numpy(zero_copy_only=False)
+            parents = pc.list_parent_indices(arr).to_numpy(zero_copy_only=False)
+            flat_arr = pc.list_flatten(arr)
+
+            def elements(v: Any) -> pa.Array:
+                return flat_arr
+
+        per_value = []
+        for v in dict.fromkeys(node.values):
+            hit = pc.fill_null(pc.equal(elements(v), v), False).to_numpy(zero_copy_only=False)
+            per_value.append(_rows_hit(self.n, parents, hit))
+        if node.mode == "all":
+            out = np.logical_and.reduce(per_value) if per_value else np.ones(self.n, dtype=bool)
+        else:
+            out = np.logical_or.reduce(per_value) if per_value else np.zeros(self.n, dtype=bool)
+        return pa.array(out, mask=~is_list)
