@@ -16,6 +16,7 @@ from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc
+from kmilvus.proxy.delete import ProxyDeleteMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
 from kmilvus.proxy.meta_cache import MetaCache
@@ -34,7 +35,7 @@ async def _always() -> bool:
     return True
 
 
-class Proxy(ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grpc.ProxyServicer):
+class Proxy(ProxyDeleteMixin, ProxyJobsMixin, milvus_pb2_grpc.MilvusServiceServicer, proxy_pb2_grpc.ProxyServicer):
     role = roles.PROXY
 
     def __init__(self, cfg: Config, registry: roles.Registry, stream, server_id: int):

@@ -3,8 +3,8 @@
     insert_log/{collectionID}/{partitionID}/{segmentID}/{logID}   Parquet, all fields of a flush chunk
     data_definition_log/{collectionID}/ts/{idx}                   Parquet: ts
     data_definition_log/{collectionID}/ddl/{idx}                  Parquet: ts, type, payload
-    stats_log/{collectionID}/...                                   (reserved)
-    delta_log/{collectionID}/...                                   (reserved)
+    stats_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk (sorted, unique) per insert binlog
+    delta_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk, ts (deletes)
 
 Keys are relative to the ObjectStore root; prefixes end with '/'.
 """
@@ -60,6 +60,22 @@ def stats_log_prefix(coll: int) -> str:
 
 def delta_log_prefix(coll: int) -> str:
     return f"{DELTA_LOG}/{int(coll)}/"
+
+
+def stats_log_key(coll: int, part: int, seg: int, log_id: int) -> str:
+    return f"{STATS_LOG}/{int(coll)}/{int(part)}/{int(seg)}/{int(log_id)}"
+
+
+def delta_log_key(coll: int, part: int, seg: int, log_id: int) -> str:
+    return f"{DELTA_LOG}/{int(coll)}/{int(part)}/{int(seg)}/{int(log_id)}"
+
+
+def segment_stats_prefix(coll: int, part: int, seg: int) -> str:
+    return f"{STATS_LOG}/{int(coll)}/{int(part)}/{int(seg)}/"
+
+
+def segment_delta_prefix(coll: int, part: int, seg: int) -> str:
+    return f"{DELTA_LOG}/{int(coll)}/{int(part)}/{int(seg)}/"
 
 
 def collection_prefixes(coll: int) -> list[str]:
