@@ -1,0 +1,573 @@
+"""Milvus' expression grammar (planparserv2/Plan.g4) → a type-checked `Plan`.
+
+A Pratt parser whose binding powers follow Plan.g4's alternative order (ANTLR gives earlier
+alternatives higher precedence): like > ** > unary (+ - ~ not) > * / % > + - > << >> > in / not in
+> range / < <= > >= > == != > & > ^ > | > and > or. So `not a > 1` is `(not a) > 1`, refused as in
+Milvus: write `not (a > 1)`. Semantic checks and their messages follow planparserv2's
+parser_visitor.go; every failure is `cannot parse expression: <expr>, error: <why>` with code 1100,
+and a syntax error's <why> is ANTLR's `line 1:<column> <problem>`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pymilvus.grpc_gen import schema_pb2
+
+from kmilvus.parser import plan as P
+from kmilvus.parser.tokenizer import (
+    BOOL,
+    EOF,
+    FLOAT,
+    IDENT,
+    INT,
+    JSON_IDENT,
+    KEYWORD,
+    OP,
+    STRING,
+    LexError,
+    Token,
+    tokenize,
+)
+from kmilvus.util import merr
+from kmilvus.util.merr import MilvusError
+
+DT = schema_pb2.DataType
+
+
+class ExprError(Exception):
+    """Why an expression is refused (the text after `error:` in Milvus' message)."""
+
+
+Node = P.Value | P.Predicate
+
+_UNARY_BP = 12
+_INFIX_BP = {
+    "or": 1,
+    "and": 2,
+    "|": 3,
+    "^": 4,
+    "&": 5,
+    "==": 6,
+    "!=": 6,
+    "<": 7,
+    "<=": 7,
+    ">": 7,
+    ">=": 7,
+    "in": 8,
+    "not in": 8,
+    "<<": 9,
+    ">>": 9,
+    "+": 10,
+    "-": 10,
+    "*": 11,
+    "/": 11,
+    "%": 11,
+    "**": 13,
+    "like": 14,
+}
+_UNSUPPORTED_INFIX = {"&": "BitAnd", "|": "BitOr", "^": "BitXor", "<<": "shift", ">>": "shift"}
+_FUNCTIONS = {
+    "array_contains": "one",
+    "json_contains": "one",
+    "array_contains_all": "all",
+    "json_contains_all": "all",
+    "array_contains_any": "any",
+    "json_contains_any": "any",
+    "array_length": "length",
+}
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+_NUMERIC = (P.INT, P.FLOAT)
+
+
+def _is_predicate(node: Node) -> bool:
+    return not isinstance(node, (P.Column, P.Literal, P.Arith, P.ArrayLength))
+
+
+def _kind(node: Node) -> str | None:
+    if isinstance(node, (P.Column, P.Literal, P.Arith, P.ArrayLength)):
+        return node.kind
+    return P.BOOL
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "[" + ",".join(_text(v) for v in value) + "]"
+    return str(value)
+
+
+def _cast(value: Any, kind: str | None) -> Any:
+    """`value` as a value of `kind` (Milvus' castValue), or raise ValueError."""
+    if kind == P.JSON:
+        return value
+    if kind == P.BOOL and isinstance(value, bool):
+        return value
+    if kind == P.INT and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind == P.FLOAT and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind == P.STRING and isinstance(value, str):
+        return value
+    raise ValueError(value)
+
+
+class _Schema:
+    """Name → field, and the dynamic field (Milvus' SchemaHelper.GetFieldFromNameDefaultJSON)."""
+
+    def __init__(self, schema: schema_pb2.CollectionSchema):
+        self.by_name = {f.name: f for f in schema.fields}
+        self.dynamic = next((f for f in schema.fields if f.is_dynamic), None)
+
+    def column(self, name: str, path: tuple[str | int, ...] = ()) -> P.Column:
+        field = self.by_name.get(name)
+        if field is None:
+            if self.dynamic is None:
+                raise ExprError(f"field {name} not exist")
+            field, path = self.dynamic, (name, *path)
+        if path and field.data_type not in (DT.JSON, DT.Array):
+            raise ExprError(f"{DT.Name(field.data_type)} data type not supported accessed with []")
+        if field.data_type == DT.Array and path and (len(path) != 1 or not isinstance(path[0], int)):
+            raise ExprError("can only access array field with integer index")
+        if P.kind_of_type(field.data_type) is None:
+            raise ExprError(f"{DT.Name(field.data_type)} field {name} cannot be used in an expression")
+        return P.Column(
+            field_id=field.fieldID,
+            name=field.name,
+            data_type=field.data_type,
+            element_type=field.element_type,
+            path=tuple(path),
+            is_pk=field.is_primary_key and not path,
+            is_dynamic=field.is_dynamic,
+        )
+
+
+class _Parser:
+    def __init__(self, expr: str, schema: _Schema):
+        self.expr = expr
+        self.schema = schema
+        self.tokens = tokenize(expr)
+        self.i = 0
+
+    # -- token helpers ------------------------------------------------------------------------
+
+    @property
+    def tok(self) -> Token:
+        return self.tokens[self.i]
+
+    def _peek(self, k: int = 1) -> Token:
+        return self.tokens[min(self.i + k, len(self.tokens) - 1)]
+
+    def _next(self) -> Token:
+        tok = self.tokens[self.i]
+        self.i += 1
+        return tok
+
+    def _syntax(self, tok: Token, problem: str) -> ExprError:
+        return ExprError(f"line 1:{tok.pos} {problem}")
+
+    def _mismatched(self, tok: Token, expecting: str | None = None) -> ExprError:
+        tail = f" expecting {expecting}" if expecting else ""
+        return self._syntax(tok, f"mismatched input '{tok.text}'{tail}")
+
+    def _expect(self, text: str) -> Token:
+        tok = self.tok
+        if tok.kind not in (OP, KEYWORD) or tok.text != text:
+            if tok.kind == EOF:
+                raise self._syntax(tok, f"missing '{text}' at '<EOF>'")
+            raise self._mismatched(tok, f"'{text}'")
+        return self._next()
+
+    def _infix_op(self) -> str | None:
+        tok = self.tok
+        if tok.kind == OP and tok.value in _INFIX_BP:
+            return tok.value
+        if tok.kind == KEYWORD:
+            if tok.value == "not":
+                nxt = self._peek()
+                return "not in" if nxt.kind == KEYWORD and nxt.value == "in" else None
+            if tok.value in _INFIX_BP:
+                return tok.value
+        return None
+
+    # -- grammar ------------------------------------------------------------------------------
+
+    def parse(self) -> Node:
+        node = self.expression(0)
+        if self.tok.kind != EOF:
+            raise self._syntax(self.tok, f"extraneous input '{self.tok.text}' expecting <EOF>")
+        return node
+
+    def expression(self, min_bp: int) -> Node:
+        left = self.prefix()
+        while True:
+            op = self._infix_op()
+            if op is None:
+                break
+            bp = _INFIX_BP[op]
+            if bp <= min_bp:
+                break
+            op_tok = self._next()
+            if op == "not in":
+                self._next()
+            left = self.infix(op, op_tok, left, bp)
+        return left
+
+    def prefix(self) -> Node:
+        tok = self._next()
+        if tok.kind in (INT, FLOAT, BOOL, STRING):
+            return P.Literal(tok.value)
+        if tok.kind == IDENT:
+            if self.tok.kind == OP and self.tok.text == "(":
+                return self.call(tok)
+            return self.postfix_null(self.schema.column(tok.value))
+        if tok.kind == JSON_IDENT:
+            name, path = tok.value
+            return self.postfix_null(self.schema.column(name, path))
+        if tok.kind == OP and tok.text == "(":
+            node = self.expression(0)
+            self._expect(")")
+            return node
+        if tok.kind == OP and tok.text == "[":
+            return self.array()
+        if (tok.kind == KEYWORD and tok.value == "not") or (tok.kind == OP and tok.text in "+-~"):
+            return self.unary(tok, self.expression(_UNARY_BP))
+        if tok.kind == KEYWORD and tok.value == "exists":
+            return self.exists(self.expression(_UNARY_BP))
+        if tok.kind == EOF:
+            raise self._syntax(tok, "mismatched input '<EOF>' expecting an expression")
+        raise self._syntax(tok, f"extraneous input '{tok.text}'")
+
+    def postfix_null(self, column: P.Column) -> Node:
+        tok = self.tok
+        if tok.kind == KEYWORD and tok.value in ("is null", "is not null"):
+            self._next()
+            return P.IsNull(column, negate=tok.value == "is not null")
+        return column
+
+    def array(self) -> P.Literal:
+        values: list[Any] = []
+        if self.tok.kind == OP and self.tok.text == "]":
+            self._next()
+            return P.Literal(())
+        while True:
+            start = self.tok
+            element = self.expression(0)
+            if not isinstance(element, P.Literal):
+                raise ExprError(f"array element type must be generic value, but got: {self._slice(start)}")
+            values.append(element.value)
+            if self.tok.kind == OP and self.tok.text == ",":
+                self._next()
+                if self.tok.kind == OP and self.tok.text == "]":
+                    break
+                continue
+            break
+        self._expect("]")
+        return P.Literal(tuple(values))
+
+    def _slice(self, start: Token) -> str:
+        return self.expr[start.pos : self.tok.pos].strip()
+
+    def call(self, name_tok: Token) -> Node:
+        name = name_tok.value
+        func = _FUNCTIONS.get(name) or (_FUNCTIONS.get(name.lower()) if name.isupper() else None)
+        if func is None:
+            raise self._syntax(name_tok, f"function {name} not found")
+        self._expect("(")
+        args: list[Node] = []
+        if not (self.tok.kind == OP and self.tok.text == ")"):
+            while True:
+                args.append(self.expression(0))
+                if self.tok.kind == OP and self.tok.text == ",":
+                    self._next()
+                    continue
+                break
+        self._expect(")")
+        want = 1 if func == "length" else 2
+        if len(args) != want:
+            raise ExprError(f"{name} expects {want} argument(s), got {len(args)}")
+        column = args[0]
+        if func == "length":
+            if not isinstance(column, P.Column) or column.kind not in (P.JSON, P.ARRAY):
+                raise ExprError(f"array_length operation are only supported on json or array fields now, got: {name}")
+            return P.ArrayLength(column)
+        op = {"one": "contains", "all": "contains_all", "any": "contains_any"}[func]
+        if not isinstance(column, P.Column) or column.kind not in (P.JSON, P.ARRAY):
+            raise ExprError(f"{op} operation are only supported on json or array fields now, got: {name}")
+        element = args[1]
+        if not isinstance(element, P.Literal):
+            raise ExprError(f"{op} operation are only supported explicitly specified element")
+        values = (element.value,) if func == "one" else element.value
+        if func != "one" and not isinstance(values, tuple):
+            raise ExprError(f"{op} operation element must be an array")
+        if column.kind == P.ARRAY:
+            elem_kind = P.kind_of_type(column.element_type)
+            cast = []
+            for v in values:
+                try:
+                    cast.append(_cast(v, elem_kind))
+                except ValueError:
+                    raise ExprError(
+                        f"{op} operation can't compare between array element type: "
+                        f"{DT.Name(column.element_type)} and {P.Literal(v).kind}"
+                    ) from None
+            values = tuple(cast)
+        return P.Contains(column, tuple(values), func)
+
+    def unary(self, tok: Token, child: Node) -> Node:
+        op = tok.value
+        if op == "~":
+            raise ExprError(f"BNOT is not supported: {tok.text}")
+        if isinstance(child, P.Literal):
+            v = child.value
+            if op == "not":
+                if not isinstance(v, bool):
+                    raise ExprError("not op can only be applied on boolean expression")
+                return P.Literal(not v)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ExprError(f"{'negative' if op == '-' else 'positive'} op can only be applied on number")
+            return P.Literal(-v if op == "-" else v)
+        if op == "not":
+            if not _is_predicate(child):
+                raise ExprError("not op can only be applied on boolean expression")
+            if isinstance(child, P.Const):
+                return P.Const(not child.value)
+            return P.Not(child)  # type: ignore[arg-type]
+        if _kind(child) not in (*_NUMERIC, P.JSON):
+            raise ExprError(f"unary {op} can only be applied on number")
+        if op == "-":
+            return P.Arith("*", child, P.Literal(-1), P.FLOAT if _kind(child) != P.INT else P.INT)  # type: ignore[arg-type]
+        return child
+
+    def exists(self, child: Node) -> Node:
+        if not isinstance(child, P.Column):
+            raise ExprError("exists operations are only supported on single fields now")
+        if child.data_type != DT.JSON:
+            raise ExprError(f"exists operations are only supportted on json field, got:{DT.Name(child.data_type)}")
+        if not child.path:
+            raise ExprError("exists operations are only supportted on json key")
+        return P.Exists(child)
+
+    def infix(self, op: str, op_tok: Token, left: Node, bp: int) -> Node:
+        if op in _UNSUPPORTED_INFIX:
+            right = self.expression(bp)
+            raise ExprError(f"{_UNSUPPORTED_INFIX[op]} is not supported: {self.expr.strip()}")
+        if op in ("and", "or"):
+            right = self.expression(bp)
+            return self.logical(op, left, right)
+        if op == "like":
+            pattern = self._next()
+            if pattern.kind != STRING:
+                raise self._mismatched(pattern, "StringLiteral")
+            return self.like(left, pattern.value)
+        if op in ("in", "not in"):
+            right = self.expression(bp)
+            return self.term(left, right, negate=op == "not in")
+        if op in ("<", "<=", ">", ">="):
+            # Range: `lower < x < upper` where x is a field (Plan.g4's Range / ReverseRange).
+            mid, after = self.tok, self._peek()
+            if (
+                mid.kind in (IDENT, JSON_IDENT)
+                and after.kind == OP
+                and after.text in ("<", "<=", ">", ">=")
+                and (after.text[0] == op[0])
+            ):
+                self._next()
+                column = self.schema.column(*(mid.value if mid.kind == JSON_IDENT else (mid.value,)))
+                op2 = self._next().text
+                upper = self.expression(bp)
+                return self.range(left, op, column, op2, upper)
+        right = self.expression(bp)
+        if op == "**":
+            if isinstance(left, P.Literal) and isinstance(right, P.Literal):
+                return P.Literal(_fold("**", left.value, right.value))
+            raise ExprError(f"power can only apply on constants: {self.expr.strip()}")
+        if op in ("+", "-", "*", "/", "%"):
+            return self.arith(op, left, right)
+        return self.compare(op, left, right)
+
+    # -- semantic checks ----------------------------------------------------------------------
+
+    def logical(self, op: str, left: Node, right: Node) -> Node:
+        if (
+            isinstance(left, P.Literal)
+            and isinstance(right, P.Literal)
+            and {type(left.value), type(right.value)} == {bool}
+        ):
+            return P.Literal(left.value and right.value if op == "and" else left.value or right.value)
+        if not (_is_predicate(left) and _is_predicate(right)):  # Milvus refuses `x > 1 and true` too
+            raise ExprError(f"'{op}' can only be used between boolean expressions")
+        cls = P.And if op == "and" else P.Or
+        flat: list[P.Predicate] = []
+        for child in (left, right):
+            flat.extend(child.children if isinstance(child, cls) else (child,))
+        return cls(tuple(flat))
+
+    def like(self, left: Node, pattern: str) -> Node:
+        if not isinstance(left, P.Column):
+            raise ExprError("like operation on complicated expr is unsupported")
+        if left.data_type == DT.Array and not left.path:
+            raise ExprError("can not comparisons array fields directly")
+        if left.kind not in (P.STRING, P.JSON):
+            raise ExprError("like operation on non-string or no-json field is unsupported")
+        return P.Like(left, pattern)
+
+    def term(self, left: Node, right: Node, negate: bool) -> Node:
+        if isinstance(left, P.Literal):
+            raise ExprError(f"'term' can only be used on non-const expression, but got: {_text(left.value)}")
+        if not isinstance(left, P.Column):
+            raise ExprError("'term' can only be used on single field")
+        if left.data_type == DT.Array and not left.path:
+            raise ExprError("can not comparisons array fields directly")
+        if not isinstance(right, P.Literal) or not isinstance(right.value, tuple):
+            raise ExprError("the right-hand side of 'in' must be a list")
+        values = []
+        for v in right.value:
+            try:
+                values.append(_cast(v, left.kind))
+            except ValueError:
+                type_name = DT.Name(left.element_type if left.data_type == DT.Array else left.data_type)
+                raise ExprError(f"value '{_text(v)}' in list cannot be casted to {type_name}") from None
+        return P.Term(left, tuple(values), negate)
+
+    def range(self, lower: Node, op1: str, column: P.Column, op2: str, upper: Node) -> Node:
+        if column.data_type == DT.Array and not column.path:
+            raise ExprError("can not comparisons array fields directly")
+        if op1[0] == ">":  # `upper > x > lower`
+            lower, upper, op1, op2 = upper, lower, _FLIP[op2], _FLIP[op1]
+        if not isinstance(lower, P.Literal):
+            raise ExprError("lowerbound cannot be a non-const expression")
+        if not isinstance(upper, P.Literal):
+            raise ExprError("upperbound cannot be a non-const expression")
+        kind = column.kind
+        if kind == P.BOOL:
+            raise ExprError("invalid range operations on boolean expr")
+        ok = {
+            P.STRING: lambda v: isinstance(v, str),
+            P.INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
+            P.FLOAT: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        }.get(kind or "", lambda v: not isinstance(v, (bool, tuple)))
+        if not (ok(lower.value) and ok(upper.value)):
+            raise ExprError("invalid range operations")
+        lo = P.Compare(_FLIP[op1], column, lower)  # lower < x  ⇔  x > lower
+        hi = P.Compare(op2, column, upper)
+        return P.And((lo, hi))
+
+    def arith(self, op: str, left: Node, right: Node) -> Node:
+        if isinstance(left, P.Literal) and isinstance(right, P.Literal):
+            return P.Literal(_fold(op, left.value, right.value))
+        for side in (left, right):
+            if isinstance(side, P.Column) and side.data_type == DT.Array and not side.path:
+                raise ExprError("can not comparisons array fields directly")
+        lk, rk = _kind(left), _kind(right)
+        name = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod"}[op]
+        if lk not in (*_NUMERIC, P.JSON) or rk not in (*_NUMERIC, P.JSON):
+            raise ExprError(f"'{name}' can only be used between integer or floating or json field expressions")
+        integer = [_kind(x) in (P.INT, P.JSON) for x in (left, right) if not isinstance(x, P.Literal)]
+        if op == "%" and not any(integer):
+            raise ExprError("modulo can only apply on integer types")
+        if op in ("/", "%") and isinstance(right, P.Literal) and right.value == 0:
+            raise ExprError("divide by zero" if op == "/" else "modulo by zero")
+        kind = P.INT if lk == rk == P.INT else P.FLOAT
+        return P.Arith(op, left, right, kind)  # type: ignore[arg-type]
+
+    def compare(self, op: str, left: Node, right: Node) -> Node:
+        if isinstance(left, P.Literal) and isinstance(right, P.Literal):
+            try:
+                return P.Literal(_fold(op, left.value, right.value))
+            except TypeError:
+                raise ExprError(
+                    "comparison operations cannot be applied to two incompatible operands: "
+                    f"{_text(left.value)}{op}{_text(right.value)}"
+                ) from None
+        if _is_predicate(left) or _is_predicate(right):
+            raise ExprError(f"comparisons between {_kind(left)} and {_kind(right)} are not supported")
+        for side in (left, right):
+            if isinstance(side, P.Column) and side.data_type == DT.Array and not side.path:
+                raise ExprError("can not comparisons array fields directly")
+        if isinstance(left, P.Literal):  # keep the field on the left: `3 < x` → `x > 3`
+            left, right, op = right, left, _FLIP[op]
+        lk, rk = _kind(left), _kind(right)
+        if isinstance(right, P.Literal):
+            if isinstance(right.value, tuple) and (lk != P.JSON or op not in ("==", "!=")):
+                raise ExprError(f"comparisons between {lk} and Array are not supported")
+            try:
+                value = _cast(right.value, lk) if lk != P.INT or not isinstance(right.value, float) else right.value
+            except ValueError:
+                raise ExprError(f"cannot cast value to {lk}, value is {_text(right.value)}") from None
+            if lk == P.BOOL and op not in ("==", "!="):
+                raise ExprError(f"comparisons between {lk} and {right.kind} are not supported")
+            return P.Compare(op, left, P.Literal(value))  # type: ignore[arg-type]
+        compatible = (
+            lk == rk
+            or (lk in _NUMERIC and rk in _NUMERIC)
+            or (P.JSON in (lk, rk) and {lk, rk} <= {P.JSON, P.INT, P.FLOAT, P.STRING, P.BOOL})
+        )
+        if not compatible:
+            raise ExprError(f"comparisons between {lk} and {rk} are not supported")
+        return P.Compare(op, left, right)  # type: ignore[arg-type]
+
+
+def _fold(op: str, a: Any, b: Any) -> Any:
+    """Constant folding (Milvus' Add/Less/... on GenericValues)."""
+    if op in ("==", "!="):
+        same = a == b and (type(a) is type(b) or (not isinstance(a, (str, bool)) and not isinstance(b, (str, bool))))
+        return same if op == "==" else not same
+    number = (int, float)
+    if op in ("<", "<=", ">", ">="):
+        if (isinstance(a, str) and isinstance(b, str)) or (
+            isinstance(a, number) and isinstance(b, number) and not isinstance(a, bool) and not isinstance(b, bool)
+        ):
+            return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+        raise TypeError(op)
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, number) or not isinstance(b, number):
+        raise ExprError(f"{op} can only be applied on numbers")
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "/":
+        if b == 0:
+            raise ExprError("divide by zero")
+        if isinstance(a, int) and isinstance(b, int):
+            return int(a / b)  # C / Go integer division truncates toward zero
+        return a / b
+    if op == "%":
+        if not (isinstance(a, int) and isinstance(b, int)):
+            raise ExprError("modulo can only apply on integer types")
+        if b == 0:
+            raise ExprError("modulo by zero")
+        return int(math.fmod(a, b))
+    if op == "**":
+        return float(a) ** float(b)
+    raise ExprError(f"unexpected op: {op}")
+
+
+def _fail(expr: str, why: str) -> MilvusError:
+    return MilvusError(merr.PARAMETER_INVALID, f"cannot parse expression: {expr}, error: {why}")
+
+
+def parse(expr: str, schema: schema_pb2.CollectionSchema) -> P.Plan:
+    """Parse and type-check `expr` against `schema`; the empty expression matches every row."""
+    if not expr.strip():
+        return P.Plan(expr, P.Const(True), schema)
+    try:
+        node = _Parser(expr, _Schema(schema)).parse()
+    except LexError as exc:
+        raise _fail(expr, f"line 1:{exc.column} {exc}") from None
+    except ExprError as exc:
+        raise _fail(expr, str(exc)) from None
+    if isinstance(node, P.Literal) and isinstance(node.value, bool):
+        return P.Plan(expr, P.Const(node.value), schema)
+    if not _is_predicate(node):
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"predicate is not a boolean expression: {expr}, data type: {_kind(node)}",
+        )
+    return P.Plan(expr, node, schema)  # type: ignore[arg-type]

@@ -1,0 +1,243 @@
+"""The lexer of Milvus' expression grammar (planparserv2/Plan.g4), hand-written.
+
+Token kinds follow Plan.g4's lexer rules; a JSON path (`meta["a"][0]`) is one token, as
+JSONIdentifier is, so no whitespace may stand inside it. Columns are 0-based, as ANTLR reports
+them ("line 1:7 ..."), so error messages point where Milvus' do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# Token kinds.
+INT = "IntegerConstant"
+FLOAT = "FloatingConstant"
+BOOL = "BooleanConstant"
+STRING = "StringLiteral"
+IDENT = "Identifier"
+JSON_IDENT = "JSONIdentifier"
+OP = "op"  # punctuation and operators; `text` says which
+KEYWORD = "keyword"  # and / or / not / in / like / exists / is null / is not null; `value` is canonical
+EOF = "<EOF>"
+
+
+class LexError(Exception):
+    """A character sequence no lexer rule matches (ANTLR: token recognition error)."""
+
+    def __init__(self, column: int, message: str):
+        super().__init__(message)
+        self.column = column
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    kind: str
+    text: str  # as written
+    pos: int  # 0-based column
+    value: Any = None  # literal value / canonical keyword / path steps
+
+
+_KEYWORDS = {
+    "and": "and",
+    "AND": "and",
+    "or": "or",
+    "OR": "or",
+    "not": "not",
+    "NOT": "not",
+    "in": "in",
+    "IN": "in",
+    "like": "like",
+    "LIKE": "like",
+    "exists": "exists",
+    "EXISTS": "exists",
+}
+_BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+# Longest first: the lexer takes the longest operator that matches.
+_OPERATORS = (
+    "**",
+    "<<",
+    ">>",
+    "<=",
+    ">=",
+    "==",
+    "!=",
+    "&&",
+    "||",
+    "<",
+    ">",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "&",
+    "|",
+    "^",
+    "~",
+    "!",
+    "(",
+    ")",
+    "[",
+    "]",
+    ",",
+)
+_CANONICAL_OP = {"&&": "and", "||": "or", "!": "not"}
+
+_WS = re.compile(r"[ \t\r\n]+")
+_IDENT = re.compile(r"\$meta|[A-Za-z_][A-Za-z0-9_]*")
+_IS_NULL = re.compile(r"(is|IS)[ \t]+(?:(not|NOT)[ \t]+)?(null|NULL)\b")
+_FLOAT = re.compile(r"(?:[0-9]*\.[0-9]+|[0-9]+\.)(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+")
+_INT = re.compile(r"0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*")
+_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "?": "?",
+}
+
+
+def _string(expr: str, start: int) -> tuple[str, int]:
+    """Decode the quoted literal at `start` (C escapes, as Milvus' strconv.Unquote); return (value, end)."""
+    quote = expr[start]
+    out: list[str] = []
+    i = start + 1
+    n = len(expr)
+    while i < n:
+        c = expr[i]
+        if c == quote:
+            return "".join(out), i + 1
+        if c in "\r\n":
+            break
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        if i + 1 >= n:
+            break
+        e = expr[i + 1]
+        if e in _ESCAPES:
+            out.append(_ESCAPES[e])
+            i += 2
+        elif e in "uU":
+            width = 4 if e == "u" else 8
+            digits = expr[i + 2 : i + 2 + width]
+            if len(digits) != width or not re.fullmatch(r"[0-9a-fA-F]+", digits):
+                raise LexError(i, f"token recognition error at: '{expr[start : i + 2]}'")
+            out.append(chr(int(digits, 16)))
+            i += 2 + width
+        elif e == "x":
+            m = re.match(r"[0-9a-fA-F]{1,2}", expr[i + 2 :])
+            if m is None:
+                raise LexError(i, f"token recognition error at: '{expr[start : i + 2]}'")
+            out.append(chr(int(m.group(), 16)))
+            i += 2 + len(m.group())
+        elif e in "01234567":
+            m = re.match(r"[0-7]{1,3}", expr[i + 1 :])
+            assert m is not None
+            out.append(chr(int(m.group(), 8)))
+            i += 1 + len(m.group())
+        else:  # Plan.g4 accepts any escaped character; keep it
+            out.append(e)
+            i += 2
+    raise LexError(start, f"token recognition error at: '{expr[start:i]}'")
+
+
+def _int(text: str) -> int:
+    if text[:2] in ("0x", "0X"):
+        return int(text[2:], 16)
+    if text[:2] in ("0b", "0B"):
+        return int(text[2:], 2)
+    if len(text) > 1 and text[0] == "0":
+        return int(text[1:], 8)
+    return int(text)
+
+
+def _json_path(expr: str, i: int) -> tuple[list[str | int], int]:
+    """The `["key"][0]...` steps right after an identifier (no whitespace), and where they end."""
+    steps: list[str | int] = []
+    n = len(expr)
+    while i < n and expr[i] == "[":
+        j = i + 1
+        if j < n and expr[j] in "'\"":
+            key, j = _string(expr, j)
+            step: str | int = key
+        else:
+            m = _DECIMAL.match(expr, j)
+            if m is None:
+                break
+            step = int(m.group())
+            j = m.end()
+        if j >= n or expr[j] != "]":
+            break
+        steps.append(step)
+        i = j + 1
+    return steps, i
+
+
+def tokenize(expr: str) -> list[Token]:
+    """All tokens of `expr`, ending with an EOF token."""
+    tokens: list[Token] = []
+    i, n = 0, len(expr)
+    while i < n:
+        m = _WS.match(expr, i)
+        if m:
+            i = m.end()
+            continue
+        c = expr[i]
+        if c in "'\"":
+            value, end = _string(expr, i)
+            tokens.append(Token(STRING, expr[i:end], i, value))
+            i = end
+            continue
+        if c.isdigit() or (c == "." and i + 1 < n and expr[i + 1].isdigit()):
+            m = _FLOAT.match(expr, i)
+            if m:
+                tokens.append(Token(FLOAT, m.group(), i, float(m.group())))
+            else:
+                m = _INT.match(expr, i)
+                assert m is not None
+                tokens.append(Token(INT, m.group(), i, _int(m.group())))
+            i = m.end()
+            continue
+        m = _IS_NULL.match(expr, i)
+        if m:
+            kw = "is not null" if m.group(2) else "is null"
+            tokens.append(Token(KEYWORD, m.group(), i, kw))
+            i = m.end()
+            continue
+        m = _IDENT.match(expr, i)
+        if m:
+            word = m.group()
+            end = m.end()
+            if word in _KEYWORDS:
+                tokens.append(Token(KEYWORD, word, i, _KEYWORDS[word]))
+            elif word in _BOOLS:
+                tokens.append(Token(BOOL, word, i, _BOOLS[word]))
+            else:
+                steps, path_end = _json_path(expr, end)
+                if steps:
+                    tokens.append(Token(JSON_IDENT, expr[i:path_end], i, (word, tuple(steps))))
+                    end = path_end
+                else:
+                    tokens.append(Token(IDENT, word, i, word))
+            i = end
+            continue
+        for op in _OPERATORS:
+            if expr.startswith(op, i):
+                tokens.append(Token(OP if op not in _CANONICAL_OP else KEYWORD, op, i, _CANONICAL_OP.get(op, op)))
+                i += len(op)
+                break
+        else:
+            raise LexError(i, f"token recognition error at: '{c}'")
+    tokens.append(Token(EOF, "<EOF>", n))
+    return tokens
