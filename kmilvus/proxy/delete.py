@@ -95,9 +95,9 @@ class DeleteTask(Task):
                     raise merr.MilvusError(
                         merr.SERVICE_UNAVAILABLE, "the proxy's session expired during the delete: outcome unknown"
                     )
-        self.result = milvus_pb2.MutationResult(
-            IDs=typeutil.primary_keys_to_ids(meta.pk, keys), delete_cnt=len(keys), timestamp=ts
-        )
+        # As Milvus >= 2.3.2: the count and the timestamp, not the keys (pymilvus then answers
+        # {"delete_count": n}).
+        self.result = milvus_pb2.MutationResult(delete_cnt=len(keys), timestamp=ts)
 
 
 class UpsertTask(InsertTask):
