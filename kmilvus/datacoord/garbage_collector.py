@@ -1,4 +1,4 @@
-"""DataCoord's garbage collector: binlog files nothing points at.
+"""DataCoord's garbage collector: binlog, delta log and stats log files nothing points at.
 
 A DataNode that dies between writing a binlog and committing it with SaveBinlogPaths leaves a
 file no meta refers to. The collector lists each known segment's directory and deletes files
@@ -41,10 +41,19 @@ class GarbageCollector:
         now = time.monotonic()
         seen: set[str] = set()
         deleted: list[str] = []
-        for seg in list(self.meta.segments.values()):
+        segs = list(self.meta.segments.values())
+        # A delta log may be recorded on another segment (deletes redirected to a compaction target).
+        referenced = {b.log_path for s in segs for logs in (s.binlogs, s.deltalogs, s.statslogs) for b in logs.values()}
+        for seg in segs:
             i = seg.info
-            referenced = {b.log_path for b in seg.binlogs.values()}
-            for key, _ in await self.store.list(paths.segment_prefix(i.collectionID, i.partitionID, i.ID)):
+            listed = []
+            for prefix in (
+                paths.segment_prefix(i.collectionID, i.partitionID, i.ID),
+                paths.segment_delta_prefix(i.collectionID, i.partitionID, i.ID),
+                paths.segment_stats_prefix(i.collectionID, i.partitionID, i.ID),
+            ):
+                listed += await self.store.list(prefix)
+            for key, _ in listed:
                 if key in referenced:
                     continue
                 seen.add(key)

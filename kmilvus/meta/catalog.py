@@ -84,6 +84,36 @@ def ddl_binlog_prefix(coll_id: int, seg_id: int | None = None) -> str:
     return base if seg_id is None else f"{base}{seg_id}/"
 
 
+def deltalog_key(coll_id: int, seg_id: int, log_id: int) -> str:
+    """A segment's delta log (Binlog proto), keyed like its insert binlogs."""
+    return f"datacoord-meta/deltalog/{coll_id}/{seg_id}/{log_id}"
+
+
+def deltalog_prefix(coll_id: int, seg_id: int | None = None) -> str:
+    base = f"datacoord-meta/deltalog/{coll_id}/"
+    return base if seg_id is None else f"{base}{seg_id}/"
+
+
+def statslog_key(coll_id: int, seg_id: int, log_id: int) -> str:
+    """A segment's primary-key stats log (Binlog proto)."""
+    return f"datacoord-meta/statslog/{coll_id}/{seg_id}/{log_id}"
+
+
+def statslog_prefix(coll_id: int, seg_id: int | None = None) -> str:
+    base = f"datacoord-meta/statslog/{coll_id}/"
+    return base if seg_id is None else f"{base}{seg_id}/"
+
+
+def segment_log_prefixes(coll_id: int, seg_id: int | None = None) -> list[str]:
+    """Every per-segment log meta prefix (insert, DDL, delta, stats) of a collection or segment."""
+    return [
+        binlog_prefix(coll_id, seg_id),
+        ddl_binlog_prefix(coll_id, seg_id),
+        deltalog_prefix(coll_id, seg_id),
+        statslog_prefix(coll_id, seg_id),
+    ]
+
+
 def channel_checkpoint_key(vchannel: str) -> str:
     return f"datacoord-meta/channel-cp/{vchannel}"
 
@@ -148,6 +178,8 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
         segment_prefix(coll_id),
         binlog_prefix(coll_id),
         ddl_binlog_prefix(coll_id),
+        deltalog_prefix(coll_id),
+        statslog_prefix(coll_id),
         loaded_collection_key(coll_id),
         import_job_prefix(coll_id),
         compaction_job_prefix(coll_id),

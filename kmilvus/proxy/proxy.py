@@ -17,6 +17,7 @@ from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc
 from kmilvus.proxy.databases import ProxyDatabasesMixin
+from kmilvus.proxy.delete import ProxyDeleteMixin
 from kmilvus.proxy.index import ProxyIndexMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
@@ -41,6 +42,7 @@ async def _always() -> bool:
 
 
 class Proxy(
+    ProxyDeleteMixin,
     ProxyJobsMixin,
     ProxyIndexMixin,
     ProxyDatabasesMixin,

@@ -3,9 +3,9 @@
     insert_log/{collectionID}/{partitionID}/{segmentID}/{logID}   Parquet, all fields of a flush chunk
     data_definition_log/{collectionID}/ts/{idx}                   Parquet: ts
     data_definition_log/{collectionID}/ddl/{idx}                  Parquet: ts, type, payload
-    stats_log/{collectionID}/...                                   (reserved)
-    delta_log/{collectionID}/...                                   (reserved)
     index_files/{collectionID}/{partitionID}/{segmentID}/{buildID}/index   one segment's vector index
+    stats_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk (sorted, unique) per insert binlog
+    delta_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk, ts (deletes)
 
 Keys are relative to the ObjectStore root; prefixes end with '/'.
 """
@@ -80,6 +80,22 @@ def index_build_prefix(coll: int, part: int, seg: int, build_id: int) -> str:
 
 def index_file_key(coll: int, part: int, seg: int, build_id: int, name: str = "index") -> str:
     return f"{index_build_prefix(coll, part, seg, build_id)}{name}"
+
+
+def stats_log_key(coll: int, part: int, seg: int, log_id: int) -> str:
+    return f"{STATS_LOG}/{int(coll)}/{int(part)}/{int(seg)}/{int(log_id)}"
+
+
+def delta_log_key(coll: int, part: int, seg: int, log_id: int) -> str:
+    return f"{DELTA_LOG}/{int(coll)}/{int(part)}/{int(seg)}/{int(log_id)}"
+
+
+def segment_stats_prefix(coll: int, part: int, seg: int) -> str:
+    return f"{STATS_LOG}/{int(coll)}/{int(part)}/{int(seg)}/"
+
+
+def segment_delta_prefix(coll: int, part: int, seg: int) -> str:
+    return f"{DELTA_LOG}/{int(coll)}/{int(part)}/{int(seg)}/"
 
 
 def collection_prefixes(coll: int) -> list[str]:
