@@ -38,6 +38,7 @@ class LoadManager:
         self.kv, self.registry = kv, registry
         self.loads: dict[int, query_coord_pb2.LoadInfo] = {}
         self.served: dict[int, set[str]] = {}  # channels a node acknowledged, per collection
+        self.indexed: dict[int, set[int]] = {}  # index builds sent to the nodes, per collection
         self._jobs: dict[int, asyncio.Task] = {}
         self._tasks = BackgroundTasks()
         self._lock = asyncio.Lock()
@@ -50,6 +51,7 @@ class LoadManager:
                     self.loads[info.collectionID] = info
                     self.served[info.collectionID] = set()
         self._tasks.every(lambda: CHECK_INTERVAL, self.check_nodes, "querycoord-check-nodes")
+        self._tasks.every(lambda: CHECK_INTERVAL, self.check_indexes, "querycoord-check-indexes")
         self._tasks.spawn(self._follow_segments(), "querycoord-segment-feed")
 
     async def stop(self) -> None:
@@ -160,6 +162,7 @@ class LoadManager:
                     await job
             self.loads.pop(coll_id, None)
             self.served.pop(coll_id, None)
+            self.indexed.pop(coll_id, None)
             await self.kv.delete(keys.loaded_collection_key(coll_id))
         nodes = set(info.channel_nodes.values()) if info is not None else set()
         live = await self._live_nodes()
@@ -210,6 +213,7 @@ class LoadManager:
                     if n not in live:
                         info.channel_nodes[ch] = self._pick(live)
                         self.served.get(coll_id, set()).discard(ch)
+                        self.indexed.pop(coll_id, None)
                         changed = True
                         log.warning(
                             "channel moved from a lost query node", channel=ch, old=n, new=info.channel_nodes[ch]
@@ -219,6 +223,23 @@ class LoadManager:
                     moved.append(coll_id)
         for coll_id in moved:
             self._start_job(coll_id)
+
+    # Indexes ------------------------------------------------------------------------------------
+    async def check_indexes(self) -> None:
+        """Send index builds that finished after their segment was loaded to its node (the
+        segment is searched exactly until then)."""
+        for coll_id, info in list(self.loads.items()):
+            if len(self.served.get(coll_id, ())) < len(info.vchannels):
+                continue
+            files = await recovery.index_files(self.datacoord, coll_id)
+            sent = self.indexed.setdefault(coll_id, set())
+            new = [seg for seg, builds in files.items() if any(b not in sent for _, b, _ in builds)]
+            if not new:
+                continue
+            for s in await recovery.segments_of(self.datacoord, coll_id):
+                if s.ID in new and s.state == SegmentState.Flushed:
+                    await self._on_segment_info(s, removed=False)
+                    sent.update(b for _, b, _ in files[s.ID])
 
     # Segment feed -----------------------------------------------------------------------------
     async def _follow_segments(self) -> None:
@@ -261,5 +282,5 @@ class LoadManager:
             )
         elif s.state == SegmentState.Flushed:
             req = query_node_pb2.LoadSegmentsRequest(collectionID=s.collectionID, schema=info.schema)
-            req.segments.append(await recovery.load_info(self.kv, s))
+            req.segments.append(await recovery.load_info(self.kv, self.datacoord, s))
             merr.check(await node.LoadSegments(req))

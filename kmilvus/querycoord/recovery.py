@@ -18,21 +18,43 @@ SegmentState = common_pb2.SegmentState
 LIVE = (SegmentState.Growing, SegmentState.Sealed, SegmentState.Flushing, SegmentState.Flushed)
 
 
-async def binlog_paths(kv: EtcdKV, coll_id: int, seg_id: int) -> list[str]:
-    logs = [internal_pb2.Binlog.FromString(raw) for _, raw in await kv.get_prefix(keys.binlog_prefix(coll_id, seg_id))]
+async def log_paths(kv: EtcdKV, prefix: str) -> list[str]:
+    logs = [internal_pb2.Binlog.FromString(raw) for _, raw in await kv.get_prefix(prefix)]
     return [b.log_path for b in sorted(logs, key=lambda b: b.logID) if b.log_path]
 
 
-async def load_info(kv: EtcdKV, s: internal_pb2.SegmentInfo) -> query_node_pb2.SegmentLoadInfo:
-    return query_node_pb2.SegmentLoadInfo(
+async def index_files(
+    datacoord, coll_id: int, seg_ids: list[int] | None = None
+) -> dict[int, list[tuple[int, int, str]]]:
+    """{segment: [(field, build, index file key)]} of finished index builds."""
+    rsp = await datacoord.GetIndexInfos(
+        data_coord_pb2.GetIndexInfosRequest(collectionID=coll_id, segmentIDs=seg_ids or [])
+    )
+    merr.check(rsp.status)
+    out: dict[int, list[tuple[int, int, str]]] = {}
+    for si in rsp.segment_indexes:
+        if si.index_file_keys:
+            out.setdefault(si.segmentID, []).append((si.fieldID, si.buildID, si.index_file_keys[0]))
+    return out
+
+
+async def load_info(kv: EtcdKV, datacoord, s: internal_pb2.SegmentInfo) -> query_node_pb2.SegmentLoadInfo:
+    info = query_node_pb2.SegmentLoadInfo(
         segmentID=s.ID,
         partitionID=s.partitionID,
         insert_channel=s.insert_channel,
         num_of_rows=s.num_of_rows,
-        binlog_paths=await binlog_paths(kv, s.collectionID, s.ID),
+        binlog_paths=await log_paths(kv, keys.binlog_prefix(s.collectionID, s.ID)),
+        delta_paths=await log_paths(kv, keys.deltalog_prefix(s.collectionID, s.ID)),
         compaction_from=list(s.compaction_from),
         dml_position=s.dml_position,
     )
+    if s.state == SegmentState.Flushed:
+        for fid, build, key in (await index_files(datacoord, s.collectionID, [s.ID])).get(s.ID, []):
+            info.index_fieldIDs.append(fid)
+            info.index_buildIDs.append(build)
+            info.index_paths.append(key)
+    return info
 
 
 async def segments_of(datacoord, coll_id: int) -> list[internal_pb2.SegmentInfo]:
@@ -58,9 +80,9 @@ async def watch_request(
             continue
         if s.state == SegmentState.Flushed:
             req.flushed_segmentIDs.append(s.ID)
-            req.sealed_segments.append(await load_info(kv, s))
+            req.sealed_segments.append(await load_info(kv, datacoord, s))
         else:
-            info = await load_info(kv, s)
+            info = await load_info(kv, datacoord, s)
             req.unflushed_segments.append(info)
             if info.binlog_paths and s.dml_position.seq:
                 seek = min(seek, s.dml_position.seq)

@@ -18,7 +18,9 @@ from kmilvus.datanode.flowgraph import read_ipc
 from kmilvus.log import get_logger
 from kmilvus.msgstream import MsgStream, MsgType
 from kmilvus.proto import query_node_pb2
+from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.segments import GrowingSegment
+from kmilvus.storage import deltalog
 
 log = get_logger(__name__)
 
@@ -35,6 +37,7 @@ class ChannelDelegator:
         # Rows of an unflushed segment up to this seq are in its binlogs (written under pressure).
         self.persisted_upto: dict[int, int] = {s.segmentID: s.dml_position.seq for s in req.unflushed_segments}
         self.growing: dict[int, GrowingSegment] = {}
+        self.deletes = DeleteSet()  # every Delete consumed on the channel (applied to all its segments)
         self.serviceable_ts = 0
         self.dropped = False
         self.changed = asyncio.Condition()
@@ -60,15 +63,18 @@ class ChannelDelegator:
                 await self._consumer.close()
             self._consumer = None
         self.growing.clear()
+        self.deletes = DeleteSet()
 
     @property
     def consuming(self) -> bool:
         return self._consumer is not None
 
-    def add_growing(self, seg_id: int, partition_id: int, table) -> None:
+    def add_growing(self, seg_id: int, partition_id: int, table, deltas=None) -> None:
         """Rows of an unflushed segment read from its binlogs (before the stream resumes)."""
         g = self.growing.setdefault(seg_id, GrowingSegment(seg_id, partition_id, self.schema))
         g.add(table)
+        if deltas is not None:
+            g.deltas = deltas
 
     def seal(self, seg_id: int) -> None:
         """The segment's sealed copy is loaded: drop the growing copy, skip its messages."""
@@ -88,6 +94,10 @@ class ChannelDelegator:
                         part = int(msg.headers.get("partition", 0))
                         g = self.growing[seg] = GrowingSegment(seg, part, self.schema)
                     g.add(read_ipc(msg.payload))
+                elif t == MsgType.Delete:
+                    batch = read_ipc(msg.payload)
+                    pks = deltalog.pk_numpy(batch.column(deltalog.PK))
+                    self.deletes.add(pks, batch.column(deltalog.TS).to_numpy(zero_copy_only=False))
                 elif t == MsgType.TimeTick:
                     self.serviceable_ts = msg.timestamp
                     async with self.changed:

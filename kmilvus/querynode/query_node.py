@@ -17,8 +17,10 @@ from kmilvus.log import get_logger
 from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
 from kmilvus.querynode import reduce, vector_search
 from kmilvus.querynode.delegator import ChannelDelegator
+from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
 from kmilvus.querynode.segments import SegmentData, read_binlogs
+from kmilvus.storage import deltalog
 from kmilvus.util import merr, typeutil
 
 log = get_logger(__name__)
@@ -30,19 +32,27 @@ class LoadedCollection:
     id: int
     schema: schema_pb2.CollectionSchema
     sealed: dict[int, SegmentData] = field(default_factory=dict)
+    channel_of: dict[int, str] = field(default_factory=dict)  # sealed segment → its DML channel
     channels: dict[str, ChannelDelegator] = field(default_factory=dict)
 
     @property
     def pk_field(self) -> int:
         return typeutil.primary_field(self.schema).fieldID
 
-    def segments(self, vchannels, partitions) -> list[SegmentData]:
-        """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`)."""
+    def segments(self, vchannels, partitions) -> list[tuple[SegmentData, DeleteSet | None]]:
+        """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`),
+        each with the deletes consumed on its channel."""
         parts = set(partitions)
-        segs = [s for s in self.sealed.values() if not parts or s.partition_id in parts]
+        segs = []
+        for s in self.sealed.values():
+            if not parts or s.partition_id in parts:
+                d = self.channels.get(self.channel_of.get(s.segment_id, ""))
+                segs.append((s, d.deletes if d is not None else None))
         for ch in vchannels:
             d = self.channels[ch]
-            segs += [g.data() for g in d.growing.values() if g.rows and (not parts or g.partition_id in parts)]
+            segs += [
+                (g.data(), d.deletes) for g in d.growing.values() if g.rows and (not parts or g.partition_id in parts)
+            ]
         return segs
 
     @property
@@ -81,21 +91,50 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         return c
 
     async def _read(self, coll: LoadedCollection, info: query_node_pb2.SegmentLoadInfo) -> SegmentData:
+        """Binlogs (one Arrow read), delta logs and index files of one segment."""
+
         def load() -> SegmentData:
             table = read_binlogs(self.store, list(info.binlog_paths))
-            return SegmentData.build(info.segmentID, info.partitionID, table, coll.schema)
+            seg = SegmentData.build(info.segmentID, info.partitionID, table, coll.schema)
+            self._read_deltas(seg.deltas, info)
+            self._read_indexes(seg, info)
+            return seg
 
         return await asyncio.to_thread(load)
+
+    def _read_deltas(self, deltas: DeleteSet, info: query_node_pb2.SegmentLoadInfo) -> None:
+        for key in info.delta_paths:
+            t = deltalog.read_delta_log(self.store, key)
+            deltas.add(deltalog.pk_numpy(t.column(deltalog.PK)), t.column(deltalog.TS).to_numpy())
+
+    def _read_indexes(self, seg: SegmentData, info: query_node_pb2.SegmentLoadInfo) -> None:
+        """Load the segment's finished index files; without one a field is searched exactly."""
+        from kmilvus import index as kindex
+
+        for key, fid in zip(info.index_paths, info.index_fieldIDs, strict=True):
+            if fid in seg.indexes:
+                continue
+            data = self.store.filesystem.open_input_file(self.store.path(key)).readall()
+            ix = kindex.load(data)
+            if ix.num_rows != seg.num_rows:
+                log.warning("index ignored: row count differs", segment=seg.segment_id, index_rows=ix.num_rows)
+                continue
+            seg.indexes[fid] = ix
+            seg.index_bytes += len(data)
+            seg.vectors.pop(fid, None)  # the index holds what search needs; outputs read the table
+            seg.sq_norms.pop(fid, None)
 
     def _install(self, coll: LoadedCollection, data: SegmentData, info: query_node_pb2.SegmentLoadInfo) -> None:
         """Sealed copy in, growing copy and compaction sources out — in one synchronous step."""
         coll.sealed[data.segment_id] = data
+        coll.channel_of[data.segment_id] = info.insert_channel
         for d in coll.channels.values():
             d.seal(data.segment_id)
             for src in info.compaction_from:
                 d.seal(src)
         for src in info.compaction_from:
             coll.sealed.pop(src, None)
+            coll.channel_of.pop(src, None)
 
     @merr.rpc()
     async def WatchDmChannels(self, req: query_node_pb2.WatchDmChannelsRequest, context=None):
@@ -108,7 +147,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             for info in req.unflushed_segments:
                 if info.binlog_paths:
                     data = await self._read(coll, info)
-                    d.add_growing(info.segmentID, info.partitionID, data.table)
+                    d.add_growing(info.segmentID, info.partitionID, data.table, data.deltas)
             for info in req.sealed_segments:
                 if info.segmentID not in coll.sealed:
                     self._install(coll, await self._read(coll, info), info)
@@ -125,7 +164,10 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         if coll is None:
             return merr.success()  # released meanwhile
         for info in req.segments:
-            if info.segmentID in coll.sealed:
+            have = coll.sealed.get(info.segmentID)
+            if have is not None:
+                if any(f not in have.indexes for f in info.index_fieldIDs):  # an index finished
+                    await asyncio.to_thread(self._read_indexes, have, info)
                 continue
             data = await self._read(coll, info)
             if self.collections.get(req.collectionID) is coll:
@@ -138,6 +180,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         if coll is not None:
             for seg in req.segmentIDs:
                 coll.sealed.pop(seg, None)
+                coll.channel_of.pop(seg, None)
                 for d in coll.channels.values():
                     d.seal(seg)
         return merr.success()
@@ -221,6 +264,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             flt,
             None if radius is None else float(radius),
             None if range_filter is None else float(range_filter),
+            params,
         )
         return query_node_pb2.SearchResults(arrow=reduce.to_ipc(table))
 
@@ -230,9 +274,8 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         flt = compile_filter(req.expr, coll.schema)
         segments = coll.segments(req.vchannels, req.partitionIDs)
         outputs = [] if req.count else list(req.output_fieldIDs)
-        table, count = await asyncio.to_thread(
-            reduce.retrieve_segments, segments, coll.pk_field, outputs, flt, req.limit
-        )
+        limit = 0 if req.count else req.limit  # count(*) builds no rows
+        table, count = await asyncio.to_thread(reduce.retrieve_segments, segments, coll.pk_field, outputs, flt, limit)
         resp = query_node_pb2.RetrieveResults(count=count)
         if table is not None and not req.count:
             resp.arrow = reduce.to_ipc(table)

@@ -41,8 +41,29 @@ def merge_topk(table: pa.Table, k: int, larger: bool) -> pa.Table:
     return table.take(pa.array(keep))
 
 
+def _alive(seg: SegmentData, deletes, flt: Filter) -> np.ndarray | None:
+    """Rows the filter keeps and no delete removed (None: all)."""
+    keep = flt.mask(seg.table)
+    alive = seg.alive(deletes)
+    if alive is None:
+        return keep
+    return alive if keep is None else keep & alive
+
+
+def _topk_from_ranges(lims: np.ndarray, d: np.ndarray, o: np.ndarray, nq: int, k: int):
+    """A range search's hits (best first per query) as the (nq, k) form of a top-k search."""
+    out_d = np.full((nq, k), np.nan, dtype=np.float32)
+    out_i = np.full((nq, k), -1, dtype=np.int64)
+    qid = np.repeat(np.arange(nq), np.diff(lims))
+    rank = np.arange(len(o)) - lims[qid]
+    keep = rank < k
+    out_d[qid[keep], rank[keep]] = d[keep]
+    out_i[qid[keep], rank[keep]] = o[keep]
+    return out_d, out_i
+
+
 def search_segments(
-    segments: list[SegmentData],
+    segments: list[tuple[SegmentData, object]],
     queries: np.ndarray,
     k: int,
     metric: str,
@@ -52,26 +73,39 @@ def search_segments(
     flt: Filter,
     radius: float | None = None,
     range_filter: float | None = None,
+    params: dict | None = None,
 ) -> pa.Table:
-    """Top-k per query over `segments` (each searched in a thread; BLAS releases the GIL)."""
+    """Top-k per query over `segments` (each searched in a thread: faiss and BLAS release the
+    GIL): a segment's index when it has one for the field, its raw vectors exactly otherwise."""
 
-    def one(seg: SegmentData) -> pa.Table | None:
-        base = seg.vectors.get(anns_field)
-        if base is None or seg.num_rows == 0:
+    def one(item) -> pa.Table | None:
+        seg, deletes = item
+        if seg.num_rows == 0:
             return None
-        valid = flt.mask(seg.table)
+        valid = _alive(seg, deletes, flt)
         if valid is not None and not valid.any():
             return None
-        d, i = vector_search.search(
-            base,
-            queries,
-            k,
-            metric,
-            valid=valid,
-            radius=radius,
-            range_filter=range_filter,
-            base_sq=seg.sq_norms.get(anns_field),
-        )
+        index = seg.indexes.get(anns_field)
+        if index is not None:
+            if radius is not None:
+                lims, dd, oo = index.range_search(queries, radius, range_filter, params, valid)
+                d, i = _topk_from_ranges(lims, dd, oo, len(queries), k)
+            else:
+                d, i = index.search(queries, min(k, seg.num_rows), params, valid)
+        else:
+            base = seg.vectors.get(anns_field)
+            if base is None:
+                return None
+            d, i = vector_search.search(
+                base,
+                queries,
+                k,
+                metric,
+                valid=valid,
+                radius=radius,
+                range_filter=range_filter,
+                base_sq=seg.sq_norms.get(anns_field),
+            )
         hit = i >= 0
         q_idx = np.nonzero(hit)[0].astype(np.int32)
         offs = i[hit]
@@ -91,19 +125,19 @@ def empty_search_result() -> pa.Table:
 
 
 def retrieve_segments(
-    segments: list[SegmentData], pk_field: int, output_ids: list[int], flt: Filter, limit: int
+    segments: list[tuple[SegmentData, object]], pk_field: int, output_ids: list[int], flt: Filter, limit: int
 ) -> tuple[pa.Table | None, int]:
     """(rows matching `flt` with "pk" and output fields, count of matching rows); with `limit`
     ≥ 0 the rows are the `limit` smallest primary keys (stable pagination, as Milvus)."""
     parts = []
     count = 0
-    for seg in segments:
+    for seg, deletes in segments:
         if seg.num_rows == 0:
             continue
-        m = flt.mask(seg.table)
+        m = _alive(seg, deletes, flt)
         offs = np.arange(seg.num_rows) if m is None else np.nonzero(m)[0]
         count += len(offs)
-        if len(offs):
+        if len(offs) and (limit != 0 or output_ids):
             parts.append(pa.table(_output_columns(seg, offs, pk_field, output_ids)))
     if not parts:
         return None, count

@@ -5,12 +5,14 @@ field as one contiguous float32 numpy array — converted once, never per row.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus.querynode.deletes import DeleteSet, pk_and_ts
 from kmilvus.storage import ObjectStore
 
 DT = schema_pb2.DataType
@@ -37,10 +39,17 @@ class SegmentData:
     table: pa.Table
     vectors: dict[int, np.ndarray] = field(default_factory=dict)
     sq_norms: dict[int, np.ndarray] = field(default_factory=dict)
+    indexes: dict[int, Any] = field(default_factory=dict)  # field ID → kmilvus.index.VectorIndex
+    deltas: DeleteSet = field(default_factory=DeleteSet)  # its delta logs
+    index_bytes: int = 0  # serialized size of the loaded indexes (≈ their memory)
+    pk_field: int = 0
+    _keys: tuple[np.ndarray, np.ndarray] | None = None
+    _alive: tuple[tuple[int, int], np.ndarray | None] | None = None
 
     @classmethod
     def build(cls, segment_id: int, partition_id: int, table: pa.Table, schema: schema_pb2.CollectionSchema):
-        seg = cls(segment_id, partition_id, table)
+        pk = next(f.fieldID for f in schema.fields if f.is_primary_key)
+        seg = cls(segment_id, partition_id, table, pk_field=pk)
         for f in schema.fields:
             if f.data_type == DT.FloatVector and str(f.fieldID) in table.column_names:
                 dim = next(int(p.value) for p in f.type_params if p.key == "dim")
@@ -55,7 +64,27 @@ class SegmentData:
 
     @property
     def nbytes(self) -> int:
-        return self.table.nbytes + sum(v.nbytes for v in self.vectors.values())
+        own = sum(v.nbytes for v in self.vectors.values() if v.base is None)
+        return self.table.nbytes + own + self.index_bytes
+
+    def alive(self, channel_deletes: DeleteSet | None) -> np.ndarray | None:
+        """A bool per row: not deleted by its delta logs nor by the channel's deletes (None:
+        every row is alive). Cached until either set changes."""
+        version = (self.deltas.version, channel_deletes.version if channel_deletes is not None else -1)
+        if self._alive is not None and self._alive[0] == version:
+            return self._alive[1]
+        dead = None
+        for dels in (self.deltas, channel_deletes):
+            if dels is None or not len(dels):
+                continue
+            if self._keys is None:
+                self._keys = pk_and_ts(self.table, self.pk_field)
+            d = dels.deleted(*self._keys)
+            if d is not None:
+                dead = d if dead is None else dead | d
+        mask = None if dead is None else ~dead
+        self._alive = (version, mask)
+        return mask
 
 
 def read_binlogs(store: ObjectStore, keys: list[str], schema: pa.Schema | None = None) -> pa.Table:
@@ -75,6 +104,7 @@ class GrowingSegment:
         self.batches: list[pa.RecordBatch | pa.Table] = []
         self.rows = 0
         self.nbytes = 0
+        self.deltas = DeleteSet()  # delta logs written for it before it was flushed
         self._data: SegmentData | None = None
 
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
@@ -88,4 +118,5 @@ class GrowingSegment:
             tables = [b if isinstance(b, pa.Table) else pa.Table.from_batches([b]) for b in self.batches]
             table = pa.concat_tables(tables, promote_options="default").combine_chunks()
             self._data = SegmentData.build(self.segment_id, self.partition_id, table, self.schema)
+            self._data.deltas = self.deltas
         return self._data
