@@ -14,13 +14,22 @@ from tests.util import wait_until
 DIM = 16
 
 
-def make_collection(client: MilvusClient, name: str, shards: int = 2) -> None:
+INDEX_PARAMS = {"FLAT": {}, "HNSW": {"M": 16, "efConstruction": 64}, "IVF_FLAT": {"nlist": 16}}
+SEARCH_PARAMS = {"FLAT": {}, "HNSW": {"ef": 64}, "IVF_FLAT": {"nprobe": 16}}
+
+
+def make_collection(
+    client: MilvusClient, name: str, shards: int = 2, index_type: str = "FLAT", metric: str = "L2"
+) -> None:
     schema = MilvusClient.create_schema(enable_dynamic_field=True)
     schema.add_field("id", DataType.INT64, is_primary=True)
     schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
     schema.add_field("tag", DataType.VARCHAR, max_length=32)
     schema.add_field("meta", DataType.JSON)
+    index = client.prepare_index_params()
+    index.add_index("vec", index_type=index_type, metric_type=metric, params=INDEX_PARAMS[index_type])
     client.create_collection(name, schema=schema, num_shards=shards, consistency_level="Strong")
+    client.create_index(name, index)
 
 
 def rows(start: int, n: int, rng) -> list[dict]:
@@ -37,14 +46,21 @@ def distribution(node, coll_id: int = 0) -> query_node_pb2.GetDataDistributionRe
     return node.call(qn.GetDataDistribution(query_node_pb2.GetDataDistributionRequest(collectionID=coll_id)))
 
 
+@pytest.mark.parametrize("index_type", ["FLAT", "HNSW", "IVF_FLAT"])
 @pytest.mark.parametrize("metric", ["L2", "IP", "COSINE"])
-def test_search_own_vector_flushed_and_growing(client, node, metric):
+def test_search_own_vector_flushed_and_growing(client, node, metric, index_type):
     rng = np.random.default_rng(7)
-    make_collection(client, "s")
+    make_collection(client, "s", index_type=index_type, metric=metric)
     flushed = rows(0, 1500, rng)
     client.insert("s", flushed)
     client.flush("s")
+    wait_until(
+        lambda: client.describe_index("s", "vec").get("indexed_rows") == 1500, 60, what="index built on flushed rows"
+    )
     client.load_collection("s")
+    coll_id = client.describe_collection("s")["collection_id"]
+    segs = distribution(node, coll_id).segments
+    assert segs and all(s.indexed_fieldIDs for s in segs)  # flushed rows are searched through the index
     assert client.get_load_state("s")["state"].name == "Loaded"
     growing = rows(1500, 300, rng)
     client.insert("s", growing)  # acknowledged just before a Strong search: must be seen
@@ -53,7 +69,7 @@ def test_search_own_vector_flushed_and_growing(client, node, metric):
         "s",
         data=[r["vec"] for r in probes],
         limit=5,
-        search_params={"metric_type": metric},
+        search_params={"metric_type": metric, "params": SEARCH_PARAMS[index_type]},
         output_fields=["tag", "meta", "vec", "extra"],
     )
     assert len(res) == len(probes)
@@ -70,6 +86,8 @@ def test_search_own_vector_flushed_and_growing(client, node, metric):
         ent = top["entity"]
         assert ent["tag"] == probe["tag"] and ent["meta"] == probe["meta"] and ent["extra"] == probe["extra"]
         assert np.allclose(ent["vec"], probe["vec"])
+    if index_type != "FLAT":
+        return
     # Exact answers: the same top 5 as numpy over every row.
     allv = np.stack([r["vec"] for r in flushed + growing])
     q = probes[0]["vec"]
@@ -123,8 +141,19 @@ def test_search_bad_input_is_refused_as_milvus_does(client, node):
         client.search("b", data=[q], limit=16385)
     assert e.value.code == 1100 and "16384" in e.value.message
     with pytest.raises(MilvusException) as e:
-        client.search("b", data=[q], limit=3, search_params={"metric_type": "HAMMING2"})
-    assert "metric type not found" in e.value.message
+        client.search("b", data=[q], limit=3, search_params={"metric_type": "IP"})
+    assert e.value.code == 1100 and "metric type not match" in e.value.message
+    with pytest.raises(MilvusException) as e:
+        client.search("b", data=[q], limit=3, filter="tag = = 'x'")
+    assert e.value.code == 1100 and "cannot parse expression" in e.value.message
+    # Milvus refuses to load a vector field without an index.
+    schema = MilvusClient.create_schema()
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+    client.create_collection("noindex", schema=schema)
+    with pytest.raises(MilvusException) as e:
+        client.load_collection("noindex")
+    assert e.value.code == 700 and "there is no vector index on field: [vec]" in e.value.message
 
 
 def test_release_and_drop_free_consumers_and_memory(client, node):

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
-from kmilvus.proto import query_node_pb2
+from kmilvus.proto import data_coord_pb2, query_node_pb2
 from kmilvus.proxy import read_path
 from kmilvus.querynode import reduce, vector_search
 from kmilvus.util import merr, typeutil
@@ -120,7 +120,7 @@ class ProxySearchMixin:
             )
         if round_decimal != -1 and not 0 <= round_decimal <= 6:
             raise merr.invalid(f"round_decimal {round_decimal} is invalid, should be -1 or an integer in range [0, 6]")
-        metric = vector_search.check_metric(params.get("metric_type") or await self.index_metric(meta, field))
+        metric = await self.search_metric(meta, field, params.get("metric_type", ""))
         queries = query_vectors(req, field)
         nodes, loaded = await read_path.serving_nodes(self, meta)
         parts = read_path.partition_ids(meta, list(req.partition_names), loaded)
@@ -162,6 +162,18 @@ class ProxySearchMixin:
         data = result_data(meta, merged, len(queries), limit, round_decimal, out_ids, out_names)
         return milvus_pb2.SearchResults(results=data, collection_name=meta.name, session_ts=ts)
 
-    async def index_metric(self, meta, field) -> str:
-        """The metric of the field's index; L2 when it has none (brute force)."""
-        return "L2"
+    async def vector_indexes(self, meta) -> dict[int, dict[str, str]]:
+        """{vector field ID: its index params} (DataCoord's index meta)."""
+        resp = await self.datacoord.DescribeIndex(data_coord_pb2.DescribeIndexRequest(collectionID=meta.id))
+        if resp.status.code == merr.INDEX_NOT_FOUND[0]:
+            return {}
+        merr.check(resp.status)
+        return {i.index.fieldID: {kv.key: kv.value for kv in i.index.index_params} for i in resp.infos}
+
+    async def search_metric(self, meta, field, requested: str) -> str:
+        """The metric of the field's index; a request naming another one is refused, as Milvus."""
+        index = (await self.vector_indexes(meta)).get(field.fieldID, {})
+        have = index.get("metric_type", "").upper()
+        if requested and have and requested.upper() != have:
+            raise merr.invalid(f"metric type not match: invalid parameter[expected={have}][actual={requested}]")
+        return vector_search.check_metric(requested or have or "L2")

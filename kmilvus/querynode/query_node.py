@@ -221,6 +221,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                     partitionID=s.partition_id,
                     num_rows=s.num_rows,
                     memory_bytes=s.nbytes,
+                    indexed_fieldIDs=sorted(s.indexes),
                 )
             resp.memory_bytes += coll.nbytes
         return resp
