@@ -117,3 +117,33 @@ def test_query_bad_input_is_refused_as_milvus_does(client):
     with pytest.raises(MilvusException) as e:
         client.query("bad", filter="id > 0", output_fields=["nope"])
     assert e.value.code == 1700 and "field nope not exist" in e.value.message
+
+
+def test_load_release_partitions(client):
+    make(client, "p")
+    client.create_partition("p", "p1")
+    client.create_partition("p", "p2")
+    client.insert("p", rows(0, 3), partition_name="p1")
+    client.insert("p", rows(3, 3), partition_name="p2")
+    client.release_collection("p")
+    client.load_partitions("p", ["p1", "p2"])
+    assert ids(client.query("p", filter="id >= 0")) == [0, 1, 2, 3, 4, 5]
+    assert ids(client.query("p", filter="id >= 0", partition_names=["p2"])) == [3, 4, 5]
+    client.release_partitions("p", ["p1"])
+    assert ids(client.query("p", filter="id >= 0")) == [3, 4, 5]
+    with pytest.raises(MilvusException) as e:
+        client.query("p", filter="id >= 0", partition_names=["p1"])
+    assert "partition not loaded" in e.value.message
+    with pytest.raises(MilvusException) as e:
+        client.drop_partition("p", "p2")
+    assert "partition cannot be dropped, partition is loaded, please release it first" in e.value.message
+    client.drop_partition("p", "p1")
+    assert ids(client.get("p", ids=[1, 4])) == [4]
+
+
+def test_delete_by_any_expression(loaded):
+    c = loaded
+    res = c.delete("q", filter='name like "alice-%" and id < 30')
+    assert res["delete_count"] == 10
+    assert c.query("q", filter='name like "alice-%" and id < 30') == []
+    assert c.query("q", filter="", output_fields=["count(*)"])[0]["count(*)"] == 740

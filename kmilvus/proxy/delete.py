@@ -79,10 +79,11 @@ class DeleteTask(Task):
             raise merr.invalid("expr cannot be empty")
         plan = parse(req.expr, meta.schema)
         pks = plan.primary_keys()
-        if pks is None:
-            raise merr.invalid(f"invalid expression, we only support to delete by pk, expr: {req.expr}")
         pk_type = pa.int64() if meta.pk.data_type == DT.Int64 else pa.string()
-        self.keys = pa.array(pks, pk_type)
+        if pks is None:  # any other expression: a Strong query finds the keys (kmilvus.proxy.query)
+            self.keys = (await self.proxy.primary_keys_matching(meta, req.expr)).cast(pk_type)
+        else:
+            self.keys = pa.array(pks, pk_type)
 
     async def execute(self) -> None:
         meta, proxy, keys = self.meta, self.proxy, self.keys

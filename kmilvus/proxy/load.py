@@ -80,6 +80,21 @@ class ProxyLoadMixin:
         merr.check(resp.status)
         return resp
 
+    async def check_partition_released(self, req) -> None:
+        """DropPartition's PreExecute in Milvus: a loaded partition cannot be dropped."""
+        meta = await self.meta_cache.get(req.db_name, req.collection_name)
+        part = meta.partitions.get(req.partition_name)
+        if part is None:
+            return  # RootCoord answers for a partition that does not exist
+        resp = await self.querycoord.GetLoadState(
+            query_coord_pb2.GetLoadStateRequest(collectionID=meta.id, partitionIDs=[part])
+        )
+        merr.check(resp.status)
+        if resp.state != common_pb2.LoadState.LoadStateNotLoad:
+            raise merr.MilvusError(
+                merr.UNEXPECTED, "partition cannot be dropped, partition is loaded, please release it first"
+            )
+
     @merr.rpc(milvus_pb2.GetLoadStateResponse)
     async def GetLoadState(self, req, context=None):
         return milvus_pb2.GetLoadStateResponse(state=(await self._state(req)).state)

@@ -8,7 +8,7 @@ import json
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pymilvus.grpc_gen import milvus_pb2, schema_pb2
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
 from kmilvus.proto import query_node_pb2
 from kmilvus.proxy import read_path
@@ -31,6 +31,23 @@ def _param(params: dict[str, str], key: str) -> int | None:
 
 
 class ProxyQueryMixin:
+    async def primary_keys_matching(self, meta, expr: str) -> pa.Array:
+        """The primary keys of every row `expr` matches, read at a fresh timestamp (Delete by
+        expression, as Milvus: query, then delete)."""
+        req = milvus_pb2.QueryRequest(
+            db_name=meta.db,
+            collection_name=meta.name,
+            expr=expr,
+            output_fields=[meta.pk.name],
+            consistency_level=common_pb2.ConsistencyLevel.Strong,
+        )
+        resp = await self.Query(req)
+        merr.check(resp.status)
+        fd = next(f for f in resp.fields_data if f.field_name == meta.pk.name)
+        if meta.pk.data_type == DT.Int64:
+            return pa.array(fd.scalars.long_data.data, pa.int64())
+        return pa.array(list(fd.scalars.string_data.data), pa.string())
+
     @merr.rpc(milvus_pb2.QueryResults)
     async def Query(self, req: milvus_pb2.QueryRequest, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
