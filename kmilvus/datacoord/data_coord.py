@@ -45,9 +45,7 @@ async def _leader_unknown() -> bool:
     return True
 
 
-class DataCoord(
-    DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs, data_coord_pb2_grpc.DataCoordServicer
-):
+class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs, data_coord_pb2_grpc.DataCoordServicer):
     role = roles.DATACOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, store, registry: roles.Registry, server_id: int = 0):
