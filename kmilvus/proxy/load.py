@@ -12,7 +12,7 @@ QueryCoord does the work; the Proxy resolves names to IDs.
 
 from __future__ import annotations
 
-from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
+from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
 from kmilvus.proto import internal_pb2, query_coord_pb2
@@ -27,14 +27,6 @@ class ProxyLoadMixin:
     async def _load(self, req, partition_names) -> common_pb2.Status:
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
         parts = [meta.partition(n) for n in partition_names]
-        indexed = await self.vector_indexes(meta)
-        for f in meta.schema.fields:
-            if f.data_type == schema_pb2.DataType.FloatVector and f.fieldID not in indexed:
-                raise merr.MilvusError(
-                    merr.INDEX_NOT_FOUND,
-                    f"there is no vector index on field: [{f.name}], please create index firstly: "
-                    f"collection={meta.name}: index not found",
-                )
         if req.replica_number > 1:
             raise merr.invalid(
                 f"replica number {req.replica_number} exceeds the number of query nodes (kmilvus serves 1)"

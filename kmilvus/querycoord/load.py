@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from pymilvus.grpc_gen import common_pb2
+from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus import components as roles
 from kmilvus.coordinator.client import CoordinatorClient
 from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.meta import catalog as keys
-from kmilvus.proto import internal_pb2, query_coord_pb2, query_node_pb2
+from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, query_node_pb2
 from kmilvus.querycoord import recovery
 from kmilvus.util import merr
 from kmilvus.util.tasks import BackgroundTasks
@@ -41,6 +41,7 @@ class LoadManager:
         self.indexed: dict[int, set[int]] = {}  # index builds sent to the nodes, per collection
         self._jobs: dict[int, asyncio.Task] = {}
         self._tasks = BackgroundTasks()
+        self._feed: asyncio.Task | None = None
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -52,12 +53,25 @@ class LoadManager:
                     self.served[info.collectionID] = set()
         self._tasks.every(lambda: CHECK_INTERVAL, self.check_nodes, "querycoord-check-nodes")
         self._tasks.every(lambda: CHECK_INTERVAL, self.check_indexes, "querycoord-check-indexes")
-        self._tasks.spawn(self._follow_segments(), "querycoord-segment-feed")
+        self._follow()
 
     async def stop(self) -> None:
         for t in self._jobs.values():
             t.cancel()
+        await self._unfollow()
         await self._tasks.stop()
+
+    def _follow(self) -> None:
+        """Subscribe to the segment feed while anything is loaded (and only then)."""
+        if self.loads and (self._feed is None or self._feed.done()):
+            self._feed = asyncio.create_task(self._follow_segments(), name="querycoord-segment-feed")
+
+    async def _unfollow(self) -> None:
+        if self._feed is not None:
+            self._feed.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._feed
+            self._feed = None
 
     @property
     def datacoord(self):
@@ -83,7 +97,20 @@ class LoadManager:
         await self.kv.put(keys.loaded_collection_key(info.collectionID), info.SerializeToString())
 
     # Load / release ----------------------------------------------------------------------------
+    async def _check_indexed(self, req: query_coord_pb2.LoadCollectionRequest) -> None:
+        """Milvus loads a collection only when every vector field has an index."""
+        rsp = await self.datacoord.DescribeIndex(data_coord_pb2.DescribeIndexRequest(collectionID=req.collectionID))
+        indexed = {i.index.fieldID for i in rsp.infos} if merr.ok(rsp.status) else set()
+        for f in schema_pb2.CollectionSchema.FromString(req.schema).fields:
+            if f.data_type == schema_pb2.DataType.FloatVector and f.fieldID not in indexed:
+                raise merr.MilvusError(
+                    merr.INDEX_NOT_FOUND,
+                    f"there is no vector index on field: [{f.name}], please create index firstly: "
+                    f"collection={req.collection_name}: index not found",
+                )
+
     async def load(self, req: query_coord_pb2.LoadCollectionRequest) -> None:
+        await self._check_indexed(req)
         async with self._lock:
             cur = self.loads.get(req.collectionID)
             if cur is not None:
@@ -116,6 +143,7 @@ class LoadManager:
             await self._save(info)
             self.loads[req.collectionID] = info
             self.served[req.collectionID] = set()
+        self._follow()
         self._start_job(req.collectionID)
 
     def _start_job(self, coll_id: int) -> None:
@@ -164,6 +192,8 @@ class LoadManager:
             self.served.pop(coll_id, None)
             self.indexed.pop(coll_id, None)
             await self.kv.delete(keys.loaded_collection_key(coll_id))
+            if not self.loads:
+                await self._unfollow()
         nodes = set(info.channel_nodes.values()) if info is not None else set()
         live = await self._live_nodes()
         for n in sorted(nodes | set(live)):
