@@ -30,6 +30,7 @@ from kmilvus.index import params as P
 from kmilvus.log import get_logger
 from kmilvus.meta import catalog as keys
 from kmilvus.storage import binlog, paths
+from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.tasks import BackgroundTasks
 
 log = get_logger(__name__)
@@ -173,6 +174,7 @@ class IndexBuilder:
                 built = await kindex.abuild(vectors, params[P.INDEX_TYPE], params[P.METRIC_TYPE], params)
                 key = paths.index_file_key(i.collectionID, i.partitionID, i.ID, build_id)
                 await self.store.write(key, built.data)
+                await afailpoint("indexnode.build.after_write")  # files written, Finished not committed
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
