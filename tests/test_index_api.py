@@ -249,3 +249,24 @@ def test_coordinator_killed_mid_build_redoes_it(etcd_endpoint, nats_url, root, t
     finally:
         for p in procs:
             p.kill()
+
+
+def test_garbage_collector_removes_index_files_no_build_refers_to(node_factory):
+    node = node_factory(gc_interval=0.2, gc_tolerance=0.5)
+    c = MilvusClient(uri=node.uri)
+    c.create_collection("gcx", schema=vec_schema(c, 8))
+    c.insert("gcx", [{"id": i, "vector": [float(i)] * 8} for i in range(200)])
+    c.flush("gcx")
+    params = c.prepare_index_params()
+    params.add_index(field_name="vector", index_type="FLAT", metric_type="L2")
+    c.create_index("gcx", params)
+    coll_id = c.describe_collection("gcx")["collection_id"]
+    kept = index_files(node, coll_id)
+    assert len(kept) == 1
+    _, _, part, seg, _, _ = kept[0].split("/")
+    orphan = paths.index_file_key(coll_id, int(part), int(seg), 999_999_999)  # a build that never recorded itself
+    node.call(node.node.store.write(orphan, b"partial"))
+    wait_until(lambda: not node.call(node.node.store.exists(orphan)), timeout=10, what="orphan index file collected")
+    assert index_files(node, coll_id) == kept
+    assert c.describe_index("gcx", "vector")["state"] == "Finished"
+    c.close()

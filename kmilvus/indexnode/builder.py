@@ -25,7 +25,6 @@ import numpy as np
 from kmilvus import index as kindex
 from kmilvus.datacoord.index_meta import FieldIndex, IndexMeta, IndexState, SegmentIndex, params_of
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
-from kmilvus.datacoord.segment_feed import FeedOverflow
 from kmilvus.index import params as P
 from kmilvus.log import get_logger
 from kmilvus.meta import catalog as keys
@@ -35,6 +34,7 @@ from kmilvus.util.tasks import BackgroundTasks
 
 log = get_logger(__name__)
 RECONCILE_EVERY = 2.0  # seconds; changes also wake it at once
+MIN_PASS_INTERVAL = 0.2
 
 
 def vectors_of(column, dim: int) -> np.ndarray:
@@ -88,13 +88,11 @@ class IndexBuilder:
                 log.error("index reconcile failed", exc_info=True)
 
     async def _follow_segments(self) -> None:
+        """Wake on every segment meta change (SegmentMeta.changed, not the operator's feed)."""
         while True:
-            try:
-                async for ev in self.meta.feed.subscribe():
-                    if ev.removed or ev.info.state in (SegmentState.Flushed, SegmentState.Dropped):
-                        self.wake()
-            except FeedOverflow:
-                self.wake()  # events lost: the next reconcile reads the whole meta anyway
+            async with self.meta.changed:
+                await self.meta.changed.wait()
+            self.wake()
 
     async def cancel(self, builds: list[tuple[int, int]]) -> None:
         tasks = [t for b in builds if (t := self._running.pop(b, None)) is not None]
