@@ -9,10 +9,12 @@ import asyncio
 import numpy as np
 import pytest
 from pymilvus import Collection, DataType, MilvusClient, MilvusException, utility
+from pymilvus.grpc_gen import common_pb2
 
 from kmilvus import index as kindex
 from kmilvus.meta import EtcdKV
-from kmilvus.storage import paths
+from kmilvus.proto import data_coord_pb2
+from kmilvus.storage import ObjectStore, paths
 from tests.flushutil import batch, bench_schema
 from tests.util import wait_until
 
@@ -174,8 +176,9 @@ def test_index_bad_input(node, orm):
 
 
 def test_builds_resume_after_restart(node_factory):
-    """A DataCoord restarted mid-build redoes what its meta says is InProgress; nothing is lost
-    or duplicated (one file, one SegmentIndex per segment)."""
+    """Index meta outlives its DataCoord: a node started after the first stopped (whatever state
+    the build was in) answers Finished with one file and one SegmentIndex per segment. The exact
+    mid-build crash is test_coordinator_killed_mid_build_redoes_it."""
     first = node_factory()
     c = MilvusClient(uri=first.uri)
     c.create_collection("rs", schema=vec_schema(c, 32))
@@ -194,4 +197,76 @@ def test_builds_resume_after_restart(node_factory):
     assert len(files) == len({k.split("/")[3] for k in files}) >= 1
     assert len(etcd_keys(second.cfg, f"datacoord-meta/segment-index/{coll_id}/")) == len(files)
     c.drop_collection("rs")
+    c.close()
+
+
+def test_coordinator_killed_mid_build_redoes_it(etcd_endpoint, nats_url, root, tmp_path):
+    """SIGKILL after the index file is written but before Finished is committed: the restarted
+    DataCoord finds the build InProgress and redoes it under the same build ID (the file is
+    overwritten, not duplicated); one file and one SegmentIndex per segment."""
+    from tests.harness import ProcessNode, make_config
+    from tests.test_drop import COORDS
+
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
+    procs = [
+        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(
+            wait_for="node ready", failpoints="indexnode.build.after_write"
+        ),
+        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
+    ]
+    try:
+        c = MilvusClient(uri=f"http://127.0.0.1:{cfg.proxy_port}")
+        c.create_collection("crash", schema=vec_schema(c, 16))
+        c.insert("crash", [{"id": i, "vector": np.random.default_rng(i).random(16).tolist()} for i in range(1_000)])
+        c.flush("crash")
+        coll_id = c.describe_collection("crash")["collection_id"]
+        params = c.prepare_index_params()
+        params.add_index(field_name="vector", index_type="FLAT", metric_type="L2")
+        c.create_index("crash", params, sync=False)
+        assert procs[0].proc.wait(30) != 0  # killed at the failpoint
+
+        async def builds():
+            kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
+            try:
+                raw = await kv.get_prefix(f"datacoord-meta/segment-index/{coll_id}/")
+                return [data_coord_pb2.SegmentIndex.FromString(v) for _, v in raw]
+            finally:
+                await kv.close()
+
+        before = asyncio.run(builds())
+        assert [b.state for b in before] == [common_pb2.IndexState.InProgress]
+        store = ObjectStore.from_uri(cfg.storage_uri)
+        assert len([k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))]) == 1
+        procs[0] = ProcessNode(cfg, COORDS, tmp_path / "coords2.log").start(wait_for="node ready")
+        wait_until(lambda: c.describe_index("crash", "vector")["state"] == "Finished", timeout=60, what="redone")
+        after = asyncio.run(builds())
+        assert [(b.buildID, b.state) for b in after] == [(before[0].buildID, common_pb2.IndexState.Finished)]
+        files = [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))]
+        assert files == list(after[0].index_file_keys)
+        assert kindex.load(store.read_sync(files[0])).num_rows == 1_000
+        c.close()
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def test_garbage_collector_removes_index_files_no_build_refers_to(node_factory):
+    node = node_factory(gc_interval=0.2, gc_tolerance=0.5)
+    c = MilvusClient(uri=node.uri)
+    c.create_collection("gcx", schema=vec_schema(c, 8))
+    c.insert("gcx", [{"id": i, "vector": [float(i)] * 8} for i in range(200)])
+    c.flush("gcx")
+    params = c.prepare_index_params()
+    params.add_index(field_name="vector", index_type="FLAT", metric_type="L2")
+    c.create_index("gcx", params)
+    coll_id = c.describe_collection("gcx")["collection_id"]
+    kept = index_files(node, coll_id)
+    assert len(kept) == 1
+    _, _, part, seg, _, _ = kept[0].split("/")
+    orphan = paths.index_file_key(coll_id, int(part), int(seg), 999_999_999)  # a build that never recorded itself
+    node.call(node.node.store.write(orphan, b"partial"))
+    wait_until(lambda: not node.call(node.node.store.exists(orphan)), timeout=10, what="orphan index file collected")
+    assert index_files(node, coll_id) == kept
+    assert c.describe_index("gcx", "vector")["state"] == "Finished"
     c.close()

@@ -25,15 +25,16 @@ import numpy as np
 from kmilvus import index as kindex
 from kmilvus.datacoord.index_meta import FieldIndex, IndexMeta, IndexState, SegmentIndex, params_of
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
-from kmilvus.datacoord.segment_feed import FeedOverflow
 from kmilvus.index import params as P
 from kmilvus.log import get_logger
 from kmilvus.meta import catalog as keys
 from kmilvus.storage import binlog, paths
+from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.tasks import BackgroundTasks
 
 log = get_logger(__name__)
 RECONCILE_EVERY = 2.0  # seconds; changes also wake it at once
+MIN_PASS_INTERVAL = 0.2
 
 
 def vectors_of(column, dim: int) -> np.ndarray:
@@ -87,13 +88,11 @@ class IndexBuilder:
                 log.error("index reconcile failed", exc_info=True)
 
     async def _follow_segments(self) -> None:
+        """Wake on every segment meta change (SegmentMeta.changed, not the operator's feed)."""
         while True:
-            try:
-                async for ev in self.meta.feed.subscribe():
-                    if ev.removed or ev.info.state in (SegmentState.Flushed, SegmentState.Dropped):
-                        self.wake()
-            except FeedOverflow:
-                self.wake()  # events lost: the next reconcile reads the whole meta anyway
+            async with self.meta.changed:
+                await self.meta.changed.wait()
+            self.wake()
 
     async def cancel(self, builds: list[tuple[int, int]]) -> None:
         tasks = [t for b in builds if (t := self._running.pop(b, None)) is not None]
@@ -173,6 +172,7 @@ class IndexBuilder:
                 built = await kindex.abuild(vectors, params[P.INDEX_TYPE], params[P.METRIC_TYPE], params)
                 key = paths.index_file_key(i.collectionID, i.partitionID, i.ID, build_id)
                 await self.store.write(key, built.data)
+                await afailpoint("indexnode.build.after_write")  # files written, Finished not committed
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
