@@ -51,6 +51,8 @@ class LoadManager:
                 if info.collectionID:
                     self.loads[info.collectionID] = info
                     self.served[info.collectionID] = set()
+        for coll_id in self.loads:  # a new leader: nodes that already serve a channel answer at once
+            self._start_job(coll_id)
         self._tasks.every(lambda: CHECK_INTERVAL, self.check_nodes, "querycoord-check-nodes")
         self._tasks.every(lambda: CHECK_INTERVAL, self.check_indexes, "querycoord-check-indexes")
         self._follow()
@@ -157,6 +159,7 @@ class LoadManager:
         while (info := self.loads.get(coll_id)) is not None:
             pending = [ch for ch in info.vchannels if ch not in self.served.get(coll_id, set())]
             if not pending:
+                await self._catch_up(coll_id)
                 return
             for ch in pending:
                 node_id = info.channel_nodes[ch]
@@ -290,6 +293,16 @@ class LoadManager:
                     for s in await recovery.segments_of(self.datacoord, coll_id):
                         if s.state == SegmentState.Flushed:
                             await self._on_segment_info(s, removed=False)
+
+    async def _catch_up(self, coll_id: int) -> None:
+        """Segments flushed while no feed was followed (a new leader, or between a channel's
+        recovery listing and the subscription): load them now; nodes skip what they hold."""
+        try:
+            for s in await recovery.segments_of(self.datacoord, coll_id):
+                if s.state == SegmentState.Flushed:
+                    await self._on_segment_info(s, removed=False)
+        except Exception:  # the next feed event or check pass covers it
+            log.warning("catch-up of flushed segments failed", collection=coll_id, exc_info=True)
 
     async def _on_segment(self, ev) -> None:
         try:
