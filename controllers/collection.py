@@ -259,6 +259,8 @@ async def converge(rt: Runtime, body) -> Outcome:
         out.status["rows"] = 0
     if "segments" not in old:
         out.status["segments"] = {"growing": 0, "sealed": 0, "flushing": 0, "flushed": 0, "total": 0}
+    if "load" in spec:
+        out.status["load"] = await converge_load(co, desc, bool(spec["load"]), out.events)
     return out
 
 
@@ -284,6 +286,32 @@ async def sync_partitions(co: CoordinatorClient, t: Target, spec: dict, cid: int
         return list(await co.list_partitions(cid))
     except merr.MilvusError as exc:
         raise kopf.TemporaryError(f"partitions of {t.name}: {exc.message}", delay=2) from None
+
+
+async def converge_load(co: CoordinatorClient, desc, want: bool, events: list) -> dict:
+    """spec.load: load (true) or release (false) through QueryCoord; returns status.load."""
+    try:
+        state, progress = await co.load_state(desc.collectionID)
+        if want and state == "NotLoad":
+            await co.load_collection(desc)
+            events.append(("Normal", "Loading", f"loading collection {desc.collection_name}"))
+            state, progress = await co.load_state(desc.collectionID)
+        elif not want and state != "NotLoad":
+            await co.release_collection(desc.collectionID)
+            events.append(("Normal", "Released", f"released collection {desc.collection_name}"))
+            state, progress = "NotLoad", 0
+    except merr.MilvusError as exc:
+        return {"state": "NotLoad", "progress": 0, "replicas": 0, "message": exc.message}
+    return {"state": state, "progress": progress, "replicas": 0 if state == "NotLoad" else 1, "message": ""}
+
+
+def load_pending(body) -> bool:
+    """spec.load asks for a state the status does not show yet (monitor converges again)."""
+    want = (body.get("spec") or {}).get("load")
+    if want is None:
+        return False
+    load = (body.get("status") or {}).get("load") or {}
+    return load.get("state") != ("Loaded" if want else "NotLoad")
 
 
 async def _owner_exists(rt: Runtime, owner: str) -> bool:
@@ -410,6 +438,8 @@ async def monitor(stopped, body, memo, logger, **_):
                     await _reconverge(rt, body)
                 elif cid:
                     await mirror.sync(cid)
+                    if status.get("phase") == "Ready" and load_pending(body):
+                        await _reconverge(rt, body)
                 elif (
                     status.get("phase") == "Failed"
                     and (conditions.get(status.get("conditions"), "Ready") or {}).get("reason") in RETRY_REASONS

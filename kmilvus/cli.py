@@ -93,7 +93,10 @@ def standalone(
 
 @main.command()
 @click.argument(
-    "roles", nargs=-1, required=True, type=click.Choice(["proxy", "rootcoord", "datacoord", "querycoord", "datanode"])
+    "roles",
+    nargs=-1,
+    required=True,
+    type=click.Choice(["proxy", "rootcoord", "datacoord", "querycoord", "datanode", "querynode"]),
 )
 @click.option("--etcd-endpoint", required=True, envvar="KMILVUS_ETCD_ENDPOINT", help="HOST:PORT of etcd.")
 @click.option("--nats-url", required=True, envvar="KMILVUS_NATS_URL", help="nats://HOST:PORT of JetStream.")

@@ -16,6 +16,7 @@ from kmilvus.proto import (
     data_node_pb2_grpc,
     proxy_pb2_grpc,
     query_coord_pb2_grpc,
+    query_node_pb2_grpc,
     root_coord_pb2_grpc,
     security_pb2_grpc,
 )
@@ -23,6 +24,7 @@ from kmilvus.sessionutil import list_sessions
 from kmilvus.util.grpcutil import ChannelTLS, RemoteClient
 
 ROOTCOORD, DATACOORD, QUERYCOORD, DATANODE, PROXY = "rootcoord", "datacoord", "querycoord", "datanode", "proxy"
+QUERYNODE = "querynode"
 
 
 def _with_service(stub: type, add, extra_stub: type, extra_add) -> tuple[type, object]:
@@ -57,6 +59,7 @@ STUBS = {
         security_pb2_grpc.ProxySecurityStub,
         security_pb2_grpc.add_ProxySecurityServicer_to_server,
     ),
+    QUERYNODE: (query_node_pb2_grpc.QueryNodeStub, query_node_pb2_grpc.add_QueryNodeServicer_to_server),
 }
 
 

@@ -29,6 +29,7 @@ from kmilvus.proxy import Proxy
 from kmilvus.proxy.databases import DatabaseInterceptor
 from kmilvus.proxy.privilege import SecurityInterceptor
 from kmilvus.querycoord import QueryCoord
+from kmilvus.querynode import QueryNode
 from kmilvus.rootcoord import RootCoord
 from kmilvus.sessionutil import Session
 from kmilvus.sessionutil.leader import LeaderLock
@@ -37,7 +38,7 @@ from kmilvus.storage import ObjectStore
 from kmilvus.util.grpcutil import ChannelTLS, server_credentials, start_server
 
 log = get_logger(__name__)
-ALL_ROLES = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD, roles.DATANODE, roles.PROXY)
+ALL_ROLES = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD, roles.DATANODE, roles.QUERYNODE, roles.PROXY)
 COORDINATORS = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD)
 
 
@@ -156,7 +157,7 @@ class Node:
         if comp is None:
             return
         new_id = session.server_id
-        if role == roles.DATANODE:
+        if role in (roles.DATANODE, roles.QUERYNODE):
             await comp.drop_all()
             new_id = await next_server_id(self.kv)
             self.registry.remove_local(role, comp.server_id)
@@ -183,6 +184,8 @@ class Node:
             return QueryCoord(kv, reg, sid)
         if role == roles.DATANODE:
             return DataNode(cfg, stream, store, reg, sid)
+        if role == roles.QUERYNODE:
+            return QueryNode(cfg, stream, store, reg, sid)
         return Proxy(cfg, reg, stream, sid)
 
     async def stop(self) -> None:

@@ -98,7 +98,7 @@ SCENARIOS = {
     "multi-namespace": MULTI_NS,
     "secure": SECURE,
 }
-KMILVUS_COMPONENTS = ("operator", "proxy", "datanode")
+KMILVUS_COMPONENTS = ("operator", "proxy", "datanode", "querynode")
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -339,6 +339,11 @@ def test_component_workloads(scenario):
     dn_args = dn["spec"]["template"]["spec"]["containers"][0]["args"]
     assert dn["spec"]["template"]["spec"]["containers"][0]["command"] == ["kmilvus"]
     assert dn_args[:2] == ["run", "datanode"] and flag(dn_args, "--host") == ["$(POD_IP)"]
+    qn = one(docs, "StatefulSet", f"{RELEASE}-querynode")
+    assert qn["spec"]["serviceName"] == f"{RELEASE}-querynode"
+    assert one(docs, "Service", f"{RELEASE}-querynode")["spec"]["clusterIP"] == "None"
+    qn_args = qn["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert qn_args[:2] == ["run", "querynode"] and flag(qn_args, "--host") == ["$(POD_IP)"]
 
 
 def test_kmilvus_pods_have_probes_and_env(scenario):

@@ -185,14 +185,16 @@ def test_describe_unknown_collection(client):
     assert err.value.code == 100 and "collection not found" in err.value.message
 
 
-def test_quick_start_create_collection_names_the_missing_step(client):
-    """MilvusClient.create_collection(name, dimension=…) sends CreateCollection, CreateIndex,
-    LoadCollection. Until the read path exists the second answers UNIMPLEMENTED, naming itself;
-    the collection it created first is the one Milvus creates (id, vector, dynamic field)."""
-    with pytest.raises(grpc.RpcError) as err:  # pymilvus passes UNIMPLEMENTED through as is
-        client.create_collection("quick", dimension=4)
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert err.value.details() == "kmilvus does not implement CreateIndex yet"
+def test_quick_start_create_collection_is_loaded_and_searchable(client):
+    """MilvusClient.create_collection(name, dimension=…) sends CreateCollection, CreateIndex
+    (AUTOINDEX, COSINE), LoadCollection: the collection Milvus creates (id, vector, dynamic
+    field), indexed and loaded, so a search right after an insert finds the row."""
+    client.create_collection("quick", dimension=4)
     desc = client.describe_collection("quick")
     assert [f["name"] for f in desc["fields"]] == ["id", "vector"] and desc["enable_dynamic_field"]
+    assert client.get_load_state("quick")["state"].name == "Loaded"
     client.insert("quick", [{"id": 1, "vector": [0.1, 0.2, 0.3, 0.4], "extra": "kept in $meta"}])
+    hits = client.search(
+        "quick", data=[[0.1, 0.2, 0.3, 0.4]], limit=1, output_fields=["extra"], consistency_level="Strong"
+    )[0]
+    assert hits[0]["id"] == 1 and hits[0]["entity"]["extra"] == "kept in $meta"

@@ -728,3 +728,44 @@ async def test_database_and_partitions_from_the_spec(kmock, kube, operators, nod
         "status.partitions without p2",
     )
     assert events(kmock, "PartitionDropped", "shop-items")
+
+
+async def test_spec_load_loads_and_releases(kmock, kube, operators, node_factory):
+    """spec.load true: loaded through QueryCoord once the vector field has an index (until then
+    status.load says why not); false: released. status.load shows state and progress."""
+    op = await start_operator(operators)
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "querynode", "proxy"))
+    await kube.create(R.COLLECTION, NS, collection("ld", load=True))
+    cid = (await ready(kmock, "ld"))["status"]["collectionID"]
+
+    def load_status() -> dict:
+        return ((obj(kmock, COLL, "ld") or {}).get("status") or {}).get("load") or {}
+
+    refused = await eventually(lambda: load_status().get("message") and load_status(), 20, "load refused")
+    assert refused["state"] == "NotLoad" and "there is no vector index on field: [vec]" in refused["message"]
+    await asyncio.to_thread(insert_rows, data.uri, "ld", 100)
+
+    def create_index() -> None:
+        c = MilvusClient(uri=data.uri)
+        idx = c.prepare_index_params()
+        idx.add_index("vec", index_type="FLAT", metric_type="L2")
+        c.create_index("ld", idx)
+        c.close()
+
+    await asyncio.to_thread(create_index)
+    loaded = await eventually(lambda: load_status().get("state") == "Loaded" and load_status(), 30, "loaded")
+    assert loaded["progress"] == 100 and loaded["replicas"] == 1 and not loaded["message"]
+    qc = op.component("querycoord")
+    assert cid in qc.loads.loads
+
+    def count() -> int:
+        c = MilvusClient(uri=data.uri)
+        try:
+            return c.query("ld", filter="", output_fields=["count(*)"], consistency_level="Strong")[0]["count(*)"]
+        finally:
+            c.close()
+
+    assert await asyncio.to_thread(count) == 100
+    await kube.patch(R.COLLECTION, NS, "ld", {"spec": {"load": False}})
+    await eventually(lambda: load_status().get("state") == "NotLoad", 20, "released")
+    assert cid not in qc.loads.loads

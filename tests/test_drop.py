@@ -91,6 +91,8 @@ def fill(uri, name="victim", rows=50_000, unflushed=1_000):
             coll.insert(list(batch(off, 10_000)))
         coll.flush()
         assert coll.num_entities == rows
+        # An index (meta in etcd, one file per segment) is among what a drop must remove.
+        coll.create_index("vec", {"index_type": "IVF_FLAT", "metric_type": "L2", "params": {"nlist": 32}})
         coll.insert(list(batch(rows, unflushed)))  # buffered in the DataNode, not flushed
         return coll.describe()
     finally:
@@ -135,6 +137,8 @@ def test_drop_leaves_nothing_behind(cluster):
     desc = fill(cluster.proxy_uri("p1"))
     warm_caches(cluster)
     assert storage_tree(cluster.cfg) != files_before and etcd_keys(cluster.cfg) != keys_before
+    assert any(k.startswith("index_files/") for k in storage_tree(cluster.cfg))
+    assert any(k.startswith("datacoord-meta/segment-index/") for k in etcd_keys(cluster.cfg))
     c = MilvusClient(uri=cluster.proxy_uri("p2"))
     t0 = time.perf_counter()
     c.drop_collection("victim")

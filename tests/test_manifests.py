@@ -85,8 +85,8 @@ def test_kustomization_builds_and_validates(built):
         "clusterkopfpeerings.kopf.dev",
     } <= kinds["CustomResourceDefinition"]
     assert kinds["Deployment"] == {"kmilvus-operator", "kmilvus-proxy"}
-    assert kinds["StatefulSet"] == {"kmilvus-datanode"}
-    assert {"kmilvus-milvus", "kmilvus-datanode"} <= kinds["Service"]
+    assert kinds["StatefulSet"] == {"kmilvus-datanode", "kmilvus-querynode"}
+    assert {"kmilvus-milvus", "kmilvus-datanode", "kmilvus-querynode"} <= kinds["Service"]
     assert {"kmilvus-operator", "kmilvus", "kmilvus-spark"} <= kinds["ServiceAccount"]
     cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
     for obj in built:
@@ -122,6 +122,7 @@ def test_proxy_service_and_workloads(built):
     for sel_kind, name in (
         ("Deployment", "kmilvus-proxy"),
         ("StatefulSet", "kmilvus-datanode"),
+        ("StatefulSet", "kmilvus-querynode"),
         ("Deployment", "kmilvus-operator"),
     ):
         w = one(built, sel_kind, name)
@@ -267,4 +268,4 @@ def test_container_args_parse_with_the_kmilvus_cli(built, monkeypatch):
         command = cli.main.get_command(click.Context(cli.main), args[0])
         assert command is not None, f"kmilvus has no `{args[0]}` command"
         ctx = command.make_context(args[0], list(args[1:]))
-        assert ctx.params["roles"] in (("proxy",), ("datanode",))
+        assert ctx.params["roles"] in (("proxy",), ("datanode",), ("querynode",))

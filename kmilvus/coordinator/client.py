@@ -19,7 +19,7 @@ from typing import Any
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
-from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2
+from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, root_coord_pb2
 from kmilvus.util import merr
 from kmilvus.util.grpcutil import RemoteClient
 
@@ -34,14 +34,40 @@ class DropState:
 
 
 class CoordinatorClient:
-    def __init__(self, rootcoord: Any, datacoord: Any):
+    def __init__(self, rootcoord: Any, datacoord: Any, querycoord: Any = None):
         self._rootcoord = rootcoord
         self._datacoord = datacoord
+        self._querycoord = querycoord
 
     @classmethod
     def from_registry(cls, registry: roles.Registry) -> CoordinatorClient:
         """In-process components when the registry holds them, gRPC clients otherwise."""
-        return cls(registry.client(roles.ROOTCOORD), registry.client(roles.DATACOORD))
+        return cls(
+            registry.client(roles.ROOTCOORD), registry.client(roles.DATACOORD), registry.client(roles.QUERYCOORD)
+        )
+
+    # Load state (QueryCoord) ----------------------------------------------------------------
+    async def load_state(self, collection_id: int) -> tuple[str, int]:
+        """(`NotLoad` | `Loading` | `Loaded`, progress in percent)."""
+        rsp = await self._querycoord.GetLoadState(query_coord_pb2.GetLoadStateRequest(collectionID=collection_id))
+        merr.check(rsp.status)
+        return common_pb2.LoadState.Name(rsp.state).removeprefix("LoadState"), int(rsp.progress)
+
+    async def load_collection(self, desc: milvus_pb2.DescribeCollectionResponse) -> None:
+        """Load a described collection (every vector field needs an index, as in Milvus)."""
+        req = query_coord_pb2.LoadCollectionRequest(
+            collectionID=desc.collectionID,
+            schema=desc.schema.SerializeToString(),
+            vchannels=list(desc.virtual_channel_names),
+            replica_number=1,
+            collection_name=desc.collection_name,
+        )
+        merr.check(await self._querycoord.LoadCollection(req))
+
+    async def release_collection(self, collection_id: int) -> None:
+        merr.check(
+            await self._querycoord.ReleaseCollection(internal_pb2.ReleaseCollectionRequest(collectionID=collection_id))
+        )
 
     # Collections (RootCoord) ---------------------------------------------------------------
     async def describe_collection(

@@ -153,6 +153,7 @@ class ChannelManager:
             info.seek_position.CopyFrom(cp)
         del info.unflushed_segments[:]
         del info.flushed_segmentIDs[:]
+        del info.pk_sources[:]
         for s in self.meta.by_channel(ch):
             if s.info.state in (SegmentState.Flushed,):
                 info.flushed_segmentIDs.append(s.id)
@@ -160,6 +161,14 @@ class ChannelManager:
                 info.dropped_segmentIDs.append(s.id)
             else:
                 info.unflushed_segments.append(s.info)
+            if s.info.state != SegmentState.Dropped:
+                info.pk_sources.add(
+                    segmentID=s.id,
+                    partitionID=s.info.partitionID,
+                    stats_log_paths=[b.log_path for _, b in sorted(s.statslogs.items())],
+                    binlog_paths=[] if s.statslogs else [b.log_path for _, b in sorted(s.binlogs.items())],
+                    delta_position=s.info.delta_position,
+                )
         client = self.registry.client(roles.DATANODE, node)
         merr.check(await client.WatchDmChannels(data_node_pb2.WatchDmChannelsRequest(channels=[info])))
         log.info("channel assigned", channel=ch, node=node)

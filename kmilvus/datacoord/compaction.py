@@ -2,7 +2,8 @@
 
     trigger (Compact RPC or the policy) → plans per (partition, channel): sources packed up to
     the target size → CompactionJob (Executing) in etcd → SparkApplication merges each plan's
-    sources into its targets (every row exactly once) and writes a manifest → per plan, ONE etcd
+    sources into its targets (every row not deleted by the sources' delta logs exactly once; the
+    targets carry no delta logs) and writes a manifest → per plan, ONE etcd
     transaction swaps: targets Flushed (with `compaction_from`), sources Dropped, plan Completed
     → garbage collection deletes the sources' binlog FILES, then the meta that pointed at them.
 
@@ -202,7 +203,8 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                     for _, b in sorted(s.binlogs.items())
                 ]
                 total += sum(b["rows"] for b in binlogs)
-                sources.append({"segment_id": sid, "binlogs": binlogs})
+                deltalogs = [{"key": b.log_path, "rows": int(b.entries_num)} for _, b in sorted(s.deltalogs.items())]
+                sources.append({"segment_id": sid, "binlogs": binlogs, "deltalogs": deltalogs})
             n_targets = max(1, math.ceil(p.rows / max(1, job.target_rows)))
             first = await port.alloc_ids(n_targets)
             p.targets[:] = list(range(first, first + n_targets))
@@ -274,10 +276,13 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         if any(s is None or s.info.state != SegmentState.Flushed for s in sources):
             raise merr.MilvusError(merr.COMPACTION_FAILED, "a source segment changed while the plan ran")
         src_rows = sum(s.info.num_of_rows for s in sources)
+        deleted = int(out.get("deleted", 0))
         targets = [t for t in out["targets"] if int(t["rows"]) > 0]
-        if sum(int(t["rows"]) for t in targets) != src_rows:
+        if sum(int(t["rows"]) for t in targets) + deleted != src_rows:
             raise merr.MilvusError(
-                merr.COMPACTION_FAILED, f"targets hold {sum(int(t['rows']) for t in targets)} rows, sources {src_rows}"
+                merr.COMPACTION_FAILED,
+                f"targets hold {sum(int(t['rows']) for t in targets)} rows and {deleted} were deleted, "
+                f"sources {src_rows}",
             )
         ops: list[Op] = []
         compares = [Cmp.exists(keys.compaction_job_key(coll, job.compactionID))]
@@ -326,9 +331,10 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         ddl = {}
         for s in sources:
             ddl.update(s.ddl_binlogs)
-        for idx, d in ddl.items():
-            ops.append(Op.put(keys.ddl_binlog_key(coll, new[0].id, idx), d.SerializeToString()))
-        new[0].ddl_binlogs = dict(ddl)
+        if new:
+            for idx, d in ddl.items():
+                ops.append(Op.put(keys.ddl_binlog_key(coll, new[0].id, idx), d.SerializeToString()))
+            new[0].ddl_binlogs = dict(ddl)
         dropped = []
         for s in sources:
             # Guard on the stored value itself: the swap applies only if no source changed since.
@@ -406,17 +412,15 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 i = s.info
                 if i.state != SegmentState.Dropped or port.dropping(i.collectionID):
                     continue
-                for b in s.binlogs.values():
+                for b in [*s.binlogs.values(), *s.deltalogs.values(), *s.statslogs.values()]:
                     if b.log_path:
                         await port.store.delete(b.log_path)
                 await port.store.delete_prefix(paths.segment_prefix(i.collectionID, i.partitionID, i.ID))
+                await port.store.delete_prefix(paths.segment_stats_prefix(i.collectionID, i.partitionID, i.ID))
                 async with self.service.collection_lock(i.collectionID):
                     await port.kv.txn(
-                        [
-                            Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID)),
-                            Op.delete_prefix(keys.binlog_prefix(i.collectionID, i.ID)),
-                            Op.delete_prefix(keys.ddl_binlog_prefix(i.collectionID, i.ID)),
-                        ]
+                        [Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID))]
+                        + [Op.delete_prefix(p) for p in keys.segment_log_prefixes(i.collectionID, i.ID)]
                     )
                     port.meta.segments.pop(i.ID, None)
                 n += 1

@@ -21,6 +21,7 @@ from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.datacoord.channel_manager import ChannelManager
 from kmilvus.datacoord.garbage_collector import GarbageCollector
+from kmilvus.datacoord.index_service import DataCoordIndexRPCs
 from kmilvus.datacoord.job_lifecycle import JobPort
 from kmilvus.datacoord.jobs import DataCoordJobsRPCs, JobService
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
@@ -44,7 +45,7 @@ async def _leader_unknown() -> bool:
     return True
 
 
-class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, data_coord_pb2_grpc.DataCoordServicer):
+class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs, data_coord_pb2_grpc.DataCoordServicer):
     role = roles.DATACOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, store, registry: roles.Registry, server_id: int = 0):
@@ -87,6 +88,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, data_coord_pb2_grpc
         )
         self.imports = self.jobs.imports  # shortcuts for in-process callers (tests)
         self.compactions = self.jobs.compactions
+        self._init_indexes()
 
     def set_job_runner(self, runner) -> None:
         """Run Spark jobs with `runner` (the operator's SparkApplication runner); before start."""
@@ -104,8 +106,10 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, data_coord_pb2_grpc
         self._tasks.every(CHECKPOINT_PERSIST_EVERY, self._background_step, "datacoord-background")
         self._tasks.every(lambda: self.cfg.gc_interval, self.gc.collect, "datacoord-gc")
         await self.jobs.start()
+        await self._start_indexes()
 
     async def stop(self) -> None:
+        await self._stop_indexes()
         await self.jobs.stop()
         await self._tasks.stop()
         await self.channels.stop()
@@ -341,6 +345,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, data_coord_pb2_grpc
         self._dropping.add(coll)
         await self.jobs.cancel_collection(coll)
         try:
+            await self._drop_collection_indexes(coll)
             vchans = list(req.channelNames) or self.channels.channels_of(coll)
             await self.channels.unwatch(vchans, drop=True)
             for prefix in paths.collection_prefixes(coll):
@@ -351,6 +356,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, data_coord_pb2_grpc
                 self.ticks.pop(ch, None)
                 self._dirty_cps.discard(ch)
             await self.meta.drop_collection_meta(coll, vchans)
+            self.index_meta.forget_collection(coll)
             self.segments.max_rows.pop(coll, None)
             self._flush_ts.pop(coll, None)
             self.dropped_partitions = {k for k in self.dropped_partitions if k[0] != coll}

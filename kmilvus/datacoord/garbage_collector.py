@@ -1,9 +1,11 @@
-"""DataCoord's garbage collector: binlog files nothing points at.
+"""DataCoord's garbage collector: binlog, delta log and stats log files nothing points at.
 
 A DataNode that dies between writing a binlog and committing it with SaveBinlogPaths leaves a
 file no meta refers to. The collector lists each known segment's directory and deletes files
 that have stayed unreferenced for `tolerance` seconds (a flush in progress commits long before).
 Directories of segments unknown to the meta (an import being written) are not its business.
+Index files (`index_files/...`) whose build ID no SegmentIndex records (a build that crashed
+before its InProgress record, or finished after its segment or index was dropped) go the same way.
 """
 
 from __future__ import annotations
@@ -23,21 +25,47 @@ class GarbageCollector:
         self.store = store
         self.tolerance = tolerance
         self._unreferenced_since: dict[str, float] = {}
+        self.index_meta = None  # DataCoord's IndexMeta, when indexes are served
+
+    def _orphan_index_files(self, listed: list[tuple[str, int]]) -> list[str]:
+        builds = {si.buildID for si in self.index_meta.segment_indexes.values()} if self.index_meta else set()
+        orphans = []
+        for key, _ in listed:
+            parts = key.split("/")  # index_files/{coll}/{part}/{seg}/{buildID}/{name}
+            if len(parts) >= 6 and parts[4].isdigit() and int(parts[4]) not in builds:
+                orphans.append(key)
+        return orphans
 
     async def collect(self) -> list[str]:
         """One pass; returns the keys it deleted."""
         now = time.monotonic()
         seen: set[str] = set()
         deleted: list[str] = []
-        for seg in list(self.meta.segments.values()):
+        segs = list(self.meta.segments.values())
+        # A delta log may be recorded on another segment (deletes redirected to a compaction target).
+        referenced = {b.log_path for s in segs for logs in (s.binlogs, s.deltalogs, s.statslogs) for b in logs.values()}
+        for seg in segs:
             i = seg.info
-            referenced = {b.log_path for b in seg.binlogs.values()}
-            for key, _ in await self.store.list(paths.segment_prefix(i.collectionID, i.partitionID, i.ID)):
+            listed = []
+            for prefix in (
+                paths.segment_prefix(i.collectionID, i.partitionID, i.ID),
+                paths.segment_delta_prefix(i.collectionID, i.partitionID, i.ID),
+                paths.segment_stats_prefix(i.collectionID, i.partitionID, i.ID),
+            ):
+                listed += await self.store.list(prefix)
+            for key, _ in listed:
                 if key in referenced:
                     continue
                 seen.add(key)
                 first = self._unreferenced_since.setdefault(key, now)
                 if now - first >= self.tolerance and i.ID in self.meta.segments:
+                    await self.store.delete(key)
+                    deleted.append(key)
+                    seen.discard(key)
+        if self.index_meta is not None:
+            for key in self._orphan_index_files(await self.store.list(paths.INDEX_FILES + "/")):
+                seen.add(key)
+                if now - self._unreferenced_since.setdefault(key, now) >= self.tolerance:
                     await self.store.delete(key)
                     deleted.append(key)
                     seen.discard(key)

@@ -1,7 +1,7 @@
 """DataCoord's segment meta: an in-memory index over etcd, written only in transactions.
 
-`SaveBinlogPaths` commits a segment's new binlogs, its DDL binlog meta, positions, row count,
-state and the channel checkpoint in ONE transaction, guarded on the segment still existing (a
+`SaveBinlogPaths` commits a segment's new binlogs, stats logs, delta logs, its DDL binlog meta,
+positions, row count, state and the channel checkpoint in ONE transaction, guarded on the segment still existing (a
 dropped collection's late flush is refused, never half-applied). Row counts are derived from the
 set of binlogs, so a retried SaveBinlogPaths changes nothing.
 
@@ -32,6 +32,8 @@ class Segment:
     info: internal_pb2.SegmentInfo
     binlogs: dict[int, internal_pb2.Binlog] = field(default_factory=dict)
     ddl_binlogs: dict[int, internal_pb2.DDLBinlogMeta] = field(default_factory=dict)
+    deltalogs: dict[int, internal_pb2.Binlog] = field(default_factory=dict)
+    statslogs: dict[int, internal_pb2.Binlog] = field(default_factory=dict)
     last_assign: float = 0.0  # monotonic time of the last quota handed out
     created: float = 0.0  # monotonic time the segment was opened here
     flush_sent_at: float = 0.0  # when FlushSegments was last sent (0: not yet)
@@ -58,6 +60,11 @@ class SegmentMeta:
             _, _, _coll, seg, log_id = key.split("/")
             if (s := self.segments.get(int(seg))) is not None:
                 s.binlogs[int(log_id)] = internal_pb2.Binlog.FromString(raw)
+        for prefix, attr in (("datacoord-meta/deltalog/", "deltalogs"), ("datacoord-meta/statslog/", "statslogs")):
+            for key, raw in await self.kv.get_prefix(prefix):
+                _, _, _coll, seg, log_id = key.split("/")
+                if (s := self.segments.get(int(seg))) is not None:
+                    getattr(s, attr)[int(log_id)] = internal_pb2.Binlog.FromString(raw)
         for key, raw in await self.kv.get_prefix("datacoord-meta/ddl-binlog/"):
             _, _, _coll, seg, idx = key.split("/")
             if (s := self.segments.get(int(seg))) is not None:
@@ -109,10 +116,27 @@ class SegmentMeta:
         async with self.write_lock:
             return await self._save_binlog_paths(req, guard)
 
+    def compacted_into(self, seg_id: int) -> Segment | None:
+        """The live segment a compaction moved `seg_id`'s rows to (following chained compactions)."""
+        seen = set()
+        while seg_id not in seen:
+            seen.add(seg_id)
+            nxt = next((s for s in self.segments.values() if seg_id in s.info.compaction_from), None)
+            if nxt is None:
+                return None
+            if nxt.info.state not in (SegmentState.Dropped, SegmentState.NotExist):
+                return nxt
+            seg_id = nxt.id
+        return None
+
     async def _save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest, guard: Cmp | None) -> Segment:
         seg = self.segments.get(req.segmentID)
         if seg is None or seg.info.state in (SegmentState.Dropped, SegmentState.NotExist):
-            raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
+            # Deletes for a segment compacted meanwhile apply to the segment that now holds its rows.
+            target = self.compacted_into(req.segmentID) if req.deltalogs and not req.binlogs else None
+            if target is None:
+                raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
+            seg = target
         info = internal_pb2.SegmentInfo()
         info.CopyFrom(seg.info)
         binlogs = dict(seg.binlogs)
@@ -122,6 +146,16 @@ class SegmentMeta:
         ops: list[Op] = []
         for b in req.binlogs:
             ops.append(Op.put(keys.binlog_key(info.collectionID, info.ID, b.logID), b.SerializeToString()))
+        deltalogs, statslogs = dict(seg.deltalogs), dict(seg.statslogs)
+        for b in req.deltalogs:
+            deltalogs[b.logID] = b
+            ops.append(Op.put(keys.deltalog_key(info.collectionID, info.ID, b.logID), b.SerializeToString()))
+        for b in req.statslogs:
+            statslogs[b.logID] = b
+            ops.append(Op.put(keys.statslog_key(info.collectionID, info.ID, b.logID), b.SerializeToString()))
+        info.deltalog_count = len(deltalogs)
+        if req.HasField("delta_position") and req.delta_position.seq > info.delta_position.seq:
+            info.delta_position.CopyFrom(req.delta_position)
         for i, d in enumerate(req.ddl_binlog_metas):
             idx = _idx(d.ddl_binlog_path) or i
             ddl[idx] = d
@@ -150,6 +184,10 @@ class SegmentMeta:
             raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
         live = seg.info  # may have been granted quota meanwhile: keep that, set what this save owns
         live.num_of_rows, live.binlog_count, live.binlog_size = info.num_of_rows, info.binlog_count, info.binlog_size
+        live.deltalog_count = info.deltalog_count
+        if info.HasField("delta_position"):
+            live.delta_position.CopyFrom(info.delta_position)
+        seg.deltalogs, seg.statslogs = deltalogs, statslogs
         if info.HasField("dml_position"):
             live.dml_position.CopyFrom(info.dml_position)
         if info.HasField("start_position"):
@@ -186,9 +224,10 @@ class SegmentMeta:
         """Every key DataCoord holds for the collection, in one transaction."""
         ops = [
             Op.delete_prefix(keys.segment_prefix(coll_id)),
-            Op.delete_prefix(keys.binlog_prefix(coll_id)),
-            Op.delete_prefix(keys.ddl_binlog_prefix(coll_id)),
+            Op.delete_prefix(keys.field_index_prefix(coll_id)),
+            Op.delete_prefix(keys.segment_index_prefix(coll_id)),
         ]
+        ops += [Op.delete_prefix(p) for p in keys.segment_log_prefixes(coll_id)]
         for ch in vchannels:
             ops += [Op.delete(keys.channel_checkpoint_key(ch)), Op.delete(keys.channel_watch_key(ch))]
         await self.kv.txn(ops)
@@ -214,11 +253,8 @@ class SegmentMeta:
     async def remove_segment(self, seg: Segment) -> None:
         i = seg.info
         await self.kv.txn(
-            [
-                Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID)),
-                Op.delete_prefix(keys.binlog_prefix(i.collectionID, i.ID)),
-                Op.delete_prefix(keys.ddl_binlog_prefix(i.collectionID, i.ID)),
-            ]
+            [Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID))]
+            + [Op.delete_prefix(p) for p in keys.segment_log_prefixes(i.collectionID, i.ID)]
         )
         self.segments.pop(i.ID, None)
         await self.notify(seg, removed=True)

@@ -1,9 +1,10 @@
-"""What a flowgraph holds in memory: Arrow batches per segment, and the DDL it has seen."""
+"""What a flowgraph holds in memory: Arrow batches and deletes per segment, and the DDL it has seen."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from kmilvus.proto import internal_pb2
@@ -52,3 +53,28 @@ class DDLBuffer:
 
     def __len__(self) -> int:
         return len(self.timestamps)
+
+
+@dataclass
+class DeleteBuffer:
+    """Deletes that hit one segment (Milvus' DelDataBuf): primary keys and their timestamps,
+    written as the segment's next delta log."""
+
+    segment_id: int
+    pks: list[np.ndarray] = field(default_factory=list)
+    tss: list[np.ndarray] = field(default_factory=list)
+    rows: int = 0
+    nbytes: int = 0
+    start: internal_pb2.MsgPosition | None = None  # resume point covering it (tick before the first)
+    end: internal_pb2.MsgPosition | None = None  # its last Delete message
+    min_ts: int = 0
+
+    def add(self, pks: np.ndarray, ts: np.ndarray, pos: internal_pb2.MsgPosition, resume) -> None:
+        if not self.rows:
+            self.start, self.min_ts = resume, pos.timestamp
+        self.min_ts = min(self.min_ts, pos.timestamp)
+        self.pks.append(pks)
+        self.tss.append(ts)
+        self.rows += len(pks)
+        self.nbytes += pks.nbytes + ts.nbytes
+        self.end = pos

@@ -1,11 +1,14 @@
 """The DataNode service: runs flowgraphs for the vchannels DataCoord assigns it, writes binlogs
-on FlushSegments (and under memory pressure), and commits them with SaveBinlogPaths."""
+(insert, stats and delta logs) on FlushSegments (and under memory pressure), and commits them
+with SaveBinlogPaths."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
+import numpy as np
+import pyarrow as pa
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
@@ -16,7 +19,7 @@ from kmilvus.datanode.flowgraph import FlowGraph, PendingWrite
 from kmilvus.log import get_logger
 from kmilvus.msgstream import channels as chan
 from kmilvus.proto import data_node_pb2_grpc, internal_pb2
-from kmilvus.storage import binlog, paths
+from kmilvus.storage import binlog, deltalog, paths
 from kmilvus.util import merr
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.retry import Backoff, supervise
@@ -97,6 +100,17 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             await self.stream.publish_core(self._tt_subject, msg.SerializeToString())
         except Exception as exc:  # noqa: BLE001 - NATS away: the next tick reports the same or newer
             log.warning("time tick report failed", channel=fg.vchannel, error=repr(exc))
+        self._write_deletes(fg, fg.stale_deletes())
+
+    def _write_deletes(self, fg: FlowGraph, segments: list[int]) -> None:
+        """Delta logs of flushed segments, in the background (they hold the checkpoint meanwhile)."""
+        for seg in segments:
+            self._spawn_write(fg, fg.take_deletes(seg), f"delta-{seg}")
+
+    def _spawn_write(self, fg: FlowGraph, w: PendingWrite, name: str) -> None:
+        task = asyncio.create_task(self._write(fg, w), name=name)
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     def forget(self, vchannel: str) -> None:
         self.flowgraphs.pop(vchannel, None)
@@ -125,6 +139,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                 await old.stop(drop=True)
                 self.flowgraphs.pop(info.vchannel, None)
             fg = FlowGraph(self, info)
+            await asyncio.to_thread(fg.load_stats, self.store)
             await fg.start()
             self.flowgraphs[info.vchannel] = fg
             log.info("watching channel", channel=info.vchannel, after_seq=info.seek_position.seq)
@@ -145,9 +160,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         if fg is None:
             raise merr.MilvusError(merr.CHANNEL_NOT_FOUND, f"channel not found[channel={req.channel}]")
         for seg in req.segmentIDs:
-            task = asyncio.create_task(self._write(fg, fg.take(seg, final=True)), name=f"flush-{seg}")
-            self._writes.add(task)
-            task.add_done_callback(self._writes.discard)
+            self._spawn_write(fg, fg.take(seg, final=True), f"flush-{seg}")
+        self._write_deletes(fg, fg.stale_deletes(force=True))
         return merr.success()
 
     # Writing binlogs ------------------------------------------------------------------------
@@ -254,8 +268,34 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             )
             for f in [0, 1, *[f.fieldID for f in fg.schema.fields]]:
                 req.field2BinlogPaths.add(ID=f, Paths=[key])
+            if fg.pk_field is not None:
+                stats_id = await self.ids.alloc()
+                stats_key = paths.stats_log_key(coll, part, seg, stats_id)
+                pk_col = pa.concat_arrays([b.column(str(fg.pk_field.fieldID)) for b in buf.batches])
+                sinfo = await deltalog.awrite_stats_log(self.store, stats_key, deltalog.pk_numpy(pk_col))
+                written.append(stats_key)
+                req.statslogs.add(
+                    logID=stats_id, entries_num=sinfo.entries_num, log_path=stats_key, log_size=sinfo.size
+                )
             req.dml_position.start_position.CopyFrom(buf.first)
             req.dml_position.end_position.CopyFrom(buf.end)
+        dels = w.deletes
+        if dels is not None and dels.rows:
+            delta_id = await self.ids.alloc()
+            delta_key = paths.delta_log_key(coll, part, seg, delta_id)
+            pks = np.concatenate(dels.pks)
+            pk_arr = pa.array(pks)
+            dinfo = await deltalog.awrite_delta_log(self.store, delta_key, pk_arr, pa.array(np.concatenate(dels.tss)))
+            written.append(delta_key)
+            req.deltalogs.add(
+                logID=delta_id,
+                entries_num=dinfo.entries_num,
+                timestamp_from=dinfo.timestamp_from,
+                timestamp_to=dinfo.timestamp_to,
+                log_path=delta_key,
+                log_size=dinfo.size,
+            )
+            req.delta_position.CopyFrom(dels.end)
         if ddl is not None and len(ddl):
             ts_idx = await self.ids.alloc(2)
             ts_key, ddl_key = await asyncio.to_thread(

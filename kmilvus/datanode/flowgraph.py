@@ -1,8 +1,15 @@
 """One vchannel's flowgraph (seed 002: flowgraph : vchannel = 1 : 1).
 
 input (JetStream consumer from the checkpoint) → DDNode (DDL of its collection; skips what is
-already persisted) → InsertBufferNode (Arrow batches per segment) → time-tick reporting
-(`DataNodeTtMsg` with the channel checkpoint).
+already persisted) → InsertBufferNode (Arrow batches per segment) → DeleteNode (deletes per
+segment) → time-tick reporting (`DataNodeTtMsg` with the channel checkpoint).
+
+Deletes (Milvus' DeleteNode): a Delete message waits for the next time tick — by then every
+insert with a smaller timestamp has arrived — and is then split by the primary-key statistics
+(`PkStats`) of the channel's segments into per-segment delete buffers; a key no segment holds is
+dropped, as in Milvus. A segment's deletes are written as a delta log with its next binlog write;
+those of flushed segments once they are `DELTA_SYNC_SECONDS` old or a flush reaches the channel.
+Replayed deletes already in a segment's delta logs (its `delta_position`) are not applied twice.
 
 Checkpoint: resuming after `seq` replays every message whose data is not yet in a binlog, and
 every row with ts < `timestamp` is already durable. Replayed messages of segments that are
@@ -21,19 +28,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.config import Config
-from kmilvus.datanode.buffer import DDLBuffer, SegmentBuffer
+from kmilvus.datanode.buffer import DDLBuffer, DeleteBuffer, SegmentBuffer
+from kmilvus.datanode.pkstats import PkStats
 from kmilvus.log import get_logger
 from kmilvus.msgstream import MsgStream, MsgType
 from kmilvus.proto import internal_pb2
+from kmilvus.storage import deltalog
 
 log = get_logger(__name__)
+DELTA_SYNC_SECONDS = 1.0  # how long deletes of a flushed segment wait for company before a delta log
 
 
 class FlowGraphHost(Protocol):
@@ -69,6 +81,18 @@ class PendingWrite:
     buf: SegmentBuffer | None
     ddl: DDLBuffer | None
     final: bool
+    deletes: DeleteBuffer | None = None
+
+
+@dataclass
+class PendingDelete:
+    """A Delete message waiting for the next time tick to be split over segments."""
+
+    pks: np.ndarray
+    ts: np.ndarray
+    partition: int  # -1: every partition
+    pos: internal_pb2.MsgPosition
+    resume: internal_pb2.MsgPosition
 
 
 class FlowGraph:
@@ -87,6 +111,15 @@ class FlowGraph:
         self._tokens = itertools.count(1)
         self.watch_version = info.watch_version
         self.ddl = DDLBuffer()
+        self.pk_field = next((f for f in self.schema.fields if f.is_primary_key), None)
+        self.stats: dict[int, PkStats] = {}
+        self.deletes: dict[int, DeleteBuffer] = {}
+        self.delete_since: dict[int, float] = {}
+        self.pending_deletes: list[PendingDelete] = []
+        self.delta_upto: dict[int, int] = {}
+        for src in info.pk_sources:
+            self.partition_of.setdefault(src.segmentID, src.partitionID)
+            self.delta_upto[src.segmentID] = src.delta_position.seq
         seek = info.seek_position
         self.tick = internal_pb2.MsgPosition(channel_name=self.vchannel, seq=seek.seq, timestamp=seek.timestamp)
         self.dropped = False
@@ -94,6 +127,19 @@ class FlowGraph:
         self._task: asyncio.Task | None = None
 
     # Lifecycle ---------------------------------------------------------------------------
+    def load_stats(self, store) -> None:
+        """The primary keys of the channel's persisted segments (blocking: run in a thread)."""
+        if self.pk_field is None:
+            return
+        for src in self.info.pk_sources:
+            st = self.stats.setdefault(src.segmentID, PkStats())
+            if src.stats_log_paths:
+                for key in src.stats_log_paths:
+                    st.add(deltalog.read_pk_column(store, key, deltalog.PK))
+            else:
+                for key in src.binlog_paths:
+                    st.add(deltalog.read_pk_column(store, key, str(self.pk_field.fieldID)))
+
     async def start(self) -> None:
         self._consumer = await self.node.stream.consume(
             self.vchannel, after_seq=self.tick.seq, name=f"{self.node.cfg.cluster}-dn{self.node.server_id}"
@@ -116,6 +162,8 @@ class FlowGraph:
     def _discard(self) -> None:
         freed = sum(b.nbytes for b in self.buffers.values())
         self.buffers.clear()
+        self.deletes.clear()
+        self.pending_deletes.clear()
         self.ddl = DDLBuffer()
         self.node.release(freed)
 
@@ -154,7 +202,22 @@ class FlowGraph:
                 buf = self.buffers[seg] = SegmentBuffer(seg, part)
             buf.add(batch, pos, self.tick)
             self.node.account(batch.nbytes)
+            if self.pk_field is not None:
+                pks = deltalog.pk_numpy(batch.column(str(self.pk_field.fieldID)))
+                self.stats.setdefault(seg, PkStats()).add(pks)
+        elif t == MsgType.Delete:
+            batch = read_ipc(msg.payload)
+            self.pending_deletes.append(
+                PendingDelete(
+                    deltalog.pk_numpy(batch.column(deltalog.PK)),
+                    batch.column(deltalog.TS).to_numpy(zero_copy_only=False).astype(np.int64),
+                    int(msg.headers.get("partition", -1)),
+                    pos,
+                    self.tick,
+                )
+            )
         elif t == MsgType.TimeTick:
+            self._apply_deletes()
             self.tick = pos
             await self.node.report_tt(self, msg.timestamp, self.checkpoint())
         elif t in (MsgType.CreateCollection, MsgType.CreatePartition):
@@ -176,12 +239,60 @@ class FlowGraph:
             self.node.release(self.buffers.pop(seg).nbytes)
         log.info("flowgraph saw DropPartition", channel=self.vchannel, partition=part)
 
+    def _apply_deletes(self) -> None:
+        """Split the deletes seen since the last tick over the segments holding their keys."""
+        for d in self.pending_deletes:
+            for seg, st in self.stats.items():
+                if d.partition >= 0 and self.partition(seg) != d.partition:
+                    continue
+                if d.pos.seq <= self.delta_upto.get(seg, 0):
+                    continue  # replayed: already in this segment's delta logs
+                mask = st.contains(d.pks)
+                if not mask.any():
+                    continue
+                buf = self.deletes.get(seg)
+                if buf is None:
+                    buf = self.deletes[seg] = DeleteBuffer(seg)
+                    self.delete_since[seg] = time.monotonic()
+                buf.add(d.pks[mask], d.ts[mask], d.pos, d.resume)
+        self.pending_deletes.clear()
+
+    def stale_deletes(self, force: bool = False) -> list[int]:
+        """Flushed segments whose deletes should be written now (no insert write will carry them)."""
+        now = time.monotonic()
+        return [
+            seg
+            for seg in self.deletes
+            if seg in self.skip
+            and seg not in self.buffers
+            and (force or now - self.delete_since.get(seg, now) >= DELTA_SYNC_SECONDS)
+        ]
+
+    def take_deletes(self, seg: int) -> PendingWrite:
+        """Detach a segment's deletes alone (a flushed segment's next delta log)."""
+        token = next(self._tokens)
+        dels = self._pop_deletes(seg, token)
+        return PendingWrite(token, seg, None, None, False, dels)
+
+    def _pop_deletes(self, seg: int, token: int) -> DeleteBuffer | None:
+        dels = self.deletes.pop(seg, None)
+        self.delete_since.pop(seg, None)
+        if dels is not None:
+            s_seq, s_ts = self.inflight.get(token, (dels.start.seq, dels.min_ts))
+            self.inflight[token] = (min(s_seq, dels.start.seq), min(s_ts, dels.min_ts))
+            self.delta_upto[seg] = dels.end.seq
+        return dels
+
     def checkpoint(self, exclude: int | None = None) -> internal_pb2.MsgPosition:
         """Where a restart would resume: before every buffered row and every write in flight
         except `exclude` (the token of the write this checkpoint is committed with)."""
         seq, ts = self.tick.seq, self.tick.timestamp
         for b in self.buffers.values():
             seq, ts = min(seq, b.start.seq), min(ts, b.min_ts)
+        for d in self.deletes.values():
+            seq, ts = min(seq, d.start.seq), min(ts, d.min_ts)
+        for p in self.pending_deletes:
+            seq, ts = min(seq, p.resume.seq), min(ts, p.pos.timestamp)
         for token, (s_seq, s_ts) in self.inflight.items():
             if token != exclude:
                 seq, ts = min(seq, s_seq), min(ts, s_ts)
@@ -205,7 +316,8 @@ class FlowGraph:
         ddl = None
         if final and len(self.ddl) and self.partition(seg) not in self.dropped_partitions:
             ddl, self.ddl = self.ddl, DDLBuffer()
-        return PendingWrite(token, seg, buf, ddl, final)
+        dels = self._pop_deletes(seg, token)
+        return PendingWrite(token, seg, buf, ddl, final, dels)
 
     def partition(self, seg: int) -> int:
         return self.partition_of.get(seg, self.info.partitionID)

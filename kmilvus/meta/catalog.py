@@ -84,6 +84,36 @@ def ddl_binlog_prefix(coll_id: int, seg_id: int | None = None) -> str:
     return base if seg_id is None else f"{base}{seg_id}/"
 
 
+def deltalog_key(coll_id: int, seg_id: int, log_id: int) -> str:
+    """A segment's delta log (Binlog proto), keyed like its insert binlogs."""
+    return f"datacoord-meta/deltalog/{coll_id}/{seg_id}/{log_id}"
+
+
+def deltalog_prefix(coll_id: int, seg_id: int | None = None) -> str:
+    base = f"datacoord-meta/deltalog/{coll_id}/"
+    return base if seg_id is None else f"{base}{seg_id}/"
+
+
+def statslog_key(coll_id: int, seg_id: int, log_id: int) -> str:
+    """A segment's primary-key stats log (Binlog proto)."""
+    return f"datacoord-meta/statslog/{coll_id}/{seg_id}/{log_id}"
+
+
+def statslog_prefix(coll_id: int, seg_id: int | None = None) -> str:
+    base = f"datacoord-meta/statslog/{coll_id}/"
+    return base if seg_id is None else f"{base}{seg_id}/"
+
+
+def segment_log_prefixes(coll_id: int, seg_id: int | None = None) -> list[str]:
+    """Every per-segment log meta prefix (insert, DDL, delta, stats) of a collection or segment."""
+    return [
+        binlog_prefix(coll_id, seg_id),
+        ddl_binlog_prefix(coll_id, seg_id),
+        deltalog_prefix(coll_id, seg_id),
+        statslog_prefix(coll_id, seg_id),
+    ]
+
+
 def channel_checkpoint_key(vchannel: str) -> str:
     return f"datacoord-meta/channel-cp/{vchannel}"
 
@@ -114,6 +144,24 @@ def compaction_job_prefix(coll_id: int | None = None) -> str:
     return "datacoord-meta/compaction-job/" if coll_id is None else f"datacoord-meta/compaction-job/{coll_id}/"
 
 
+def field_index_key(coll_id: int, index_id: int) -> str:
+    """A field's index (FieldIndex proto), owned by its collection."""
+    return f"datacoord-meta/field-index/{coll_id}/{index_id}"
+
+
+def field_index_prefix(coll_id: int | None = None) -> str:
+    return "datacoord-meta/field-index/" if coll_id is None else f"datacoord-meta/field-index/{coll_id}/"
+
+
+def segment_index_key(coll_id: int, part_id: int, seg_id: int, index_id: int) -> str:
+    """One segment's build of one index (SegmentIndex proto)."""
+    return f"datacoord-meta/segment-index/{coll_id}/{part_id}/{seg_id}/{index_id}"
+
+
+def segment_index_prefix(coll_id: int | None = None) -> str:
+    return "datacoord-meta/segment-index/" if coll_id is None else f"datacoord-meta/segment-index/{coll_id}/"
+
+
 # QueryCoord -----------------------------------------------------------------------------
 
 
@@ -130,9 +178,13 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
         segment_prefix(coll_id),
         binlog_prefix(coll_id),
         ddl_binlog_prefix(coll_id),
+        deltalog_prefix(coll_id),
+        statslog_prefix(coll_id),
         loaded_collection_key(coll_id),
         import_job_prefix(coll_id),
         compaction_job_prefix(coll_id),
+        field_index_prefix(coll_id),
+        segment_index_prefix(coll_id),
         *[channel_checkpoint_key(v) for v in vchannels],
         *[channel_watch_key(v) for v in vchannels],
     ]

@@ -27,6 +27,8 @@ class ProxyPartitionsMixin:
 
     @merr.rpc()
     async def DropPartition(self, req: milvus_pb2.DropPartitionRequest, context=None):
+        _check(req)
+        await self.check_partition_released(req)  # kmilvus.proxy.load: Milvus refuses a loaded one
         status = await self._dd_call(lambda: self.rootcoord.DropPartition(req), pre=lambda: _check(req))
         self.meta_cache.remove(req.db_name, req.collection_name)
         return status

@@ -19,11 +19,16 @@ from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc, security
 from kmilvus.proxy.alter import ProxyAlterMixin
 from kmilvus.proxy.credentials import ProxyCredentialsMixin
 from kmilvus.proxy.databases import ProxyDatabasesMixin
+from kmilvus.proxy.delete import ProxyDeleteMixin
+from kmilvus.proxy.index import ProxyIndexMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
+from kmilvus.proxy.load import ProxyLoadMixin
 from kmilvus.proxy.meta_cache import MetaCache
 from kmilvus.proxy.partitions import ProxyPartitionsMixin
 from kmilvus.proxy.privilege import ProxyRbacMixin, ProxySecurity
+from kmilvus.proxy.query import ProxyQueryMixin
+from kmilvus.proxy.search import ProxySearchMixin
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
@@ -40,12 +45,17 @@ async def _always() -> bool:
 
 
 class Proxy(
+    ProxyDeleteMixin,
     ProxyJobsMixin,
     ProxyAlterMixin,
     ProxyCredentialsMixin,
     ProxyRbacMixin,
+    ProxyIndexMixin,
     ProxyDatabasesMixin,
     ProxyPartitionsMixin,
+    ProxyLoadMixin,
+    ProxySearchMixin,
+    ProxyQueryMixin,
     milvus_pb2_grpc.MilvusServiceServicer,
     proxy_pb2_grpc.ProxyServicer,
     security_pb2_grpc.ProxySecurityServicer,

@@ -1,6 +1,7 @@
-"""QueryCoord. kmilvus has no QueryNodes yet, so its job in the data path is seed 001's
-ReleaseCollectionTask: tell every Proxy to stop serving the collection (through RootCoord's
-ReleaseDQLMessageStream) and remove the collection's loaded-state meta."""
+"""QueryCoord: which collections are loaded and which QueryNode serves each of their DML channels
+(`load.LoadManager`), and seed 001's ReleaseCollectionTask: tell every Proxy to stop serving the
+collection (through RootCoord's ReleaseDQLMessageStream), free it on the QueryNodes and remove its
+loaded-state meta."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pymilvus.grpc_gen import milvus_pb2
 from kmilvus import components as roles
 from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
-from kmilvus.meta import catalog as keys
-from kmilvus.proto import internal_pb2, query_coord_pb2_grpc
+from kmilvus.proto import internal_pb2, query_coord_pb2, query_coord_pb2_grpc
+from kmilvus.querycoord.load import LoadManager
 from kmilvus.util import merr
 
 log = get_logger(__name__)
@@ -23,12 +24,13 @@ class QueryCoord(query_coord_pb2_grpc.QueryCoordServicer):
         self.kv = kv
         self.registry = registry
         self.server_id = server_id
+        self.loads = LoadManager(kv, registry)
 
     async def start(self) -> None:
-        pass
+        await self.loads.start()
 
     async def stop(self) -> None:
-        pass
+        await self.loads.stop()
 
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
@@ -37,7 +39,7 @@ class QueryCoord(query_coord_pb2_grpc.QueryCoordServicer):
     @merr.rpc()
     async def ReleaseCollection(self, req: internal_pb2.ReleaseCollectionRequest, context=None):
         """ReleaseCollectionTask.Execute: ReleaseDQLMessageStream via RootCoord, then each
-        QueryNode (none run in kmilvus yet), then the loaded-state meta."""
+        QueryNode, then the loaded-state meta."""
         log.debug("ReleaseCollectionTask", collection=req.collectionID)
         rootcoord = self.registry.client(roles.ROOTCOORD)
         merr.check(
@@ -45,5 +47,23 @@ class QueryCoord(query_coord_pb2_grpc.QueryCoordServicer):
                 internal_pb2.ReleaseDQLMessageStreamRequest(dbID=req.dbID, collectionID=req.collectionID)
             )
         )
-        await self.kv.delete(keys.loaded_collection_key(req.collectionID))
+        await self.loads.release(req.collectionID)
         return merr.success()
+
+    @merr.rpc()
+    async def LoadCollection(self, req: query_coord_pb2.LoadCollectionRequest, context=None):
+        await self.loads.load(req)
+        return merr.success()
+
+    @merr.rpc()
+    async def ReleasePartitions(self, req: query_coord_pb2.ReleasePartitionsRequest, context=None):
+        await self.loads.release(req.collectionID, list(req.partitionIDs))
+        return merr.success()
+
+    @merr.rpc(query_coord_pb2.GetLoadStateResponse)
+    async def GetLoadState(self, req: query_coord_pb2.GetLoadStateRequest, context=None):
+        return self.loads.state(req.collectionID, list(req.partitionIDs))
+
+    @merr.rpc(query_coord_pb2.GetShardLeadersResponse)
+    async def GetShardLeaders(self, req: query_coord_pb2.GetShardLeadersRequest, context=None):
+        return self.loads.leaders(req.collectionID)

@@ -153,6 +153,16 @@ def segment_binlog_keys(store: ObjectStore, coll: int, part: int, seg: int) -> l
     return sorted(keys, key=_log_sort_key)
 
 
+def read_column(store: ObjectStore, keys: list[str], column: str) -> pa.ChunkedArray:
+    """One column of the given insert binlogs, concatenated in log-ID order (the segment's row
+    offsets: what an index built from it and a QueryNode loading the segment both count by)."""
+    if not keys:
+        raise ValueError("read_column needs at least one binlog")
+    ordered = sorted(keys, key=_log_sort_key)
+    chunks = [pq.read_table(store.path(k), columns=[column], filesystem=store.filesystem)[column] for k in ordered]
+    return pa.chunked_array([c for ch in chunks for c in ch.chunks], type=chunks[0].type)
+
+
 def read_segment(store: ObjectStore, coll: int, part: int, seg: int, schema: pa.Schema | None = None) -> pa.Table:
     """Every insert binlog of a segment, concatenated in log-ID order.
 

@@ -3,8 +3,9 @@
     insert_log/{collectionID}/{partitionID}/{segmentID}/{logID}   Parquet, all fields of a flush chunk
     data_definition_log/{collectionID}/ts/{idx}                   Parquet: ts
     data_definition_log/{collectionID}/ddl/{idx}                  Parquet: ts, type, payload
-    stats_log/{collectionID}/...                                   (reserved)
-    delta_log/{collectionID}/...                                   (reserved)
+    index_files/{collectionID}/{partitionID}/{segmentID}/{buildID}/index   one segment's vector index
+    stats_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk (sorted, unique) per insert binlog
+    delta_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk, ts (deletes)
 
 Keys are relative to the ObjectStore root; prefixes end with '/'.
 """
@@ -15,6 +16,7 @@ INSERT_LOG = "insert_log"
 DDL_LOG = "data_definition_log"
 STATS_LOG = "stats_log"
 DELTA_LOG = "delta_log"
+INDEX_FILES = "index_files"
 
 
 def insert_log_prefix(coll: int) -> str:
@@ -62,9 +64,49 @@ def delta_log_prefix(coll: int) -> str:
     return f"{DELTA_LOG}/{int(coll)}/"
 
 
+def index_files_prefix(coll: int, part: int | None = None, seg: int | None = None) -> str:
+    """A collection's (or a partition's, or a segment's) index files."""
+    out = f"{INDEX_FILES}/{int(coll)}/"
+    if part is not None:
+        out += f"{int(part)}/"
+        if seg is not None:
+            out += f"{int(seg)}/"
+    return out
+
+
+def index_build_prefix(coll: int, part: int, seg: int, build_id: int) -> str:
+    return f"{INDEX_FILES}/{int(coll)}/{int(part)}/{int(seg)}/{int(build_id)}/"
+
+
+def index_file_key(coll: int, part: int, seg: int, build_id: int, name: str = "index") -> str:
+    return f"{index_build_prefix(coll, part, seg, build_id)}{name}"
+
+
+def stats_log_key(coll: int, part: int, seg: int, log_id: int) -> str:
+    return f"{STATS_LOG}/{int(coll)}/{int(part)}/{int(seg)}/{int(log_id)}"
+
+
+def delta_log_key(coll: int, part: int, seg: int, log_id: int) -> str:
+    return f"{DELTA_LOG}/{int(coll)}/{int(part)}/{int(seg)}/{int(log_id)}"
+
+
+def segment_stats_prefix(coll: int, part: int, seg: int) -> str:
+    return f"{STATS_LOG}/{int(coll)}/{int(part)}/{int(seg)}/"
+
+
+def segment_delta_prefix(coll: int, part: int, seg: int) -> str:
+    return f"{DELTA_LOG}/{int(coll)}/{int(part)}/{int(seg)}/"
+
+
 def collection_prefixes(coll: int) -> list[str]:
     """Every prefix under which a collection's files live: delete these and nothing is left."""
-    return [insert_log_prefix(coll), ddl_prefix(coll), stats_log_prefix(coll), delta_log_prefix(coll)]
+    return [
+        insert_log_prefix(coll),
+        ddl_prefix(coll),
+        stats_log_prefix(coll),
+        delta_log_prefix(coll),
+        index_files_prefix(coll),
+    ]
 
 
 def partition_prefixes(coll: int, part: int) -> list[str]:
@@ -74,4 +116,5 @@ def partition_prefixes(coll: int, part: int) -> list[str]:
         partition_prefix(coll, part),
         f"{DELTA_LOG}/{int(coll)}/{int(part)}/",
         f"{STATS_LOG}/{int(coll)}/{int(part)}/",
+        index_files_prefix(coll, part),
     ]

@@ -5,7 +5,11 @@ Spec (JSON, built by DataCoord's CompactionManager):
     kind "compact", job_id (the compaction ID), collection_id, schema (base64), storage_uri,
     manifest_key, log_id_start, log_id_count,
     plans: [{plan_id, partition_id, channel, target_ids: [...],
-             sources: [{segment_id, binlogs: [{key, rows}, ...]}, ...]}, ...]
+             sources: [{segment_id, binlogs: [{key, rows}, ...], deltalogs: [{key, rows}, ...]}, ...]}, ...]
+
+Delta logs (pk, ts) are applied: a row is dropped when a delete of its primary key has a
+timestamp greater than the row's (Milvus' rule), so the targets need no delta logs; each plan's
+manifest entry counts the rows it dropped (`deleted`).
 
 Rows keep their row IDs and timestamps; each plan's rows (sources in the given order, binlogs in
 the given order) are cut into len(target_ids) targets of equal size, so every row lands in
@@ -116,6 +120,28 @@ def _arrow_frame(spark, storage_uri, files, plans, arrow_schema):
     return _tasks(spark, files).mapInArrow(read, spark_schema_of(out))
 
 
+def _deletes(store, spec: dict):
+    """Every delete of the job's sources, the newest per primary key (a pyarrow table), or None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keys = [d["key"] for plan in spec["plans"] for src in plan["sources"] for d in src.get("deltalogs", [])]
+    if not keys:
+        return None
+    table = pa.concat_tables([pq.read_table(store.path(k), filesystem=store.filesystem) for k in keys])
+    return table.group_by("pk").aggregate([("ts", "max")]).rename_columns(["__dpk", "__dts"])
+
+
+def _apply_deletes(spark, df, deletes, pk_column: str):
+    """Drop the rows a delete with a later timestamp covers; returns (kept, deleted) frames."""
+    from pyspark.sql import functions as F
+
+    ddf = F.broadcast(spark.createDataFrame(deletes.to_pandas()))
+    joined = df.join(ddf, F.col(f"`{pk_column}`") == F.col("__dpk"), "left")
+    gone = F.col("__dts").isNotNull() & (F.col("__dts") > F.col("`1`"))
+    return joined.filter(~gone).drop("__dpk", "__dts"), joined.filter(gone)
+
+
 def run(spark, spec: dict) -> dict:
     from kmilvus.storage import ObjectStore, paths
     from kmilvus.util import typeutil
@@ -148,6 +174,8 @@ def run(spark, spec: dict) -> dict:
     )
     arrow_schema = typeutil.arrow_schema(schema)
     columns = [f.name for f in arrow_schema]
+    deletes = _deletes(store, spec)
+    deleted = 0
     try:
         if not files or not total:
             results = []
@@ -156,6 +184,10 @@ def run(spark, spec: dict) -> dict:
                 df = _native_frame(spark, store, files, plans, columns)
             else:
                 df = _arrow_frame(spark, storage_uri, files, plans, arrow_schema)
+            if deletes is not None and deletes.num_rows:
+                pk = next(f for f in schema.fields if f.is_primary_key)
+                df, gone = _apply_deletes(spark, df, deletes, str(pk.fieldID))
+                deleted = gone.count()
             n_tasks = max(1, min(spark.sparkContext.defaultParallelism, len(segments)))
             df = df.coalesce(n_tasks)
             ctx = {
@@ -173,13 +205,13 @@ def run(spark, spec: dict) -> dict:
             for r in results
             if r["kind"] == "error"
         ]
-        if not problems and written != total:
+        if not problems and written + deleted != total:
             problems = [
                 {
                     "file": None,
                     "row": None,
                     "field": None,
-                    "reason": f"wrote {written} rows but the sources hold {total}",
+                    "reason": f"wrote {written} rows and dropped {deleted} deleted ones, but the sources hold {total}",
                 }
             ]
         if problems:
@@ -222,6 +254,7 @@ def run(spark, spec: dict) -> dict:
             {
                 "plan_id": plan["plan_id"],
                 "rows": lay["rows"],
+                "deleted": lay["rows"] - sum(t["rows"] for t in targets),
                 "sources": [int(s["segment_id"]) for s in plan["sources"]],
                 "targets": targets,
             }
@@ -233,6 +266,7 @@ def run(spark, spec: dict) -> dict:
         "job_id": spec.get("job_id"),
         "collection_id": coll,
         "rows": written,
+        "deleted": deleted,
         "plans": out_plans,
         "segments": [t for p in out_plans for t in p["targets"]],
         "input_bytes": sum(

@@ -1,0 +1,47 @@
+"""Primary-key statistics per segment: which segments of a channel may hold a deleted key.
+
+Milvus keeps a bloom filter and min/max per segment; kmilvus keeps the exact keys (sorted numpy
+chunks, merged as they accumulate), so a delete goes to exactly the segments that hold its key
+and membership is one vectorised `np.isin` per chunk — no per-key Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MERGE_AT = 8  # chunks before they are merged into one sorted array
+
+
+@dataclass
+class PkStats:
+    chunks: list[np.ndarray] = field(default_factory=list)
+    lo: object = None
+    hi: object = None
+
+    def add(self, pks: np.ndarray) -> None:
+        if not len(pks):
+            return
+        keys = np.unique(pks)
+        self.chunks.append(keys)
+        lo, hi = keys[0], keys[-1]
+        self.lo = lo if self.lo is None or lo < self.lo else self.lo
+        self.hi = hi if self.hi is None or hi > self.hi else self.hi
+        if len(self.chunks) >= MERGE_AT:
+            self.chunks = [np.unique(np.concatenate(self.chunks))]
+
+    def contains(self, pks: np.ndarray) -> np.ndarray:
+        """Boolean mask: which of `pks` this segment holds."""
+        mask = np.zeros(len(pks), dtype=bool)
+        if self.lo is None or not len(pks):
+            return mask
+        in_range = (pks >= self.lo) & (pks <= self.hi)
+        if not in_range.any():
+            return mask
+        cand = pks[in_range]
+        hit = np.zeros(len(cand), dtype=bool)
+        for c in self.chunks:
+            hit |= np.isin(cand, c, assume_unique=False)
+        mask[in_range] = hit
+        return mask

@@ -1,0 +1,1 @@
+"""The IndexNode role: builds segment indexes (kmilvus.indexnode.builder)."""

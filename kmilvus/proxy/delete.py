@@ -1,0 +1,143 @@
+"""The Proxy's Delete and Upsert (Milvus' deleteTask / upsertTask).
+
+Delete: the expression is parsed (kmilvus.parser) to the primary keys it names — until the read
+path exists only primary-key expressions (`id in [..]`, `id == x`, `or` of those) are accepted —
+and `Delete` messages (Arrow IPC: `pk`, `ts`) are published on the collection's vchannels, routed
+by primary-key hash exactly like inserts. A key that does not exist is accepted (the DataNode
+finds no segment holding it); `delete_count` is the number of keys in the expression.
+
+Upsert: a delete of the rows' keys plus their insert, both at ONE timestamp and published
+inside one `publishing()` window, so no time tick passes that timestamp before both are in the
+channels: any later reader sees both or neither. A delete applies to rows with a smaller
+timestamp only, so the new rows survive their own delete.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from pymilvus.grpc_gen import milvus_pb2, schema_pb2
+
+from kmilvus.msgstream import Msg, MsgType
+from kmilvus.proxy.insert import InsertTask, ipc_bytes
+from kmilvus.proxy.meta_cache import CollectionMeta
+from kmilvus.proxy.task import Task
+from kmilvus.storage import deltalog
+from kmilvus.util import merr, typeutil
+from kmilvus.util.hashing import shard_of
+
+DT = schema_pb2.DataType
+ALL_PARTITIONS = -1
+
+
+def delete_messages(
+    meta: CollectionMeta, keys: pa.Array, ts: int, partition: int, max_bytes: int
+) -> list[tuple[str, Msg]]:
+    """`Delete` messages for `keys` at `ts`, one or more per vchannel the keys hash to."""
+    shards = shard_of(keys, len(meta.vchannels))
+    order = np.argsort(shards, kind="stable")
+    bounds = np.searchsorted(shards[order], np.arange(len(meta.vchannels) + 1))
+    per_key = max(1, (keys.nbytes + 8 * len(keys)) // max(1, len(keys)))
+    chunk = max(1, max_bytes // per_key)
+    items: list[tuple[str, Msg]] = []
+    for i, ch in enumerate(meta.vchannels):
+        idx = order[bounds[i] : bounds[i + 1]]
+        if not len(idx):
+            continue
+        part = keys.take(pa.array(idx))
+        for start in range(0, len(part), chunk):
+            pks = part.slice(start, chunk)
+            batch = pa.record_batch(
+                [pks, pa.array(np.full(len(pks), ts, dtype=np.int64))], schema=deltalog.delta_schema(pks.type)
+            )
+            headers = {"collection": str(meta.id), "partition": str(partition), "rows": str(len(pks))}
+            items.append((ch, Msg(MsgType.Delete, ts, ipc_bytes(batch), headers)))
+    return items
+
+
+class DeleteTask(Task):
+    name = "DeleteTask"
+
+    def __init__(self, proxy, req: milvus_pb2.DeleteRequest):
+        super().__init__()
+        self.proxy = proxy
+        self.req = req
+        self.meta: CollectionMeta | None = None
+        self.keys: pa.Array | None = None
+        self.partition = ALL_PARTITIONS
+
+    async def pre_execute(self) -> None:
+        from kmilvus.parser import parse  # the expression parser (planparserv2)
+
+        req = self.req
+        self.meta = meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
+        if req.partition_name:
+            if req.partition_name != "_default":
+                raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name}]")
+            self.partition = meta.partition_id
+        if not req.expr.strip():
+            raise merr.invalid("expr cannot be empty")
+        plan = parse(req.expr, meta.schema)
+        pks = plan.primary_keys()
+        pk_type = pa.int64() if meta.pk.data_type == DT.Int64 else pa.string()
+        if pks is None:  # any other expression: a Strong query finds the keys (kmilvus.proxy.query)
+            self.keys = (await self.proxy.primary_keys_matching(meta, req.expr)).cast(pk_type)
+        else:
+            self.keys = pa.array(pks, pk_type)
+
+    async def execute(self) -> None:
+        meta, proxy, keys = self.meta, self.proxy, self.keys
+        ts = 0
+        if len(keys):
+            async with proxy.ticks.publishing() as ts:
+                items = delete_messages(meta, keys, ts, self.partition, proxy.cfg.max_message_bytes)
+                await proxy.producer.publish_many(items)
+                if not await proxy.session_valid():
+                    raise merr.MilvusError(
+                        merr.SERVICE_UNAVAILABLE, "the proxy's session expired during the delete: outcome unknown"
+                    )
+        # As Milvus >= 2.3.2: the count and the timestamp, not the keys (pymilvus then answers
+        # {"delete_count": n}).
+        self.result = milvus_pb2.MutationResult(delete_cnt=len(keys), timestamp=ts)
+
+
+class UpsertTask(InsertTask):
+    name = "UpsertTask"
+
+    async def pre_execute(self) -> None:
+        meta = await self.proxy.meta_cache.get(self.req.db_name, self.req.collection_name)
+        if meta.pk.autoID:
+            raise merr.invalid(f"upsert can not assign primary field data when auto id enabled {meta.pk.name}")
+        await super().pre_execute()
+
+    async def execute(self) -> None:
+        meta, n, proxy = self.meta, self.req.num_rows, self.proxy
+        row_ids = await proxy.ids.alloc_array(n)
+        keys = self.columns[meta.pk.fieldID]
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        shards = shard_of(keys, len(meta.vchannels))
+        async with proxy.ticks.publishing() as ts:
+            batch = typeutil.columns_to_record_batch(meta.schema, self.columns, row_ids, ts)
+            deletes = delete_messages(meta, keys, ts, meta.partition_id, proxy.cfg.max_message_bytes)
+            inserts = await self._route(batch, shards, ts)
+            await proxy.producer.publish_many(deletes + inserts)
+            if not await proxy.session_valid():
+                raise merr.MilvusError(
+                    merr.SERVICE_UNAVAILABLE, "the proxy's session expired during the upsert: outcome unknown"
+                )
+        self.result = milvus_pb2.MutationResult(
+            IDs=typeutil.primary_keys_to_ids(meta.pk, keys), upsert_cnt=n, timestamp=ts, succ_index=range(n)
+        )
+
+
+class ProxyDeleteMixin:
+    """Delete and Upsert RPCs (MilvusService), mixed into the Proxy."""
+
+    @merr.rpc(milvus_pb2.MutationResult)
+    async def Delete(self, req: milvus_pb2.DeleteRequest, context=None):
+        return await self.dm_queue.enqueue(DeleteTask(self, req))
+
+    @merr.rpc(milvus_pb2.MutationResult)
+    async def Upsert(self, req: milvus_pb2.UpsertRequest, context=None):
+        return await self.dm_queue.enqueue(UpsertTask(self, req))

@@ -1,0 +1,103 @@
+"""What Search and Query share in the Proxy: the guarantee timestamp of a consistency level, the
+output-field translation, and the fan-out to the QueryNodes serving a collection's channels."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from pymilvus.grpc_gen import common_pb2, schema_pb2
+
+from kmilvus import components as roles
+from kmilvus.proto import query_coord_pb2
+from kmilvus.proxy.meta_cache import CollectionMeta
+from kmilvus.util import merr, typeutil
+
+CL = common_pb2.ConsistencyLevel
+BOUNDED_STALENESS_MS = 5000  # Milvus' common.gracefulTime
+PHYSICAL_SHIFT = 18
+DT = schema_pb2.DataType
+
+
+async def guarantee_ts(proxy, meta: CollectionMeta, req) -> int:
+    """Milvus' consistency levels: Strong = a fresh TSO timestamp; Bounded = now minus the
+    staleness; Session / Customized = the client's timestamp (its last write, sent by pymilvus);
+    Eventually = 1 (whatever the node has)."""
+    level = meta.describe.consistency_level if req.use_default_consistency else req.consistency_level
+    if level == CL.Strong:
+        return await proxy.tso.alloc()
+    if level == CL.Bounded:
+        now = await proxy.tso.alloc()
+        return max(1, ((now >> PHYSICAL_SHIFT) - BOUNDED_STALENESS_MS) << PHYSICAL_SHIFT)
+    if level in (CL.Session, CL.Customized):
+        return req.guarantee_timestamp or 1
+    return 1
+
+
+def output_fields(meta: CollectionMeta, names, *, with_vectors: bool = True) -> tuple[list[int], list[str]]:
+    """Requested output names → (field IDs, names as the client sees them). `*` is every scalar
+    and vector field; an unknown name is a key of the dynamic field when there is one."""
+    schema = meta.schema
+    by_name = {f.name: f for f in schema.fields}
+    dynamic = typeutil.dynamic_field(schema)
+    ids: list[int] = []
+    shown: list[str] = []
+    for name in names:
+        name = name.strip()
+        if name == "*":
+            for f in typeutil.user_fields(schema):
+                if f.is_dynamic or (f.data_type == DT.FloatVector and not with_vectors):
+                    continue
+                if f.fieldID not in ids:
+                    ids.append(f.fieldID)
+                    shown.append(f.name)
+            if dynamic is not None and dynamic.fieldID not in ids:
+                ids.append(dynamic.fieldID)
+            continue
+        f = by_name.get(name)
+        if f is not None:
+            if f.fieldID not in ids:
+                ids.append(f.fieldID)
+                shown.append(f.name)
+        elif dynamic is not None:
+            if dynamic.fieldID not in ids:
+                ids.append(dynamic.fieldID)
+            shown.append(name)
+        else:
+            raise merr.MilvusError(merr.FIELD_NOT_FOUND, f"field {name} not exist")
+    return ids, shown
+
+
+async def serving_nodes(proxy, meta: CollectionMeta) -> tuple[dict[int, list[str]], list[int]]:
+    """{QueryNode ID: its vchannels} of a loaded collection, and the loaded partition IDs."""
+    qc = proxy.registry.client(roles.QUERYCOORD)
+    resp = await qc.GetShardLeaders(query_coord_pb2.GetShardLeadersRequest(collectionID=meta.id))
+    if resp.status.code == merr.COLLECTION_NOT_LOADED[0]:
+        raise merr.MilvusError(merr.COLLECTION_NOT_LOADED, f"collection not loaded[collection={meta.name}]")
+    merr.check(resp.status)
+    nodes: dict[int, list[str]] = {}
+    for leader in resp.leaders:
+        nodes.setdefault(leader.nodeID, []).append(leader.vchannel)
+    return nodes, list(resp.partitionIDs)
+
+
+async def fan_out(proxy, nodes: dict[int, list[str]], call: Callable[[object, list[str]], Awaitable]) -> list:
+    """`call(node, vchannels)` on every serving node at once; the first failure is raised."""
+    results = await asyncio.gather(
+        *(call(proxy.registry.client(roles.QUERYNODE, nid), chans) for nid, chans in nodes.items())
+    )
+    for r in results:
+        merr.check(r.status)
+    return results
+
+
+def partition_ids(meta: CollectionMeta, names, loaded: list[int]) -> list[int]:
+    """The partitions a request reads: the named ones (each must be loaded) or every loaded one."""
+    if not names:
+        return loaded
+    out = [meta.partition(n) for n in names]
+    if loaded:
+        missing = [n for n, p in zip(names, out, strict=True) if p not in loaded]
+        if missing:
+            raise merr.MilvusError(merr.PARTITION_NOT_LOADED, f"partition not loaded[partition={missing[0]}]")
+    return out

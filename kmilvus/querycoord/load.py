@@ -1,0 +1,329 @@
+"""Load and release (Milvus' QueryCoord job scheduler, target observer and balancer, small):
+
+- `load` records the collection in etcd with each DML channel assigned to one QueryNode (the
+  fewest channels first), then, in the background, asks each node to watch its channels; a node
+  loads the channel's flushed segments and consumes the stream from the checkpoint. Progress is
+  the share of channels served.
+- the segment feed (DataCoord.WatchSegments) brings newly flushed, compacted and imported
+  segments to the node of their channel; dropped segments are released there.
+- every `CHECK_INTERVAL` the live QueryNode sessions are compared with the assignment; a channel
+  of a node whose session expired moves to a live node (with its segments), recorded in one put.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from pymilvus.grpc_gen import common_pb2, schema_pb2
+
+from kmilvus import components as roles
+from kmilvus.coordinator.client import CoordinatorClient
+from kmilvus.log import get_logger
+from kmilvus.meta import EtcdKV
+from kmilvus.meta import catalog as keys
+from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, query_node_pb2
+from kmilvus.querycoord import recovery
+from kmilvus.util import merr
+from kmilvus.util.tasks import BackgroundTasks
+
+log = get_logger(__name__)
+CHECK_INTERVAL = 1.0
+LOADED_PREFIX = "querycoord-meta/loaded/"
+SegmentState = common_pb2.SegmentState
+
+
+class LoadManager:
+    def __init__(self, kv: EtcdKV, registry: roles.Registry):
+        self.kv, self.registry = kv, registry
+        self.loads: dict[int, query_coord_pb2.LoadInfo] = {}
+        self.served: dict[int, set[str]] = {}  # channels a node acknowledged, per collection
+        self.indexed: dict[int, set[int]] = {}  # index builds sent to the nodes, per collection
+        self._jobs: dict[int, asyncio.Task] = {}
+        self._tasks = BackgroundTasks()
+        self._feed: asyncio.Task | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        for _, raw in await self.kv.get_prefix(LOADED_PREFIX):
+            with contextlib.suppress(Exception):  # an older, bare record: not a load
+                info = query_coord_pb2.LoadInfo.FromString(raw)
+                if info.collectionID:
+                    self.loads[info.collectionID] = info
+                    self.served[info.collectionID] = set()
+        for coll_id in self.loads:  # a new leader: nodes that already serve a channel answer at once
+            self._start_job(coll_id)
+        self._tasks.every(lambda: CHECK_INTERVAL, self.check_nodes, "querycoord-check-nodes")
+        self._tasks.every(lambda: CHECK_INTERVAL, self.check_indexes, "querycoord-check-indexes")
+        self._follow()
+
+    async def stop(self) -> None:
+        for t in self._jobs.values():
+            t.cancel()
+        await self._unfollow()
+        await self._tasks.stop()
+
+    def _follow(self) -> None:
+        """Subscribe to the segment feed while anything is loaded (and only then)."""
+        if self.loads and (self._feed is None or self._feed.done()):
+            self._feed = asyncio.create_task(self._follow_segments(), name="querycoord-segment-feed")
+
+    async def _unfollow(self) -> None:
+        if self._feed is not None:
+            self._feed.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._feed
+            self._feed = None
+
+    @property
+    def datacoord(self):
+        return self.registry.client(roles.DATACOORD)
+
+    def node(self, node_id: int):
+        return self.registry.client(roles.QUERYNODE, node_id)
+
+    async def _live_nodes(self) -> list[int]:
+        return sorted((await self.registry.clients(roles.QUERYNODE)).keys())
+
+    def _pick(self, live: list[int], extra: dict[int, int] | None = None) -> int:
+        count = dict.fromkeys(live, 0)
+        for info in self.loads.values():
+            for n in info.channel_nodes.values():
+                if n in count:
+                    count[n] += 1
+        for n, c in (extra or {}).items():
+            count[n] = count.get(n, 0) + c
+        return min(live, key=lambda n: (count[n], n))
+
+    async def _save(self, info: query_coord_pb2.LoadInfo) -> None:
+        await self.kv.put(keys.loaded_collection_key(info.collectionID), info.SerializeToString())
+
+    # Load / release ----------------------------------------------------------------------------
+    async def _check_indexed(self, req: query_coord_pb2.LoadCollectionRequest) -> None:
+        """Milvus loads a collection only when every vector field has an index."""
+        rsp = await self.datacoord.DescribeIndex(data_coord_pb2.DescribeIndexRequest(collectionID=req.collectionID))
+        indexed = {i.index.fieldID for i in rsp.infos} if merr.ok(rsp.status) else set()
+        for f in schema_pb2.CollectionSchema.FromString(req.schema).fields:
+            if f.data_type == schema_pb2.DataType.FloatVector and f.fieldID not in indexed:
+                raise merr.MilvusError(
+                    merr.INDEX_NOT_FOUND,
+                    f"there is no vector index on field: [{f.name}], please create index firstly: "
+                    f"collection={req.collection_name}: index not found",
+                )
+
+    async def load(self, req: query_coord_pb2.LoadCollectionRequest) -> None:
+        await self._check_indexed(req)
+        async with self._lock:
+            cur = self.loads.get(req.collectionID)
+            if cur is not None:
+                if set(req.partitionIDs) != set(cur.partitionIDs):
+                    merged = (
+                        set(cur.partitionIDs) | set(req.partitionIDs)
+                        if cur.partitionIDs and req.partitionIDs
+                        else set()
+                    )
+                    del cur.partitionIDs[:]
+                    cur.partitionIDs.extend(sorted(merged))
+                    await self._save(cur)
+                return
+            live = await self._live_nodes()
+            if not live:
+                raise merr.MilvusError(merr.NODE_NOT_FOUND, "no available query node to load collection")
+            info = query_coord_pb2.LoadInfo(
+                collectionID=req.collectionID,
+                schema=req.schema,
+                vchannels=list(req.vchannels),
+                partitionIDs=list(req.partitionIDs),
+                replicaID=req.collectionID,
+                collection_name=req.collection_name,
+            )
+            extra: dict[int, int] = {}
+            for ch in req.vchannels:
+                n = self._pick(live, extra)
+                info.channel_nodes[ch] = n
+                extra[n] = extra.get(n, 0) + 1
+            await self._save(info)
+            self.loads[req.collectionID] = info
+            self.served[req.collectionID] = set()
+        self._follow()
+        self._start_job(req.collectionID)
+
+    def _start_job(self, coll_id: int) -> None:
+        old = self._jobs.get(coll_id)
+        if old is not None and not old.done():
+            return
+        self._jobs[coll_id] = asyncio.create_task(self._watch_all(coll_id), name=f"load-{coll_id}")
+
+    async def _watch_all(self, coll_id: int) -> None:
+        """Ask each channel's node to serve it; retried until it answers (or the load is gone)."""
+        while (info := self.loads.get(coll_id)) is not None:
+            pending = [ch for ch in info.vchannels if ch not in self.served.get(coll_id, set())]
+            if not pending:
+                await self._catch_up(coll_id)
+                return
+            for ch in pending:
+                node_id = info.channel_nodes[ch]
+                try:
+                    req = await recovery.watch_request(
+                        self.kv, self.datacoord, coll_id, info.schema, ch, list(info.partitionIDs)
+                    )
+                    merr.check(await self.node(node_id).WatchDmChannels(req))
+                    if self.loads.get(coll_id) is info and info.channel_nodes[ch] == node_id:
+                        self.served.setdefault(coll_id, set()).add(ch)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.warning("watch channel failed; retrying", channel=ch, node=node_id, exc_info=True)
+                    await asyncio.sleep(0.5)
+
+    async def release(self, coll_id: int, partitions: list[int] | None = None) -> None:
+        async with self._lock:
+            info = self.loads.get(coll_id)
+            if partitions and info is not None and info.partitionIDs:
+                left = [p for p in info.partitionIDs if p not in set(partitions)]
+                if left:
+                    del info.partitionIDs[:]
+                    info.partitionIDs.extend(left)
+                    await self._save(info)
+                    return
+            job = self._jobs.pop(coll_id, None)
+            if job is not None:
+                job.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await job
+            self.loads.pop(coll_id, None)
+            self.served.pop(coll_id, None)
+            self.indexed.pop(coll_id, None)
+            await self.kv.delete(keys.loaded_collection_key(coll_id))
+            if not self.loads:
+                await self._unfollow()
+        nodes = set(info.channel_nodes.values()) if info is not None else set()
+        live = await self._live_nodes()
+        for n in sorted(nodes | set(live)):
+            try:
+                await self.node(n).ReleaseCollection(internal_pb2.ReleaseCollectionRequest(collectionID=coll_id))
+            except Exception:  # a dead node holds nothing once it is gone
+                log.warning("release on query node failed", node=n, collection=coll_id, exc_info=True)
+
+    # State ------------------------------------------------------------------------------------
+    def state(self, coll_id: int, partitions: list[int]) -> query_coord_pb2.GetLoadStateResponse:
+        info = self.loads.get(coll_id)
+        LS = common_pb2.LoadState
+        if info is None or (partitions and info.partitionIDs and not set(partitions) <= set(info.partitionIDs)):
+            return query_coord_pb2.GetLoadStateResponse(state=LS.LoadStateNotLoad)
+        total = len(info.vchannels) or 1
+        done = len(self.served.get(coll_id, set()))
+        progress = 100 * done // total
+        state = LS.LoadStateLoaded if done >= len(info.vchannels) else LS.LoadStateLoading
+        return query_coord_pb2.GetLoadStateResponse(state=state, progress=progress, replicaID=info.replicaID)
+
+    def leaders(self, coll_id: int) -> query_coord_pb2.GetShardLeadersResponse:
+        info = self.loads.get(coll_id)
+        if info is None:
+            raise merr.MilvusError(merr.COLLECTION_NOT_LOADED, f"collection not loaded[collection={coll_id}]")
+        resp = query_coord_pb2.GetShardLeadersResponse(partitionIDs=list(info.partitionIDs), replicaID=info.replicaID)
+        served = self.served.get(coll_id, set())
+        for ch in info.vchannels:
+            if ch not in served:
+                raise merr.MilvusError(
+                    merr.CHANNEL_NOT_AVAILABLE, f"channel not available[channel={ch}]: the collection is still loading"
+                )
+            resp.leaders.add(vchannel=ch, nodeID=info.channel_nodes[ch])
+        return resp
+
+    # Node failures ----------------------------------------------------------------------------
+    async def check_nodes(self) -> None:
+        if not self.loads:
+            return
+        live = await self._live_nodes()
+        if not live:
+            return
+        moved: list[int] = []
+        async with self._lock:
+            for coll_id, info in self.loads.items():
+                changed = False
+                for ch, n in list(info.channel_nodes.items()):
+                    if n not in live:
+                        info.channel_nodes[ch] = self._pick(live)
+                        self.served.get(coll_id, set()).discard(ch)
+                        self.indexed.pop(coll_id, None)
+                        changed = True
+                        log.warning(
+                            "channel moved from a lost query node", channel=ch, old=n, new=info.channel_nodes[ch]
+                        )
+                if changed:
+                    await self._save(info)
+                    moved.append(coll_id)
+        for coll_id in moved:
+            self._start_job(coll_id)
+
+    # Indexes ------------------------------------------------------------------------------------
+    async def check_indexes(self) -> None:
+        """Send index builds that finished after their segment was loaded to its node (the
+        segment is searched exactly until then)."""
+        for coll_id, info in list(self.loads.items()):
+            if len(self.served.get(coll_id, ())) < len(info.vchannels):
+                continue
+            files = await recovery.index_files(self.datacoord, coll_id)
+            sent = self.indexed.setdefault(coll_id, set())
+            new = [seg for seg, builds in files.items() if any(b not in sent for _, b, _ in builds)]
+            if not new:
+                continue
+            for s in await recovery.segments_of(self.datacoord, coll_id):
+                if s.ID in new and s.state == SegmentState.Flushed:
+                    await self._on_segment_info(s, removed=False)
+                    sent.update(b for _, b, _ in files[s.ID])
+
+    # Segment feed -----------------------------------------------------------------------------
+    async def _follow_segments(self) -> None:
+        client = CoordinatorClient.from_registry(self.registry)
+        while True:
+            try:
+                async for ev in client.watch_segments():
+                    await self._on_segment(ev)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.info("segment feed ended; resubscribing", exc_info=True)
+            # Events may have been missed: the channels' next watch re-reads everything; for
+            # served channels, reload what is flushed now.
+            await asyncio.sleep(0.5)
+            for coll_id in list(self.loads):
+                with contextlib.suppress(Exception):
+                    for s in await recovery.segments_of(self.datacoord, coll_id):
+                        if s.state == SegmentState.Flushed:
+                            await self._on_segment_info(s, removed=False)
+
+    async def _catch_up(self, coll_id: int) -> None:
+        """Segments flushed while no feed was followed (a new leader, or between a channel's
+        recovery listing and the subscription): load them now; nodes skip what they hold."""
+        try:
+            for s in await recovery.segments_of(self.datacoord, coll_id):
+                if s.state == SegmentState.Flushed:
+                    await self._on_segment_info(s, removed=False)
+        except Exception:  # the next feed event or check pass covers it
+            log.warning("catch-up of flushed segments failed", collection=coll_id, exc_info=True)
+
+    async def _on_segment(self, ev) -> None:
+        try:
+            await self._on_segment_info(ev.info, ev.removed)
+        except Exception:
+            log.warning("segment event not applied", segment=ev.segmentID, exc_info=True)
+
+    async def _on_segment_info(self, s: internal_pb2.SegmentInfo, removed: bool) -> None:
+        info = self.loads.get(s.collectionID)
+        if info is None or s.insert_channel not in info.channel_nodes:
+            return
+        if info.partitionIDs and s.partitionID not in info.partitionIDs:
+            return
+        node = self.node(info.channel_nodes[s.insert_channel])
+        if removed or s.state == SegmentState.Dropped:
+            merr.check(
+                await node.ReleaseSegments(
+                    query_node_pb2.ReleaseSegmentsRequest(collectionID=s.collectionID, segmentIDs=[s.ID])
+                )
+            )
+        elif s.state == SegmentState.Flushed:
+            req = query_node_pb2.LoadSegmentsRequest(collectionID=s.collectionID, schema=info.schema)
+            req.segments.append(await recovery.load_info(self.kv, self.datacoord, s))
+            merr.check(await node.LoadSegments(req))

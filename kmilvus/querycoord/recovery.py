@@ -1,0 +1,90 @@
+"""What a QueryNode needs to serve one DML channel (Milvus' DataCoord GetRecoveryInfo): the
+channel's flushed segments with their binlog paths, its unflushed segments (rows written under
+buffer pressure are read from binlogs, the rest from the stream), and where to resume the stream.
+
+Segments come from DataCoord's public RPC; binlog paths and the channel checkpoint are read from
+the keys DataCoord commits them under (read only — DataCoord alone writes them)."""
+
+from __future__ import annotations
+
+from pymilvus.grpc_gen import common_pb2
+
+from kmilvus.meta import EtcdKV
+from kmilvus.meta import catalog as keys
+from kmilvus.proto import data_coord_pb2, internal_pb2, query_node_pb2
+from kmilvus.util import merr
+
+SegmentState = common_pb2.SegmentState
+LIVE = (SegmentState.Growing, SegmentState.Sealed, SegmentState.Flushing, SegmentState.Flushed)
+
+
+async def log_paths(kv: EtcdKV, prefix: str) -> list[str]:
+    logs = [internal_pb2.Binlog.FromString(raw) for _, raw in await kv.get_prefix(prefix)]
+    return [b.log_path for b in sorted(logs, key=lambda b: b.logID) if b.log_path]
+
+
+async def index_files(
+    datacoord, coll_id: int, seg_ids: list[int] | None = None
+) -> dict[int, list[tuple[int, int, str]]]:
+    """{segment: [(field, build, index file key)]} of finished index builds."""
+    rsp = await datacoord.GetIndexInfos(
+        data_coord_pb2.GetIndexInfosRequest(collectionID=coll_id, segmentIDs=seg_ids or [])
+    )
+    merr.check(rsp.status)
+    out: dict[int, list[tuple[int, int, str]]] = {}
+    for si in rsp.segment_indexes:
+        if si.index_file_keys:
+            out.setdefault(si.segmentID, []).append((si.fieldID, si.buildID, si.index_file_keys[0]))
+    return out
+
+
+async def load_info(kv: EtcdKV, datacoord, s: internal_pb2.SegmentInfo) -> query_node_pb2.SegmentLoadInfo:
+    info = query_node_pb2.SegmentLoadInfo(
+        segmentID=s.ID,
+        partitionID=s.partitionID,
+        insert_channel=s.insert_channel,
+        num_of_rows=s.num_of_rows,
+        binlog_paths=await log_paths(kv, keys.binlog_prefix(s.collectionID, s.ID)),
+        delta_paths=await log_paths(kv, keys.deltalog_prefix(s.collectionID, s.ID)),
+        compaction_from=list(s.compaction_from),
+        dml_position=s.dml_position,
+    )
+    if s.state == SegmentState.Flushed:
+        for fid, build, key in (await index_files(datacoord, s.collectionID, [s.ID])).get(s.ID, []):
+            info.index_fieldIDs.append(fid)
+            info.index_buildIDs.append(build)
+            info.index_paths.append(key)
+    return info
+
+
+async def segments_of(datacoord, coll_id: int) -> list[internal_pb2.SegmentInfo]:
+    rsp = await datacoord.GetSegmentsByCollection(
+        data_coord_pb2.GetSegmentsByCollectionRequest(collectionID=coll_id, states=list(LIVE))
+    )
+    merr.check(rsp.status)
+    return list(rsp.infos)
+
+
+async def watch_request(
+    kv: EtcdKV, datacoord, coll_id: int, schema: bytes, vchannel: str, partitions: list[int]
+) -> query_node_pb2.WatchDmChannelsRequest:
+    raw = await kv.get(keys.channel_checkpoint_key(vchannel))
+    cp = internal_pb2.MsgPosition.FromString(raw) if raw else internal_pb2.MsgPosition(channel_name=vchannel)
+    req = query_node_pb2.WatchDmChannelsRequest(collectionID=coll_id, schema=schema, vchannel=vchannel)
+    seek = cp.seq
+    for s in await segments_of(datacoord, coll_id):
+        if s.insert_channel != vchannel:
+            continue
+        if partitions and s.partitionID not in partitions:
+            req.flushed_segmentIDs.append(s.ID)  # not loaded: never served
+            continue
+        if s.state == SegmentState.Flushed:
+            req.flushed_segmentIDs.append(s.ID)
+            req.sealed_segments.append(await load_info(kv, datacoord, s))
+        else:
+            info = await load_info(kv, datacoord, s)
+            req.unflushed_segments.append(info)
+            if info.binlog_paths and s.dml_position.seq:
+                seek = min(seek, s.dml_position.seq)
+    req.seek_position.CopyFrom(internal_pb2.MsgPosition(channel_name=vchannel, seq=seek, timestamp=cp.timestamp))
+    return req

@@ -1,0 +1,128 @@
+"""A QueryNode's share of one DML channel (Milvus' shard delegator): it consumes the vchannel
+from the channel's checkpoint, keeps the rows of segments not flushed yet as growing segments
+(keyed by segment ID), and tracks the channel's serviceable time from its time ticks.
+
+Handoff: once the sealed copy of a segment is loaded (`QueryNode.LoadSegments`), its growing
+copy is dropped and later stream messages of that segment are skipped, in one step of the event
+loop — a search sees either copy, never both and never neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from pymilvus.grpc_gen import schema_pb2
+
+from kmilvus.datanode.flowgraph import read_ipc
+from kmilvus.log import get_logger
+from kmilvus.msgstream import MsgStream, MsgType
+from kmilvus.proto import query_node_pb2
+from kmilvus.querynode.deletes import DeleteSet
+from kmilvus.querynode.segments import GrowingSegment
+from kmilvus.storage import deltalog
+
+log = get_logger(__name__)
+
+
+class ChannelDelegator:
+    def __init__(self, stream: MsgStream, consumer_name: str, req: query_node_pb2.WatchDmChannelsRequest):
+        self.stream = stream
+        self.consumer_name = consumer_name
+        self.vchannel = req.vchannel
+        self.collection_id = req.collectionID
+        self.schema = schema_pb2.CollectionSchema.FromString(req.schema)
+        self.seek = req.seek_position.seq
+        self.skip: set[int] = set(req.flushed_segmentIDs)
+        # Rows of an unflushed segment up to this seq are in its binlogs (written under pressure).
+        self.persisted_upto: dict[int, int] = {s.segmentID: s.dml_position.seq for s in req.unflushed_segments}
+        self.growing: dict[int, GrowingSegment] = {}
+        self.deletes = DeleteSet()  # every Delete consumed on the channel (applied to all its segments)
+        self.serviceable_ts = 0
+        self.dropped = False
+        self.changed = asyncio.Condition()
+        self._consumer = None
+        self._task: asyncio.Task | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(g.nbytes for g in self.growing.values())
+
+    async def start(self) -> None:
+        self._consumer = await self.stream.consume(self.vchannel, after_seq=self.seek, name=self.consumer_name)
+        self._task = asyncio.create_task(self._run(), name=f"delegator-{self.vchannel}")
+
+    async def stop(self) -> None:
+        """Stop consuming, delete the server-side consumer and free the growing data."""
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await self._consumer.close()
+            self._consumer = None
+        self.growing.clear()
+        self.deletes = DeleteSet()
+
+    @property
+    def consuming(self) -> bool:
+        return self._consumer is not None
+
+    def add_growing(self, seg_id: int, partition_id: int, table, deltas=None) -> None:
+        """Rows of an unflushed segment read from its binlogs (before the stream resumes)."""
+        g = self.growing.setdefault(seg_id, GrowingSegment(seg_id, partition_id, self.schema))
+        g.add(table)
+        if deltas is not None:
+            g.deltas = deltas
+
+    def seal(self, seg_id: int) -> None:
+        """The segment's sealed copy is loaded: drop the growing copy, skip its messages."""
+        self.skip.add(seg_id)
+        self.growing.pop(seg_id, None)
+
+    async def _run(self) -> None:
+        try:
+            async for msg in self._consumer:
+                t = msg.type
+                if t == MsgType.Insert:
+                    seg = int(msg.headers["segment"])
+                    if seg in self.skip or msg.position.seq <= self.persisted_upto.get(seg, 0):
+                        continue
+                    g = self.growing.get(seg)
+                    if g is None:
+                        part = int(msg.headers.get("partition", 0))
+                        g = self.growing[seg] = GrowingSegment(seg, part, self.schema)
+                    g.add(read_ipc(msg.payload))
+                elif t == MsgType.Delete:
+                    batch = read_ipc(msg.payload)
+                    pks = deltalog.pk_numpy(batch.column(deltalog.PK))
+                    self.deletes.add(pks, batch.column(deltalog.TS).to_numpy(zero_copy_only=False))
+                elif t == MsgType.TimeTick:
+                    self.serviceable_ts = msg.timestamp
+                    async with self.changed:
+                        self.changed.notify_all()
+                elif t == MsgType.DropCollection:
+                    self.dropped = True
+                    self.growing.clear()
+                    async with self.changed:
+                        self.changed.notify_all()
+                    break
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.error("delegator failed", channel=self.vchannel, exc_info=True)
+            raise
+
+    async def wait_serviceable(self, ts: int, timeout: float) -> bool:
+        """True once every message with a timestamp below `ts` has been consumed."""
+        if self.serviceable_ts >= ts or self.dropped:
+            return True
+        async with self.changed:
+            try:
+                await asyncio.wait_for(
+                    self.changed.wait_for(lambda: self.serviceable_ts >= ts or self.dropped), timeout
+                )
+            except TimeoutError:
+                return False
+        return True

@@ -1,0 +1,283 @@
+"""The QueryNode: holds loaded segments and delegates DML channels for QueryCoord, and answers
+Search / Query for the Proxy once its serviceable time reaches the request's guarantee
+timestamp (Milvus' querynodev2, with the delegator and its workers in one process)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+from pymilvus.grpc_gen import milvus_pb2, schema_pb2
+
+from kmilvus import components as roles
+from kmilvus.config import Config
+from kmilvus.log import get_logger
+from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
+from kmilvus.querynode import reduce, vector_search
+from kmilvus.querynode.delegator import ChannelDelegator
+from kmilvus.querynode.deletes import DeleteSet
+from kmilvus.querynode.filter import compile_filter
+from kmilvus.querynode.segments import SegmentData, read_binlogs
+from kmilvus.storage import deltalog
+from kmilvus.util import merr, typeutil
+
+log = get_logger(__name__)
+DEFAULT_TIMEOUT_MS = 10_000
+
+
+@dataclass
+class LoadedCollection:
+    id: int
+    schema: schema_pb2.CollectionSchema
+    sealed: dict[int, SegmentData] = field(default_factory=dict)
+    channel_of: dict[int, str] = field(default_factory=dict)  # sealed segment → its DML channel
+    channels: dict[str, ChannelDelegator] = field(default_factory=dict)
+
+    @property
+    def pk_field(self) -> int:
+        return typeutil.primary_field(self.schema).fieldID
+
+    def segments(self, vchannels, partitions) -> list[tuple[SegmentData, DeleteSet | None]]:
+        """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`),
+        each with the deletes consumed on its channel."""
+        parts = set(partitions)
+        segs = []
+        for s in self.sealed.values():
+            if not parts or s.partition_id in parts:
+                d = self.channels.get(self.channel_of.get(s.segment_id, ""))
+                segs.append((s, d.deletes if d is not None else None))
+        for ch in vchannels:
+            d = self.channels[ch]
+            segs += [
+                (g.data(), d.deletes) for g in d.growing.values() if g.rows and (not parts or g.partition_id in parts)
+            ]
+        return segs
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.sealed.values()) + sum(d.nbytes for d in self.channels.values())
+
+
+class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
+    role = roles.QUERYNODE
+
+    def __init__(self, cfg: Config, stream, store, registry: roles.Registry, server_id: int):
+        self.cfg, self.stream, self.store, self.registry = cfg, stream, store, registry
+        self.server_id = server_id
+        self.collections: dict[int, LoadedCollection] = {}
+        self._lock = asyncio.Lock()  # load / release steps of one node never interleave
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        await self.drop_all()
+
+    async def drop_all(self) -> None:
+        """Release everything (the node's session was lost: QueryCoord moved its work)."""
+        for coll_id in list(self.collections):
+            await self._release(coll_id)
+
+    @merr.rpc(milvus_pb2.ComponentStates)
+    async def GetComponentStates(self, req, context=None):
+        return roles.healthy(self.server_id, self.role)
+
+    def _collection(self, coll_id: int, schema: bytes) -> LoadedCollection:
+        c = self.collections.get(coll_id)
+        if c is None:
+            c = self.collections[coll_id] = LoadedCollection(coll_id, schema_pb2.CollectionSchema.FromString(schema))
+        return c
+
+    async def _read(self, coll: LoadedCollection, info: query_node_pb2.SegmentLoadInfo) -> SegmentData:
+        """Binlogs (one Arrow read), delta logs and index files of one segment."""
+
+        def load() -> SegmentData:
+            table = read_binlogs(self.store, list(info.binlog_paths))
+            seg = SegmentData.build(info.segmentID, info.partitionID, table, coll.schema)
+            self._read_deltas(seg.deltas, info)
+            self._read_indexes(seg, info)
+            return seg
+
+        return await asyncio.to_thread(load)
+
+    def _read_deltas(self, deltas: DeleteSet, info: query_node_pb2.SegmentLoadInfo) -> None:
+        for key in info.delta_paths:
+            t = deltalog.read_delta_log(self.store, key)
+            deltas.add(deltalog.pk_numpy(t.column(deltalog.PK)), t.column(deltalog.TS).to_numpy())
+
+    def _read_indexes(self, seg: SegmentData, info: query_node_pb2.SegmentLoadInfo) -> None:
+        """Load the segment's finished index files; without one a field is searched exactly."""
+        from kmilvus import index as kindex
+
+        for key, fid in zip(info.index_paths, info.index_fieldIDs, strict=True):
+            if fid in seg.indexes:
+                continue
+            data = self.store.filesystem.open_input_file(self.store.path(key)).readall()
+            ix = kindex.load(data)
+            if ix.num_rows != seg.num_rows:
+                log.warning("index ignored: row count differs", segment=seg.segment_id, index_rows=ix.num_rows)
+                continue
+            seg.indexes[fid] = ix
+            seg.index_bytes += len(data)
+            seg.vectors.pop(fid, None)  # the index holds what search needs; outputs read the table
+            seg.sq_norms.pop(fid, None)
+
+    def _install(self, coll: LoadedCollection, data: SegmentData, info: query_node_pb2.SegmentLoadInfo) -> None:
+        """Sealed copy in, growing copy and compaction sources out — in one synchronous step."""
+        coll.sealed[data.segment_id] = data
+        coll.channel_of[data.segment_id] = info.insert_channel
+        for d in coll.channels.values():
+            d.seal(data.segment_id)
+            for src in info.compaction_from:
+                d.seal(src)
+        for src in info.compaction_from:
+            coll.sealed.pop(src, None)
+            coll.channel_of.pop(src, None)
+
+    @merr.rpc()
+    async def WatchDmChannels(self, req: query_node_pb2.WatchDmChannelsRequest, context=None):
+        async with self._lock:
+            coll = self._collection(req.collectionID, req.schema)
+            if req.vchannel in coll.channels:
+                return merr.success()
+            name = f"{self.cfg.cluster}-qn{self.server_id}"
+            d = ChannelDelegator(self.stream, name, req)
+            for info in req.unflushed_segments:
+                if info.binlog_paths:
+                    data = await self._read(coll, info)
+                    d.add_growing(info.segmentID, info.partitionID, data.table, data.deltas)
+            for info in req.sealed_segments:
+                if info.segmentID not in coll.sealed:
+                    self._install(coll, await self._read(coll, info), info)
+                d.skip.add(info.segmentID)
+            d.skip.update(coll.sealed)
+            coll.channels[req.vchannel] = d
+            await d.start()
+        log.info("channel watched", channel=req.vchannel, node=self.server_id, sealed=len(req.sealed_segments))
+        return merr.success()
+
+    @merr.rpc()
+    async def LoadSegments(self, req: query_node_pb2.LoadSegmentsRequest, context=None):
+        coll = self.collections.get(req.collectionID)
+        if coll is None:
+            return merr.success()  # released meanwhile
+        for info in req.segments:
+            have = coll.sealed.get(info.segmentID)
+            if have is not None:
+                if any(f not in have.indexes for f in info.index_fieldIDs):  # an index finished
+                    await asyncio.to_thread(self._read_indexes, have, info)
+                continue
+            data = await self._read(coll, info)
+            if self.collections.get(req.collectionID) is coll:
+                self._install(coll, data, info)
+        return merr.success()
+
+    @merr.rpc()
+    async def ReleaseSegments(self, req: query_node_pb2.ReleaseSegmentsRequest, context=None):
+        coll = self.collections.get(req.collectionID)
+        if coll is not None:
+            for seg in req.segmentIDs:
+                coll.sealed.pop(seg, None)
+                coll.channel_of.pop(seg, None)
+                for d in coll.channels.values():
+                    d.seal(seg)
+        return merr.success()
+
+    @merr.rpc()
+    async def ReleaseCollection(self, req: internal_pb2.ReleaseCollectionRequest, context=None):
+        async with self._lock:
+            await self._release(req.collectionID)
+        return merr.success()
+
+    async def _release(self, coll_id: int) -> None:
+        coll = self.collections.pop(coll_id, None)
+        if coll is None:
+            return
+        for d in coll.channels.values():
+            await d.stop()
+        coll.sealed.clear()
+        log.info("collection released", collection=coll_id, node=self.server_id)
+
+    @merr.rpc(query_node_pb2.GetDataDistributionResponse)
+    async def GetDataDistribution(self, req: query_node_pb2.GetDataDistributionRequest, context=None):
+        resp = query_node_pb2.GetDataDistributionResponse(nodeID=self.server_id)
+        for coll in self.collections.values():
+            if req.collectionID and coll.id != req.collectionID:
+                continue
+            for ch, d in coll.channels.items():
+                resp.channels.add(
+                    collectionID=coll.id,
+                    vchannel=ch,
+                    serviceable_ts=d.serviceable_ts,
+                    growing_segmentIDs=sorted(d.growing),
+                    consuming=d.consuming,
+                )
+            for s in coll.sealed.values():
+                resp.segments.add(
+                    collectionID=coll.id,
+                    segmentID=s.segment_id,
+                    partitionID=s.partition_id,
+                    num_rows=s.num_rows,
+                    memory_bytes=s.nbytes,
+                    indexed_fieldIDs=sorted(s.indexes),
+                )
+            resp.memory_bytes += coll.nbytes
+        return resp
+
+    # Reads ----------------------------------------------------------------------------------
+    async def _serviceable(self, coll_id: int, vchannels, guarantee_ts: int, timeout_ms: int) -> LoadedCollection:
+        coll = self.collections.get(coll_id)
+        if coll is None or any(ch not in coll.channels for ch in vchannels):
+            raise merr.MilvusError(
+                merr.CHANNEL_NOT_FOUND, f"channel not available[collection={coll_id}] on querynode {self.server_id}"
+            )
+        timeout = (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
+        for ch in vchannels:
+            if not await coll.channels[ch].wait_serviceable(guarantee_ts, timeout):
+                raise merr.MilvusError(
+                    merr.SERVICE_UNAVAILABLE,
+                    f"channel {ch} not serviceable at guarantee timestamp {guarantee_ts} "
+                    f"(serviceable {coll.channels[ch].serviceable_ts})",
+                )
+        return coll
+
+    @merr.rpc(query_node_pb2.SearchResults)
+    async def Search(self, req: query_node_pb2.SearchRequest, context=None):
+        coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
+        flt = compile_filter(req.expr, coll.schema)
+        params = json.loads(req.params) if req.params else {}
+        queries = np.frombuffer(req.vectors, dtype="<f4").reshape(req.nq, -1)
+        segments = coll.segments(req.vchannels, req.partitionIDs)
+        metric = vector_search.check_metric(req.metric_type)
+        radius = params.get("radius")
+        range_filter = params.get("range_filter")
+        table = await asyncio.to_thread(
+            reduce.search_segments,
+            segments,
+            queries,
+            int(req.topk),
+            metric,
+            req.anns_fieldID,
+            coll.pk_field,
+            list(req.output_fieldIDs),
+            flt,
+            None if radius is None else float(radius),
+            None if range_filter is None else float(range_filter),
+            params,
+        )
+        return query_node_pb2.SearchResults(arrow=reduce.to_ipc(table))
+
+    @merr.rpc(query_node_pb2.RetrieveResults)
+    async def Query(self, req: query_node_pb2.QueryRequest, context=None):
+        coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
+        flt = compile_filter(req.expr, coll.schema)
+        segments = coll.segments(req.vchannels, req.partitionIDs)
+        outputs = [] if req.count else list(req.output_fieldIDs)
+        limit = 0 if req.count else req.limit  # count(*) builds no rows
+        table, count = await asyncio.to_thread(reduce.retrieve_segments, segments, coll.pk_field, outputs, flt, limit)
+        resp = query_node_pb2.RetrieveResults(count=count)
+        if table is not None and not req.count:
+            resp.arrow = reduce.to_ipc(table)
+        return resp

@@ -1,0 +1,159 @@
+"""Search and retrieve over a set of segments, and the top-k merge shared by QueryNodes and the
+Proxy. Results are Arrow tables: "nq" (query index), "score", "pk", then output fields by field ID;
+every step is a numpy/Arrow operation over whole columns."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kmilvus.querynode import vector_search
+from kmilvus.querynode.filter import Filter
+from kmilvus.querynode.segments import SegmentData
+
+_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="segment-search")
+
+
+def _output_columns(seg: SegmentData, offsets: np.ndarray, pk_field: int, output_ids: list[int]) -> dict[str, pa.Array]:
+    idx = pa.array(offsets, pa.int64())
+    cols = {"pk": seg.table.column(str(pk_field)).take(idx)}
+    for fid in output_ids:
+        name = str(fid)
+        if name in seg.table.column_names and name not in cols:
+            cols[name] = seg.table.column(name).take(idx)
+    return cols
+
+
+def merge_topk(table: pa.Table, k: int, larger: bool) -> pa.Table:
+    """The best `k` rows per query of `table` (sorted by query, then best score first)."""
+    if table.num_rows == 0:
+        return table
+    nq = table.column("nq").to_numpy()
+    score = table.column("score").to_numpy().astype(np.float64)
+    order = np.lexsort((-score if larger else score, nq))
+    nq_sorted = nq[order]
+    starts = np.searchsorted(nq_sorted, nq_sorted, side="left")
+    rank = np.arange(len(order)) - starts
+    keep = order[rank < k]
+    return table.take(pa.array(keep))
+
+
+def _alive(seg: SegmentData, deletes, flt: Filter) -> np.ndarray | None:
+    """Rows the filter keeps and no delete removed (None: all)."""
+    keep = flt.mask(seg.table)
+    alive = seg.alive(deletes)
+    if alive is None:
+        return keep
+    return alive if keep is None else keep & alive
+
+
+def _topk_from_ranges(lims: np.ndarray, d: np.ndarray, o: np.ndarray, nq: int, k: int):
+    """A range search's hits (best first per query) as the (nq, k) form of a top-k search."""
+    out_d = np.full((nq, k), np.nan, dtype=np.float32)
+    out_i = np.full((nq, k), -1, dtype=np.int64)
+    qid = np.repeat(np.arange(nq), np.diff(lims))
+    rank = np.arange(len(o)) - lims[qid]
+    keep = rank < k
+    out_d[qid[keep], rank[keep]] = d[keep]
+    out_i[qid[keep], rank[keep]] = o[keep]
+    return out_d, out_i
+
+
+def search_segments(
+    segments: list[tuple[SegmentData, object]],
+    queries: np.ndarray,
+    k: int,
+    metric: str,
+    anns_field: int,
+    pk_field: int,
+    output_ids: list[int],
+    flt: Filter,
+    radius: float | None = None,
+    range_filter: float | None = None,
+    params: dict | None = None,
+) -> pa.Table:
+    """Top-k per query over `segments` (each searched in a thread: faiss and BLAS release the
+    GIL): a segment's index when it has one for the field, its raw vectors exactly otherwise."""
+
+    def one(item) -> pa.Table | None:
+        seg, deletes = item
+        if seg.num_rows == 0:
+            return None
+        valid = _alive(seg, deletes, flt)
+        if valid is not None and not valid.any():
+            return None
+        index = seg.indexes.get(anns_field)
+        if index is not None:
+            if radius is not None:
+                lims, dd, oo = index.range_search(queries, radius, range_filter, params, valid)
+                d, i = _topk_from_ranges(lims, dd, oo, len(queries), k)
+            else:
+                d, i = index.search(queries, min(k, seg.num_rows), params, valid)
+        else:
+            base = seg.vectors.get(anns_field)
+            if base is None:
+                return None
+            d, i = vector_search.search(
+                base,
+                queries,
+                k,
+                metric,
+                valid=valid,
+                radius=radius,
+                range_filter=range_filter,
+                base_sq=seg.sq_norms.get(anns_field),
+            )
+        hit = i >= 0
+        q_idx = np.nonzero(hit)[0].astype(np.int32)
+        offs = i[hit]
+        cols = {"nq": pa.array(q_idx), "score": pa.array(d[hit].astype(np.float32))}
+        cols.update(_output_columns(seg, offs, pk_field, output_ids))
+        return pa.table(cols)
+
+    parts = [t for t in _POOL.map(one, segments) if t is not None]
+    if not parts:
+        return empty_search_result()
+    table = pa.concat_tables(parts, promote_options="default")
+    return merge_topk(table, k, vector_search.larger_is_closer(metric))
+
+
+def empty_search_result() -> pa.Table:
+    return pa.table({"nq": pa.array([], pa.int32()), "score": pa.array([], pa.float32())})
+
+
+def retrieve_segments(
+    segments: list[tuple[SegmentData, object]], pk_field: int, output_ids: list[int], flt: Filter, limit: int
+) -> tuple[pa.Table | None, int]:
+    """(rows matching `flt` with "pk" and output fields, count of matching rows); with `limit`
+    ≥ 0 the rows are the `limit` smallest primary keys (stable pagination, as Milvus)."""
+    parts = []
+    count = 0
+    for seg, deletes in segments:
+        if seg.num_rows == 0:
+            continue
+        m = _alive(seg, deletes, flt)
+        offs = np.arange(seg.num_rows) if m is None else np.nonzero(m)[0]
+        count += len(offs)
+        if len(offs) and (limit != 0 or output_ids):
+            parts.append(pa.table(_output_columns(seg, offs, pk_field, output_ids)))
+    if not parts:
+        return None, count
+    table = pa.concat_tables(parts, promote_options="default")
+    if limit >= 0 and table.num_rows > limit:
+        order = pc.sort_indices(table.column("pk"))
+        table = table.take(order.slice(0, limit))
+    return table, count
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()

@@ -1,0 +1,122 @@
+"""A QueryNode's data: sealed segments read from their binlogs and growing segments fed by the
+stream, both held as Arrow tables (columns by field ID, as in the binlogs) plus each vector
+field as one contiguous float32 numpy array — converted once, never per row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+from pymilvus.grpc_gen import schema_pb2
+
+from kmilvus.querynode.deletes import DeleteSet, pk_and_ts
+from kmilvus.storage import ObjectStore
+
+DT = schema_pb2.DataType
+
+
+def vector_field_ids(schema: schema_pb2.CollectionSchema) -> list[int]:
+    return [f.fieldID for f in schema.fields if f.data_type == DT.FloatVector]
+
+
+def to_matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
+    """A fixed_size_list<float32, dim> column as an (n, dim) contiguous float32 array."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    flat = col.flatten()
+    return np.ascontiguousarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
+
+
+@dataclass
+class SegmentData:
+    """One segment's rows, ready to search: the table and its vector fields as matrices."""
+
+    segment_id: int
+    partition_id: int
+    table: pa.Table
+    vectors: dict[int, np.ndarray] = field(default_factory=dict)
+    sq_norms: dict[int, np.ndarray] = field(default_factory=dict)
+    indexes: dict[int, Any] = field(default_factory=dict)  # field ID → kmilvus.index.VectorIndex
+    deltas: DeleteSet = field(default_factory=DeleteSet)  # its delta logs
+    index_bytes: int = 0  # serialized size of the loaded indexes (≈ their memory)
+    pk_field: int = 0
+    _keys: tuple[np.ndarray, np.ndarray] | None = None
+    _alive: tuple[tuple[int, int], np.ndarray | None] | None = None
+
+    @classmethod
+    def build(cls, segment_id: int, partition_id: int, table: pa.Table, schema: schema_pb2.CollectionSchema):
+        pk = next(f.fieldID for f in schema.fields if f.is_primary_key)
+        seg = cls(segment_id, partition_id, table, pk_field=pk)
+        for f in schema.fields:
+            if f.data_type == DT.FloatVector and str(f.fieldID) in table.column_names:
+                dim = next(int(p.value) for p in f.type_params if p.key == "dim")
+                m = to_matrix(table.column(str(f.fieldID)), dim)
+                seg.vectors[f.fieldID] = m
+                seg.sq_norms[f.fieldID] = np.einsum("ij,ij->i", m, m)
+        return seg
+
+    @property
+    def num_rows(self) -> int:
+        return self.table.num_rows
+
+    @property
+    def nbytes(self) -> int:
+        own = sum(v.nbytes for v in self.vectors.values() if v.base is None)
+        return self.table.nbytes + own + self.index_bytes
+
+    def alive(self, channel_deletes: DeleteSet | None) -> np.ndarray | None:
+        """A bool per row: not deleted by its delta logs nor by the channel's deletes (None:
+        every row is alive). Cached until either set changes."""
+        version = (self.deltas.version, channel_deletes.version if channel_deletes is not None else -1)
+        if self._alive is not None and self._alive[0] == version:
+            return self._alive[1]
+        dead = None
+        for dels in (self.deltas, channel_deletes):
+            if dels is None or not len(dels):
+                continue
+            if self._keys is None:
+                self._keys = pk_and_ts(self.table, self.pk_field)
+            d = dels.deleted(*self._keys)
+            if d is not None:
+                dead = d if dead is None else dead | d
+        mask = None if dead is None else ~dead
+        self._alive = (version, mask)
+        return mask
+
+
+def read_binlogs(store: ObjectStore, keys: list[str], schema: pa.Schema | None = None) -> pa.Table:
+    """The given insert binlogs, concatenated in order (one multithreaded Arrow read)."""
+    if not keys:
+        return (schema or pa.schema([])).empty_table()
+    dataset = ds.dataset([store.path(k) for k in keys], filesystem=store.filesystem, format="parquet", schema=schema)
+    return dataset.to_table()
+
+
+class GrowingSegment:
+    """Batches of one segment consumed from the stream; its SegmentData is rebuilt lazily after
+    new batches arrive (search cost is paid once per change, not per request)."""
+
+    def __init__(self, segment_id: int, partition_id: int, schema: schema_pb2.CollectionSchema):
+        self.segment_id, self.partition_id, self.schema = segment_id, partition_id, schema
+        self.batches: list[pa.RecordBatch | pa.Table] = []
+        self.rows = 0
+        self.nbytes = 0
+        self.deltas = DeleteSet()  # delta logs written for it before it was flushed
+        self._data: SegmentData | None = None
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        self.batches.append(batch)
+        self.rows += batch.num_rows
+        self.nbytes += batch.nbytes
+        self._data = None
+
+    def data(self) -> SegmentData:
+        if self._data is None:
+            tables = [b if isinstance(b, pa.Table) else pa.Table.from_batches([b]) for b in self.batches]
+            table = pa.concat_tables(tables, promote_options="default").combine_chunks()
+            self._data = SegmentData.build(self.segment_id, self.partition_id, table, self.schema)
+            self._data.deltas = self.deltas
+        return self._data

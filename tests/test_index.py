@@ -1,0 +1,220 @@
+"""kmilvus.index: every index type × metric on faiss, serialization, recall, filters, range search,
+and Milvus' parameter checks (pkg/util/indexparamcheck)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pymilvus.grpc_gen import schema_pb2
+
+from kmilvus import index as kindex
+from kmilvus.index import params as P
+from kmilvus.util.merr import MilvusError
+
+DT = schema_pb2.DataType
+DIM = 32
+PARAMS = {
+    "FLAT": {},
+    "IVF_FLAT": {"nlist": "32"},
+    "IVF_SQ8": {"nlist": "32"},
+    "HNSW": {"M": "16", "efConstruction": "128"},
+    "AUTOINDEX": {},
+}
+SEARCH = {
+    "FLAT": {},
+    "IVF_FLAT": {"nprobe": 32},
+    "IVF_SQ8": {"nprobe": 32},
+    "HNSW": {"ef": 64},
+    "AUTOINDEX": {"ef": 64},
+}
+
+
+@pytest.fixture(scope="module")
+def data() -> np.ndarray:
+    return np.random.default_rng(7).random((2000, DIM), dtype=np.float32)
+
+
+def exact(base: np.ndarray, queries: np.ndarray, k: int, metric: str) -> np.ndarray:
+    """numpy brute force: the true top-k offsets."""
+    if metric == "L2":
+        score = ((queries[:, None, :] - base[None, :, :]) ** 2).sum(-1)
+    else:
+        b, q = (kindex.normalize(base), kindex.normalize(queries)) if metric == "COSINE" else (base, queries)
+        score = -(q @ b.T)
+    return np.argsort(score, axis=1)[:, :k]
+
+
+@pytest.mark.parametrize("metric", ["L2", "IP", "COSINE"])
+@pytest.mark.parametrize("index_type", ["FLAT", "IVF_FLAT", "IVF_SQ8", "HNSW", "AUTOINDEX"])
+def test_own_vector_first(data, index_type, metric):
+    """A row's own vector comes back first: distance ~0 (L2) or similarity ~1 (COSINE)."""
+    f = kindex.build(data, index_type, metric, PARAMS[index_type])
+    idx = kindex.load(f.data)
+    assert (idx.num_rows, idx.dim, f.num_rows, f.dim) == (2000, DIM, 2000, DIM)
+    rows = np.arange(0, 2000, 97)
+    d, o = idx.search(data[rows], 10, SEARCH[index_type])
+    assert d.shape == o.shape == (len(rows), 10)
+    if metric == "IP":
+        # IP's best match is not necessarily the row itself; the exact answer is.
+        truth = exact(data, data[rows], 1, "IP")[:, 0]
+        assert (o[:, 0] == truth).mean() >= 0.9
+        assert np.all(np.diff(d, axis=1) <= 1e-4)  # similarity, descending
+        return
+    assert (o[:, 0] == rows).mean() >= 0.95 if index_type == "IVF_SQ8" else np.array_equal(o[:, 0], rows)
+    if metric == "L2":
+        tol = 0.05 if index_type == "IVF_SQ8" else 1e-4
+        assert np.all(d[:, 0] < tol)
+        assert np.all(np.diff(d, axis=1) >= -1e-5)  # squared L2, ascending
+        # squared, not plain L2
+        j = o[0, 5]
+        assert d[0, 5] == pytest.approx(((data[rows[0]] - data[j]) ** 2).sum(), rel=0.05)
+    else:
+        tol = 0.02 if index_type == "IVF_SQ8" else 1e-4
+        assert np.all(np.abs(d[:, 0] - 1) < tol)
+        assert np.all(np.diff(d, axis=1) <= 1e-5)
+
+
+@pytest.mark.parametrize(
+    ("index_type", "build_params", "search_params", "floor"),
+    [
+        ("HNSW", {"M": "16", "efConstruction": "128"}, {"ef": 128}, 0.95),
+        ("IVF_FLAT", {"nlist": "64"}, {"nprobe": 32}, 0.95),
+        ("IVF_SQ8", {"nlist": "64"}, {"nprobe": 32}, 0.85),
+    ],
+)
+@pytest.mark.parametrize("metric", ["L2", "COSINE"])
+def test_recall_at_10(index_type, build_params, search_params, floor, metric):
+    rng = np.random.default_rng(11)
+    base = rng.random((10_000, DIM), dtype=np.float32)
+    queries = rng.random((100, DIM), dtype=np.float32)
+    idx = kindex.create(base, index_type, metric, build_params)
+    _, got = idx.search(queries, 10, search_params)
+    truth = exact(base, queries, 10, metric)
+    recall = np.mean([len(set(g) & set(t)) / 10 for g, t in zip(got, truth, strict=True)])
+    assert recall >= floor, recall
+
+
+def test_brute_force_equals_numpy(data):
+    q = data[:5] + 0.01
+    for metric in ("L2", "IP", "COSINE"):
+        _, o = kindex.brute_force(data, metric).search(q, 10)
+        assert np.array_equal(o, exact(data, q, 10, metric))
+
+
+@pytest.mark.parametrize("index_type", ["FLAT", "IVF_FLAT", "HNSW"])
+def test_valid_mask_excludes_rows(data, index_type):
+    idx = kindex.create(data, index_type, "L2", PARAMS[index_type])
+    valid = np.ones(len(data), dtype=bool)
+    valid[::2] = False  # even rows deleted
+    _d, o = idx.search(data[:4], 5, SEARCH[index_type], valid=valid)
+    assert np.all(o[o >= 0] % 2 == 1)
+    assert np.array_equal(o[[1, 3], 0], [1, 3])  # a kept row still finds itself
+
+
+def test_fewer_rows_than_k_and_empty():
+    base = np.eye(4, DIM, dtype=np.float32)
+    _d, o = kindex.create(base, "HNSW", "L2", PARAMS["HNSW"]).search(base[:1], 10, {"ef": 16})
+    assert sorted(o[0][o[0] >= 0]) == [0, 1, 2, 3]
+    assert np.all(o[0][4:] == -1)
+    ivf = kindex.load(kindex.build(base, "IVF_FLAT", "IP", {"nlist": "128"}).data)  # nlist > rows
+    assert ivf.search(base[:1], 1, {"nprobe": 8})[1][0, 0] == 0
+    empty = kindex.load(kindex.build(np.zeros((0, DIM), np.float32), "HNSW", "L2", PARAMS["HNSW"]).data)
+    assert empty.num_rows == 0
+    assert np.all(empty.search(base[:2], 3, {"ef": 16})[1] == -1)
+
+
+@pytest.mark.parametrize("metric", ["L2", "COSINE"])
+@pytest.mark.parametrize("index_type", ["FLAT", "IVF_FLAT", "HNSW"])
+def test_range_search(data, index_type, metric):
+    idx = kindex.create(data, index_type, metric, PARAMS[index_type])
+    q = data[:3]
+    _, _o = idx.search(q, 50, {"ef": 64, "nprobe": 32})
+    d_all, o_all = kindex.brute_force(data, metric).search(q, 2000)
+    if metric == "L2":
+        radius, range_filter = float(np.median(d_all[:, 20])), 1e-3  # excludes the row itself
+    else:
+        radius, range_filter = float(np.median(d_all[:, 20])), 0.999
+    lims, d, o = idx.range_search(q, radius, range_filter, {"ef": 64, "nprobe": 32})
+    assert len(lims) == 4
+    for i in range(3):
+        got_d, got_o = d[lims[i] : lims[i + 1]], o[lims[i] : lims[i + 1]]
+        assert i not in got_o
+        if metric == "L2":
+            assert np.all((got_d < radius) & (got_d >= range_filter))
+            assert np.all(np.diff(got_d) >= 0)
+        else:
+            assert np.all((got_d > radius) & (got_d <= range_filter))
+            assert np.all(np.diff(got_d) <= 0)
+        want = set(o_all[i][(d_all[i] < radius) & (d_all[i] >= range_filter)]) if metric == "L2" else None
+        if want is not None and index_type == "FLAT":
+            assert set(got_o) == want
+        assert len(got_o) > 0
+
+
+async def test_async_build_and_search(data):
+    f = await kindex.abuild(data, "HNSW", "COSINE", PARAMS["HNSW"])
+    idx = await kindex.aload(memoryview(f.data))
+    _d, o = await idx.asearch(data[:2], 3, {"ef": 32})
+    assert list(o[:, 0]) == [0, 1]
+    assert f.serialized_size == len(f.data) > DIM * 2000 * 4
+
+
+# ------------------------------------------------------------------------------ parameter checks
+
+
+def vec_field(dt: int = DT.FloatVector) -> schema_pb2.FieldSchema:
+    return schema_pb2.FieldSchema(name="vec", data_type=dt)
+
+
+def check(params: dict, dt: int = DT.FloatVector, dim: int = DIM) -> dict:
+    return P.check_index_params(params, vec_field(dt), dim)
+
+
+def test_check_index_params_accepts_and_defaults():
+    out = check({"index_type": "HNSW", "metric_type": "l2", "M": 16, "efConstruction": 64})
+    assert out == {"index_type": "HNSW", "metric_type": "L2", "M": "16", "efConstruction": "64", "dim": str(DIM)}
+    assert check({"index_type": "IVF_FLAT", "nlist": "1024"})["metric_type"] == "COSINE"
+    assert check({})["index_type"] == "AUTOINDEX"
+    assert P.build_params(check({"index_type": "AUTOINDEX"}))["index_type"] == "HNSW"
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"index_type": "NOPE"}, "invalid index type: NOPE"),
+        ({"index_type": "HNSW", "metric_type": "HAMMING", "M": 8, "efConstruction": 64}, "metric type HAMMING"),
+        ({"index_type": "IVF_FLAT", "nlist": 0}, "nlist out of range: [1, 65536]"),
+        ({"index_type": "IVF_SQ8", "nlist": 70000}, "nlist out of range: [1, 65536]"),
+        ({"index_type": "IVF_FLAT", "nlist": "x"}, "nlist out of range: [1, 65536]"),
+        ({"index_type": "IVF_FLAT"}, "nlist out of range: [1, 65536]"),
+        ({"index_type": "HNSW", "M": 65, "efConstruction": 64}, "M out of range: [4, 64]"),
+        ({"index_type": "HNSW", "M": 16, "efConstruction": 600}, "efConstruction out of range: [8, 512]"),
+    ],
+)
+def test_check_index_params_rejects(params, message):
+    with pytest.raises(MilvusError) as e:
+        check(params)
+    assert message in e.value.message
+    assert e.value.code == 65535  # Milvus answers a checker's plain error as unexpected
+
+
+def test_check_index_params_field_and_dim():
+    with pytest.raises(MilvusError, match=r"can't build hnsw in not vector type\."):
+        check({"index_type": "HNSW", "M": 8, "efConstruction": 64}, dt=DT.Int64)
+    with pytest.raises(MilvusError, match=r"dim out of range: \[1, 32768\]"):
+        check({"index_type": "FLAT"}, dim=40000)
+    with pytest.raises(MilvusError, match="STL_SORT"):
+        check({"index_type": "STL_SORT"}, dt=DT.Int64)
+
+
+def test_check_search_params():
+    assert P.check_search_params("HNSW", 10, {}) == {"ef": 16}
+    assert P.check_search_params("AUTOINDEX", 100, {}) == {"ef": 100}
+    assert P.check_search_params("IVF_FLAT", 10, {}) == {"nprobe": 8}
+    assert P.check_search_params("FLAT", 10, {"nprobe": 3}) == {}
+    with pytest.raises(MilvusError, match=r"ef\(5\) should be larger than k\(10\)"):
+        P.check_search_params("HNSW", 10, {"ef": 5})
+    with pytest.raises(MilvusError, match=r"topk \[16385\] is invalid"):
+        P.check_search_params("FLAT", 16385, {})
+    with pytest.raises(MilvusError, match="nprobe"):
+        P.check_search_params("IVF_SQ8", 10, {"nprobe": 0})

@@ -1,0 +1,186 @@
+"""Load, Search and Release through pymilvus against real etcd, JetStream and storage: flushed
+rows (sealed segments read from binlogs) and rows still growing (consumed from the stream by the
+channel's delegator) alike."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pymilvus import DataType, MilvusClient, MilvusException
+
+from kmilvus.proto import query_node_pb2
+from tests.util import wait_until
+
+DIM = 16
+
+
+INDEX_PARAMS = {"FLAT": {}, "HNSW": {"M": 16, "efConstruction": 64}, "IVF_FLAT": {"nlist": 16}}
+SEARCH_PARAMS = {"FLAT": {}, "HNSW": {"ef": 64}, "IVF_FLAT": {"nprobe": 16}}
+
+
+def make_collection(
+    client: MilvusClient, name: str, shards: int = 2, index_type: str = "FLAT", metric: str = "L2"
+) -> None:
+    schema = MilvusClient.create_schema(enable_dynamic_field=True)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+    schema.add_field("tag", DataType.VARCHAR, max_length=32)
+    schema.add_field("meta", DataType.JSON)
+    index = client.prepare_index_params()
+    index.add_index("vec", index_type=index_type, metric_type=metric, params=INDEX_PARAMS[index_type])
+    client.create_collection(name, schema=schema, num_shards=shards, consistency_level="Strong")
+    client.create_index(name, index)
+
+
+def rows(start: int, n: int, rng) -> list[dict]:
+    vecs = rng.random((n, DIM), dtype=np.float32) - 0.5
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)  # unit length: a row is its own best match for IP too
+    return [
+        {"id": start + i, "vec": vecs[i], "tag": f"t{(start + i) % 7}", "meta": {"k": start + i}, "extra": start + i}
+        for i in range(n)
+    ]
+
+
+def distribution(node, coll_id: int = 0) -> query_node_pb2.GetDataDistributionResponse:
+    qn = node.component("querynode")
+    return node.call(qn.GetDataDistribution(query_node_pb2.GetDataDistributionRequest(collectionID=coll_id)))
+
+
+@pytest.mark.parametrize("index_type", ["FLAT", "HNSW", "IVF_FLAT"])
+@pytest.mark.parametrize("metric", ["L2", "IP", "COSINE"])
+def test_search_own_vector_flushed_and_growing(client, node, metric, index_type):
+    rng = np.random.default_rng(7)
+    make_collection(client, "s", index_type=index_type, metric=metric)
+    flushed = rows(0, 1500, rng)
+    client.insert("s", flushed)
+    client.flush("s")
+    wait_until(
+        lambda: client.describe_index("s", "vec").get("indexed_rows") == 1500, 60, what="index built on flushed rows"
+    )
+    client.load_collection("s")
+    coll_id = client.describe_collection("s")["collection_id"]
+    segs = distribution(node, coll_id).segments
+    assert segs and all(s.indexed_fieldIDs for s in segs)  # flushed rows are searched through the index
+    assert client.get_load_state("s")["state"].name == "Loaded"
+    growing = rows(1500, 300, rng)
+    client.insert("s", growing)  # acknowledged just before a Strong search: must be seen
+    probes = [flushed[3], flushed[1499], growing[0], growing[299]]
+    res = client.search(
+        "s",
+        data=[r["vec"] for r in probes],
+        limit=5,
+        search_params={"metric_type": metric, "params": SEARCH_PARAMS[index_type]},
+        output_fields=["tag", "meta", "vec", "extra"],
+    )
+    assert len(res) == len(probes)
+    for hits, probe in zip(res, probes, strict=True):
+        assert len(hits) == 5
+        top = hits[0]
+        assert top["id"] == probe["id"]
+        if metric == "L2":
+            assert top["distance"] == pytest.approx(0.0, abs=1e-4)
+            assert [h["distance"] for h in hits] == sorted(h["distance"] for h in hits)
+        else:
+            assert top["distance"] == pytest.approx(1.0, abs=1e-4)
+            assert [h["distance"] for h in hits] == sorted((h["distance"] for h in hits), reverse=True)
+        ent = top["entity"]
+        assert ent["tag"] == probe["tag"] and ent["meta"] == probe["meta"] and ent["extra"] == probe["extra"]
+        assert np.allclose(ent["vec"], probe["vec"])
+    if index_type != "FLAT":
+        return
+    # Exact answers: the same top 5 as numpy over every row.
+    allv = np.stack([r["vec"] for r in flushed + growing])
+    q = probes[0]["vec"]
+    if metric == "L2":
+        want = np.argsort(((allv - q) ** 2).sum(1))[:5]
+    elif metric == "IP":
+        want = np.argsort(-(allv @ q))[:5]
+    else:
+        want = np.argsort(-(allv @ q) / np.linalg.norm(allv, axis=1))[:5]
+    assert [h["id"] for h in res[0]] == list(want)
+
+
+def test_search_limit_offset_round_decimal_and_growing_to_sealed_handoff(client, node):
+    rng = np.random.default_rng(11)
+    make_collection(client, "h", shards=1)
+    data = rows(0, 400, rng)
+    client.insert("h", data)
+    client.load_collection("h")
+    coll_id = client.describe_collection("h")["collection_id"]
+    q = data[10]["vec"]
+    full = client.search("h", data=[q], limit=10, search_params={"metric_type": "L2"})[0]
+    page = client.search("h", data=[q], limit=5, offset=5, search_params={"metric_type": "L2"})[0]
+    assert [h["id"] for h in page] == [h["id"] for h in full][5:]
+    rounded = client.search("h", data=[q], limit=3, round_decimal=2, search_params={"metric_type": "L2"})[0]
+    assert all(round(h["distance"], 2) == pytest.approx(h["distance"]) for h in rounded)
+    d = distribution(node, coll_id)
+    assert not d.segments and sum(len(c.growing_segmentIDs) for c in d.channels) >= 1
+    client.flush("h")  # the growing segment becomes sealed on the query node
+    wait_until(lambda: len(distribution(node, coll_id).segments) >= 1, 20, what="sealed copy loaded")
+    d = distribution(node, coll_id)
+    sealed = {s.segmentID for s in d.segments}
+    assert not sealed & {g for c in d.channels for g in c.growing_segmentIDs}  # never both copies
+    assert sum(s.num_rows for s in d.segments) == 400
+    after = client.search("h", data=[q], limit=10, search_params={"metric_type": "L2"})[0]
+    assert [h["id"] for h in after] == [h["id"] for h in full]  # no gap, no duplicate
+
+
+def test_search_bad_input_is_refused_as_milvus_does(client, node):
+    rng = np.random.default_rng(3)
+    make_collection(client, "b", shards=1)
+    client.insert("b", rows(0, 10, rng))
+    q = rng.random(DIM, dtype=np.float32)
+    with pytest.raises(MilvusException) as e:
+        client.search("b", data=[q], limit=3)
+    assert e.value.code == 101 and "collection not loaded" in e.value.message
+    client.load_collection("b")
+    with pytest.raises(MilvusException) as e:
+        client.search("b", data=[rng.random(DIM + 1, dtype=np.float32)], limit=3)
+    assert e.value.code == 1100 and f"is not equal to schema dim ({DIM})" in e.value.message
+    with pytest.raises(MilvusException) as e:
+        client.search("b", data=[q], limit=16385)
+    assert e.value.code == 1100 and "16384" in e.value.message
+    with pytest.raises(MilvusException) as e:
+        client.search("b", data=[q], limit=3, search_params={"metric_type": "IP"})
+    assert e.value.code == 1100 and "metric type not match" in e.value.message
+    with pytest.raises(MilvusException) as e:
+        client.search("b", data=[q], limit=3, filter="tag = = 'x'")
+    assert e.value.code == 1100 and "cannot parse expression" in e.value.message
+    # Milvus refuses to load a vector field without an index.
+    schema = MilvusClient.create_schema()
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+    client.create_collection("noindex", schema=schema)
+    with pytest.raises(MilvusException) as e:
+        client.load_collection("noindex")
+    assert e.value.code == 700 and "there is no vector index on field: [vec]" in e.value.message
+
+
+def test_release_and_drop_free_consumers_and_memory(client, node):
+    rng = np.random.default_rng(5)
+    make_collection(client, "r", shards=2)
+    client.insert("r", rows(0, 500, rng))
+    client.flush("r")
+    client.insert("r", rows(500, 100, rng))
+    client.load_collection("r")
+    coll_id = client.describe_collection("r")["collection_id"]
+    stream = node.node.stream
+    vchannels = client.describe_collection("r")["num_shards"]
+    d = distribution(node, coll_id)
+    assert len(d.channels) == vchannels and d.memory_bytes > 0
+    channels = [c.vchannel for c in d.channels]
+    qn_consumers = lambda: [  # noqa: E731
+        n for ch in channels for n in node.call(stream.consumer_names(ch)) if "-qn" in n
+    ]
+    assert len(qn_consumers()) == vchannels
+    client.release_collection("r")
+    assert client.get_load_state("r")["state"].name == "NotLoad"
+    d = distribution(node, coll_id)
+    assert not d.channels and not d.segments and d.memory_bytes == 0
+    wait_until(lambda: not qn_consumers(), 10, what="query node consumers deleted")
+    client.load_collection("r")
+    assert client.query("r", filter="", output_fields=["count(*)"])[0]["count(*)"] == 600
+    client.drop_collection("r")
+    wait_until(lambda: not distribution(node, coll_id).channels, 10, what="dropped collection released")
+    assert distribution(node).memory_bytes == 0
+    wait_until(lambda: not qn_consumers(), 10, what="query node consumers deleted after drop")
