@@ -70,9 +70,10 @@ def pk_numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Primary keys as numpy: int64, or fixed-width unicode for VarChar (sortable, np.isin-able)."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
+    values: np.ndarray = col.to_numpy(zero_copy_only=False)
     if pa.types.is_integer(col.type):
-        return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    return col.to_numpy(zero_copy_only=False).astype(str)
+        return values.astype(np.int64, copy=False)
+    return values.astype(str)
 
 
 async def awrite_delta_log(store: ObjectStore, key: str, pks: pa.Array, ts: pa.Array) -> BinlogInfo:
