@@ -598,6 +598,9 @@ def metrics(res: dict) -> dict:
     if "small_flush" in res:
         m["small_flush"] = res["small_flush"]["total_s"]["median"]
         m["small_flush_only"] = res["small_flush"]["flushed_s"]["median"]
+    if "delete" in res:
+        m["delete_kps"] = res["delete"]["keys_per_s"]
+        m["delete_flushed"] = res["delete"]["flushed_s"]
     if "drop" in res:
         m["drop_rpc"] = res["drop"]["rpc_s"]
         m["files_gone"] = res["drop"]["files_gone_s"]
@@ -651,6 +654,17 @@ def table_rows(rows: list[int]) -> list[dict]:
             "unit": "ms",
             "better": "lower",
         }
+    )
+    out.append(
+        {
+            "key": "delete_kps",
+            "label": f"delete keys/s (of {first} rows, 1,000 keys per request)",
+            "unit": "rps",
+            "better": "higher",
+        }
+    )
+    out.append(
+        {"key": "delete_flushed", "label": "Flush after the deletes, until flushed", "unit": "s", "better": "lower"}
     )
     out.append(
         {
@@ -738,6 +752,7 @@ def run_suite(
     parquet: str | None = None,
     pidfile: str | None = None,
     data_cache: dict | None = None,
+    delete_keys: int = 0,
 ) -> dict:
     """Runs every measurement against an already started `server`; returns a JSON-able dict."""
     import pymilvus
@@ -799,6 +814,10 @@ def run_suite(
                 phase("small_flush")
                 res["small_flush"] = small_flush(client, small_count)
                 log(f"{server.system}: small flush median {res['small_flush']['total_s']['median']:.3f} s")
+            if i == 0 and delete_keys:
+                phase("delete")
+                res["delete"] = delete_run(client, coll, name, min(delete_keys, n))
+                log(f"{server.system}: delete {res['delete']}")
         if drop and rows:
             phase("drop")
             name = f"bench_{rows[-1]}"
@@ -838,6 +857,18 @@ def run_suite(
         if mem:
             res["memory"] = mem.stop()
     return res
+
+
+def delete_run(client: Client, coll, name: str, keys: int, batch: int = 1000) -> dict:
+    """Delete `keys` existing keys, `batch` per `Collection.delete("id in [...]")`, one request at
+    a time (**delete keys/s**), then Flush until flushed (the deletes durable)."""
+    exprs = [f"id in {list(range(s, min(s + batch, keys)))}" for s in range(0, keys, batch)]
+    t0 = time.perf_counter()
+    for e in exprs:
+        coll.delete(e)
+    dt = time.perf_counter() - t0
+    _, flushed = client.flush(name)
+    return {"keys": keys, "batch": batch, "delete_s": dt, "keys_per_s": keys / dt, "flushed_s": flushed}
 
 
 def small_flush(client: Client, k: int) -> dict:
@@ -961,6 +992,7 @@ def run_main(args) -> None:
             files_cap=args.files_cap,
             parquet=args.bulk,
             pidfile=args.pidfile,
+            delete_keys=args.delete_keys,
         )
         res["startup_s"] = getattr(server, "startup_s", None)
         text = json.dumps(res, indent=1)
@@ -984,6 +1016,7 @@ def main(argv=None) -> None:
     r.add_argument("--small-count", type=int, default=10)
     r.add_argument("--files-cap", type=float, default=30.0)
     r.add_argument("--no-drop", action="store_true")
+    r.add_argument("--delete-keys", type=int, default=100_000, help="keys to delete after the first size (0: skip)")
     r.add_argument("--bulk", default=None, help="Parquet file to bulk-import")
     r.add_argument("--uri", default=None)
     r.add_argument("--storage-dir", default=None, help="with --uri: the server's storage root")

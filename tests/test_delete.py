@@ -187,6 +187,17 @@ def test_upsert_replaces_rows_and_compaction_keeps_the_new_version(node_factory)
         tags = dict(zip(ids, rows.column("102").to_pylist(), strict=True))
         assert all(tags[k] == f"new{k}" for k in range(10)) and tags[10] == "t10"
         assert client.get_collection_stats("ups")["row_count"] == 100
+        # The sources' delta and stats logs are collected with them (the target has none).
+        store = n.node.store
+
+        def logs_left():
+            return [
+                k
+                for p in (paths.delta_log_prefix(coll), paths.stats_log_prefix(coll))
+                for k, _ in n.call(store.list(p))
+            ]
+
+        wait_until(lambda: not logs_left(), timeout=10, what="the sources' delta and stats logs collected")
     finally:
         client.close()
 
