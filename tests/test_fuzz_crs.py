@@ -1,0 +1,308 @@
+"""Fuzzed custom resources through the controllers (the API fuzz's counterpart, issue 15): malformed
+and hostile Collection, FlushRequest and Segment objects (tests/crfuzz.py) applied to KMock,
+which validates nothing, so the controllers see what a real API server's CRD schema would have
+refused too (defence in depth). Every object must settle with a clear status condition (and a
+Warning event) or be served; no handler may raise, no traceback may reach a status, nothing may
+reach RootCoord or etcd for a rejected spec, and the operator must go on reconciling: a valid
+Collection applied afterwards becomes Ready.
+
+The same examples every run; KMILVUS_FUZZ_RANDOM=1 explores new ones."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import logging
+import os
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from controllers import resources as R
+from controllers.collection import index
+from controllers.flush import check_flush_spec
+from controllers.schema import SpecError, check_spec, to_schema
+from kmilvus.meta import catalog
+from tests.crfuzz import collection_spec, flush_spec, segment_spec
+from tests.kmock_compat import KMockCompat
+from tests.test_controllers import (  # noqa: F401 - cfg, kube and operators are fixtures
+    COLL,
+    FLUSH,
+    NS,
+    SEGS,
+    cfg,
+    cond,
+    events,
+    insert_rows,
+    kube,
+    obj,
+    operators,
+    ready,
+    start_operator,
+)
+from tests.test_crds import validate
+from tests.util import eventually
+
+DERANDOMIZE = not os.environ.get("KMILVUS_FUZZ_RANDOM")
+MAX_MESSAGE = 32768
+TRACEBACK_MARKS = ("Traceback (most recent call last)", 'File "', "Error(", "Exception(")
+
+
+def crd_rejects(kind: str, spec) -> bool:
+    """The CRD's openAPIV3Schema (jsonschema; CEL rules not run) refuses this spec."""
+    return bool(validate(kind, {"apiVersion": R.API_VERSION, "kind": kind, "metadata": {"name": "x"}, "spec": spec}))
+
+
+# The pure part: the controllers' spec checks, many examples, shrunk on failure -----------------
+@settings(max_examples=400, deadline=None, derandomize=DERANDOMIZE, database=None)
+@given(spec=collection_spec())
+def test_collection_spec_checks_never_raise(spec):
+    try:
+        schema = to_schema(copy.deepcopy(spec), "fz-1")
+    except SpecError as exc:
+        assert str(exc) and exc.reason == "InvalidSpec"
+        assert len(str(exc)) < 64 * 1024  # 10k-character names are cut in messages
+    else:  # accepted: the CRD's schema accepts it too (the controller is at least as strict)
+        assert not crd_rejects("Collection", spec), check_spec(spec, "fz-1")
+        assert schema.fields
+    key = index("default", "fz-1", "uid", copy.deepcopy(spec))
+    if key is not None:
+        hash(next(iter(key)))
+
+
+@settings(max_examples=300, deadline=None, derandomize=DERANDOMIZE, database=None)
+@given(spec=flush_spec(known=["base"]))
+def test_flush_spec_checks_never_raise(spec):
+    problems, db, names = check_flush_spec(copy.deepcopy(spec))
+    assert isinstance(db, str)
+    if not problems:
+        assert names and not crd_rejects("FlushRequest", spec)
+    assert all(len(p) < 64 * 1024 for p in problems)
+
+
+# Through the controllers ------------------------------------------------------------------------
+class Failures(logging.Handler):
+    """Log records of handler crashes (a traceback) and of failed daemon passes."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        msg = record.getMessage()
+        if record.exc_info or "pass failed" in msg or "failed with an exception" in msg:
+            self.records.append(record)
+
+
+@pytest.fixture
+def failures():
+    h = Failures()
+    logging.getLogger().addHandler(h)
+    yield h
+    logging.getLogger().removeHandler(h)
+
+
+def strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings(v)
+
+
+def assert_clean_status(o: dict) -> None:
+    status = o.get("status") or {}
+    for s in strings({k: v for k, v in status.items() if k != "kopf"}):
+        assert not any(m in s for m in TRACEBACK_MARKS), (o["metadata"]["name"], s[:300])
+    for hid, rec in ((status.get("kopf") or {}).get("progress") or {}).items():
+        assert not rec.get("failure") and not rec.get("message"), (o["metadata"]["name"], hid, rec)
+
+
+def settled_collection(o) -> bool:
+    return bool(o) and (o.get("status") or {}).get("phase") in ("Ready", "Failed") and bool(cond(o, "Ready"))
+
+
+def settled_flush(o) -> bool:
+    return bool(o) and (o.get("status") or {}).get("phase") in ("Completed", "Failed")
+
+
+async def core_collection_ids(op) -> tuple[set[int], set[int]]:
+    """Collection IDs in RootCoord's memory and under its etcd prefix."""
+    rc = op.component("rootcoord")
+    keys = await asyncio.to_thread(op.call, op.runtime.node.kv.get_prefix(catalog.COLLECTION_PREFIX, keys_only=True))
+    in_etcd = {int(k[len(catalog.COLLECTION_PREFIX) :].split("/")[0]) for k, _ in keys}
+    return set(rc.collections), in_etcd
+
+
+@pytest.mark.kmock(cls=KMockCompat)
+@pytest.mark.timeout(240)
+async def test_fuzzed_resources_through_the_controllers(kmock, kube, operators, node_factory, failures):
+    op = await start_operator(operators)
+    await asyncio.to_thread(node_factory, roles=("datanode",))  # flushes of live collections complete
+    await kube.create(R.COLLECTION, NS, _collection("base", {"fields": _valid_fields()}))
+    base = await ready(kmock, "base")
+    loop = asyncio.get_running_loop()
+    counter = itertools.count()
+    ready_ids = {base["status"]["collectionID"]}
+    seen = {"collections": 0, "failed": 0, "ready": 0, "flushes": 0, "segments": 0}
+
+    async def apply(batch, flushes, segments):
+        n = next(counter)
+        names = [f"fz-{n}-c{i}" for i in range(len(batch))]
+        for name, spec in zip(names, batch, strict=True):
+            await kube.create(R.COLLECTION, NS, _collection(name, spec))
+        fnames = [f"fz-{n}-f{i}" for i in range(len(flushes))]
+        for name, spec in zip(fnames, flushes, strict=True):
+            await kube.create(R.FLUSHREQUEST, NS, {"metadata": {"name": name, "namespace": NS}, "spec": spec})
+        for i, spec in enumerate(segments):  # the operator does not handle Segments: they are left alone
+            body = {"metadata": {"name": f"fz-{n}-s{i}", "namespace": NS}, "spec": spec}
+            await kube.create(R.SEGMENT, NS, body)
+        try:
+            objs = await eventually(
+                lambda: (
+                    all(settled_collection(obj(kmock, COLL, x)) for x in names)
+                    and all(settled_flush(obj(kmock, FLUSH, x)) for x in fnames)
+                    and [obj(kmock, COLL, x) for x in names]
+                ),
+                30,
+                f"batch {n} to settle",
+            )
+        except AssertionError:
+            stuck = {x: obj(kmock, COLL, x) for x in names if not settled_collection(obj(kmock, COLL, x))}
+            stuck |= {x: obj(kmock, FLUSH, x) for x in fnames if not settled_flush(obj(kmock, FLUSH, x))}
+            logged = [r.getMessage()[:500] for r in failures.records]
+            raise AssertionError(f"not settled: {stuck}; logged: {logged}") from None
+        for o, spec in zip(objs, batch, strict=True):
+            name = o["metadata"]["name"]
+            assert_clean_status(o)
+            ready_c, stalled = cond(o, "Ready"), cond(o, "Stalled")
+            seen["collections"] += 1
+            if o["status"]["phase"] == "Ready":
+                seen["ready"] += 1
+                assert ready_c["status"] == "True", o["status"]
+                assert not crd_rejects("Collection", spec), (name, spec)
+                assert not check_spec(spec, name), (name, spec)
+                ready_ids.add(o["status"]["collectionID"])
+                continue
+            seen["failed"] += 1
+            assert ready_c["status"] == "False" and ready_c["reason"] and ready_c["message"], o["status"]
+            assert len(ready_c["message"]) <= MAX_MESSAGE
+            assert stalled["status"] == "True" and stalled["reason"] == ready_c["reason"], o["status"]
+            assert "collectionID" not in o["status"]
+            if check_spec(spec, name) or crd_rejects("Collection", spec):
+                assert ready_c["reason"] == "InvalidSpec", (name, spec, ready_c)
+            await eventually(
+                lambda name=name, reason=ready_c["reason"]: [
+                    e for e in events(kmock, reason, name) if e.get("type") == "Warning"
+                ],
+                5,
+                f"a Warning event for {name}",
+            )
+        for name, spec in zip(fnames, flushes, strict=True):
+            o = obj(kmock, FLUSH, name)
+            assert_clean_status(o)
+            seen["flushes"] += 1
+            problems, _, _ = check_flush_spec(spec)
+            if o["status"]["phase"] == "Failed":
+                failed = cond(o, "Failed")
+                assert failed["status"] == "True" and failed["reason"] and failed["message"], o["status"]
+                assert cond(o, "Complete")["status"] == "False"
+                if problems:
+                    assert failed["reason"] == "InvalidSpec", (name, spec, failed)
+                await eventually(lambda name=name: events(kmock, None, name), 5, f"an event for {name}")
+            else:
+                assert not problems and not crd_rejects("FlushRequest", spec), (name, spec)
+        seen["segments"] += len(segments)
+        # Nothing in the core but the collections of Ready resources.
+        in_memory, in_etcd = await core_collection_ids(op)
+        assert in_memory == ready_ids and in_etcd == ready_ids, (in_memory, in_etcd, ready_ids)
+        assert not failures.records, [r.getMessage()[:300] for r in failures.records]
+
+    @settings(
+        max_examples=5,
+        deadline=None,
+        derandomize=DERANDOMIZE,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],  # a failing batch is reported whole (no shrinking)
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        batch=st.lists(collection_spec(), min_size=4, max_size=8),
+        flushes=st.lists(flush_spec(known=["base", "fz_0_c0"]), min_size=1, max_size=4),
+        segments=st.lists(segment_spec(), max_size=3),
+    )
+    def run(batch, flushes, segments):
+        asyncio.run_coroutine_threadsafe(apply(batch, flushes, segments), loop).result(120)
+
+    await asyncio.to_thread(run)
+    assert seen["failed"] >= 10 and seen["flushes"] >= 5, seen
+
+    # The operator goes on: a valid Collection applied after the fuzzed ones becomes Ready.
+    await kube.create(R.COLLECTION, NS, _collection("after", {"fields": _valid_fields()}))
+    after = await ready(kmock, "after")
+    assert cond(after, "Ready")["reason"] == "Created"
+    assert not failures.records, [r.getMessage()[:300] for r in failures.records]
+
+
+HOSTILE_SEGMENTS = [
+    {"segmentID": "abc", "collectionID": 1, "channel": "c"},
+    {"segmentID": [1, 2], "collectionID": 1, "channel": "c"},
+    {"segmentID": -5, "collectionID": 1, "channel": "c"},
+    {"segmentID": 10**30, "collectionID": 1, "channel": "c"},
+    {"segmentID": 1.5, "collectionID": 1, "channel": "c"},
+    {"segmentID": True, "collectionID": 1, "channel": "c"},
+    {"segmentID": None},
+    ["not", "an", "object"],
+    "a string",
+    None,
+]
+
+
+@pytest.mark.kmock(cls=KMockCompat)
+@pytest.mark.timeout(90)
+async def test_hostile_segments_do_not_stop_the_mirror(kmock, kube, operators, node_factory, failures):
+    """Anyone may write a Segment carrying a collection's ID label: the mirror of that collection
+    ignores those it did not write and goes on mirroring the real segments."""
+    await start_operator(operators)
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    await kube.create(R.COLLECTION, NS, _collection("docs", {"fields": _valid_fields()}))
+    cid = (await ready(kmock, "docs"))["status"]["collectionID"]
+    for i, spec in enumerate(HOSTILE_SEGMENTS):
+        labels = {R.LABEL_COLLECTION_ID: str(cid), R.LABEL_COLLECTION: "docs"}
+        body = {"metadata": {"name": f"docs-hostile-{i}", "namespace": NS, "labels": labels}, "spec": spec}
+        await kube.create(R.SEGMENT, NS, body)
+    await asyncio.to_thread(insert_rows, data.uri, "docs", 100)
+    await eventually(
+        lambda: ((obj(kmock, COLL, "docs") or {}).get("status") or {}).get("segments", {}).get("total", 0) >= 1,
+        20,
+        "the collection's segments counted",
+    )
+    mirrored = await eventually(
+        lambda: [
+            o.raw
+            for (res, _, name), o in kmock.objects.items()
+            if str(res.plural) == "segments" and not o.deleted and not name.startswith("docs-hostile-")
+        ],
+        20,
+        "the real segment mirrored",
+    )
+    assert all(o["spec"]["collectionID"] == cid for o in mirrored)
+    assert not failures.records, [r.getMessage()[:300] for r in failures.records]
+    assert all(obj(kmock, SEGS, f"docs-hostile-{i}") for i in range(len(HOSTILE_SEGMENTS)))  # left alone
+
+
+def _valid_fields() -> list[dict]:
+    return [
+        {"name": "id", "dataType": "Int64", "isPrimaryKey": True},
+        {"name": "vec", "dataType": "FloatVector", "dim": 8},
+        {"name": "tag", "dataType": "VarChar", "maxLength": 32},
+    ]
+
+
+def _collection(name: str, spec) -> dict:
+    return {"metadata": {"name": name, "namespace": NS}, "spec": spec}
