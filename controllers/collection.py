@@ -60,6 +60,14 @@ def _meta(body) -> tuple[str, str, str, int | None]:
     return m["name"], m.get("namespace"), m.get("uid", ""), m.get("generation")
 
 
+def _spec(body):
+    """The spec as a dict to read (a copy); anything else as it is, for check_spec to report."""
+    spec = body.get("spec")
+    if spec is None:
+        return {}
+    return dict(spec) if isinstance(spec, dict) else spec
+
+
 def _is_sdk(body) -> bool:
     return (body["metadata"].get("annotations") or {}).get(R.ANN_CREATED_BY) == "sdk"
 
@@ -88,7 +96,7 @@ async def describe(co: CoordinatorClient, t: Target | None = None, *, collection
 async def converge(rt: Runtime, body) -> Outcome:
     """Compare the resource with RootCoord and converge; returns the status to write."""
     name, ns, uid, gen = _meta(body)
-    spec = dict(body.get("spec") or {})
+    spec = _spec(body)
     old = dict(body.get("status") or {})
     conds = list(old.get("conditions") or [])
     out = Outcome()
@@ -358,7 +366,7 @@ async def reconcile(body, memo, patch, logger, **_):
 async def delete(body, memo, patch, logger, **_):
     rt: Runtime = memo.runtime
     name, ns, uid, _gen = _meta(body)
-    spec = dict(body.get("spec") or {})
+    spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
     status = dict(body.get("status") or {})
     cid = status.get("collectionID")
     policy = spec.get("deletionPolicy", "Delete")
@@ -374,10 +382,12 @@ async def delete(body, memo, patch, logger, **_):
                 )
         elif cid:
             co = await rt.coordinators()
-            try:
+            # The collection the status recorded (the spec may have been edited, even broken, since).
+            t = Target(status.get("database") or DEFAULT_DB, status.get("name") or "")
+            if not t.name:
                 t = target(spec, name)
-            except Exception:  # noqa: BLE001 - a broken spec: use what the status recorded
-                t = Target(status.get("database", "default"), status.get("name", ""))
+            if not (isinstance(t.database, str) and isinstance(t.name, str)):
+                t = Target(DEFAULT_DB, "")
             desc = await describe(co, t) if t.name else None
             dropping = (await co.drop_state(cid)).dropping
             if desc is not None and desc.collectionID == cid:
@@ -485,9 +495,12 @@ async def _reconverge(rt: Runtime, body) -> None:
 
 
 def index(namespace, name, uid, spec, **_):
-    try:
-        key = target(spec or {}, name).key
-    except Exception:  # noqa: BLE001
+    """Collections by (database, name); a spec without string names is not indexed (an index key
+    must be hashable, and kopf does not start handling until every object is indexed)."""
+    if not isinstance(spec, dict):
+        return None
+    key = target(spec, name).key
+    if not all(isinstance(k, str) for k in key):
         return None
     return {key: {"namespace": namespace, "name": name, "uid": uid}}
 

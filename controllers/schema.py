@@ -96,33 +96,94 @@ def _partition_problems(parts) -> list[str]:
     if not isinstance(parts, list):
         return ["spec.partitions must be a list of partition names"]
     bad = [p for p in parts if not isinstance(p, str) or not NAME_RE.match(p) or len(p) > schemautil.MAX_NAME_LENGTH]
-    problems = [f"spec.partitions: {p!r} is not a valid Milvus partition name" for p in bad]
+    problems = [f"spec.partitions: {short(p)} is not a valid Milvus partition name" for p in bad]
     if len(set(map(str, parts))) != len(parts):
         problems.append("spec.partitions lists a partition twice")
     return problems
 
 
+# The JSON type of every spec key (the CRD's openAPIV3Schema): checked first, so the rules below
+# only ever see the types they expect (a list where a string belongs is a clear problem, not a
+# TypeError in the controller). null counts as a wrong type: an API server prunes it.
+_JSON_TYPES = {str: "a string", int: "an integer", bool: "a boolean", list: "a list", dict: "an object"}
+SPEC_TYPES = {
+    "name": str,
+    "database": str,
+    "description": str,
+    "partitions": list,
+    "shardsNum": int,
+    "consistencyLevel": str,
+    "deletionPolicy": str,
+    "load": bool,
+    "fields": list,
+}
+FIELD_TYPES = {
+    "name": str,
+    "dataType": str,
+    "description": str,
+    "isPrimaryKey": bool,
+    "autoID": bool,
+    "elementType": str,
+    "maxCapacity": int,
+    "nullable": bool,
+    "dim": int,
+    "maxLength": int,
+}
+# defaultValue: the range its protobuf slot can hold.
+_DEFAULT_RANGES = {
+    "Int8": (-(2**7), 2**7 - 1),
+    "Int16": (-(2**15), 2**15 - 1),
+    "Int32": (-(2**31), 2**31 - 1),
+    "Int64": (-(2**63), 2**63 - 1),
+    "Float": (-3.4028234663852886e38, 3.4028234663852886e38),
+    "Double": (-1.7976931348623157e308, 1.7976931348623157e308),
+}
+
+
+def is_type(value, typ: type) -> bool:
+    """`value` is JSON of type `typ` (a bool is not an integer)."""
+    return isinstance(value, typ) and (typ is bool or not isinstance(value, bool))
+
+
+def type_problems(obj: dict, types: dict[str, type], where: str) -> list[str]:
+    return [
+        f"{where}.{key} must be {_JSON_TYPES[typ]}, got {short(obj[key])}"
+        for key, typ in types.items()
+        if key in obj and not is_type(obj[key], typ)
+    ]
+
+
+def short(value, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def check_spec(spec: dict, meta_name: str) -> list[str]:
     """Every problem the CRD schema (incl. its CEL rules) would have caught, in plain words."""
-    problems: list[str] = []
     if not isinstance(spec, dict):
-        return ["spec must be an object"]
+        return [f"spec must be an object, got {short(spec)}"]
+    problems = type_problems(spec, SPEC_TYPES, "spec")
+    for i, f in enumerate(spec.get("fields") if isinstance(spec.get("fields"), list) else []):
+        if isinstance(f, dict):
+            problems += type_problems(f, FIELD_TYPES, f"spec.fields[{i}]")
+    if problems:
+        return problems  # the rules below assume the right types
     t = target(spec, meta_name)
     for what, value in (("spec.name", t.name), ("spec.database", t.database)):
         if not NAME_RE.match(value) or len(value) > schemautil.MAX_NAME_LENGTH:
             problems.append(
-                f"{what} {value!r} is not a valid Milvus name: 1-255 characters, a letter or "
+                f"{what} {short(value)} is not a valid Milvus name: 1-255 characters, a letter or "
                 "underscore first, then letters, digits and underscores"
             )
     shards = spec.get("shardsNum", 1)
     if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 16:
-        problems.append(f"spec.shardsNum must be an integer in [1, 16], got {shards!r}")
+        problems.append(f"spec.shardsNum must be an integer in [1, 16], got {short(shards)}")
     level = spec.get("consistencyLevel", DEFAULT_CONSISTENCY)
     if level not in CONSISTENCY:
-        problems.append(f"spec.consistencyLevel must be one of {', '.join(CONSISTENCY)}, got {level!r}")
+        problems.append(f"spec.consistencyLevel must be one of {', '.join(CONSISTENCY)}, got {short(level)}")
     policy = spec.get("deletionPolicy", "Delete")
     if policy not in ("Delete", "Retain"):
-        problems.append(f"spec.deletionPolicy must be Delete or Retain, got {policy!r}")
+        problems.append(f"spec.deletionPolicy must be Delete or Retain, got {short(policy)}")
     problems += _partition_problems(spec.get("partitions", []))
     fields = spec.get("fields")
     if not isinstance(fields, list) or not fields:
@@ -139,13 +200,13 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
             continue
         name = f.get("name")
         if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > schemautil.MAX_NAME_LENGTH:
-            problems.append(f"{where}.name {name!r} is not a valid Milvus field name")
+            problems.append(f"{where}.name {short(name)} is not a valid Milvus field name")
         else:
-            where = f"field {name!r}"
+            where = f"field {short(name)}"
             names.append(name)
         dtype = f.get("dataType")
         if dtype not in DATA_TYPES:
-            problems.append(f"{where}: dataType must be one of {', '.join(DATA_TYPES)}, got {dtype!r}")
+            problems.append(f"{where}: dataType must be one of {', '.join(DATA_TYPES)}, got {short(dtype)}")
         if f.get("isPrimaryKey"):
             pks.append(str(name))
             if dtype not in ("Int64", "VarChar"):
@@ -158,7 +219,7 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
             if dim is None:
                 problems.append(f"{where}: a dense vector field needs dim")
             elif not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= MAX_DIM:
-                problems.append(f"{where}: dim must be in [1, {MAX_DIM}], got {dim!r}")
+                problems.append(f"{where}: dim must be in [1, {MAX_DIM}], got {short(dim)}")
         elif dim is not None:
             problems.append(f"{where}: dim only applies to dense vector fields")
         element = f.get("elementType")
@@ -168,7 +229,7 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
             if max_length is None:
                 problems.append(f"{where}: a VarChar field (or an Array of VarChar) needs maxLength")
             elif not isinstance(max_length, int) or isinstance(max_length, bool) or not 1 <= max_length <= MAX_VARCHAR:
-                problems.append(f"{where}: maxLength must be in [1, {MAX_VARCHAR}], got {max_length!r}")
+                problems.append(f"{where}: maxLength must be in [1, {MAX_VARCHAR}], got {short(max_length)}")
         elif max_length is not None:
             problems.append(f"{where}: maxLength only applies to VarChar fields and Arrays of VarChar")
         problems += _array_and_null_problems(where, f, dtype)
@@ -191,11 +252,11 @@ def _array_and_null_problems(where: str, f: dict, dtype: str) -> list[str]:
         if element is None or capacity is None:
             problems.append(f"{where}: an Array field needs elementType and maxCapacity")
         if element is not None and element not in ELEMENT_TYPES:
-            problems.append(f"{where}: elementType must be one of {', '.join(ELEMENT_TYPES)}, got {element!r}")
+            problems.append(f"{where}: elementType must be one of {', '.join(ELEMENT_TYPES)}, got {short(element)}")
         if capacity is not None and (
             not isinstance(capacity, int) or isinstance(capacity, bool) or not 1 <= capacity <= MAX_CAPACITY
         ):
-            problems.append(f"{where}: maxCapacity must be in [1, {MAX_CAPACITY}], got {capacity!r}")
+            problems.append(f"{where}: maxCapacity must be in [1, {MAX_CAPACITY}], got {short(capacity)}")
     elif element is not None or capacity is not None:
         problems.append(f"{where}: elementType and maxCapacity only apply to Array fields")
     if f.get("nullable") and (dtype in VECTOR_TYPES or f.get("isPrimaryKey")):
@@ -206,7 +267,10 @@ def _array_and_null_problems(where: str, f: dict, dtype: str) -> list[str]:
         if slot is None:
             problems.append(f"{where}: a {dtype} field cannot have a defaultValue")
         elif not isinstance(value, slot[1]) or (isinstance(value, bool) and bool not in slot[1]):
-            problems.append(f"{where}: defaultValue {value!r} is not a {dtype}")
+            problems.append(f"{where}: defaultValue {short(value)} is not a {dtype}")
+        elif dtype in _DEFAULT_RANGES and not _DEFAULT_RANGES[dtype][0] <= value <= _DEFAULT_RANGES[dtype][1]:
+            lo, hi = _DEFAULT_RANGES[dtype]
+            problems.append(f"{where}: defaultValue {short(value)} is out of range for {dtype} [{lo:g}, {hi:g}]")
     return problems
 
 
