@@ -22,13 +22,16 @@ from controllers import conditions, metrics
 from controllers import resources as R
 from controllers.collection import describe
 from controllers.kube import NotFound
-from controllers.schema import DEFAULT_DB, NAME_RE, Target
+from controllers.schema import DEFAULT_DB, NAME_RE, Target, is_type, short
+from kmilvus.rootcoord.schema import MAX_NAME_LENGTH
 from kmilvus.util import merr
 from kmilvus.util.constants import LIVE_SEGMENT_STATES
 
 log = logging.getLogger("kmilvus.operator.flush")
 TERMINAL = ("Completed", "Failed")
 LIVE = LIVE_SEGMENT_STATES
+MAX_FLUSH_NAMES = 256  # the CRD's maxItems
+TTL_MAX = 10 * 365 * 86400  # a larger ttlSecondsAfterFinished means never (and stays a finite time)
 
 
 class FlushRun:
@@ -66,16 +69,9 @@ class FlushRun:
         metrics.FLUSHES.labels("Failed").inc()
 
     async def start(self) -> None:
-        spec = dict(self.body.get("spec") or {})
-        db = spec.get("database") or DEFAULT_DB
-        names = list(dict.fromkeys(spec.get("collectionNames") or []))
-        bad = [n for n in [db, *names] if not isinstance(n, str) or not NAME_RE.match(n)]
-        if not names or bad:
-            await self.fail(
-                "InvalidSpec",
-                "spec.collectionNames must list valid collection names"
-                + (f"; invalid: {', '.join(map(repr, bad))}" if bad else ""),
-            )
+        problems, db, names = check_flush_spec(self.body.get("spec"))
+        if problems:
+            await self.fail("InvalidSpec", "invalid FlushRequest spec: " + "; ".join(problems))
             return
         co = await self.rt.coordinators()
         descs = []
@@ -167,6 +163,48 @@ class FlushRun:
             await self.write(delta)
 
 
+def _valid_name(n) -> bool:
+    return isinstance(n, str) and bool(NAME_RE.match(n)) and len(n) <= MAX_NAME_LENGTH
+
+
+def check_flush_spec(spec) -> tuple[list[str], str, list[str]]:
+    """(problems, database, collection names) of a FlushRequest spec; what the CRD's schema would
+    have refused is a problem here too (no API server validation is assumed)."""
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        return [f"spec must be an object, got {short(spec)}"], DEFAULT_DB, []
+    problems = []
+    db = spec.get("database", DEFAULT_DB)
+    if not _valid_name(db):
+        problems.append(f"spec.database {short(db)} is not a valid database name")
+    raw = spec.get("collectionNames")
+    names: list[str] = []
+    if not isinstance(raw, list) or not raw:
+        problems.append(f"spec.collectionNames must list valid collection names, got {short(raw)}")
+    elif len(raw) > MAX_FLUSH_NAMES:
+        problems.append(f"spec.collectionNames lists {len(raw)} names; at most {MAX_FLUSH_NAMES} are allowed")
+    else:
+        bad = [n for n in raw if not _valid_name(n)]
+        if bad:
+            problems.append(
+                "spec.collectionNames must list valid collection names; invalid: " + ", ".join(map(short, bad))
+            )
+        else:
+            names = list(dict.fromkeys(raw))
+    if "ttlSecondsAfterFinished" in spec and ttl_seconds(spec) is None:
+        problems.append(
+            f"spec.ttlSecondsAfterFinished must be an integer >= 0, got {short(spec['ttlSecondsAfterFinished'])}"
+        )
+    return problems, db if isinstance(db, str) else DEFAULT_DB, names
+
+
+def ttl_seconds(spec) -> int | None:
+    """spec.ttlSecondsAfterFinished when it is a valid one (an integer >= 0), else None."""
+    ttl = spec.get("ttlSecondsAfterFinished") if isinstance(spec, dict) else None
+    return ttl if is_type(ttl, int) and ttl >= 0 else None
+
+
 def _finished_at(status: dict) -> float | None:
     raw = status.get("completionTime")
     if not raw:
@@ -195,9 +233,9 @@ async def run(stopped, body, memo, logger, **_):
             delay = exc.delay if isinstance(exc, kopf.TemporaryError) and exc.delay else 1.0
             logger.warning(f"flush pass failed: {exc}")
             await stopped.wait(delay)
-    ttl = (body.get("spec") or {}).get("ttlSecondsAfterFinished")
+    ttl = ttl_seconds(body.get("spec"))
     if fr.status.get("phase") in TERMINAL and ttl is not None:
-        at = (_finished_at(fr.status) or time.time()) + int(ttl)
+        at = (_finished_at(fr.status) or time.time()) + min(ttl, TTL_MAX)
         while not stopped and time.time() < at:
             await stopped.wait(min(at - time.time(), 60))
         if not stopped:
