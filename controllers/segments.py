@@ -87,9 +87,12 @@ class SegmentMirror:
         status = self.body.get("status") or {}
         if segments or (status.get("segments") or {}).get("total"):
             for item in await self.rt.kube.list(R.SEGMENT, self.ns, labels={R.LABEL_COLLECTION_ID: str(cid)}):
-                sid = (item.get("spec") or {}).get("segmentID")
-                if sid is not None:
-                    self.written[int(sid)] = (item.get("status") or {}, 0.0)
+                spec, status = item.get("spec"), item.get("status")
+                sid = spec.get("segmentID") if isinstance(spec, dict) else None
+                # Only what this mirror would have written counts (anyone can label a Segment).
+                ours = isinstance(sid, int) and not isinstance(sid, bool) and sid >= 0
+                if ours and item["metadata"]["name"] == segment_name(self.name, sid):
+                    self.written[sid] = (status if isinstance(status, dict) else {}, 0.0)
         self.loaded_for = cid
 
     async def sync(self, cid: int) -> None:
