@@ -242,6 +242,34 @@ async def test_fuzzed_resources_through_the_controllers(kmock, kube, operators, 
     await asyncio.to_thread(run)
     assert seen["failed"] >= 10 and seen["flushes"] >= 5, seen
 
+    # A live collection's spec edited into garbage: refused, the collection keeps serving.
+    await kube.patch(R.COLLECTION, NS, "base", {"spec": {"fields": "id:Int64", "shardsNum": "2", "load": "yes"}})
+    edited = await eventually(
+        lambda: (o := obj(kmock, COLL, "base")) and cond(o, "SchemaSynced").get("status") == "False" and o,
+        10,
+        "the garbage edit refused",
+    )
+    assert cond(edited, "SchemaSynced")["reason"] == "InvalidSpec" and cond(edited, "Ready")["status"] == "True"
+    assert_clean_status(edited)
+
+    # Every rejected resource can be deleted (its finalizer goes), and nothing is dropped for it.
+    failed = [
+        (res, name)
+        for (res, _, name), o in list(kmock.objects.items())
+        if name.startswith("fz-")
+        and not o.deleted
+        and str(res.plural) in ("collections", "flushrequests")
+        and (o.raw.get("status") or {}).get("phase") == "Failed"
+    ]
+    for res, name in failed:
+        await kube.delete(R.COLLECTION if str(res.plural) == "collections" else R.FLUSHREQUEST, NS, name)
+    await eventually(
+        lambda: all(obj(kmock, COLL if str(res.plural) == "collections" else FLUSH, n) is None for res, n in failed),
+        20,
+        "the rejected resources deleted",
+    )
+    assert await core_collection_ids(op) == (ready_ids, ready_ids)
+
     # The operator goes on: a valid Collection applied after the fuzzed ones becomes Ready.
     await kube.create(R.COLLECTION, NS, _collection("after", {"fields": _valid_fields()}))
     after = await ready(kmock, "after")
