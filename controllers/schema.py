@@ -57,6 +57,7 @@ CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
 DEFAULT_CONSISTENCY = "Bounded"
 MAX_VARCHAR = MAX_VARCHAR_LENGTH
 MAX_FIELDS = 64
+MAX_PARTITIONS = 1023  # the CRD's maxItems (Milvus' default rootCoord.maxPartitionNum is 1024, _default included)
 SPEC_PARAMS = {"dim": "dim", "max_length": "maxLength", "max_capacity": "maxCapacity"}  # type param → spec key
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -95,6 +96,8 @@ def target(spec: dict, meta_name: str) -> Target:
 def _partition_problems(parts) -> list[str]:
     if not isinstance(parts, list):
         return ["spec.partitions must be a list of partition names"]
+    if len(parts) > MAX_PARTITIONS:
+        return [f"spec.partitions lists {len(parts)} partitions; at most {MAX_PARTITIONS} are allowed"]
     bad = [p for p in parts if not isinstance(p, str) or not NAME_RE.match(p) or len(p) > schemautil.MAX_NAME_LENGTH]
     problems = [f"spec.partitions: {short(p)} is not a valid Milvus partition name" for p in bad]
     if len(set(map(str, parts))) != len(parts):
@@ -169,7 +172,11 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
     if problems:
         return problems  # the rules below assume the right types
     t = target(spec, meta_name)
-    for what, value in (("spec.name", t.name), ("spec.database", t.database)):
+    # An empty name is not "unset" (the CRD's minLength is 1).
+    names = (("spec.name", "" if spec.get("name") == "" else t.name), ("spec.database", t.database))
+    if spec.get("database") == "":
+        names = (names[0], ("spec.database", ""))
+    for what, value in names:
         if not NAME_RE.match(value) or len(value) > schemautil.MAX_NAME_LENGTH:
             problems.append(
                 f"{what} {short(value)} is not a valid Milvus name: 1-255 characters, a letter or "

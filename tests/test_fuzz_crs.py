@@ -17,7 +17,7 @@ import logging
 import os
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from controllers import resources as R
@@ -56,8 +56,20 @@ def crd_rejects(kind: str, spec) -> bool:
 
 
 # The pure part: the controllers' spec checks, many examples, shrunk on failure -----------------
-@settings(max_examples=400, deadline=None, derandomize=DERANDOMIZE, database=None)
+FIELDS = [{"name": "id", "dataType": "Int64", "isPrimaryKey": True}, {"name": "v", "dataType": "FloatVector", "dim": 8}]
+
+
+@settings(max_examples=300, deadline=None, derandomize=DERANDOMIZE, database=None)
 @given(spec=collection_spec())
+@example(spec={"name": "", "fields": FIELDS})  # empty is not unset
+@example(spec={"database": "", "fields": FIELDS})
+@example(spec={"partitions": [f"p{i}" for i in range(1100)], "fields": FIELDS})
+@example(spec={"description": 5, "fields": FIELDS})
+@example(spec={"consistencyLevel": ["Strong"], "fields": FIELDS})
+@example(spec={"fields": [*FIELDS, {"name": "n", "dataType": "Int8", "defaultValue": 300}]})
+@example(spec={"fields": [*FIELDS, {"name": "n", "dataType": "Double", "defaultValue": 10**400}]})
+@example(spec=["fields"])
+@example(spec="fields")
 def test_collection_spec_checks_never_raise(spec):
     try:
         schema = to_schema(copy.deepcopy(spec), "fz-1")
@@ -72,8 +84,15 @@ def test_collection_spec_checks_never_raise(spec):
         hash(next(iter(key)))
 
 
-@settings(max_examples=300, deadline=None, derandomize=DERANDOMIZE, database=None)
+@settings(max_examples=200, deadline=None, derandomize=DERANDOMIZE, database=None)
 @given(spec=flush_spec(known=["base"]))
+@example(spec={"collectionNames": "base"})  # not split into one-letter names
+@example(spec={"collectionNames": [["base"]]})
+@example(spec={"collectionNames": 5})
+@example(spec={"collectionNames": ["base"], "ttlSecondsAfterFinished": "abc"})
+@example(spec={"collectionNames": ["base"], "database": ""})
+@example(spec={"collectionNames": ["a" * 256]})
+@example(spec=[])
 def test_flush_spec_checks_never_raise(spec):
     problems, db, names = check_flush_spec(copy.deepcopy(spec))
     assert isinstance(db, str)
