@@ -57,6 +57,7 @@ CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
 DEFAULT_CONSISTENCY = "Bounded"
 MAX_VARCHAR = MAX_VARCHAR_LENGTH
 MAX_FIELDS = 64
+MAX_DESCRIPTION = 4096  # the CRD's maxLength of a collection's and a field's description
 MAX_PARTITIONS = 1023  # the CRD's maxItems (Milvus' default rootCoord.maxPartitionNum is 1024, _default included)
 SPEC_PARAMS = {"dim": "dim", "max_length": "maxLength", "max_capacity": "maxCapacity"}  # type param → spec key
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -171,6 +172,11 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
             problems += type_problems(f, FIELD_TYPES, f"spec.fields[{i}]")
     if problems:
         return problems  # the rules below assume the right types
+    for where, obj in [("spec", spec)] + [
+        (f"spec.fields[{i}]", f) for i, f in enumerate(spec.get("fields") or []) if isinstance(f, dict)
+    ]:
+        if len(obj.get("description", "")) > MAX_DESCRIPTION:
+            problems.append(f"{where}.description has {len(obj['description'])} characters; at most {MAX_DESCRIPTION}")
     t = target(spec, meta_name)
     # An empty name is not "unset" (the CRD's minLength is 1).
     names = (("spec.name", "" if spec.get("name") == "" else t.name), ("spec.database", t.database))

@@ -55,6 +55,18 @@ def crd_rejects(kind: str, spec) -> bool:
     return bool(validate(kind, {"apiVersion": R.API_VERSION, "kind": kind, "metadata": {"name": "x"}, "spec": spec}))
 
 
+def _valid_fields() -> list[dict]:
+    return [
+        {"name": "id", "dataType": "Int64", "isPrimaryKey": True},
+        {"name": "vec", "dataType": "FloatVector", "dim": 8},
+        {"name": "tag", "dataType": "VarChar", "maxLength": 32},
+    ]
+
+
+def _collection(name: str, spec) -> dict:
+    return {"metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+
 # The pure part: the controllers' spec checks, many examples, shrunk on failure -----------------
 FIELDS = [{"name": "id", "dataType": "Int64", "isPrimaryKey": True}, {"name": "v", "dataType": "FloatVector", "dim": 8}]
 
@@ -65,6 +77,8 @@ FIELDS = [{"name": "id", "dataType": "Int64", "isPrimaryKey": True}, {"name": "v
 @example(spec={"database": "", "fields": FIELDS})
 @example(spec={"partitions": [f"p{i}" for i in range(1100)], "fields": FIELDS})
 @example(spec={"description": 5, "fields": FIELDS})
+@example(spec={"description": "d" * 4097, "fields": FIELDS})
+@example(spec={"fields": [*FIELDS, {"name": "n", "dataType": "Int8", "description": "d" * 4097}]})
 @example(spec={"consistencyLevel": ["Strong"], "fields": FIELDS})
 @example(spec={"fields": [*FIELDS, {"name": "n", "dataType": "Int8", "defaultValue": 300}]})
 @example(spec={"fields": [*FIELDS, {"name": "n", "dataType": "Double", "defaultValue": 10**400}]})
@@ -243,13 +257,14 @@ async def test_fuzzed_resources_through_the_controllers(kmock, kube, operators, 
         assert not failures.records, [r.getMessage()[:300] for r in failures.records]
 
     @settings(
-        max_examples=5,
+        max_examples=10,
         deadline=None,
         derandomize=DERANDOMIZE,
         database=None,
         phases=[Phase.explicit, Phase.generate],  # a failing batch is reported whole (no shrinking)
         suppress_health_check=list(HealthCheck),
     )
+    @example(batch=EDGE_COLLECTIONS, flushes=EDGE_FLUSHES, segments=[])
     @given(
         batch=st.lists(collection_spec(), min_size=4, max_size=8),
         flushes=st.lists(flush_spec(known=["base", "fz_0_c0"]), min_size=1, max_size=4),
@@ -296,6 +311,47 @@ async def test_fuzzed_resources_through_the_controllers(kmock, kube, operators, 
     assert not failures.records, [r.getMessage()[:300] for r in failures.records]
 
 
+def _with(*extra: dict, **spec) -> dict:
+    return {"fields": [*_valid_fields(), *extra], **spec}
+
+
+# Specs at the edges, some valid (Ready), most refused by the spec check or by RootCoord itself.
+EDGE_COLLECTIONS = [
+    _with({"name": "b", "dataType": "BinaryVector", "dim": 7}),
+    _with({"name": "s", "dataType": "VarChar", "maxLength": 2, "defaultValue": "too long"}),
+    _with({"name": "big", "dataType": "FloatVector", "dim": 32768}),
+    _with(description="d" * 10_000),
+    _with(*({"name": f"f{i}", "dataType": "Int8"} for i in range(61))),  # 64 fields: the limit
+    _with(*({"name": f"f{i}", "dataType": "Int8"} for i in range(62))),  # 65
+    _with(partitions=["_default", "p1"]),
+    _with(name="x" * 255),
+    _with(name="x" * 256),
+    _with(name="名字"),
+    _with(name="tab\there"),
+    _with({"name": "id", "dataType": "Int64"}),  # a duplicated field name
+    _with({"name": "id2", "dataType": "VarChar", "maxLength": 8, "isPrimaryKey": True}),  # two primary keys
+    _with({"name": "n", "dataType": "Int64", "defaultValue": 2**63}),
+    _with({"name": "n", "dataType": "Bool", "defaultValue": 1}),
+    _with(shardsNum=0),
+    _with(shardsNum=2**63),
+    _with(consistencyLevel="Customized"),
+    _with(load="true"),
+    {"fields": None},
+    None,
+    [],
+    "spec",
+]
+EDGE_FLUSHES = [
+    {"collectionNames": "base"},
+    {"collectionNames": ["base", "base"]},
+    {"collectionNames": ["base"], "database": "nodb"},
+    {"collectionNames": ["base"], "ttlSecondsAfterFinished": -1},
+    {"collectionNames": ["base"], "ttlSecondsAfterFinished": 10**30},
+    {"collectionNames": ["x" * 10_000]},
+    {"collectionNames": [None]},
+    None,
+]
+
 HOSTILE_SEGMENTS = [
     {"segmentID": "abc", "collectionID": 1, "channel": "c"},
     {"segmentID": [1, 2], "collectionID": 1, "channel": "c"},
@@ -341,15 +397,3 @@ async def test_hostile_segments_do_not_stop_the_mirror(kmock, kube, operators, n
     assert all(o["spec"]["collectionID"] == cid for o in mirrored)
     assert not failures.records, [r.getMessage()[:300] for r in failures.records]
     assert all(obj(kmock, SEGS, f"docs-hostile-{i}") for i in range(len(HOSTILE_SEGMENTS)))  # left alone
-
-
-def _valid_fields() -> list[dict]:
-    return [
-        {"name": "id", "dataType": "Int64", "isPrimaryKey": True},
-        {"name": "vec", "dataType": "FloatVector", "dim": 8},
-        {"name": "tag", "dataType": "VarChar", "maxLength": 32},
-    ]
-
-
-def _collection(name: str, spec) -> dict:
-    return {"metadata": {"name": name, "namespace": NS}, "spec": spec}
