@@ -108,7 +108,7 @@ def _partition_problems(parts) -> list[str]:
 
 # The JSON type of every spec key (the CRD's openAPIV3Schema): checked first, so the rules below
 # only ever see the types they expect (a list where a string belongs is a clear problem, not a
-# TypeError in the controller). null counts as a wrong type: an API server prunes it.
+# TypeError in the controller). A null is a wrong type too (an API server would have pruned it).
 _JSON_TYPES = {str: "a string", int: "an integer", bool: "a boolean", list: "a list", dict: "an object"}
 SPEC_TYPES = {
     "name": str,
@@ -178,11 +178,11 @@ def check_spec(spec: dict, meta_name: str) -> list[str]:
         if len(obj.get("description", "")) > MAX_DESCRIPTION:
             problems.append(f"{where}.description has {len(obj['description'])} characters; at most {MAX_DESCRIPTION}")
     t = target(spec, meta_name)
-    # An empty name is not "unset" (the CRD's minLength is 1).
-    names = (("spec.name", "" if spec.get("name") == "" else t.name), ("spec.database", t.database))
-    if spec.get("database") == "":
-        names = (names[0], ("spec.database", ""))
-    for what, value in names:
+    named = (  # an empty name is not "unset" (the CRD's minLength is 1)
+        ("spec.name", "" if spec.get("name") == "" else t.name),
+        ("spec.database", "" if spec.get("database") == "" else t.database),
+    )
+    for what, value in named:
         if not NAME_RE.match(value) or len(value) > schemautil.MAX_NAME_LENGTH:
             problems.append(
                 f"{what} {short(value)} is not a valid Milvus name: 1-255 characters, a letter or "
