@@ -61,8 +61,10 @@ def test_expired_rows_are_not_read_and_compaction_removes_them(node_factory):
 
         # One segment, every row expired: compacted alone, its binlogs collected.
         dc = n.component("datacoord")
-        old = [s.id for s in dc.meta.by_collection(coll, (common_pb2.Flushed,))]
-        assert len(old) == 1
+        flushed = dc.meta.by_collection(coll, (common_pb2.Flushed,))
+        old = [s.id for s in flushed]
+        ddl = {k: b.ddl_binlog_path for s in flushed for k, b in s.ddl_binlogs.items()}
+        assert len(old) == 1 and ddl, "the first manual flush wrote the DDL binlogs (seed 002)"
         alias = "t" + uuid.uuid4().hex[:6]
         connections.connect(alias, uri=n.uri)
         try:
@@ -73,6 +75,9 @@ def test_expired_rows_are_not_read_and_compaction_removes_them(node_factory):
         finally:
             connections.disconnect(alias)
         assert client.get_collection_stats("ttl")["row_count"] == 0
+        after = dc.meta.by_collection(coll, (common_pb2.Flushed,))
+        assert [s.info.num_of_rows for s in after] == [0], "an empty target keeps the DDL binlogs"
+        assert {k: b.ddl_binlog_path for k, b in after[0].ddl_binlogs.items()} == ddl
         store = n.node.store
 
         def old_files():
