@@ -352,6 +352,29 @@ async def test_a_new_owner_sees_every_save_committed_before_the_move(coords):
     assert info.seek_position.seq == 12
 
 
+async def test_a_dropped_segment_stays_listed_until_the_checkpoint_passed_its_rows(coords):
+    """Milvus' GC rule: a Dropped segment (compacted away) is collected only once its channel's
+    checkpoint is past its rows. Collected earlier, a DataNode replaying from an older checkpoint
+    (another segment's rows held it back) no longer knows the segment, buffers its rows again and
+    stores them twice."""
+    c = coords
+    coll, (ch, _) = await _watched_collection(c)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    req = _flushed(sid, coll, ch, 5, resp.flush_ts + 1, rows=3)  # an older segment holds the checkpoint at 5
+    req.dml_position.end_position.CopyFrom(internal_pb2.MsgPosition(channel_name=ch, seq=20, timestamp=1))
+    merr.check(await c.dc.SaveBinlogPaths(req))
+    seg = _segment(c, sid)
+    seg.info.state = SegmentState.Dropped  # as compaction's swap leaves a source
+    await c.dc.meta.save_infos([seg])
+    assert await c.dc.compactions.collect() == 0
+    assert sid in c.dc.meta.segments and await _stored_state(c, seg) == SegmentState.Dropped
+    c.dc.meta.update_checkpoint(internal_pb2.MsgPosition(channel_name=ch, seq=20, timestamp=resp.flush_ts + 2))
+    assert await c.dc.compactions.collect() == 1
+    assert sid not in c.dc.meta.segments
+    assert await c.kv.get(keys.segment_key(coll, seg.info.partitionID, sid)) is None
+
+
 async def test_a_datacoord_that_lost_its_lock_grants_no_quota_and_flushes_nothing(coords):
     """Quota and FlushSegments are decided from memory: a DataCoord whose leader lock is gone
     (paused past its lease; its successor may have sealed and flushed the same segments) must

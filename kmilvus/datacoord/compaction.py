@@ -431,7 +431,10 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         job.reason = reason
 
     async def collect(self, segs: list[Segment] | None = None) -> int:
-        """Garbage-collect Dropped segments: their binlog files first, then their meta."""
+        """Garbage-collect Dropped segments: their binlog files first, then their meta — once
+        their channel's checkpoint is past their rows (Milvus' GC rule): until then a DataNode
+        replaying from that checkpoint must still find them listed as dropped, or it would
+        buffer their rows again and store them twice. Later policy passes collect the rest."""
         port = self.port
         async with self._gc_lock:
             if segs is None:
@@ -440,6 +443,9 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             for s in segs:
                 i = s.info
                 if i.state != SegmentState.Dropped or port.dropping(i.collectionID):
+                    continue
+                cp = port.meta.checkpoints.get(i.insert_channel)
+                if i.HasField("dml_position") and (cp is None or cp.seq < i.dml_position.seq):
                     continue
                 for b in [*s.binlogs.values(), *s.deltalogs.values(), *s.statslogs.values()]:
                     if b.log_path:
