@@ -61,8 +61,11 @@ def pruned(obj, node: dict, path: str = "") -> list[str]:
     out = []
     if isinstance(obj, dict) and node.get("type") == "object":
         props = node.get("properties") or {}
+        extra = node.get("additionalProperties")
         for k, v in obj.items():
-            if k not in props:
+            if k not in props and isinstance(extra, dict):
+                out += pruned(v, extra, f"{path}.{k}")
+            elif k not in props:
                 out.append(f"{path}.{k}")
             else:
                 out += pruned(v, props[k], f"{path}.{k}")
