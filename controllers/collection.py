@@ -425,23 +425,30 @@ async def converge_load(co: CoordinatorClient, desc, want: bool, events: list) -
     return {"state": state, "progress": progress, "replicas": 0 if state == "NotLoad" else 1, "message": ""}
 
 
-def indexes_pending(body) -> bool:
-    """status.indexes is behind (a build is running, or flushed rows are not counted yet), or a
-    declared index does not exist yet."""
+def index_builds_pending(body) -> bool:
+    """status.indexes is behind: a build is running, or flushed rows are not counted yet (a
+    Failed build stays as it is until the index is dropped)."""
     status = body.get("status") or {}
-    have = status.get("indexes") or []
     rows = status.get("rows")
-    if any(
-        ix.get("state") in ("Unissued", "InProgress")
-        or ix.get("indexedRows") != ix.get("totalRows")
-        or (rows is not None and ix.get("totalRows") != rows)
-        for ix in have
-    ):
-        return True
+    return any(
+        ix.get("state") != "Failed"
+        and (
+            ix.get("state") in ("Unissued", "InProgress")
+            or ix.get("indexedRows") != ix.get("totalRows")
+            or (rows is not None and ix.get("totalRows") != rows)
+        )
+        for ix in status.get("indexes") or []
+    )
+
+
+def indexes_unsynced(body) -> bool:
+    """The collection's indexes differ from spec.indexes by name: a declared one is missing, or
+    one no longer declared is still there (waiting for a release, perhaps done through pymilvus)."""
     declared = (body.get("spec") or {}).get("indexes")
-    if declared is None or not isinstance(declared, list):
+    if not isinstance(declared, list):
         return False
-    return bool({index_name(d) for d in declared if isinstance(d, dict)} - {ix.get("name") for ix in have})
+    have = (body.get("status") or {}).get("indexes") or []
+    return {index_name(d) for d in declared if isinstance(d, dict)} != {ix.get("name") for ix in have}
 
 
 def load_pending(body) -> bool:
@@ -579,7 +586,8 @@ async def monitor(stopped, body, memo, logger, **_):
                     await mirror.sync(cid)
                     if status.get("phase") == "Ready" and (
                         load_pending(body)
-                        or (indexes_pending(body) and time.monotonic() - last_retry >= rt.opts.retry_interval)
+                        or index_builds_pending(body)
+                        or (indexes_unsynced(body) and time.monotonic() - last_retry >= rt.opts.retry_interval)
                     ):
                         last_retry = time.monotonic()
                         await _reconverge(rt, body)

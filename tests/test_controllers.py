@@ -830,6 +830,7 @@ async def test_spec_indexes_built_loaded_dropped(kmock, kube, operators, node_fa
     assert len(hits[0]) == 3
     o = obj(kmock, COLL, "ix")
     assert cond(o, "IndexesSynced")["status"] == "True" and cond(o, "Stalled")["status"] == "False"
+    await eventually(lambda: events(kmock, "IndexCreated", "ix"), 5, "an IndexCreated event")
     assert len(events(kmock, "IndexCreated", "ix")) == 1
     assert check_instance({"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", **o}) == []
 
@@ -870,7 +871,7 @@ async def test_spec_indexes_built_loaded_dropped(kmock, kube, operators, node_fa
     )
     assert o["status"]["load"]["state"] == "NotLoad" and cond(o, "IndexesSynced")["status"] == "True"
     assert await asyncio.to_thread(pymilvus, lambda c: c.list_indexes("ix")) == []
-    assert events(kmock, "IndexDropped", "ix")
+    await eventually(lambda: events(kmock, "IndexDropped", "ix"), 5, "an IndexDropped event")
 
 
 async def test_spec_indexes_bad_params_create_nothing(kmock, kube, operators):
@@ -885,7 +886,7 @@ async def test_spec_indexes_bad_params_create_nothing(kmock, kube, operators):
     c = cond(o, "Ready")
     assert c["reason"] == "InvalidIndex" and "nlist out of range: [1, 65536]" in c["message"]
     assert cond(o, "Stalled")["status"] == "True" and o["status"]["phase"] == "Failed"
-    assert events(kmock, "InvalidIndex", "badix")
+    await eventually(lambda: events(kmock, "InvalidIndex", "badix"), 5, "an InvalidIndex event")
     rc = op.component("rootcoord")
     assert not [x for x in rc.collections.values() if x.schema.name == "badix"]
     # Fixed: created, with its index.
