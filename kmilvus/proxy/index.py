@@ -24,7 +24,6 @@ from kmilvus.proto import data_coord_pb2
 from kmilvus.util import merr, typeutil
 
 log = get_logger(__name__)
-DT = typeutil.DT
 
 
 def flat_index_params(extra: list[common_pb2.KeyValuePair]) -> dict[str, str]:
@@ -44,12 +43,6 @@ def flat_index_params(extra: list[common_pb2.KeyValuePair]) -> dict[str, str]:
     return out
 
 
-def user_params(checked: dict[str, str]) -> dict[str, str]:
-    """What DescribeIndex shows: index_type, metric_type and the rest as a `params` JSON object."""
-    rest = {k: _num(v) for k, v in checked.items() if k not in (P.INDEX_TYPE, P.METRIC_TYPE, P.DIM)}
-    return {P.INDEX_TYPE: checked[P.INDEX_TYPE], P.METRIC_TYPE: checked[P.METRIC_TYPE], P.PARAMS: json.dumps(rest)}
-
-
 # Index properties AlterIndex may change (Milvus' indexparams.IsConfigableIndexParam).
 ALTERABLE = {"mmap.enabled": ("true", "false")}
 
@@ -63,13 +56,6 @@ def check_alterable(keys: list[str], values: dict[str, str]) -> None:
             raise merr.invalid(f"invalid {k} value: {v}, expected: {', '.join(ALTERABLE[k])}")
 
 
-def _num(v: str) -> object:
-    try:
-        return int(v)
-    except ValueError:
-        return v
-
-
 def _kvs(d: dict[str, str]) -> list[common_pb2.KeyValuePair]:
     return [common_pb2.KeyValuePair(key=k, value=v) for k, v in d.items()]
 
@@ -80,10 +66,7 @@ class ProxyIndexMixin:
     @merr.rpc()
     async def CreateIndex(self, req: milvus_pb2.CreateIndexRequest, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
-        field = typeutil.field_by_name(meta.schema, req.field_name)
-        params = flat_index_params(list(req.extra_params))
-        dim = typeutil.dim_of(field) if field.data_type == DT.FloatVector else 0
-        checked = P.check_index_params(params, field, dim)
+        field, checked = P.check_field_index(meta.schema, req.field_name, flat_index_params(list(req.extra_params)))
         index_name = req.index_name or field.name  # Milvus names a nameless index after its field
         merr.check(
             await self.datacoord.CreateIndex(
@@ -92,7 +75,7 @@ class ProxyIndexMixin:
                     fieldID=field.fieldID,
                     index_name=index_name,
                     index_params=_kvs(checked),
-                    user_index_params=_kvs(user_params(checked)),
+                    user_index_params=_kvs(P.user_params(checked)),
                     timestamp=await self.tso.alloc(),
                 )
             )
