@@ -17,22 +17,16 @@ from pymilvus.grpc_gen import milvus_pb2
 from kmilvus.storage import ObjectStore, read_segment
 from kmilvus.util import typeutil
 from tests.test_field_types import _read
+from tests.test_field_types import _schema as field_types_schema
 from tests.test_spark_jobs import _run_import, _spec, spark  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.spark
 
 
 def _schema(client: MilvusClient):
-    s = client.create_schema(enable_dynamic_field=False)
-    s.add_field("id", DataType.INT64, is_primary=True)
-    s.add_field("bin", DataType.BINARY_VECTOR, dim=16)
-    s.add_field("f16", DataType.FLOAT16_VECTOR, dim=4)
-    s.add_field("bf16", DataType.BFLOAT16_VECTOR, dim=4)
-    s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-    s.add_field("tags", DataType.ARRAY, element_type=DataType.VARCHAR, max_capacity=3, max_length=8)
-    s.add_field("nums", DataType.ARRAY, element_type=DataType.INT16, max_capacity=4)
-    s.add_field("note", DataType.VARCHAR, max_length=16, nullable=True)
-    s.add_field("score", DataType.FLOAT, default_value=1.5)
+    """test_field_types' schema, plus an Int16 array and a nullable field with a default."""
+    s = field_types_schema(client)
+    s.add_field("small", DataType.ARRAY, element_type=DataType.INT16, max_capacity=4)
     s.add_field("level", DataType.INT64, nullable=True, default_value=7)
     return s
 
@@ -47,6 +41,7 @@ def _row(i: int) -> dict:
         "sparse": {str(1 + i % 5): 0.5, str(7 + i): 1.25},
         "tags": ["a", f"t{i}"][: i % 3],
         "nums": list(range(i % 5)),
+        "small": [i, -i][: i % 3],
         "note": None if i % 2 else f"n{i}",
         "score": None if i % 3 == 0 else float(i),
         "level": None if i % 4 == 0 else i,
@@ -125,7 +120,8 @@ def _parquet_table(rows: list[dict], sparse_as: str = "json", f16_as: str = "flo
         "bin": pa.array([r["bin"] for r in rows], pa.list_(pa.uint8())),
         "bf16": pa.array([r["bf16"] for r in rows], pa.list_(pa.float32())),
         "tags": pa.array([r["tags"] for r in rows], pa.list_(pa.string())),
-        "nums": pa.array([r["nums"] for r in rows], pa.list_(pa.int16())),
+        "nums": pa.array([r["nums"] for r in rows], pa.list_(pa.int64())),
+        "small": pa.array([r["small"] for r in rows], pa.list_(pa.int16())),
         "note": pa.array([r.get("note") for r in rows], pa.string()),
         "score": pa.array([r.get("score") for r in rows], pa.float32()),
         "level": pa.array([r.get("level") for r in rows], pa.int64()),
@@ -173,7 +169,7 @@ def test_csv_import_writes_what_insert_writes(spark, tmp_path, inserted):
     import csv
 
     schema, flushed, rows = inserted
-    names = ["id", "bin", "f16", "bf16", "sparse", "tags", "nums", "note", "score", "level"]
+    names = ["id", "bin", "f16", "bf16", "sparse", "tags", "nums", "small", "note", "score", "level"]
     f = tmp_path / "rows.csv"
     with open(f, "w", newline="") as fh:
         w = csv.writer(fh)
@@ -211,8 +207,9 @@ def _bad(i: int, **kw) -> dict:
         ("tags", ["a", "b", "c", "d"], "the length (4) of array field (tags) exceeds max capacity (3)"),
         ("tags", ["a", 5], "expected element type 'VarChar' in array field"),
         ("tags", ["123456789"], "exceeds max length (8)"),
-        ("nums", [1, 70000], "out of range: [-32768, 32767]"),
-        ("nums", "x", "nums"),
+        ("nums", [1, 2, 3, 4, 5], "the length (5) of array field (nums) exceeds max capacity (4)"),
+        ("small", [1, 70000], "out of range: [-32768, 32767]"),
+        ("small", "x", "small"),
         ("id", None, "the value of field 'id' is null"),
     ],
 )

@@ -171,26 +171,8 @@ def importable_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.Fi
     return [f for f in typeutil.user_fields(schema) if not (f.is_primary_key and f.autoID) and not f.is_dynamic]
 
 
-# The field types the import job reads; the others are refused up front.
-IMPORT_TYPES = frozenset(
-    {
-        DT.Bool,
-        DT.Int8,
-        DT.Int16,
-        DT.Int32,
-        DT.Int64,
-        DT.Float,
-        DT.Double,
-        DT.VarChar,
-        DT.JSON,
-        DT.FloatVector,
-        DT.BinaryVector,
-        DT.Float16Vector,
-        DT.BFloat16Vector,
-        DT.SparseFloatVector,
-        DT.Array,
-    }
-)
+# The field types the import job reads (all kmilvus stores); the others are refused up front.
+IMPORT_TYPES = frozenset(typeutil.SUPPORTED_TYPES)
 # The types Spark's own Parquet reader types as the job wants them (the others go through pyarrow).
 SPARK_PARQUET_TYPES = frozenset(
     {DT.Bool, DT.Int8, DT.Int16, DT.Int32, DT.Int64, DT.Float, DT.Double, DT.VarChar, DT.JSON, DT.FloatVector}
