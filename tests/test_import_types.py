@@ -248,3 +248,16 @@ def test_unimportable_fields_refuses_nothing_the_job_reads(node, client):
 
     client.create_collection("types", schema=_schema(client))
     assert files.unimportable_fields(_schema_pb(node, "types")) == []
+
+
+def test_sparse_map_with_a_repeated_index_is_refused(spark, tmp_path, node, client):
+    """A sparse `{"index": value}` object naming an index twice is a bad row (Milvus' Go map
+    would keep the last value silently; kmilvus says so instead)."""
+    client.create_collection("types", schema=_schema(client))
+    schema = _schema_pb(node, "types")
+    row = json.dumps(_row(0)).replace('"sparse": {"1": 0.5, "7": 1.25}', '"sparse": {"3": 0.5, "3": 0.75}')
+    assert '"3": 0.75' in row
+    f = tmp_path / "dup.json"
+    f.write_text(row)
+    m, err = _run_import(spark, _spec(tmp_path, [f], schema))
+    assert m is None and err["row"] == 0 and "unsorted or same indices in sparse float vector" in err["reason"], err
