@@ -261,3 +261,35 @@ def test_sparse_map_with_a_repeated_index_is_refused(spark, tmp_path, node, clie
     f.write_text(row)
     m, err = _run_import(spark, _spec(tmp_path, [f], schema))
     assert m is None and err["row"] == 0 and "unsorted or same indices in sparse float vector" in err["reason"], err
+
+
+def test_parquet_of_scalar_types_with_nullable_and_default_fields(spark, tmp_path, node, client):
+    """Spark's own Parquet reader (no newer type in the schema): nulls and left-out columns."""
+    s = client.create_schema()
+    s.add_field("id", DataType.INT64, is_primary=True)
+    s.add_field("vec", DataType.FLOAT_VECTOR, dim=2)
+    s.add_field("note", DataType.VARCHAR, max_length=8, nullable=True)
+    s.add_field("score", DataType.DOUBLE, default_value=0.5)
+    s.add_field("rank", DataType.INT64, nullable=True)
+    client.create_collection("opt", schema=s)
+    schema = _schema_pb(node, "opt")
+    f = tmp_path / "o.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "id": [1, 2, 3],
+                "vec": [[0.1, 0.2]] * 3,
+                "note": pa.array(["a", None, "c"], pa.string()),
+                "score": pa.array([None, 2.0, None], pa.float64()),
+            }
+        ),
+        f,
+    )
+    m, err = _run_import(spark, _spec(tmp_path, [f], schema, segment_max_rows=100))
+    assert err is None, err
+    t = _imported(tmp_path, m)
+    by = {fl.name: str(fl.fieldID) for fl in schema.fields}
+    assert t.column(by["note"]).to_pylist() == ["a", None, "c"]
+    assert t.column(by["score"]).to_pylist() == [0.5, 2.0, 0.5]
+    assert t.column(by["rank"]).to_pylist() == [None, None, None]
+    assert t.schema.field(by["rank"]).nullable and t.schema.field(by["rank"]).type == pa.int64()
