@@ -145,7 +145,19 @@ def fields(draw) -> list:
     return out
 
 
+INDEX_ALTS = {
+    "name": name_like,
+    "fieldName": st.one_of(st.sampled_from(["vec", "id", "tag", "missing"]), name_like),
+    "indexType": st.one_of(st.sampled_from(["FLAT", "IVF_FLAT", "IVF_SQ8", "HNSW", "AUTOINDEX", "DISKANN"]), junk),
+    "metricType": st.one_of(st.sampled_from(["L2", "IP", "COSINE", "HAMMING", "l2"]), junk),
+    "params": st.one_of(
+        st.dictionaries(st.sampled_from(["nlist", "M", "efConstruction", "x"]), number_like, max_size=3), junk
+    ),
+}
+indexes = st.lists(_mutate({"fieldName": "vec", "indexType": "HNSW", "metricType": "L2"}, INDEX_ALTS), max_size=3)
+
 SPEC_ALTS = {
+    "indexes": st.one_of(indexes, junk),
     "name": name_like,
     "database": name_like,
     "description": st.one_of(st.text(max_size=20), junk),

@@ -7,6 +7,9 @@ Spec (JSON, built by DataCoord's CompactionManager):
     plans: [{plan_id, partition_id, channel, target_ids: [...],
              sources: [{segment_id, binlogs: [{key, rows}, ...], deltalogs: [{key, rows}, ...]}, ...]}, ...]
 
+`expire_before` (a hybrid timestamp, 0: no TTL): rows inserted before it have expired and are
+dropped like deleted ones (counted in `deleted`).
+
 Delta logs (pk, ts) are applied: a row is dropped when a delete of its primary key has a
 timestamp greater than the row's (Milvus' rule), so the targets need no delta logs; each plan's
 manifest entry counts the rows it dropped (`deleted`).
@@ -188,6 +191,13 @@ def run(spark, spec: dict) -> dict:
                 pk = next(f for f in schema.fields if f.is_primary_key)
                 df, gone = _apply_deletes(spark, df, deletes, str(pk.fieldID))
                 deleted = gone.count()
+            cutoff = int(spec.get("expire_before") or 0)
+            if cutoff:
+                from pyspark.sql import functions as F
+
+                expired = F.col("`1`") < F.lit(cutoff)
+                deleted += df.filter(expired).count()
+                df = df.filter(~expired)
             n_tasks = max(1, min(spark.sparkContext.defaultParallelism, len(segments)))
             df = df.coalesce(n_tasks)
             ctx = {
