@@ -228,7 +228,7 @@ async def test_collection_flush_segments_schema_edit_and_drop(kmock, kube, opera
     def flushed_segments():
         segs = [obj(kmock, SEGS, k[2]) for k in list(kmock.objects) if k[0] == SEGS]
         segs = [s for s in segs if s]
-        return segs if segs and all(s["status"]["state"] == "Flushed" for s in segs) else None
+        return segs if segs and all(s.get("status", {}).get("state") == "Flushed" for s in segs) else None
 
     segs = await eventually(flushed_segments, 10, "Segments mirrored as Flushed")
     assert sum(s["status"]["rows"] for s in segs) == 1000
@@ -714,7 +714,7 @@ async def test_database_and_partitions_from_the_spec(kmock, kube, operators, nod
     def p1_segments():
         segs = [obj(kmock, SEGS, k[2]) for k in list(kmock.objects) if k[0] == SEGS]
         segs = [s for s in segs if s and s["spec"]["collectionID"] == cid]
-        return segs if segs and all(s["status"]["state"] == "Flushed" for s in segs) else None
+        return segs if segs and all(s.get("status", {}).get("state") == "Flushed" for s in segs) else None
 
     segs = await eventually(p1_segments, 10, "the p1 Segment mirrored")
     assert {s["spec"]["partition"] for s in segs} == {"p1"}
@@ -728,7 +728,7 @@ async def test_database_and_partitions_from_the_spec(kmock, kube, operators, nod
         10,
         "status.partitions without p2",
     )
-    assert events(kmock, "PartitionDropped", "shop-items")
+    await eventually(lambda: events(kmock, "PartitionDropped", "shop-items"), 5, "a PartitionDropped event")
 
 
 async def test_spec_load_loads_and_releases(kmock, kube, operators, node_factory):
