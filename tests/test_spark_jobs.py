@@ -87,6 +87,16 @@ def _schema(dim: int = DIM) -> CollectionSchema:
     )
 
 
+# How a node runs small jobs: in its DataCoord process (the default) or on Spark.
+ROUTES = {"inprocess": {}, "spark": {"inprocess_job_max_mb": 0}}
+
+
+@pytest.fixture
+def node(node_factory, request):
+    """A `standalone`-shaped node; parametrized (indirect) with a key of ROUTES."""
+    return node_factory(**ROUTES[getattr(request, "param", "inprocess")])
+
+
 @pytest.fixture
 def orm(node):
     alias = "s" + uuid.uuid4().hex[:8]
@@ -194,6 +204,7 @@ def test_bulk_import_parquet_json_csv(node, client, orm, data_dir):
     print(f"\nimport of {total} rows (3 jobs, 2 at a time): {elapsed:.1f} s")
 
 
+@pytest.mark.parametrize("node", ROUTES, indirect=True)
 def test_import_with_wrong_dim_fails_and_registers_nothing(node, client, orm, tmp_path):
     client.create_collection("bad", schema=_schema(dim=8))
     coll = _coll_id(client, "bad")
@@ -261,9 +272,10 @@ def _insert_flush(client: MilvusClient, name: str, batches: int, rows: int, star
     return pk
 
 
-def test_compaction_merges_small_segments(node_factory, tmp_path):
+@pytest.mark.parametrize("route", ROUTES)
+def test_compaction_merges_small_segments(node_factory, tmp_path, route):
     # Policy on but with nothing to do at this threshold; manual compaction below.
-    n = node_factory(auto_compaction=False, compaction_check_interval=0.3, compaction_min_segments=2)
+    n = node_factory(auto_compaction=False, compaction_check_interval=0.3, compaction_min_segments=2, **ROUTES[route])
     client = MilvusClient(uri=n.uri)
     alias = "c" + uuid.uuid4().hex[:8]
     connections.connect(alias, uri=n.uri)
@@ -310,7 +322,7 @@ def test_compaction_merges_small_segments(node_factory, tmp_path):
             assert n.call(kv.get_prefix(catalog.binlog_prefix(coll, s.id))) == []
         keys = [k for k, _ in n.call(kv.get_prefix(catalog.segment_prefix(coll)))]
         assert len(keys) == len(targets)
-        print(f"\ncompaction of 20 segments ({total} rows): {elapsed:.1f} s")
+        print(f"\ncompaction of 20 segments ({total} rows, {route}): {elapsed:.1f} s")
     finally:
         connections.disconnect(alias)
         client.close()
@@ -318,7 +330,7 @@ def test_compaction_merges_small_segments(node_factory, tmp_path):
 
 def test_drop_collection_during_compaction_leaves_nothing(node_factory):
     # The policy triggers the compaction (3 small segments); the drop lands while Spark runs.
-    n = node_factory(auto_compaction=True, compaction_check_interval=0.3, compaction_min_segments=3)
+    n = node_factory(auto_compaction=True, compaction_check_interval=0.3, compaction_min_segments=3, **ROUTES["spark"])
     client = MilvusClient(uri=n.uri)
     try:
         client.create_collection("gone", schema=_schema())

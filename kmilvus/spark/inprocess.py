@@ -137,7 +137,8 @@ class InProcessRunner(JobRunner):
 
 
 def input_bytes(spec: dict) -> int:
-    """What a job reads: its import files, or its compaction's source binlogs."""
+    """What a job reads: its import files (sizes as DataCoord's inspection found them), or its
+    compaction's source binlogs."""
     if spec.get("kind") == "import":
         return sum(int(f.get("size", 0)) if isinstance(f, dict) else 1 << 62 for f in spec["files"])
     return sum(int(b.get("size", 0)) for plan in spec["plans"] for s in plan["sources"] for b in s["binlogs"])
