@@ -102,7 +102,7 @@ async def test_inprocess_runner_completes_with_manifest_and_progress(tmp_path):
     app = _app(tmp_path, [_parquet(tmp_path / "a.parquet", 5000)])
     t0 = time.monotonic()
     handle = await runner.submit(app)
-    assert handle == {"runner": "inprocess", "name": app["metadata"]["name"]}
+    assert handle["runner"] == "inprocess" and handle["name"] == app["metadata"]["name"]
     st, _ = await _until_done(runner, handle)
     assert st.state == JobState.COMPLETED, st.message
     assert time.monotonic() - t0 < 10
@@ -114,7 +114,10 @@ async def test_inprocess_runner_completes_with_manifest_and_progress(tmp_path):
     back = pa.concat_tables(read_segment(store, 10, 11, s["segment_id"]) for s in manifest["segments"])
     assert sorted(back.column("100").to_pylist()) == list(range(5000))
     assert back.schema.equals(typeutil.arrow_schema(_schema()), check_metadata=False)
-    # A restarted coordinator has a fresh runner: the run ended with the old process.
+    # A restarted coordinator has a fresh runner: a run that left its completed manifest is
+    # COMPLETED (DataCoord commits it); without one it ended with the old process.
+    assert (await InProcessRunner().state(handle)).state == JobState.COMPLETED
+    store.delete_sync("m.json")
     st = await InProcessRunner().state(handle)
     assert st.state == JobState.FAILED and "ended with the coordinator" in st.message
     await runner.release(handle)

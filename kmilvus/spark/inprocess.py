@@ -8,8 +8,9 @@ on pyarrow record batches (`importer.run_local`, `compactor.run_local`), in a th
 event loop stays free (pyarrow releases the GIL while it reads, checks and writes).
 
 It reports the spark-operator states like the other runners; a run does not outlive this
-process: after a restart its handle reports FAILED, and DataCoord cleans the job up, as it does
-for a local spark-submit stopped with its coordinator. Cancelling is cooperative (between
+process: after a restart its handle reports COMPLETED if the run had written its completed
+manifest (DataCoord then commits it), else FAILED, and DataCoord cleans the job up, as it does for
+a local spark-submit stopped with its coordinator. Cancelling is cooperative (between
 record batches) and waits until the thread is done.
 
 `RoutingRunner` wraps the configured Spark runner (local spark-submit, or the operator's
@@ -76,7 +77,7 @@ class InProcessRunner(JobRunner):
         self._runs[name] = run
         run.thread.start()
         log.info("job running in-process", app=name, kind=spec.get("kind"))
-        return {"runner": RUNNER, "name": name}
+        return {"runner": RUNNER, "name": name, "storage_uri": spec["storage_uri"], "manifest": spec["manifest_key"]}
 
     @staticmethod
     def _main(spec: dict, run: _Run) -> None:
@@ -95,7 +96,9 @@ class InProcessRunner(JobRunner):
 
     async def state(self, handle: dict) -> JobStatus:
         run = self._runs.get(handle["name"])
-        if run is None:
+        if run is None:  # a restarted coordinator: the run ended with the old one
+            if await asyncio.to_thread(_completed, handle):
+                return JobStatus(JobState.COMPLETED, "", {"phase": "completed"})
             return JobStatus(JobState.FAILED, "the in-process job ended with the coordinator that ran it")
         events = list(run.events)
         progress = next((e.get("progress") for e in reversed(events) if e.get("progress")), {}) or {}
@@ -134,6 +137,17 @@ class InProcessRunner(JobRunner):
 
     def outlives_coordinator(self, handle: dict) -> bool:
         return False
+
+
+def _completed(handle: dict) -> bool:
+    """Whether the run left a completed manifest (its last act) before its process ended."""
+    from kmilvus.spark.tracking import read_manifest
+    from kmilvus.storage import ObjectStore
+
+    if not handle.get("manifest"):
+        return False
+    manifest = read_manifest(ObjectStore.from_uri(handle["storage_uri"]), handle["manifest"])
+    return bool(manifest) and manifest.get("status") == "completed"
 
 
 def input_bytes(spec: dict) -> int:
