@@ -7,14 +7,19 @@ failure reports are the same on both routes.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import os
+import queue
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
+T = TypeVar("T")
 EVENT_PREFIX = "KMILVUS_JOB "
 EVENTS_ENV = "KMILVUS_JOB_EVENTS"
 # An in-process run receives its events here instead of stdout (several jobs share the process).
@@ -140,3 +145,44 @@ def main(kind: str, run) -> int:
         return execute(spec, lambda s: run(spark, s), started)
     finally:
         spark.stop()
+
+
+def prefetched(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+    """`items`, produced by a thread up to `depth` ahead: the in-process route reads the next
+    record batches while the current one is checked and written (pyarrow releases the GIL in
+    both), the overlap Spark gets from its tasks. Stops the thread when the consumer stops."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((done, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            q.put((done, exc))
+
+    thread = threading.Thread(target=produce, name="kmilvus-job-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, exc = q.get()
+            if item is done:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+    finally:
+        stop.set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                q.get_nowait()  # unblock a producer waiting to put
+        thread.join()

@@ -29,7 +29,7 @@ import math
 import re
 import time
 
-from kmilvus_jobs.common import JobFailure, progress
+from kmilvus_jobs.common import JobFailure, prefetched, progress
 from kmilvus_jobs.sources import _tasks, s3a_available, spark_schema_of, to_list
 from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, BinlogWriter, binlog_writer, decode_schema
 
@@ -347,7 +347,8 @@ def run_local(spec: dict, cancelled=lambda: False) -> dict:
         results = []
         if not job.empty:
             writer = BinlogWriter(job.writer_ctx())
-            for batch in binlog_batches(job.storage_uri, job.files, job.plans, job.arrow_schema, range(len(job.files))):
+            batches = binlog_batches(job.storage_uri, job.files, job.plans, job.arrow_schema, range(len(job.files)))
+            for batch in prefetched(batches):
                 if cancelled():
                     raise Cancelled("cancelled")
                 if job.has_deletes:

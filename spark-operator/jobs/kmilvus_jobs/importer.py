@@ -41,7 +41,7 @@ import functools
 import math
 import time
 
-from kmilvus_jobs.common import JobFailure, progress
+from kmilvus_jobs.common import JobFailure, prefetched, progress
 from kmilvus_jobs.sources import (
     ROW_INDEX_MASK,
     arrow_csv_frame,
@@ -720,7 +720,7 @@ def run_local(spec: dict, cancelled=lambda: False) -> dict:
         writer = BinlogWriter(plan.writer_ctx(segments))
         for i, f in enumerate(files):
             starts = parquet_starts(f)
-            for batch in parquet_batches(f.to_dict(), i, cols, starts, range(len(starts))):
+            for batch in prefetched(parquet_batches(f.to_dict(), i, cols, starts, range(len(starts)))):
                 if cancelled():
                     raise Cancelled("cancelled")
                 g = batch.column("__row").to_numpy() + offsets[i]
