@@ -226,3 +226,18 @@ def test_event_loop_free_while_a_job_runs(tmp_path):
         return ticks
 
     assert asyncio.run(main()) > 0
+
+
+def test_prefetched_keeps_order_raises_the_readers_error_and_stops_its_thread():
+    common = job_module("common")
+    assert list(common.prefetched(iter(range(100)))) == list(range(100))
+
+    def broken():
+        yield 1
+        raise ValueError("unreadable row group")
+
+    with pytest.raises(ValueError, match="unreadable"):
+        list(common.prefetched(broken()))
+    endless = common.prefetched(iter(int, 1))  # never ends: the consumer stops early
+    assert next(endless) == 0
+    endless.close()  # joins the producer thread (the test would hang otherwise)
