@@ -217,6 +217,9 @@ def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx
     return res
 
 
+CAPPED = ("files_gone", "drop_partition_gone")  # waits capped at --files-cap
+
+
 def aggregate(runs: dict[str, list[dict]], rows: list[int], files_cap: float) -> tuple[list, list, dict]:
     """Table header, body and the chart's data."""
     mets = {s: [w.metrics(r) for r in rs if not r.get("error") or r.get("sizes")] for s, rs in runs.items()}
@@ -229,10 +232,10 @@ def aggregate(runs: dict[str, list[dict]], rows: list[int], files_cap: float) ->
             vals = [m.get(key) for m in mets[s]]
             good = [v for v in vals if v is not None]
             cell = w.fmt_stat(vals, unit)
-            if key == "files_gone" and mets[s] and not good:
+            if key in CAPPED and mets[s] and not good:
                 cell, capped[s] = f"> {files_cap:.0f} s (all {len(vals)} runs)", True
                 meds[s] = files_cap
-            elif key == "files_gone" and len(good) < len(vals):
+            elif key in CAPPED and len(good) < len(vals):
                 cell = w.fmt_stat(good, unit) + f", > {files_cap:.0f} s in {len(vals) - len(good)}"
                 meds[s] = statistics.median(good + [files_cap] * (len(vals) - len(good)))
             elif key.startswith("bulk") and mets[s] and not good:

@@ -601,6 +601,9 @@ def metrics(res: dict) -> dict:
     if "delete" in res:
         m["delete_kps"] = res["delete"]["keys_per_s"]
         m["delete_flushed"] = res["delete"]["flushed_s"]
+    if "drop_partition" in res:
+        m["drop_partition_rpc"] = res["drop_partition"]["rpc_s"]
+        m["drop_partition_gone"] = res["drop_partition"]["files_gone_s"]
     if "drop" in res:
         m["drop_rpc"] = res["drop"]["rpc_s"]
         m["files_gone"] = res["drop"]["files_gone_s"]
@@ -665,6 +668,12 @@ def table_rows(rows: list[int]) -> list[dict]:
     )
     out.append(
         {"key": "delete_flushed", "label": "Flush after the deletes, until flushed", "unit": "s", "better": "lower"}
+    )
+    out.append(
+        {"key": "drop_partition_rpc", "label": "drop_partition RPC (100k rows)", "unit": "ms", "better": "lower"}
+    )
+    out.append(
+        {"key": "drop_partition_gone", "label": "dropped partition's files gone", "unit": "s", "better": "lower"}
     )
     out.append(
         {
@@ -753,6 +762,7 @@ def run_suite(
     pidfile: str | None = None,
     data_cache: dict | None = None,
     delete_keys: int = 0,
+    partition_rows: int = 0,
 ) -> dict:
     """Runs every measurement against an already started `server`; returns a JSON-able dict."""
     import pymilvus
@@ -818,6 +828,10 @@ def run_suite(
                 phase("delete")
                 res["delete"] = delete_run(client, coll, name, min(delete_keys, n))
                 log(f"{server.system}: delete {res['delete']}")
+            if i == 0 and partition_rows:
+                phase("drop_partition")
+                res["drop_partition"] = drop_partition_run(client, server, coll, name, partition_rows, files_cap)
+                log(f"{server.system}: drop_partition {res['drop_partition']}")
         if drop and rows:
             phase("drop")
             name = f"bench_{rows[-1]}"
@@ -869,6 +883,33 @@ def delete_run(client: Client, coll, name: str, keys: int, batch: int = 1000) ->
     dt = time.perf_counter() - t0
     _, flushed = client.flush(name)
     return {"keys": keys, "batch": batch, "delete_s": dt, "keys_per_s": keys / dt, "flushed_s": flushed}
+
+
+def drop_partition_run(client: Client, server: Server, coll, name: str, rows: int, cap: float) -> dict:
+    """Insert `rows` into a new partition, flush, then DropPartition: the RPC's latency and the
+    seconds until no file of the partition is left under insert_log/<collection>/<partition>
+    (both systems lay binlogs out that way on local storage)."""
+    part = coll.create_partition("p_bench")
+    data = Batches(rows, start_id=50_000_000, seed=3)
+    for b in data.batches:
+        part.insert(b)
+    data.free()
+    client.flush(name)
+    pid = _partition_id(client, name, "p_bench")
+    d = server.storage_dir / "insert_log" / str(client.collection_id(name)) / str(pid) if server.storage_dir else None
+    files_before = files_under(d) if d is not None and d.exists() else None
+    t0 = time.perf_counter()
+    coll.drop_partition("p_bench")
+    rpc = time.perf_counter() - t0
+    gone = wait_files_gone(d, t0, cap) if d is not None else None
+    return {"rows": rows, "rpc_s": rpc, "files_gone_s": gone, "files_cap_s": cap, "files_before": files_before}
+
+
+def _partition_id(client: Client, name: str, partition: str) -> int:
+    from pymilvus.grpc_gen import milvus_pb2
+
+    resp = client.stub.ShowPartitions(milvus_pb2.ShowPartitionsRequest(collection_name=name))
+    return int(dict(zip(resp.partition_names, resp.partitionIDs, strict=True))[partition])
 
 
 def small_flush(client: Client, k: int) -> dict:
@@ -993,6 +1034,7 @@ def run_main(args) -> None:
             parquet=args.bulk,
             pidfile=args.pidfile,
             delete_keys=args.delete_keys,
+            partition_rows=args.partition_rows,
         )
         res["startup_s"] = getattr(server, "startup_s", None)
         text = json.dumps(res, indent=1)
@@ -1017,6 +1059,12 @@ def main(argv=None) -> None:
     r.add_argument("--files-cap", type=float, default=30.0)
     r.add_argument("--no-drop", action="store_true")
     r.add_argument("--delete-keys", type=int, default=100_000, help="keys to delete after the first size (0: skip)")
+    r.add_argument(
+        "--partition-rows",
+        type=int,
+        default=100_000,
+        help="rows of the partition dropped after the first size (0: skip)",
+    )
     r.add_argument("--bulk", default=None, help="Parquet file to bulk-import")
     r.add_argument("--uri", default=None)
     r.add_argument("--storage-dir", default=None, help="with --uri: the server's storage root")

@@ -31,8 +31,11 @@ from controllers.runtime import Runtime
 from controllers.schema import (
     CONSISTENCY,
     DEFAULT_CONSISTENCY,
+    DeclaredIndex,
     SpecError,
     Target,
+    declared_indexes,
+    index_name,
     same_schema,
     schema_diff,
     target,
@@ -113,6 +116,20 @@ async def converge(rt: Runtime, body) -> Outcome:
             out.events.append(("Warning", exc.reason, msg))
         out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
         return out
+    live = bool(old.get("collectionID")) and old.get("phase") == "Ready"
+    try:
+        declared = declared_indexes(spec, schema)
+        index_error = None
+    except SpecError as exc:
+        declared, index_error = None, exc
+        msg = f"invalid spec.indexes: {exc}"
+        if not live:  # nothing is created from a spec with a bad index
+            if cond("Ready", False, exc.reason, msg):
+                out.events.append(("Warning", exc.reason, msg))
+            out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
+            return out
+        if cond("IndexesSynced", False, exc.reason, msg + "; no index was created or dropped"):
+            out.events.append(("Warning", exc.reason, msg))
     t = target(spec, name)
     shards = spec.get("shardsNum", 1)
     co = await rt.coordinators()
@@ -259,8 +276,111 @@ async def converge(rt: Runtime, body) -> Outcome:
         out.status["rows"] = 0
     if "segments" not in old:
         out.status["segments"] = {"growing": 0, "sealed": 0, "flushing": 0, "flushed": 0, "total": 0}
-    if "load" in spec:
-        out.status["load"] = await converge_load(co, desc, bool(spec["load"]), out.events)
+    want_load = spec.get("load")
+    if want_load is True:  # LoadCollection needs the declared indexes first
+        out.status["indexes"] = await sync_indexes(co, desc, declared, cond, out.events)
+    if want_load is not None:
+        out.status["load"] = await converge_load(co, desc, bool(want_load), out.events)
+    if want_load is not True:  # after a release, so that undeclared indexes can be dropped
+        out.status["indexes"] = await sync_indexes(co, desc, declared, cond, out.events)
+    if declared is None and index_error is None and conditions.get(conds, "IndexesSynced") is not None:
+        cond("IndexesSynced", True, "NotDeclared", "spec.indexes is not set: indexes are left to the Milvus API")
+    out.status["conditions"] = conds
+    return out
+
+
+def _index_desc(params: dict) -> str:
+    extra = ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if k not in ("index_type", "metric_type", "dim"))
+    return f"{params.get('index_type')}/{params.get('metric_type')}" + (f" ({extra})" if extra else "")
+
+
+async def sync_indexes(co: CoordinatorClient, desc, declared: list[DeclaredIndex] | None, cond, events) -> list[dict]:
+    """`spec.indexes` is declarative: a declared index that is missing is created (checked as the
+    Proxy checks CreateIndex); with spec.indexes set, an index it does not list — created through
+    the Milvus API too — is dropped once the collection is released. An index whose params differ
+    from the declared ones is not touched (Milvus cannot change one in place): IndexesSynced=False
+    says what to do. Without spec.indexes nothing is changed. Returns status.indexes."""
+    cid = desc.collectionID
+    try:
+        have = {ix.name: ix for ix in await co.describe_indexes(cid)}
+        if declared is not None:
+            problems: list[tuple[str, str]] = []
+            wanted = {d.name: d for d in declared}
+            field_ids = {f.name: f.fieldID for f in desc.schema.fields}
+            undeclared = [n for n in have if n not in wanted]
+            loaded = bool(undeclared) and (await co.load_state(cid))[0] != "NotLoad"
+            if undeclared and loaded:
+                problems.append(
+                    (
+                        "ReleaseRequired",
+                        f"index(es) {', '.join(undeclared)} are not in spec.indexes, but Milvus drops an index "
+                        "only while the collection is released: set spec.load to false to drop them",
+                    )
+                )
+            elif undeclared:
+                for n in undeclared:
+                    await co.drop_index(cid, n)
+                    events.append(("Normal", "IndexDropped", f"dropped index {n} of collection {desc.collection_name}"))
+                    del have[n]
+            created = False
+            for d in declared:
+                cur = have.get(d.name)
+                if cur is None:
+                    other = next((h for h in have.values() if h.field_id == field_ids[d.field]), None)
+                    if other is not None:
+                        problems.append(
+                            (
+                                "IndexConflict",
+                                f"field {d.field} already has index {other.name}; Milvus builds one index per "
+                                f"field, so index {d.name} waits until {other.name} is dropped",
+                            )
+                        )
+                        continue
+                    await co.create_index(desc, d.field, d.params, d.name)
+                    created = True
+                    events.append(
+                        (
+                            "Normal",
+                            "IndexCreated",
+                            f"created index {d.name} on field {d.field} ({_index_desc(d.params)})",
+                        )
+                    )
+                elif cur.field_id != field_ids[d.field] or cur.params != d.params:
+                    problems.append(
+                        (
+                            "IndexParamsImmutable",
+                            f"index {d.name} exists as {_index_desc(cur.params)}, spec.indexes declares "
+                            f"{_index_desc(d.params)}: Milvus cannot change an index in place. To rebuild it, "
+                            "release the collection (spec.load: false), remove the index from spec.indexes "
+                            "(it is dropped), then declare it again",
+                        )
+                    )
+            if created:
+                have = {ix.name: ix for ix in await co.describe_indexes(cid)}
+            if problems:
+                msg = "; ".join(m for _, m in problems)
+                if cond("IndexesSynced", False, problems[0][0], msg):
+                    events.append(("Warning", problems[0][0], msg))
+            elif cond("IndexesSynced", True, "InSync", "every declared index exists with its declared params"):
+                events.append(("Normal", "IndexesInSync", f"the indexes of {desc.collection_name} match spec.indexes"))
+    except merr.MilvusError as exc:
+        raise kopf.TemporaryError(f"indexes of {desc.collection_name}: {exc.message}", delay=2) from None
+    names = {f.fieldID: f.name for f in desc.schema.fields}
+    out = []
+    for ix in sorted(have.values(), key=lambda i: i.name):
+        entry = {
+            "name": ix.name,
+            "fieldName": names.get(ix.field_id, ""),
+            "indexType": ix.index_type,
+            "metricType": ix.metric_type,
+            "state": ix.state,
+            "indexedRows": ix.indexed_rows,
+            "totalRows": ix.total_rows,
+            "pendingRows": ix.pending_rows,
+        }
+        if ix.fail_reason:
+            entry["message"] = ix.fail_reason[:4096]
+        out.append(entry)
     return out
 
 
@@ -303,6 +423,32 @@ async def converge_load(co: CoordinatorClient, desc, want: bool, events: list) -
     except merr.MilvusError as exc:
         return {"state": "NotLoad", "progress": 0, "replicas": 0, "message": exc.message}
     return {"state": state, "progress": progress, "replicas": 0 if state == "NotLoad" else 1, "message": ""}
+
+
+def index_builds_pending(body) -> bool:
+    """status.indexes is behind: a build is running, or flushed rows are not counted yet (a
+    Failed build stays as it is until the index is dropped)."""
+    status = body.get("status") or {}
+    rows = status.get("rows")
+    return any(
+        ix.get("state") != "Failed"
+        and (
+            ix.get("state") in ("Unissued", "InProgress")
+            or ix.get("indexedRows") != ix.get("totalRows")
+            or (rows is not None and ix.get("totalRows") != rows)
+        )
+        for ix in status.get("indexes") or []
+    )
+
+
+def indexes_unsynced(body) -> bool:
+    """The collection's indexes differ from spec.indexes by name: a declared one is missing, or
+    one no longer declared is still there (waiting for a release, perhaps done through pymilvus)."""
+    declared = (body.get("spec") or {}).get("indexes")
+    if not isinstance(declared, list):
+        return False
+    have = (body.get("status") or {}).get("indexes") or []
+    return {index_name(d) for d in declared if isinstance(d, dict)} != {ix.get("name") for ix in have}
 
 
 def load_pending(body) -> bool:
@@ -438,7 +584,12 @@ async def monitor(stopped, body, memo, logger, **_):
                     await _reconverge(rt, body)
                 elif cid:
                     await mirror.sync(cid)
-                    if status.get("phase") == "Ready" and load_pending(body):
+                    if status.get("phase") == "Ready" and (
+                        load_pending(body)
+                        or index_builds_pending(body)
+                        or (indexes_unsynced(body) and time.monotonic() - last_retry >= rt.opts.retry_interval)
+                    ):
+                        last_retry = time.monotonic()
                         await _reconverge(rt, body)
                 elif (
                     status.get("phase") == "Failed"

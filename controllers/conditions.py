@@ -54,11 +54,12 @@ def changed(old: list[dict] | None, new: list[dict] | None) -> bool:
 
 
 def with_kstatus(conds: list[dict] | None, generation: int | None) -> list[dict]:
-    """Add kstatus' abnormal-true conditions (what Flux and Argo CD read) derived from `Ready`
-    and `SchemaSynced`: `Stalled` True when the spec cannot be reached (a failed Ready, a refused
-    spec change), `Reconciling` True while Ready is not settled yet, both False when current."""
-    ready, synced = get(conds, "Ready"), get(conds, "SchemaSynced")
-    failed = next((c for c in (synced, ready) if c and c.get("status") == "False"), None)
+    """Add kstatus' abnormal-true conditions (what Flux and Argo CD read) derived from `Ready`,
+    `SchemaSynced` and `IndexesSynced`: `Stalled` True when the spec cannot be reached (a failed
+    Ready, a refused spec change, an index that cannot be built or dropped as declared),
+    `Reconciling` True while Ready is not settled yet, both False when current."""
+    ready, synced, indexes = get(conds, "Ready"), get(conds, "SchemaSynced"), get(conds, "IndexesSynced")
+    failed = next((c for c in (synced, indexes, ready) if c and c.get("status") == "False"), None)
     out = list(conds or [])
     if failed is not None:
         out, _ = set_condition(out, "Stalled", True, failed["reason"], failed.get("message", ""), generation)

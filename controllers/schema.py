@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
+from kmilvus.index import params as index_params
 from kmilvus.rootcoord import schema as schemautil
 from kmilvus.util.constants import DEFAULT_DB, MAX_DIM, MAX_VARCHAR_LENGTH
 from kmilvus.util.merr import MilvusError
@@ -57,6 +58,9 @@ CONSISTENCY_NAMES = {v: k for k, v in CONSISTENCY.items()}
 DEFAULT_CONSISTENCY = "Bounded"
 MAX_VARCHAR = MAX_VARCHAR_LENGTH
 MAX_FIELDS = 64
+MAX_INDEXES = 64
+INDEX_TYPES = index_params.INDEX_TYPES  # FLAT, IVF_FLAT, IVF_SQ8, HNSW, AUTOINDEX
+METRIC_TYPES = index_params.METRICS  # L2, IP, COSINE
 SPEC_PARAMS = {"dim": "dim", "max_length": "maxLength", "max_capacity": "maxCapacity"}  # type param → spec key
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -102,11 +106,105 @@ def _partition_problems(parts) -> list[str]:
     return problems
 
 
-def check_spec(spec: dict, meta_name: str) -> list[str]:
-    """Every problem the CRD schema (incl. its CEL rules) would have caught, in plain words."""
+@dataclass(frozen=True)
+class DeclaredIndex:
+    """One entry of spec.indexes, checked against the schema as the Proxy checks CreateIndex."""
+
+    name: str
+    field: str
+    params: dict[str, str]  # as DataCoord stores them: index_type, metric_type, dim, nlist / M ...
+
+    @property
+    def user_params(self) -> dict[str, str]:
+        return index_params.user_params(self.params)
+
+
+def index_name(ix: dict) -> str:
+    """An index's name: spec.indexes[].name, else its field's name (as Milvus names it)."""
+    return str(ix.get("name") or ix.get("fieldName") or "")
+
+
+def index_problems(spec: dict) -> list[str]:
+    """What the CRD schema and its CEL rules catch in spec.indexes, in plain words."""
+    indexes = spec.get("indexes")
+    if indexes is None:
+        return []
+    if not isinstance(indexes, list):
+        return ["spec.indexes must be a list of indexes"]
+    problems: list[str] = []
+    if len(indexes) > MAX_INDEXES:
+        problems.append(f"spec.indexes has {len(indexes)} indexes; at most {MAX_INDEXES} are allowed")
+    fields = {f.get("name") for f in spec.get("fields") or [] if isinstance(f, dict)}
+    names: list[str] = []
+    on: list[str] = []
+    for i, ix in enumerate(indexes):
+        where = f"spec.indexes[{i}]"
+        if not isinstance(ix, dict):
+            problems.append(f"{where} must be an object")
+            continue
+        for key in ("name", "fieldName"):
+            v = ix.get(key)
+            if (v is not None or key == "fieldName") and (
+                not isinstance(v, str) or not NAME_RE.match(v) or len(v) > schemautil.MAX_NAME_LENGTH
+            ):
+                problems.append(f"{where}.{key} {v!r} is not a valid Milvus name")
+        if ix.get("indexType", index_params.AUTOINDEX) not in INDEX_TYPES:
+            problems.append(f"{where}.indexType must be one of {', '.join(INDEX_TYPES)}, got {ix.get('indexType')!r}")
+        if ix.get("metricType", index_params.DEFAULT_METRIC) not in METRIC_TYPES:
+            problems.append(
+                f"{where}.metricType must be one of {', '.join(METRIC_TYPES)}, got {ix.get('metricType')!r}"
+            )
+        params = ix.get("params", {})
+        if not isinstance(params, dict) or any(
+            not isinstance(v, (int, str)) or isinstance(v, bool) for v in params.values()
+        ):
+            problems.append(f"{where}.params must map names to integers or strings")
+        names.append(index_name(ix))
+        on.append(str(ix.get("fieldName")))
+        if isinstance(ix.get("fieldName"), str) and ix["fieldName"] not in fields:
+            problems.append(f"{where}: an index's fieldName must name a field of spec.fields, got {ix['fieldName']!r}")
+    if len(set(names)) != len(names):
+        problems.append("spec.indexes: index names must be unique (name defaults to fieldName)")
+    if len(set(on)) != len(on):
+        problems.append("spec.indexes: one index per field (Milvus builds one index per vector field)")
+    return problems
+
+
+def declared_indexes(spec: dict, schema: schema_pb2.CollectionSchema) -> list[DeclaredIndex] | None:
+    """spec.indexes checked against the schema with the Proxy's CreateIndex checks (Milvus'
+    messages); None when the spec declares none. Raises SpecError (reason InvalidIndex)."""
+    if spec.get("indexes") is None:
+        return None
+    problems = index_problems(spec)
+    if problems:
+        raise SpecError("; ".join(problems), reason="InvalidIndex")
+    out = []
+    for ix in spec["indexes"]:
+        flat: dict[str, object] = dict(ix.get("params") or {})
+        if ix.get("indexType"):
+            flat[index_params.INDEX_TYPE] = ix["indexType"]
+        if ix.get("metricType"):
+            flat[index_params.METRIC_TYPE] = ix["metricType"]
+        name = index_name(ix)
+        try:
+            field, checked = index_params.check_field_index(schema, ix["fieldName"], flat)
+        except MilvusError as exc:
+            problems.append(f"index {name} on field {ix['fieldName']}: {exc.message}")
+            continue
+        out.append(DeclaredIndex(name=name, field=field.name, params=checked))
+    if problems:
+        raise SpecError("; ".join(problems), reason="InvalidIndex")
+    return out
+
+
+def check_spec(spec: dict, meta_name: str, *, indexes: bool = True) -> list[str]:
+    """Every problem the CRD schema (incl. its CEL rules) would have caught, in plain words
+    (spec.indexes' too unless `indexes` is False)."""
     problems: list[str] = []
     if not isinstance(spec, dict):
         return ["spec must be an object"]
+    if indexes:
+        problems += index_problems(spec)
     t = target(spec, meta_name)
     for what, value in (("spec.name", t.name), ("spec.database", t.database)):
         if not NAME_RE.match(value) or len(value) > schemautil.MAX_NAME_LENGTH:
@@ -211,8 +309,9 @@ def _array_and_null_problems(where: str, f: dict, dtype: str) -> list[str]:
 
 
 def to_schema(spec: dict, meta_name: str) -> schema_pb2.CollectionSchema:
-    """The Milvus schema a spec asks for; raises SpecError with every problem found."""
-    problems = check_spec(spec, meta_name)
+    """The Milvus schema a spec asks for; raises SpecError with every problem found (spec.indexes
+    aside: `declared_indexes` checks them against the schema)."""
+    problems = check_spec(spec, meta_name, indexes=False)
     if problems:
         raise SpecError("; ".join(problems))
     t = target(spec, meta_name)

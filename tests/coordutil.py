@@ -106,11 +106,13 @@ class WatchingDataNode:
 
     def __init__(self) -> None:
         self.watches: dict[str, int] = {}  # vchannel → watch version
+        self.infos: dict[str, object] = {}  # vchannel → the ChannelWatchInfo it was given
         self.session = None  # its etcd session (stop it: the node is gone)
 
     async def WatchDmChannels(self, req, context=None):
         for info in req.channels:
             self.watches[info.vchannel] = info.watch_version
+            self.infos[info.vchannel] = info
         return merr.success()
 
     async def UnwatchDmChannels(self, req, context=None):

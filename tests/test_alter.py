@@ -47,18 +47,44 @@ def test_alter_collection_properties_are_kept_and_dropped(node, client):
     assert err.value.code == 100 and "collection not found[collection=nosuch]" in err.value.message
 
 
-def test_a_collection_ttl_is_refused_until_rows_can_expire(node, client):
-    """Keeping the TTL while nothing expires rows would be a half-done success: refused, nothing written."""
+def test_a_collection_ttl_is_validated_and_kept(node, client):
     client.create_collection("c", schema=_schema(client))
-    for value, needle in ((500, "does not support collection.ttl.seconds yet"), ("soon", "not a valid positive")):
-        with pytest.raises(MilvusException) as err:
-            client.alter_collection_properties("c", properties={"collection.ttl.seconds": value})
-        assert needle in err.value.message
-    assert client.describe_collection("c")["properties"] == {}
     with pytest.raises(MilvusException) as err:
-        client.create_collection("t", schema=_schema(client), properties={"collection.ttl.seconds": 60})
-    assert "does not support collection.ttl.seconds yet" in err.value.message
-    assert not client.has_collection("t")
+        client.alter_collection_properties("c", properties={"collection.ttl.seconds": "soon"})
+    assert "collection TTL is not a valid positive integer: soon" in err.value.message
+    assert client.describe_collection("c")["properties"] == {}
+    client.alter_collection_properties("c", properties={"collection.ttl.seconds": 500})
+    assert client.describe_collection("c")["properties"] == {"collection.ttl.seconds": "500"}
+    client.create_collection("t", schema=_schema(client), properties={"collection.ttl.seconds": 60})
+    assert client.describe_collection("t")["properties"] == {"collection.ttl.seconds": "60"}
+
+
+def test_alter_index_properties(node, client):
+    """Milvus 2.5's AlterIndex: mmap.enabled set and removed; other keys and mixed requests refused."""
+    client.create_collection("c", schema=_schema(client))
+    params = client.prepare_index_params()
+    params.add_index(field_name="vec", index_name="v", index_type="FLAT", metric_type="L2")
+    client.create_index("c", params)
+    client.alter_index_properties("c", index_name="v", properties={"mmap.enabled": True})
+    desc = client.describe_index("c", "v")
+    assert desc["mmap.enabled"] == "true" and desc["index_type"] == "FLAT"
+    client.drop_index_properties("c", index_name="v", property_keys=["mmap.enabled"])
+    assert "mmap.enabled" not in client.describe_index("c", "v")
+    for props, needle in (
+        ({"nlist": 8}, "nlist is not configable index param"),
+        ({"mmap.enabled": "maybe"}, "invalid mmap.enabled value: maybe"),
+    ):
+        with pytest.raises(MilvusException) as err:
+            client.alter_index_properties("c", index_name="v", properties=props)
+        assert needle in err.value.message
+    with pytest.raises(MilvusException) as err:
+        client.alter_index_properties("c", index_name="nope", properties={"mmap.enabled": True})
+    assert err.value.code == 700 and "index not found" in err.value.message
+    assert "mmap.enabled" not in client.describe_index("c", "v")
+    # A retried CreateIndex with the same params still matches: properties are not build params.
+    client.alter_index_properties("c", index_name="v", properties={"mmap.enabled": False})
+    client.create_index("c", params)
+    assert client.list_indexes("c") == ["v"]
 
 
 def test_alter_field_max_length_takes_effect_in_the_proxy_at_once(node, client):

@@ -815,13 +815,13 @@ def test_security_values_wire_auth_tls_and_network_policies():
             f["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
             for f in policies[f"{RELEASE}-{server}"]["ingress"][0]["from"]
         ]
-        assert sorted(peers) == sorted(["operator", "proxy", "datanode", server])
+        assert sorted(peers) == sorted(["operator", "proxy", "datanode", "querynode", server])
         assert "ports" not in policies[f"{RELEASE}-{server}"]["ingress"][0]
     api_rules = [
         r for r in policies[f"{RELEASE}-proxy"]["ingress"] if r.get("ports") == [{"port": 19530, "protocol": "TCP"}]
     ]
     assert api_rules and api_rules[0]["from"] == SECURE["security"]["networkPolicy"]["apiFrom"]
-    for name in ("operator", "datanode"):
+    for name in ("operator", "datanode", "querynode"):
         ports = [p["port"] for r in policies[f"{RELEASE}-{name}"]["ingress"] for p in r.get("ports", [])]
         assert ports == [9091]  # only metrics from outside the release's kmilvus pods
     assert not by_kind(render({}), "NetworkPolicy")

@@ -17,6 +17,7 @@ import pytest
 from pymilvus import DataType, MilvusClient
 
 import controllers.app
+import controllers.collection
 from controllers import resources as R
 from controllers.kube import KubeClient
 from controllers.runtime import Options, Runtime
@@ -769,3 +770,137 @@ async def test_spec_load_loads_and_releases(kmock, kube, operators, node_factory
     await kube.patch(R.COLLECTION, NS, "ld", {"spec": {"load": False}})
     await eventually(lambda: load_status().get("state") == "NotLoad", 20, "released")
     assert cid not in qc.loads.loads
+
+
+async def test_spec_indexes_built_loaded_dropped(kmock, kube, operators, node_factory):
+    """spec.indexes: a declared index is built (pymilvus' describe_index shows it, status.indexes
+    Finished) before spec.load loads the collection (searchable); a re-reconcile changes nothing;
+    changed params are refused in a condition (not flapping); removed from the spec after a
+    release, the index is dropped."""
+    op = await start_operator(operators)
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "querynode", "proxy"))
+    hnsw = {"fieldName": "vec", "indexType": "HNSW", "metricType": "L2", "params": {"M": 16, "efConstruction": 64}}
+    await kube.create(R.COLLECTION, NS, collection("ix", load=True, indexes=[hnsw]))
+    cid = (await ready(kmock, "ix"))["status"]["collectionID"]
+
+    def status() -> dict:
+        return (obj(kmock, COLL, "ix") or {}).get("status") or {}
+
+    await eventually(lambda: (status().get("load") or {}).get("state") == "Loaded", 30, "loaded")
+    load = status()["load"]
+    assert load["progress"] == 100 and load["replicas"] == 1 and not load["message"]
+    await asyncio.to_thread(insert_rows, data.uri, "ix", 100)
+
+    def pymilvus(fn):
+        c = MilvusClient(uri=data.uri)
+        try:
+            return fn(c)
+        finally:
+            c.close()
+
+    await asyncio.to_thread(pymilvus, lambda c: c.flush("ix"))
+    built = await eventually(
+        lambda: (
+            (ixs := status().get("indexes"))
+            and ixs[0].get("state") == "Finished"
+            and ixs[0].get("indexedRows") == 100
+            and ixs
+        ),
+        30,
+        "status.indexes Finished with 100 rows",
+    )
+    assert built == [
+        {
+            "name": "vec",
+            "fieldName": "vec",
+            "indexType": "HNSW",
+            "metricType": "L2",
+            "state": "Finished",
+            "indexedRows": 100,
+            "totalRows": 100,
+            "pendingRows": 0,
+        }
+    ]
+    seen = await asyncio.to_thread(pymilvus, lambda c: c.describe_index("ix", "vec"))
+    assert seen["index_type"] == "HNSW" and seen["metric_type"] == "L2" and seen["field_name"] == "vec"
+    hits = await asyncio.to_thread(
+        pymilvus,
+        lambda c: c.search("ix", data=[[0.5] * 8], limit=3, consistency_level="Strong", search_params={"ef": 16}),
+    )
+    assert len(hits[0]) == 3
+    o = obj(kmock, COLL, "ix")
+    assert cond(o, "IndexesSynced")["status"] == "True" and cond(o, "Stalled")["status"] == "False"
+    await eventually(lambda: events(kmock, "IndexCreated", "ix"), 5, "an IndexCreated event")
+    assert len(events(kmock, "IndexCreated", "ix")) == 1
+    assert check_instance({"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", **o}) == []
+
+    # Idempotent: converging again creates nothing and says nothing.
+    dc = op.component("datacoord")
+    ids = sorted(dc.index_meta.indexes)
+    again = op.call(controllers.collection.converge(op.runtime, obj(kmock, COLL, "ix")))
+    assert again.events == [] and sorted(dc.index_meta.indexes) == ids
+    assert again.status["indexes"] == status()["indexes"] and again.status["load"] == status()["load"]
+
+    # Other params: refused with a clear reason (Milvus cannot change an index in place), once.
+    await kube.patch(
+        R.COLLECTION, NS, "ix", {"spec": {"indexes": [{**hnsw, "params": {"M": 8, "efConstruction": 64}}]}}
+    )
+    refused = await eventually(
+        lambda: cond(obj(kmock, COLL, "ix"), "IndexesSynced").get("status") == "False" and obj(kmock, COLL, "ix"),
+        20,
+        "IndexesSynced False",
+    )
+    c = cond(refused, "IndexesSynced")
+    assert c["reason"] == "IndexParamsImmutable" and "cannot change an index in place" in c["message"]
+    assert cond(refused, "Stalled")["status"] == "True"
+    await asyncio.sleep(2)  # the monitor passes again: no new event, no flap
+    assert len(events(kmock, "IndexParamsImmutable", "ix")) == 1
+    assert cond(obj(kmock, COLL, "ix"), "IndexesSynced")["lastTransitionTime"] == c["lastTransitionTime"]
+    assert sorted(dc.index_meta.indexes) == ids
+
+    # Removed from the spec while loaded: waits for a release (ReleaseRequired); released: dropped.
+    await kube.patch(R.COLLECTION, NS, "ix", {"spec": {"indexes": []}})
+    await eventually(
+        lambda: cond(obj(kmock, COLL, "ix"), "IndexesSynced").get("reason") == "ReleaseRequired", 20, "ReleaseRequired"
+    )
+    assert [i.index_name for i in dc.index_meta.of_collection(cid)] == ["vec"]
+    await kube.patch(R.COLLECTION, NS, "ix", {"spec": {"load": False}})
+    await eventually(lambda: not dc.index_meta.of_collection(cid), 20, "the index dropped")
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "ix")) and x["status"].get("indexes") == [] and x, 20, "status.indexes empty"
+    )
+    assert o["status"]["load"]["state"] == "NotLoad" and cond(o, "IndexesSynced")["status"] == "True"
+    assert await asyncio.to_thread(pymilvus, lambda c: c.list_indexes("ix")) == []
+    await eventually(lambda: events(kmock, "IndexDropped", "ix"), 5, "an IndexDropped event")
+
+
+async def test_spec_indexes_bad_params_create_nothing(kmock, kube, operators):
+    """An index Milvus would refuse (params out of range, a scalar field): Ready=False / Stalled
+    with Milvus' message and an event, and neither the collection nor an index is created."""
+    op = await start_operator(operators)
+    bad = {"fieldName": "vec", "indexType": "IVF_FLAT", "params": {"nlist": 0}}
+    await kube.create(R.COLLECTION, NS, collection("badix", indexes=[bad]))
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "badix")) and cond(x, "Ready").get("status") == "False" and x, 20, "refused"
+    )
+    c = cond(o, "Ready")
+    assert c["reason"] == "InvalidIndex" and "nlist out of range: [1, 65536]" in c["message"]
+    assert cond(o, "Stalled")["status"] == "True" and o["status"]["phase"] == "Failed"
+    await eventually(lambda: events(kmock, "InvalidIndex", "badix"), 5, "an InvalidIndex event")
+    rc = op.component("rootcoord")
+    assert not [x for x in rc.collections.values() if x.schema.name == "badix"]
+    # Fixed: created, with its index.
+    await kube.patch(R.COLLECTION, NS, "badix", {"spec": {"indexes": [{**bad, "params": {"nlist": 4}}]}})
+    cid = (await ready(kmock, "badix"))["status"]["collectionID"]
+    dc = op.component("datacoord")
+    await eventually(lambda: [i.index_name for i in dc.index_meta.of_collection(cid)] == ["vec"], 20, "index built")
+    # A live collection: a bad index edit is IndexesSynced=False; nothing dropped or created.
+    await kube.patch(R.COLLECTION, NS, "badix", {"spec": {"indexes": [{"fieldName": "tag", "indexType": "FLAT"}]}})
+    o = await eventually(
+        lambda: (x := obj(kmock, COLL, "badix")) and cond(x, "IndexesSynced").get("reason") == "InvalidIndex" and x,
+        20,
+        "IndexesSynced InvalidIndex",
+    )
+    assert "can't build flat in not vector type." in cond(o, "IndexesSynced")["message"]
+    assert cond(o, "Ready")["status"] == "True" and cond(o, "Stalled")["status"] == "True"
+    assert [i.index_name for i in dc.index_meta.of_collection(cid)] == ["vec"]

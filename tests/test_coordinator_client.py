@@ -16,6 +16,7 @@ from kmilvus.coordinator import CoordinatorClient, DropState
 from kmilvus.datacoord.segment_feed import FeedOverflow, SegmentFeed
 from kmilvus.meta import EtcdKV
 from kmilvus.proto import internal_pb2
+from kmilvus.util import merr
 from tests.util import eventually
 
 STATE = common_pb2.SegmentState
@@ -138,3 +139,48 @@ async def test_feed_cuts_off_a_subscriber_that_falls_behind():
     assert (await sub.__anext__()).segmentID == 2  # what was queued still comes
     with pytest.raises(FeedOverflow):
         await sub.__anext__()
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+async def test_index_calls_reach_datacoord_checked_as_the_proxy_checks(node, remote, where):
+    """create_index / describe_indexes / drop_index: what pymilvus then sees; bad params are
+    refused with Milvus' messages before DataCoord is asked; a retried create is a no-op."""
+    name = f"ix_{where}"
+    client = MilvusClient(uri=node.uri)
+    try:
+        schema = MilvusClient.create_schema()
+        schema.add_field("id", DataType.INT64, is_primary=True)
+        schema.add_field("vec", DataType.FLOAT_VECTOR, dim=8)
+        await asyncio.to_thread(client.create_collection, name, schema=schema)
+        if where == "local":  # the component objects answer on the node's loop
+            await asyncio.to_thread(
+                node.call, _index_flow(CoordinatorClient.from_registry(node.node.registry), client, name)
+            )
+        else:
+            await _index_flow(remote, client, name)
+    finally:
+        client.close()
+
+
+async def _index_flow(co: CoordinatorClient, client: MilvusClient, name: str) -> None:
+    desc = await co.describe_collection("default", name)
+    assert await co.describe_indexes(desc.collectionID) == []
+    with pytest.raises(merr.MilvusError, match=r"M out of range: \[4, 64\]"):
+        await co.create_index(desc, "vec", {"index_type": "HNSW", "M": 100, "efConstruction": 64})
+    with pytest.raises(merr.MilvusError, match=r"field not found\[field=nope\]"):
+        await co.create_index(desc, "nope", {"index_type": "FLAT"})
+    assert await co.describe_indexes(desc.collectionID) == []
+    params = {"index_type": "HNSW", "metric_type": "L2", "M": 16, "efConstruction": 64}
+    await co.create_index(desc, "vec", params)
+    await co.create_index(desc, "vec", params)  # the same again: nothing changes
+    (ix,) = await co.describe_indexes(desc.collectionID)
+    assert (ix.name, ix.index_type, ix.metric_type, ix.state) == ("vec", "HNSW", "L2", "Finished")
+    assert ix.params["M"] == "16" and ix.params["dim"] == "8"
+    seen = await asyncio.to_thread(client.describe_index, name, "vec")
+    assert seen["index_type"] == "HNSW" and seen["metric_type"] == "L2", seen
+    assert "M" in str(seen) and "16" in str(seen), seen
+    with pytest.raises(merr.MilvusError, match="parameters are inconsistent"):
+        await co.create_index(desc, "vec", {**params, "M": 8})
+    await co.drop_index(desc.collectionID, "vec")
+    assert await co.describe_indexes(desc.collectionID) == []
+    assert await asyncio.to_thread(client.list_indexes, name) == []

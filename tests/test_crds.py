@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from pathlib import Path
 
 import jsonschema
@@ -14,7 +15,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from controllers.schema import DT, SpecError, check_spec, k8s_name, spec_from_collection, to_schema
+from controllers.schema import (
+    DT,
+    SpecError,
+    check_spec,
+    declared_indexes,
+    k8s_name,
+    spec_from_collection,
+    to_schema,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "crds"
@@ -52,8 +61,11 @@ def pruned(obj, node: dict, path: str = "") -> list[str]:
     out = []
     if isinstance(obj, dict) and node.get("type") == "object":
         props = node.get("properties") or {}
+        extra = node.get("additionalProperties")
         for k, v in obj.items():
-            if k not in props:
+            if k not in props and isinstance(extra, dict):
+                out += pruned(v, extra, f"{path}.{k}")
+            elif k not in props:
                 out.append(f"{path}.{k}")
             else:
                 out += pruned(v, props[k], f"{path}.{k}")
@@ -113,6 +125,8 @@ def _walk(node: dict, path: str):
         yield from _walk(sub, f"{path}.{k}")
     if isinstance(node.get("items"), dict):
         yield from _walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from _walk(node["additionalProperties"], f"{path}{{}}")
 
 
 @pytest.mark.parametrize("kind", ["Collection", "FlushRequest", "Segment"])
@@ -121,7 +135,9 @@ def test_schema_is_structural(kind):
         if path.endswith(".metadata"):
             assert node == {"type": "object"}, path  # only type for metadata
             continue
-        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), f"{path}: no type"
+        assert (
+            "type" in node or node.get("x-kubernetes-preserve-unknown-fields") or node.get("x-kubernetes-int-or-string")
+        ), f"{path}: no type"
         if node.get("type") == "array":
             assert isinstance(node.get("items"), dict), f"{path}: array without items"
         if "properties" in node:
@@ -211,6 +227,36 @@ def test_examples_validate(path):
 def test_a_good_collection_validates():
     assert validate("Collection", collection()) == []
     assert validate("Collection", collection(partitions=["p1", "p2"])) == []
+    indexes = [{"name": "vec_hnsw", "fieldName": "vec", "indexType": "HNSW", "metricType": "L2", "params": {"M": 16}}]
+    assert validate("Collection", collection(indexes=indexes)) == []
+
+
+def test_declared_indexes_checked_as_the_proxy_checks_create_index():
+    """spec.indexes → the params DataCoord stores (Milvus' defaults filled in); what the CRD
+    cannot see (ranges of params, a scalar field) is refused with Milvus' own messages."""
+    spec = collection(
+        indexes=[
+            {"fieldName": "vec", "indexType": "HNSW", "metricType": "L2", "params": {"M": 16, "efConstruction": "64"}}
+        ]
+    )["spec"]
+    (ix,) = declared_indexes(spec, to_schema(spec, "c"))
+    assert ix.name == "vec" and ix.field == "vec"
+    assert ix.params == {"index_type": "HNSW", "metric_type": "L2", "M": "16", "efConstruction": "64", "dim": "128"}
+    spec["indexes"] = [{"name": "auto", "fieldName": "vec"}]
+    (ix,) = declared_indexes(spec, to_schema(spec, "c"))
+    assert ix.name == "auto" and ix.params == {"index_type": "AUTOINDEX", "metric_type": "COSINE", "dim": "128"}
+    spec.pop("indexes")
+    assert declared_indexes(spec, to_schema(spec, "c")) is None  # not declared: left to the Milvus API
+    for bad, expect in [
+        ({"fieldName": "vec", "indexType": "IVF_FLAT", "params": {"nlist": 0}}, "nlist out of range: [1, 65536]"),
+        ({"fieldName": "vec", "indexType": "HNSW", "params": {"M": 100, "efConstruction": 64}}, "M out of range"),
+        ({"fieldName": "tag", "indexType": "FLAT"}, "can't build flat in not vector type."),
+        ({"fieldName": "vec", "params": {"M": True}}, "params must map names to integers or strings"),
+    ]:
+        spec["indexes"] = [bad]
+        with pytest.raises(SpecError, match=re.escape(expect)) as err:
+            declared_indexes(spec, to_schema(spec, "c"))
+        assert err.value.reason == "InvalidIndex"
 
 
 @pytest.mark.parametrize(
@@ -230,6 +276,9 @@ def test_a_good_collection_validates():
         (collection(fields=[]), "should be non-empty"),
         (with_field(1, dataType=None), "'dataType' is a required property"),
         (collection(partitions=["p1", "1p"]), "does not match"),
+        (collection(indexes=[{"fieldName": "vec", "indexType": "DISKANN"}]), "is not one of"),
+        (collection(indexes=[{"fieldName": "vec", "metricType": "HAMMING"}]), "is not one of"),
+        (collection(indexes=[{"indexType": "FLAT"}]), "'fieldName' is a required property"),
         (
             {"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", "metadata": {}, "spec": {}},
             "'fields' is a required property",
@@ -250,6 +299,9 @@ def test_a_good_collection_validates():
         "no-fields",
         "no-datatype",
         "bad-partition-name",
+        "bad-index-type",
+        "bad-metric-type",
+        "index-without-field",
         "no-fields-key",
     ],
 )
@@ -281,6 +333,15 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
         (with_field(1, nullable=True), "a primary key or a vector field cannot be nullable"),
         # x-kubernetes-list-type: set (the API server refuses duplicates; jsonschema does not know it)
         (collection(partitions=["p1", "p1"]), "spec.partitions lists a partition twice"),
+        (collection(indexes=[{"fieldName": "nope"}]), "an index's fieldName must name a field of spec.fields"),
+        (
+            collection(indexes=[{"fieldName": "vec"}, {"name": "vec", "fieldName": "tag"}]),
+            "index names must be unique (name defaults to fieldName)",
+        ),
+        (
+            collection(indexes=[{"fieldName": "vec"}, {"name": "other", "fieldName": "vec"}]),
+            "one index per field (Milvus builds one index per vector field)",
+        ),
     ],
     ids=[
         "two-pks",
@@ -296,6 +357,9 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
         "capacity-on-int",
         "nullable-vector",
         "duplicate-partition",
+        "index-on-unknown-field",
+        "duplicate-index-name",
+        "two-indexes-on-a-field",
     ],
 )
 def test_cel_covered_cases_caught_by_the_controller(bad, expect):
@@ -318,6 +382,9 @@ def test_every_cel_rule_has_a_controller_check():
         "a primary key or a vector field cannot be nullable",
         "a primary key must be Int64 or VarChar",
         "only the primary key can set autoID",
+        "an index's fieldName must name a field of spec.fields",
+        "index names must be unique (name defaults to fieldName)",
+        "one index per field (Milvus builds one index per vector field)",
     }
     immutability = set()
     messages = set()

@@ -289,16 +289,90 @@ async def test_a_save_checked_before_its_channel_moved_cannot_commit_after(coord
     sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
     resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
     dn = next(iter(c.registry._local[roles.DATANODE].values()))
+    record = c.dc.channels.records[ch]
     async with c.dc.meta.write_lock:  # the save passes the watch check, then waits here
         save = asyncio.create_task(c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 12, resp.flush_ts + 1, rows=3)))
         await asyncio.sleep(0)
         await dn.session.stop()  # the DataNode is gone ...
-        await watched_by_a_datanode(c, [ch, other], NODE + 1)  # ... and a new one watches the channel
-        assert c.dc.channels.node_of(ch) == NODE + 1 != first
+        moved = asyncio.create_task(watched_by_a_datanode(c, [ch, other], NODE + 1))  # ... a new one comes
+        # The new watch is persisted at once; it is sent once the meta is quiet (after the save).
+        await eventually(lambda: c.dc.channels.records[ch] != record, what="the new watch persisted")
     st = await save
+    await moved
+    assert c.dc.channels.node_of(ch) == NODE + 1 != first
     assert st.code == merr.CHANNEL_NOT_FOUND[0], st
     assert await _stored_state(c, _segment(c, sid)) == SegmentState.Sealed
     assert await c.kv.get_prefix(keys.binlog_prefix(coll)) == []
+
+
+class _PausedAfterCommit:
+    """The coordinator KV, except that a transaction writing binlog meta pauses once it has
+    committed, before its caller can update DataCoord's memory (as a slow reply would)."""
+
+    def __init__(self, kv):
+        self._kv = kv
+        self.committed = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._kv, name)
+
+    async def txn(self, ops, compares=()):
+        ok = await self._kv.txn(ops, compares)
+        if any("/binlog/" in getattr(op, "key", "") for op in ops):
+            self.committed.set()
+            await self.release.wait()
+        return ok
+
+
+async def test_a_new_owner_sees_every_save_committed_before_the_move(coords):
+    """Issue 11, duplicates under chaos: a SaveBinlogPaths committed in etcd just before its
+    channel moved, but not yet applied to DataCoord's memory, must still be in the new owner's
+    watch (segment flushed, checkpoint past it); a watch built from the stale memory makes the
+    new owner replay those rows into a second binlog."""
+    c = coords
+    coll, (ch, other) = await _watched_collection(c)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    dn = next(iter(c.registry._local[roles.DATANODE].values()))
+    paused = _PausedAfterCommit(c.dc.meta.kv)
+    c.dc.meta.kv = paused
+    save = asyncio.create_task(c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 12, resp.flush_ts + 1, rows=3)))
+    await asyncio.wait_for(paused.committed.wait(), 10)
+    version = c.dc.channels.versions[ch]
+    await dn.session.stop()  # the DataNode is gone; a new one comes
+    moved = asyncio.create_task(watched_by_a_datanode(c, [ch, other], NODE + 1))
+    await eventually(lambda: c.dc.channels.versions[ch] > version, what="the channel reassigned")
+    await asyncio.sleep(0.3)  # a watch built without waiting for the save goes out now
+    paused.release.set()
+    merr.check(await save)
+    dn2 = await moved
+    info = dn2.infos[ch]
+    assert sid in info.flushed_segmentIDs, "the new owner must not replay a committed segment"
+    assert info.seek_position.seq == 12
+
+
+async def test_a_dropped_segment_stays_listed_until_the_checkpoint_passed_its_rows(coords):
+    """Milvus' GC rule: a Dropped segment (compacted away) is collected only once its channel's
+    checkpoint is past its rows. Collected earlier, a DataNode replaying from an older checkpoint
+    (another segment's rows held it back) no longer knows the segment, buffers its rows again and
+    stores them twice."""
+    c = coords
+    coll, (ch, _) = await _watched_collection(c)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    req = _flushed(sid, coll, ch, 5, resp.flush_ts + 1, rows=3)  # an older segment holds the checkpoint at 5
+    req.dml_position.end_position.CopyFrom(internal_pb2.MsgPosition(channel_name=ch, seq=20, timestamp=1))
+    merr.check(await c.dc.SaveBinlogPaths(req))
+    seg = _segment(c, sid)
+    seg.info.state = SegmentState.Dropped  # as compaction's swap leaves a source
+    await c.dc.meta.save_infos([seg])
+    assert await c.dc.compactions.collect() == 0
+    assert sid in c.dc.meta.segments and await _stored_state(c, seg) == SegmentState.Dropped
+    c.dc.meta.update_checkpoint(internal_pb2.MsgPosition(channel_name=ch, seq=20, timestamp=resp.flush_ts + 2))
+    assert await c.dc.compactions.collect() == 1
+    assert sid not in c.dc.meta.segments
+    assert await c.kv.get(keys.segment_key(coll, seg.info.partitionID, sid)) is None
 
 
 async def test_a_datacoord_that_lost_its_lock_grants_no_quota_and_flushes_nothing(coords):

@@ -269,15 +269,38 @@ def test_compaction_keeps_every_type_as_it_was(node_factory):
         client.close()
 
 
-def test_bulk_import_of_the_new_types_is_refused_up_front(node, client, tmp_path):
-    """The import job reads none of these types yet: the Import call says so and creates no job."""
+def test_bulk_import_of_the_new_types(node, client, tmp_path):
+    """do_bulk_insert of a JSON file with every type: imported rows read back as inserted ones."""
+    import json
+
+    from pymilvus import connections, utility
+    from pymilvus.client.types import BulkInsertState
+
+    from tests.test_spark_jobs import _wait_import
+
     client.create_collection("types", schema=_schema(client))
+    rows = []
+    for i in range(6):
+        r = _row(i)
+        r["bin"] = list(r["bin"])
+        r["f16"] = [float(x) for x in r["f16"]]
+        r["sparse"] = {str(k): v for k, v in r["sparse"].items()}
+        rows.append(r)
+    del rows[1]["note"], rows[1]["score"]  # left out: null / the default
     f = tmp_path / "rows.json"
-    f.write_text("[]")
-    with grpc.insecure_channel(node.uri.removeprefix("http://")) as ch:
-        resp = milvus_pb2_grpc.MilvusServiceStub(ch).Import(
-            milvus_pb2.ImportRequest(collection_name="types", files=[str(f)])
-        )
-    assert resp.status.code != 0
-    assert "bulk import of BinaryVector fields is not supported yet (field bin)" in resp.status.reason
-    assert not node.call(node.node.kv.get_prefix("datacoord-meta/import-job/"))
+    f.write_text(json.dumps({"rows": rows}))
+    connections.connect("imp-types", uri=node.uri)
+    try:
+        task = utility.do_bulk_insert("types", files=[str(f)], using="imp-types")
+        st = _wait_import(task, "imp-types")
+    finally:
+        connections.disconnect("imp-types")
+    assert st.state == BulkInsertState.ImportCompleted, st.infos
+    t = _read(node, client, "types")
+    fid = _fields(node, client, "types")
+    assert t.num_rows == 6
+    assert t.column(fid["bin"]).to_pylist()[3] == bytes([3, 252])
+    assert t.column(fid["sparse"]).to_pylist()[4] == [(1, 0.5), (11, 1.25)]
+    assert t.column(fid["tags"]).to_pylist()[1] == ["a", "t1"]
+    assert t.column(fid["note"]).to_pylist() == ["n0", None, "n2", None, "n4", None]
+    assert t.column(fid["score"]).to_pylist() == [1.5, 1.5, 2.0, 1.5, 4.0, 5.0]

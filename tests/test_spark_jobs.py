@@ -548,8 +548,10 @@ def test_job_rejects_bad_csv_and_nan(spark, tmp_path):
     assert err["row"] == 1 and "contains NaN or Inf" in err["reason"]
 
 
-def test_job_compaction_in_process(spark, tmp_path):
-    """Two sources → two targets of equal size; rows keep IDs and timestamps, each exactly once."""
+@pytest.mark.parametrize("expire_before", [0, 6])
+def test_job_compaction_in_process(spark, tmp_path, expire_before):
+    """Two sources → two targets of equal size; rows keep IDs and timestamps, each exactly once.
+    With a collection TTL's cut-off, the rows inserted before it (timestamps 1..5) are dropped."""
     from kmilvus.storage import ObjectStore, write_insert_binlog
     from kmilvus_jobs import compactor
 
@@ -577,13 +579,17 @@ def test_job_compaction_in_process(spark, tmp_path):
         "log_id_start": 300,
         "log_id_count": 10,
         "plans": [{"plan_id": 6, "partition_id": 11, "channel": "ch", "target_ids": [400, 401], "sources": srcs}],
+        "expire_before": expire_before,
     }
     m = compactor.run(spark, spec)
-    assert [t["rows"] for t in m["plans"][0]["targets"]] == [5, 5]
-    t = pa.concat_tables([read_segment(store, 10, 11, 400), read_segment(store, 10, 11, 401)])
-    assert sorted(t.column("100").to_pylist()) == list(range(10))
-    assert sorted(t.column("0").to_pylist()) == list(range(100, 110))
-    assert sorted(t.column("1").to_pylist()) == list(range(1, 11))
+    kept = range(5, 10) if expire_before else range(10)
+    assert [t["rows"] for t in m["plans"][0]["targets"]] == ([0, 5] if expire_before else [5, 5])
+    assert m["plans"][0]["deleted"] == m["deleted"] == 10 - len(kept)
+    arrow = typeutil.arrow_schema(schema)
+    t = pa.concat_tables([read_segment(store, 10, 11, sid, arrow) for sid in (400, 401)])
+    assert sorted(t.column("100").to_pylist()) == list(kept)
+    assert sorted(t.column("0").to_pylist()) == [k + 100 for k in kept]
+    assert sorted(t.column("1").to_pylist()) == [k + 1 for k in kept]
     assert t.schema.equals(typeutil.arrow_schema(schema), check_metadata=False)
 
 

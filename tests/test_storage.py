@@ -58,7 +58,13 @@ def test_path_scheme():
     assert paths.ddl_key(7, 3) == "data_definition_log/7/ddl/3"
     assert paths.stats_log_prefix(7) == "stats_log/7/"
     assert paths.delta_log_prefix(7) == "delta_log/7/"
-    assert paths.collection_prefixes(7) == ["insert_log/7/", "data_definition_log/7/", "stats_log/7/", "delta_log/7/"]
+    assert paths.collection_prefixes(7) == [
+        "insert_log/7/",
+        "data_definition_log/7/",
+        "stats_log/7/",
+        "delta_log/7/",
+        "index_files/7/",
+    ]
     # the collection's prefixes cover its keys and nothing of collection 70
     owned = paths.collection_prefixes(7)
     for key in (paths.insert_log_key(7, 1, 2, 3), paths.ddl_ts_key(7, 1), paths.ddl_key(7, 1)):

@@ -12,25 +12,50 @@ Failures other than "not found" raise `merr.MilvusError` (from the response's st
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
+from kmilvus.index import params as index_params
 from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, root_coord_pb2
 from kmilvus.util import merr
 from kmilvus.util.grpcutil import RemoteClient
 
 NOT_FOUND = merr.COLLECTION_NOT_FOUND[0]
 DB_NOT_FOUND = merr.DATABASE_NOT_FOUND[0]
+INDEX_NOT_FOUND = merr.INDEX_NOT_FOUND[0]
 
 
 @dataclass(frozen=True)
 class DropState:
     exists: bool  # the collection's meta is live
     dropping: bool  # a drop has begun and its resumable tail has not finished
+
+
+@dataclass(frozen=True)
+class IndexStatus:
+    """One index of a collection and its build progress (DataCoord's DescribeIndex)."""
+
+    name: str
+    index_id: int
+    field_id: int
+    params: dict[str, str]  # as stored: index_type, metric_type, dim, nlist / M / efConstruction ...
+    state: str  # Milvus' IndexState: Finished, InProgress, Failed, Unissued
+    indexed_rows: int
+    total_rows: int
+    pending_rows: int
+    fail_reason: str
+
+    @property
+    def index_type(self) -> str:
+        return self.params.get(index_params.INDEX_TYPE, "")
+
+    @property
+    def metric_type(self) -> str:
+        return self.params.get(index_params.METRIC_TYPE, "")
 
 
 class CoordinatorClient:
@@ -134,6 +159,66 @@ class CoordinatorClient:
         rsp = await self._rootcoord.GetDropState(root_coord_pb2.GetDropStateRequest(collectionID=collection_id))
         merr.check(rsp.status)
         return DropState(exists=rsp.exists, dropping=rsp.dropping)
+
+    # Indexes (DataCoord) ---------------------------------------------------------------------
+    async def create_index(
+        self,
+        desc: milvus_pb2.DescribeCollectionResponse,
+        field_name: str,
+        params: Mapping[str, object],
+        index_name: str = "",
+    ) -> None:
+        """CreateIndex on a described collection, checked first as the Proxy checks it; a nameless
+        index is named after its field. Creating the same index again is a no-op; another index
+        on the field, or the same name with other params, raises Milvus' error."""
+        field, checked = index_params.check_field_index(desc.schema, field_name, params)
+        ts = await self._rootcoord.AllocTimestamp(internal_pb2.AllocTimestampRequest(count=1))
+        merr.check(ts.status)
+        kvs = [common_pb2.KeyValuePair(key=k, value=v) for k, v in checked.items()]
+        user = [common_pb2.KeyValuePair(key=k, value=v) for k, v in index_params.user_params(checked).items()]
+        merr.check(
+            await self._datacoord.CreateIndex(
+                data_coord_pb2.CreateIndexRequest(
+                    collectionID=desc.collectionID,
+                    fieldID=field.fieldID,
+                    index_name=index_name or field.name,
+                    index_params=kvs,
+                    user_index_params=user,
+                    timestamp=ts.timestamp,
+                )
+            )
+        )
+
+    async def describe_indexes(self, collection_id: int, index_name: str = "") -> list[IndexStatus]:
+        """The collection's indexes (the one named, when given) with build progress; [] when none."""
+        rsp = await self._datacoord.DescribeIndex(
+            data_coord_pb2.DescribeIndexRequest(collectionID=collection_id, index_name=index_name)
+        )
+        if rsp.status.code == INDEX_NOT_FOUND:
+            return []
+        merr.check(rsp.status)
+        return [
+            IndexStatus(
+                name=i.index.index_name,
+                index_id=i.index.indexID,
+                field_id=i.index.fieldID,
+                params={kv.key: kv.value for kv in i.index.index_params},
+                state=common_pb2.IndexState.Name(i.state),
+                indexed_rows=int(i.indexed_rows),
+                total_rows=int(i.total_rows),
+                pending_rows=int(i.pending_index_rows),
+                fail_reason=i.fail_reason,
+            )
+            for i in rsp.infos
+        ]
+
+    async def drop_index(self, collection_id: int, index_name: str) -> None:
+        """DropIndex (Milvus refuses it while the collection is loaded: release first)."""
+        merr.check(
+            await self._datacoord.DropIndex(
+                data_coord_pb2.DropIndexRequest(collectionID=collection_id, index_name=index_name)
+            )
+        )
 
     # Segments and flush (DataCoord) --------------------------------------------------------
     async def flush(self, collection_id: int) -> data_coord_pb2.FlushResponse:

@@ -144,7 +144,20 @@ class ChannelManager:
                     self.on_assigned(ch)
 
     async def _send_watch(self, node: int, ch: str) -> None:
-        """WatchDmChannels with the channel's checkpoint and the state of its segments."""
+        """WatchDmChannels with the channel's checkpoint and the state of its segments.
+
+        Built under the meta's write lock, after the new watch version is persisted: a
+        SaveBinlogPaths of the previous owner has then either committed and updated the memory
+        read here, or will be refused by its watch compare. Read without the lock, a save
+        committed in etcd but not yet applied in memory is missing from the watch, and the new
+        owner replays its rows into a second binlog (duplicates found by bench/chaos.py)."""
+        async with self.meta.write_lock:
+            info = self._watch_info(ch)
+        client = self.registry.client(roles.DATANODE, node)
+        merr.check(await client.WatchDmChannels(data_node_pb2.WatchDmChannelsRequest(channels=[info])))
+        log.info("channel assigned", channel=ch, node=node)
+
+    def _watch_info(self, ch: str) -> internal_pb2.ChannelWatchInfo:
         info = internal_pb2.ChannelWatchInfo()
         info.CopyFrom(self.infos[ch])
         info.watch_version = self.versions.get(ch, 0)
@@ -169,9 +182,7 @@ class ChannelManager:
                     binlog_paths=[] if s.statslogs else [b.log_path for _, b in sorted(s.binlogs.items())],
                     delta_position=s.info.delta_position,
                 )
-        client = self.registry.client(roles.DATANODE, node)
-        merr.check(await client.WatchDmChannels(data_node_pb2.WatchDmChannelsRequest(channels=[info])))
-        log.info("channel assigned", channel=ch, node=node)
+        return info
 
     async def unwatch(self, channels: list[str], drop: bool) -> None:
         """Stop the flowgraphs (drop: discard their buffers) and forget the channels."""

@@ -14,6 +14,8 @@ reserved while a plan runs (no second compaction takes them). Dropped segments f
 
 Policy (`auto_compaction`): a (partition, channel) with at least `compaction_min_segments`
 flushed segments smaller than `compaction_small_proportion` × the target size is compacted.
+With a collection TTL (`collection.ttl.seconds`), a segment holding expired rows is compacted
+whatever its size and count, and the job drops those rows (Milvus' expiry compaction).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from kmilvus.proto import data_coord_pb2, internal_pb2
 from kmilvus.spark import application
 from kmilvus.storage import paths
 from kmilvus.util import merr, typeutil
+from kmilvus.util import ttl as collection_ttl
 
 if TYPE_CHECKING:
     from kmilvus.datacoord.jobs import JobService
@@ -49,6 +52,11 @@ PLAN_DONE = (
     TS.CompactionTaskStateCleaned,
 )
 MB = 1024 * 1024
+
+
+def has_expired(s: Segment, expire_before: int) -> bool:
+    """Whether the segment holds a row inserted before the TTL's cut-off (its oldest binlog)."""
+    return bool(expire_before) and any(0 < b.timestamp_from < expire_before for b in s.binlogs.values())
 
 
 class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
@@ -88,16 +96,24 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         size = target_size or (self.cfg.compaction_target_size_mb or self.cfg.segment_max_size_mb) * MB
         return max(1, int(size // max(1, row)))
 
-    def plan(self, coll: int, *, manual: bool, segment_ids=(), target_size: int = 0) -> tuple[list[dict], int]:
-        """Plans for `coll` (sources by ID, target count) and the rows per target."""
+    def plan(
+        self, coll: int, *, manual: bool, segment_ids=(), target_size: int = 0, expire_before: int = 0
+    ) -> tuple[list[dict], int]:
+        """Plans for `coll` (sources by ID, target count) and the rows per target. With a TTL,
+        a segment holding expired rows is compacted whatever its size, alone if need be."""
         cfg = self.cfg
         target = self.target_rows(coll, target_size)
         small = target if manual else max(1, int(target * cfg.compaction_small_proportion))
         wanted = set(segment_ids)
+        expired = {
+            s.id for s in self.port.meta.by_collection(coll, (SegmentState.Flushed,)) if has_expired(s, expire_before)
+        }
         cands = [
             s
             for s in self.port.meta.by_collection(coll, (SegmentState.Flushed,))
-            if s.id not in self.busy and s.info.num_of_rows < small and (not wanted or s.id in wanted)
+            if s.id not in self.busy
+            and (s.info.num_of_rows < small or s.id in expired)
+            and (not wanted or s.id in wanted)
         ]
         groups: dict[tuple[int, str], list[Segment]] = {}
         for s in sorted(cands, key=lambda s: s.id):
@@ -105,7 +121,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         plans = []
         budget = max(8, cfg.etcd_max_txn_ops - 8)
         for (part, channel), segs in sorted(groups.items()):
-            if not manual and len(segs) < cfg.compaction_min_segments:
+            if not manual and len(segs) < cfg.compaction_min_segments and not expired.intersection(x.id for x in segs):
                 continue
             cur: list[Segment] = []
             rows = ops = 0
@@ -123,7 +139,12 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 ops += s_ops
             if cur:
                 plans.append(self._plan_of(part, channel, cur, rows, target))
-        return [p for p in plans if len(p["sources"]) >= 2], target
+        return [p for p in plans if len(p["sources"]) >= 2 or expired.intersection(p["sources"])], target
+
+    async def expire_before(self, coll: int) -> int:
+        """Rows inserted before this hybrid timestamp have expired (0: the collection has no TTL)."""
+        ttl = await self.port.ttl_of(coll)
+        return collection_ttl.expire_before(await self.port.alloc_ts(), ttl) if ttl else 0
 
     @staticmethod
     def _plan_of(part: int, channel: str, segs: list[Segment], rows: int, target: int) -> dict:
@@ -143,7 +164,12 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         port = self.port
         if port.dropping(coll) or not port.channels_of(coll):
             raise merr.collection_not_found(coll)
-        plans, target = self.plan(coll, manual=manual, segment_ids=segment_ids, target_size=target_size)
+        cutoff = await self.expire_before(coll)
+        if port.dropping(coll):
+            raise merr.collection_not_found(coll)
+        plans, target = self.plan(
+            coll, manual=manual, segment_ids=segment_ids, target_size=target_size, expire_before=cutoff
+        )
         for p in plans:  # reserve before the first await
             self.busy.update(p["sources"])
         try:
@@ -229,6 +255,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             "plans": plans,
             "log_id_start": await port.alloc_ids(reserve),
             "log_id_count": reserve,
+            "expire_before": await self.expire_before(coll),
         }
         job.spec = json.dumps(spec, sort_keys=True)
         job.app_name = application.app_name("compact", coll, job.compactionID)
@@ -278,6 +305,8 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         src_rows = sum(s.info.num_of_rows for s in sources)
         deleted = int(out.get("deleted", 0))
         targets = [t for t in out["targets"] if int(t["rows"]) > 0]
+        if not targets and out["targets"] and any(s.ddl_binlogs for s in sources):
+            targets = out["targets"][:1]  # every row deleted or expired: an empty target keeps the DDL binlogs
         if sum(int(t["rows"]) for t in targets) + deleted != src_rows:
             raise merr.MilvusError(
                 merr.COMPACTION_FAILED,
@@ -402,7 +431,10 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         job.reason = reason
 
     async def collect(self, segs: list[Segment] | None = None) -> int:
-        """Garbage-collect Dropped segments: their binlog files first, then their meta."""
+        """Garbage-collect Dropped segments: their binlog files first, then their meta — once
+        their channel's checkpoint is past their rows (Milvus' GC rule): until then a DataNode
+        replaying from that checkpoint must still find them listed as dropped, or it would
+        buffer their rows again and store them twice. Later policy passes collect the rest."""
         port = self.port
         async with self._gc_lock:
             if segs is None:
@@ -411,6 +443,9 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             for s in segs:
                 i = s.info
                 if i.state != SegmentState.Dropped or port.dropping(i.collectionID):
+                    continue
+                cp = port.meta.checkpoints.get(i.insert_channel)
+                if i.HasField("dml_position") and (cp is None or cp.seq < i.dml_position.seq):
                     continue
                 for b in [*s.binlogs.values(), *s.deltalogs.values(), *s.statslogs.values()]:
                     if b.log_path:
@@ -436,7 +471,11 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         for coll in sorted(self.port.collections()):
             if self.port.dropping(coll) or self.running(coll):
                 continue
-            plans, _ = self.plan(coll, manual=False)
+            try:
+                cutoff = await self.expire_before(coll)
+            except merr.MilvusError:
+                continue  # dropped meanwhile
+            plans, _ = self.plan(coll, manual=False, expire_before=cutoff)
             if plans:
                 out.append(await self.trigger(coll, manual=False))
         return out

@@ -35,6 +35,7 @@ from kmilvus.storage import paths
 from kmilvus.util import merr
 from kmilvus.util.constants import LIVE_SEGMENT_STATES
 from kmilvus.util.tasks import BackgroundTasks
+from kmilvus.util.ttl import ttl_seconds
 
 log = get_logger(__name__)
 FLUSH_RESEND_AFTER = 10.0  # seconds before a FlushSegments without answer is sent again
@@ -84,11 +85,21 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 schema_of=self.channels.schema_of,
                 rows_per_segment=self.segments.rows_per_segment,
                 dropping=self._dropping.__contains__,
+                ttl_of=self._collection_ttl,
             )
         )
         self.imports = self.jobs.imports  # shortcuts for in-process callers (tests)
         self.compactions = self.jobs.compactions
         self._init_indexes()
+
+    async def _collection_ttl(self, coll: int) -> int:
+        """The collection's `collection.ttl.seconds`, asked of RootCoord (AlterCollection may change
+        it at any time, so it is not cached)."""
+        resp = await self.registry.client(roles.ROOTCOORD).DescribeCollection(
+            milvus_pb2.DescribeCollectionRequest(collectionID=coll)
+        )
+        merr.check(resp.status)
+        return ttl_seconds(resp.properties)
 
     def set_job_runner(self, runner) -> None:
         """Run Spark jobs with `runner` (the operator's SparkApplication runner); before start."""

@@ -66,12 +66,10 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
             raise merr.invalid("import requires at least one file")
         if bad := infiles.unimportable_fields(schema_pb2.CollectionSchema.FromString(req.schema)):
             f = bad[0]
-            what = (
-                "nullable fields or fields with a default value"
-                if f.data_type in infiles.IMPORT_TYPES
-                else (f"{typeutil.type_name(f.data_type)} fields")
+            raise merr.MilvusError(
+                merr.IMPORT_FAILED,
+                f"bulk import of {typeutil.type_name(f.data_type)} fields is not supported (field {f.name})",
             )
-            raise merr.MilvusError(merr.IMPORT_FAILED, f"bulk import of {what} is not supported yet (field {f.name})")
         options = {kv.key: kv.value for kv in req.options}
         try:
             for f in req.files:

@@ -15,6 +15,7 @@ from pymilvus.grpc_gen import common_pb2
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2
+from kmilvus.util import merr
 
 IndexState = common_pb2.IndexState
 FieldIndex = data_coord_pb2.FieldIndex
@@ -85,6 +86,30 @@ class IndexMeta:
         if marked:
             await self.kv.txn([Op.put(field_index_key(m), m.SerializeToString()) for m in marked])
         for m in marked:
+            self.indexes[m.indexID] = m
+
+    async def set_properties(self, indexes: list[FieldIndex], put: dict[str, str], delete: Iterable[str]) -> None:
+        """AlterIndex: properties live beside the user's params (what DescribeIndex shows), never in
+        the build params, so a retried CreateIndex still matches; one transaction for all."""
+        changed = []
+        for ix in indexes:
+            m = FieldIndex()
+            m.CopyFrom(ix)
+            props = {kv.key: kv.value for kv in m.user_index_params}
+            props.update(put)
+            for k in delete:
+                props.pop(k, None)
+            del m.user_index_params[:]
+            m.user_index_params.extend(common_pb2.KeyValuePair(key=k, value=v) for k, v in props.items())
+            changed.append(m)
+        if changed:
+            key = field_index_key
+            ok = await self.kv.txn(
+                [Op.put(key(m), m.SerializeToString()) for m in changed], [Cmp.exists(key(m)) for m in changed]
+            )
+            if not ok:
+                raise merr.MilvusError(merr.INDEX_NOT_FOUND, "index not found: dropped while being altered")
+        for m in changed:
             self.indexes[m.indexID] = m
 
     async def save_build(self, si: SegmentIndex, segment_key: str) -> bool:

@@ -122,6 +122,14 @@ class DataCoordIndexRPCs:
         await self.index_builder.reconcile()
         return merr.success()
 
+    @merr.rpc()
+    async def AlterIndex(self, req: data_coord_pb2.AlterIndexRequest, context=None):
+        indexes = self.index_meta.by_name(req.collectionID, req.index_name)
+        if not indexes:
+            raise merr.MilvusError(merr.INDEX_NOT_FOUND, f"index not found[indexName={req.index_name}]")
+        await self.index_meta.set_properties(indexes, params_of(req.params), req.delete_keys)
+        return merr.success()
+
     @merr.rpc(data_coord_pb2.GetIndexInfosResponse)
     async def GetIndexInfos(self, req: data_coord_pb2.GetIndexInfosRequest, context=None):
         """The finished builds a QueryNode loads with a segment (and the indexes' params)."""

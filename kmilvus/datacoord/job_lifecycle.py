@@ -61,6 +61,7 @@ class JobPort:
     schema_of: Callable[[int], schema_pb2.CollectionSchema | None]
     rows_per_segment: Callable[[int, schema_pb2.CollectionSchema], int]
     dropping: Callable[[int], bool]  # a DropCollection is under way
+    ttl_of: Callable[[int], Awaitable[int]]  # the collection's TTL in seconds (0: none), from RootCoord
 
 
 def manifest_key(coll: int, kind: str, job_id: int) -> str:

@@ -7,10 +7,12 @@ trust what passed. Messages are Milvus' (a plain checker error answers code 6553
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus.util import typeutil
 from kmilvus.util.merr import PARAMETER_INVALID, UNEXPECTED, MilvusError
 
 DT = schema_pb2.DataType
@@ -105,6 +107,29 @@ def check_index_params(params: Mapping[str, str], field: schema_pb2.FieldSchema,
         )
     _int_in(out, DIM, MIN_DIM, MAX_DIM)
     return out
+
+
+def check_field_index(
+    schema: schema_pb2.CollectionSchema, field_name: str, params: Mapping[str, object]
+) -> tuple[schema_pb2.FieldSchema, dict[str, str]]:
+    """CreateIndex's checks against a schema, as the Proxy makes them: the field must exist
+    (`field not found[field=x]`), then `check_index_params`. Returns (field, params as stored)."""
+    field = typeutil.field_by_name(schema, field_name)
+    dim = typeutil.dim_of(field) if field.data_type == DT.FloatVector else 0
+    return field, check_index_params({k: str(v) for k, v in params.items()}, field, dim)
+
+
+def user_params(checked: Mapping[str, str]) -> dict[str, str]:
+    """What DescribeIndex shows: index_type, metric_type and the rest as a `params` JSON object."""
+    rest = {k: _num(v) for k, v in checked.items() if k not in (INDEX_TYPE, METRIC_TYPE, DIM)}
+    return {INDEX_TYPE: checked[INDEX_TYPE], METRIC_TYPE: checked[METRIC_TYPE], PARAMS: json.dumps(rest)}
+
+
+def _num(v: str) -> object:
+    try:
+        return int(v)
+    except ValueError:
+        return v
 
 
 def check_search_params(index_type: str, k: int, search_params: Mapping[str, object]) -> dict[str, int]:

@@ -6,6 +6,7 @@
     index_building_progress / wait_for_index_building_complete → DescribeIndex
     GetIndexState, GetIndexBuildProgress                   → (older clients) the same answer
     drop_index                                             → DropIndex
+    alter_index_properties / drop_index_properties         → AlterIndex (mmap.enabled only)
 
 The Proxy checks the params against the schema (kmilvus.index.params, Milvus' messages) and
 resolves names; DataCoord keeps the meta and builds (kmilvus.datacoord.index_service).
@@ -23,7 +24,6 @@ from kmilvus.proto import data_coord_pb2
 from kmilvus.util import merr, typeutil
 
 log = get_logger(__name__)
-DT = typeutil.DT
 
 
 def flat_index_params(extra: list[common_pb2.KeyValuePair]) -> dict[str, str]:
@@ -43,17 +43,17 @@ def flat_index_params(extra: list[common_pb2.KeyValuePair]) -> dict[str, str]:
     return out
 
 
-def user_params(checked: dict[str, str]) -> dict[str, str]:
-    """What DescribeIndex shows: index_type, metric_type and the rest as a `params` JSON object."""
-    rest = {k: _num(v) for k, v in checked.items() if k not in (P.INDEX_TYPE, P.METRIC_TYPE, P.DIM)}
-    return {P.INDEX_TYPE: checked[P.INDEX_TYPE], P.METRIC_TYPE: checked[P.METRIC_TYPE], P.PARAMS: json.dumps(rest)}
+# Index properties AlterIndex may change (Milvus' indexparams.IsConfigableIndexParam).
+ALTERABLE = {"mmap.enabled": ("true", "false")}
 
 
-def _num(v: str) -> object:
-    try:
-        return int(v)
-    except ValueError:
-        return v
+def check_alterable(keys: list[str], values: dict[str, str]) -> None:
+    for k in keys:
+        if k not in ALTERABLE:
+            raise merr.invalid(f"{k} is not configable index param")
+    for k, v in values.items():
+        if v.lower() not in ALTERABLE[k]:
+            raise merr.invalid(f"invalid {k} value: {v}, expected: {', '.join(ALTERABLE[k])}")
 
 
 def _kvs(d: dict[str, str]) -> list[common_pb2.KeyValuePair]:
@@ -66,10 +66,7 @@ class ProxyIndexMixin:
     @merr.rpc()
     async def CreateIndex(self, req: milvus_pb2.CreateIndexRequest, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
-        field = typeutil.field_by_name(meta.schema, req.field_name)
-        params = flat_index_params(list(req.extra_params))
-        dim = typeutil.dim_of(field) if field.data_type == DT.FloatVector else 0
-        checked = P.check_index_params(params, field, dim)
+        field, checked = P.check_field_index(meta.schema, req.field_name, flat_index_params(list(req.extra_params)))
         index_name = req.index_name or field.name  # Milvus names a nameless index after its field
         merr.check(
             await self.datacoord.CreateIndex(
@@ -78,7 +75,7 @@ class ProxyIndexMixin:
                     fieldID=field.fieldID,
                     index_name=index_name,
                     index_params=_kvs(checked),
-                    user_index_params=_kvs(user_params(checked)),
+                    user_index_params=_kvs(P.user_params(checked)),
                     timestamp=await self.tso.alloc(),
                 )
             )
@@ -144,4 +141,26 @@ class ProxyIndexMixin:
                 data_coord_pb2.DropIndexRequest(collectionID=meta.id, index_name=req.index_name, fieldIDs=fields)
             )
         )
+        return merr.success()
+
+    @merr.rpc()
+    async def AlterIndex(self, req: milvus_pb2.AlterIndexRequest, context=None):
+        """Milvus 2.5's alterIndexTask: properties or delete keys (not both), alterable keys only."""
+        if req.extra_params and req.delete_keys:
+            raise merr.invalid("cannot provide both DeleteKeys and ExtraParams")
+        if not req.extra_params and not req.delete_keys:
+            raise merr.invalid("no params or delete keys provided")
+        if not req.index_name:
+            raise merr.invalid("index_name is empty")
+        put = {kv.key: kv.value.lower() for kv in req.extra_params}
+        check_alterable(list(put) + list(req.delete_keys), put)
+        meta = await self.meta_cache.get(req.db_name, req.collection_name)
+        merr.check(
+            await self.datacoord.AlterIndex(
+                data_coord_pb2.AlterIndexRequest(
+                    collectionID=meta.id, index_name=req.index_name, params=_kvs(put), delete_keys=req.delete_keys
+                )
+            )
+        )
+        log.info("index altered", collection=meta.name, index=req.index_name, keys=sorted(put) or list(req.delete_keys))
         return merr.success()

@@ -74,9 +74,11 @@ class ProxyQueryMixin:
         nodes, loaded = await read_path.serving_nodes(self, meta)
         parts = read_path.partition_ids(meta, list(req.partition_names), loaded)
         ts = await read_path.guarantee_ts(self, meta, req)
+        ttl_ts = await read_path.collection_ttl_ts(self, meta)
         qreq = query_node_pb2.QueryRequest(
             collectionID=meta.id,
             guarantee_ts=ts,
+            collection_ttl_ts=ttl_ts,
             expr=req.expr,
             output_fieldIDs=out_ids,
             limit=-1 if limit is None else limit + offset,

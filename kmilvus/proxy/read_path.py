@@ -12,6 +12,7 @@ from kmilvus import components as roles
 from kmilvus.proto import query_coord_pb2
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.util import merr, typeutil
+from kmilvus.util.ttl import expire_before, ttl_seconds
 
 CL = common_pb2.ConsistencyLevel
 BOUNDED_STALENESS_MS = 5000  # Milvus' common.gracefulTime
@@ -32,6 +33,12 @@ async def guarantee_ts(proxy, meta: CollectionMeta, req) -> int:
     if level in (CL.Session, CL.Customized):
         return req.guarantee_timestamp or 1
     return 1
+
+
+async def collection_ttl_ts(proxy, meta: CollectionMeta) -> int:
+    """Milvus' CollectionTtlTimestamps: rows inserted before it have expired (0: no TTL)."""
+    ttl = ttl_seconds(meta.describe.properties)
+    return expire_before(await proxy.tso.alloc(), ttl) if ttl else 0
 
 
 def output_fields(meta: CollectionMeta, names, *, with_vectors: bool = True) -> tuple[list[int], list[str]]:

@@ -126,10 +126,12 @@ class ProxySearchMixin:
         parts = read_path.partition_ids(meta, list(req.partition_names), loaded)
         out_ids, out_names = read_path.output_fields(meta, list(req.output_fields))
         ts = await read_path.guarantee_ts(self, meta, req)
+        ttl_ts = await read_path.collection_ttl_ts(self, meta)
         extra = params.get("params") or "{}"
         qreq = query_node_pb2.SearchRequest(
             collectionID=meta.id,
             guarantee_ts=ts,
+            collection_ttl_ts=ttl_ts,
             vectors=queries.tobytes(),
             nq=len(queries),
             topk=offset + limit,

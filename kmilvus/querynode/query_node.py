@@ -246,7 +246,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc(query_node_pb2.SearchResults)
     async def Search(self, req: query_node_pb2.SearchRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
-        flt = compile_filter(req.expr, coll.schema)
+        flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts)
         params = json.loads(req.params) if req.params else {}
         queries = np.frombuffer(req.vectors, dtype="<f4").reshape(req.nq, -1)
         segments = coll.segments(req.vchannels, req.partitionIDs)
@@ -272,7 +272,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc(query_node_pb2.RetrieveResults)
     async def Query(self, req: query_node_pb2.QueryRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
-        flt = compile_filter(req.expr, coll.schema)
+        flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts)
         segments = coll.segments(req.vchannels, req.partitionIDs)
         outputs = [] if req.count else list(req.output_fieldIDs)
         limit = 0 if req.count else req.limit  # count(*) builds no rows

@@ -20,18 +20,17 @@ from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.merr import MilvusError
+from kmilvus.util.ttl import COLLECTION_TTL
 
 log = get_logger(__name__)
 
-COLLECTION_TTL = "collection.ttl.seconds"
 MMAP_ENABLED = "mmap.enabled"
 MAX_LENGTH = "max_length"
 MAX_VARCHAR_LENGTH = 65535
 
 
 def check_collection_property(key: str, value: str) -> None:
-    """Milvus validates the values it acts on; any other key is kept as the user's own. A TTL is
-    refused (not kept and ignored): rows would be expected to expire, and nothing expires them yet."""
+    """Milvus validates the values it acts on; any other key is kept as the user's own."""
     if key == COLLECTION_TTL:
         try:
             ttl = int(value)
@@ -39,7 +38,6 @@ def check_collection_property(key: str, value: str) -> None:
             ttl = -1
         if ttl < 0:
             raise merr.invalid(f"collection TTL is not a valid positive integer: {value}")
-        raise MilvusError(merr.UNEXPECTED, f"kmilvus does not support {COLLECTION_TTL} yet: rows would not expire")
     if key == MMAP_ENABLED and value.lower() not in ("true", "false"):
         raise merr.invalid(f"invalid mmap.enabled value: {value}, expected: true, false")
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.storage.objectstore import ObjectStore
-from kmilvus.util import typeutil
+from kmilvus.util import fieldtypes, typeutil
 
 DT = schema_pb2.DataType
 FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv"}
@@ -171,20 +171,97 @@ def importable_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.Fi
     return [f for f in typeutil.user_fields(schema) if not (f.is_primary_key and f.autoID) and not f.is_dynamic]
 
 
-# The field types the import job reads (its Spark types); the others are refused up front.
-IMPORT_TYPES = frozenset(
+# The field types the import job reads (all kmilvus stores); the others are refused up front.
+IMPORT_TYPES = frozenset(typeutil.SUPPORTED_TYPES)
+# The types Spark's own Parquet reader types as the job wants them (the others go through pyarrow).
+SPARK_PARQUET_TYPES = frozenset(
     {DT.Bool, DT.Int8, DT.Int16, DT.Int32, DT.Int64, DT.Float, DT.Double, DT.VarChar, DT.JSON, DT.FloatVector}
 )
 
 
 def unimportable_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.FieldSchema]:
-    """Fields the import job cannot fill yet: types beyond IMPORT_TYPES, nullable fields and
-    fields with a default value."""
-    return [
-        f
-        for f in importable_fields(schema)
-        if f.data_type not in IMPORT_TYPES or f.nullable or f.HasField("default_value")
-    ]
+    """Fields the import job cannot fill: types beyond IMPORT_TYPES."""
+    return [f for f in importable_fields(schema) if f.data_type not in IMPORT_TYPES]
+
+
+def optional(field: schema_pb2.FieldSchema) -> bool:
+    """A field a file may leave out (or give null): nullable, or with a default value."""
+    return field.nullable or fieldtypes.has_default(field)
+
+
+# --------------------------------------------------------------------------- the job's columns
+# Every field reaches the binlog writer in one "frame" type, whatever the file's format: integers
+# as int64 (range-checked by the writer), vectors and arrays as lists, a sparse vector as
+# struct<indices: list<int64>, values: list<float64>> (rows unsorted, as written).
+
+_FRAME_SCALARS = {
+    DT.Bool: pa.bool_(),
+    DT.Int8: pa.int64(),
+    DT.Int16: pa.int64(),
+    DT.Int32: pa.int64(),
+    DT.Int64: pa.int64(),
+    DT.Float: pa.float32(),
+    DT.Double: pa.float64(),
+    DT.VarChar: pa.string(),
+    DT.JSON: pa.string(),
+}
+SPARSE_FRAME = pa.struct([("indices", pa.list_(pa.int64())), ("values", pa.list_(pa.float64()))])
+
+
+def frame_type(field: schema_pb2.FieldSchema) -> pa.DataType:
+    dt = field.data_type
+    if dt in _FRAME_SCALARS:
+        return _FRAME_SCALARS[dt]
+    if dt in (DT.FloatVector, DT.Float16Vector, DT.BFloat16Vector):
+        return pa.list_(pa.float32())
+    if dt == DT.BinaryVector:
+        return pa.list_(pa.int64())
+    if dt == DT.SparseFloatVector:
+        return SPARSE_FRAME
+    if dt == DT.Array:
+        return pa.list_(_FRAME_SCALARS[field.element_type])
+    raise KeyError(dt)
+
+
+def _as_list(col: pa.Array) -> pa.Array:
+    """fixed_size_list / large_list → list."""
+    if pa.types.is_fixed_size_list(col.type) or pa.types.is_large_list(col.type):
+        return col.cast(pa.list_(col.type.value_type))
+    return col
+
+
+def frame_column(field: schema_pb2.FieldSchema, col: pa.Array) -> pa.Array:
+    """A Parquet column (its type passed `parquet_problems`) → the field's frame type; a sparse
+    column of JSON text stays text (the job parses it in Spark)."""
+    dt, want = field.data_type, frame_type(field)
+    if dt == DT.SparseFloatVector:
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            return col.cast(pa.string())
+        if pa.types.is_map(col.type):
+            offsets = col.offsets
+            rows = [pa.ListArray.from_arrays(offsets, part) for part in (col.keys, col.items)]
+            return pa.StructArray.from_arrays(
+                [r.cast(t.type) for r, t in zip(rows, want, strict=True)], fields=list(want), mask=col.is_null()
+            )
+        return col.cast(want)
+    col = _as_list(col) if pa.types.is_list(want) else col
+    if dt in (DT.Float16Vector, DT.BFloat16Vector) and pa.types.is_integer(col.type.value_type):
+        return _half_bytes_to_floats(dt, col)
+    return col if col.type == want else col.cast(want)
+
+
+def _half_bytes_to_floats(dt: int, col: pa.Array) -> pa.Array:
+    """list<uint8> holding float16 / bfloat16 bytes → list<float32> of their (exact) values."""
+    import numpy as np
+
+    raw = col.flatten().cast(pa.uint8()).to_numpy(zero_copy_only=False)
+    raw = raw[: len(raw) // 2 * 2].tobytes()
+    if dt == DT.Float16Vector:
+        values = np.frombuffer(raw, "<f2").astype(np.float32)
+    else:
+        values = (np.frombuffer(raw, "<u2").astype(np.uint32) << np.uint32(16)).view(np.float32)
+    offsets = (col.offsets.to_numpy() - col.offsets[0].as_py()) // 2
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values), mask=col.is_null())
 
 
 def dynamic_extras(names: list[str], schema: schema_pb2.CollectionSchema) -> list[str]:
@@ -223,34 +300,87 @@ def _column_problems(uri: str, names: list[str], schema: schema_pb2.CollectionSc
                 Problem(uri, f"the primary key '{n}' is auto-generated (autoID): the file must not provide it", field=n)
             )
     for n in sorted(want - set(names)):
-        out.append(Problem(uri, f"field '{n}' is missing", field=n))
+        if not optional(fields[n]):
+            out.append(Problem(uri, f"field '{n}' is missing", field=n))
     return out
 
 
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _elements_ok(dt: int, t: pa.DataType) -> bool:
+    """Values of type `t` can feed a field (or array element) of type `dt`."""
+    if dt == DT.Bool:
+        return pa.types.is_boolean(t)
+    if dt in (DT.Int8, DT.Int16, DT.Int32, DT.Int64):
+        return pa.types.is_integer(t)
+    if dt in (DT.Float, DT.Double):
+        return pa.types.is_floating(t) or pa.types.is_integer(t)
+    if dt == DT.VarChar:
+        return pa.types.is_string(t) or pa.types.is_large_string(t)
+    return False
+
+
 def _arrow_type_ok(field: schema_pb2.FieldSchema, t: pa.DataType) -> str | None:
-    """None when a Parquet column of type `t` can feed `field`, else the reason."""
+    """None when a Parquet column of type `t` can feed `field`, else the reason (the Parquet
+    forms of Milvus' import: vectors as lists — 16-bit ones of floats or of their uint8 bytes —,
+    a sparse vector as JSON text, a map or struct<indices, values>, an array as a list)."""
     dt = field.data_type
     want = typeutil.type_name(dt)
-    if dt == DT.Bool:
-        ok = pa.types.is_boolean(t)
-    elif dt in (DT.Int8, DT.Int16, DT.Int32, DT.Int64):
-        ok = pa.types.is_integer(t)
-    elif dt in (DT.Float, DT.Double):
-        ok = pa.types.is_floating(t) or pa.types.is_integer(t)
-    elif dt == DT.VarChar:
-        ok = pa.types.is_string(t) or pa.types.is_large_string(t)
-    elif dt == DT.JSON:
+    if dt == DT.JSON:
         ok = (
             pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
         )
-    elif dt == DT.FloatVector:
-        if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
-            return f"field '{field.name}' has type {t}, the collection expects {want} (a list of floats)"
-        if not (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type)):
-            return f"field '{field.name}' has type {t}, the collection expects {want} (a list of floats)"
+    elif dt in _FRAME_SCALARS:
+        ok = _elements_ok(dt, t)
+    elif dt in (DT.FloatVector, DT.Float16Vector, DT.BFloat16Vector, DT.BinaryVector):
+        what = "a list of uint8" if dt == DT.BinaryVector else "a list of floats"
+        if dt == DT.BinaryVector:
+            ok = _is_list(t) and pa.types.is_integer(t.value_type)
+        elif dt == DT.FloatVector:
+            ok = _is_list(t) and (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type))
+        else:
+            what = "a list of floats or of uint8 bytes"
+            ok = _is_list(t) and (pa.types.is_floating(t.value_type) or pa.types.is_uint8(t.value_type))
+        if not ok:
+            return f"field '{field.name}' has type {t}, the collection expects {want} ({what})"
         dim = typeutil.dim_of(field)
-        if pa.types.is_fixed_size_list(t) and t.list_size != dim:
-            return f"the dim ({t.list_size}) of field data({field.name}) is not equal to schema dim ({dim})"
+        per_row = {DT.BinaryVector: dim // 8, DT.FloatVector: dim}.get(
+            dt, 2 * dim if pa.types.is_integer(t.value_type) else dim
+        )
+        if pa.types.is_fixed_size_list(t) and t.list_size != per_row:
+            got = t.list_size * 8 if dt == DT.BinaryVector else t.list_size
+            return f"the dim ({got}) of field data({field.name}) is not equal to schema dim ({dim})"
+        return None
+    elif dt == DT.SparseFloatVector:
+        if pa.types.is_map(t):
+            ok = pa.types.is_integer(t.key_type) and (
+                pa.types.is_floating(t.item_type) or pa.types.is_integer(t.item_type)
+            )
+        elif pa.types.is_struct(t):
+            names = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
+            ok = (
+                set(names) == {"indices", "values"}
+                and _is_list(names["indices"])
+                and pa.types.is_integer(names["indices"].value_type)
+                and _is_list(names["values"])
+                and (
+                    pa.types.is_floating(names["values"].value_type) or pa.types.is_integer(names["values"].value_type)
+                )
+            )
+        else:
+            ok = pa.types.is_string(t) or pa.types.is_large_string(t)
+        if not ok:
+            return (
+                f"field '{field.name}' has type {t}, the collection expects {want} (JSON text, a map of "
+                f"index to value, or a struct of indices and values)"
+            )
+        return None
+    elif dt == DT.Array:
+        elem = typeutil.type_name(field.element_type)
+        if not (_is_list(t) and _elements_ok(field.element_type, t.value_type)):
+            return f"field '{field.name}' has type {t}, the collection expects {want} (a list of {elem})"
         return None
     else:
         return f"field '{field.name}': data type {want} cannot be imported"
@@ -307,8 +437,9 @@ def inspect(f: InputFile, schema: schema_pb2.CollectionSchema, options: dict | N
 
 
 def min_row_bytes(schema: schema_pb2.CollectionSchema, fmt: str) -> int:
-    """A lower bound on the bytes one row takes in a text file (sizes the row-ID range)."""
-    fields = importable_fields(schema)
+    """A lower bound on the bytes one row takes in a text file (sizes the row-ID range): fields a
+    row may leave out count for nothing."""
+    fields = [f for f in importable_fields(schema) if not optional(f)]
     if fmt == "csv":
         n = max(1, len(fields))  # separators + the newline
         for f in fields:

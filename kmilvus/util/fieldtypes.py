@@ -89,6 +89,12 @@ def _fp32_to_bf16(values: np.ndarray) -> np.ndarray:
     return (rounded >> np.uint32(16)).astype(np.uint16)
 
 
+def half_bytes(field: schema_pb2.FieldSchema, values: np.ndarray) -> bytes:
+    """float32 values → the little-endian float16 / bfloat16 bytes of a 16-bit vector field."""
+    half = values.astype(np.float16).view(np.uint16) if field.data_type == DT.Float16Vector else _fp32_to_bf16(values)
+    return half.astype("<u2").tobytes()
+
+
 def byte_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, dim: int, num_rows: int) -> pa.Array:
     """Binary / float16 / bfloat16 vectors: one contiguous buffer of num_rows × width bytes.
     Float16 and bfloat16 fields also take float32 data (pymilvus sends lists of floats so), which
@@ -106,10 +112,7 @@ def byte_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, dim: in
                 f"the length({values.size}) of float data should be num_rows({num_rows}) × dim({dim}) of field "
                 f"({field.name})",
             )
-        half = (
-            values.astype(np.float16).view(np.uint16) if field.data_type == DT.Float16Vector else _fp32_to_bf16(values)
-        )
-        raw = half.astype("<u2").tobytes()
+        raw = half_bytes(field, values)
     elif which in (None, slot):
         raw = getattr(fd.vectors, slot)
     else:
@@ -130,10 +133,38 @@ def _check_finite_half(name: str, raw: bytes, dim: int) -> None:
     bad = ~np.isfinite(values)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise MilvusError(
-            merr.PARAMETER_INVALID,
-            f"float16 vector field ({name}) contains NaN or Inf: the {i // dim}th row, value {values[i]}",
+        raise typeutil.RowError(
+            "finite", i // dim, name, what="float16 vector", value=values[i], where=f" at position {i % dim}"
         )
+
+
+def byte_vector_from_lists(field: schema_pb2.FieldSchema, lists: pa.Array) -> pa.Array:
+    """An import's vectors as lists (no nulls) → the binlog's `fixed_size_binary` column: a binary
+    vector's dim/8 byte values (0..255), or a 16-bit vector's dim numbers, converted as an
+    Insert's float32 data is. Raises `typeutil.RowError` naming the first bad row."""
+    name, dim, n = field.name, typeutil.dim_of(field), len(lists)
+    binary = field.data_type == DT.BinaryVector
+    per_row = dim // 8 if binary else dim
+    lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+    if (hit := np.flatnonzero(lengths != per_row)).size:
+        i = int(hit[0])
+        got = int(lengths[i]) * 8 if binary else int(lengths[i])
+        raise typeutil.dim_mismatch(name, got, dim, row=i)
+    values = lists.flatten()
+    if values.null_count:
+        i = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+        raise typeutil.RowError("element", i // per_row, name, index=i % per_row)
+    if binary:
+        typeutil.check_range(name, DT.BinaryVector, values, per_row, bounds=(0, 255))
+        raw = values.cast(pa.uint8()).to_numpy(zero_copy_only=False).tobytes()
+    else:
+        floats = values.cast(pa.float32())
+        what = "float16 vector" if field.data_type == DT.Float16Vector else "bfloat16 vector"
+        typeutil.check_finite(name, what, floats, dim)
+        raw = half_bytes(field, floats.to_numpy(zero_copy_only=False))
+        if field.data_type == DT.Float16Vector:
+            _check_finite_half(name, raw, dim)
+    return pa.Array.from_buffers(pa.binary(byte_width(field, dim)), n, [None, pa.py_buffer(raw)])
 
 
 def sparse_rows_to_arrow(contents, num_rows: int, name: str) -> pa.Array:
@@ -146,10 +177,16 @@ def sparse_rows_to_arrow(contents, num_rows: int, name: str) -> pa.Array:
     if bad.size:
         raise _sparse_error(name, int(bad[0]), f"invalid data length in sparse float vector: {lengths[bad[0]]}")
     pairs = np.frombuffer(b"".join(contents), dtype=_SPARSE_PAIR)
+    return sparse_pairs_to_arrow(pairs["index"], pairs["value"], lengths // 8, name)
+
+
+def sparse_pairs_to_arrow(idx: np.ndarray, val: np.ndarray, counts: np.ndarray, name: str) -> pa.Array:
+    """Flat (uint32 index, float32 value) pairs, `counts[i]` of them for row i → `map<uint32,
+    float32>`, checked as Milvus' ValidateSparseFloatRows (indices strictly increasing)."""
+    num_rows = len(counts)
     offsets = np.zeros(num_rows + 1, dtype=np.int32)
-    np.cumsum(lengths // 8, out=offsets[1:])
-    idx, val = pairs["index"], pairs["value"]
-    row_of = np.repeat(np.arange(num_rows), lengths // 8)
+    np.cumsum(counts, out=offsets[1:])
+    row_of = np.repeat(np.arange(num_rows), counts)
     if idx.size:
         if (hit := np.flatnonzero(idx == np.uint32(0xFFFFFFFF))).size:
             raise _sparse_error(
@@ -168,9 +205,39 @@ def sparse_rows_to_arrow(contents, num_rows: int, name: str) -> pa.Array:
 
 
 def _sparse_error(name: str, row: int, why: str) -> MilvusError:
-    return MilvusError(
-        merr.PARAMETER_INVALID, f"the {row}th row of sparse float vector field ({name}) is invalid: {why}"
-    )
+    return typeutil.RowError("sparse", row, name, why=why)
+
+
+def sparse_from_lists(field: schema_pb2.FieldSchema, rows: pa.Array) -> pa.Array:
+    """An import's sparse rows as `struct<indices: list<int>, values: list<float>>` (no null
+    rows) → `map<uint32, float32>`. As Milvus' import (CreateSparseFloatRowFromMap) each row's
+    pairs are sorted by index first; indices must fit uint32, a row's lists be equally long."""
+    name = field.name
+    indices, values = rows.field("indices"), rows.field("values")
+    for part in (indices, values):
+        if part.null_count:
+            raise _sparse_error(name, _first_null(part), "indices and values must be lists of numbers")
+    ni = pc.list_value_length(indices).to_numpy(zero_copy_only=False)
+    nv = pc.list_value_length(values).to_numpy(zero_copy_only=False)
+    if (hit := np.flatnonzero(ni != nv)).size:
+        raise _sparse_error(name, int(hit[0]), "indices and values length mismatch")
+    flat_i, flat_v = indices.flatten(), values.flatten()
+    row_of = np.repeat(np.arange(len(rows)), ni)
+    for part in (flat_i, flat_v):
+        if part.null_count:
+            raise _sparse_error(name, int(row_of[_first_null(part)]), "indices and values must be numbers")
+    idx = flat_i.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    if (hit := np.flatnonzero((idx < 0) | (idx >= 0xFFFFFFFF))).size:
+        raise _sparse_error(
+            name, int(row_of[hit[0]]), f"invalid index in sparse float vector: {idx[hit[0]]} is not in [0, 2^32-1)"
+        )
+    val = flat_v.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float32)
+    order = np.lexsort((idx, row_of))
+    return sparse_pairs_to_arrow(idx[order].astype(np.uint32), val[order], ni, name)
+
+
+def _first_null(arr: pa.Array) -> int:
+    return int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
 
 
 def sparse_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int) -> pa.Array:
@@ -188,7 +255,7 @@ def array_column(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_ro
         raise MilvusError(
             merr.PARAMETER_INVALID, f"field '{field.name}' is illegal, array type mismatch: need array_data"
         )
-    slot, np_type, arrow = ARRAY_ELEMENTS[field.element_type]
+    slot, np_type, _ = ARRAY_ELEMENTS[field.element_type]
     rows = fd.scalars.array_data.data
     if len(rows) != num_rows:
         raise typeutil._rows_mismatch(field.name, len(rows), num_rows)
@@ -201,23 +268,42 @@ def array_column(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_ro
             )
     lists = [getattr(r, slot).data for r in rows]
     lengths = np.fromiter(map(len, lists), dtype=np.int64, count=num_rows)
-    capacity = max_capacity_of(field)
-    if (hit := np.flatnonzero(lengths > capacity)).size:
-        i = int(hit[0])
-        raise MilvusError(
-            merr.PARAMETER_INVALID, f"the length ({lengths[i]}) of {i}th array exceeds max capacity ({capacity})"
-        )
     offsets = np.zeros(num_rows + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     if np_type is None:
         flat = pa.array([v for lst in lists for v in lst], pa.string())
-        typeutil.check_max_length(field.name, flat, typeutil.max_length_of(field))
     else:
-        flat = pa.array(np.concatenate([np.asarray(x, dtype=np_type) for x in lists]) if lists else [], arrow)
-        if field.element_type in (DT.Int8, DT.Int16):
+        flat = pa.array(
+            np.concatenate([np.asarray(x, dtype=np_type) for x in lists]) if lists else [],
+            pa.from_numpy_dtype(np_type),
+        )
+    return array_from_lists(field, pa.ListArray.from_arrays(pa.array(offsets), flat))
+
+
+def array_from_lists(field: schema_pb2.FieldSchema, lists: pa.Array) -> pa.Array:
+    """A list column (no null rows; integers possibly wider than the element type) → the
+    binlog's `list<element>`, with max_capacity, null elements, integer ranges and, for VarChar
+    elements, max_length checked as Milvus' proxy does. Raises `typeutil.RowError`."""
+    arrow = ARRAY_ELEMENTS[field.element_type][2]
+    lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+    capacity = max_capacity_of(field)
+    if (hit := np.flatnonzero(lengths > capacity)).size:
+        i = int(hit[0])
+        raise typeutil.RowError("capacity", i, field.name, value=int(lengths[i]), limit=capacity)
+    flat = lists.flatten()
+    row_of = np.repeat(np.arange(len(lists)), lengths)
+    if flat.null_count:
+        raise typeutil.RowError("element", int(row_of[_first_null(flat)]), field.name, index=-1)
+    try:
+        if field.element_type == DT.VarChar:
+            typeutil.check_max_length(field.name, flat, typeutil.max_length_of(field))
+        elif field.element_type in (DT.Int8, DT.Int16, DT.Int32) and flat.type != arrow:
             typeutil.check_range(field.name, field.element_type, flat)
-        flat = flat.cast(arrow)
-    return pa.ListArray.from_arrays(pa.array(offsets), flat)
+    except typeutil.RowError as e:  # the element's index → its row's
+        raise e.at(int(row_of[e.row])) from None
+    offsets = np.zeros(len(lists) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), flat.cast(arrow))
 
 
 def max_capacity_of(field: schema_pb2.FieldSchema) -> int:

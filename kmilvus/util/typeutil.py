@@ -273,6 +273,18 @@ _PROBLEMS = {
         "the dim ({value}) of field data({name}) is not equal to schema dim ({dim})",
         "the dim ({value}) of field data({name}) is not equal to schema dim ({dim})",
     ),
+    "sparse": (
+        "the {row}th row of sparse float vector field ({name}) is invalid: {why}",
+        "the sparse float vector of field ({name}) is invalid: {why}",
+    ),
+    "capacity": (
+        "the length ({value}) of {row}th array exceeds max capacity ({limit})",
+        "the length ({value}) of array field ({name}) exceeds max capacity ({limit})",
+    ),
+    "element": (
+        "the {row}th value of field ({name}) has a null element",
+        "the value of field ({name}) has a null element or one of another type",
+    ),
 }
 
 
@@ -286,6 +298,12 @@ class RowError(MilvusError):
         super().__init__(kind, message.format(row=row, name=field, **values))
         self.row, self.field = row, field
         self.reason = reason.format(name=field, **values)
+        self._args = (problem, field, kind, values)
+
+    def at(self, row: int) -> RowError:
+        """The same problem, found at another row (a flat element's index → its row's)."""
+        problem, field, kind, values = self._args
+        return RowError(problem, row, field, kind, **values)
 
 
 def dim_mismatch(name: str, got: int, dim: int, row: int = 0) -> RowError:
@@ -311,13 +329,16 @@ def check_finite(name: str, what: str, values: pa.Array, dim: int = 1) -> None:
         )
 
 
-def check_range(name: str, data_type: int, values: pa.Array) -> None:
-    """An integer column fits its field's type (Int8 / Int16 / Int32 arrive wider)."""
-    lo, hi = _INT_RANGE[data_type]
+def check_range(
+    name: str, data_type: int, values: pa.Array, width: int = 1, bounds: tuple[int, int] | None = None
+) -> None:
+    """An integer column fits its field's type (Int8 / Int16 / Int32 arrive wider), or `bounds`;
+    `width` values make a row (a binary vector's bytes)."""
+    lo, hi = bounds or _INT_RANGE[data_type]
     bad = pc.or_(pc.less(values, lo), pc.greater(values, hi))
     if pc.any(bad).as_py():
         i = _first(bad)
-        raise RowError("range", i, name, value=values[i].as_py(), lo=lo, hi=hi)
+        raise RowError("range", i // width, name, value=values[i].as_py(), lo=lo, hi=hi)
 
 
 def check_max_length(name: str, values: pa.Array, limit: int, problem: str = "varchar_length") -> None:

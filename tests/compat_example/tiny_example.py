@@ -1,7 +1,7 @@
 # A tiny pymilvus program in the style of pymilvus' examples (address localhost:19530), for
-# tests/test_compat.py: it creates a collection, inserts, flushes, then calls create_index,
-# which kmilvus answers UNIMPLEMENTED until the read path exists.
-from pymilvus import DataType, MilvusClient
+# tests/test_compat.py: it creates a collection, inserts, flushes, then calls hybrid_search,
+# which kmilvus answers UNIMPLEMENTED (HybridSearch is not built).
+from pymilvus import AnnSearchRequest, DataType, MilvusClient, RRFRanker
 
 client = MilvusClient("http://localhost:19530")
 schema = MilvusClient.create_schema()
@@ -10,7 +10,6 @@ schema.add_field("vec", DataType.FLOAT_VECTOR, dim=4)
 client.create_collection("tiny", schema=schema)
 client.insert("tiny", [{"id": 1, "vec": [0.1, 0.2, 0.3, 0.4]}])
 client.flush("tiny")
-params = client.prepare_index_params()
-params.add_index("vec", index_type="FLAT", metric_type="L2")
-client.create_index("tiny", params)
-print("indexed")
+req = AnnSearchRequest(data=[[0.1, 0.2, 0.3, 0.4]], anns_field="vec", param={}, limit=1)
+client.hybrid_search("tiny", [req], RRFRanker(), limit=1)
+print("searched")

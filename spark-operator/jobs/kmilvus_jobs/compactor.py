@@ -7,6 +7,9 @@ Spec (JSON, built by DataCoord's CompactionManager):
     plans: [{plan_id, partition_id, channel, target_ids: [...],
              sources: [{segment_id, binlogs: [{key, rows}, ...], deltalogs: [{key, rows}, ...]}, ...]}, ...]
 
+`expire_before` (a hybrid timestamp, 0: no TTL): rows inserted before it have expired and are
+dropped like deleted ones (counted in `deleted`).
+
 Delta logs (pk, ts) are applied: a row is dropped when a delete of its primary key has a
 timestamp greater than the row's (Milvus' rule), so the targets need no delta logs; each plan's
 manifest entry counts the rows it dropped (`deleted`).
@@ -20,7 +23,8 @@ in one etcd transaction after reading the manifest.
 
 `run_local(spec)` is the in-process route for small compactions (no Spark, no JVM): the binlogs
 are read by the pyarrow reader Spark uses for object stores it cannot reach, deletes are applied
-per batch by `drop_deleted` (the rule of `_apply_deletes`), and the same `BinlogWriter` writes.
+per batch by `drop_deleted` (the rule of `_apply_deletes`) and expired rows by `drop_expired`,
+and the same `BinlogWriter` writes.
 """
 
 from __future__ import annotations
@@ -166,6 +170,16 @@ def drop_deleted(batch, deletes, pk_column: str):
     return (batch.filter(pc.invert(gone)) if n else batch), n
 
 
+def drop_expired(batch, expire_before: int):
+    """The TTL rule of `run` on one record batch: rows inserted before `expire_before` go."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    gone = pc.less(batch.column("1"), pa.scalar(expire_before, batch.schema.field("1").type))
+    n = pc.sum(gone).as_py() or 0
+    return (batch.filter(pc.invert(gone)) if n else batch), n
+
+
 class _Job:
     """A checked compaction spec: binlog layout, target segments and the sources' deletes."""
 
@@ -204,6 +218,7 @@ class _Job:
         self.columns = [f.name for f in self.arrow_schema]
         self.pk_column = str(next(f for f in self.schema.fields if f.is_primary_key).fieldID)
         self.deletes = _deletes(self.store, spec)
+        self.expire_before = int(spec.get("expire_before") or 0)
 
     @property
     def empty(self) -> bool:
@@ -324,6 +339,12 @@ def run(spark, spec: dict) -> dict:
             if job.has_deletes:
                 df, gone = _apply_deletes(spark, df, job.deletes, job.pk_column)
                 deleted = gone.count()
+            if job.expire_before:
+                from pyspark.sql import functions as F
+
+                expired = F.col("`1`") < F.lit(job.expire_before)
+                deleted += df.filter(expired).count()
+                df = df.filter(~expired)
             n_tasks = max(1, min(spark.sparkContext.defaultParallelism, len(job.segments)))
             df = df.coalesce(n_tasks)
             written = df.mapInArrow(binlog_writer(job.writer_ctx()), RESULT_SPARK_SCHEMA).collect()
@@ -353,6 +374,9 @@ def run_local(spec: dict, cancelled=lambda: False) -> dict:
                     raise Cancelled("cancelled")
                 if job.has_deletes:
                     batch, n = drop_deleted(batch, job.deletes, job.pk_column)
+                    deleted += n
+                if job.expire_before:
+                    batch, n = drop_expired(batch, job.expire_before)
                     deleted += n
                 writer.add(batch)
                 if writer.failed:

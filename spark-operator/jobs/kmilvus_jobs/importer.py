@@ -58,44 +58,14 @@ SNIPPET = 60
 DRIVER_KEY_CHECK_ROWS = 20_000_000  # Parquet imports up to this size check keys in the driver
 
 
-def _types():
-    from pyspark.sql import types as T
-
-    from kmilvus.util import typeutil
-
-    DT = typeutil.DT
-    return {
-        DT.Bool: T.BooleanType(),
-        DT.Int8: T.LongType(),
-        DT.Int16: T.LongType(),
-        DT.Int32: T.LongType(),
-        DT.Int64: T.LongType(),
-        DT.Float: T.FloatType(),
-        DT.Double: T.DoubleType(),
-        DT.VarChar: T.StringType(),
-        DT.JSON: T.StringType(),
-        DT.FloatVector: T.ArrayType(T.FloatType()),
-    }
-
-
-def _arrow_types():
+def _spark_type(field):
+    """The Spark type of a field's column in the job's frames (`files.frame_type`)."""
     import pyarrow as pa
 
-    from kmilvus.util import typeutil
+    from kmilvus.spark.files import frame_type
+    from kmilvus_jobs.sources import spark_schema_of
 
-    DT = typeutil.DT
-    return {
-        DT.Bool: pa.bool_(),
-        DT.Int8: pa.int64(),
-        DT.Int16: pa.int64(),
-        DT.Int32: pa.int64(),
-        DT.Int64: pa.int64(),
-        DT.Float: pa.float32(),
-        DT.Double: pa.float64(),
-        DT.VarChar: pa.string(),
-        DT.JSON: pa.string(),
-        DT.FloatVector: pa.list_(pa.float32()),
-    }
+    return spark_schema_of(pa.schema([("x", frame_type(field))]))[0].dataType
 
 
 def _first_error(conds):
@@ -141,38 +111,64 @@ def _spark_list_type(t):
     return t
 
 
-def parquet_columns(fields) -> list[tuple[str, str, object]]:
-    """(file column, output column, Arrow type) of the schema's fields, as Spark types them."""
-    arrow = _arrow_types()
-    return [(fl.name, str(fl.fieldID), arrow[fl.data_type]) for fl in fields]
+def parquet_columns(f, schema, fields) -> tuple[list[tuple], list[str], list]:
+    """How pyarrow reads a Parquet file for the job (`sources.arrow_parquet_frame` columns), the
+    file's extra columns (for `$meta`) and the sparse-vector fields it holds as JSON text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kmilvus.spark.files import dynamic_extras, frame_type
+    from kmilvus.util import typeutil
+
+    with f.filesystem().open_input_file(f.fs_path) as src:
+        file_schema = pq.read_schema(src)
+    have = set(file_schema.names)
+    extras = dynamic_extras(file_schema.names, schema)
+    cols, text_sparse = [], []
+    for fl in fields:
+        want = frame_type(fl)
+        src_name = fl.name if fl.name in have else None
+        if src_name is not None and fl.data_type == typeutil.DT.SparseFloatVector:
+            t = file_schema.field(fl.name).type
+            if pa.types.is_string(t) or pa.types.is_large_string(t):
+                want = pa.string()
+                text_sparse.append(fl)
+        cols.append((src_name, str(fl.fieldID), want, fl.SerializeToString()))
+    cols += [(n, f"__x{k}", _spark_list_type(file_schema.field(n).type), None) for k, n in enumerate(extras)]
+    return cols, extras, text_sparse
 
 
 def parquet_frame(spark, i: int, f, schema, fields):
+    """Spark's Parquet reader when every field is of a type it reads as the job wants, else
+    pyarrow in tasks (`files.frame_column`: uint8 bytes of 16-bit vectors, sparse maps, ...).
+    A nullable / default field the file leaves out is a column of nulls."""
     from pyspark.sql import functions as F
 
-    from kmilvus.spark.files import dynamic_extras
+    from kmilvus.spark.files import SPARK_PARQUET_TYPES, dynamic_extras
 
-    types = _types()
-    if not spark_native(spark, f):
-        import pyarrow.parquet as pq
-
-        with f.filesystem().open_input_file(f.fs_path) as src:
-            file_schema = pq.read_schema(src)
-        extras = dynamic_extras(file_schema.names, schema)
-        cols = parquet_columns(fields)
-        cols += [(n, f"__x{k}", _spark_list_type(file_schema.field(n).type)) for k, n in enumerate(extras)]
+    if not spark_native(spark, f) or any(fl.data_type not in SPARK_PARQUET_TYPES for fl in fields):
+        cols, extras, text_sparse = parquet_columns(f, schema, fields)
         frame = arrow_parquet_frame(spark, f, i, cols)
         meta = _dynamic_column(schema, [(n, F.col(f"__x{k}")) for k, n in enumerate(extras)])
-        if meta is None:
-            return frame
-        keep = [str(fl.fieldID) for fl in fields] + ["__file", "__row", "__err"]
-        return frame.select(*keep[:-3], meta, *keep[-3:])
+        values = [F.col(str(fl.fieldID)) for fl in fields]
+        conds = []
+        for fl in text_sparse:
+            k = fields.index(fl)
+            values[k], bad = _sparse_from_text(F.col(str(fl.fieldID)))
+            conds.append((bad, F.lit(f"the value of field '{fl.name}' is not a valid SparseFloatVector")))
+        values = [v.alias(str(fl.fieldID)) for v, fl in zip(values, fields, strict=True)]
+        if meta is not None:
+            values.append(meta)
+        err = _first_error(conds) if conds else F.col("__err")
+        return frame.select(*values, "__file", "__row", err.alias("__err"))
     raw = spark.read.parquet(f.spark_path())
     have = {s.name: s.dataType for s in raw.schema}
     cols = []
     for fl in fields:
         c = F.col(f"`{fl.name}`")
-        want = types[fl.data_type]
+        want = _spark_type(fl)
+        if fl.name not in have:  # a nullable / default field left out
+            c = F.lit(None)
         cols.append((c if have.get(fl.name) == want else c.cast(want)).alias(str(fl.fieldID)))
     meta = _dynamic_column(schema, [(n, F.col(f"`{n}`")) for n in dynamic_extras(raw.columns, schema)])
     if meta is not None:
@@ -183,6 +179,48 @@ def parquet_frame(spark, i: int, f, schema, fields):
         F.col("_metadata.row_index").cast("long").alias("__row"),
         F.lit(None).cast("string").alias("__err"),
     )
+
+
+def _sparse_from_text(text):
+    """JSON text of a sparse vector — `{"indices": [...], "values": [...]}` or `{"index": value}`
+    — → (struct<indices, values>, whether the text is neither). Null text stays null."""
+    from pyspark.sql import functions as F
+
+    iv = F.from_json(text, "struct<indices:array<bigint>,`values`:array<double>>")
+    mp = F.from_json(text, "map<string,double>")
+    pairs = F.struct(
+        F.transform(F.map_keys(mp), lambda k: k.try_cast("bigint")).alias("indices"),
+        F.map_values(mp).alias("values"),
+    )
+    is_iv = F.get_json_object(text, "$.indices").isNotNull() | F.get_json_object(text, "$.values").isNotNull()
+    value = F.when(text.isNull(), F.lit(None)).when(is_iv, iv).otherwise(pairs)
+    bad = text.isNotNull() & (~F.ltrim(text).startswith("{") | (is_iv & iv.isNull()) | (~is_iv & mp.isNull()))
+    return value, bad
+
+
+def _json_checks(fl, val, raw_value, raw_text):
+    """Row problems of a JSON / CSV value Spark typed as `val` (`raw_text`: the value's JSON
+    text): wrong element types of a list (Spark reads 5 into a string list as "5")."""
+    from pyspark.sql import functions as F
+
+    from kmilvus.util import typeutil
+
+    DT = typeutil.DT
+    out = []
+    if fl.data_type == DT.Array:
+        elem = typeutil.type_name(fl.element_type)
+        wrong = F.exists(val, lambda e: e.isNull())
+        if fl.element_type == DT.VarChar:
+            wrong = wrong | ~F.forall(
+                F.from_json(raw_text, "array<variant>"), lambda e: F.schema_of_variant(e) == F.lit("STRING")
+            )
+        out.append(
+            (
+                val.isNotNull() & wrong,
+                F.concat(F.lit(f"expected element type '{elem}' in array field '{fl.name}', got "), raw_value),
+            )
+        )
+    return out
 
 
 def json_frame(spark, i: int, f, schema, fields):
@@ -212,8 +250,14 @@ def json_frame(spark, i: int, f, schema, fields):
     rows = parsed.select(F.posexplode("__arr").alias("__row", "__raw"), "__ferr").where(
         F.col("__raw").isNull() | (F.trim(F.col("__raw")) != "")
     )
+    from kmilvus.spark.files import optional
+
     allowed = [fl.name for fl in fields]
-    struct = ", ".join(f"`{fl.name}` {_types()[fl.data_type].simpleString()}" for fl in fields)
+    # A sparse vector is read as its JSON text (two forms), then parsed by `_sparse_from_text`.
+    struct = ", ".join(
+        f"`{fl.name}` {'string' if fl.data_type == DT.SparseFloatVector else _spark_type(fl).simpleString()}"
+        for fl in fields
+    )
     # One typed parse per row (Jackson, partial results: a value of the wrong type reads as null)
     # and one key listing (null when the row is not a JSON object).
     rows = rows.select(
@@ -263,14 +307,31 @@ def json_frame(spark, i: int, f, schema, fields):
     for fl in fields:
         name, dt = fl.name, fl.data_type
         val = F.col("__s").getField(name)
-        raw_value = F.coalesce(_snippet(F.get_json_object(F.col("__raw"), f"$.{name}")), F.lit("null"))
+        raw_text = F.get_json_object(F.col("__raw"), f"$.{name}")
+        raw_value = F.coalesce(_snippet(raw_text), F.lit("null"))
         what = "a list of numbers" if dt == DT.FloatVector else f"a valid {typeutil.type_name(dt)}"
-        conds.append((~F.array_contains(keys, name), F.lit(f"field '{name}' is missing")))
-        conds.append((val.isNull(), F.concat(F.lit(f"the value of field '{name}' is null or not {what}: "), raw_value)))
+        if dt == DT.SparseFloatVector:
+            val, bad = _sparse_from_text(val)
+            conds.append(
+                (bad, F.concat(F.lit(f"the value of field '{name}' is not a valid SparseFloatVector: "), raw_value))
+            )
+        if optional(fl):  # missing or null: null, or the default (the writer's)
+            conds.append(
+                (
+                    val.isNull() & raw_text.isNotNull(),
+                    F.concat(F.lit(f"the value of field '{name}' is not {what}: "), raw_value),
+                )
+            )
+        else:
+            conds.append((~F.array_contains(keys, name), F.lit(f"field '{name}' is missing")))
+            conds.append(
+                (val.isNull(), F.concat(F.lit(f"the value of field '{name}' is null or not {what}: "), raw_value))
+            )
+        conds += _json_checks(fl, val, raw_value, raw_text)
         if dt == DT.JSON:
             conds.append(
                 (
-                    F.expr(f"try_parse_json(__s.`{name}`)").isNull(),
+                    val.isNotNull() & F.expr(f"try_parse_json(__s.`{name}`)").isNull(),
                     F.concat(
                         F.lit(f"the value of JSON field '{name}' must be an object or a string holding JSON: "),
                         raw_value,
@@ -290,7 +351,7 @@ def csv_frame(spark, i: int, f, schema, fields, options):
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from kmilvus.spark.files import csv_header
+    from kmilvus.spark.files import csv_header, optional
     from kmilvus.util import typeutil
 
     DT = typeutil.DT
@@ -327,32 +388,46 @@ def csv_frame(spark, i: int, f, schema, fields, options):
     values = []
     for fl in fields:
         name, dt = fl.name, fl.data_type
+        if name not in names:  # a nullable / default field left out (the header check let it)
+            values.append(F.lit(None).cast(_spark_type(fl)).alias(str(fl.fieldID)))
+            continue
         s = F.col(f"`{name}`")
         want = typeutil.type_name(dt)
         bad = F.concat(F.lit(f"the value of field '{name}' is not a valid {want}: '"), _snippet(s), F.lit("'"))
+        extra = []
         if dt == DT.Bool:
             val = F.trim(s).try_cast("boolean")
-            ok = val.isNotNull()
         elif dt in (DT.Int8, DT.Int16, DT.Int32, DT.Int64):
             val = F.trim(s).try_cast("bigint")
-            ok = val.isNotNull()
         elif dt in (DT.Float, DT.Double):
             val = F.trim(s).try_cast("float" if dt == DT.Float else "double")
-            ok = val.isNotNull()
         elif dt == DT.VarChar:
-            val, ok = s, s.isNotNull()
+            val = s
         elif dt == DT.JSON:
-            val, ok = s, F.expr(f"try_parse_json(`{name}`)").isNotNull()
-        elif dt == DT.FloatVector:
-            val = F.from_json(s, "array<float>")
-            ok = val.isNotNull()
-            bad = F.concat(F.lit(f"the value of field '{name}' is not a list of numbers: '"), _snippet(s), F.lit("'"))
+            val = F.when(F.expr(f"try_parse_json(`{name}`)").isNotNull(), s)
+        elif dt == DT.SparseFloatVector:
+            val, not_sparse = _sparse_from_text(s)
+            val = F.when(~not_sparse, val)
+        elif dt in (DT.FloatVector, DT.BinaryVector, DT.Float16Vector, DT.BFloat16Vector, DT.Array):
+            val = F.from_json(s, _spark_type(fl).simpleString())
+            if dt == DT.FloatVector:
+                bad = F.concat(
+                    F.lit(f"the value of field '{name}' is not a list of numbers: '"), _snippet(s), F.lit("'")
+                )
+            extra = _json_checks(fl, val, F.concat(F.lit("'"), _snippet(s), F.lit("'")), s)
         else:
             raise JobFailure(
                 [{"file": f.uri, "row": None, "field": name, "reason": f"data type {want} cannot be imported"}]
             )
+        if optional(fl):  # Milvus' CSV null key: an empty cell is null (or the default)
+            empty = s == F.lit("")
+            val = F.when(~empty, val)
+            ok = empty | val.isNotNull()
+        else:
+            ok = val.isNotNull()
         conds.append((~ok, bad))
-        values.append(F.when(ok, val).cast(_types()[dt]).alias(str(fl.fieldID)))
+        conds += extra
+        values.append(F.when(ok, val).cast(_spark_type(fl)).alias(str(fl.fieldID)))
     from kmilvus.spark.files import dynamic_extras
 
     meta = _dynamic_column(schema, [(n, F.col(f"`{n}`")) for n in dynamic_extras(names, schema)])
@@ -677,21 +752,23 @@ class Cancelled(Exception):
 
 def local_route_refusal(spec: dict) -> str | None:
     """Why `run_local` cannot run this import (None: it can). Text formats are parsed by Spark
-    SQL, and the `$meta` JSON of extra Parquet columns is Spark's `to_json`."""
-    import pyarrow.parquet as pq
-
-    from kmilvus.spark.files import InputFile, dynamic_extras
+    SQL, and so are sparse vectors held as JSON text; the `$meta` JSON of extra Parquet columns
+    is Spark's `to_json`."""
+    from kmilvus.spark.files import InputFile, importable_fields
 
     schema = decode_schema(spec["schema"])
+    fields = importable_fields(schema)
     for d in spec["files"]:
         if not isinstance(d, dict):
             return "a file not resolved by the coordinator"
         f = InputFile.from_dict(d)
         if f.fmt != "parquet":
             return f"{f.fmt} input is parsed by Spark"
-        with f.filesystem().open_input_file(f.fs_path) as src:
-            if dynamic_extras(pq.read_schema(src).names, schema):
-                return "dynamic fields from extra columns are serialized by Spark"
+        _cols, extras, text_sparse = parquet_columns(f, schema, fields)
+        if extras:
+            return "dynamic fields from extra columns are serialized by Spark"
+        if text_sparse:
+            return "sparse vectors as JSON text are parsed by Spark"
     return None
 
 
@@ -710,7 +787,6 @@ def run_local(spec: dict, cancelled=lambda: False) -> dict:
     counts = [f.rows for f in files]
     progress("counted", rows=sum(counts))
     dyn = typeutil.dynamic_field(plan.schema)
-    cols = parquet_columns(plan.fields)
     writer = None
     try:
         total, n_seg, offsets, segments = plan.layout(counts)
@@ -720,6 +796,7 @@ def run_local(spec: dict, cancelled=lambda: False) -> dict:
         writer = BinlogWriter(plan.writer_ctx(segments))
         for i, f in enumerate(files):
             starts = parquet_starts(f)
+            cols = parquet_columns(f, plan.schema, plan.fields)[0]
             for batch in prefetched(parquet_batches(f.to_dict(), i, cols, starts, range(len(starts)))):
                 if cancelled():
                     raise Cancelled("cancelled")

@@ -39,7 +39,7 @@ def parquet_starts(f) -> list[int]:
     return starts
 
 
-def parquet_schema(columns: list[tuple[str, str, object]]):
+def parquet_schema(columns: list[tuple]):
     import pyarrow as pa
 
     return pa.schema(
@@ -47,26 +47,33 @@ def parquet_schema(columns: list[tuple[str, str, object]]):
     )
 
 
-def parquet_batches(fdict: dict, file_index: int, columns: list, starts: list[int], row_groups):
-    """Row groups `row_groups` of a Parquet file as record batches of `parquet_schema(columns)`."""
+def parquet_batches(fdict: dict, file_index: int, columns: list[tuple], starts: list[int], row_groups):
+    """Row groups `row_groups` of a Parquet file as record batches of `parquet_schema(columns)`
+    (`columns` as `arrow_parquet_frame` takes them)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from pymilvus.grpc_gen import schema_pb2
 
-    from kmilvus.spark.files import InputFile
+    from kmilvus.spark.files import InputFile, frame_column
 
     out_schema = parquet_schema(columns)
-    src_names = [c[0] for c in columns]
+    src_names = [c[0] for c in columns if c[0] is not None]
+    fields = [None if c[3] is None else schema_pb2.FieldSchema.FromString(c[3]) for c in columns]
     inp = InputFile.from_dict(fdict)
     with inp.filesystem().open_input_file(inp.fs_path) as src:
         pf = pq.ParquetFile(src)
         for rg in row_groups:
             t = pf.read_row_group(rg, columns=src_names)
-            arrays = []
-            for (_name, _, typ), col in zip(columns, t.columns, strict=True):
-                col = to_list(col.combine_chunks())
-                arrays.append(col if col.type == typ else col.cast(typ))
             n = t.num_rows
+            arrays = []
+            for (name, _, typ, _), field in zip(columns, fields, strict=True):
+                if name is None:
+                    arrays.append(pa.nulls(n, typ))
+                    continue
+                col = t.column(name).combine_chunks()
+                col = to_list(col) if field is None else frame_column(field, col)
+                arrays.append(col if col.type == typ else col.cast(typ))
             arrays += [
                 pa.array(np.full(n, file_index, np.int32)),
                 pa.array(np.arange(starts[rg], starts[rg] + n, dtype=np.int64)),
@@ -75,11 +82,13 @@ def parquet_batches(fdict: dict, file_index: int, columns: list, starts: list[in
             yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
 
-def arrow_parquet_frame(spark, f, file_index: int, columns: list[tuple[str, str, object]]):
+def arrow_parquet_frame(spark, f, file_index: int, columns: list[tuple]):
     """Parquet via pyarrow, one task item per row group.
 
-    columns: (source column name, output column name, output arrow type); the frame also has
-    __file, __row (row index in the file) and __err (null).
+    columns: (source column name, output column name, output arrow type, field): `field` (a
+    serialized FieldSchema) converts the column with `kmilvus.spark.files.frame_column`, a None
+    source name gives a column of nulls (a nullable / default field the file leaves out). The
+    frame also has __file, __row (row index in the file) and __err (null).
     """
     starts = parquet_starts(f)
     fdict = f.to_dict()
@@ -195,6 +204,8 @@ def spark_schema_of(schema):
             return T.BinaryType()
         if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
             return T.ArrayType(conv(t.value_type))
+        if pa.types.is_struct(t):
+            return T.StructType([T.StructField(t.field(i).name, conv(t.field(i).type)) for i in range(t.num_fields)])
         raise TypeError(f"no Spark type for {t}")
 
     return T.StructType([T.StructField(f.name, conv(f.type), True) for f in schema])

@@ -26,6 +26,7 @@ import base64
 import contextlib
 import os
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -84,19 +85,42 @@ def _check_not_null(name: str, arr: pa.Array) -> None:
 
 
 def check_and_convert(field, arr: pa.Array, typeutil) -> pa.Array:
-    """Validate one column of the import (as Spark typed it) and convert it to the binlog type.
+    """Validate one column of the import (as Spark typed it: `files.frame_type`) and convert it
+    to the binlog type.
 
     Nulls and list shapes are Spark's alone (protobuf has neither); every value check is
-    `kmilvus.util.typeutil`'s, the same the Proxy runs on an Insert."""
+    `kmilvus.util.typeutil`'s or `fieldtypes`', the same the Proxy runs on an Insert. A null of a
+    nullable field stays null, of a field with a default becomes the default (`expand_valid`,
+    as an Insert's `valid_data`); elsewhere it is a problem."""
+    from kmilvus.util import fieldtypes
+
     name = field.name
     arr = _as_array(arr)
-    _check_not_null(name, arr)
+    valid = None
+    if arr.null_count:
+        if not (field.nullable or fieldtypes.has_default(field)):
+            _check_not_null(name, arr)
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        arr = arr.filter(pa.array(valid))
     try:
-        if field.data_type == typeutil.DT.FloatVector:
-            return _float_vector(field, arr, typeutil)
-        typeutil.check_values(field, arr)
+        out = _convert(field, arr, typeutil, fieldtypes)
     except typeutil.RowError as e:
-        raise RowProblem(e.row, name, e.reason) from None
+        row = e.row if valid is None else int(np.flatnonzero(valid)[e.row])
+        raise RowProblem(row, name, e.reason) from None
+    return out if valid is None else fieldtypes.expand_valid(out, valid, field)
+
+
+def _convert(field, arr: pa.Array, typeutil, fieldtypes) -> pa.Array:
+    dt = field.data_type
+    if dt == typeutil.DT.FloatVector:
+        return _float_vector(field, arr, typeutil)
+    if dt in fieldtypes.BYTE_VECTORS:
+        return fieldtypes.byte_vector_from_lists(field, arr)
+    if dt == typeutil.DT.SparseFloatVector:
+        return fieldtypes.sparse_from_lists(field, arr)
+    if dt == typeutil.DT.Array:
+        return fieldtypes.array_from_lists(field, arr)
+    typeutil.check_values(field, arr)
     want = typeutil.arrow_type(field)
     return arr if arr.type == want else arr.cast(want)
 
