@@ -241,3 +241,41 @@ def test_prefetched_keeps_order_raises_the_readers_error_and_stops_its_thread():
     endless = common.prefetched(iter(int, 1))  # never ends: the consumer stops early
     assert next(endless) == 0
     endless.close()  # joins the producer thread (the test would hang otherwise)
+
+
+@pytest.mark.timeout(120)
+def test_an_import_is_reported_completed_only_once_its_segments_are_registered(node, tmp_path, monkeypatch):
+    """GetImportJob answers from memory: a job must not read Completed while the commit's etcd
+    transaction is still in flight (an in-process import is fast enough for a client to see it,
+    with `get_collection_stats` still 0)."""
+    dc = node.component("datacoord")
+    kv = dc.imports.port.kv
+    seen = []
+    real_txn = kv.txn
+
+    async def txn(*args, **kw):
+        seen.extend(j.jobID for j in dc.imports.jobs.values() if j.state == common_pb2.ImportState.ImportCompleted)
+        return await real_txn(*args, **kw)
+
+    monkeypatch.setattr(kv, "txn", txn)
+    f = _parquet(tmp_path / "rows.parquet", 1000)
+    client = MilvusClient(uri=node.uri)
+    alias = "i" + uuid.uuid4().hex[:8]
+    connections.connect(alias, uri=node.uri)
+    try:
+        client.create_collection(
+            "seen",
+            schema=CollectionSchema(
+                [FieldSchema("id", DataType.INT64, is_primary=True), FieldSchema("vec", DataType.FLOAT_VECTOR, dim=DIM)]
+            ),
+        )
+        task = utility.do_bulk_insert("seen", files=[str(f)], using=alias)
+        deadline = time.monotonic() + 60
+        while utility.get_bulk_insert_state(task, using=alias).state != BulkInsertState.ImportCompleted:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert client.get_collection_stats("seen")["row_count"] == 1000
+        assert task not in seen
+    finally:
+        connections.disconnect(alias)
+        client.close()
