@@ -3,6 +3,8 @@ Spark Parquet read-and-write of the same data, in the same run, through the same
 
     .venv/bin/python bench/bench_spark.py                    # 1M rows, 3 rounds, local[2]
     .venv/bin/python bench/bench_spark.py --rows 200000 --rounds 1
+    .venv/bin/python bench/bench_spark.py --e2e --rows 10000 --rounds 5      # through pymilvus
+    .venv/bin/python bench/bench_spark.py --e2e --rows 1000000 --rounds 1 --routes inprocess
 
 Every measurement is one `spark-submit --master local[2]` (kmilvus.spark.LocalSparkRunner, the
 runner DataCoord uses), so each pays the same JVM start. Reported per job, median of the rounds
@@ -15,6 +17,13 @@ runner DataCoord uses), so each pays the same JVM start. Reported per job, media
 
 `ratio` = plain copy job time / kmilvus job time (throughput relative to the plain copy; the
 target is ≥ 0.7). Data: int64 pk, 128-dim float32 vector, varchar tag (DESIGN.md's collection).
+
+`--e2e`: what a user waits for instead — `utility.do_bulk_insert` of one Parquet file through
+pymilvus against `kmilvus standalone` until `get_bulk_insert_state` says Completed (polled every
+10 ms), then `compact()` of `--sources` small flushed segments until its state is Completed, per job route:
+`inprocess` (the job runs in DataCoord's process, KMILVUS_INPROCESS_JOB_MAX_MB raised to fit the
+input) and `spark` (KMILVUS_INPROCESS_JOB_MAX_MB=0: a cold spark-submit per job). One
+standalone per route; a fresh collection per round; medians of the rounds.
 """
 
 from __future__ import annotations
@@ -179,6 +188,82 @@ def fmt(label: str, rows: int, nbytes: int, job_s: list[float], wall_s: list[flo
     )
 
 
+ROUTES = {"inprocess": "1000000", "spark": "0"}  # KMILVUS_INPROCESS_JOB_MAX_MB per route
+
+
+def e2e(args: argparse.Namespace, root: Path) -> None:
+    """Import and compaction through pymilvus against `kmilvus standalone`, per job route."""
+    from pymilvus import CollectionSchema, DataType, FieldSchema, MilvusClient, connections, utility
+    from pymilvus.client.types import BulkInsertState
+
+    from bench.standalone_proc import Standalone
+
+    src = root / "input.parquet"
+    pq.write_table(make_table(args.rows, args.dim), src, row_group_size=128_000)
+    schema = CollectionSchema(
+        [
+            FieldSchema("id", DataType.INT64, is_primary=True),
+            FieldSchema("vec", DataType.FLOAT_VECTOR, dim=args.dim),
+            FieldSchema("tag", DataType.VARCHAR, max_length=64),
+        ]
+    )
+    small = make_table(args.compact_rows, args.dim)
+    print(
+        f"e2e: import of {args.rows:,} rows × {args.dim} ({src.stat().st_size / 1e6:.0f} MB Parquet); compaction of "
+        f"{args.sources} segments × {args.compact_rows} rows; routes {', '.join(args.routes)}; {args.rounds} round(s)",
+        flush=True,
+    )
+    results: dict[str, dict[str, list[float]]] = {}
+    for route in args.routes:
+        env = {"KMILVUS_INPROCESS_JOB_MAX_MB": ROUTES[route], "KMILVUS_AUTO_COMPACTION": "false"}
+        (root / f"standalone-{route}").mkdir(exist_ok=True)
+        node = Standalone(data_dir=root / f"standalone-{route}", env=env).start()
+        times: dict[str, list[float]] = {"import": [], "compact": []}
+        results[route] = times
+        try:
+            client = MilvusClient(uri=node.uri)
+            connections.connect(route, uri=node.uri)
+            for r in range(args.rounds):
+                name = f"b_{route}_{r}"
+                client.create_collection(name, schema=schema)
+                t0 = time.perf_counter()
+                task = utility.do_bulk_insert(name, files=[str(src)], using=route)
+                while (st := utility.get_bulk_insert_state(task, using=route)).state not in (
+                    BulkInsertState.ImportCompleted,
+                    BulkInsertState.ImportFailed,
+                ):
+                    time.sleep(0.01)
+                times["import"].append(time.perf_counter() - t0)
+                if st.state != BulkInsertState.ImportCompleted:
+                    raise RuntimeError(f"import failed: {st.infos}")
+                if args.sources:
+                    cname = f"c_{route}_{r}"
+                    client.create_collection(cname, schema=schema)
+                    for i in range(args.sources):
+                        rows = small.to_pylist()
+                        for k, row in enumerate(rows):
+                            row["id"] = i * len(rows) + k
+                        client.insert(cname, rows)
+                        client.flush(cname)
+                    t0 = time.perf_counter()
+                    job = client.compact(cname)
+                    while client.get_compaction_state(job) != "Completed":
+                        time.sleep(0.01)
+                    times["compact"].append(time.perf_counter() - t0)
+                    client.drop_collection(cname)
+                client.drop_collection(name)
+                print(f"{route} round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items() if v))
+            connections.disconnect(route)
+            client.close()
+        finally:
+            node.stop()
+    print()
+    for route, times in results.items():
+        for k, v in times.items():
+            if v:
+                print(f"{k:<8} {route:<10} median {statistics.median(v):6.2f} s  (min {min(v):.2f}, max {max(v):.2f})")
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -187,10 +272,20 @@ async def main() -> None:
     ap.add_argument("--sources", type=int, default=20, help="source segments for the compaction")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed)")
+    ap.add_argument("--e2e", action="store_true", help="through pymilvus against kmilvus standalone")
+    ap.add_argument("--routes", nargs="+", choices=list(ROUTES), default=list(ROUTES), help="--e2e job routes")
+    ap.add_argument("--compact-rows", type=int, default=1000, help="--e2e rows per source segment")
     args = ap.parse_args()
 
     root = Path(args.dir or tempfile.mkdtemp(prefix="bench-spark-"))
     root.mkdir(parents=True, exist_ok=True)
+    if args.e2e:
+        try:
+            e2e(args, root)
+        finally:
+            if not args.dir:
+                shutil.rmtree(root, ignore_errors=True)
+        return
     try:
         schema = make_schema(args.dim)
         table = make_table(args.rows, args.dim)

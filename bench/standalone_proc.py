@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -23,10 +24,11 @@ def free_port() -> int:
 
 
 class Standalone:
-    def __init__(self, *args: str, data_dir: Path | None = None):
+    def __init__(self, *args: str, data_dir: Path | None = None, env: dict[str, str] | None = None):
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="kmilvus-bench-"))
         self.port = free_port()
         self.args = args
+        self.env = env  # KMILVUS_* settings on top of this process' environment
         self.proc: subprocess.Popen | None = None
         self.ready_seconds = 0.0
 
@@ -39,6 +41,7 @@ class Standalone:
                 [str(exe), "standalone", "--data-dir", str(self.data_dir), "--port", str(self.port), *self.args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env} if self.env else None,
             )
         while b"ready on" not in log.read_bytes():
             if self.proc.poll() is not None:

@@ -71,6 +71,9 @@ class Config:
     spark_max_concurrent_jobs: int = 2  # applications running at once; more wait (Pending)
     spark_job_timeout: float = 3600.0  # seconds before a running application is cancelled
     spark_poll_interval: float = 0.5  # seconds between application state checks
+    # Jobs reading at most this many MiB (Parquet imports, compactions) run in the DataCoord
+    # process, without Spark: no JVM to start. 0 = every job on Spark.
+    inprocess_job_max_mb: int = 64
     etcd_max_txn_ops: int = 128  # etcd's --max-txn-ops: a job's commit must fit
     # Compaction: merge small flushed segments (policy: enough small ones in a partition/channel).
     auto_compaction: bool = True

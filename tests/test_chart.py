@@ -849,3 +849,14 @@ def test_security_values_wire_auth_tls_and_network_policies():
 def test_auth_without_a_root_password_secret_does_not_render():
     with pytest.raises(Exception, match="rootPasswordSecret is required"):
         render({"security": {"auth": {"enabled": True}}})
+
+
+def test_inprocess_job_limit_is_a_chart_value():
+    """Small jobs run in the operator process: the limit reaches it as KMILVUS_INPROCESS_JOB_MAX_MB."""
+
+    def env(values: dict) -> dict:
+        c = one(render(values), "Deployment", f"{RELEASE}-operator")["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in c["env"]}
+
+    assert env({})["KMILVUS_INPROCESS_JOB_MAX_MB"] == "64"
+    assert env({"spark": {"inProcessMaxMB": 0}})["KMILVUS_INPROCESS_JOB_MAX_MB"] == "0"

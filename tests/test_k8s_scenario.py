@@ -98,6 +98,8 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(
             },
             "proxy": {"port": port, "metricsPort": free_port()},
             "datanode": {"metricsPort": free_port()},
+            # Small jobs would run in the operator process: this test follows SparkApplications.
+            "spark": {"inProcessMaxMB": 0},
         }
     )
     users = [secret(RELEASE_NS), secret(NS)]  # `kubectl create secret` where pods and jobs run

@@ -315,7 +315,8 @@ async def test_bulk_import_through_spark_applications(kmock, kube, node_factory,
         tmp_path / "rows.parquet",
     )
 
-    node = await asyncio.to_thread(node_factory)
+    # A job this small would run in-process: this test follows the SparkApplication route.
+    node = await asyncio.to_thread(node_factory, inprocess_job_max_mb=0)
     runner = SparkApplicationRunner(client_for(kmock), NS)  # used on the node's loop only
 
     async def plug():

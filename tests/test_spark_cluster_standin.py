@@ -305,7 +305,8 @@ async def test_bulk_import_with_only_what_the_spec_provides(
         ),
         tmp_path / "rows.parquet",
     )
-    node = await asyncio.to_thread(node_factory, storage_uri=storage_uri, **settings)
+    # A job this small would run in-process: this test follows the SparkApplication route.
+    node = await asyncio.to_thread(node_factory, storage_uri=storage_uri, inprocess_job_max_mb=0, **settings)
     runner = SparkApplicationRunner(client_for(kmock), (NS,))
 
     async def plug():

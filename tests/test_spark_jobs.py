@@ -87,6 +87,16 @@ def _schema(dim: int = DIM) -> CollectionSchema:
     )
 
 
+# How a node runs small jobs: in its DataCoord process (the default) or on Spark.
+ROUTES = {"inprocess": {}, "spark": {"inprocess_job_max_mb": 0}}
+
+
+@pytest.fixture
+def node(node_factory, request):
+    """A `standalone`-shaped node; parametrized (indirect) with a key of ROUTES."""
+    return node_factory(**ROUTES[getattr(request, "param", "inprocess")])
+
+
 @pytest.fixture
 def orm(node):
     alias = "s" + uuid.uuid4().hex[:8]
@@ -194,6 +204,7 @@ def test_bulk_import_parquet_json_csv(node, client, orm, data_dir):
     print(f"\nimport of {total} rows (3 jobs, 2 at a time): {elapsed:.1f} s")
 
 
+@pytest.mark.parametrize("node", ROUTES, indirect=True)
 def test_import_with_wrong_dim_fails_and_registers_nothing(node, client, orm, tmp_path):
     client.create_collection("bad", schema=_schema(dim=8))
     coll = _coll_id(client, "bad")
@@ -261,9 +272,10 @@ def _insert_flush(client: MilvusClient, name: str, batches: int, rows: int, star
     return pk
 
 
-def test_compaction_merges_small_segments(node_factory, tmp_path):
+@pytest.mark.parametrize("route", ROUTES)
+def test_compaction_merges_small_segments(node_factory, tmp_path, route):
     # Policy on but with nothing to do at this threshold; manual compaction below.
-    n = node_factory(auto_compaction=False, compaction_check_interval=0.3, compaction_min_segments=2)
+    n = node_factory(auto_compaction=False, compaction_check_interval=0.3, compaction_min_segments=2, **ROUTES[route])
     client = MilvusClient(uri=n.uri)
     alias = "c" + uuid.uuid4().hex[:8]
     connections.connect(alias, uri=n.uri)
@@ -310,7 +322,7 @@ def test_compaction_merges_small_segments(node_factory, tmp_path):
             assert n.call(kv.get_prefix(catalog.binlog_prefix(coll, s.id))) == []
         keys = [k for k, _ in n.call(kv.get_prefix(catalog.segment_prefix(coll)))]
         assert len(keys) == len(targets)
-        print(f"\ncompaction of 20 segments ({total} rows): {elapsed:.1f} s")
+        print(f"\ncompaction of 20 segments ({total} rows, {route}): {elapsed:.1f} s")
     finally:
         connections.disconnect(alias)
         client.close()
@@ -318,7 +330,7 @@ def test_compaction_merges_small_segments(node_factory, tmp_path):
 
 def test_drop_collection_during_compaction_leaves_nothing(node_factory):
     # The policy triggers the compaction (3 small segments); the drop lands while Spark runs.
-    n = node_factory(auto_compaction=True, compaction_check_interval=0.3, compaction_min_segments=3)
+    n = node_factory(auto_compaction=True, compaction_check_interval=0.3, compaction_min_segments=3, **ROUTES["spark"])
     client = MilvusClient(uri=n.uri)
     try:
         client.create_collection("gone", schema=_schema())
@@ -710,3 +722,160 @@ def test_import_interrupted_by_a_restart_is_cleaned_up(node_factory, data_dir):
         assert MilvusClient(uri=n2.uri).get_collection_stats("rs")["row_count"] == 0
     finally:
         connections.disconnect(alias)
+
+
+# ------------------------------------------------------------------------------ in-process route vs Spark
+
+
+def _segments_of(store_root: Path, manifest: dict) -> dict[int, pa.Table]:
+    """Every target segment of a manifest, rows by row ID."""
+    from kmilvus.storage import ObjectStore
+
+    store = ObjectStore.from_uri(store_root.as_uri())
+    out = {}
+    for s in manifest["segments"]:
+        t = read_segment(store, 10, s["partition_id"], s["segment_id"])
+        out[s["segment_id"]] = t.sort_by([("0", "ascending")])
+    return out
+
+
+def _both_routes(spark, tmp_path, module, spec_of):
+    """(manifest or problem) of the Spark route (`module.run`) and of the in-process route
+    (`module.run_local`), each in its own store."""
+    from kmilvus_jobs.common import JobFailure
+
+    got = []
+    for route in ("spark", "local"):
+        spec = spec_of(tmp_path / route)
+        try:
+            got.append((module.run(spark, spec) if route == "spark" else module.run_local(spec), None))
+        except JobFailure as f:
+            got.append((None, f.problems[0]))
+    return got
+
+
+def _parquet(tmp_path, n, **override) -> Path:
+    rng = np.random.default_rng(7)
+    cols = {
+        "id": pa.array(np.arange(n, dtype=np.int64) * 3),
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 4, dtype=np.float32)), 4),
+        "tag": pa.array([f"t{i % 997}" for i in range(n)]),
+        "small": pa.array((np.arange(n) % 200 - 100).astype(np.int32)),
+        "meta": pa.array([json.dumps({"k": i}) for i in range(n)]),
+    }
+    cols.update(override)
+    p = tmp_path / "in.parquet"
+    pq.write_table(pa.table(cols), p, row_group_size=1000)
+    return p
+
+
+def _pq_spec(root: Path, f: Path, schema) -> dict:
+    """An import spec of Parquet file `f` as DataCoord hands it over (resolved), into `root`."""
+    from kmilvus.spark.files import resolve
+
+    spec = _spec(root, [], schema, segment_max_rows=1000, row_id_count=3000, log_id_count=3000)
+    spec["files"] = [resolve(str(f), root.as_uri()).to_dict()]
+    return spec
+
+
+def test_inprocess_import_matches_spark_row_for_row(spark, tmp_path):
+    """The same Parquet import through Spark and in-process: the same segments (IDs, rows, row
+    IDs, schema) and the same manifest apart from binlog layout and timings."""
+    f = _parquet(tmp_path, 2500)
+    schema = _schema_pb(json_field=True)
+
+    def spec_of(root):
+        return _pq_spec(root, f, schema)
+
+    from kmilvus_jobs import importer
+
+    (ms, es), (ml, el) = _both_routes(spark, tmp_path, importer, spec_of)
+    assert es is None and el is None, (es, el)
+    assert [s["rows"] for s in ms["segments"]] == [s["rows"] for s in ml["segments"]] == [834, 833, 833]
+    for k in ("segment_id", "rows", "row_id_from", "row_id_to", "timestamp_from", "timestamp_to"):
+        assert [s[k] for s in ms["segments"]] == [s[k] for s in ml["segments"]], k
+    a, b = _segments_of(tmp_path / "spark" / "store", ms), _segments_of(tmp_path / "local" / "store", ml)
+    assert a.keys() == b.keys()
+    for sid in a:
+        assert a[sid].schema.equals(b[sid].schema, check_metadata=False)
+        assert a[sid].equals(b[sid]), sid
+    assert a[min(a)].schema.equals(typeutil.arrow_schema(schema), check_metadata=False)
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ({"tag": pa.array(["x" * 9 if i == 1234 else f"t{i}" for i in range(2500)])}, "exceeds max length (8)"),
+        ({"small": pa.array([300 if i in (1500, 2100) else 1 for i in range(2500)], pa.int32())}, "out of range"),
+        ({"id": pa.array([7 if i in (17, 2222) else i + 10 for i in range(2500)], pa.int64())}, "duplicate primary"),
+        ({"meta": pa.array(["{" if i == 42 else "{}" for i in range(2500)])}, "meta"),
+    ],
+)
+def test_inprocess_import_reports_the_same_problem_as_spark(spark, tmp_path, override, needle):
+    f = _parquet(tmp_path, 2500, **override)
+
+    def spec_of(root):
+        return _pq_spec(root, f, _schema_pb(json_field=True))
+
+    from kmilvus_jobs import importer
+
+    (ms, es), (ml, el) = _both_routes(spark, tmp_path, importer, spec_of)
+    assert ms is None and ml is None
+    assert es == el and needle in es["reason"], (es, el)
+    for route in ("spark", "local"):
+        left = [p for p in (tmp_path / route / "store").rglob("*") if p.is_file()]
+        assert left == [], left
+
+
+def test_inprocess_compaction_matches_spark(spark, tmp_path):
+    """Three sources (one with deletes, one delete older than its row) → two targets: the same
+    rows, row IDs, timestamps and deleted count on both routes."""
+    from kmilvus.storage import ObjectStore, write_insert_binlog
+    from kmilvus_jobs import compactor
+
+    schema = _schema_pb()
+
+    def spec_of(root):
+        store = ObjectStore.from_uri((root / "store").as_uri())
+        srcs = []
+        for s, (lo, hi) in enumerate([(0, 700), (700, 1000), (1000, 1600)]):
+            n = hi - lo
+            cols = {
+                100: pa.array(np.arange(lo, hi, dtype=np.int64)),
+                101: pa.FixedSizeListArray.from_arrays(pa.array(np.arange(n * 4, dtype=np.float32)), 4),
+                102: pa.array([f"t{i}" for i in range(lo, hi)]),
+                103: pa.array((np.arange(n) % 100).astype(np.int8)),
+            }
+            batch = typeutil.columns_to_record_batch(schema, cols, np.arange(lo, hi) + 100, np.arange(lo, hi) + 1)
+            key = paths.insert_log_key(10, 11, 200 + s, 1)
+            info = write_insert_binlog(store, key, batch)
+            srcs.append({"segment_id": 200 + s, "binlogs": [{"key": key, "rows": info.entries_num, "size": info.size}]})
+        dkey = "delta_log/10/11/201/1"
+        os.makedirs(os.path.dirname(store.path(dkey)), exist_ok=True)
+        # pks 5..14 deleted after their insert; pk 900's delete is older than its row (ts 901).
+        pq.write_table(
+            pa.table(
+                {"pk": pa.array([*range(5, 15), 900], pa.int64()), "ts": pa.array([10_000] * 10 + [3], pa.uint64())}
+            ),
+            store.path(dkey),
+        )
+        srcs[1]["deltalogs"] = [{"key": dkey, "rows": 11}]
+        return {
+            "kind": "compact",
+            "job_id": 5,
+            "collection_id": 10,
+            "schema": base64.b64encode(schema.SerializeToString()).decode(),
+            "storage_uri": store.root_uri,
+            "manifest_key": "c.json",
+            "log_id_start": 3000,
+            "log_id_count": 2000,
+            "plans": [{"plan_id": 6, "partition_id": 11, "channel": "ch", "target_ids": [400, 401], "sources": srcs}],
+        }
+
+    (ms, es), (ml, el) = _both_routes(spark, tmp_path, compactor, spec_of)
+    assert es is None and el is None, (es, el)
+    assert ms["deleted"] == ml["deleted"] == 10 and ms["rows"] == ml["rows"] == 1590
+    assert [t["rows"] for t in ms["segments"]] == [t["rows"] for t in ml["segments"]]
+    a, b = _segments_of(tmp_path / "spark" / "store", ms), _segments_of(tmp_path / "local" / "store", ml)
+    for sid in a:
+        assert a[sid].equals(b[sid]), sid

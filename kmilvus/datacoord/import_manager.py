@@ -193,18 +193,22 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
             raise merr.MilvusError(
                 merr.IMPORT_FAILED, f"the manifest's segments hold {total} rows, it says {manifest['rows']}"
             )
-        job.state = IS.ImportCompleted
-        job.row_count = total
-        job.segmentIDs[:] = [s.id for s in segs]
-        job.complete_ts = int(time.time())
-        job.reason = ""
-        job.progress = json.dumps({"phase": "completed", "rows": total})
+        # The Completed record goes to etcd first and into memory (where GetImportJob reads it)
+        # only with the segments: a client seeing Completed must find the rows.
+        done = data_coord_pb2.ImportJob()
+        done.CopyFrom(job)
+        done.state = IS.ImportCompleted
+        done.row_count = total
+        done.segmentIDs[:] = [s.id for s in segs]
+        done.complete_ts = int(time.time())
+        done.reason = ""
+        done.progress = json.dumps({"phase": "completed", "rows": total})
         pk = typeutil.primary_field(schema_pb2.CollectionSchema.FromString(job.schema))
         if pk.autoID:
-            job.id_ranges[:] = [
+            done.id_ranges[:] = [
                 x for m in manifest["segments"] for x in (int(m["row_id_from"]), int(m["row_id_to"]) + 1)
             ]
-        ops.append(Op.put(keys.import_job_key(coll, job.jobID), job.SerializeToString()))
+        ops.append(Op.put(keys.import_job_key(coll, job.jobID), done.SerializeToString()))
         if len(ops) > self.cfg.etcd_max_txn_ops:
             raise merr.MilvusError(
                 merr.IMPORT_FAILED,
@@ -219,6 +223,7 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
                 )
             for s in segs:
                 port.meta.segments[s.id] = s
+            job.CopyFrom(done)
             await port.meta.notify(*segs)
         log.info(
             "import completed",

@@ -105,7 +105,9 @@ class JobLifecycle(Generic[J]):
         self.service = service  # Spark runner, concurrency slots, per-collection locks
         self.jobs: dict[int, J] = {}
         self.tasks: dict[int, asyncio.Task] = {}
-        self.kill_on_cancel = True  # cancelling a monitor also stops its Spark application
+        # Cancelling a monitor also stops its application; at shutdown only those that would not
+        # outlive this process (`JobRunner.outlives_coordinator`).
+        self.kill_on_cancel = True
 
     def job_id(self, job: J) -> int:
         return getattr(job, self.id_field)
@@ -223,7 +225,7 @@ class JobLifecycle(Generic[J]):
                 await self.commit(job, manifest)
                 await self._delete_manifest(job)
         except asyncio.CancelledError:
-            if self.kill_on_cancel:
+            if job.handle and (self.kill_on_cancel or not runner.outlives_coordinator(json.loads(job.handle))):
                 await asyncio.shield(self._cancel_handle(job.handle))
             raise
         except infiles.ImportError_ as exc:

@@ -3,8 +3,9 @@ concurrency limit, per-collection locks and background loops) and the RPCs that 
 
 The jobs run as SparkApplications through a `kmilvus.spark.JobRunner`: by default
 `LocalSparkRunner` (spark-submit --master local[N]); the operator plugs in its
-SparkApplication-CR runner with `DataCoord.set_job_runner()` before start. The service sees
-DataCoord only through a `JobPort`.
+SparkApplication-CR runner with `DataCoord.set_job_runner()` before start. Either way a job whose
+input is at most `inprocess_job_max_mb` runs in this process instead (`RoutingRunner`: no JVM to
+start). The service sees DataCoord only through a `JobPort`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kmilvus.log import get_logger
 from kmilvus.meta import Op
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2
+from kmilvus.spark.inprocess import RoutingRunner
 from kmilvus.spark.runner import JobRunner, LocalSparkRunner
 from kmilvus.util import merr
 from kmilvus.util.tasks import BackgroundTasks
@@ -51,14 +53,17 @@ class JobService:
 
     @property
     def runner(self) -> JobRunner:
-        """The runner plugged in, else the one the config names (made on first use)."""
+        """The runner plugged in, else the one the config names (made on first use); small jobs
+        are routed in-process unless `inprocess_job_max_mb` is 0."""
         if self._runner is None:
-            self._runner = make_runner(self.port.cfg)
+            self.runner = make_runner(self.port.cfg)
+        assert self._runner is not None
         return self._runner
 
     @runner.setter
     def runner(self, runner: JobRunner) -> None:
-        self._runner = runner
+        limit = self.port.cfg.inprocess_job_max_mb
+        self._runner = RoutingRunner(runner, limit * 1024 * 1024) if limit > 0 else runner
 
     def collection_lock(self, coll: int) -> asyncio.Lock:
         """Held while a job commits to a collection's meta, and while its jobs are cancelled."""
@@ -79,12 +84,11 @@ class JobService:
 
     async def stop(self) -> None:
         await self._loops.stop()
-        # Local applications are this process' children: stop them with it (their jobs fail and
-        # are cleaned up on restart). Applications on a cluster outlive the coordinator and are
-        # followed again after a restart.
-        kill = isinstance(self._runner, LocalSparkRunner)
+        # Local applications (spark-submit children, in-process threads) are stopped with this
+        # process (their jobs fail and are cleaned up on restart). Applications on a cluster
+        # outlive the coordinator and are followed again after a restart.
         for mgr in (self.imports, self.compactions):
-            mgr.kill_on_cancel = kill
+            mgr.kill_on_cancel = False
             await mgr.cancel_tasks(list(mgr.tasks))
             mgr.kill_on_cancel = True
 

@@ -81,6 +81,15 @@ class JobRunner(abc.ABC):
     async def release(self, handle: dict) -> None:  # noqa: B027 - an optional hook: by default nothing to release
         """Forget a finished application (remove its leftovers). Optional."""
 
+    async def wait(self, handle: dict, seconds: float) -> None:
+        """Until the next state check: `seconds`, or less when the runner knows of a change."""
+        await asyncio.sleep(seconds)
+
+    def outlives_coordinator(self, handle: dict) -> bool:
+        """Whether the application keeps running when this process stops (on a cluster it does;
+        a local one is stopped with its coordinator and cleaned up after the restart)."""
+        return True
+
 
 def spark_home() -> str:
     import pyspark
@@ -271,6 +280,9 @@ class LocalSparkRunner(JobRunner):
         if proc is not None:
             await asyncio.to_thread(proc.wait)
         log.info("spark application cancelled", app=name)
+
+    def outlives_coordinator(self, handle: dict) -> bool:
+        return False
 
     async def release(self, handle: dict) -> None:
         self._procs.pop(handle["name"], None)

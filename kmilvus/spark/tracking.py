@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -36,7 +35,7 @@ async def follow(
         if time.monotonic() > deadline:
             await runner.cancel(handle)
             return JobStatus(JobState.FAILED, f"timed out after {timeout:.0f} s", st.progress)
-        await asyncio.sleep(poll)
+        await runner.wait(handle, poll)
 
 
 def read_manifest(store, key: str) -> dict | None:

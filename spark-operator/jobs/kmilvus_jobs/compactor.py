@@ -20,6 +20,11 @@ exactly one target. A row's dense index in the job (`__g`) comes from its binlog
 `_metadata.row_index`; a written file's log ID is `log_id_start + __g` of its first row.
 The job writes binlogs and a manifest; it changes no meta: DataCoord swaps sources for targets
 in one etcd transaction after reading the manifest.
+
+`run_local(spec)` is the in-process route for small compactions (no Spark, no JVM): the binlogs
+are read by the pyarrow reader Spark uses for object stores it cannot reach, deletes are applied
+per batch by `drop_deleted` (the rule of `_apply_deletes`) and expired rows by `drop_expired`,
+and the same `BinlogWriter` writes.
 """
 
 from __future__ import annotations
@@ -28,9 +33,9 @@ import math
 import re
 import time
 
-from kmilvus_jobs.common import JobFailure, progress
+from kmilvus_jobs.common import JobFailure, prefetched, progress
 from kmilvus_jobs.sources import _tasks, s3a_available, spark_schema_of, to_list
-from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, binlog_writer, decode_schema
+from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, BinlogWriter, binlog_writer, decode_schema
 
 KEY_TAIL = r"insert_log/\d+/\d+/(\d+/\d+)$"
 
@@ -87,11 +92,10 @@ def _native_frame(spark, store, files, plans, columns):
     return df.select(*[F.col(f"`{c}`") for c in columns], "__g", "__seg")
 
 
-def _arrow_frame(spark, storage_uri, files, plans, arrow_schema):
-    """Source binlogs read by pyarrow in tasks (object stores Spark cannot reach by itself)."""
+def _batch_schema(arrow_schema):
     import pyarrow as pa
 
-    out = pa.schema(
+    return pa.schema(
         [
             pa.field(f.name, pa.list_(pa.float32()) if pa.types.is_fixed_size_list(f.type) else f.type)
             for f in arrow_schema
@@ -99,28 +103,37 @@ def _arrow_frame(spark, storage_uri, files, plans, arrow_schema):
         + [("__g", pa.int64()), ("__seg", pa.int32())]
     )
 
+
+def binlog_batches(storage_uri: str, files: list[dict], plans: list[dict], arrow_schema, indexes):
+    """Source binlogs `indexes` (into `files`) read by pyarrow, with their `__g` and `__seg`."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kmilvus.storage import ObjectStore
+
+    out = _batch_schema(arrow_schema)
+    store = ObjectStore.from_uri(storage_uri)
+    for t in indexes:
+        f = files[t]
+        p = plans[f["plan"]]
+        table = pq.read_table(store.path(f["key"]), filesystem=store.filesystem, columns=[x.name for x in arrow_schema])
+        n = table.num_rows
+        g = np.arange(f["offset"], f["offset"] + n, dtype=np.int64)
+        seg = p["base"] + np.minimum(p["targets"] - 1, (g - p["start"]) // p["per"])
+        arrays = [to_list(c.combine_chunks()) for c in table.columns]
+        arrays += [pa.array(g), pa.array(seg.astype(np.int32))]
+        yield pa.RecordBatch.from_arrays(arrays, schema=out)
+
+
+def _arrow_frame(spark, storage_uri, files, plans, arrow_schema):
+    """Source binlogs read by pyarrow in tasks (object stores Spark cannot reach by itself)."""
+
     def read(batches):
-        import numpy as np
-        import pyarrow.parquet as pq
-
-        from kmilvus.storage import ObjectStore
-
-        store = ObjectStore.from_uri(storage_uri)
         for b in batches:
-            for t in b.column("__task").to_pylist():
-                f = files[t]
-                p = plans[f["plan"]]
-                table = pq.read_table(
-                    store.path(f["key"]), filesystem=store.filesystem, columns=[x.name for x in arrow_schema]
-                )
-                n = table.num_rows
-                g = np.arange(f["offset"], f["offset"] + n, dtype=np.int64)
-                seg = p["base"] + np.minimum(p["targets"] - 1, (g - p["start"]) // p["per"])
-                arrays = [to_list(c.combine_chunks()) for c in table.columns]
-                arrays += [pa.array(g), pa.array(seg.astype(np.int32))]
-                yield pa.RecordBatch.from_arrays(arrays, schema=out)
+            yield from binlog_batches(storage_uri, files, plans, arrow_schema, b.column("__task").to_pylist())
 
-    return _tasks(spark, files).mapInArrow(read, spark_schema_of(out))
+    return _tasks(spark, files).mapInArrow(read, spark_schema_of(_batch_schema(arrow_schema)))
 
 
 def _deletes(store, spec: dict):
@@ -145,142 +158,234 @@ def _apply_deletes(spark, df, deletes, pk_column: str):
     return joined.filter(~gone).drop("__dpk", "__dts"), joined.filter(gone)
 
 
-def run(spark, spec: dict) -> dict:
-    from kmilvus.storage import ObjectStore, paths
-    from kmilvus.util import typeutil
-    from kmilvus_jobs.importer import cleanup
+def drop_deleted(batch, deletes, pk_column: str):
+    """`_apply_deletes` on one record batch, without Spark (the in-process route): the rows kept
+    (in order) and how many a later delete of their key removed."""
+    import pyarrow.compute as pc
 
-    started = time.time()
-    schema = decode_schema(spec["schema"])
-    storage_uri = spec["storage_uri"]
-    store = ObjectStore.from_uri(storage_uri)
-    coll = int(spec["collection_id"])
-    files, plans, total = _layout(spec)
-    if total > int(spec["log_id_count"]):
-        raise JobFailure(
-            [
-                {
-                    "file": None,
-                    "row": None,
-                    "field": None,
-                    "reason": f"{total} rows but log IDs reserved for {spec['log_id_count']}",
-                }
-            ]
+    idx = pc.index_in(batch.column(pk_column), value_set=deletes.column("__dpk"))
+    dts = deletes.column("__dts").take(idx)
+    gone = pc.fill_null(pc.greater(dts, batch.column("1")), False)
+    n = pc.sum(gone).as_py() or 0
+    return (batch.filter(pc.invert(gone)) if n else batch), n
+
+
+def drop_expired(batch, expire_before: int):
+    """The TTL rule of `run` on one record batch: rows inserted before `expire_before` go."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    gone = pc.less(batch.column("1"), pa.scalar(expire_before, batch.schema.field("1").type))
+    n = pc.sum(gone).as_py() or 0
+    return (batch.filter(pc.invert(gone)) if n else batch), n
+
+
+class _Job:
+    """A checked compaction spec: binlog layout, target segments and the sources' deletes."""
+
+    def __init__(self, spec: dict):
+        from kmilvus.storage import ObjectStore
+        from kmilvus.util import typeutil
+
+        self.spec = spec
+        self.schema = decode_schema(spec["schema"])
+        self.storage_uri = spec["storage_uri"]
+        self.store = ObjectStore.from_uri(self.storage_uri)
+        self.coll = int(spec["collection_id"])
+        self.files, self.plans, self.total = _layout(spec)
+        if self.total > int(spec["log_id_count"]):
+            raise JobFailure(
+                [
+                    {
+                        "file": None,
+                        "row": None,
+                        "field": None,
+                        "reason": f"{self.total} rows but log IDs reserved for {spec['log_id_count']}",
+                    }
+                ]
+            )
+        self.segments = [
+            [self.coll, int(plan["partition_id"]), int(t)] for plan in spec["plans"] for t in plan["target_ids"]
+        ]
+        progress(
+            "planned",
+            plans=len(self.plans),
+            sources=sum(len(p["sources"]) for p in spec["plans"]),
+            binlogs=len(self.files),
+            rows=self.total,
         )
-    segments = [[coll, int(plan["partition_id"]), int(t)] for plan in spec["plans"] for t in plan["target_ids"]]
-    progress(
-        "planned",
-        plans=len(plans),
-        sources=sum(len(p["sources"]) for p in spec["plans"]),
-        binlogs=len(files),
-        rows=total,
-    )
-    arrow_schema = typeutil.arrow_schema(schema)
-    columns = [f.name for f in arrow_schema]
-    deletes = _deletes(store, spec)
-    deleted = 0
-    try:
-        if not files or not total:
-            results = []
-        else:
-            if store.local or s3a_available(spark):
-                df = _native_frame(spark, store, files, plans, columns)
-            else:
-                df = _arrow_frame(spark, storage_uri, files, plans, arrow_schema)
-            if deletes is not None and deletes.num_rows:
-                pk = next(f for f in schema.fields if f.is_primary_key)
-                df, gone = _apply_deletes(spark, df, deletes, str(pk.fieldID))
-                deleted = gone.count()
-            cutoff = int(spec.get("expire_before") or 0)
-            if cutoff:
-                from pyspark.sql import functions as F
+        self.arrow_schema = typeutil.arrow_schema(self.schema)
+        self.columns = [f.name for f in self.arrow_schema]
+        self.pk_column = str(next(f for f in self.schema.fields if f.is_primary_key).fieldID)
+        self.deletes = _deletes(self.store, spec)
+        self.expire_before = int(spec.get("expire_before") or 0)
 
-                expired = F.col("`1`") < F.lit(cutoff)
-                deleted += df.filter(expired).count()
-                df = df.filter(~expired)
-            n_tasks = max(1, min(spark.sparkContext.defaultParallelism, len(segments)))
-            df = df.coalesce(n_tasks)
-            ctx = {
-                "mode": "compact",
-                "schema": spec["schema"],
-                "storage_uri": storage_uri,
-                "segments": segments,
-                "log_id_start": int(spec["log_id_start"]),
-            }
-            results = [r.asDict() for r in df.mapInArrow(binlog_writer(ctx), RESULT_SPARK_SCHEMA).collect()]
-        binlogs = [r for r in results if r["kind"] == "binlog"]
-        written = sum(r["rows"] for r in binlogs)
+    @property
+    def empty(self) -> bool:
+        return not self.files or not self.total
+
+    @property
+    def has_deletes(self) -> bool:
+        return self.deletes is not None and self.deletes.num_rows > 0
+
+    def writer_ctx(self) -> dict:
+        return {
+            "mode": "compact",
+            "schema": self.spec["schema"],
+            "storage_uri": self.storage_uri,
+            "segments": self.segments,
+            "log_id_start": int(self.spec["log_id_start"]),
+        }
+
+    def cleanup(self) -> None:
+        from kmilvus.storage import paths
+        from kmilvus_jobs.importer import cleanup
+
+        cleanup(self.storage_uri, [], [paths.segment_prefix(*s) for s in self.segments])
+
+    def check(self, results: list[dict], deleted: int) -> None:
+        """Fail on a problem the writers report, or on rows lost or made."""
+        written = sum(r["rows"] for r in results if r["kind"] == "binlog")
         problems = [
             {"file": None, "row": r["row"], "field": r["field"], "reason": r["reason"]}
             for r in results
             if r["kind"] == "error"
         ]
-        if not problems and written + deleted != total:
+        if not problems and written + deleted != self.total:
             problems = [
                 {
                     "file": None,
                     "row": None,
                     "field": None,
-                    "reason": f"wrote {written} rows and dropped {deleted} deleted ones, but the sources hold {total}",
+                    "reason": f"wrote {written} rows and dropped {deleted} deleted ones, "
+                    f"but the sources hold {self.total}",
                 }
             ]
         if problems:
             raise JobFailure(problems)
-    except BaseException:
-        cleanup(storage_uri, [], [paths.segment_prefix(*s) for s in segments])
-        raise
 
-    out_plans = []
-    for p_idx, plan in enumerate(spec["plans"]):
-        lay = plans[p_idx]
-        targets = []
-        for k, tid in enumerate(plan["target_ids"]):
-            i = lay["base"] + k
-            logs = sorted((r for r in binlogs if r["seg"] == i), key=lambda r: r["log_id"])
-            targets.append(
+    def manifest(self, results: list[dict], deleted: int, started: float) -> dict:
+        spec = self.spec
+        binlogs = [r for r in results if r["kind"] == "binlog"]
+        written = sum(r["rows"] for r in binlogs)
+        out_plans = []
+        for p_idx, plan in enumerate(spec["plans"]):
+            lay = self.plans[p_idx]
+            targets = []
+            for k, tid in enumerate(plan["target_ids"]):
+                i = lay["base"] + k
+                logs = sorted((r for r in binlogs if r["seg"] == i), key=lambda r: r["log_id"])
+                targets.append(
+                    {
+                        "segment_id": int(tid),
+                        "partition_id": int(plan["partition_id"]),
+                        "rows": sum(r["rows"] for r in logs),
+                        "size": sum(r["size"] for r in logs),
+                        "memory_size": sum(r["memory_size"] for r in logs),
+                        "timestamp_from": min((r["ts_from"] for r in logs), default=0),
+                        "timestamp_to": max((r["ts_to"] for r in logs), default=0),
+                        "binlogs": [
+                            {
+                                "log_id": r["log_id"],
+                                "key": r["key"],
+                                "rows": r["rows"],
+                                "size": r["size"],
+                                "memory_size": r["memory_size"],
+                                "timestamp_from": r["ts_from"],
+                                "timestamp_to": r["ts_to"],
+                            }
+                            for r in logs
+                        ],
+                    }
+                )
+            out_plans.append(
                 {
-                    "segment_id": int(tid),
-                    "partition_id": int(plan["partition_id"]),
-                    "rows": sum(r["rows"] for r in logs),
-                    "size": sum(r["size"] for r in logs),
-                    "memory_size": sum(r["memory_size"] for r in logs),
-                    "timestamp_from": min((r["ts_from"] for r in logs), default=0),
-                    "timestamp_to": max((r["ts_to"] for r in logs), default=0),
-                    "binlogs": [
-                        {
-                            "log_id": r["log_id"],
-                            "key": r["key"],
-                            "rows": r["rows"],
-                            "size": r["size"],
-                            "memory_size": r["memory_size"],
-                            "timestamp_from": r["ts_from"],
-                            "timestamp_to": r["ts_to"],
-                        }
-                        for r in logs
-                    ],
+                    "plan_id": plan["plan_id"],
+                    "rows": lay["rows"],
+                    "deleted": lay["rows"] - sum(t["rows"] for t in targets),
+                    "sources": [int(s["segment_id"]) for s in plan["sources"]],
+                    "targets": targets,
                 }
             )
-        out_plans.append(
-            {
-                "plan_id": plan["plan_id"],
-                "rows": lay["rows"],
-                "deleted": lay["rows"] - sum(t["rows"] for t in targets),
-                "sources": [int(s["segment_id"]) for s in plan["sources"]],
-                "targets": targets,
-            }
-        )
-    progress("written", rows=written, targets=len(segments))
-    return {
-        "kind": "compact",
-        "status": "completed",
-        "job_id": spec.get("job_id"),
-        "collection_id": coll,
-        "rows": written,
-        "deleted": deleted,
-        "plans": out_plans,
-        "segments": [t for p in out_plans for t in p["targets"]],
-        "input_bytes": sum(
-            int(b.get("size", 0)) for plan in spec["plans"] for s in plan["sources"] for b in s["binlogs"]
-        ),
-        "spark_seconds": round(time.time() - started, 3),
-    }
+        progress("written", rows=written, targets=len(self.segments))
+        return {
+            "kind": "compact",
+            "status": "completed",
+            "job_id": spec.get("job_id"),
+            "collection_id": self.coll,
+            "rows": written,
+            "deleted": deleted,
+            "plans": out_plans,
+            "segments": [t for p in out_plans for t in p["targets"]],
+            "input_bytes": sum(
+                int(b.get("size", 0)) for plan in spec["plans"] for s in plan["sources"] for b in s["binlogs"]
+            ),
+            "spark_seconds": round(time.time() - started, 3),
+        }
+
+
+def run(spark, spec: dict) -> dict:
+    started = time.time()
+    job = _Job(spec)
+    deleted = 0
+    try:
+        if job.empty:
+            results = []
+        else:
+            if job.store.local or s3a_available(spark):
+                df = _native_frame(spark, job.store, job.files, job.plans, job.columns)
+            else:
+                df = _arrow_frame(spark, job.storage_uri, job.files, job.plans, job.arrow_schema)
+            if job.has_deletes:
+                df, gone = _apply_deletes(spark, df, job.deletes, job.pk_column)
+                deleted = gone.count()
+            if job.expire_before:
+                from pyspark.sql import functions as F
+
+                expired = F.col("`1`") < F.lit(job.expire_before)
+                deleted += df.filter(expired).count()
+                df = df.filter(~expired)
+            n_tasks = max(1, min(spark.sparkContext.defaultParallelism, len(job.segments)))
+            df = df.coalesce(n_tasks)
+            written = df.mapInArrow(binlog_writer(job.writer_ctx()), RESULT_SPARK_SCHEMA).collect()
+            results = [r.asDict() for r in written]
+        job.check(results, deleted)
+    except BaseException:
+        job.cleanup()
+        raise
+    return job.manifest(results, deleted, started)
+
+
+def run_local(spec: dict, cancelled=lambda: False) -> dict:
+    """The compaction without Spark: the same reader, delete rule and writer, in this process."""
+    from kmilvus_jobs.importer import Cancelled
+
+    started = time.time()
+    job = _Job(spec)
+    deleted = 0
+    writer = None
+    try:
+        results = []
+        if not job.empty:
+            writer = BinlogWriter(job.writer_ctx())
+            batches = binlog_batches(job.storage_uri, job.files, job.plans, job.arrow_schema, range(len(job.files)))
+            for batch in prefetched(batches):
+                if cancelled():
+                    raise Cancelled("cancelled")
+                if job.has_deletes:
+                    batch, n = drop_deleted(batch, job.deletes, job.pk_column)
+                    deleted += n
+                if job.expire_before:
+                    batch, n = drop_expired(batch, job.expire_before)
+                    deleted += n
+                writer.add(batch)
+                if writer.failed:
+                    break
+            results = writer.finish().to_pylist()
+        job.check(results, deleted)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        job.cleanup()
+        raise
+    return job.manifest(results, deleted, started)

@@ -28,6 +28,11 @@ How (no Python runs per row; Spark parses and types, pyarrow checks and writes):
    JSON) on whole Arrow batches, convert to `typeutil.arrow_schema`, write one binlog per
    (task, segment), answer the files written or the first problem.
 6. Any problem: delete every file written, fail with a report naming file, row and reason.
+
+`run_local(spec)` is the in-process route for small Parquet imports (no Spark, no JVM): steps 1,
+3, 4 and 6 are the same functions, step 2 is the pyarrow reader Spark uses for Parquet it cannot
+read itself, and step 5 feeds the same `BinlogWriter` the record batches directly. JSON / CSV
+parsing is Spark SQL's, so text imports always run on Spark (`local_route_refusal`).
 """
 
 from __future__ import annotations
@@ -36,15 +41,17 @@ import functools
 import math
 import time
 
-from kmilvus_jobs.common import JobFailure, progress
+from kmilvus_jobs.common import JobFailure, prefetched, progress
 from kmilvus_jobs.sources import (
     ROW_INDEX_MASK,
     arrow_csv_frame,
     arrow_parquet_frame,
     arrow_text_frame,
+    parquet_batches,
+    parquet_starts,
     spark_native,
 )
-from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, binlog_writer, decode_schema
+from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, BinlogWriter, binlog_writer, decode_schema
 
 CSV_NULL = "\u0000\u0001kmilvus-null\u0001\u0000"  # no CSV cell is read as null
 SNIPPET = 60
@@ -78,6 +85,9 @@ def _snippet(col):
 # ------------------------------------------------------------------------------ per format
 
 
+EMPTY_META = "{}"  # `$meta` of a row when the file has no column beyond the schema's
+
+
 def _dynamic_column(schema, extras):
     """The `$meta` column (named by its field ID) from columns `extras` (the file's names
     → Spark columns): one JSON object per row, `{}` without extras; None without a dynamic field."""
@@ -88,7 +98,7 @@ def _dynamic_column(schema, extras):
     dyn = typeutil.dynamic_field(schema)
     if dyn is None:
         return None
-    value = F.to_json(F.struct(*[c.alias(n) for n, c in extras])) if extras else F.lit("{}")
+    value = F.to_json(F.struct(*[c.alias(n) for n, c in extras])) if extras else F.lit(EMPTY_META)
     return value.alias(str(dyn.fieldID))
 
 
@@ -101,34 +111,43 @@ def _spark_list_type(t):
     return t
 
 
+def parquet_columns(f, schema, fields) -> tuple[list[tuple], list[str], list]:
+    """How pyarrow reads a Parquet file for the job (`sources.arrow_parquet_frame` columns), the
+    file's extra columns (for `$meta`) and the sparse-vector fields it holds as JSON text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kmilvus.spark.files import dynamic_extras, frame_type
+    from kmilvus.util import typeutil
+
+    with f.filesystem().open_input_file(f.fs_path) as src:
+        file_schema = pq.read_schema(src)
+    have = set(file_schema.names)
+    extras = dynamic_extras(file_schema.names, schema)
+    cols, text_sparse = [], []
+    for fl in fields:
+        want = frame_type(fl)
+        src_name = fl.name if fl.name in have else None
+        if src_name is not None and fl.data_type == typeutil.DT.SparseFloatVector:
+            t = file_schema.field(fl.name).type
+            if pa.types.is_string(t) or pa.types.is_large_string(t):
+                want = pa.string()
+                text_sparse.append(fl)
+        cols.append((src_name, str(fl.fieldID), want, fl.SerializeToString()))
+    cols += [(n, f"__x{k}", _spark_list_type(file_schema.field(n).type), None) for k, n in enumerate(extras)]
+    return cols, extras, text_sparse
+
+
 def parquet_frame(spark, i: int, f, schema, fields):
     """Spark's Parquet reader when every field is of a type it reads as the job wants, else
     pyarrow in tasks (`files.frame_column`: uint8 bytes of 16-bit vectors, sparse maps, ...).
     A nullable / default field the file leaves out is a column of nulls."""
     from pyspark.sql import functions as F
 
-    from kmilvus.spark.files import SPARK_PARQUET_TYPES, dynamic_extras, frame_type
-    from kmilvus.util import typeutil
+    from kmilvus.spark.files import SPARK_PARQUET_TYPES, dynamic_extras
 
     if not spark_native(spark, f) or any(fl.data_type not in SPARK_PARQUET_TYPES for fl in fields):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        with f.filesystem().open_input_file(f.fs_path) as src:
-            file_schema = pq.read_schema(src)
-        have = set(file_schema.names)
-        extras = dynamic_extras(file_schema.names, schema)
-        cols, text_sparse = [], []
-        for fl in fields:
-            want = frame_type(fl)
-            src_name = fl.name if fl.name in have else None
-            if src_name is not None and fl.data_type == typeutil.DT.SparseFloatVector:
-                t = file_schema.field(fl.name).type
-                if pa.types.is_string(t) or pa.types.is_large_string(t):
-                    want = pa.string()
-                    text_sparse.append(fl)
-            cols.append((src_name, str(fl.fieldID), want, fl.SerializeToString()))
-        cols += [(n, f"__x{k}", _spark_list_type(file_schema.field(n).type), None) for k, n in enumerate(extras)]
+        cols, extras, text_sparse = parquet_columns(f, schema, fields)
         frame = arrow_parquet_frame(spark, f, i, cols)
         meta = _dynamic_column(schema, [(n, F.col(f"__x{k}")) for k, n in enumerate(extras)])
         values = [F.col(str(fl.fieldID)) for fl in fields]
@@ -507,34 +526,166 @@ def cleanup(storage_uri: str, keys: list[str], prefixes: list[str]) -> None:
         store.delete_prefix_sync(p)
 
 
+class _Plan:
+    """A checked import spec: its files (inspected), schema, fields and primary key."""
+
+    def __init__(self, spec: dict):
+        from kmilvus.spark.files import ImportError_, InputFile, importable_fields, inspect, resolve
+        from kmilvus.util import typeutil
+
+        self.spec = spec
+        self.schema = decode_schema(spec["schema"])
+        self.options = dict(spec.get("options") or {})
+        self.storage_uri = spec["storage_uri"]
+        self.coll, self.part = int(spec["collection_id"]), int(spec["partition_id"])
+        try:
+            self.files = [
+                InputFile.from_dict(d) if isinstance(d, dict) else resolve(d, self.storage_uri, self.options)
+                for d in spec["files"]
+            ]
+        except ImportError_ as exc:
+            raise JobFailure([p.to_dict() for p in exc.problems]) from None
+        problems = []
+        for f in self.files:
+            problems += inspect(f, self.schema, self.options)
+        if problems:
+            raise JobFailure([p.to_dict() for p in problems])
+        self.fields = importable_fields(self.schema)
+        self.pk = typeutil.primary_field(self.schema)
+        files = self.files
+        progress(
+            "inspected", files=len(files), bytes=sum(f.size for f in files), rows=sum(max(0, f.rows) for f in files)
+        )
+
+    def reserved_prefixes(self) -> list[str]:
+        from kmilvus.storage import paths
+
+        start = int(self.spec["segment_id_start"])
+        return [paths.segment_prefix(self.coll, self.part, start + k) for k in range(int(self.spec["segment_count"]))]
+
+    def layout(self, counts: list[int]) -> tuple[int, int, list[int], list[list[int]]]:
+        """(rows, segments, each file's first row in the job, [collection, partition, segment] per
+        target) — or a failure when the coordinator reserved too few IDs."""
+        spec, total = self.spec, sum(counts)
+        seg_rows = max(1, int(spec["segment_max_rows"]))
+        n_seg = max(1, math.ceil(total / seg_rows)) if total else 0
+        if total > int(spec["row_id_count"]) or total > int(spec["log_id_count"]) or n_seg > int(spec["segment_count"]):
+            raise JobFailure(
+                [
+                    _problem(
+                        self.files,
+                        None,
+                        None,
+                        None,
+                        f"the import has {total} rows in {n_seg} segments but the coordinator "
+                        f"reserved IDs for {spec['row_id_count']} rows and {spec['segment_count']} "
+                        f"segments",
+                    )
+                ]
+            )
+        offsets, acc = [], 0
+        for c in counts:
+            offsets.append(acc)
+            acc += c
+        seg_start = int(spec["segment_id_start"])
+        return total, n_seg, offsets, [[self.coll, self.part, seg_start + k] for k in range(n_seg)]
+
+    def check_duplicate(self, dup) -> None:
+        """Fail on the duplicated key `duplicate_key_*` found (a no-op for None)."""
+        if dup is None:
+            return
+        value, n, (fa, ra), (fb, rb) = dup
+        files = self.files
+        other = (f"file {files[fb].uri}, " if fb != fa else "") + f"row {rb}"
+        raise JobFailure(
+            [_problem(files, fa, ra, self.pk.name, f"duplicate primary key {value!r} ({n} rows; again at {other})")]
+        )
+
+    def writer_ctx(self, segments: list[list[int]]) -> dict:
+        spec = self.spec
+        return {
+            "mode": "import",
+            "schema": spec["schema"],
+            "storage_uri": self.storage_uri,
+            "segments": segments,
+            "log_id_start": int(spec["log_id_start"]),
+            "row_id_start": int(spec["row_id_start"]),
+            "timestamp": int(spec["timestamp"]),
+        }
+
+    def manifest(self, counts: list[int], segments: list[list[int]], results: list[dict], started: float) -> dict:
+        """The completed manifest from the writers' results; any problem they report fails the
+        job (after removing what they wrote)."""
+        from kmilvus.storage import paths
+
+        spec, files, total = self.spec, self.files, sum(counts)
+        n_seg = len(segments)
+        binlogs = [r for r in results if r["kind"] == "binlog"]
+        errors = sorted((r for r in results if r["kind"] == "error"), key=lambda r: (r["file"], r["row"]))
+        written = sum(r["rows"] for r in binlogs)
+        if not errors and written != total:
+            errors = [
+                {"file": -1, "row": -1, "field": None, "reason": f"wrote {written} rows but the input has {total}"}
+            ]
+        if errors:
+            cleanup(self.storage_uri, [r["key"] for r in binlogs], [paths.segment_prefix(*s) for s in segments])
+            raise JobFailure([_problem(files, e["file"], e["row"], e["field"], e["reason"]) for e in errors])
+        out_segments = []
+        row_id_start = int(spec["row_id_start"])
+        for k, (_c, p, sid) in enumerate(segments):
+            logs = sorted((r for r in binlogs if r["seg"] == k), key=lambda r: r["log_id"])
+            rows = sum(r["rows"] for r in logs)
+            first = -(-k * total // n_seg)
+            out_segments.append(
+                {
+                    "segment_id": sid,
+                    "partition_id": p,
+                    "rows": rows,
+                    "size": sum(r["size"] for r in logs),
+                    "memory_size": sum(r["memory_size"] for r in logs),
+                    "timestamp_from": min((r["ts_from"] for r in logs), default=0),
+                    "timestamp_to": max((r["ts_to"] for r in logs), default=0),
+                    "row_id_from": row_id_start + first,
+                    "row_id_to": row_id_start + first + rows - 1,
+                    "binlogs": [
+                        {
+                            "log_id": r["log_id"],
+                            "key": r["key"],
+                            "rows": r["rows"],
+                            "size": r["size"],
+                            "memory_size": r["memory_size"],
+                            "timestamp_from": r["ts_from"],
+                            "timestamp_to": r["ts_to"],
+                        }
+                        for r in logs
+                    ],
+                }
+            )
+        progress("written", rows=written, segments=len(out_segments))
+        return {
+            "kind": "import",
+            "status": "completed",
+            "job_id": spec.get("job_id"),
+            "collection_id": self.coll,
+            "partition_id": self.part,
+            "rows": written,
+            "timestamp": int(spec["timestamp"]),
+            "files": [
+                {"uri": f.uri, "format": f.fmt, "size": f.size, "rows": c} for f, c in zip(files, counts, strict=True)
+            ],
+            "input_bytes": sum(f.size for f in files),
+            "segments": out_segments,
+            "spark_seconds": round(time.time() - started, 3),
+        }
+
+
 def run(spark, spec: dict) -> dict:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from kmilvus.spark.files import ImportError_, InputFile, importable_fields, inspect, resolve
-    from kmilvus.storage import paths
-    from kmilvus.util import typeutil
-
     started = time.time()
-    schema = decode_schema(spec["schema"])
-    options = dict(spec.get("options") or {})
-    storage_uri = spec["storage_uri"]
-    coll, part = int(spec["collection_id"]), int(spec["partition_id"])
-    try:
-        files = [
-            InputFile.from_dict(d) if isinstance(d, dict) else resolve(d, storage_uri, options) for d in spec["files"]
-        ]
-    except ImportError_ as exc:
-        raise JobFailure([p.to_dict() for p in exc.problems]) from None
-    problems = []
-    for f in files:
-        problems += inspect(f, schema, options)
-    if problems:
-        raise JobFailure([p.to_dict() for p in problems])
-    fields = importable_fields(schema)
-    pk = typeutil.primary_field(schema)
-    progress("inspected", files=len(files), bytes=sum(f.size for f in files), rows=sum(max(0, f.rows) for f in files))
-
+    plan = _Plan(spec)
+    files, schema, fields, pk = plan.files, plan.schema, plan.fields, plan.pk
     frames = []
     for i, f in enumerate(files):
         if f.fmt == "parquet":
@@ -542,7 +693,7 @@ def run(spark, spec: dict) -> dict:
         elif f.fmt == "json":
             frames.append(json_frame(spark, i, f, schema, fields))
         else:
-            frames.append(csv_frame(spark, i, f, schema, fields, options))
+            frames.append(csv_frame(spark, i, f, schema, fields, plan.options))
     df = functools.reduce(lambda a, b: a.unionByName(b), frames)
     text = any(f.fmt != "parquet" for f in files)
     cached = None
@@ -560,30 +711,10 @@ def run(spark, spec: dict) -> dict:
         counts = [int(got.get(i, 0)) for i in range(len(files))]
     else:
         counts = [f.rows for f in files]
-    total = sum(counts)
-    progress("counted", rows=total)
+    progress("counted", rows=sum(counts))
 
     try:
-        seg_rows = max(1, int(spec["segment_max_rows"]))
-        n_seg = max(1, math.ceil(total / seg_rows)) if total else 0
-        if total > int(spec["row_id_count"]) or total > int(spec["log_id_count"]) or n_seg > int(spec["segment_count"]):
-            raise JobFailure(
-                [
-                    _problem(
-                        files,
-                        None,
-                        None,
-                        None,
-                        f"the import has {total} rows in {n_seg} segments but the coordinator "
-                        f"reserved IDs for {spec['row_id_count']} rows and {spec['segment_count']} "
-                        f"segments",
-                    )
-                ]
-            )
-        offsets, acc = [], 0
-        for c in counts:
-            offsets.append(acc)
-            acc += c
+        total, n_seg, offsets, segments = plan.layout(counts)
         if len(files) == 1:
             g = F.col("__row") + F.lit(offsets[0]).cast("long")
         else:
@@ -594,98 +725,98 @@ def run(spark, spec: dict) -> dict:
 
         if not pk.autoID and total:
             if text or total > int(spec.get("driver_key_check_rows", DRIVER_KEY_CHECK_ROWS)):
-                dup = duplicate_key_spark(df, pk)
+                plan.check_duplicate(duplicate_key_spark(df, pk))
             else:
-                dup = duplicate_key_parquet(files, counts, pk)
-            if dup is not None:
-                value, n, (fa, ra), (fb, rb) = dup
-                other = (f"file {files[fb].uri}, " if fb != fa else "") + f"row {rb}"
-                raise JobFailure(
-                    [_problem(files, fa, ra, pk.name, f"duplicate primary key {value!r} ({n} rows; again at {other})")]
-                )
+                plan.check_duplicate(duplicate_key_parquet(files, counts, pk))
             progress("validated", rows=total)
 
-        seg_start = int(spec["segment_id_start"])
-        segments = [[coll, part, seg_start + k] for k in range(n_seg)]
-        ctx = {
-            "mode": "import",
-            "schema": spec["schema"],
-            "storage_uri": storage_uri,
-            "segments": segments,
-            "log_id_start": int(spec["log_id_start"]),
-            "row_id_start": int(spec["row_id_start"]),
-            "timestamp": int(spec["timestamp"]),
-        }
+        ctx = plan.writer_ctx(segments)
         results = (
             [r.asDict() for r in df.mapInArrow(binlog_writer(ctx), RESULT_SPARK_SCHEMA).collect()] if total else []
         )
     except BaseException:
-        cleanup(
-            storage_uri,
-            [],
-            [
-                paths.segment_prefix(coll, part, int(spec["segment_id_start"]) + k)
-                for k in range(int(spec["segment_count"]))
-            ],
-        )
+        cleanup(plan.storage_uri, [], plan.reserved_prefixes())
         raise
     finally:
         if cached is not None:
             cached.unpersist()
+    return plan.manifest(counts, segments, results, started)
 
-    binlogs = [r for r in results if r["kind"] == "binlog"]
-    errors = sorted((r for r in results if r["kind"] == "error"), key=lambda r: (r["file"], r["row"]))
-    written = sum(r["rows"] for r in binlogs)
-    if not errors and written != total:
-        errors = [{"file": -1, "row": -1, "field": None, "reason": f"wrote {written} rows but the input has {total}"}]
-    if errors:
-        cleanup(storage_uri, [r["key"] for r in binlogs], [paths.segment_prefix(*s) for s in segments])
-        raise JobFailure([_problem(files, e["file"], e["row"], e["field"], e["reason"]) for e in errors])
 
-    out_segments = []
-    row_id_start = int(spec["row_id_start"])
-    for k, (_c, p, sid) in enumerate(segments):
-        logs = sorted((r for r in binlogs if r["seg"] == k), key=lambda r: r["log_id"])
-        rows = sum(r["rows"] for r in logs)
-        first = -(-k * total // n_seg)
-        out_segments.append(
-            {
-                "segment_id": sid,
-                "partition_id": p,
-                "rows": rows,
-                "size": sum(r["size"] for r in logs),
-                "memory_size": sum(r["memory_size"] for r in logs),
-                "timestamp_from": min((r["ts_from"] for r in logs), default=0),
-                "timestamp_to": max((r["ts_to"] for r in logs), default=0),
-                "row_id_from": row_id_start + first,
-                "row_id_to": row_id_start + first + rows - 1,
-                "binlogs": [
-                    {
-                        "log_id": r["log_id"],
-                        "key": r["key"],
-                        "rows": r["rows"],
-                        "size": r["size"],
-                        "memory_size": r["memory_size"],
-                        "timestamp_from": r["ts_from"],
-                        "timestamp_to": r["ts_to"],
-                    }
-                    for r in logs
-                ],
-            }
-        )
-    progress("written", rows=written, segments=len(out_segments))
-    return {
-        "kind": "import",
-        "status": "completed",
-        "job_id": spec.get("job_id"),
-        "collection_id": coll,
-        "partition_id": part,
-        "rows": written,
-        "timestamp": int(spec["timestamp"]),
-        "files": [
-            {"uri": f.uri, "format": f.fmt, "size": f.size, "rows": c} for f, c in zip(files, counts, strict=True)
-        ],
-        "input_bytes": sum(f.size for f in files),
-        "segments": out_segments,
-        "spark_seconds": round(time.time() - started, 3),
-    }
+# ------------------------------------------------------------------------------ in-process
+
+
+class Cancelled(Exception):
+    """The in-process run was asked to stop."""
+
+
+def local_route_refusal(spec: dict) -> str | None:
+    """Why `run_local` cannot run this import (None: it can). Text formats are parsed by Spark
+    SQL, and so are sparse vectors held as JSON text; the `$meta` JSON of extra Parquet columns
+    is Spark's `to_json`."""
+    from kmilvus.spark.files import InputFile, importable_fields
+
+    schema = decode_schema(spec["schema"])
+    fields = importable_fields(schema)
+    for d in spec["files"]:
+        if not isinstance(d, dict):
+            return "a file not resolved by the coordinator"
+        f = InputFile.from_dict(d)
+        if f.fmt != "parquet":
+            return f"{f.fmt} input is parsed by Spark"
+        _cols, extras, text_sparse = parquet_columns(f, schema, fields)
+        if extras:
+            return "dynamic fields from extra columns are serialized by Spark"
+        if text_sparse:
+            return "sparse vectors as JSON text are parsed by Spark"
+    return None
+
+
+def run_local(spec: dict, cancelled=lambda: False) -> dict:
+    """The import without Spark (see the module docstring); `cancelled()` is polled per batch."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kmilvus.util import typeutil
+
+    started = time.time()
+    plan = _Plan(spec)
+    if refusal := local_route_refusal(spec):
+        raise JobFailure([_problem(plan.files, None, None, None, f"cannot run in-process: {refusal}")])
+    files, pk = plan.files, plan.pk
+    counts = [f.rows for f in files]
+    progress("counted", rows=sum(counts))
+    dyn = typeutil.dynamic_field(plan.schema)
+    writer = None
+    try:
+        total, n_seg, offsets, segments = plan.layout(counts)
+        if not pk.autoID and total:
+            plan.check_duplicate(duplicate_key_parquet(files, counts, pk))
+            progress("validated", rows=total)
+        writer = BinlogWriter(plan.writer_ctx(segments))
+        for i, f in enumerate(files):
+            starts = parquet_starts(f)
+            cols = parquet_columns(f, plan.schema, plan.fields)[0]
+            for batch in prefetched(parquet_batches(f.to_dict(), i, cols, starts, range(len(starts)))):
+                if cancelled():
+                    raise Cancelled("cancelled")
+                g = batch.column("__row").to_numpy() + offsets[i]
+                # The segment of a row: the same formula as the Spark route's `__seg`.
+                seg = (g * n_seg) // max(1, total)
+                extra = {"__g": pa.array(g), "__seg": pa.array(seg.astype(np.int32))}
+                if dyn is not None:
+                    extra[str(dyn.fieldID)] = pa.array([EMPTY_META] * batch.num_rows, pa.string())
+                for name, arr in extra.items():
+                    batch = batch.append_column(name, arr)
+                writer.add(batch)
+                if writer.failed:
+                    break
+            if writer.failed:
+                break
+        results = writer.finish().to_pylist()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        cleanup(plan.storage_uri, [], plan.reserved_prefixes())
+        raise
+    return plan.manifest(counts, segments, results, started)

@@ -1,10 +1,9 @@
 """Reading input files into Spark: Spark's own readers for local files (and s3a:// when the
 Spark image carries hadoop-aws), else pyarrow inside Spark tasks (`mapInArrow`), which reads any
-pyarrow filesystem — S3 included — with no extra jars."""
+pyarrow filesystem — S3 included — with no extra jars. The pyarrow readers are also the
+in-process route's (`parquet_batches`), so this module imports pyspark only where Spark is used."""
 
 from __future__ import annotations
-
-from pyspark.sql import types as T
 
 ROW_INDEX_MASK = (1 << 33) - 1  # monotonically_increasing_id(): partition << 33 | row in partition
 
@@ -27,15 +26,8 @@ def _tasks(spark, items: list, n: int | None = None):
     return spark.range(0, len(items), numPartitions=n).withColumnRenamed("id", "__task")
 
 
-def arrow_parquet_frame(spark, f, file_index: int, columns: list[tuple[str, str, object]]):
-    """Parquet via pyarrow, one task item per row group.
-
-    columns: (source column name, output column name, output arrow type, field): `field` (a
-    serialized FieldSchema) converts the column with `kmilvus.spark.files.frame_column`, a None
-    source name gives a column of nulls (a nullable / default field the file leaves out). The
-    frame also has __file, __row (row index in the file) and __err (null).
-    """
-    import pyarrow as pa
+def parquet_starts(f) -> list[int]:
+    """The index of each row group's first row in the file (from the footer)."""
     import pyarrow.parquet as pq
 
     with f.filesystem().open_input_file(f.fs_path) as src:
@@ -44,43 +36,69 @@ def arrow_parquet_frame(spark, f, file_index: int, columns: list[tuple[str, str,
     for i in range(md.num_row_groups):
         starts.append(acc)
         acc += md.row_group(i).num_rows
-    fdict = f.to_dict()
-    src_names = [c[0] for c in columns if c[0] is not None]
-    out_schema = pa.schema(
+    return starts
+
+
+def parquet_schema(columns: list[tuple]):
+    import pyarrow as pa
+
+    return pa.schema(
         [(c[1], c[2]) for c in columns] + [("__file", pa.int32()), ("__row", pa.int64()), ("__err", pa.string())]
     )
 
+
+def parquet_batches(fdict: dict, file_index: int, columns: list[tuple], starts: list[int], row_groups):
+    """Row groups `row_groups` of a Parquet file as record batches of `parquet_schema(columns)`
+    (`columns` as `arrow_parquet_frame` takes them)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pymilvus.grpc_gen import schema_pb2
+
+    from kmilvus.spark.files import InputFile, frame_column
+
+    out_schema = parquet_schema(columns)
+    src_names = [c[0] for c in columns if c[0] is not None]
+    fields = [None if c[3] is None else schema_pb2.FieldSchema.FromString(c[3]) for c in columns]
+    inp = InputFile.from_dict(fdict)
+    with inp.filesystem().open_input_file(inp.fs_path) as src:
+        pf = pq.ParquetFile(src)
+        for rg in row_groups:
+            t = pf.read_row_group(rg, columns=src_names)
+            n = t.num_rows
+            arrays = []
+            for (name, _, typ, _), field in zip(columns, fields, strict=True):
+                if name is None:
+                    arrays.append(pa.nulls(n, typ))
+                    continue
+                col = t.column(name).combine_chunks()
+                col = to_list(col) if field is None else frame_column(field, col)
+                arrays.append(col if col.type == typ else col.cast(typ))
+            arrays += [
+                pa.array(np.full(n, file_index, np.int32)),
+                pa.array(np.arange(starts[rg], starts[rg] + n, dtype=np.int64)),
+                pa.nulls(n, pa.string()),
+            ]
+            yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+
+
+def arrow_parquet_frame(spark, f, file_index: int, columns: list[tuple]):
+    """Parquet via pyarrow, one task item per row group.
+
+    columns: (source column name, output column name, output arrow type, field): `field` (a
+    serialized FieldSchema) converts the column with `kmilvus.spark.files.frame_column`, a None
+    source name gives a column of nulls (a nullable / default field the file leaves out). The
+    frame also has __file, __row (row index in the file) and __err (null).
+    """
+    starts = parquet_starts(f)
+    fdict = f.to_dict()
+
     def read(batches):
-        import numpy as np
-        from pymilvus.grpc_gen import schema_pb2
-
-        from kmilvus.spark.files import InputFile, frame_column
-
-        fields = [None if c[3] is None else schema_pb2.FieldSchema.FromString(c[3]) for c in columns]
-        inp = InputFile.from_dict(fdict)
-        with inp.filesystem().open_input_file(inp.fs_path) as src:
-            pf = pq.ParquetFile(src)
-            for b in batches:
-                for rg in b.column("__task").to_pylist():
-                    t = pf.read_row_group(rg, columns=src_names)
-                    n = t.num_rows
-                    arrays = []
-                    for (name, _, typ, _), field in zip(columns, fields, strict=True):
-                        if name is None:
-                            arrays.append(pa.nulls(n, typ))
-                            continue
-                        col = t.column(name).combine_chunks()
-                        col = to_list(col) if field is None else frame_column(field, col)
-                        arrays.append(col if col.type == typ else col.cast(typ))
-                    arrays += [
-                        pa.array(np.full(n, file_index, np.int32)),
-                        pa.array(np.arange(starts[rg], starts[rg] + n, dtype=np.int64)),
-                        pa.nulls(n, pa.string()),
-                    ]
-                    yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+        for b in batches:
+            yield from parquet_batches(fdict, file_index, columns, starts, b.column("__task").to_pylist())
 
     tasks = _tasks(spark, starts)
-    return tasks.mapInArrow(read, spark_schema_of(out_schema))
+    return tasks.mapInArrow(read, spark_schema_of(parquet_schema(columns)))
 
 
 def arrow_text_frame(spark, f, file_index: int):
@@ -161,8 +179,9 @@ def to_list(col):
     return col
 
 
-def spark_schema_of(schema) -> T.StructType:
+def spark_schema_of(schema):
     import pyarrow as pa
+    from pyspark.sql import types as T
 
     def conv(t):
         if pa.types.is_boolean(t):
