@@ -304,3 +304,21 @@ async def test_publish_many_raises_when_not_stored(ms, root):
     await ms.delete_stream()
     with pytest.raises(MsgStreamError):
         await ms.producer().publish_many([(vch(root, 1), Msg(MsgType.TimeTick, 1))] * 3)
+
+
+async def test_a_consumer_waiting_for_messages_is_cancelled_even_as_one_arrives(ms, root):
+    """A flowgraph stops by cancelling its consumer loop. Python 3.11's `asyncio.wait_for`
+    swallows a cancellation that lands just as the awaited event fires (a message arriving): the
+    loop then went on consuming, and the DataNode that lost its session never dropped its
+    channels nor came back (found by bench/chaos.py: no DataNode left, flush never finished)."""
+    c = await ms.consume(vch(root, 1))
+    try:
+        task = asyncio.create_task(c.next())
+        await asyncio.sleep(0.05)  # blocked in the wait for messages
+        c._wake.set()  # a message arrives ...
+        await asyncio.sleep(0)  # ... the wait completes ...
+        task.cancel()  # ... and the owner cancels before the loop resumes
+        done, _ = await asyncio.wait([task], timeout=2)
+        assert done and task.cancelled(), "the cancellation was swallowed: the consumer loop went on"
+    finally:
+        await c.close()

@@ -290,7 +290,8 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         if not done and req.wait_ms:
             with contextlib.suppress(asyncio.TimeoutError):
                 async with self.meta.changed:
-                    await asyncio.wait_for(self.meta.changed.wait_for(check), req.wait_ms / 1000)
+                    async with asyncio.timeout(req.wait_ms / 1000):  # not wait_for: may swallow a cancel (3.11)
+                        await self.meta.changed.wait_for(check)
             done = check()
         return milvus_pb2.GetFlushStateResponse(flushed=done)
 

@@ -147,15 +147,19 @@ class FlowGraph:
         self._task = asyncio.create_task(self._run(), name=f"flowgraph-{self.vchannel}")
 
     async def stop(self, drop: bool = False) -> None:
-        """Stop consuming and delete the consumer; `drop` also discards what is buffered."""
-        if self._task and self._task is not asyncio.current_task():
+        """Stop consuming and delete the consumer; `drop` also discards what is buffered. The
+        consumer is closed before the loop is awaited: a closed consumer ends the loop even if
+        its cancellation were lost on the way."""
+        consumer, self._consumer = self._consumer, None
+        running = self._task is not None and self._task is not asyncio.current_task()
+        if running:
             self._task.cancel()
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                await consumer.close()
+        if running:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        if self._consumer is not None:
-            with contextlib.suppress(Exception):
-                await self._consumer.close()
-            self._consumer = None
         if drop:
             self._discard()
 

@@ -79,8 +79,9 @@ class IndexBuilder:
 
     async def _loop(self) -> None:
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), RECONCILE_EVERY)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RECONCILE_EVERY):  # not wait_for: it may swallow a cancel (3.11)
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.reconcile()

@@ -557,7 +557,10 @@ class Consumer:
             self._seen_rx, self._seen_at = self._rx, loop.time()
         limit = 3 * HEARTBEAT if timeout is None else min(timeout, 3 * HEARTBEAT)
         try:
-            await asyncio.wait_for(self._wake.wait(), limit)
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that lands as the
+            # event fires, and the owner's loop would go on consuming after being stopped.
+            async with asyncio.timeout(limit):
+                await self._wake.wait()
         except TimeoutError:
             now = loop.time()
             if self._rx != self._seen_rx:

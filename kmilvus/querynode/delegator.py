@@ -120,9 +120,8 @@ class ChannelDelegator:
             return True
         async with self.changed:
             try:
-                await asyncio.wait_for(
-                    self.changed.wait_for(lambda: self.serviceable_ts >= ts or self.dropped), timeout
-                )
+                async with asyncio.timeout(timeout):  # not wait_for: it may swallow a cancel (3.11)
+                    await self.changed.wait_for(lambda: self.serviceable_ts >= ts or self.dropped)
             except TimeoutError:
                 return False
         return True
