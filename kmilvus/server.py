@@ -158,7 +158,9 @@ class Node:
             return
         new_id = session.server_id
         if role in (roles.DATANODE, roles.QUERYNODE):
-            await comp.drop_all()
+            # Whatever goes wrong dropping, the node must come back under a new ID: a node that
+            # stays away holds no channel, and with every DataNode away nothing is flushed.
+            await _best_effort(comp.drop_all(), f"drop the channels of {role} {comp.server_id}")
             new_id = await next_server_id(self.kv)
             self.registry.remove_local(role, comp.server_id)
             comp.server_id = new_id

@@ -119,8 +119,9 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         """Stop every flowgraph and discard what it buffered (this node lost its session: its
         channels move to other nodes, which replay the unflushed data from the checkpoints)."""
         for ch in list(self.flowgraphs):
-            fg = self.flowgraphs.pop(ch)
-            await fg.stop(drop=True)
+            fg = self.flowgraphs.pop(ch, None)
+            if fg is not None:  # another task may have dropped it while an earlier one stopped
+                await fg.stop(drop=True)
         log.warning("dropped every channel", node=self.server_id)
 
     # RPCs -----------------------------------------------------------------------------------
