@@ -36,6 +36,7 @@ from kmilvus.sessionutil.leader import LeaderLock
 from kmilvus.sessionutil.session import next_server_id
 from kmilvus.storage import ObjectStore
 from kmilvus.util.grpcutil import ChannelTLS, server_credentials, start_server
+from kmilvus.util.retry import Backoff
 
 log = get_logger(__name__)
 ALL_ROLES = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD, roles.DATANODE, roles.QUERYNODE, roles.PROXY)
@@ -156,21 +157,34 @@ class Node:
         comp = self.components.get(role)
         if comp is None:
             return
-        new_id = session.server_id
         if role in (roles.DATANODE, roles.QUERYNODE):
             # Whatever goes wrong dropping, the node must come back under a new ID: a node that
             # stays away holds no channel, and with every DataNode away nothing is flushed.
             await _best_effort(comp.drop_all(), f"drop the channels of {role} {comp.server_id}")
-            new_id = await next_server_id(self.kv)
-            self.registry.remove_local(role, comp.server_id)
-            comp.server_id = new_id
-            self.registry.add_local(role, new_id, comp)
-        fresh = Session(self.kv, role, session.address, ttl=self.cfg.session_ttl, server_id=new_id)
-        await fresh.register()
+        fresh = await self._register_again(role, session, comp)
         if role == roles.PROXY:
             comp.session_valid = fresh.still_valid
         self.sessions[self.sessions.index(session)] = fresh
         self._supervise(self._on_session_lost(role, fresh), f"session-watch-{role}")
+
+    async def _register_again(self, role: str, session: Session, comp) -> Session:
+        """A new session (a DataNode or QueryNode: under a new ID), retried until etcd answers:
+        a session lost during an etcd restart must not leave the component away for good."""
+        backoff = Backoff(0.1, 2.0)
+        while True:
+            try:
+                new_id = session.server_id
+                if role in (roles.DATANODE, roles.QUERYNODE):
+                    new_id = await next_server_id(self.kv)
+                    self.registry.remove_local(role, comp.server_id)
+                    comp.server_id = new_id
+                    self.registry.add_local(role, new_id, comp)
+                fresh = Session(self.kv, role, session.address, ttl=self.cfg.session_ttl, server_id=new_id)
+                await fresh.register()
+                return fresh
+            except Exception as exc:  # noqa: BLE001 - etcd away: try again
+                log.warning("registering again failed; retrying", role=role, error=repr(exc))
+                await backoff.sleep()
 
     def _make(self, role: str, sid: int):
         cfg, stream, store, reg = self.cfg, self.stream, self.store, self.registry

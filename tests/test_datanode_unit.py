@@ -28,3 +28,34 @@ async def test_drop_all_survives_a_channel_dropped_meanwhile():
     node.flowgraphs.update(a=a, b=b)
     await DataNode.drop_all(node)
     assert node.flowgraphs == {} and a.stopped
+
+
+async def test_a_node_registers_again_through_an_etcd_outage(monkeypatch):
+    """Found by bench/chaos.py: the new server ID was asked of etcd once; etcd restarting at that
+    moment killed the session-lost handler and the DataNode never came back."""
+    from kmilvus import components as roles
+    from kmilvus import server
+
+    calls = {"ids": 0}
+
+    async def next_server_id(kv):
+        calls["ids"] += 1
+        if calls["ids"] < 3:
+            raise ConnectionError("etcd restarting")
+        return 99
+
+    class FakeSession:
+        def __init__(self, kv, role, address, *, ttl, server_id):
+            self.server_id = server_id
+
+        async def register(self):
+            return None
+
+    monkeypatch.setattr(server, "next_server_id", next_server_id)
+    monkeypatch.setattr(server, "Session", FakeSession)
+    registry = types.SimpleNamespace(remove_local=lambda *a: None, add_local=lambda *a: None)
+    node = types.SimpleNamespace(kv=None, registry=registry, cfg=types.SimpleNamespace(session_ttl=3))
+    comp = types.SimpleNamespace(server_id=7)
+    old = types.SimpleNamespace(server_id=7, address="127.0.0.1:1")
+    fresh = await server.Node._register_again(node, roles.DATANODE, old, comp)
+    assert fresh.server_id == comp.server_id == 99 and calls["ids"] == 3
