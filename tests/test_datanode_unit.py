@@ -59,3 +59,23 @@ async def test_a_node_registers_again_through_an_etcd_outage(monkeypatch):
     old = types.SimpleNamespace(server_id=7, address="127.0.0.1:1")
     fresh = await server.Node._register_again(node, roles.DATANODE, old, comp)
     assert fresh.server_id == comp.server_id == 99 and calls["ids"] == 3
+
+
+def test_primary_key_stats_stay_exact_with_few_chunks():
+    """Each insert message adds a chunk; chunks merge like an LSM tree, so a 1,000-message
+    segment keeps O(log n) chunks (not one merge of everything every few messages) and still
+    answers membership exactly."""
+    import numpy as np
+
+    from kmilvus.datanode.pkstats import PkStats
+
+    st = PkStats()
+    rng = np.random.default_rng(1)
+    keys = rng.permutation(500_000)[:200_000]
+    for part in np.array_split(keys, 1000):
+        st.add(part)
+    assert len(st.chunks) <= 2 * int(np.log2(1000)) + 1
+    assert sum(len(c) for c in st.chunks) == len(np.unique(keys))
+    probe = np.arange(500_000)
+    assert np.array_equal(st.contains(probe), np.isin(probe, keys))
+    assert (st.lo, st.hi) == (keys.min(), keys.max())

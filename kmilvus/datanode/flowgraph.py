@@ -177,6 +177,9 @@ class FlowGraph:
                 await self._process(msg)
                 if self.dropped:
                     break
+                # Let the session keepalive and the RPCs run: draining a buffered backlog never
+                # awaits anything real, and a loop held for the session TTL loses the session.
+                await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
         except Exception:

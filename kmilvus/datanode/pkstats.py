@@ -2,7 +2,11 @@
 
 Milvus keeps a bloom filter and min/max per segment; kmilvus keeps the exact keys (sorted numpy
 chunks, merged as they accumulate), so a delete goes to exactly the segments that hold its key
-and membership is one vectorised `np.isin` per chunk — no per-key Python.
+and membership is one vectorised `np.isin` per chunk — no per-key Python. Chunks are merged like
+an LSM tree (a chunk with its neighbour once that is at most twice its size), so a key is merged
+O(log n) times and there are O(log n) chunks: merging everything every few inserts made each
+insert message cost O(segment rows), and a DataNode replaying a large backlog held its event
+loop long enough to lose its session.
 """
 
 from __future__ import annotations
@@ -10,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-MERGE_AT = 8  # chunks before they are merged into one sorted array
 
 
 @dataclass
@@ -28,8 +30,10 @@ class PkStats:
         lo, hi = keys[0], keys[-1]
         self.lo = lo if self.lo is None or lo < self.lo else self.lo
         self.hi = hi if self.hi is None or hi > self.hi else self.hi
-        if len(self.chunks) >= MERGE_AT:
-            self.chunks = [np.unique(np.concatenate(self.chunks))]
+        chunks = self.chunks
+        while len(chunks) > 1 and len(chunks[-2]) <= 2 * len(chunks[-1]):
+            newer = chunks.pop()
+            chunks[-1] = np.union1d(chunks[-1], newer)
 
     def contains(self, pks: np.ndarray) -> np.ndarray:
         """Boolean mask: which of `pks` this segment holds."""
