@@ -23,7 +23,7 @@ from controllers import resources as R
 from controllers.collection import describe
 from controllers.kube import NotFound
 from controllers.schema import DEFAULT_DB, NAME_RE, Target, is_type, short
-from kmilvus.rootcoord.schema import MAX_NAME_LENGTH
+from kmilvus.rootcoord import schema as schemautil
 from kmilvus.util import merr
 from kmilvus.util.constants import LIVE_SEGMENT_STATES
 
@@ -164,7 +164,7 @@ class FlushRun:
 
 
 def _valid_name(n) -> bool:
-    return isinstance(n, str) and bool(NAME_RE.match(n)) and len(n) <= MAX_NAME_LENGTH
+    return isinstance(n, str) and bool(NAME_RE.match(n)) and len(n) <= schemautil.MAX_NAME_LENGTH
 
 
 def check_flush_spec(spec) -> tuple[list[str], str, list[str]]:
