@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from tests.test_crds import schema
+
 HOSTILE = [
     "",
     " ",
@@ -52,23 +54,8 @@ ENUMS = [
     "retain",
     "Orphan",
 ]
-TYPES = [
-    "Bool",
-    "Int8",
-    "Int16",
-    "Int32",
-    "Int64",
-    "Float",
-    "Double",
-    "VarChar",
-    "JSON",
-    "Array",
-    "FloatVector",
-    "BinaryVector",
-    "Float16Vector",
-    "BFloat16Vector",
-    "SparseFloatVector",
-]
+# Every data type the Collection CRD admits (its own enum, so the two cannot drift).
+TYPES = schema("Collection")["properties"]["spec"]["properties"]["fields"]["items"]["properties"]["dataType"]["enum"]
 
 # Any JSON value, small.
 scalar = st.one_of(

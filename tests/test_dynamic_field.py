@@ -139,7 +139,15 @@ def test_raw_insert_without_meta_column_fills_empty_objects(node, client):
 
 # Bulk import (the Spark job, in process): a row's extra keys / a file's extra columns → `$meta`.
 
-from tests.test_spark_jobs import _json_rows, _row, _run_import, _schema_pb, _spec, spark  # noqa: E402,F401
+from tests.test_spark_jobs import (  # noqa: E402,F401
+    _compact_spec,
+    _json_rows,
+    _row,
+    _run_import,
+    _schema_pb,
+    _spec,
+    spark,
+)
 
 
 def _dynamic_schema_pb():
@@ -215,7 +223,6 @@ def test_bulk_insert_through_pymilvus_keeps_extra_keys(node, client, orm, tmp_pa
 
 def test_compaction_keeps_meta(spark, tmp_path):
     """The compaction job carries `$meta` like any JSON column."""
-    import base64
 
     import numpy as np
     import pyarrow as pa
@@ -239,17 +246,7 @@ def test_compaction_keeps_meta(spark, tmp_path):
         key = paths.insert_log_key(10, 11, 200 + s, 1)
         info = write_insert_binlog(store, key, batch)
         srcs.append({"segment_id": 200 + s, "binlogs": [{"key": key, "rows": info.entries_num, "size": info.size}]})
-    spec = {
-        "kind": "compact",
-        "job_id": 5,
-        "collection_id": 10,
-        "schema": base64.b64encode(schema.SerializeToString()).decode(),
-        "storage_uri": store.root_uri,
-        "manifest_key": "c.json",
-        "log_id_start": 300,
-        "log_id_count": 10,
-        "plans": [{"plan_id": 6, "partition_id": 11, "channel": "ch", "target_ids": [400], "sources": srcs}],
-    }
+    spec = _compact_spec(schema, store, srcs, target_ids=(400,))
     compactor.run(spark, spec)
     t = read_segment(store, 10, 11, 400)
     assert {

@@ -548,6 +548,22 @@ def test_job_rejects_bad_csv_and_nan(spark, tmp_path):
     assert err["row"] == 1 and "contains NaN or Inf" in err["reason"]
 
 
+def _compact_spec(schema, store, srcs, *, target_ids=(400, 401), log_ids=(300, 10), **extra) -> dict:
+    """A one-plan compaction spec as DataCoord builds it (collection 10, partition 11)."""
+    return {
+        "kind": "compact",
+        "job_id": 5,
+        "collection_id": 10,
+        "schema": base64.b64encode(schema.SerializeToString()).decode(),
+        "storage_uri": store.root_uri,
+        "manifest_key": "c.json",
+        "log_id_start": log_ids[0],
+        "log_id_count": log_ids[1],
+        "plans": [{"plan_id": 6, "partition_id": 11, "channel": "ch", "target_ids": list(target_ids), "sources": srcs}],
+        **extra,
+    }
+
+
 @pytest.mark.parametrize("expire_before", [0, 6])
 def test_job_compaction_in_process(spark, tmp_path, expire_before):
     """Two sources → two targets of equal size; rows keep IDs and timestamps, each exactly once.
@@ -569,18 +585,7 @@ def test_job_compaction_in_process(spark, tmp_path, expire_before):
         key = paths.insert_log_key(10, 11, 200 + s, 1)
         info = write_insert_binlog(store, key, batch)
         srcs.append({"segment_id": 200 + s, "binlogs": [{"key": key, "rows": info.entries_num, "size": info.size}]})
-    spec = {
-        "kind": "compact",
-        "job_id": 5,
-        "collection_id": 10,
-        "schema": base64.b64encode(schema.SerializeToString()).decode(),
-        "storage_uri": store.root_uri,
-        "manifest_key": "c.json",
-        "log_id_start": 300,
-        "log_id_count": 10,
-        "plans": [{"plan_id": 6, "partition_id": 11, "channel": "ch", "target_ids": [400, 401], "sources": srcs}],
-        "expire_before": expire_before,
-    }
+    spec = _compact_spec(schema, store, srcs, expire_before=expire_before)
     m = compactor.run(spark, spec)
     kept = range(5, 10) if expire_before else range(10)
     assert [t["rows"] for t in m["plans"][0]["targets"]] == ([0, 5] if expire_before else [5, 5])
@@ -860,17 +865,7 @@ def test_inprocess_compaction_matches_spark(spark, tmp_path):
             store.path(dkey),
         )
         srcs[1]["deltalogs"] = [{"key": dkey, "rows": 11}]
-        return {
-            "kind": "compact",
-            "job_id": 5,
-            "collection_id": 10,
-            "schema": base64.b64encode(schema.SerializeToString()).decode(),
-            "storage_uri": store.root_uri,
-            "manifest_key": "c.json",
-            "log_id_start": 3000,
-            "log_id_count": 2000,
-            "plans": [{"plan_id": 6, "partition_id": 11, "channel": "ch", "target_ids": [400, 401], "sources": srcs}],
-        }
+        return _compact_spec(schema, store, srcs, log_ids=(3000, 2000))
 
     (ms, es), (ml, el) = _both_routes(spark, tmp_path, compactor, spec_of)
     assert es is None and el is None, (es, el)

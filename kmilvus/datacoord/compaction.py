@@ -105,12 +105,11 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         target = self.target_rows(coll, target_size)
         small = target if manual else max(1, int(target * cfg.compaction_small_proportion))
         wanted = set(segment_ids)
-        expired = {
-            s.id for s in self.port.meta.by_collection(coll, (SegmentState.Flushed,)) if has_expired(s, expire_before)
-        }
+        flushed = self.port.meta.by_collection(coll, (SegmentState.Flushed,))
+        expired = {s.id for s in flushed if has_expired(s, expire_before)}
         cands = [
             s
-            for s in self.port.meta.by_collection(coll, (SegmentState.Flushed,))
+            for s in flushed
             if s.id not in self.busy
             and (s.info.num_of_rows < small or s.id in expired)
             and (not wanted or s.id in wanted)

@@ -35,7 +35,7 @@ import time
 
 from kmilvus_jobs.common import JobFailure, prefetched, progress
 from kmilvus_jobs.sources import _tasks, s3a_available, spark_schema_of, to_list
-from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, BinlogWriter, binlog_writer, decode_schema
+from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, BinlogWriter, binlog_writer, decode_schema, segment_entry
 
 KEY_TAIL = r"insert_log/\d+/\d+/(\d+/\d+)$"
 
@@ -276,27 +276,7 @@ class _Job:
                 i = lay["base"] + k
                 logs = sorted((r for r in binlogs if r["seg"] == i), key=lambda r: r["log_id"])
                 targets.append(
-                    {
-                        "segment_id": int(tid),
-                        "partition_id": int(plan["partition_id"]),
-                        "rows": sum(r["rows"] for r in logs),
-                        "size": sum(r["size"] for r in logs),
-                        "memory_size": sum(r["memory_size"] for r in logs),
-                        "timestamp_from": min((r["ts_from"] for r in logs), default=0),
-                        "timestamp_to": max((r["ts_to"] for r in logs), default=0),
-                        "binlogs": [
-                            {
-                                "log_id": r["log_id"],
-                                "key": r["key"],
-                                "rows": r["rows"],
-                                "size": r["size"],
-                                "memory_size": r["memory_size"],
-                                "timestamp_from": r["ts_from"],
-                                "timestamp_to": r["ts_to"],
-                            }
-                            for r in logs
-                        ],
-                    }
+                    {"segment_id": int(tid), "partition_id": int(plan["partition_id"]), **segment_entry(logs)}
                 )
             out_plans.append(
                 {

@@ -51,7 +51,7 @@ from kmilvus_jobs.sources import (
     parquet_starts,
     spark_native,
 )
-from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, BinlogWriter, binlog_writer, decode_schema
+from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, BinlogWriter, binlog_writer, decode_schema, segment_entry
 
 CSV_NULL = "\u0000\u0001kmilvus-null\u0001\u0000"  # no CSV cell is read as null
 SNIPPET = 60
@@ -634,31 +634,15 @@ class _Plan:
         row_id_start = int(spec["row_id_start"])
         for k, (_c, p, sid) in enumerate(segments):
             logs = sorted((r for r in binlogs if r["seg"] == k), key=lambda r: r["log_id"])
-            rows = sum(r["rows"] for r in logs)
+            entry = segment_entry(logs)
             first = -(-k * total // n_seg)
             out_segments.append(
                 {
                     "segment_id": sid,
                     "partition_id": p,
-                    "rows": rows,
-                    "size": sum(r["size"] for r in logs),
-                    "memory_size": sum(r["memory_size"] for r in logs),
-                    "timestamp_from": min((r["ts_from"] for r in logs), default=0),
-                    "timestamp_to": max((r["ts_to"] for r in logs), default=0),
+                    **entry,
                     "row_id_from": row_id_start + first,
-                    "row_id_to": row_id_start + first + rows - 1,
-                    "binlogs": [
-                        {
-                            "log_id": r["log_id"],
-                            "key": r["key"],
-                            "rows": r["rows"],
-                            "size": r["size"],
-                            "memory_size": r["memory_size"],
-                            "timestamp_from": r["ts_from"],
-                            "timestamp_to": r["ts_to"],
-                        }
-                        for r in logs
-                    ],
+                    "row_id_to": row_id_start + first + entry["rows"] - 1,
                 }
             )
         progress("written", rows=written, segments=len(out_segments))

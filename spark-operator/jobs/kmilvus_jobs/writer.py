@@ -378,3 +378,27 @@ def binlog_writer(ctx: dict):
         yield result
 
     return run
+
+
+def segment_entry(logs: list[dict]) -> dict:
+    """A manifest segment's totals and binlogs, from the writer's result rows of that segment
+    (sorted by log ID); the import and compaction manifests share this shape."""
+    return {
+        "rows": sum(r["rows"] for r in logs),
+        "size": sum(r["size"] for r in logs),
+        "memory_size": sum(r["memory_size"] for r in logs),
+        "timestamp_from": min((r["ts_from"] for r in logs), default=0),
+        "timestamp_to": max((r["ts_to"] for r in logs), default=0),
+        "binlogs": [
+            {
+                "log_id": r["log_id"],
+                "key": r["key"],
+                "rows": r["rows"],
+                "size": r["size"],
+                "memory_size": r["memory_size"],
+                "timestamp_from": r["ts_from"],
+                "timestamp_to": r["ts_to"],
+            }
+            for r in logs
+        ],
+    }
