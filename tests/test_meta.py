@@ -107,7 +107,7 @@ async def test_sessions_come_and_go(kv):
 async def test_session_expires_when_keepalive_stops(kv):
     s = Session(kv, "proxy", "127.0.0.1:3", ttl=1)
     await s.register()
-    s._task.cancel()  # the process "dies": nobody refreshes the lease
+    s._keeper.stop()  # the process "dies": nobody refreshes the lease
     for _ in range(60):
         if not await list_sessions(kv, "proxy"):
             break
@@ -126,7 +126,7 @@ async def test_leader_lock_is_held_by_one_process_at_a_time(kv):
     await a.release()
     await asyncio.wait_for(waiter, 5)  # then b gets it
     # A holder that dies (no more keepalives) loses the lock when its lease expires.
-    b._keepalive.cancel()
+    b._keeper.stop()
     c = LeaderLock(kv, "coordinators", ttl=1)
     await asyncio.wait_for(c.acquire(poll=0.05), 10)
     await c.release()
@@ -143,7 +143,7 @@ async def test_a_paused_leader_steps_down_and_its_fenced_writes_fail(kv):
     fenced_a = a.fenced(kv)
     await fenced_a.put("k", b"from-a")  # the leader writes while it holds the lock
     assert await kv.get("k") == b"from-a"
-    a._keepalive.cancel()  # "SIGSTOP": no keepalive any more
+    a._keeper.stop()  # "SIGSTOP": no keepalive any more
     b = LeaderLock(kv, "rootcoord", "datacoord", ttl=1)
     await asyncio.wait_for(b.acquire(poll=0.05), 10)  # the lease expired: a standby takes over
     assert not a.valid()
@@ -203,4 +203,27 @@ async def test_session_whose_lease_expired_is_lost_not_silently_reregistered(kv)
     await asyncio.wait_for(s.lost.wait(), 10)
     await asyncio.sleep(1.0)
     assert await list_sessions(kv, "datanode") == {}
+    await s.stop()
+
+
+async def test_a_busy_event_loop_keeps_its_session_and_its_leader_lock(kv):
+    """Issue 11 (chaos): a DataNode replaying a multi-million-row backlog kept its event loop busy
+    past the session TTL and lost its session with no fault injected, so every replay started
+    over. Only a process that is gone or paused may lose its lease: renewals run on their own
+    thread, as Milvus renews from a goroutine."""
+    import time
+
+    from kmilvus.sessionutil.leader import LeaderLock
+
+    s = Session(kv, "datanode", "127.0.0.1:5", ttl=1)
+    await s.register()
+    lock = LeaderLock(kv, "indexcoord", ttl=1)
+    await lock.acquire()
+    time.sleep(3.0)  # noqa: ASYNC251 - the event loop does CPU work for three TTLs without yielding
+    await asyncio.sleep(0.5)
+    assert not s.lost.is_set() and s.valid()
+    assert s.server_id in await list_sessions(kv, "datanode")
+    assert not lock.lost.is_set() and lock.valid()
+    assert await kv.get("leader/indexcoord") == lock.identity
+    await lock.release()
     await s.stop()

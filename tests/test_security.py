@@ -341,6 +341,21 @@ def test_flush_and_drop_with_etcd_and_nats_over_tls_with_credentials(tmp_path, c
             c.close()
         finally:
             node.stop()
+
+        async def lease_renewed_on_its_own_thread() -> int:
+            """Session and leader leases are renewed over a blocking channel of their own: it
+            must use the same TLS and etcd credentials."""
+            kv = await EtcdKV.connect(
+                [etcd.endpoint], "x", timeout=5, user="root", password="etcd-pw-1", tls=client_tls
+            )
+            conn = kv.blocking_lease()
+            try:
+                return await asyncio.to_thread(conn.refresh, await kv.grant(5))
+            finally:
+                conn.close()
+                await kv.close()
+
+        assert asyncio.run(lease_renewed_on_its_own_thread()) > 0
     finally:
         nats_srv.stop()
         etcd.stop()

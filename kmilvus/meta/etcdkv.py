@@ -313,6 +313,53 @@ class EtcdKV:
     async def revoke(self, lease_id: int) -> None:
         await self.client.revoke_lease(lease_id)
 
+    def blocking_lease(self) -> BlockingLease:
+        """A blocking connection to the same etcd (address, TLS, credentials) for renewing leases
+        from a thread of their own."""
+        c = self.client
+        return BlockingLease(
+            f"{c._host}:{c._port}",
+            getattr(c, "_credentials", None),
+            c._username or "",
+            c._password or "",
+            c._timeout or 10.0,
+        )
+
+
+class BlockingLease:
+    """Lease renewals over a blocking gRPC channel. The asyncio client lives on its event loop,
+    so a loop kept busy past a lease's TTL (a DataNode draining a backlog) would let the lease
+    expire although the process is alive; a thread renewing over this channel does not wait for
+    the loop (gRPC releases the GIL while it waits on the network)."""
+
+    def __init__(
+        self, target: str, credentials: grpc.ChannelCredentials | None, user: str, password: str, timeout: float
+    ):
+        self._channel = grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
+        self._stub = etcdrpc.LeaseStub(self._channel)
+        self._auth = etcdrpc.AuthStub(self._channel) if user else None
+        self._user, self._password, self._timeout = user, password, timeout
+        self._metadata: tuple[tuple[str, str], ...] | None = None
+
+    def refresh(self, lease_id: int) -> int:
+        """Refresh a lease; returns its remaining TTL (≤ 0: the lease is gone)."""
+        if self._auth is not None and self._metadata is None:
+            req = etcdrpc.AuthenticateRequest(name=self._user, password=self._password)
+            self._metadata = (("token", self._auth.Authenticate(req, timeout=self._timeout).token),)
+        try:
+            for reply in self._stub.LeaseKeepAlive(
+                iter([etcdrpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self._timeout, metadata=self._metadata
+            ):
+                return int(reply.TTL)
+            return 0
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT):
+                self._metadata = None  # an expired auth token: authenticate again next time
+            raise
+
+    def close(self) -> None:
+        self._channel.close()
+
 
 async def retrying(
     fn: Callable[..., Awaitable[T]], *args: Any, attempts: int = 50, delay: float = 0.05, **kwargs: Any

@@ -20,6 +20,7 @@ import uuid
 
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, Op
+from kmilvus.sessionutil.keeper import LeaseKeeper
 from kmilvus.util.retry import Backoff
 
 log = get_logger(__name__)
@@ -38,7 +39,7 @@ class LeaderLock:
         self.identity = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}".encode()
         self.lost = asyncio.Event()
         self._deadline = 0.0  # monotonic time until which the lease is surely ours
-        self._keepalive: asyncio.Task | None = None
+        self._keeper: LeaseKeeper | None = None
 
     def valid(self) -> bool:
         """True while this process surely holds the lock."""
@@ -72,7 +73,14 @@ class LeaderLock:
                 waited = True
             await asyncio.sleep(poll)
         self._deadline = sent + self.ttl - SAFETY
-        self._keepalive = asyncio.create_task(self._keep(), name=f"leader-{self.key}")
+        self._keeper = LeaseKeeper(
+            self.kv,
+            self.lease,
+            max(self.ttl / 4, 0.1),
+            name=f"leader-{self.key}",
+            on_renewed=self._renewed,
+            on_expired=lambda: self._step_down("lease expired"),
+        ).start()
         log.info("leader lock acquired", keys=",".join(self.keys))
 
     def fenced(self, kv: EtcdKV) -> EtcdKV:
@@ -98,36 +106,21 @@ class LeaderLock:
         self._deadline = sent + min(remaining, self.ttl) - SAFETY
         return True
 
-    async def _keep(self) -> None:
-        """Renew the lease. Only etcd's answer that the lease is gone means the lock is lost: a
-        renewal that comes late (a busy or paused process) leaves `valid()` false meanwhile —
-        writes are refused locally — and restores it if the lease still exists, which proves
-        nobody else could have taken the lock."""
-        while not self.lost.is_set():
-            await asyncio.sleep(max(self.ttl / 4, 0.1))
-            sent = time.monotonic()
-            try:
-                remaining = await self.kv.keepalive(self.lease)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - etcd away: writes stay refused until renewed
-                log.warning("leader keepalive failed", keys=",".join(self.keys), error=str(exc))
-                continue
-            if remaining <= 0:
-                self._step_down("lease expired")
-                return
-            self._deadline = sent + min(remaining, self.ttl) - SAFETY
+    def _renewed(self, sent: float, remaining: int) -> None:
+        """On the keeper thread. Only etcd's answer that the lease is gone means the lock is
+        lost: a renewal that comes late (a paused process, etcd away) leaves `valid()` false
+        meanwhile — writes are refused locally — and restores it if the lease still exists, which
+        proves nobody else could have taken the lock."""
+        self._deadline = sent + min(remaining, self.ttl) - SAFETY
 
     def _step_down(self, why: str) -> None:
         log.error("leadership lost: stepping down", keys=",".join(self.keys), reason=why)
         self.lost.set()
 
     async def release(self) -> None:
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keepalive
-            self._keepalive = None
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
         if self.lease:
             with contextlib.suppress(Exception):  # best effort: the lease expires anyway
                 await self.kv.txn([Op.delete(k) for k in self.keys], [Cmp.value_eq(self.key, self.identity)])

@@ -20,6 +20,7 @@ import aetcd.exceptions
 
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, Op
+from kmilvus.sessionutil.keeper import LeaseKeeper
 from kmilvus.util.retry import Backoff
 
 log = get_logger(__name__)
@@ -64,7 +65,7 @@ class Session:
         self.ttl = ttl
         self.server_id = server_id or 0
         self.lease = 0
-        self._task: asyncio.Task | None = None
+        self._keeper: LeaseKeeper | None = None
         self.lost = asyncio.Event()
         self._deadline = 0.0  # monotonic time until which the lease surely exists on the server
 
@@ -79,30 +80,27 @@ class Session:
         self.lease = await self.kv.grant(self.ttl)
         self._deadline = sent + self.ttl
         await self.kv.put(session_key(self.role, self.server_id), self.info.encode(), lease=self.lease)
-        self._task = asyncio.create_task(self._keepalive(), name=f"session-{self.role}")
+        self._keeper = LeaseKeeper(
+            self.kv,
+            self.lease,
+            max(self.ttl / 3, 0.2),
+            name=f"session-{self.role}-{self.server_id}",
+            on_renewed=self._renewed,
+            on_expired=self._expired,
+        ).start()
         log.info("session registered", role=self.role, server_id=self.server_id, address=self.address)
 
-    async def _keepalive(self) -> None:
-        """Renew the lease; when etcd says it is gone, set `lost` and stop. The owner decides
-        what a lost session means (a DataNode gives up its channels and comes back under a new
-        ID); re-registering silently under the same ID would let a node act on channels that
-        moved while it was away."""
-        while True:
-            await asyncio.sleep(max(self.ttl / 3, 0.2))
-            sent = time.monotonic()
-            try:
-                remaining = await self.kv.keepalive(self.lease)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - keep trying while etcd is away
-                log.warning("session keepalive failed", role=self.role, error=str(exc))
-                continue
-            if remaining <= 0:
-                log.warning("session lease expired", role=self.role, server_id=self.server_id)
-                self.lease = 0
-                self.lost.set()
-                return
-            self._deadline = sent + remaining
+    def _renewed(self, sent: float, remaining: int) -> None:
+        self._deadline = sent + remaining
+
+    def _expired(self) -> None:
+        """etcd says the lease is gone: set `lost`. The owner decides what a lost session means
+        (a DataNode gives up its channels and comes back under a new ID); re-registering silently
+        under the same ID would let a node act on channels that moved while it was away."""
+        if self.lease:
+            log.warning("session lease expired", role=self.role, server_id=self.server_id)
+        self.lease = 0
+        self.lost.set()
 
     def valid(self) -> bool:
         """True while the session surely still exists: the others still count this component
@@ -126,11 +124,9 @@ class Session:
         return remaining > 0
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
         if self.lease:
             with contextlib.suppress(Exception):
                 await self.kv.revoke(self.lease)
