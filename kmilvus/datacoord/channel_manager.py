@@ -37,11 +37,11 @@ class ChannelManager:
         self.assign: dict[str, int] = {}  # vchannel → node (0: none)
         self.records: dict[str, bytes] = {}  # vchannel → its watch record as persisted
         self.versions: dict[str, int] = {}  # vchannel → current watch version
-        self.records: dict[str, bytes] = {}  # vchannel → its watch record as persisted
         self.infos: dict[str, internal_pb2.ChannelWatchInfo] = {}
         self.nodes: set[int] = set()
         self._lock = asyncio.Lock()
         self._tasks = BackgroundTasks()
+        self._retrying = False
         self.ready = asyncio.Event()
 
     async def load(self) -> None:
@@ -116,7 +116,31 @@ class ChannelManager:
         await self.rebalance()
 
     async def rebalance(self) -> None:
-        """Give every channel without a live node to the least-loaded live node."""
+        """Give every channel without a live node to the least-loaded live node. A watch that
+        fails is retried in the background until it succeeds."""
+        if await self._assign_orphans() and not self._retrying:
+            self._retrying = True
+            self._tasks.spawn(self._retry_orphans(), "datacoord-rewatch")
+
+    async def _retry_orphans(self) -> None:
+        """Retry failed watches (a busy node, a file collected while the node read it): waiting
+        for the next DataNode session event instead would leave the channel without a node in a
+        quiet cluster, and every later flush of its collection waiting forever."""
+        backoff = Backoff(0.2, 5.0)
+        try:
+            while True:
+                await backoff.sleep()
+                try:
+                    if not await self._assign_orphans():
+                        return
+                except Exception as exc:  # noqa: BLE001 - etcd away: try again later
+                    log.warning("rebalance failed; retrying", error=repr(exc))
+        finally:
+            self._retrying = False
+
+    async def _assign_orphans(self) -> int:
+        """One pass of `rebalance`; returns how many watches failed."""
+        failed = 0
         async with self._lock:
             orphans = [ch for ch, n in self.assign.items() if n not in self.nodes]
             for ch in orphans:
@@ -135,13 +159,15 @@ class ChannelManager:
                 await self._persist(ch)
                 try:
                     await self._send_watch(node, ch)
-                except Exception as exc:  # noqa: BLE001 - retried on the next rebalance
+                except Exception as exc:  # noqa: BLE001 - retried by `_retry_orphans`
                     log.warning("watch channel failed", channel=ch, node=node, error=str(exc))
+                    failed += 1
                     continue
                 self.assign[ch] = node
                 await self._persist(ch)
                 if self.on_assigned is not None:
                     self.on_assigned(ch)
+        return failed
 
     async def _send_watch(self, node: int, ch: str) -> None:
         """WatchDmChannels with the channel's checkpoint and the state of its segments.
