@@ -116,7 +116,10 @@ class Client(threading.Thread):
             ids = list(range(key, key + 1000))
             key += 1000
             try:
-                coll.insert([ids, rng.random((1000, 32), dtype=np.float32)], timeout=20)
+                # No retries inside pymilvus: it retries a failed Insert by itself, and an insert
+                # whose Proxy died after publishing it would be stored twice yet reported as one
+                # acknowledged insert (as with Milvus: an insert carries no idempotency key).
+                coll.insert([ids, rng.random((1000, 32), dtype=np.float32)], retry_times=0)
                 self.acked.extend(ids)
                 now = time.monotonic()
                 self.longest_gap = max(self.longest_gap, now - last_ok)

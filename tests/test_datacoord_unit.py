@@ -12,8 +12,9 @@ from kmilvus import components as roles
 from kmilvus.datacoord.meta import SegmentState
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2
+from kmilvus.sessionutil import Session
 from kmilvus.util import merr
-from tests.coordutil import Coords, watched_by_a_datanode
+from tests.coordutil import Coords, WatchingDataNode, watched_by_a_datanode
 from tests.harness import make_config
 from tests.util import eventually
 
@@ -400,3 +401,51 @@ async def test_a_datacoord_that_lost_its_lock_grants_no_quota_and_flushes_nothin
 
 async def _ok():
     return merr.success()
+
+
+async def test_a_new_owner_is_sent_flush_segments_only_after_its_own_tick(coords):
+    """Chaos (issue 11) lost 125k acknowledged rows this way: the channel's owner reported a
+    tick past a sealed segment and died before FlushSegments reached it; the channel moved, and
+    a check that ran while the new assignment was being persisted sent FlushSegments to the new
+    owner on the dead owner's tick. The new owner, replaying from the checkpoint, flushed the
+    segment with the 33 messages it had read so far; the segment's later rows were dropped as
+    rows of a flushed segment. Only a tick reported under the current watch may flush."""
+    c = coords
+    coll, (ch, _) = await _watched_collection(c)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    old = c.registry._local[roles.DATANODE][NODE]
+
+    async def unreachable(req, context=None):
+        raise ConnectionError("the DataNode died")
+
+    old.FlushSegments = unreachable
+    await c.dc.handle_tt(_tt(ch, 20, 2**62))  # the old owner's tick passed the seal
+    sent: list = []
+
+    async def record(req, context=None):
+        sent.append(list(req.segmentIDs))
+        return merr.success()
+
+    persist = c.dc.channels._persist
+
+    async def persist_then_check(ch_: str) -> None:  # the background step runs meanwhile
+        await persist(ch_)
+        if c.dc.channels.node_of(ch_) == NODE + 1:
+            await c.dc._check_flushable()
+
+    c.dc.channels._persist = persist_then_check
+    await old.session.stop()  # the owner is gone; a new DataNode takes the channel over
+    new = WatchingDataNode()
+    new.FlushSegments = record
+    c.registry.add_local(roles.DATANODE, NODE + 1, new)
+    session = Session(c.kv, roles.DATANODE, "127.0.0.1:2", ttl=c.cfg.session_ttl, server_id=NODE + 1)
+    await session.register()
+    try:
+        await eventually(lambda: c.dc.channels.node_of(ch) == NODE + 1, what="the channel moved")
+        await c.dc._check_flushable()
+        assert sent == [], "FlushSegments sent to the new owner on the previous owner's tick"
+        await c.dc.handle_tt(_tt(ch, 21, 2**62, node=NODE + 1, version=new.watches[ch]))
+        assert sent == [[sid]]
+    finally:
+        await session.stop()

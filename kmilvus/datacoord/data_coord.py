@@ -63,7 +63,9 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self.segments = SegmentManager(cfg, self.meta, self.ids, self.tso)
         self.channels = ChannelManager(kv, self.meta, registry, on_assigned=self._channel_moved)
         self.gc = GarbageCollector(self.meta, store, cfg.gc_tolerance)
-        self.ticks: dict[str, int] = {}  # latest DataNodeTtMsg per vchannel
+        # Latest DataNodeTtMsg per vchannel, with the watch (node, version) that reported it: a
+        # tick decides a flush only while that watch is current (see `_check_flushable`).
+        self.ticks: dict[str, tuple[int, int, int]] = {}
         self._dirty_cps: set[str] = set()
         self._dropping: set[int] = set()
         self.dropped_partitions: set[tuple[int, int]] = set()  # (collection, partition) dropped
@@ -167,8 +169,8 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             return
         if not self.channels.is_current_watch(ch, msg.nodeID, msg.watch_version):
             return  # a stale watch (the channel moved): its checkpoint must not count
-        if msg.timestamp > self.ticks.get(ch, 0):
-            self.ticks[ch] = msg.timestamp
+        if msg.timestamp > self._tick(ch):
+            self.ticks[ch] = (msg.timestamp, msg.nodeID, msg.watch_version)
         if msg.HasField("checkpoint") and msg.checkpoint.seq and self.meta.update_checkpoint(msg.checkpoint):
             self._dirty_cps.add(ch)
             await self.meta.notify()
@@ -181,7 +183,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             return  # a DataCoord that lost its lock must not make a DataNode seal its data
         now = time.monotonic()
         for ch in chans if chans is not None else list(self.ticks):
-            tick = self.ticks.get(ch, 0)
+            tick = self._tick(ch)
             due = [
                 s.id
                 for s in self.meta.by_channel(ch, (SegmentState.Sealed,))
@@ -209,6 +211,14 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 for sid in due:
                     if sid in self.meta.segments:
                         self.meta.segments[sid].flush_sent_at = 0
+
+    def _tick(self, ch: str) -> int:
+        """The channel's tick as its current owner reported it (0: none yet). A tick of an
+        earlier watch says nothing about what the current owner has consumed: a new owner
+        replays from the checkpoint, and FlushSegments on the old owner's tick would make it
+        flush a segment before it has read the segment's rows."""
+        ts, node, version = self.ticks.get(ch, (0, 0, 0))
+        return ts if self.channels.is_current_watch(ch, node, version) else 0
 
     # RPCs ---------------------------------------------------------------------------------
     @merr.rpc(milvus_pb2.ComponentStates)
