@@ -103,6 +103,7 @@ class FlowGraph:
         self.collection_id = info.collectionID
         self.schema = schema_pb2.CollectionSchema.FromString(info.schema)
         self.skip: set[int] = set(info.flushed_segmentIDs) | set(info.dropped_segmentIDs)
+        self.flushed_here: set[int] = set()  # segments this flowgraph wrote its final binlogs of
         self.persisted_upto: dict[int, int] = {s.ID: s.dml_position.seq for s in info.unflushed_segments}
         self.partition_of: dict[int, int] = {s.ID: s.partitionID for s in info.unflushed_segments}
         self.buffers: dict[int, SegmentBuffer] = {}
@@ -197,6 +198,12 @@ class FlowGraph:
         if t == MsgType.Insert:
             seg = int(msg.headers["segment"])
             if seg in self.skip or pos.seq <= self.persisted_upto.get(seg, 0):
+                if seg in self.flushed_here and pos.seq > self.persisted_upto.get(seg, 0):
+                    # Never expected: DataCoord flushes a segment only once this flowgraph's own
+                    # tick passed every row promised to it. Loud, so a broken promise is seen.
+                    log.error(
+                        "rows of a segment flushed already: dropped", channel=self.vchannel, segment=seg, seq=pos.seq
+                    )
                 return  # already in binlogs (replay after a restart)
             if self.dropped_partitions and int(msg.headers.get("partition", 0)) in self.dropped_partitions:
                 self.skip.add(seg)
@@ -315,6 +322,7 @@ class FlowGraph:
         buf = self.buffers.pop(seg, None)
         if final:
             self.skip.add(seg)
+            self.flushed_here.add(seg)
         token = next(self._tokens)
         if buf is not None:
             self.inflight[token] = (buf.start.seq, buf.min_ts)
