@@ -27,6 +27,16 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.so_reuseport", 0),
 ]
+# Clients ping every 10 s (pymilvus, our own channels), also between calls. gRPC's server default
+# allows one ping per 5 minutes and answers more with GOAWAY "too_many_pings", dropping the
+# connection and failing its calls in flight (which pymilvus then retries: an Insert twice).
+# Milvus' servers permit a ping every 5 s, with or without calls; ours one per second.
+SERVER_OPTIONS = [
+    *CHANNEL_OPTIONS,
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 1_000),
+]
 
 
 async def start_server(
@@ -39,7 +49,7 @@ async def start_server(
 ) -> tuple[grpc.aio.Server, int]:
     """Serve `servicer`s (each with its generated add_*_to_server) on host:port (0 = free port);
     TLS when `credentials` are given (then a plaintext client is refused)."""
-    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors or None)
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors or None)
     for add, servicer in registrations:
         answer_unimplemented_quietly(servicer)
         add(servicer, server)
