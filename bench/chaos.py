@@ -31,6 +31,8 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +42,8 @@ from kmilvus.datacoord.verify import committed_keys_at
 from kmilvus.util.embedded import ChildServer, free_port, start_etcd, start_nats
 
 CLUSTER = "chaos"
-TTL = 3
+TTL = 10  # KMILVUS_SESSION_TTL's default: what a deployment runs (a shorter one only speeds up faults)
+ADMIN_TIMEOUT = 240.0  # an admin call (flush, count) that has not answered by then is reported as hung
 FAULTS = (
     "datanode_kill",
     "datanode_stop",
@@ -275,6 +278,18 @@ def inject(dep: Deployment, fault: str, rng: random.Random) -> str:
     raise ValueError(fault)
 
 
+def bounded(fn, what: str):
+    """`fn()` on a thread, waited for at most ADMIN_TIMEOUT: a call that never answers (pymilvus
+    sets no deadline on most calls) is a finding, not a run that hangs."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(fn).result(timeout=ADMIN_TIMEOUT)
+    except FutureTimeout:
+        raise TimeoutError(f"{what}: no answer in {ADMIN_TIMEOUT:.0f} s (hung)") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
@@ -292,7 +307,7 @@ def main() -> int:
     from pymilvus import Collection, CollectionSchema, DataType, FieldSchema, connections
 
     counts: dict[str, int] = {}
-    rounds = 0
+    rounds = unexpected = 0
     t0 = time.monotonic()
     try:
         dep.start()
@@ -321,18 +336,23 @@ def main() -> int:
                 f"[{time.monotonic() - t0:6.0f}s] round {rounds}: {fault} ({target}); rows acked so far {acked:,}",
                 flush=True,
             )
+            for name, p in dep.procs.items():
+                if not p.alive():  # no fault stops a process for good: a death of its own is a finding
+                    print(f"    UNEXPECTED EXIT: {name} (status {p.proc.returncode}); restarting it", flush=True)
+                    unexpected += 1
+                    p.start()
             if rng.random() < 0.3:
                 try:
-                    Collection("chaos", using="chaos-admin").flush(timeout=60)
+                    bounded(lambda: coll.flush(timeout=60), "flush")
                 except Exception as exc:  # noqa: BLE001 - reported, the run goes on
-                    print(f"    flush failed: {exc}", flush=True)
+                    print(f"    flush failed: {exc!r}", flush=True)
         for c in clients:
             c.stop_flag.set()
         for c in clients:
             c.join(60)
         time.sleep(TTL + 2)  # let the last fault's restarts settle
         flush_t0 = time.monotonic()
-        Collection("chaos", using="chaos-admin").flush(timeout=180)
+        bounded(lambda: coll.flush(timeout=180), "final flush")
         flush_s = time.monotonic() - flush_t0
         pk = asyncio.run(committed_keys_at(dep.etcd_endpoint, CLUSTER, dep.storage.as_uri(), coll_id))
         acked = np.concatenate([np.asarray(c.acked, dtype=np.int64) for c in clients])
@@ -342,8 +362,8 @@ def main() -> int:
         losses = len(np.setdiff1d(acked, uniq))
         failed_stored = len(np.intersect1d(failed, uniq))
         strays = len(np.setdiff1d(uniq, np.concatenate([acked, failed])))
-        num_entities = Collection("chaos", using="chaos-admin").num_entities
-        ok = dups == 0 and losses == 0 and strays == 0 and num_entities == len(pk)
+        num_entities = bounded(lambda: coll.num_entities, "num_entities")
+        ok = dups == 0 and losses == 0 and strays == 0 and num_entities == len(pk) and not unexpected
         print()
         print("| measure | value |")
         print("|---|---|")
@@ -362,6 +382,7 @@ def main() -> int:
             f"| longest unavailability (a client without a successful insert) | "
             f"{max(c.longest_gap for c in clients):.1f} s |"
         )
+        print(f"| processes that exited by themselves | {unexpected} |")
         print(f"| invariants | {'hold' if ok else 'VIOLATED'} |")
         return 0 if ok else 1
     finally:

@@ -227,3 +227,32 @@ async def test_a_busy_event_loop_keeps_its_session_and_its_leader_lock(kv):
     assert await kv.get("leader/indexcoord") == lock.identity
     await lock.release()
     await s.stop()
+
+
+async def test_an_internal_call_to_a_peer_that_never_answers_ends_at_its_deadline(kv):
+    """A chaos run hung for good in an admin call through a Proxy during a coordinator failover:
+    internal calls had no deadline, so a peer that accepts the connection and never answers (a
+    stuck process, a reused port) held the caller — and its client — forever."""
+    import socket
+
+    import grpc
+    from pymilvus.grpc_gen import milvus_pb2
+
+    from kmilvus.proto import root_coord_pb2_grpc
+    from kmilvus.util.grpcutil import RemoteClient
+
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen()  # accepts TCP, never speaks HTTP/2
+    s = Session(kv, "rootcoord", f"127.0.0.1:{mute.getsockname()[1]}", ttl=5)
+    await s.register()
+    client = RemoteClient(kv, "rootcoord", root_coord_pb2_grpc.RootCoordStub, retries=1, deadline=1.0)
+    try:
+        async with asyncio.timeout(20):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await client.HasCollection(milvus_pb2.HasCollectionRequest(collection_name="c"))
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    finally:
+        await client.close()
+        await s.stop()
+        mute.close()

@@ -21,6 +21,10 @@ from kmilvus.sessionutil import list_sessions
 log = get_logger(__name__)
 
 MAX_MESSAGE = 512 * 1024 * 1024
+# Every internal call ends: a peer that accepts the connection and never answers (a stuck process,
+# a port some other server reuses) must not hold its caller, and the caller's own client, forever.
+# Generous: loading a large segment or index is one call.
+DEFAULT_DEADLINE = 300.0
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE),
     ("grpc.max_receive_message_length", MAX_MESSAGE),
@@ -129,6 +133,7 @@ class RemoteClient:
         address: str | None = None,
         retries: int = 30,
         tls: ChannelTLS | None = None,
+        deadline: float = DEFAULT_DEADLINE,
     ):
         self.kv = kv
         self.role = role
@@ -137,6 +142,7 @@ class RemoteClient:
         self.address = address
         self.retries = retries
         self.tls = tls
+        self.deadline = deadline
         self._channel: grpc.aio.Channel | None = None
         self._stub = None
         self._lock = asyncio.Lock()
@@ -178,7 +184,7 @@ class RemoteClient:
             for attempt in range(self.retries):
                 stub = await self._get_stub()
                 try:
-                    return await getattr(stub, name)(request, timeout=timeout)
+                    return await getattr(stub, name)(request, timeout=timeout or self.deadline)
                 except grpc.aio.AioRpcError as err:
                     if err.code() not in (grpc.StatusCode.UNAVAILABLE,) or attempt == self.retries - 1:
                         raise
