@@ -727,7 +727,7 @@ def table_rows(rows: list[int]) -> list[dict]:
         {
             "key": "small_flush",
             "label": "small flush: insert 1k, Flush, until flushed (median)",
-            "unit": "s",
+            "unit": "ms",
             "better": "lower",
         }
     )
