@@ -11,6 +11,12 @@ needs setuptools<70 and marshmallow<4), created here on first use. Runs alternat
 systems (k, M, M, k, k, M, ...), each on a fresh server in a fresh data dir; every figure is the
 median of the runs with min and max. Results: bench/results/vs_milvus.{json,md,png}.
 
+Third column: Milvus Lite 3.2.2 (PyPI `milvus-lite`, one Python process with its own gRPC server,
+`milvus-lite server --host 127.0.0.1 --port P --data-dir D`), installed into bench/.venv-lite on
+first use (never into kmilvus' .venv) and driven by the same workload from kmilvus' .venv (the same
+pymilvus); its turn rotates among the others. What it lacks shows as n/a with the reason (bulk
+import: Import answers UNIMPLEMENTED). `--no-lite` leaves it out.
+
 Isolation and clean-up: each workload runs in its own session (process group) and, where
 `unshare -n` works (root), in a private network namespace with only loopback, so nothing either
 server opens is reachable from outside — Milvus 2.3.5 binds its gRPC and metrics ports on all
@@ -56,7 +62,10 @@ MILVUS_REQUIREMENTS = [
     "pyarrow",
     "matplotlib",
 ]
-SYSTEMS = {"kmilvus": "kmilvus", "milvus": "Milvus 2.3.5"}
+# Milvus Lite 3.x (PyPI `milvus-lite`, its own TCP server): a venv of its own, created on first use.
+# Its gRPC server imports pymilvus' generated stubs without declaring the dependency.
+LITE_REQUIREMENTS = ["milvus-lite==3.2.2", "pymilvus==3.0.2"]
+SYSTEMS = {"kmilvus": "kmilvus", "milvus": "Milvus 2.3.5", "lite": "Milvus Lite 3.2.2"}
 
 
 def log(msg: str) -> None:
@@ -91,6 +100,23 @@ def ensure_milvus_venv(venv: Path) -> Path:
     )
     stamp.write_text(want)
     return py
+
+
+def ensure_lite_venv(venv: Path) -> Path:
+    """bench/.venv-lite with milvus-lite; returns its `milvus-lite` executable. The workload
+    itself runs in kmilvus' .venv (the same pymilvus as kmilvus' runs): only the server is Lite's."""
+    py, exe = venv / "bin" / "python", venv / "bin" / "milvus-lite"
+    want = hashlib.sha256("\n".join(LITE_REQUIREMENTS).encode()).hexdigest()
+    stamp = venv / ".bench-stamp"
+    if exe.exists() and stamp.exists() and stamp.read_text() == want:
+        return exe
+    log(f"creating {venv} ({', '.join(LITE_REQUIREMENTS)})")
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", *LITE_REQUIREMENTS], check=True)
+    subprocess.run([str(exe), "server", "--help"], check=True, capture_output=True)
+    stamp.write_text(want)
+    return exe
 
 
 def netns_prefix() -> list[str]:
@@ -195,6 +221,8 @@ def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx
         argv += ["--bulk", str(parquet)]
     if system == "kmilvus":
         argv += ["--kmilvus-bin", str(Path(python).parent / "kmilvus")]
+    if system == "lite":
+        argv += ["--lite-bin", args.lite_bin]
     log(f"run {idx}: {SYSTEMS[system]}")
     t0 = time.monotonic()
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(ROOT))
@@ -224,11 +252,14 @@ def aggregate(runs: dict[str, list[dict]], rows: list[int], files_cap: float) ->
     """Table header, body and the chart's data."""
     mets = {s: [w.metrics(r) for r in rs if not r.get("error") or r.get("sizes")] for s, rs in runs.items()}
     header = ["measure", "kmilvus", "Milvus 2.3.5", "kmilvus ÷ Milvus", "better (by)"]
+    lite = "lite" in runs
+    if lite:
+        header += ["Milvus Lite 3.2.2", "kmilvus ÷ Lite", "better (by)"]
     body, chart = [], {}
     for row in w.table_rows(rows):
         key, unit, better = row["key"], row["unit"], row["better"]
         cells, meds, capped = [], {}, {}
-        for s in ("kmilvus", "milvus"):
+        for s in [x for x in ("kmilvus", "milvus", "lite") if x in runs]:
             vals = [m.get(key) for m in mets[s]]
             good = [v for v in vals if v is not None]
             cell = w.fmt_stat(vals, unit)
@@ -241,7 +272,7 @@ def aggregate(runs: dict[str, list[dict]], rows: list[int], files_cap: float) ->
             elif key.startswith("bulk") and mets[s] and not good:
                 st = {r.get("bulk_import", {}).get("status") for r in runs[s]}
                 cell = (
-                    "n/a (not implemented yet)"
+                    ("n/a (Import: UNIMPLEMENTED)" if s == "lite" else "n/a (not implemented yet)")
                     if "unimplemented" in st
                     else f"n/a ({'/'.join(sorted(x for x in st if x))})"
                 )
@@ -255,22 +286,32 @@ def aggregate(runs: dict[str, list[dict]], rows: list[int], files_cap: float) ->
                     "max": max(good) if good else files_cap,
                     "capped": bool(capped.get(s)) or len(good) < len(vals),
                 }
-        k, m = meds.get("kmilvus"), meds.get("milvus")
-        ratio, win = "", ""
-        if k is not None and m:
-            lt = capped.get("milvus") and not capped.get("kmilvus")  # Milvus' true value is larger
-            ratio = f"{'< ' if lt else ''}{k / m:.3g}×"
-            factor = (k / m if better == "higher" else m / k) if k else float("inf")
-            if capped.get("kmilvus") and capped.get("milvus"):
-                ratio, win = "?", "?"
-            elif abs(factor - 1) < 0.05:
-                win = "≈"
-            elif factor > 1:
-                win = f"kmilvus {'> ' if lt else ''}{factor:.1f}×"
-            else:
-                win = f"Milvus {1 / factor:.1f}×"
-        body.append([row["label"], cells[0], cells[1], ratio, win])
+        ratio, win = compare(meds, capped, "milvus", better)
+        row_cells = [row["label"], cells[0], cells[1], ratio, win]
+        if lite:
+            row_cells += [cells[2], *compare(meds, capped, "lite", better)]
+        body.append(row_cells)
     return header, body, chart
+
+
+def compare(meds: dict, capped: dict, other: str, better: str) -> tuple[str, str]:
+    """(kmilvus ÷ other, who is better by how much) of two medians; capped waits say so."""
+    k, m = meds.get("kmilvus"), meds.get(other)
+    name = {"milvus": "Milvus", "lite": "Lite"}[other]
+    ratio, win = "", ""
+    if k is not None and m:
+        lt = capped.get(other) and not capped.get("kmilvus")  # the other's true value is larger
+        ratio = f"{'< ' if lt else ''}{k / m:.3g}×"
+        factor = (k / m if better == "higher" else m / k) if k else float("inf")
+        if capped.get("kmilvus") and capped.get(other):
+            ratio, win = "?", "?"
+        elif abs(factor - 1) < 0.05:
+            win = "≈"
+        elif factor > 1:
+            win = f"kmilvus {'> ' if lt else ''}{factor:.1f}×"
+        else:
+            win = f"{name} {1 / factor:.1f}×"
+    return ratio, win
 
 
 def draw_chart(data_path: Path, png: Path) -> None:
@@ -300,17 +341,18 @@ def draw_chart(data_path: Path, png: Path) -> None:
     groups = [g for g in groups if g[1]]
     fig, axes = plt.subplots(len(groups), 1, figsize=(12, 4.2 * len(groups)))
     axes = [axes] if len(groups) == 1 else axes
-    colors = {"kmilvus": "#1f77b4", "milvus": "#ff7f0e"}
+    colors = {"kmilvus": "#1f77b4", "milvus": "#ff7f0e", "lite": "#2ca02c"}
+    shown = [s for s in ("kmilvus", "milvus", "lite") if any(s in v for v in chart.values()) or s != "lite"]
     for ax, (title, keys, scale, logy) in zip(axes, groups, strict=True):
-        width = 0.38
-        for j, s in enumerate(("kmilvus", "milvus")):
+        width = 0.76 / len(shown)
+        for j, s in enumerate(shown):
             xs, ys, lo, hi, capped = [], [], [], [], []
             for i, k in enumerate(keys):
                 d = chart[k].get(s)
                 if not d or d["median"] is None:
                     continue
                 med = d["median"] * scale
-                xs.append(i + (j - 0.5) * width)
+                xs.append(i + (j - (len(shown) - 1) / 2) * width)
                 ys.append(med)
                 lo.append(med - d["min"] * scale)
                 hi.append(d["max"] * scale - med)
@@ -333,7 +375,7 @@ def draw_chart(data_path: Path, png: Path) -> None:
                 if not d or d["median"] is None:
                     ax.annotate(
                         "n/a",
-                        (i + (j - 0.5) * width, 0),
+                        (i + (j - (len(shown) - 1) / 2) * width, 0),
                         xycoords=("data", "axes fraction"),
                         xytext=(0, 4),
                         textcoords="offset points",
@@ -348,7 +390,8 @@ def draw_chart(data_path: Path, png: Path) -> None:
             ax.set_yscale("log")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"kmilvus vs Milvus 2.3.5 — {doc['when']} — {doc['runs_per_system']} runs each", fontsize=11)
+    title = " vs ".join(SYSTEMS[s] for s in shown)
+    fig.suptitle(f"{title} — {doc['when']} — {doc['runs_per_system']} runs each", fontsize=11)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
@@ -362,6 +405,8 @@ def main(argv=None) -> int:
     ap.add_argument("--files-cap", type=float, default=30.0, help="seconds to wait for dropped files")
     ap.add_argument("--run-timeout", type=float, default=600.0)
     ap.add_argument("--milvus-venv", default=str(BENCH / ".venv-milvus"))
+    ap.add_argument("--lite-venv", default=str(BENCH / ".venv-lite"))
+    ap.add_argument("--no-lite", action="store_true", help="leave Milvus Lite 3.2.2 out")
     ap.add_argument("--kmilvus-python", default=str(ROOT / ".venv" / "bin" / "python"))
     ap.add_argument("--no-netns", action="store_true", help="do not use a private network namespace")
     ap.add_argument("--out-dir", default=str(BENCH / "results"))
@@ -378,11 +423,15 @@ def main(argv=None) -> int:
     atexit.register(REAPER.cleanup)
     rows = [int(x) for x in args.rows.split(",") if x.strip()]
     milvus_py = str(ensure_milvus_venv(Path(args.milvus_venv)))
+    args.lite_bin = None if args.no_lite else str(ensure_lite_venv(Path(args.lite_venv)))
     prefix = [] if args.no_netns else netns_prefix()
     log("private network namespace per run: " + ("yes" if prefix else "no (Milvus listens on all interfaces)"))
     tmp = Path(tempfile.mkdtemp(prefix="vs-milvus-"))
     runs: dict[str, list[dict]] = {"kmilvus": [], "milvus": []}
     pythons = {"kmilvus": args.kmilvus_python, "milvus": milvus_py}
+    if args.lite_bin:
+        runs["lite"] = []
+        pythons["lite"] = args.kmilvus_python  # the same client as kmilvus' runs; Lite's server
     try:
         parquet = None
         if args.bulk_rows:
@@ -400,9 +449,11 @@ def main(argv=None) -> int:
             )
         for i in range(args.runs):
             order = ["kmilvus", "milvus"] if i % 2 == 0 else ["milvus", "kmilvus"]
+            if "lite" in runs:
+                order.insert(i % 3, "lite")  # Lite's turn rotates too
             for s in order:
                 runs[s].append(run_one(s, pythons[s], args, tmp, parquet, i + 1, prefix))
-            log(f"run {i + 1}/{args.runs} of both done; {time.monotonic() - t_start:.0f} s so far")
+            log(f"run {i + 1}/{args.runs} of every system done; {time.monotonic() - t_start:.0f} s so far")
     finally:
         REAPER.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -432,6 +483,18 @@ def main(argv=None) -> int:
                 "(PyPI `milvus`, embedded etcd + rocksmq + local storage) "
                 f"driven by pymilvus {first['milvus'].get('pymilvus', '?')}"
             ),
+        ]
+        + (
+            [
+                f"Milvus Lite ({first['lite'].get('server_version', '?')}, PyPI `milvus-lite`, "
+                "`milvus-lite server` on a free loopback port, temp data dir; one process) driven by pymilvus "
+                f"{first['lite'].get('pymilvus', '?')} from kmilvus' .venv; its files: DATA/collections/<name>; "
+                "Flush answers no segment IDs and GetFlushState is true at once"
+            ]
+            if "lite" in runs
+            else []
+        )
+        + [
             (
                 "same script (bench/workload.py): ORM Collection.insert of column lists, 10,000 rows per call, "
                 "one at a time; Flush + GetFlushState polled every 10 ms; one shard"
@@ -492,7 +555,7 @@ def main(argv=None) -> int:
     mpath.write_text(
         "\n".join(
             [
-                f"# kmilvus vs Milvus 2.3.5 ({when})",
+                f"# {' vs '.join(SYSTEMS[s] for s in runs)} ({when})",
                 "",
                 "Command: `./dev bench-vs-milvus " + " ".join(sys.argv[1:]) + "`",
                 "",

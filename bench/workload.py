@@ -31,7 +31,7 @@ Measurements (seconds unless said otherwise):
                      process (`workload.py memwatch`), per phase and over the whole run
 
 Command line (used by vs_milvus.py; bench_flush.py imports this module):
-  python bench/workload.py run --system kmilvus|milvus --rows 200000,1000000 [--bulk PARQUET]
+  python bench/workload.py run --system kmilvus|milvus|lite --rows 200000,1000000 [--bulk PARQUET]
                                [--out JSON] [--pidfile FILE] [--uri URI --storage-dir DIR]
   python bench/workload.py gen-parquet PATH --rows 1000000
   python bench/workload.py memwatch --root PID ...   (internal)
@@ -321,6 +321,16 @@ class Server:
 
     def stop(self) -> None: ...
 
+    def collection_files(self, name: str, cid: int) -> Path | None:
+        """The directory holding a collection's insert binlogs (kmilvus and Milvus 2.3.5 alike)."""
+        return self.storage_dir / "insert_log" / str(cid) if self.storage_dir else None
+
+    def partition_files(self, name: str, cid: int, partition: str, pid: int | None) -> Path | None:
+        return self.storage_dir / "insert_log" / str(cid) / str(pid) if self.storage_dir else None
+
+    def partition_id(self, client: Client, name: str, partition: str) -> int | None:
+        return _partition_id(client, name, partition)
+
 
 class KmilvusServer(Server):
     """`kmilvus standalone` in a temp data dir on a free port; ready when it logs its line."""
@@ -440,6 +450,77 @@ class MilvusLiteServer(Server):
             self.srv.stop()  # SIGTERM, 1 s, SIGKILL
         kill_tree(procs)
         self.srv = None
+
+
+class MilvusLiteTcpServer(Server):
+    """Milvus Lite 3.x (PyPI `milvus-lite`): `milvus-lite server --host 127.0.0.1 --port P
+    --data-dir D`, one Python process; ready when it prints its listening line. Its data lives
+    under D/collections/<name>/partitions/<partition>/{data,delta}/*.parquet (no IDs: Lite
+    answers collection ID 0 and no partition IDs)."""
+
+    system = "lite"
+
+    def __init__(self, data_dir: Path, *, exe: str, port: int | None = None, pidfile: str | None = None):
+        self.data_dir, self.port, self.exe = Path(data_dir), port or free_port(), exe
+        self.storage_dir = self.data_dir
+        self.pidfile, self.proc, self._procs = pidfile, None, []
+        self.log_path = self.data_dir.parent / "milvus-lite.log"
+
+    def start(self, timeout: float = 90.0) -> None:
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        logf = open(self.log_path, "w")  # noqa: SIM115 - closed by the pump thread
+        argv = [self.exe, "server", "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        self.pid = self.proc.pid
+        record_pids(self.pidfile, tree(self.pid))
+        ready = threading.Event()
+
+        def pump() -> None:
+            for line in self.proc.stdout:
+                logf.write(line)
+                logf.flush()
+                if "listening on" in line:
+                    ready.set()
+            logf.close()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"milvus-lite server did not start:\n{self.log_path.read_text(errors='replace')[-3000:]}"
+                )
+        self._procs = tree(self.pid)
+        record_pids(self.pidfile, self._procs)
+        with contextlib.suppress(Exception):
+            from pymilvus import connections, utility
+
+            connections.connect("lite-version", host="127.0.0.1", port=str(self.port), timeout=30)
+            self.version = utility.get_server_version(using="lite-version")
+            connections.disconnect("lite-version")
+
+    def stop(self) -> None:
+        if not self.proc:
+            return
+        procs = self._procs + [p for p in tree(self.pid) if p not in self._procs]
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(20)
+        kill_tree(procs)
+        self.proc = None
+
+    def collection_files(self, name: str, cid: int) -> Path | None:
+        return self.data_dir / "collections" / name
+
+    def partition_files(self, name: str, cid: int, partition: str, pid: int | None) -> Path | None:
+        return self.data_dir / "collections" / name / "partitions" / partition
+
+    def partition_id(self, client: Client, name: str, partition: str) -> int | None:
+        return None  # ShowPartitions answers names only
 
 
 class AttachedServer(Server):
@@ -646,7 +727,7 @@ def table_rows(rows: list[int]) -> list[dict]:
         {
             "key": "small_flush",
             "label": "small flush: insert 1k, Flush, until flushed (median)",
-            "unit": "s",
+            "unit": "ms",
             "better": "lower",
         }
     )
@@ -836,7 +917,7 @@ def run_suite(
             phase("drop")
             name = f"bench_{rows[-1]}"
             cid = client.collection_id(name)
-            d = server.storage_dir / "insert_log" / str(cid) if server.storage_dir else None
+            d = server.collection_files(name, cid)
             files_before = files_under(d) if d is not None and d.exists() else None
             t0 = time.perf_counter()
             rpc = client.drop(name)
@@ -895,8 +976,8 @@ def drop_partition_run(client: Client, server: Server, coll, name: str, rows: in
         part.insert(b)
     data.free()
     client.flush(name)
-    pid = _partition_id(client, name, "p_bench")
-    d = server.storage_dir / "insert_log" / str(client.collection_id(name)) / str(pid) if server.storage_dir else None
+    pid = server.partition_id(client, name, "p_bench")
+    d = server.partition_files(name, client.collection_id(name), "p_bench", pid)
     files_before = files_under(d) if d is not None and d.exists() else None
     t0 = time.perf_counter()
     coll.drop_partition("p_bench")
@@ -987,6 +1068,7 @@ def start_server(
     uri: str | None = None,
     storage_dir: str | None = None,
     kmilvus_bin: str | None = None,
+    lite_bin: str | None = None,
 ) -> Server:
     if uri:
         return AttachedServer(uri, storage_dir, system)
@@ -994,6 +1076,8 @@ def start_server(
         srv = KmilvusServer(data_dir / "data", exe=kmilvus_bin, pidfile=pidfile)
     elif system == "milvus":
         srv = MilvusLiteServer(data_dir / "data", pidfile=pidfile)
+    elif system == "lite":
+        srv = MilvusLiteTcpServer(data_dir / "data", exe=lite_bin or "milvus-lite", pidfile=pidfile)
     else:
         raise SystemExit(f"unknown system {system!r}")
     t0 = time.perf_counter()
@@ -1024,6 +1108,7 @@ def run_main(args) -> None:
             uri=args.uri,
             storage_dir=args.storage_dir,
             kmilvus_bin=args.kmilvus_bin,
+            lite_bin=args.lite_bin,
         )
         res = run_suite(
             server,
@@ -1053,7 +1138,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="start a server (or attach), run the workload, print JSON")
-    r.add_argument("--system", choices=["kmilvus", "milvus"], required=True)
+    r.add_argument("--system", choices=["kmilvus", "milvus", "lite"], required=True)
     r.add_argument("--rows", default="200000,1000000")
     r.add_argument("--small-count", type=int, default=10)
     r.add_argument("--files-cap", type=float, default=30.0)
@@ -1069,6 +1154,7 @@ def main(argv=None) -> None:
     r.add_argument("--uri", default=None)
     r.add_argument("--storage-dir", default=None, help="with --uri: the server's storage root")
     r.add_argument("--kmilvus-bin", default=None)
+    r.add_argument("--lite-bin", default=None, help="the `milvus-lite` executable (--system lite)")
     r.add_argument("--pidfile", default=None, help="append every server pid seen here")
     r.add_argument("--tmp-dir", default=None)
     r.add_argument("--out", default=None)

@@ -26,6 +26,9 @@ BINLOG_ROWS = Counter("kmilvus_datanode_binlog_rows_total", "Rows written to ins
 BUFFERED_BYTES = Gauge("kmilvus_datanode_buffered_bytes", "Insert data held in DataNode memory.")
 SEGMENTS = Gauge("kmilvus_datacoord_segments", "Segments known to DataCoord, by state.", ["state"])
 TIME_TICK = Gauge("kmilvus_rootcoord_time_tick_ms", "Physical time (ms) of the last published time tick.")
+ON_DEMAND_TICKS = Counter(
+    "kmilvus_rootcoord_on_demand_ticks_total", "Time ticks published at once on a flushed collection's channels."
+)
 DROPPED_COLLECTIONS = Counter("kmilvus_datacoord_dropped_collections_total", "Collections whose data was removed.")
 SECURITY_DENIED = Counter(
     "kmilvus_proxy_denied_total", "Calls refused by authentication or privilege checks.", ["method", "reason"]

@@ -108,6 +108,28 @@ def test_delete_ten_keys_writes_delta_logs_on_flush(node, client):
     wait_until(lambda: not left(), timeout=5, what="nothing left of the dropped collection")
 
 
+def test_flush_after_deletes_writes_them_without_waiting_for_the_delta_sync(node_factory, monkeypatch):
+    """A Flush that seals nothing but follows deletes of flushed rows: once the channel's tick
+    passes the flush, DataCoord makes the DataNode write the buffered deletes at once (they hold
+    the channel checkpoint back), instead of the flush waiting until they are DELTA_SYNC_SECONDS
+    old. With that age an hour, the flush completing is the proof."""
+    from kmilvus.datanode import flowgraph
+
+    monkeypatch.setattr(flowgraph, "DELTA_SYNC_SECONDS", 3600.0)
+    node = node_factory()
+    c = MilvusClient(uri=node.uri)
+    try:
+        c.create_collection("dflush", schema=_schema())
+        coll = _coll_id(c, "dflush")
+        c.insert("dflush", _rows(range(100)))
+        c.flush("dflush")
+        assert c.delete("dflush", filter=f"id in {list(range(10))}")["delete_count"] == 10
+        c.flush("dflush", timeout=60)
+        assert sorted(_deltas(node, coll).column("pk").to_pylist()) == list(range(10))
+    finally:
+        c.close()
+
+
 def test_delete_varchar_keys_orm(node, orm):
     coll = Collection("vdel", _schema(DataType.VARCHAR), using=orm)
     ids = [f"k{i}" for i in range(50)]

@@ -171,6 +171,31 @@ def test_flush_answers_sealed_segments_and_flush_ts(node, orm):
     assert sum(i.num_of_rows for i in infos) == 3000
 
 
+def test_flush_ticks_its_channels_on_demand(node_factory):
+    """A Flush does not wait for the periodic time tick: the Proxy reports a tick past the flush
+    and RootCoord publishes it on the collection's channels at once. With the periodic tick an
+    hour apart the flush still completes, so the on-demand tick is what carried it."""
+    node = node_factory(time_tick_interval=3600)
+    tt = node.component("rootcoord").tt_sync
+    c = MilvusClient(uri=node.uri)
+    try:
+        c.create_collection("ondemand", schema=bench_schema())
+        ids, vecs, tags = batch(0, 1000)
+        c.insert("ondemand", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags, strict=True)])
+        assert tt.on_demand == 0  # no flush, no tick on demand: idle tick traffic is unchanged
+        periodic = tt.last
+        c.flush("ondemand", timeout=60)
+        assert tt.last == periodic  # no periodic tick came in between
+        assert tt.on_demand == 1  # one channel (one shard), ticked once
+        coll_id = c.describe_collection("ondemand")["collection_id"]
+        segs = segments(node, coll_id)
+        assert segs and all(s.state == Flushed for s in segs)
+        assert sum(s.num_of_rows for s in segs) == 1000
+        assert c.get_collection_stats("ondemand")["row_count"] == 1000
+    finally:
+        c.close()
+
+
 def test_ddl_binlogs_written_with_the_segment_flush(node, orm):
     coll = Collection("ddl", bench_schema(), using=orm)
     insert_batches(coll, 1000, size=1000)

@@ -92,3 +92,60 @@ async def test_after_restart_ticks_wait_for_live_proxies_to_report(etcd_endpoint
     await stream.delete_stream()
     await stream.close()
     await kv.close()
+
+
+async def _ticks_on(stream, vch: str, n: int) -> list[int]:
+    consumer = await stream.consume(vch)
+    try:
+        return [(await consumer.next(timeout=2)).timestamp for _ in range(n)]
+    finally:
+        await consumer.close()
+
+
+async def test_a_flush_demands_a_tick_on_its_channels_at_once(etcd_endpoint, nats_url, root):
+    """Tick on demand: only the flushed collection's channels get it, before the periodic tick;
+    the periodic tick then skips them until it passes what they already have."""
+    kv, own = await make_source(etcd_endpoint, root)
+    stream = await MsgStream.connect(nats_url, root)
+    flushed, other = f"{root}-dml_0_1v0", f"{root}-dml_1_2v0"
+    sync = TimeTickSync(stream.producer(), own, lambda: [flushed, other], interval=3600)
+    first = await sync.publish()  # the periodic tick, on both
+    proxy_ts = await own.tick()
+    sync.update(7, proxy_ts)
+    assert sync.on_demand == 0  # nothing is published on demand unless a flush asks
+    await sync.demand([flushed, f"{root}-dml_9_9v0"], proxy_ts)  # a channel no collection has: ignored
+    assert sync.on_demand == 1 and not sync.demands  # published at once, and satisfied
+    early = sync.early[flushed]
+    assert early >= proxy_ts > first
+    sync.update(7, await own.tick())
+    later = await sync.publish()  # the next periodic tick
+    assert later > early
+    assert await _ticks_on(stream, flushed, 3) == [first, early, later]
+    assert await _ticks_on(stream, other, 2) == [first, later]
+    await stream.delete_stream()
+    await stream.close()
+    await kv.close()
+
+
+async def test_a_lagging_producer_holds_a_demanded_tick_until_it_reports(etcd_endpoint, nats_url, root):
+    """The promise is the same on demand: a Proxy that has not reported past the flush holds the
+    tick back; its next report publishes the demanded tick at once, not the periodic tick."""
+    kv, own = await make_source(etcd_endpoint, root)
+    stream = await MsgStream.connect(nats_url, root)
+    vch = f"{root}-dml_0_1v0"
+    sync = TimeTickSync(stream.producer(), own, lambda: [vch], interval=3600)
+    lagging = await own.tick()
+    sync.update(8, lagging)  # the other Proxy's last report, older than the flush
+    flush_proxy = await own.tick()
+    sync.update(7, flush_proxy)
+    await sync.demand([vch], flush_proxy)
+    assert sync.early[vch] == lagging  # as far as the minimum allows: not past the lagging Proxy
+    assert sync.demands == {vch: flush_proxy}  # still waited for
+    caught_up = await own.tick()
+    sync.update(8, caught_up)  # its periodic report (RootCoord's UpdateChannelTimeTick) ...
+    await sync.publish_demanded()  # ... publishes the demanded tick there and then
+    assert sync.early[vch] == flush_proxy and not sync.demands
+    assert await _ticks_on(stream, vch, 2) == [lagging, flush_proxy]
+    await stream.delete_stream()
+    await stream.close()
+    await kv.close()

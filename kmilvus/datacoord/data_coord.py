@@ -74,6 +74,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self._assign_lock = asyncio.Lock()
         self.leader_check: Callable[[], Awaitable[bool]] = _leader_unknown  # Node sets its lock's check
         self._flush_ts: dict[int, int] = {}  # collection → latest flush timestamp
+        self._deltas_sent: dict[str, int] = {}  # channel → flush_ts its buffered deletes were asked for
         self.jobs = JobService(
             JobPort(
                 cfg=cfg,
@@ -148,6 +149,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         """A node (re)started the channel's flowgraph: pending flushes go to it as soon as it
         reports a tick, not after the resend timeout."""
         self.ticks.pop(ch, None)
+        self._deltas_sent.pop(ch, None)
         for s in self.meta.by_channel(ch, (SegmentState.Sealed,)):
             s.flush_sent_at = 0
 
@@ -191,14 +193,31 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 and tick > s.info.last_expire_time
                 and (not s.flush_sent_at or now - s.flush_sent_at > FLUSH_RESEND_AFTER)
             ]
-            if not due:
+            info = self.channels.infos.get(ch)
+            coll = info.collectionID if info is not None else 0
+            # A flush whose timestamp the channel's tick passed while its checkpoint did not: what
+            # holds the checkpoint back may be deletes of flushed segments, which no segment flush
+            # carries; FlushSegments (even with no segment) makes the DataNode write them now.
+            flush_ts = self._flush_ts.get(coll, 0)
+            cp = self.meta.checkpoints.get(ch)
+            deltas_due = (
+                flush_ts
+                and tick > flush_ts
+                and (cp is None or cp.timestamp < flush_ts)
+                and self._deltas_sent.get(ch, 0) < flush_ts
+            )
+            if not due and not deltas_due:
                 continue
             node = self.channels.node_of(ch)
             if not node:
                 continue
-            coll = self.meta.segments[due[0]].info.collectionID
+            if due:
+                coll = self.meta.segments[due[0]].info.collectionID
             for sid in due:
                 self.meta.segments[sid].flush_sent_at = now
+            sent_before = self._deltas_sent.get(ch, 0)
+            if flush_ts and tick > flush_ts:
+                self._deltas_sent[ch] = max(sent_before, flush_ts)
             try:
                 client = self.registry.client(roles.DATANODE, node)
                 merr.check(
@@ -208,6 +227,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 )
             except Exception as exc:  # noqa: BLE001 - resent later
                 log.warning("FlushSegments failed", channel=ch, node=node, error=str(exc))
+                self._deltas_sent[ch] = sent_before
                 for sid in due:
                     if sid in self.meta.segments:
                         self.meta.segments[sid].flush_sent_at = 0
@@ -376,6 +396,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 await self.stream.purge(ch)
                 await self.stream.delete_consumers(ch)
                 self.ticks.pop(ch, None)
+                self._deltas_sent.pop(ch, None)
                 self._dirty_cps.discard(ch)
             await self.meta.drop_collection_meta(coll, vchans)
             self.index_meta.forget_collection(coll)

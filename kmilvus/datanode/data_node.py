@@ -255,8 +255,22 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         if buf is not None and buf.rows:
             log_id = await self.ids.alloc()
             key = paths.insert_log_key(coll, part, seg, log_id)
-            info = await binlog.awrite_insert_binlog(self.store, key, buf.batches)
+            # The insert binlog and the stats log are written at the same time (each is fsynced:
+            # a flush waits for the slower one, not for both one after the other).
+            writes = [binlog.awrite_insert_binlog(self.store, key, buf.batches)]
+            if fg.pk_field is not None:
+                stats_id = await self.ids.alloc()
+                stats_key = paths.stats_log_key(coll, part, seg, stats_id)
+                pk_col = pa.concat_arrays([b.column(str(fg.pk_field.fieldID)) for b in buf.batches])
+                writes.append(deltalog.awrite_stats_log(self.store, stats_key, deltalog.pk_numpy(pk_col)))
+            # Both finish before a failure is raised (retried; a file left over is the garbage
+            # collector's, as after any failed attempt).
+            infos = await asyncio.gather(*writes, return_exceptions=True)
+            for i in infos:
+                if isinstance(i, BaseException):
+                    raise i
             written.append(key)
+            info = infos[0]
             metrics.BINLOG_BYTES.inc(info.size)
             metrics.BINLOG_ROWS.inc(info.entries_num)
             req.binlogs.add(
@@ -269,11 +283,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             )
             for f in [0, 1, *[f.fieldID for f in fg.schema.fields]]:
                 req.field2BinlogPaths.add(ID=f, Paths=[key])
-            if fg.pk_field is not None:
-                stats_id = await self.ids.alloc()
-                stats_key = paths.stats_log_key(coll, part, seg, stats_id)
-                pk_col = pa.concat_arrays([b.column(str(fg.pk_field.fieldID)) for b in buf.batches])
-                sinfo = await deltalog.awrite_stats_log(self.store, stats_key, deltalog.pk_numpy(pk_col))
+            if len(infos) == 2:
+                sinfo = infos[1]
                 written.append(stats_key)
                 req.statslogs.add(
                     logID=stats_id, entries_num=sinfo.entries_num, log_path=stats_key, log_size=sinfo.size

@@ -94,11 +94,13 @@ class Proxy(
         await self.dd_queue.stop()
         await self.dm_queue.stop()
 
-    async def report_tick(self) -> None:
+    async def report_tick(self, flush_channels: list[str] = ()) -> None:
+        """Report the tick this Proxy can promise; with `flush_channels`, ask RootCoord to tick
+        them at once (a flush waits for them, not for the periodic tick)."""
         ts = await self.ticks.tick()
         merr.check(
             await self.rootcoord.UpdateChannelTimeTick(
-                internal_pb2.ChannelTimeTickMsg(sourceID=self.server_id, timestamp=ts)
+                internal_pb2.ChannelTimeTickMsg(sourceID=self.server_id, timestamp=ts, flush_channels=flush_channels)
             )
         )
 
@@ -334,6 +336,7 @@ class FlushTask(Task):
 
     async def execute(self) -> None:
         resp = milvus_pb2.FlushResponse(db_name=self.req.db_name or DEFAULT_DB)
+        chans: list[str] = []
         for name in self.req.collection_names:
             meta = await self.proxy.meta_cache.get(self.req.db_name, name)
             r = await self.proxy.datacoord.Flush(data_coord_pb2.FlushRequest(collectionID=meta.id))
@@ -342,4 +345,13 @@ class FlushTask(Task):
             resp.flush_coll_segIDs[name].data.extend(r.flushSegmentIDs)
             resp.coll_seal_times[name] = r.time_of_seal
             resp.coll_flush_ts[name] = r.flush_ts
+            chans += meta.vchannels
+        if chans:
+            # Tick on demand: this tick is allocated after every flush_ts above, so once RootCoord
+            # publishes it the DataNodes can write the sealed segments without waiting for the
+            # periodic tick. Best effort: the periodic tick still comes if this fails.
+            try:
+                await self.proxy.report_tick(chans)
+            except Exception as exc:  # noqa: BLE001 - the flush is correct without it, only later
+                log.warning("tick on demand failed", channels=chans, error=repr(exc))
         self.result = resp

@@ -163,6 +163,10 @@ class RootCoord(
     @merr.rpc()
     async def UpdateChannelTimeTick(self, req, context=None):
         self.tt_sync.update(req.sourceID, req.timestamp)
+        if req.flush_channels:
+            await self.tt_sync.demand(list(req.flush_channels), req.timestamp)
+        elif self.tt_sync.demands:
+            await self.tt_sync.publish_demanded()  # this report may be what a flush waits for
         return merr.success()
 
     @merr.rpc(milvus_pb2.ComponentStates)
