@@ -57,6 +57,9 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         while not self._stopped.wait(self._interval):
+            if self._loop.is_closed():  # the owner is gone without stopping us: as if it died
+                self._conn.close()
+                return
             sent = time.monotonic()
             try:
                 remaining = self._conn.refresh(self._lease)
