@@ -26,6 +26,10 @@ from urllib.parse import ParseResult, parse_qs, unquote, urlparse
 
 import pyarrow.fs as pafs
 
+from kmilvus.log import get_logger
+
+log = get_logger(__name__)
+
 
 def _clean_key(key: str) -> str:
     key = key.strip("/")
@@ -73,7 +77,10 @@ class ObjectStore:
             if u.netloc not in ("", "localhost"):
                 raise ValueError(f"file URI must be absolute (file:///path): {uri}")
             root = os.path.abspath(unquote(u.path))
-            os.makedirs(root, exist_ok=True)
+            try:
+                os.makedirs(root, exist_ok=True)
+            except OSError as exc:  # storage away (a failed mount...): writes fail and are retried
+                log.warning("local storage root unavailable; going on", root=root, error=str(exc))
             return cls(pafs.LocalFileSystem(), root, local=True, root_uri="file://" + root)
         if u.scheme in ("s3", "s3a"):
             return cls._from_s3(u)
