@@ -132,7 +132,7 @@ def run(
         def indexed() -> bool:
             try:  # the asynchronous CreateIndex may not have reached the server yet
                 p = utility.index_building_progress(NAME, using=alias)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 if "not found" in str(exc) or "not exist" in str(exc):
                     return False
                 raise
