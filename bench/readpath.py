@@ -3,13 +3,14 @@
 No kmilvus imports and only pymilvus APIs that both 2.3.7 (Milvus 2.3.5's client) and 3.0 have
 (ORM `connections` / `Collection` / `utility`), so the SAME code measures both servers.
 
-Collection `id INT64 pk, vec FLOAT_VECTOR(dim)`, one shard. Insert `flushed` random rows (10,000
-per request), Flush, then the timed region **create_index + load**: CreateIndex (HNSW, M=16,
-efConstruction=128, L2) until `index_building_progress` reports every flushed row indexed
-(**index built**), then LoadCollection until `loading_progress` says 100 % — both polled every
-10 ms by this code (pymilvus' own waits sleep 0.2 s in 3.0 and 0.5 s in 2.3.7 between polls,
-which would blur the figure). Then `growing` more rows are inserted and left unflushed, and once a
-Strong count(*) sees every row, at consistency Eventually (as the issue's reference):
+Collection `id INT64 pk, vec FLOAT_VECTOR(dim)`, one shard. Insert `flushed` random rows
+(10,000 per request), Flush, then the timed region **create_index + load**: CreateIndex (HNSW,
+M=16, efConstruction=128, L2) until `index_building_progress` reports every flushed row indexed
+(**index built**), then LoadCollection until `loading_progress` says 100 %. Both RPCs go on the
+raw gRPC stub and are polled every 10 ms here (pymilvus' own waits sleep 0.2 s in 3.0 and 0.5 s
+in 2.3.7 between polls, which would blur the figure). Then `growing` more rows are inserted and
+left unflushed; once a Strong count(*) sees every row, at consistency Eventually (as the issue's
+reference):
 - single-vector top-10 search latency (ef=256), p50 / p99 over `searches` random queries;
 - recall@10 of those searches against exact numpy brute force over every row (flushed + growing);
 - QPS with 1 and 8 client threads (each its own connection) for `qps_seconds` each;
@@ -21,6 +22,7 @@ Strong count(*) sees every row, at consistency Eventually (as the issue's refere
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
 import threading
@@ -127,20 +129,31 @@ def run(
 
         log("read path: create_index + load")
         t0 = time.perf_counter()
-        coll.create_index("vec", INDEX, _async=True)
+        # Raw CreateIndex: pymilvus' create_index(_async=True) may drop (and so cancel) its call.
+        from pymilvus.grpc_gen import common_pb2, milvus_pb2
+
+        stub = connections._fetch_handler(alias)._stub
+        kv = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in INDEX.items()]
+        st = stub.CreateIndex(
+            milvus_pb2.CreateIndexRequest(
+                collection_name=NAME,
+                field_name="vec",
+                extra_params=[common_pb2.KeyValuePair(key=k, value=v) for k, v in kv],
+            ),
+            timeout=60,
+        )
+        if st.error_code != 0:
+            raise RuntimeError(f"CreateIndex failed: {st}")
 
         def indexed() -> bool:
-            try:  # the asynchronous CreateIndex may not have reached the server yet
-                p = utility.index_building_progress(NAME, using=alias)
-            except Exception as exc:
-                if "not found" in str(exc) or "not exist" in str(exc):
-                    return False
-                raise
+            p = utility.index_building_progress(NAME, using=alias)
             return int(p.get("indexed_rows", 0)) >= flushed
 
         _wait(indexed, "index build", 1800)
         res["index_built_s"] = time.perf_counter() - t0
-        coll.load(_async=True)
+        st = stub.LoadCollection(milvus_pb2.LoadCollectionRequest(collection_name=NAME, replica_number=1), timeout=60)
+        if st.error_code != 0:
+            raise RuntimeError(f"LoadCollection failed: {st}")
 
         def loaded() -> bool:
             p = utility.loading_progress(NAME, using=alias)["loading_progress"]
