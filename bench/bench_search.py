@@ -62,6 +62,7 @@ def main(argv=None) -> None:
         ("  of which index build (until indexed_rows)", f"{r['index_built_s']:.2f} s", "", None),
         ("search p50 (nq=1, top-10, ef=256)", f"{p50:.1f} ms", f"≤ {TARGETS['p50_ms']} ms", p50 <= TARGETS["p50_ms"]),
         ("search p99", f"{r['search_p99_s'] * 1e3:.1f} ms", "", None),
+        ("server CPU per search", f"{r['server_cpu_per_search_s'] * 1e3:.2f} ms" if server else "-", "", None),
         ("recall@10 vs numpy", f"{recall:.3f}", f"≥ {TARGETS['recall']}", recall >= TARGETS["recall"]),
         ("QPS, 1 client", f"{r['qps_1']:.0f}", "", None),
         ("QPS, 8 clients", f"{r['qps_8']:.0f}", "", None),

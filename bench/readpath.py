@@ -15,6 +15,8 @@ reference):
 - recall@10 of those searches against exact numpy brute force over every row (flushed + growing);
 - QPS with 1 and 8 client threads (each its own connection) for `qps_seconds` each;
 - query by expression (`id in [three ids]`) and `count(*)` latency (median of 20);
+- the server's CPU time per search (its whole process tree, over the timed single searches, less
+  its idle rate measured over the 2 s before);
 - the server's memory once loaded (right after the load, before the growing rows): RSS summed
   over its process tree, if `server_pid` is given (and again at the end).
 """
@@ -51,6 +53,20 @@ def tree_rss(pid: int) -> dict[str, int]:
             with contextlib.suppress(psutil.Error):
                 out[f"{p.name()} ({p.pid})"] = p.memory_info().rss
     return out
+
+
+def tree_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) used so far by `pid` and its descendants; 0 without a pid."""
+    total = 0.0
+    if not pid:
+        return total
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for p in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+    return total
 
 
 def exact_topk(data: np.ndarray, queries: np.ndarray, k: int, chunk: int = 200_000) -> np.ndarray:
@@ -175,11 +191,19 @@ def run(
         _wait(lambda: count("Strong") >= n, "growing rows visible", 120)
 
         lat, found = [], []
+        idle0 = tree_cpu(server_pid)
+        time.sleep(2.0)  # the server's background CPU (ticks, sessions, etcd, NATS) when idle
+        idle_rate = (tree_cpu(server_pid) - idle0) / 2.0
+        cpu0, t_loop = tree_cpu(server_pid), time.perf_counter()
         for q in queries:
             t = time.perf_counter()
             hits = coll.search([q.tolist()], "vec", SEARCH, limit=TOPK, consistency_level="Eventually")[0]
             lat.append(time.perf_counter() - t)
             found.append(list(hits.ids))
+        if server_pid:  # robust to other load on the machine, unlike the latencies
+            busy = tree_cpu(server_pid) - cpu0 - idle_rate * (time.perf_counter() - t_loop)
+            res["server_cpu_per_search_s"] = busy / len(queries)
+            res["server_idle_cpu_per_s"] = idle_rate
         exact = exact_topk(data, queries, TOPK)
         recalls = [len(set(e.tolist()) & set(g)) / TOPK for e, g in zip(exact, found, strict=True)]
         res["search_p50_s"] = statistics.median(lat)
