@@ -113,7 +113,12 @@ def search_segments(
         cols.update(_output_columns(seg, offs, pk_field, output_ids))
         return pa.table(cols)
 
-    parts = [t for t in _POOL.map(one, segments) if t is not None]
+    # The first segment is searched in this (already a worker) thread: one segment, the common
+    # case for a small collection, then costs no hand-over to the pool and back.
+    rest = [_POOL.submit(one, item) for item in segments[1:]]
+    found = [one(segments[0])] if segments else []
+    found += [f.result() for f in rest]
+    parts = [t for t in found if t is not None]
     if not parts:
         return empty_search_result()
     table = pa.concat_tables(parts, promote_options="default")
