@@ -153,7 +153,9 @@ class ProxySearchMixin:
         results = await read_path.fan_out(self, nodes, one)
         tables = [reduce.from_ipc(r.arrow) for r in results if r.arrow]
         tables = [t for t in tables if t.num_rows]
-        if tables:
+        if len(tables) == 1:  # one QueryNode's answer is merged already (top-k per query, best first)
+            merged = keep_after_offset(tables[0], offset)
+        elif tables:
             merged = reduce.merge_topk(
                 pa.concat_tables(tables, promote_options="default"),
                 offset + limit,

@@ -121,6 +121,8 @@ def search_segments(
     parts = [t for t in found if t is not None]
     if not parts:
         return empty_search_result()
+    if len(parts) == 1:  # one segment's hits: already at most k per query, by query, best first
+        return parts[0]
     table = pa.concat_tables(parts, promote_options="default")
     return merge_topk(table, k, vector_search.larger_is_closer(metric))
 
