@@ -297,3 +297,33 @@ def test_standalone_index_lookups_stay_in_process(node, client):
     assert client.describe_index("inproc", "vector")["indexed_rows"] == 300
     hits = client.search("inproc", data=[[1.0] * 8], limit=3, search_params={"params": {"ef": 16}})
     assert len(hits[0]) == 3 and hits[0][0]["distance"] == 0.0
+
+
+def test_search_reads_index_definitions_without_progress(node, client):
+    """A search needs only the index's metric: DataCoord answers it without counting every
+    segment's build progress (which DescribeIndex / GetIndexBuildProgress still report)."""
+    from kmilvus import components as roles
+
+    client.create_collection("noprog", schema=vec_schema(client, 8))
+    client.insert("noprog", [{"id": i, "vector": [float(i % 5)] * 8} for i in range(200)])
+    client.flush("noprog")
+    params = client.prepare_index_params()
+    params.add_index(field_name="vector", index_type="FLAT", metric_type="IP")
+    client.create_index("noprog", params)
+    wait_until(lambda: client.describe_index("noprog", "vector")["indexed_rows"] == 200, timeout=30)
+    client.load_collection("noprog")
+    dc = node.component(roles.DATACOORD)
+    counting = dc._index_info
+
+    def no_progress(_ix):
+        raise AssertionError("search counted index build progress")
+
+    dc._index_info = no_progress
+    hits = client.search("noprog", data=[[1.0] * 8], limit=2)  # the metric (IP) from the index
+    assert len(hits[0]) == 2 and hits[0][0]["distance"] == 32.0
+    dc._index_info = counting
+    coll_id = client.describe_collection("noprog")["collection_id"]
+    req = data_coord_pb2.DescribeIndexRequest(collectionID=coll_id, without_progress=True)
+    bare = node.call(dc.DescribeIndex(req))
+    assert [i.index.index_name for i in bare.infos] == ["vector"] and bare.infos[0].total_rows == 0
+    assert client.describe_index("noprog", "vector")["indexed_rows"] == 200

@@ -172,7 +172,9 @@ class ProxySearchMixin:
         at call time: in a standalone it is the in-process component (a read-only call, no gRPC
         round trip on every search), elsewhere its remote client."""
         datacoord = self.registry.client(roles.DATACOORD)
-        resp = await datacoord.DescribeIndex(data_coord_pb2.DescribeIndexRequest(collectionID=meta.id))
+        resp = await datacoord.DescribeIndex(
+            data_coord_pb2.DescribeIndexRequest(collectionID=meta.id, without_progress=True)
+        )
         if resp.status.code == merr.INDEX_NOT_FOUND[0]:
             return {}
         merr.check(resp.status)
