@@ -16,7 +16,7 @@ reference):
 - QPS with 1 and 8 client threads (each its own connection) for `qps_seconds` each;
 - query by expression (`id in [three ids]`) and `count(*)` latency (median of 20);
 - the server's CPU time per search (its whole process tree, over the timed single searches, less
-  its idle rate measured over the 2 s before);
+  its idle rate measured over the 2 s before), and this client's (pymilvus') CPU time per search;
 - the server's memory once loaded (right after the load, before the growing rows): RSS summed
   over its process tree, if `server_pid` is given (and again at the end).
 """
@@ -194,12 +194,13 @@ def run(
         idle0 = tree_cpu(server_pid)
         time.sleep(2.0)  # the server's background CPU (ticks, sessions, etcd, NATS) when idle
         idle_rate = (tree_cpu(server_pid) - idle0) / 2.0
-        cpu0, t_loop = tree_cpu(server_pid), time.perf_counter()
+        cpu0, t_loop, client0 = tree_cpu(server_pid), time.perf_counter(), time.process_time()
         for q in queries:
             t = time.perf_counter()
             hits = coll.search([q.tolist()], "vec", SEARCH, limit=TOPK, consistency_level="Eventually")[0]
             lat.append(time.perf_counter() - t)
             found.append(list(hits.ids))
+        res["client_cpu_per_search_s"] = (time.process_time() - client0) / len(queries)  # pymilvus' share
         if server_pid:  # robust to other load on the machine, unlike the latencies
             busy = tree_cpu(server_pid) - cpu0 - idle_rate * (time.perf_counter() - t_loop)
             res["server_cpu_per_search_s"] = busy / len(queries)
