@@ -216,6 +216,16 @@ def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx
         str(pidfile),
         "--tmp-dir",
         str(tmp),
+        "--delete-keys",
+        str(args.delete_keys),
+        "--partition-rows",
+        str(args.partition_rows),
+        "--read-rows",
+        str(args.read_rows if args.read else 0),
+        "--read-searches",
+        str(args.read_searches),
+        "--read-qps-seconds",
+        str(args.read_qps_seconds),
     ]
     if parquet:
         argv += ["--bulk", str(parquet)]
@@ -248,7 +258,9 @@ def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx
 CAPPED = ("files_gone", "drop_partition_gone")  # waits capped at --files-cap
 
 
-def aggregate(runs: dict[str, list[dict]], rows: list[int], files_cap: float) -> tuple[list, list, dict]:
+def aggregate(
+    runs: dict[str, list[dict]], rows: list[int], files_cap: float, read_rows: int = 0
+) -> tuple[list, list, dict]:
     """Table header, body and the chart's data."""
     mets = {s: [w.metrics(r) for r in rs if not r.get("error") or r.get("sizes")] for s, rs in runs.items()}
     header = ["measure", "kmilvus", "Milvus 2.3.5", "kmilvus ÷ Milvus", "better (by)"]
@@ -256,7 +268,7 @@ def aggregate(runs: dict[str, list[dict]], rows: list[int], files_cap: float) ->
     if lite:
         header += ["Milvus Lite 3.2.2", "kmilvus ÷ Lite", "better (by)"]
     body, chart = [], {}
-    for row in w.table_rows(rows):
+    for row in w.table_rows(rows, read_rows):
         key, unit, better = row["key"], row["unit"], row["better"]
         cells, meds, capped = [], {}, {}
         for s in [x for x in ("kmilvus", "milvus", "lite") if x in runs]:
@@ -325,6 +337,12 @@ def draw_chart(data_path: Path, png: Path) -> None:
     chart = doc["chart"]
     groups = [
         ("throughput (rows/s, higher is better)", [k for k, v in chart.items() if v["unit"] == "rps"], 1.0, False),
+        (
+            "search throughput (queries/s, higher is better)",
+            [k for k, v in chart.items() if v["unit"] == "qps"],
+            1.0,
+            False,
+        ),
         (
             "latency (seconds, log scale, lower is better)",
             [k for k, v in chart.items() if v["unit"] in ("s", "ms") and k != "startup_s"],
@@ -408,6 +426,13 @@ def main(argv=None) -> int:
     ap.add_argument("--lite-venv", default=str(BENCH / ".venv-lite"))
     ap.add_argument("--no-lite", action="store_true", help="leave Milvus Lite 3.2.2 out")
     ap.add_argument("--kmilvus-python", default=str(ROOT / ".venv" / "bin" / "python"))
+    ap.add_argument("--delete-keys", type=int, default=100_000, help="keys deleted after the first size (0: skip)")
+    ap.add_argument("--partition-rows", type=int, default=100_000, help="rows of the dropped partition (0: skip)")
+    ap.add_argument("--read", action="store_true", help="also run the read path (bench/readpath.py)")
+    ap.add_argument("--read-only", action="store_true", help="only the read path (no write-path sizes, no bulk)")
+    ap.add_argument("--read-rows", type=int, default=100_000, help="read path: flushed rows (1000000 for 1M)")
+    ap.add_argument("--read-searches", type=int, default=300)
+    ap.add_argument("--read-qps-seconds", type=float, default=5.0)
     ap.add_argument("--no-netns", action="store_true", help="do not use a private network namespace")
     ap.add_argument("--out-dir", default=str(BENCH / "results"))
     ap.add_argument("--name", default="vs_milvus")
@@ -418,6 +443,9 @@ def main(argv=None) -> int:
         draw_chart(Path(args.chart_from), Path(args.png))
         return 0
 
+    if args.read_only:
+        args.read, args.rows, args.bulk_rows, args.small_count = True, "", 0, 0
+        args.delete_keys = args.partition_rows = 0
     t_start = time.monotonic()
     signal.signal(signal.SIGTERM, _on_signal)
     atexit.register(REAPER.cleanup)
@@ -458,7 +486,7 @@ def main(argv=None) -> int:
         REAPER.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    header, body, chart = aggregate(runs, rows, args.files_cap)
+    header, body, chart = aggregate(runs, rows, args.files_cap, args.read_rows if args.read else 0)
     when = datetime.datetime.now().isoformat(timespec="seconds")
     total = time.monotonic() - t_start
     first = {s: next((r for r in rs if r.get("pymilvus")), {}) for s, rs in runs.items()}
@@ -471,6 +499,57 @@ def main(argv=None) -> int:
         for s in runs
     }
     bulk_notes = {s: {r.get("bulk_import", {}).get("status") for r in rs} for s, rs in runs.items()}
+    write_notes = [
+        (
+            "same script (bench/workload.py): ORM Collection.insert of column lists, 10,000 rows per call, "
+            "one at a time; Flush + GetFlushState polled every 10 ms; one shard"
+        ),
+        (
+            "peak RSS = max over 50 ms samples of the SUM over all of the system's processes "
+            f"(kmilvus + etcd + nats-server; Milvus: one process). Per process, first run: {mem_by_proc}"
+        ),
+        (
+            f"dropped files: watched DATA/.../insert_log/<collectionID>, capped at {args.files_cap:.0f} s "
+            "(Milvus 2.3.5's GC removes them after dataCoord.gc.dropTolerance = 3 h)"
+        ),
+        (
+            f"bulk import: {args.bulk_rows:,} rows from one Parquet file "
+            "(id int64, vec list<float32>, tag string); "
+            f"statuses: {bulk_notes}"
+        ),
+    ]
+    read_by_proc = {
+        s: {
+            k: f"{v / 2**20:,.0f} MiB"
+            for k, v in (first[s].get("read") or {}).get("rss_loaded_per_process", {}).items()
+        }
+        for s in runs
+    }
+    read_load = "; ".join(
+        f"{r['system']} {r['run']}: {r['read']['loadavg_start'][0]:.1f} → {r['read']['loadavg_end'][0]:.1f}"
+        for rs in zip(*runs.values(), strict=False)
+        for r in rs
+        if r.get("read", {}).get("loadavg_end")
+    )
+    read_notes = [
+        (
+            f"read path (bench/readpath.py): {args.read_rows:,} random rows × 128 inserted and flushed, then "
+            "CreateIndex HNSW (M=16, efConstruction=128, L2) until every row is indexed, then LoadCollection "
+            "until 100 % (both polled every 10 ms); 1,000 growing rows inserted after the load; searches nq=1, "
+            f"top-10, ef=256, consistency Eventually: {args.read_searches} timed one by one (p50/p99, recall@10 "
+            "against numpy brute force over all rows), then 1 and 8 client threads (own connections) for "
+            f"{args.read_qps_seconds:g} s each (QPS); query `id in [3 ids]` and count(*): median of 20"
+        ),
+        (
+            "client: pymilvus 3.0 for kmilvus, 2.3.7 for Milvus (same ORM calls); the clients' own cost is in "
+            "every latency and QPS figure"
+        ),
+        (
+            "RSS once loaded = sum over the server's processes right after the load; "
+            f"per process, first run: {read_by_proc}"
+        ),
+        f"load average (1 min) at the start → end of each read path: {read_load}",
+    ]
     notes = (
         [
             (
@@ -495,23 +574,8 @@ def main(argv=None) -> int:
             else []
         )
         + [
-            (
-                "same script (bench/workload.py): ORM Collection.insert of column lists, 10,000 rows per call, "
-                "one at a time; Flush + GetFlushState polled every 10 ms; one shard"
-            ),
-            (
-                "peak RSS = max over 50 ms samples of the SUM over all of the system's processes "
-                f"(kmilvus + etcd + nats-server; Milvus: one process). Per process, first run: {mem_by_proc}"
-            ),
-            (
-                f"dropped files: watched DATA/.../insert_log/<collectionID>, capped at {args.files_cap:.0f} s "
-                "(Milvus 2.3.5's GC removes them after dataCoord.gc.dropTolerance = 3 h)"
-            ),
-            (
-                f"bulk import: {args.bulk_rows:,} rows from one Parquet file "
-                "(id int64, vec list<float32>, tag string); "
-                f"statuses: {bulk_notes}"
-            ),
+            *(write_notes if rows else []),
+            *(read_notes if args.read else []),
             "network: "
             + (
                 "each run in a private network namespace (loopback only)"

@@ -26,6 +26,9 @@ Measurements (seconds unless said otherwise):
   drop_rpc           the `DropCollection` RPC alone
   files_gone         from the drop until no file is left under insert_log/<collectionID>
   bulk_import        `utility.do_bulk_insert` of a Parquet file until the task is Completed
+  read (--read-rows N) the read path of bench/readpath.py on a collection of its own: create_index
+                     (HNSW) + load, search p50/p99, QPS at 1 and 8 clients, recall@10, query by
+                     expression and count(*) latency, RSS once loaded
   memory             peak of the SUM of RSS of every process of the server (kmilvus + etcd +
                      nats-server; Milvus' single process), sampled every 50 ms by a separate
                      process (`workload.py memwatch`), per phase and over the whole run
@@ -33,6 +36,7 @@ Measurements (seconds unless said otherwise):
 Command line (used by vs_milvus.py; bench_flush.py imports this module):
   python bench/workload.py run --system kmilvus|milvus|lite --rows 200000,1000000 [--bulk PARQUET]
                                [--out JSON] [--pidfile FILE] [--uri URI --storage-dir DIR]
+                               [--read-rows 100000]   (--rows '' runs the read path only)
   python bench/workload.py gen-parquet PATH --rows 1000000
   python bench/workload.py memwatch --root PID ...   (internal)
 """
@@ -692,6 +696,10 @@ def metrics(res: dict) -> dict:
         b = res["bulk_import"]
         m["bulk_import_s"] = b.get("seconds") if b["status"] == "ok" else None
         m["bulk_import_rps"] = b.get("rows_per_s") if b["status"] == "ok" else None
+    rd = res.get("read") or {}
+    for key in READ_KEYS:
+        if key in rd:
+            m[f"read_{key}"] = rd[key]
     mem = res.get("memory") or {}
     phases = mem.get("phases") or {}
     for n in res.get("sizes", {}):
@@ -703,13 +711,53 @@ def metrics(res: dict) -> dict:
     return m
 
 
+READ_KEYS = (
+    "index_load_s",
+    "index_built_s",
+    "search_p50_s",
+    "search_p99_s",
+    "server_cpu_per_search_s",
+    "client_cpu_per_search_s",
+    "qps_1",
+    "qps_8",
+    "recall",
+    "query_s",
+    "count_s",
+    "rss_loaded",
+)
+
+
+def read_rows_table(read_rows: int) -> list[dict]:
+    """The read path's rows (bench/readpath.py), `read_rows` flushed rows × 128."""
+    n = human_rows(read_rows)
+    spec = [
+        ("index_load_s", f"create_index + load (HNSW M=16, efC=128), {n} rows", "s", "lower"),
+        ("index_built_s", "  of which: until every row indexed", "s", "lower"),
+        ("search_p50_s", "search p50 (nq=1, top-10, ef=256)", "ms", "lower"),
+        ("search_p99_s", "search p99", "ms", "lower"),
+        ("server_cpu_per_search_s", "server CPU time per search (all its processes)", "ms", "lower"),
+        ("client_cpu_per_search_s", "client (pymilvus) CPU time per search", "ms", "lower"),
+        ("qps_1", "search QPS, 1 client", "qps", "higher"),
+        ("qps_8", "search QPS, 8 clients", "qps", "higher"),
+        ("recall", "recall@10 vs numpy brute force", "ratio", "higher"),
+        ("query_s", "query `id in [3 ids]` latency", "ms", "lower"),
+        ("count_s", "count(*) latency", "ms", "lower"),
+        ("rss_loaded", f"RSS (sum) once loaded, {n} rows", "MiB", "lower"),
+    ]
+    return [{"key": f"read_{k}", "label": label, "unit": u, "better": b} for k, label, u, b in spec]
+
+
 def human_rows(n: int) -> str:
     return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k" if n % 1000 == 0 else str(n)
 
 
-def table_rows(rows: list[int]) -> list[dict]:
-    """(key, label, unit, better) of every printed row; unit 'rps' | 's' | 'ms' | 'MiB'."""
-    first = human_rows(rows[0]) if rows else ""
+def table_rows(rows: list[int], read_rows: int = 0) -> list[dict]:
+    """(key, label, unit, better) of every printed row; unit 'rps' | 'qps' | 's' | 'ms' | 'MiB' |
+    'ratio'. No write-path sizes (`rows` empty): only the read path's rows and start-up."""
+    startup = {"key": "startup_s", "label": "server start-up (not a target)", "unit": "s", "better": "lower"}
+    if not rows:
+        return [*(read_rows_table(read_rows) if read_rows else []), startup]
+    first = human_rows(rows[0])
     out = []
     for n in rows:
         out.append(
@@ -779,15 +827,19 @@ def table_rows(rows: list[int]) -> list[dict]:
             }
         )
     out.append({"key": "peak_rss_run", "label": "peak RSS (sum), whole run", "unit": "MiB", "better": "lower"})
-    out.append({"key": "startup_s", "label": "server start-up (not a target)", "unit": "s", "better": "lower"})
+    if read_rows:
+        out += read_rows_table(read_rows)
+    out.append(startup)
     return out
 
 
 def fmt_value(v, unit: str) -> str:
     if v is None:
         return "n/a"
-    if unit == "rps":
+    if unit in ("rps", "qps"):
         return f"{v:,.0f}"
+    if unit == "ratio":
+        return f"{v:.4f}"
     if unit == "ms":
         return f"{v * 1e3:,.1f} ms"
     if unit == "MiB":
@@ -844,6 +896,7 @@ def run_suite(
     data_cache: dict | None = None,
     delete_keys: int = 0,
     partition_rows: int = 0,
+    read: dict | None = None,
 ) -> dict:
     """Runs every measurement against an already started `server`; returns a JSON-able dict."""
     import pymilvus
@@ -944,6 +997,16 @@ def run_suite(
             phase("bulk_import")
             res["bulk_import"] = run_bulk(client, server, parquet)
             log(f"{server.system}: bulk import: {res['bulk_import']}")
+        if read and read.get("flushed"):
+            import readpath
+
+            cache.clear()
+            gc.unfreeze()
+            gc.collect()
+            phase("read")
+            res["read"] = readpath.run(
+                server.host, server.port, server_pid=server.pid, log=lambda m: log(f"{server.system}: {m}"), **read
+            )
         phase("end")
         res["total_s"] = time.perf_counter() - t_run
     finally:
@@ -1120,6 +1183,12 @@ def run_main(args) -> None:
             pidfile=args.pidfile,
             delete_keys=args.delete_keys,
             partition_rows=args.partition_rows,
+            read={
+                "flushed": args.read_rows,
+                "growing": args.read_growing,
+                "searches": args.read_searches,
+                "qps_seconds": args.read_qps_seconds,
+            },
         )
         res["startup_s"] = getattr(server, "startup_s", None)
         text = json.dumps(res, indent=1)
@@ -1151,6 +1220,10 @@ def main(argv=None) -> None:
         help="rows of the partition dropped after the first size (0: skip)",
     )
     r.add_argument("--bulk", default=None, help="Parquet file to bulk-import")
+    r.add_argument("--read-rows", type=int, default=0, help="read path (bench/readpath.py): flushed rows (0: skip)")
+    r.add_argument("--read-growing", type=int, default=1_000, help="read path: growing rows on top")
+    r.add_argument("--read-searches", type=int, default=300, help="read path: single searches timed")
+    r.add_argument("--read-qps-seconds", type=float, default=5.0, help="read path: seconds per QPS run")
     r.add_argument("--uri", default=None)
     r.add_argument("--storage-dir", default=None, help="with --uri: the server's storage root")
     r.add_argument("--kmilvus-bin", default=None)

@@ -270,3 +270,60 @@ def test_garbage_collector_removes_index_files_no_build_refers_to(node_factory):
     assert index_files(node, coll_id) == kept
     assert c.describe_index("gcx", "vector")["state"] == "Finished"
     c.close()
+
+
+class _NoRemote:
+    """Stands in for a remote coordinator client that must not be used."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"remote DataCoord called: {name}")
+
+
+def test_standalone_index_lookups_stay_in_process(node, client):
+    """With every role in one process, DescribeIndex / index progress and every Search reach
+    the in-process DataCoord, not its gRPC server (a loopback round trip on every search)."""
+    from kmilvus import components as roles
+
+    client.create_collection("inproc", schema=vec_schema(client, 8))
+    client.insert("inproc", [{"id": i, "vector": [float(i % 7)] * 8} for i in range(300)])
+    client.flush("inproc")
+    params = client.prepare_index_params()
+    params.add_index(field_name="vector", index_type="HNSW", metric_type="L2", params={"M": 8, "efConstruction": 32})
+    client.create_index("inproc", params)
+    wait_until(lambda: client.describe_index("inproc", "vector")["indexed_rows"] == 300, timeout=30)
+    client.load_collection("inproc")
+    proxy = node.component(roles.PROXY)
+    proxy.datacoord = _NoRemote()  # what the Proxy bound at construction, before DataCoord was local
+    assert client.describe_index("inproc", "vector")["indexed_rows"] == 300
+    hits = client.search("inproc", data=[[1.0] * 8], limit=3, search_params={"params": {"ef": 16}})
+    assert len(hits[0]) == 3 and hits[0][0]["distance"] == 0.0
+
+
+def test_search_reads_index_definitions_without_progress(node, client):
+    """A search needs only the index's metric: DataCoord answers it without counting every
+    segment's build progress (which DescribeIndex / GetIndexBuildProgress still report)."""
+    from kmilvus import components as roles
+
+    client.create_collection("noprog", schema=vec_schema(client, 8))
+    client.insert("noprog", [{"id": i, "vector": [float(i % 5)] * 8} for i in range(200)])
+    client.flush("noprog")
+    params = client.prepare_index_params()
+    params.add_index(field_name="vector", index_type="FLAT", metric_type="IP")
+    client.create_index("noprog", params)
+    wait_until(lambda: client.describe_index("noprog", "vector")["indexed_rows"] == 200, timeout=30)
+    client.load_collection("noprog")
+    dc = node.component(roles.DATACOORD)
+    counting = dc._index_info
+
+    def no_progress(_ix):
+        raise AssertionError("search counted index build progress")
+
+    dc._index_info = no_progress
+    hits = client.search("noprog", data=[[1.0] * 8], limit=2)  # the metric (IP) from the index
+    assert len(hits[0]) == 2 and hits[0][0]["distance"] == 32.0
+    dc._index_info = counting
+    coll_id = client.describe_collection("noprog")["collection_id"]
+    req = data_coord_pb2.DescribeIndexRequest(collectionID=coll_id, without_progress=True)
+    bare = node.call(dc.DescribeIndex(req))
+    assert [i.index.index_name for i in bare.infos] == ["vector"] and bare.infos[0].total_rows == 0
+    assert client.describe_index("noprog", "vector")["indexed_rows"] == 200

@@ -102,6 +102,8 @@ class DataCoordIndexRPCs:
         indexes = self.index_meta.by_name(req.collectionID, req.index_name)
         if not indexes:
             raise merr.MilvusError(merr.INDEX_NOT_FOUND, f"index not found[indexName={req.index_name}]")
+        if req.without_progress:
+            return data_coord_pb2.DescribeIndexResponse(infos=[data_coord_pb2.IndexInfo(index=ix) for ix in indexes])
         return data_coord_pb2.DescribeIndexResponse(infos=[self._index_info(ix) for ix in indexes])
 
     @merr.rpc()

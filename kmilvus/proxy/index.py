@@ -18,6 +18,7 @@ import json
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
+from kmilvus import components as roles
 from kmilvus.index import params as P
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2
@@ -85,7 +86,9 @@ class ProxyIndexMixin:
 
     async def _describe(self, db: str, collection: str, index_name: str) -> tuple[object, list]:
         meta = await self.meta_cache.get(db, collection)
-        resp = await self.datacoord.DescribeIndex(
+        # Resolved at call time (read-only): in-process in a standalone, no gRPC round trip.
+        datacoord = self.registry.client(roles.DATACOORD)
+        resp = await datacoord.DescribeIndex(
             data_coord_pb2.DescribeIndexRequest(collectionID=meta.id, index_name=index_name)
         )
         merr.check(resp.status)

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
+from kmilvus import components as roles
 from kmilvus.proto import data_coord_pb2, query_node_pb2
 from kmilvus.proxy import read_path
 from kmilvus.querynode import reduce, vector_search
@@ -152,7 +153,9 @@ class ProxySearchMixin:
         results = await read_path.fan_out(self, nodes, one)
         tables = [reduce.from_ipc(r.arrow) for r in results if r.arrow]
         tables = [t for t in tables if t.num_rows]
-        if tables:
+        if len(tables) == 1:  # one QueryNode's answer is merged already (top-k per query, best first)
+            merged = keep_after_offset(tables[0], offset)
+        elif tables:
             merged = reduce.merge_topk(
                 pa.concat_tables(tables, promote_options="default"),
                 offset + limit,
@@ -165,8 +168,13 @@ class ProxySearchMixin:
         return milvus_pb2.SearchResults(results=data, collection_name=meta.name, session_ts=ts)
 
     async def vector_indexes(self, meta) -> dict[int, dict[str, str]]:
-        """{vector field ID: its index params} (DataCoord's index meta)."""
-        resp = await self.datacoord.DescribeIndex(data_coord_pb2.DescribeIndexRequest(collectionID=meta.id))
+        """{vector field ID: its index params} (DataCoord's index meta). DataCoord is looked up
+        at call time: in a standalone it is the in-process component (a read-only call, no gRPC
+        round trip on every search), elsewhere its remote client."""
+        datacoord = self.registry.client(roles.DATACOORD)
+        resp = await datacoord.DescribeIndex(
+            data_coord_pb2.DescribeIndexRequest(collectionID=meta.id, without_progress=True)
+        )
         if resp.status.code == merr.INDEX_NOT_FOUND[0]:
             return {}
         merr.check(resp.status)

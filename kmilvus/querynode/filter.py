@@ -4,7 +4,9 @@ the collection TTL's cut-off (rows inserted before it have expired)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -23,9 +25,27 @@ class Filter:
     plan: Plan | None = None
     expire_before: int = 0  # hybrid timestamp; 0: no TTL
 
-    def mask(self, table: Any) -> np.ndarray | None:
+    @cached_property
+    def pk_in(self) -> np.ndarray | None:
+        """The keys of a filter naming Int64 primary keys only (`pk in [...]`, `pk == v`, an `or`
+        of those — what Delete takes without a query): such a filter is answered from the
+        segment's sorted primary keys instead of a scan. None: any other filter."""
+        if self.plan is None:
+            return None
+        try:
+            keys = self.plan.primary_keys()
+        except (OverflowError, ValueError, TypeError):  # a key outside int64: the scan says no
+            return None
+        return keys if isinstance(keys, np.ndarray) else None
+
+    def mask(self, table: Any, pk_rows: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray | None:
+        """`pk_rows(values)`: the row offsets holding these primary keys (used for `pk_in`)."""
         keep = None
-        if self.plan is not None:
+        values = self.pk_in if pk_rows is not None else None
+        if values is not None and pk_rows is not None:
+            keep = np.zeros(table.num_rows, dtype=bool)
+            keep[pk_rows(values)] = True
+        elif self.plan is not None:
             m = evaluate(self.plan, table)
             keep = np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool)
         if self.expire_before:

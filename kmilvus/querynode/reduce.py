@@ -43,7 +43,7 @@ def merge_topk(table: pa.Table, k: int, larger: bool) -> pa.Table:
 
 def _alive(seg: SegmentData, deletes, flt: Filter) -> np.ndarray | None:
     """Rows the filter keeps and no delete removed (None: all)."""
-    keep = flt.mask(seg.table)
+    keep = flt.mask(seg.table, seg.pk_rows)
     alive = seg.alive(deletes)
     if alive is None:
         return keep
@@ -113,9 +113,16 @@ def search_segments(
         cols.update(_output_columns(seg, offs, pk_field, output_ids))
         return pa.table(cols)
 
-    parts = [t for t in _POOL.map(one, segments) if t is not None]
+    # The first segment is searched in this (already a worker) thread: one segment, the common
+    # case for a small collection, then costs no hand-over to the pool and back.
+    rest = [_POOL.submit(one, item) for item in segments[1:]]
+    found = [one(segments[0])] if segments else []
+    found += [f.result() for f in rest]
+    parts = [t for t in found if t is not None]
     if not parts:
         return empty_search_result()
+    if len(parts) == 1:  # one segment's hits: already at most k per query, by query, best first
+        return parts[0]
     table = pa.concat_tables(parts, promote_options="default")
     return merge_topk(table, k, vector_search.larger_is_closer(metric))
 

@@ -44,6 +44,7 @@ class SegmentData:
     index_bytes: int = 0  # serialized size of the loaded indexes (≈ their memory)
     pk_field: int = 0
     _keys: tuple[np.ndarray, np.ndarray] | None = None
+    _pk_order: tuple[np.ndarray, np.ndarray | None] | None = None  # (sorted int64 pks, their rows)
     _alive: tuple[tuple[int, int], np.ndarray | None] | None = None
 
     @classmethod
@@ -66,6 +67,26 @@ class SegmentData:
     def nbytes(self) -> int:
         own = sum(v.nbytes for v in self.vectors.values() if v.base is None)
         return self.table.nbytes + own + self.index_bytes
+
+    def pk_rows(self, values: np.ndarray) -> np.ndarray:
+        """Row offsets whose Int64 primary key is one of `values` (every copy of a repeated key),
+        by binary search over the keys sorted once per segment — no scan. Rows are usually in
+        key order already; then no permutation is kept."""
+        if self._pk_order is None:
+            pks = self.table.column(str(self.pk_field)).to_numpy().astype(np.int64, copy=False)
+            if len(pks) < 2 or bool(np.all(pks[1:] >= pks[:-1])):
+                self._pk_order = (pks, None)
+            else:
+                order = np.argsort(pks, kind="stable")
+                self._pk_order = (pks[order], order)
+        keys, order = self._pk_order
+        vals = np.unique(values)
+        lo = np.searchsorted(keys, vals, side="left")
+        hi = np.searchsorted(keys, vals, side="right")
+        counts = hi - lo
+        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        pos = np.arange(int(counts.sum()), dtype=np.int64) + starts
+        return pos if order is None else order[pos]
 
     def alive(self, channel_deletes: DeleteSet | None) -> np.ndarray | None:
         """A bool per row: not deleted by its delta logs nor by the channel's deletes (None:

@@ -1,0 +1,277 @@
+"""The read-path workload shared by bench/bench_search.py and bench/workload.py (vs_milvus.py).
+
+No kmilvus imports and only pymilvus APIs that both 2.3.7 (Milvus 2.3.5's client) and 3.0 have
+(ORM `connections` / `Collection` / `utility`), so the SAME code measures both servers.
+
+Collection `id INT64 pk, vec FLOAT_VECTOR(dim)`, one shard. Insert `flushed` random rows
+(10,000 per request), Flush, then the timed region **create_index + load**: CreateIndex (HNSW,
+M=16, efConstruction=128, L2) until `index_building_progress` reports every flushed row indexed
+(**index built**), then LoadCollection until `loading_progress` says 100 %. Both RPCs go on the
+raw gRPC stub and are polled every 10 ms here (pymilvus' own waits sleep 0.2 s in 3.0 and 0.5 s
+in 2.3.7 between polls, which would blur the figure). Then `growing` more rows are inserted and
+left unflushed; once a Strong count(*) sees every row, at consistency Eventually (as the issue's
+reference):
+- single-vector top-10 search latency (ef=256), p50 / p99 over `searches` random queries;
+- recall@10 of those searches against exact numpy brute force over every row (flushed + growing);
+- QPS with 1 and 8 client threads (each its own connection) for `qps_seconds` each;
+- query by expression (`id in [three ids]`) and `count(*)` latency (median of 20);
+- the server's CPU time per search (its whole process tree, over the timed single searches, less
+  its idle rate measured over the 2 s before), and this client's (pymilvus') CPU time per search;
+- the server's memory once loaded (right after the load, before the growing rows): RSS summed
+  over its process tree, if `server_pid` is given (and again at the end).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import threading
+import time
+import warnings
+
+import numpy as np
+import psutil
+
+warnings.filterwarnings("ignore")  # pymilvus 3.0 flags every ORM call as deprecated
+
+BATCH = 10_000
+POLL = 0.010
+INDEX = {"index_type": "HNSW", "metric_type": "L2", "params": {"M": 16, "efConstruction": 128}}
+SEARCH = {"metric_type": "L2", "params": {"ef": 256}}
+TOPK = 10
+NAME = "bench_read"
+
+
+def tree_rss(pid: int) -> dict[str, int]:
+    """{process name (pid): RSS bytes} of `pid` and every descendant."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for p in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                out[f"{p.name()} ({p.pid})"] = p.memory_info().rss
+    return out
+
+
+def tree_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) used so far by `pid` and its descendants; 0 without a pid."""
+    total = 0.0
+    if not pid:
+        return total
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for p in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+    return total
+
+
+def exact_topk(data: np.ndarray, queries: np.ndarray, k: int, chunk: int = 200_000) -> np.ndarray:
+    """Row numbers of the k nearest rows (squared L2) per query, by numpy brute force."""
+    best_d = np.full((len(queries), 0), np.inf, np.float32)
+    best_i = np.zeros((len(queries), 0), np.int64)
+    qq = np.einsum("ij,ij->i", queries, queries)[:, None]
+    for s in range(0, len(data), chunk):
+        x = data[s : s + chunk]
+        d = qq - 2 * (queries @ x.T) + np.einsum("ij,ij->i", x, x)[None, :]
+        kk = min(k, d.shape[1])
+        part = np.argpartition(d, kk - 1, axis=1)[:, :kk]
+        best_d = np.concatenate([best_d, np.take_along_axis(d, part, axis=1)], axis=1)
+        best_i = np.concatenate([best_i, part + s], axis=1)
+        order = np.argsort(best_d, axis=1)[:, :k]
+        best_d, best_i = np.take_along_axis(best_d, order, axis=1), np.take_along_axis(best_i, order, axis=1)
+    return best_i
+
+
+def _insert(coll, data: np.ndarray, start: int, stop: int) -> None:
+    for s in range(start, stop, BATCH):
+        e = min(stop, s + BATCH)
+        coll.insert([list(range(s, e)), data[s:e].tolist()])
+
+
+def _wait(cond, what: str, timeout: float) -> None:
+    t0 = time.perf_counter()
+    while not cond():
+        if time.perf_counter() - t0 > timeout:
+            raise TimeoutError(f"{what} not done after {timeout} s")
+        time.sleep(POLL)
+
+
+def run(
+    host: str,
+    port: int,
+    *,
+    flushed: int = 100_000,
+    growing: int = 1_000,
+    dim: int = 128,
+    searches: int = 300,
+    qps_seconds: float = 5.0,
+    server_pid: int | None = None,
+    seed: int = 42,
+    drop: bool = True,
+    log=lambda _msg: None,
+) -> dict:
+    """Every read-path measurement against the server at host:port; a JSON-able dict (seconds)."""
+    from pymilvus import Collection, CollectionSchema, DataType, FieldSchema, connections, utility
+
+    alias = "bench_read"
+    connections.connect(alias=alias, host=host, port=str(port), timeout=60)
+    res: dict = {
+        "rows_flushed": flushed,
+        "rows_growing": growing,
+        "dim": dim,
+        "index": INDEX,
+        "search": SEARCH,
+        "topk": TOPK,
+        "loadavg_start": os.getloadavg(),
+    }
+    try:
+        rng = np.random.default_rng(seed)
+        n = flushed + growing
+        data = rng.random((n, dim), dtype=np.float32)
+        queries = rng.random((searches, dim), dtype=np.float32)
+        if utility.has_collection(NAME, using=alias):
+            utility.drop_collection(NAME, using=alias)
+        schema = CollectionSchema(
+            [FieldSchema("id", DataType.INT64, is_primary=True), FieldSchema("vec", DataType.FLOAT_VECTOR, dim=dim)]
+        )
+        coll = Collection(NAME, schema, using=alias, shards_num=1)
+        log(f"read path: inserting {flushed:,} rows, flush")
+        _insert(coll, data, 0, flushed)
+        coll.flush()
+
+        log("read path: create_index + load")
+        t0 = time.perf_counter()
+        # Raw CreateIndex: pymilvus' create_index(_async=True) may drop (and so cancel) its call.
+        from pymilvus.grpc_gen import common_pb2, milvus_pb2
+
+        stub = connections._fetch_handler(alias)._stub
+        kv = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in INDEX.items()]
+        st = stub.CreateIndex(
+            milvus_pb2.CreateIndexRequest(
+                collection_name=NAME,
+                field_name="vec",
+                extra_params=[common_pb2.KeyValuePair(key=k, value=v) for k, v in kv],
+            ),
+            timeout=60,
+        )
+        if st.error_code != 0:
+            raise RuntimeError(f"CreateIndex failed: {st}")
+
+        def indexed() -> bool:
+            p = utility.index_building_progress(NAME, using=alias)
+            return int(p.get("indexed_rows", 0)) >= flushed
+
+        _wait(indexed, "index build", 1800)
+        res["index_built_s"] = time.perf_counter() - t0
+        st = stub.LoadCollection(milvus_pb2.LoadCollectionRequest(collection_name=NAME, replica_number=1), timeout=60)
+        if st.error_code != 0:
+            raise RuntimeError(f"LoadCollection failed: {st}")
+
+        def loaded() -> bool:
+            p = utility.loading_progress(NAME, using=alias)["loading_progress"]
+            return int(str(p).rstrip("%")) >= 100
+
+        _wait(loaded, "load", 600)
+        res["index_load_s"] = time.perf_counter() - t0
+        log(f"read path: built in {res['index_built_s']:.2f} s, loaded after {res['index_load_s']:.2f} s")
+        if server_pid:
+            per = tree_rss(server_pid)
+            res["rss_loaded"] = sum(per.values())
+            res["rss_loaded_per_process"] = per
+
+        _insert(coll, data, flushed, n)
+
+        def count(level: str) -> int:
+            return int(coll.query("", output_fields=["count(*)"], consistency_level=level)[0]["count(*)"])
+
+        _wait(lambda: count("Strong") >= n, "growing rows visible", 120)
+
+        lat, found = [], []
+        idle0 = tree_cpu(server_pid)
+        time.sleep(2.0)  # the server's background CPU (ticks, sessions, etcd, NATS) when idle
+        idle_rate = (tree_cpu(server_pid) - idle0) / 2.0
+        cpu0, t_loop, client0 = tree_cpu(server_pid), time.perf_counter(), time.process_time()
+        for q in queries:
+            t = time.perf_counter()
+            hits = coll.search([q.tolist()], "vec", SEARCH, limit=TOPK, consistency_level="Eventually")[0]
+            lat.append(time.perf_counter() - t)
+            found.append(list(hits.ids))
+        res["client_cpu_per_search_s"] = (time.process_time() - client0) / len(queries)  # pymilvus' share
+        if server_pid:  # robust to other load on the machine, unlike the latencies
+            busy = tree_cpu(server_pid) - cpu0 - idle_rate * (time.perf_counter() - t_loop)
+            res["server_cpu_per_search_s"] = busy / len(queries)
+            res["server_idle_cpu_per_s"] = idle_rate
+        exact = exact_topk(data, queries, TOPK)
+        recalls = [len(set(e.tolist()) & set(g)) / TOPK for e, g in zip(exact, found, strict=True)]
+        res["search_p50_s"] = statistics.median(lat)
+        res["search_p99_s"] = float(np.percentile(lat, 99))
+        res["recall"] = float(np.mean(recalls))
+        log(
+            f"read path: search p50 {res['search_p50_s'] * 1e3:.1f} ms, p99 {res['search_p99_s'] * 1e3:.1f} ms, "
+            f"recall@10 {res['recall']:.4f}"
+        )
+
+        qlists = [q.tolist() for q in queries]
+
+        def qps(clients: int) -> float:
+            done = [0] * clients
+            errors: list[str] = []
+            start = threading.Barrier(clients + 1)
+
+            def one(k: int) -> None:
+                a = f"{alias}_{clients}_{k}"
+                connections.connect(alias=a, host=host, port=str(port), timeout=60)
+                c = Collection(NAME, using=a)
+                start.wait()
+                stop = time.perf_counter() + qps_seconds
+                try:
+                    while time.perf_counter() < stop:
+                        c.search(
+                            [qlists[done[k] % len(qlists)]], "vec", SEARCH, limit=TOPK, consistency_level="Eventually"
+                        )
+                        done[k] += 1
+                except Exception as exc:  # noqa: BLE001 - reported, not hidden
+                    errors.append(repr(exc)[:300])
+                finally:
+                    connections.disconnect(a)
+
+            ts = [threading.Thread(target=one, args=(k,)) for k in range(clients)]
+            for t in ts:
+                t.start()
+            start.wait()
+            t0 = time.perf_counter()
+            for t in ts:
+                t.join()
+            if errors:
+                raise RuntimeError(f"search failed at {clients} clients: {errors[0]}")
+            return sum(done) / (time.perf_counter() - t0)
+
+        res["qps_1"], res["qps_8"] = qps(1), qps(8)
+        log(f"read path: QPS {res['qps_1']:.0f} (1 client), {res['qps_8']:.0f} (8 clients)")
+
+        ids = [1, flushed // 2, n - 1]  # a flushed row, another, a growing one
+        ql, cl = [], []
+        for _ in range(20):
+            t = time.perf_counter()
+            got = coll.query(f"id in {ids}", output_fields=["id"], consistency_level="Eventually")
+            ql.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            got_count = count("Eventually")
+            cl.append(time.perf_counter() - t)
+        res["query_s"] = statistics.median(ql)
+        res["query_rows"] = len(got)
+        res["count_s"] = statistics.median(cl)
+        res["count"] = got_count
+        if server_pid:
+            res["rss_end"] = sum(tree_rss(server_pid).values())
+        res["loadavg_end"] = os.getloadavg()
+        if drop:
+            utility.drop_collection(NAME, using=alias)
+    finally:
+        with contextlib.suppress(Exception):
+            connections.disconnect(alias)
+    return res
