@@ -336,6 +336,32 @@ class Server:
         return _partition_id(client, name, partition)
 
 
+def wait_ready(server, stream, logf, is_ready, timeout: float, what: str) -> None:
+    """Copy the server's output `stream` to `logf` (draining it, so the server never blocks on
+    it) until a line `is_ready`; on exit or `timeout`, stop it and raise with the log's tail.
+    Records the server's process tree once ready."""
+    server.pid = server.proc.pid
+    record_pids(server.pidfile, tree(server.pid))
+    ready = threading.Event()
+
+    def pump() -> None:
+        for line in stream:
+            logf.write(line)
+            logf.flush()
+            if is_ready(line):
+                ready.set()
+        logf.close()
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while not ready.wait(0.05):
+        if server.proc.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            tail = server.log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{what} did not start:\n{tail}")
+    server._procs = tree(server.pid)
+
+
 class KmilvusServer(Server):
     """`kmilvus standalone` in a temp data dir on a free port; ready when it logs its line."""
 
@@ -359,26 +385,7 @@ class KmilvusServer(Server):
             text=True,
             bufsize=1,
         )
-        self.pid = self.proc.pid
-        record_pids(self.pidfile, tree(self.pid))
-        ready = threading.Event()
-
-        def pump() -> None:  # keep draining stderr so the server never blocks on it
-            for line in self.proc.stderr:
-                logf.write(line)
-                logf.flush()
-                if READY_RE.search(line):
-                    ready.set()
-            logf.close()
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while not ready.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                tail = self.log_path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"kmilvus standalone did not start:\n{tail}")
-        self._procs = tree(self.pid)
+        wait_ready(self, self.proc.stderr, logf, READY_RE.search, timeout, "kmilvus standalone")
         record_pids(self.pidfile, self._procs)
         with contextlib.suppress(Exception):
             self.version = subprocess.run(
@@ -477,27 +484,7 @@ class MilvusLiteTcpServer(Server):
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
-        self.pid = self.proc.pid
-        record_pids(self.pidfile, tree(self.pid))
-        ready = threading.Event()
-
-        def pump() -> None:
-            for line in self.proc.stdout:
-                logf.write(line)
-                logf.flush()
-                if "listening on" in line:
-                    ready.set()
-            logf.close()
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while not ready.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(
-                    f"milvus-lite server did not start:\n{self.log_path.read_text(errors='replace')[-3000:]}"
-                )
-        self._procs = tree(self.pid)
+        wait_ready(self, self.proc.stdout, logf, lambda line: "listening on" in line, timeout, "milvus-lite server")
         record_pids(self.pidfile, self._procs)
         with contextlib.suppress(Exception):
             from pymilvus import connections, utility
