@@ -362,6 +362,22 @@ def wait_ready(server, stream, logf, is_ready, timeout: float, what: str) -> Non
     server._procs = tree(server.pid)
 
 
+def stop_child(server, what: str) -> None:
+    """SIGTERM a server started as a child, 20 s to exit, then kill whatever of its process tree
+    is left (kmilvus' etcd and nats-server too)."""
+    if not server.proc:
+        return
+    procs = server._procs + [p for p in tree(server.pid) if p not in server._procs]
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            log(f"{what} did not stop in 20 s after SIGTERM; killing its tree")
+    kill_tree(procs)
+    server.proc = None
+
+
 class KmilvusServer(Server):
     """`kmilvus standalone` in a temp data dir on a free port; ready when it logs its line."""
 
@@ -393,17 +409,7 @@ class KmilvusServer(Server):
             ).stdout.strip()
 
     def stop(self) -> None:
-        if not self.proc:
-            return
-        procs = self._procs + [p for p in tree(self.pid) if p not in self._procs]
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                log("kmilvus did not stop in 20 s after SIGTERM; killing its tree")
-        kill_tree(procs)  # etcd / nats-server if the server left them behind
-        self.proc = None
+        stop_child(self, "kmilvus")
 
 
 class MilvusLiteServer(Server):
@@ -494,15 +500,7 @@ class MilvusLiteTcpServer(Server):
             connections.disconnect("lite-version")
 
     def stop(self) -> None:
-        if not self.proc:
-            return
-        procs = self._procs + [p for p in tree(self.pid) if p not in self._procs]
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(20)
-        kill_tree(procs)
-        self.proc = None
+        stop_child(self, "milvus-lite server")
 
     def collection_files(self, name: str, cid: int) -> Path | None:
         return self.data_dir / "collections" / name

@@ -147,8 +147,8 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
 
     def _channel_moved(self, ch: str) -> None:
         """A node (re)started the channel's flowgraph: pending flushes go to it as soon as it
-        reports a tick, not after the resend timeout."""
-        self.ticks.pop(ch, None)
+        reports a tick of its own (`_tick` ignores the previous owner's), not after the resend
+        timeout."""
         self._deltas_sent.pop(ch, None)
         for s in self.meta.by_channel(ch, (SegmentState.Sealed,)):
             s.flush_sent_at = 0

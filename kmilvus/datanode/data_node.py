@@ -283,7 +283,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             )
             for f in [0, 1, *[f.fieldID for f in fg.schema.fields]]:
                 req.field2BinlogPaths.add(ID=f, Paths=[key])
-            if len(infos) == 2:
+            if fg.pk_field is not None:
                 sinfo = infos[1]
                 written.append(stats_key)
                 req.statslogs.add(

@@ -38,7 +38,6 @@ CHANNEL_OPTIONS = [
 SERVER_OPTIONS = [
     *CHANNEL_OPTIONS,
     ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
     ("grpc.http2.min_ping_interval_without_data_ms", 1_000),
 ]
 
