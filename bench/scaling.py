@@ -3,6 +3,7 @@
     .venv/bin/python bench/scaling.py                  # both systems, default ladders
     .venv/bin/python bench/scaling.py --systems kmilvus --quick
     .venv/bin/python bench/scaling.py --from-json bench/results/scaling.json   # redraw only
+    .venv/bin/python bench/scaling.py --update --curves import_vs_size   # re-measure one curve
 
 Curves (each measured on one fresh server per system, in this order):
 
@@ -19,7 +20,8 @@ Curves (each measured on one fresh server per system, in this order):
   import_vs_size         bulk import of an N-row Parquet file (pymilvus BulkWriter layout) until
                          Completed
   memory_vs_loaded       RSS of all the server's processes once a collection of N flushed rows is
-                         indexed (IVF_FLAT nlist=128, cheap to build on both) and loaded
+                         indexed (IVF_FLAT nlist=128, cheap to build on both) and loaded, on a
+                         server of its own (what earlier curves left in the heap is not counted)
 
 The same script is the workload on both sides (it imports only workload.py and readpath.py, no
 kmilvus), run by each system's client venv in a private network namespace like vs_milvus.py,
@@ -55,6 +57,7 @@ CURVES = {
     "import_vs_size": ("rows imported", "import until Completed, s"),
     "memory_vs_loaded": ("rows loaded", "RSS of all processes, MiB"),
 }
+FRESH = {"memory_vs_loaded"}  # measured on a server of its own
 IVF = {"index_type": "IVF_FLAT", "metric_type": "L2", "params": {"nlist": 128}}
 
 
@@ -241,7 +244,13 @@ def run_main(args) -> None:
     try:
         client = w.Client(server.host, server.port)
         c = Curves(server, client, args, tmp)
-        for curve in args.curves.split(","):
+        for i, curve in enumerate(args.curves.split(",")):
+            if curve in FRESH and i > 0:  # what earlier curves left in the heap is not this curve's
+                client.close()
+                server.stop()
+                server = w.start_server(args.system, tmp / curve, pidfile=args.pidfile, kmilvus_bin=args.kmilvus_bin)
+                client = c.client = w.Client(server.host, server.port, alias=f"bench-{curve}")
+                c.server = server
             t0 = time.perf_counter()
             try:
                 getattr(c, curve)()
@@ -306,6 +315,16 @@ def drive(args) -> int:
         "systems": results,
     }
     out_dir = Path(args.out_dir)
+    old = out_dir / f"{args.name}.json"
+    if args.update and old.exists():  # re-measured curves replace theirs; the rest stay as they were
+        prev = json.loads(old.read_text())
+        prev.setdefault("updates", []).append({k: data[k] for k in ("command", "date", "load_average")})
+        for s, r in results.items():
+            dst = prev["systems"].setdefault(s, {"curves": {}, "errors": {}})
+            dst["curves"].update(r.get("curves", {}))
+            dst["errors"] = {k: v for k, v in dst.get("errors", {}).items() if k not in r.get("curves", {})}
+            dst["errors"].update(r.get("errors", {}))
+        data = prev
     (out_dir / f"{args.name}.json").write_text(json.dumps(data, indent=1))
     write_outputs(data, out_dir, args.name)
     return 0 if all(not r.get("errors") and "error" not in r for r in results.values()) else 1
@@ -321,6 +340,12 @@ def write_outputs(data: dict, out_dir: Path, name: str) -> None:
         + ", ".join(f"{s} {r.get('version', '?')}" for s, r in systems.items()),
         "",
     ]
+    for u in data.get("updates", []):
+        lines += [
+            f"Updated {u['date']}: `{u['command']}`, load average {' '.join(u['load_average']['before'])} → "
+            f"{' '.join(u['load_average']['after'])}.",
+            "",
+        ]
     for curve, (xl, yl) in CURVES.items():
         lines += [f"## {curve}", "", f"| {xl} | " + " | ".join(f"{s}: {yl}" for s in systems) + " |"]
         lines.append("|---" * (1 + len(systems)) + "|")
@@ -379,6 +404,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-netns", action="store_true")
     ap.add_argument("--quick", action="store_true", help="small ladders (a look, not a result)")
     ap.add_argument("--from-json", default=None, help="only redraw the table and plot from this JSON")
+    ap.add_argument("--update", action="store_true", help="replace only the curves measured now in NAME.json")
     r = sub.add_parser("run")
     r.add_argument("--system", required=True)
     r.add_argument("--out", required=True)
