@@ -22,8 +22,10 @@ def _output_columns(seg: SegmentData, offsets: np.ndarray, pk_field: int, output
     cols = {"pk": seg.table.column(str(pk_field)).take(idx)}
     for fid in output_ids:
         name = str(fid)
-        if name in seg.table.column_names and name not in cols:
-            cols[name] = seg.table.column(name).take(idx)
+        if name not in cols:
+            col = seg.column(name, idx)
+            if col is not None:
+                cols[name] = col
     return cols
 
 
