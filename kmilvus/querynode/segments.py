@@ -47,6 +47,7 @@ class SegmentData:
     index_bytes: int = 0  # serialized size of the loaded indexes (≈ their memory)
     pk_field: int = 0
     _keys: tuple[np.ndarray, np.ndarray] | None = None
+    _pks: np.ndarray | bool | None = None  # int64_pks; False: not Int64
     _pk_order: tuple[np.ndarray, np.ndarray | None] | None = None  # (sorted int64 pks, their rows)
     _alive: tuple[tuple[int, int], np.ndarray | None] | None = None
 
@@ -100,6 +101,14 @@ class SegmentData:
             return None
         vecs = index.reconstruct(offsets.to_numpy(zero_copy_only=False))
         return pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1)), index.dim)
+
+    def int64_pks(self) -> np.ndarray | None:
+        """The Int64 primary keys as numpy, converted once (None: VarChar keys); result rows take
+        their keys from it with one fancy index instead of an Arrow `take` call."""
+        if self._pks is None:
+            col = self.table.column(str(self.pk_field))
+            self._pks = col.to_numpy() if pa.types.is_int64(col.type) and col.null_count == 0 else False
+        return None if self._pks is False else self._pks
 
     def pk_rows(self, values: np.ndarray) -> np.ndarray:
         """Row offsets whose Int64 primary key is one of `values` (every copy of a repeated key),
