@@ -162,6 +162,26 @@ def test_vector_outputs_of_indexed_rows_without_the_raw_column(client, node, ind
         assert np.array_equal(np.asarray(g["vec"], np.float32), want[g["id"]])
 
 
+def test_index_finished_after_load_drops_the_raw_column(client, node):
+    """A segment loaded before its index was built: once the index arrives the column goes,
+    and vector outputs still come back exactly."""
+    rng = np.random.default_rng(23)
+    make_collection(client, "late", shards=1, index_type="HNSW")
+    client.load_collection("late")  # the index is defined, no segment is built yet
+    data = rows(0, 300, rng)
+    client.insert("late", data)
+    client.flush("late")
+    coll_id = client.describe_collection("late")["collection_id"]
+    loaded = node.component("querynode").collections[coll_id]
+    wait_until(lambda: loaded.sealed and all(s.indexes for s in loaded.sealed.values()), 60, what="index loaded")
+    vec_id = str(next(f["field_id"] for f in client.describe_collection("late")["fields"] if f["name"] == "vec"))
+    assert all(vec_id not in s.table.column_names and not s.vectors for s in loaded.sealed.values())
+    got = client.query("late", filter="id in [0, 150, 299]", output_fields=["vec"])
+    assert sorted(g["id"] for g in got) == [0, 150, 299]
+    for g in got:
+        assert np.array_equal(np.asarray(g["vec"], np.float32), np.asarray(data[g["id"]]["vec"], np.float32))
+
+
 def test_search_limit_offset_round_decimal_and_growing_to_sealed_handoff(client, node):
     rng = np.random.default_rng(11)
     make_collection(client, "h", shards=1)
