@@ -14,8 +14,13 @@ from tests.util import wait_until
 DIM = 16
 
 
-INDEX_PARAMS = {"FLAT": {}, "HNSW": {"M": 16, "efConstruction": 64}, "IVF_FLAT": {"nlist": 16}}
-SEARCH_PARAMS = {"FLAT": {}, "HNSW": {"ef": 64}, "IVF_FLAT": {"nprobe": 16}}
+INDEX_PARAMS = {
+    "FLAT": {},
+    "HNSW": {"M": 16, "efConstruction": 64},
+    "IVF_FLAT": {"nlist": 16},
+    "IVF_SQ8": {"nlist": 16},
+}
+SEARCH_PARAMS = {"FLAT": {}, "HNSW": {"ef": 64}, "IVF_FLAT": {"nprobe": 16}, "IVF_SQ8": {"nprobe": 16}}
 
 
 def make_collection(
@@ -98,6 +103,83 @@ def test_search_own_vector_flushed_and_growing(client, node, metric, index_type)
     else:
         want = np.argsort(-(allv @ q) / np.linalg.norm(allv, axis=1))[:5]
     assert [h["id"] for h in res[0]] == list(want)
+
+
+@pytest.mark.parametrize(
+    ("index_type", "metric", "holds_raw"),
+    [
+        ("HNSW", "L2", True),
+        ("IVF_FLAT", "IP", True),
+        ("FLAT", "L2", True),
+        ("IVF_SQ8", "L2", False),  # 8-bit codes: not the inserted values
+        ("HNSW", "COSINE", False),  # the index holds the vectors normalized
+    ],
+)
+def test_vector_outputs_of_indexed_rows_without_the_raw_column(client, node, index_type, metric, holds_raw):
+    """A loaded sealed segment whose index holds the raw vectors does not keep the vector column
+    too (as Milvus 2.3 when the index "has raw data"); vector outputs of search and query are then
+    read back from the index and still equal what was inserted, bit for bit."""
+    rng = np.random.default_rng(21)
+    make_collection(client, "o", shards=1, index_type=index_type, metric=metric)
+    data = rows(0, 600, rng)
+    for r in data:
+        r["vec"] = r["vec"] * (1 + r["id"] % 5)  # not unit length: normalizing would show
+    client.insert("o", data)
+    client.flush("o")
+    wait_until(lambda: client.describe_index("o", "vec").get("indexed_rows") == 600, 60, what="index built")
+    client.load_collection("o")
+    coll_id = client.describe_collection("o")["collection_id"]
+    sealed = node.component("querynode").collections[coll_id].sealed
+    assert sealed and all(s.indexes for s in sealed.values())
+    vec_id = str(next(f["field_id"] for f in client.describe_collection("o")["fields"] if f["name"] == "vec"))
+    assert all((vec_id in s.table.column_names) is not holds_raw for s in sealed.values())
+    assert all(not s.vectors for s in sealed.values())  # search goes through the index
+    growing = rows(600, 50, rng)
+    client.insert("o", growing)  # growing rows beside the sealed ones in the same results
+
+    ids = [0, 7, 599, 123, 600, 649]
+    want = {r["id"]: np.asarray(r["vec"], np.float32) for r in data + growing}
+    got = client.query("o", filter=f"id in {ids}", output_fields=["vec"])
+    assert sorted(g["id"] for g in got) == sorted(ids)
+    for g in got:
+        assert np.array_equal(np.asarray(g["vec"], np.float32), want[g["id"]])
+    probes = [data[7]["vec"], data[599]["vec"]]
+    res = client.search(
+        "o",
+        data=probes,
+        limit=5,
+        search_params={"metric_type": metric, "params": SEARCH_PARAMS[index_type]},
+        output_fields=["vec", "tag"],
+    )
+    for hits in res:
+        assert len(hits) == 5
+        for h in hits:
+            assert np.array_equal(np.asarray(h["entity"]["vec"], np.float32), want[h["id"]])
+            assert h["entity"]["tag"] == f"t{h['id'] % 7}"
+    everything = client.query("o", filter="id >= 0", output_fields=["vec"], limit=1000)
+    assert len(everything) == 650
+    for g in everything:
+        assert np.array_equal(np.asarray(g["vec"], np.float32), want[g["id"]])
+
+
+def test_index_finished_after_load_drops_the_raw_column(client, node):
+    """A segment loaded before its index was built: once the index arrives the column goes,
+    and vector outputs still come back exactly."""
+    rng = np.random.default_rng(23)
+    make_collection(client, "late", shards=1, index_type="HNSW")
+    client.load_collection("late")  # the index is defined, no segment is built yet
+    data = rows(0, 300, rng)
+    client.insert("late", data)
+    client.flush("late")
+    coll_id = client.describe_collection("late")["collection_id"]
+    loaded = node.component("querynode").collections[coll_id]
+    wait_until(lambda: loaded.sealed and all(s.indexes for s in loaded.sealed.values()), 60, what="index loaded")
+    vec_id = str(next(f["field_id"] for f in client.describe_collection("late")["fields"] if f["name"] == "vec"))
+    assert all(vec_id not in s.table.column_names and not s.vectors for s in loaded.sealed.values())
+    got = client.query("late", filter="id in [0, 150, 299]", output_fields=["vec"])
+    assert sorted(g["id"] for g in got) == [0, 150, 299]
+    for g in got:
+        assert np.array_equal(np.asarray(g["vec"], np.float32), np.asarray(data[g["id"]]["vec"], np.float32))
 
 
 def test_search_limit_offset_round_decimal_and_growing_to_sealed_handoff(client, node):

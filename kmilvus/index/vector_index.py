@@ -94,6 +94,22 @@ class VectorIndex:
     def num_rows(self) -> int:
         return int(self.index.ntotal)
 
+    @property
+    def holds_raw(self) -> bool:
+        """Whether the index stores the inserted vectors exactly (Milvus' "has raw data"): flat
+        storage, and not COSINE (whose index holds the vectors normalized). Then a loaded
+        segment needs no raw copy of the column beside it."""
+        flat = isinstance(self.index, faiss.IndexFlat | faiss.IndexHNSWFlat | faiss.IndexIVFFlat)
+        return flat and self.metric_type != P.COSINE
+
+    def reconstruct(self, offsets: np.ndarray) -> np.ndarray:
+        """The stored vectors of rows `offsets`, (n, dim) float32 (an IVF index needs its
+        direct map: `load` makes it)."""
+        keys = np.ascontiguousarray(offsets, dtype=np.int64)
+        if not len(keys):
+            return np.empty((0, self.dim), np.float32)
+        return self.index.reconstruct_batch(keys)
+
     def _queries(self, queries: np.ndarray) -> np.ndarray:
         q = _as_matrix(queries, self.dim)
         if q.shape[1] != self.dim:
@@ -217,7 +233,10 @@ def load(data: bytes | memoryview) -> VectorIndex:
     meta = json.loads(bytes(buf[_HEADER.size : _HEADER.size + n]))
     raw = np.frombuffer(buf[_HEADER.size + n :], dtype=np.uint8)
     index = faiss.deserialize_index(raw)
-    return VectorIndex(index, meta["index_type"], meta["metric_type"], meta["params"])
+    vi = VectorIndex(index, meta["index_type"], meta["metric_type"], meta["params"])
+    if vi.holds_raw and isinstance(index, faiss.IndexIVF) and index.direct_map.type == faiss.DirectMap.NoMap:
+        index.make_direct_map()  # row → (list, slot), so that outputs can be read back (8 B/row)
+    return vi
 
 
 async def aload(data: bytes | memoryview) -> VectorIndex:

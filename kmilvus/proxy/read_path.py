@@ -90,9 +90,8 @@ async def serving_nodes(proxy, meta: CollectionMeta) -> tuple[dict[int, list[str
 
 async def fan_out(proxy, nodes: dict[int, list[str]], call: Callable[[object, list[str]], Awaitable]) -> list:
     """`call(node, vchannels)` on every serving node at once; the first failure is raised."""
-    results = await asyncio.gather(
-        *(call(proxy.registry.client(roles.QUERYNODE, nid), chans) for nid, chans in nodes.items())
-    )
+    calls = [call(proxy.registry.client(roles.QUERYNODE, nid), chans) for nid, chans in nodes.items()]
+    results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)  # one node: no task
     for r in results:
         merr.check(r.status)
     return results

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,13 +92,19 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         return c
 
     async def _read(self, coll: LoadedCollection, info: query_node_pb2.SegmentLoadInfo) -> SegmentData:
-        """Binlogs (one Arrow read), delta logs and index files of one segment."""
+        """Index files, binlogs (one Arrow read, without the vector columns an index holds),
+        delta logs of one segment."""
 
         def load() -> SegmentData:
-            table = read_binlogs(self.store, list(info.binlog_paths))
-            seg = SegmentData.build(info.segmentID, info.partitionID, table, coll.schema)
+            indexes = self._index_files(info)
+            raw = {str(f) for f, (ix, _) in indexes.items() if ix.holds_raw}
+            table = read_binlogs(self.store, list(info.binlog_paths), skip=raw)
+            if raw and any(ix.num_rows != table.num_rows for ix, _ in indexes.values()):
+                table = read_binlogs(self.store, list(info.binlog_paths))  # an index is ignored below
+            usable = [f for f, (ix, _) in indexes.items() if ix.num_rows == table.num_rows]
+            seg = SegmentData.build(info.segmentID, info.partitionID, table, coll.schema, usable)
             self._read_deltas(seg.deltas, info)
-            self._read_indexes(seg, info)
+            self._add_indexes(seg, indexes)
             return seg
 
         return await asyncio.to_thread(load)
@@ -107,22 +114,28 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             t = deltalog.read_delta_log(self.store, key)
             deltas.add(deltalog.pk_numpy(t.column(deltalog.PK)), t.column(deltalog.TS).to_numpy())
 
-    def _read_indexes(self, seg: SegmentData, info: query_node_pb2.SegmentLoadInfo) -> None:
-        """Load the segment's finished index files; without one a field is searched exactly."""
+    def _index_files(self, info: query_node_pb2.SegmentLoadInfo, have: Collection[int] = ()) -> dict[int, tuple]:
+        """{field ID: (VectorIndex, file size)} of the segment's finished index files not in `have`."""
         from kmilvus import index as kindex
 
+        out = {}
         for key, fid in zip(info.index_paths, info.index_fieldIDs, strict=True):
-            if fid in seg.indexes:
-                continue
-            data = self.store.filesystem.open_input_file(self.store.path(key)).readall()
-            ix = kindex.load(data)
+            if fid not in have and fid not in out:
+                data = self.store.filesystem.open_input_file(self.store.path(key)).readall()
+                out[fid] = (kindex.load(data), len(data))
+        return out
+
+    def _add_indexes(self, seg: SegmentData, indexes: dict[int, tuple]) -> None:
+        """Search through the loaded indexes; without one a field is searched exactly."""
+        for fid, (ix, nbytes) in indexes.items():
             if ix.num_rows != seg.num_rows:
                 log.warning("index ignored: row count differs", segment=seg.segment_id, index_rows=ix.num_rows)
                 continue
-            seg.indexes[fid] = ix
-            seg.index_bytes += len(data)
-            seg.vectors.pop(fid, None)  # the index holds what search needs; outputs read the table
-            seg.sq_norms.pop(fid, None)
+            seg.add_index(fid, ix, nbytes)
+
+    def _read_indexes(self, seg: SegmentData, info: query_node_pb2.SegmentLoadInfo) -> None:
+        """Indexes finished after the segment was loaded."""
+        self._add_indexes(seg, self._index_files(info, have=seg.indexes))
 
     def _install(self, coll: LoadedCollection, data: SegmentData, info: query_node_pb2.SegmentLoadInfo) -> None:
         """Sealed copy in, growing copy and compaction sources out — in one synchronous step."""

@@ -15,15 +15,19 @@ from kmilvus.querynode.filter import Filter
 from kmilvus.querynode.segments import SegmentData
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="segment-search")
+POOL_MIN_ROWS = 10_000  # a segment this large is worth searching in another thread
 
 
 def _output_columns(seg: SegmentData, offsets: np.ndarray, pk_field: int, output_ids: list[int]) -> dict[str, pa.Array]:
     idx = pa.array(offsets, pa.int64())
-    cols = {"pk": seg.table.column(str(pk_field)).take(idx)}
+    pks = seg.int64_pks()
+    cols = {"pk": pa.array(pks[offsets]) if pks is not None else seg.table.column(str(pk_field)).take(idx)}
     for fid in output_ids:
         name = str(fid)
-        if name in seg.table.column_names and name not in cols:
-            cols[name] = seg.table.column(name).take(idx)
+        if name not in cols:
+            col = seg.column(name, idx)
+            if col is not None:
+                cols[name] = col
     return cols
 
 
@@ -113,10 +117,12 @@ def search_segments(
         cols.update(_output_columns(seg, offs, pk_field, output_ids))
         return pa.table(cols)
 
-    # The first segment is searched in this (already a worker) thread: one segment, the common
-    # case for a small collection, then costs no hand-over to the pool and back.
-    rest = [_POOL.submit(one, item) for item in segments[1:]]
-    found = [one(segments[0])] if segments else []
+    # The largest segment is searched in this (already a worker) thread, and so is every small
+    # one (growing data): a hand-over to the pool and back costs more than searching a few
+    # thousand rows. Only further large segments run beside it in the pool.
+    order = sorted(segments, key=lambda item: -item[0].num_rows)
+    rest = [_POOL.submit(one, item) for item in order[1:] if item[0].num_rows >= POOL_MIN_ROWS]
+    found = [one(item) for i, item in enumerate(order) if i == 0 or item[0].num_rows < POOL_MIN_ROWS]
     found += [f.result() for f in rest]
     parts = [t for t in found if t is not None]
     if not parts:

@@ -1,9 +1,12 @@
 """A QueryNode's data: sealed segments read from their binlogs and growing segments fed by the
 stream, both held as Arrow tables (columns by field ID, as in the binlogs) plus each vector
-field as one contiguous float32 numpy array — converted once, never per row."""
+field without an index as one contiguous float32 numpy array — converted once, never per row.
+A sealed segment whose index stores the raw vectors keeps no column of them (Milvus 2.3 does not
+load a field whose index "has raw data"): outputs are read back from the index."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,15 +47,24 @@ class SegmentData:
     index_bytes: int = 0  # serialized size of the loaded indexes (≈ their memory)
     pk_field: int = 0
     _keys: tuple[np.ndarray, np.ndarray] | None = None
+    _pks: np.ndarray | bool | None = None  # int64_pks; False: not Int64
     _pk_order: tuple[np.ndarray, np.ndarray | None] | None = None  # (sorted int64 pks, their rows)
     _alive: tuple[tuple[int, int], np.ndarray | None] | None = None
 
     @classmethod
-    def build(cls, segment_id: int, partition_id: int, table: pa.Table, schema: schema_pb2.CollectionSchema):
+    def build(
+        cls,
+        segment_id: int,
+        partition_id: int,
+        table: pa.Table,
+        schema: schema_pb2.CollectionSchema,
+        indexed: Collection[int] = (),
+    ):
+        """`indexed`: vector fields searched through an index (no float32 matrix is made)."""
         pk = next(f.fieldID for f in schema.fields if f.is_primary_key)
         seg = cls(segment_id, partition_id, table, pk_field=pk)
         for f in schema.fields:
-            if f.data_type == DT.FloatVector and str(f.fieldID) in table.column_names:
+            if f.data_type == DT.FloatVector and f.fieldID not in indexed and str(f.fieldID) in table.column_names:
                 dim = next(int(p.value) for p in f.type_params if p.key == "dim")
                 m = to_matrix(table.column(str(f.fieldID)), dim)
                 seg.vectors[f.fieldID] = m
@@ -67,6 +79,36 @@ class SegmentData:
     def nbytes(self) -> int:
         own = sum(v.nbytes for v in self.vectors.values() if v.base is None)
         return self.table.nbytes + own + self.index_bytes
+
+    def add_index(self, field_id: int, index: Any, nbytes: int) -> None:
+        """Search `field_id` through `index` from now on; drop its raw column when the index
+        stores the vectors (the index is in place first: a reader sees one or the other)."""
+        self.indexes[field_id] = index
+        self.index_bytes += nbytes
+        self.vectors.pop(field_id, None)
+        self.sq_norms.pop(field_id, None)
+        name = str(field_id)
+        if index.holds_raw and name in self.table.column_names:
+            self.table = self.table.drop_columns([name])
+
+    def column(self, name: str, offsets: pa.Array) -> pa.Array | pa.ChunkedArray | None:
+        """Rows `offsets` of a column, a vector field the index holds read back from it (None:
+        the segment has no such column)."""
+        if name in self.table.column_names:
+            return self.table.column(name).take(offsets)
+        index = self.indexes.get(int(name)) if name.isdigit() else None
+        if index is None or not index.holds_raw:
+            return None
+        vecs = index.reconstruct(offsets.to_numpy(zero_copy_only=False))
+        return pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1)), index.dim)
+
+    def int64_pks(self) -> np.ndarray | None:
+        """The Int64 primary keys as numpy, converted once (None: VarChar keys); result rows take
+        their keys from it with one fancy index instead of an Arrow `take` call."""
+        if self._pks is None:
+            col = self.table.column(str(self.pk_field))
+            self._pks = col.to_numpy() if pa.types.is_int64(col.type) and col.null_count == 0 else False
+        return None if self._pks is False else self._pks
 
     def pk_rows(self, values: np.ndarray) -> np.ndarray:
         """Row offsets whose Int64 primary key is one of `values` (every copy of a repeated key),
@@ -108,12 +150,15 @@ class SegmentData:
         return mask
 
 
-def read_binlogs(store: ObjectStore, keys: list[str], schema: pa.Schema | None = None) -> pa.Table:
-    """The given insert binlogs, concatenated in order (one multithreaded Arrow read)."""
+def read_binlogs(
+    store: ObjectStore, keys: list[str], schema: pa.Schema | None = None, skip: Collection[str] = ()
+) -> pa.Table:
+    """The given insert binlogs, concatenated in order (one multithreaded Arrow read), without
+    the columns named in `skip` (never read, so never in memory)."""
     if not keys:
         return (schema or pa.schema([])).empty_table()
     dataset = ds.dataset([store.path(k) for k in keys], filesystem=store.filesystem, format="parquet", schema=schema)
-    return dataset.to_table()
+    return dataset.to_table(columns=[n for n in dataset.schema.names if n not in skip] if skip else None)
 
 
 class GrowingSegment:

@@ -111,6 +111,7 @@ def rpc(response_type: Any | None = None, *, status_field: str = "status"):
         from kmilvus import metrics
 
         method = fn.__name__
+        latency: dict[str, Any] = {}
 
         @functools.wraps(fn)
         async def inner(self, request, context=None):
@@ -128,7 +129,11 @@ def rpc(response_type: Any | None = None, *, status_field: str = "status"):
                 getattr(resp, status_field).CopyFrom(status)
                 return resp
             finally:
-                metrics.RPC_LATENCY.labels(getattr(self, "role", "?"), method).observe(time.perf_counter() - started)
+                role = getattr(self, "role", "?")
+                timer = latency.get(role)
+                if timer is None:  # labels() takes a lock and builds a key: once per role, not per call
+                    timer = latency[role] = metrics.RPC_LATENCY.labels(role, method)
+                timer.observe(time.perf_counter() - started)
 
         return inner
 
