@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kmilvus.storage.deltalog import sorted_unique
+
 
 @dataclass
 class PkStats:
@@ -28,7 +30,7 @@ class PkStats:
     def add(self, pks: np.ndarray) -> None:
         if not len(pks):
             return
-        keys = _sorted_unique(pks)
+        keys = sorted_unique(pks)
         self.chunks.append(keys)
         lo, hi = keys[0], keys[-1]
         self.lo = lo if self.lo is None or lo < self.lo else self.lo
@@ -36,7 +38,7 @@ class PkStats:
         chunks = self.chunks
         while len(chunks) > 1 and len(chunks[-2]) <= 2 * len(chunks[-1]):
             newer = chunks.pop()
-            chunks[-1] = _sorted_unique(np.concatenate((chunks[-1], newer)))
+            chunks[-1] = sorted_unique(np.concatenate((chunks[-1], newer)))
 
     def contains(self, pks: np.ndarray) -> np.ndarray:
         """Boolean mask: which of `pks` this segment holds."""
@@ -52,15 +54,3 @@ class PkStats:
             hit |= np.isin(cand, c, assume_unique=False)
         mask[in_range] = hit
         return mask
-
-
-def _sorted_unique(keys: np.ndarray) -> np.ndarray:
-    """Sorted distinct keys. A stable sort (timsort) of a concatenation of sorted runs merges them
-    in linear time; then drop each key equal to its predecessor."""
-    keys = np.sort(keys, kind="stable")
-    if len(keys) < 2:
-        return keys
-    keep = np.empty(len(keys), dtype=bool)
-    keep[0] = True
-    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
-    return keys[keep]
