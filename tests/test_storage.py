@@ -387,3 +387,24 @@ def test_a_process_starts_while_local_storage_is_away(tmp_path):
     root.mkdir()
     st.write_sync("a/b", b"x")
     assert st.read_sync("a/b") == b"x"
+
+
+def test_stats_log_keys_sorted_unique_without_np_unique(tmp_path, monkeypatch):
+    """A segment's stats log holds its distinct primary keys, sorted. np.unique is not used:
+    numpy 2.4's took ~8.8 s for 1M int64 keys on this (loaded) 2-core machine vs ~16 ms for a
+    sort, and the stats log is written when a segment is flushed, beside the inserts."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from kmilvus.storage import ObjectStore, deltalog
+
+    def no_unique(*_a, **_k):
+        raise AssertionError("np.unique")
+
+    store = ObjectStore.from_uri(tmp_path.as_uri())
+    for keys in (np.array([5, 3, 5, 9, 3, 1], dtype=np.int64), np.array(["b", "a", "b", "c"])):
+        monkeypatch.setattr(deltalog.np, "unique", no_unique)
+        info = deltalog.write_stats_log(store, f"stats_log/1/2/3/100/{keys.dtype.kind}", keys)
+        monkeypatch.undo()
+        got = pq.read_table(store.path(info.key)).column(deltalog.PK).to_pylist()
+        assert got == sorted(set(keys.tolist())) and info.entries_num == len(got)

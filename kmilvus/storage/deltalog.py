@@ -45,8 +45,21 @@ def write_delta_log(store: ObjectStore, key: str, pks: pa.Array, ts: pa.Array) -
     )
 
 
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """Sorted distinct keys, without np.unique: numpy 2.4's took ~8.8 s for 1M int64 keys on a
+    loaded 2-core machine, a sort ~16 ms. A stable sort (timsort) of a concatenation of sorted
+    runs merges them in linear time; then drop each key equal to its predecessor."""
+    keys = np.sort(keys, kind="stable")
+    if len(keys) < 2:
+        return keys
+    keep = np.empty(len(keys), dtype=bool)
+    keep[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+    return keys[keep]
+
+
 def write_stats_log(store: ObjectStore, key: str, pks: np.ndarray) -> BinlogInfo:
-    keys = np.unique(pks)
+    keys = sorted_unique(pks)
     table = pa.table({PK: pa.array(keys)})
     size = write_parquet(store, key, table, **_OPTIONS)
     return BinlogInfo(
