@@ -17,6 +17,7 @@ from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.querynode.deletes import DeleteSet, pk_and_ts
 from kmilvus.storage import ObjectStore
+from kmilvus.storage.deltalog import sorted_unique
 
 DT = schema_pb2.DataType
 
@@ -122,7 +123,7 @@ class SegmentData:
                 order = np.argsort(pks, kind="stable")
                 self._pk_order = (pks[order], order)
         keys, order = self._pk_order
-        vals = np.unique(values)
+        vals = sorted_unique(np.asarray(values))
         lo = np.searchsorted(keys, vals, side="left")
         hi = np.searchsorted(keys, vals, side="right")
         counts = hi - lo
