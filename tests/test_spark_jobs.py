@@ -871,7 +871,8 @@ def test_inprocess_import_reports_the_same_problem_as_spark(spark, warm, tmp_pat
     assert ms is None and ml is None and mw is None
     assert es == el == ew and needle in es["reason"], (es, el, ew)
     for route in ("spark", "local", "warm"):
-        left = [p for p in (tmp_path / route / "store").rglob("*") if p.is_file()]
+        # The warm route ran the whole application: its failed manifest (DataCoord reads and deletes it).
+        left = [p for p in (tmp_path / route / "store").rglob("*") if p.is_file() and p.name != "m.json"]
         assert left == [], left
 
 

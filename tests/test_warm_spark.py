@@ -46,12 +46,18 @@ def test_jobs_share_one_driver_and_close_leaves_no_process(tmp_path):
             st1, seen = await _until_done(runner, h1)
             assert st1.state.value == "COMPLETED", st1
             assert "RUNNING" in seen or "SUBMITTED" in seen
+            # DropCollection cancels every job of the collection, finished and released ones too:
+            # that must not touch the driver the next job runs on.
+            events = _running_app_ids(h1)
+            await runner.release(h1)
+            await runner.cancel(h1)
+            assert runner.driver_pid == h1["pid"]
             h2 = await runner.submit(_app(tmp_path, [f], job_id=2))
             st2, _ = await _until_done(runner, h2)
             assert st2.state.value == "COMPLETED", st2
             # The second job ran on the first one's driver process and SparkContext.
             assert h1["pid"] == h2["pid"] == runner.driver_pid
-            assert _running_app_ids(h1) == _running_app_ids(h2) and len(_running_app_ids(h1)) == 1
+            assert events == _running_app_ids(h2) and len(events) == 1
             procs = _tree(h1["pid"])
             assert any("java" in p.name() for p in procs), [p.name() for p in procs]  # its JVM
         finally:

@@ -118,12 +118,14 @@ class WarmSparkRunner(LocalSparkRunner):
 
     # -------------------------------------------------------------------------------- state
     def _alive(self, handle: dict) -> bool:
-        """The job runs while it has no exit code and the driver that took it is up."""
-        if (Path(handle["workdir"]) / "rc").exists():
+        """The job runs while it has no exit code and the driver that took it is up (a released
+        job — its work dir gone — runs no more)."""
+        workdir = Path(handle["workdir"])
+        if (workdir / "rc").exists() or not workdir.exists():
             return False
         d = self._driver
         if d is not None and d.pid == handle.get("pid"):
-            return d.poll() is None
+            return d.poll() is None and handle["name"] in self._active
         pid = handle.get("pid") or 0
         ct = _create_time(pid) if pid else None
         return ct is not None and abs(ct - float(handle.get("create_time") or 0)) < 1.0
