@@ -6,6 +6,7 @@ serves job after job, cancel stops a job, the driver ends with its coordinator (
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from pathlib import Path
@@ -130,14 +131,18 @@ def test_idle_driver_is_stopped(tmp_path):
         runner = WarmSparkRunner(work_dir=str(tmp_path / "work"), idle_timeout=0.5)
         try:
             h = await runner.submit(_app(tmp_path, [f], job_id=1))
-            assert (await _until_done(runner, h))[0].state.value == "COMPLETED"
-            procs = _tree(h["pid"])
+            procs: dict[int, psutil.Process] = {}
+            while not (st := await runner.state(h)).state.terminal:  # the tree while the job runs
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    procs.update((p.pid, p) for p in _tree(h["pid"]))
+                await runner.wait(h, 0.1)
+            assert st.state.value == "COMPLETED" and any("java" in p.name() for p in procs.values())
             for _ in range(600):
                 if runner.driver_pid is None:
                     break
                 await asyncio.sleep(0.1)
             assert runner.driver_pid is None
-            assert not [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            assert not [p for p in procs.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         finally:
             await runner.close()
 

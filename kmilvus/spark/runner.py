@@ -291,11 +291,15 @@ class LocalSparkRunner(JobRunner):
             await asyncio.to_thread((Path(handle["workdir"]) / "cancelled").write_text, "cancelled")
         if not self._alive(handle):
             return
+        await self._stop_run(handle)
+        log.info("spark application cancelled", app=name)
+
+    async def _stop_run(self, handle: dict) -> None:
+        """End a cancelled application that still runs: its spark-submit process tree."""
         await asyncio.to_thread(_kill_tree, int(handle["pid"]))
-        proc = self._procs.pop(name, None)
+        proc = self._procs.pop(handle["name"], None)
         if proc is not None:
             await asyncio.to_thread(proc.wait)
-        log.info("spark application cancelled", app=name)
 
     def outlives_coordinator(self, handle: dict) -> bool:
         return False

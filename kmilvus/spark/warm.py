@@ -52,12 +52,13 @@ class WarmSparkRunner(LocalSparkRunner):
         self._active: dict[str, Path] = {}  # jobs sent to the current driver: work dirs
         self._idle_since = time.monotonic()
         self._reaper: asyncio.Task | None = None
+        self._stopping = False  # _stop_driver is ending the driver's tree
 
     @property
     def driver_pid(self) -> int | None:
-        """The running warm driver's pid (None: none runs)."""
+        """The running warm driver's pid (None: none runs; while it is being stopped, its pid)."""
         d = self._driver
-        return d.pid if d is not None and d.poll() is None else None
+        return d.pid if d is not None and (d.poll() is None or self._stopping) else None
 
     # ------------------------------------------------------------------------------- submit
     async def submit(self, app: dict) -> dict:
@@ -126,27 +127,19 @@ class WarmSparkRunner(LocalSparkRunner):
         d = self._driver
         if d is not None and d.pid == handle.get("pid"):
             return d.poll() is None and handle["name"] in self._active
-        pid = handle.get("pid") or 0
-        ct = _create_time(pid) if pid else None
-        return ct is not None and abs(ct - float(handle.get("create_time") or 0)) < 1.0
+        return super()._alive(handle)  # a previous driver's job: by pid and start time
 
     # ------------------------------------------------------------------------------- cancel
-    async def cancel(self, handle: dict) -> None:
-        name = handle["name"]
-        self._cancelled.add(name)
-        with contextlib.suppress(FileNotFoundError):  # no work dir: nothing to mark
-            await asyncio.to_thread((Path(handle["workdir"]) / "cancelled").write_text, "cancelled")
-        if not self._alive(handle):
-            return
-        await asyncio.to_thread(self._send_cancel, name)
+    async def _stop_run(self, handle: dict) -> None:
+        """Cancel the job's Spark job group; stop the driver if the job still runs after
+        `cancel_grace` seconds."""
+        await asyncio.to_thread(self._send_cancel, handle["name"])
         for _ in range(max(1, int(self.cancel_grace / 0.1))):  # the exit code is a file: look again
             if not self._alive(handle):
-                break
+                return
             await asyncio.sleep(0.1)
-        if self._alive(handle):
-            log.warning("a cancelled job did not stop: stopping the warm Spark driver", app=name)
-            await asyncio.to_thread(self._stop_driver)
-        log.info("warm Spark job cancelled", app=name)
+        log.warning("a cancelled job did not stop: stopping the warm Spark driver", app=handle["name"])
+        await asyncio.to_thread(self._stop_driver)
 
     def _send_cancel(self, name: str) -> None:
         with self._start_lock:
@@ -179,13 +172,17 @@ class WarmSparkRunner(LocalSparkRunner):
             d = self._driver
             if d is None:
                 return
-            _kill_tree(d.pid)  # the whole tree first: once the driver is gone its JVM is not its child
-            if d.stdin is not None:
-                with contextlib.suppress(OSError):
-                    d.stdin.close()
-            d.wait()
-            self._driver = None
-            self._active.clear()
+            self._stopping = True
+            try:
+                _kill_tree(d.pid)  # the whole tree first: once the driver is gone its JVM is not its child
+                if d.stdin is not None:
+                    with contextlib.suppress(OSError):
+                        d.stdin.close()
+                d.wait()
+            finally:
+                self._driver = None
+                self._active.clear()
+                self._stopping = False
 
     async def close(self) -> None:
         if self._reaper is not None:
