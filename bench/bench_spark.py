@@ -22,8 +22,11 @@ target is ≥ 0.7). Data: int64 pk, 128-dim float32 vector, varchar tag (DESIGN.
 pymilvus against `kmilvus standalone` until `get_bulk_insert_state` says Completed (polled every
 10 ms), then `compact()` of `--sources` small flushed segments until its state is Completed, per job route:
 `inprocess` (the job runs in DataCoord's process, KMILVUS_INPROCESS_JOB_MAX_MB raised to fit the
-input) and `spark` (KMILVUS_INPROCESS_JOB_MAX_MB=0: a cold spark-submit per job). One
-standalone per route; a fresh collection per round; medians of the rounds.
+input), `spark` (KMILVUS_INPROCESS_JOB_MAX_MB=0, KMILVUS_SPARK_WARM=false: a cold spark-submit per
+job), `warm` (KMILVUS_INPROCESS_JOB_MAX_MB=0: every job on the warm Spark driver, which the first
+round starts) and `default` (the defaults: jobs up to 64 MiB in-process, the rest warm). One
+standalone per route; a fresh collection per round; the first round apart from the later ones.
+`--out NAME` writes bench/results/NAME.{json,md,png}.
 """
 
 from __future__ import annotations
@@ -188,7 +191,13 @@ def fmt(label: str, rows: int, nbytes: int, job_s: list[float], wall_s: list[flo
     )
 
 
-ROUTES = {"inprocess": "1000000", "spark": "0"}  # KMILVUS_INPROCESS_JOB_MAX_MB per route
+# The standalone's environment per job route.
+ROUTES: dict[str, dict[str, str]] = {
+    "inprocess": {"KMILVUS_INPROCESS_JOB_MAX_MB": "1000000"},  # every job in DataCoord's process
+    "spark": {"KMILVUS_INPROCESS_JOB_MAX_MB": "0", "KMILVUS_SPARK_WARM": "false"},  # a spark-submit per job
+    "warm": {"KMILVUS_INPROCESS_JOB_MAX_MB": "0", "KMILVUS_SPARK_WARM": "true"},  # every job on the warm driver
+    "default": {},  # the defaults: small jobs in-process, the rest on the warm driver
+}
 
 
 def e2e(args: argparse.Namespace, root: Path) -> None:
@@ -214,8 +223,10 @@ def e2e(args: argparse.Namespace, root: Path) -> None:
         flush=True,
     )
     results: dict[str, dict[str, list[float]]] = {}
+    loads: dict[str, list[float]] = {}  # 1-minute load average before and after each route
     for route in args.routes:
-        env = {"KMILVUS_INPROCESS_JOB_MAX_MB": ROUTES[route], "KMILVUS_AUTO_COMPACTION": "false"}
+        env = {**ROUTES[route], "KMILVUS_AUTO_COMPACTION": "false"}
+        loads[route] = [os.getloadavg()[0]]
         (root / f"standalone-{route}").mkdir(exist_ok=True)
         node = Standalone(data_dir=root / f"standalone-{route}", env=env).start()
         times: dict[str, list[float]] = {"import": [], "compact": []}
@@ -257,11 +268,81 @@ def e2e(args: argparse.Namespace, root: Path) -> None:
             client.close()
         finally:
             node.stop()
+            loads[route].append(os.getloadavg()[0])
     print()
     for route, times in results.items():
         for k, v in times.items():
             if v:
-                print(f"{k:<8} {route:<10} median {statistics.median(v):6.2f} s  (min {min(v):.2f}, max {max(v):.2f})")
+                later = f"; later rounds median {statistics.median(v[1:]):6.2f} s" if len(v) > 1 else ""
+                print(
+                    f"{k:<8} {route:<10} median {statistics.median(v):6.2f} s  (min {min(v):.2f}, max {max(v):.2f});"
+                    f" first {v[0]:.2f} s{later}  load {loads[route][0]:.1f}→{loads[route][1]:.1f}"
+                )
+    if args.out:
+        write_e2e(args, src.stat().st_size, results, loads)
+
+
+def write_e2e(args: argparse.Namespace, src_bytes: int, results: dict, loads: dict) -> None:
+    """bench/results/NAME.{json,md,png}: per route and job, the first round (on the warm route
+    it includes starting the driver) apart from the later ones."""
+    from bench.workload import markdown_table
+
+    out = Path(__file__).resolve().parent / "results"
+    doc = {
+        "args": {k: v for k, v in vars(args).items() if k != "dir"},
+        "input_bytes": src_bytes,
+        "cpus": os.cpu_count(),
+        "routes": {r: {**ROUTES[r]} for r in results},
+        "seconds": results,
+        "load_average_1m": loads,
+    }
+    (out / f"{args.out}.json").write_text(json.dumps(doc, indent=1))
+    body = []
+    for route, times in results.items():
+        for k, v in times.items():
+            if v:
+                rest = v[1:]
+                body.append(
+                    [
+                        k,
+                        route,
+                        f"{v[0]:.2f}",
+                        f"{statistics.median(rest):.2f} ({min(rest):.2f}–{max(rest):.2f})" if rest else "–",
+                        f"{loads[route][0]:.1f}–{loads[route][1]:.1f}",
+                    ]
+                )
+    md = [
+        f"# bench_spark --e2e: {args.rows:,} rows × {args.dim} import, {args.sources}-segment compaction",
+        "",
+        f"`bench/bench_spark.py --e2e --rows {args.rows} --rounds {args.rounds} --sources {args.sources}"
+        f" --routes {' '.join(args.routes)}`;"
+        f" {os.cpu_count()} CPUs shared with other benchmarks (load average: last column).",
+        " Routes: " + "; ".join(f"{r}: {ROUTES[r] or 'defaults'}" for r in results) + ".",
+        "",
+        markdown_table(["job", "route", "first round s", "later rounds median s (min–max)", "load avg"], body),
+        "",
+        f"![chart]({args.out}.png)",
+        "",
+    ]
+    (out / f"{args.out}.md").write_text("\n".join(md))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{b[0]}\n{b[1]}" for b in body]
+    first = [float(b[2]) for b in body]
+    later = [float(b[3].split()[0]) if b[3] != "–" else 0.0 for b in body]
+    fig, ax = plt.subplots(figsize=(max(6, len(body) * 1.3), 4))
+    xs = np.arange(len(body))
+    ax.bar(xs - 0.2, first, 0.4, label="first round")
+    ax.bar(xs + 0.2, later, 0.4, label="later rounds (median)")
+    ax.set_xticks(xs, labels)
+    ax.set_ylabel("seconds (lower is better)")
+    ax.set_title(f"import of {args.rows:,} × {args.dim}, compaction of {args.sources} segments")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / f"{args.out}.png", dpi=110)
 
 
 async def main() -> None:
@@ -275,6 +356,7 @@ async def main() -> None:
     ap.add_argument("--e2e", action="store_true", help="through pymilvus against kmilvus standalone")
     ap.add_argument("--routes", nargs="+", choices=list(ROUTES), default=list(ROUTES), help="--e2e job routes")
     ap.add_argument("--compact-rows", type=int, default=1000, help="--e2e rows per source segment")
+    ap.add_argument("--out", default="", help="--e2e: write bench/results/OUT.{json,md,png}")
     args = ap.parse_args()
 
     root = Path(args.dir or tempfile.mkdtemp(prefix="bench-spark-"))

@@ -71,6 +71,10 @@ class Config:
     spark_max_concurrent_jobs: int = 2  # applications running at once; more wait (Pending)
     spark_job_timeout: float = 3600.0  # seconds before a running application is cancelled
     spark_poll_interval: float = 0.5  # seconds between application state checks
+    # Local jobs above the in-process limit run on one long-lived Spark driver (started on the
+    # first, stopped after this many idle seconds) instead of one spark-submit (a JVM start) each.
+    spark_warm: bool = True
+    spark_warm_idle_timeout: float = 300.0
     # Jobs reading at most this many MiB (Parquet imports, compactions) run in the DataCoord
     # process, without Spark: no JVM to start. 0 = every job on Spark.
     inprocess_job_max_mb: int = 64

@@ -87,8 +87,13 @@ def _schema(dim: int = DIM) -> CollectionSchema:
     )
 
 
-# How a node runs small jobs: in its DataCoord process (the default) or on Spark.
-ROUTES = {"inprocess": {}, "spark": {"inprocess_job_max_mb": 0}}
+# How a node runs small jobs: in its DataCoord process (the default), on a spark-submit each, or
+# on the warm Spark driver (where jobs above the limit go by default).
+ROUTES = {
+    "inprocess": {},
+    "spark": {"inprocess_job_max_mb": 0, "spark_warm": False},
+    "warm": {"inprocess_job_max_mb": 0},
+}
 
 
 @pytest.fixture
@@ -744,9 +749,44 @@ def _segments_of(store_root: Path, manifest: dict) -> dict[int, pa.Table]:
     return out
 
 
-def _both_routes(spark, tmp_path, module, spec_of):
-    """(manifest or problem) of the Spark route (`module.run`) and of the in-process route
-    (`module.run_local`), each in its own store."""
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """A warm Spark driver (`WarmSparkRunner`) shared by the module's tests, on its own loop."""
+    import asyncio
+
+    from kmilvus.spark.warm import WarmSparkRunner
+
+    loop = asyncio.new_event_loop()
+    runner = WarmSparkRunner(work_dir=str(tmp_path_factory.mktemp("warm")), master="local[2]")
+    yield runner, loop
+    loop.run_until_complete(runner.close())
+    loop.close()
+
+
+def _run_warm(warm, module, spec: dict) -> dict | None:
+    """Run `spec` as a SparkApplication on the warm driver; its manifest."""
+    from kmilvus.spark.tracking import follow, read_manifest
+    from kmilvus.storage import ObjectStore
+
+    runner, loop = warm
+    kind = spec["kind"]
+    name = application.app_name(kind, spec["collection_id"], int(uuid.uuid4().int % 10**9))
+    app = application.build_application(kind, spec, name=name)
+
+    async def go():
+        handle = await runner.submit(app)
+        return await follow(runner, handle, poll=0.2, timeout=IMPORT_TIMEOUT)
+
+    st = loop.run_until_complete(go())
+    manifest = read_manifest(ObjectStore.from_uri(spec["storage_uri"]), spec["manifest_key"])
+    assert manifest is not None and (st.state == JobState.COMPLETED) == (manifest["status"] == "completed"), st
+    return manifest
+
+
+def _all_routes(spark, warm, tmp_path, module, spec_of):
+    """(manifest or problem) of the Spark route (`module.run`), the in-process route
+    (`module.run_local`) and the warm driver (`module.run` as an application), each in its own
+    store (tmp_path / "spark" | "local" | "warm")."""
     from kmilvus_jobs.common import JobFailure
 
     got = []
@@ -756,6 +796,8 @@ def _both_routes(spark, tmp_path, module, spec_of):
             got.append((module.run(spark, spec) if route == "spark" else module.run_local(spec), None))
         except JobFailure as f:
             got.append((None, f.problems[0]))
+    m = _run_warm(warm, module, spec_of(tmp_path / "warm"))
+    got.append((m, None) if m and m["status"] == "completed" else (None, (m or {}).get("error")))
     return got
 
 
@@ -783,9 +825,9 @@ def _pq_spec(root: Path, f: Path, schema) -> dict:
     return spec
 
 
-def test_inprocess_import_matches_spark_row_for_row(spark, tmp_path):
-    """The same Parquet import through Spark and in-process: the same segments (IDs, rows, row
-    IDs, schema) and the same manifest apart from binlog layout and timings."""
+def test_inprocess_import_matches_spark_row_for_row(spark, warm, tmp_path):
+    """The same Parquet import through Spark, in-process and on the warm driver: the same segments
+    (IDs, rows, row IDs, schema) and the same manifest apart from binlog layout and timings."""
     f = _parquet(tmp_path, 2500)
     schema = _schema_pb(json_field=True)
 
@@ -794,16 +836,17 @@ def test_inprocess_import_matches_spark_row_for_row(spark, tmp_path):
 
     from kmilvus_jobs import importer
 
-    (ms, es), (ml, el) = _both_routes(spark, tmp_path, importer, spec_of)
-    assert es is None and el is None, (es, el)
+    (ms, es), (ml, el), (mw, ew) = _all_routes(spark, warm, tmp_path, importer, spec_of)
+    assert es is None and el is None and ew is None, (es, el, ew)
     assert [s["rows"] for s in ms["segments"]] == [s["rows"] for s in ml["segments"]] == [834, 833, 833]
     for k in ("segment_id", "rows", "row_id_from", "row_id_to", "timestamp_from", "timestamp_to"):
-        assert [s[k] for s in ms["segments"]] == [s[k] for s in ml["segments"]], k
+        assert [s[k] for s in ms["segments"]] == [s[k] for s in ml["segments"]] == [s[k] for s in mw["segments"]], k
     a, b = _segments_of(tmp_path / "spark" / "store", ms), _segments_of(tmp_path / "local" / "store", ml)
-    assert a.keys() == b.keys()
+    w = _segments_of(tmp_path / "warm" / "store", mw)
+    assert a.keys() == b.keys() == w.keys()
     for sid in a:
         assert a[sid].schema.equals(b[sid].schema, check_metadata=False)
-        assert a[sid].equals(b[sid]), sid
+        assert a[sid].equals(b[sid]) and w[sid].equals(b[sid]), sid
     assert a[min(a)].schema.equals(typeutil.arrow_schema(schema), check_metadata=False)
 
 
@@ -816,7 +859,7 @@ def test_inprocess_import_matches_spark_row_for_row(spark, tmp_path):
         ({"meta": pa.array(["{" if i == 42 else "{}" for i in range(2500)])}, "meta"),
     ],
 )
-def test_inprocess_import_reports_the_same_problem_as_spark(spark, tmp_path, override, needle):
+def test_inprocess_import_reports_the_same_problem_as_spark(spark, warm, tmp_path, override, needle):
     f = _parquet(tmp_path, 2500, **override)
 
     def spec_of(root):
@@ -824,17 +867,18 @@ def test_inprocess_import_reports_the_same_problem_as_spark(spark, tmp_path, ove
 
     from kmilvus_jobs import importer
 
-    (ms, es), (ml, el) = _both_routes(spark, tmp_path, importer, spec_of)
-    assert ms is None and ml is None
-    assert es == el and needle in es["reason"], (es, el)
-    for route in ("spark", "local"):
-        left = [p for p in (tmp_path / route / "store").rglob("*") if p.is_file()]
+    (ms, es), (ml, el), (mw, ew) = _all_routes(spark, warm, tmp_path, importer, spec_of)
+    assert ms is None and ml is None and mw is None
+    assert es == el == ew and needle in es["reason"], (es, el, ew)
+    for route in ("spark", "local", "warm"):
+        # The warm route ran the whole application: its failed manifest (DataCoord reads and deletes it).
+        left = [p for p in (tmp_path / route / "store").rglob("*") if p.is_file() and p.name != "m.json"]
         assert left == [], left
 
 
-def test_inprocess_compaction_matches_spark(spark, tmp_path):
+def test_inprocess_compaction_matches_spark(spark, warm, tmp_path):
     """Three sources (one with deletes, one delete older than its row) → two targets: the same
-    rows, row IDs, timestamps and deleted count on both routes."""
+    rows, row IDs, timestamps and deleted count on every route (Spark, in-process, warm driver)."""
     from kmilvus.storage import ObjectStore, write_insert_binlog
     from kmilvus_jobs import compactor
 
@@ -867,10 +911,16 @@ def test_inprocess_compaction_matches_spark(spark, tmp_path):
         srcs[1]["deltalogs"] = [{"key": dkey, "rows": 11}]
         return _compact_spec(schema, store, srcs, log_ids=(3000, 2000))
 
-    (ms, es), (ml, el) = _both_routes(spark, tmp_path, compactor, spec_of)
-    assert es is None and el is None, (es, el)
-    assert ms["deleted"] == ml["deleted"] == 10 and ms["rows"] == ml["rows"] == 1590
-    assert [t["rows"] for t in ms["segments"]] == [t["rows"] for t in ml["segments"]]
+    (ms, es), (ml, el), (mw, ew) = _all_routes(spark, warm, tmp_path, compactor, spec_of)
+    assert es is None and el is None and ew is None, (es, el, ew)
+    assert ms["deleted"] == ml["deleted"] == mw["deleted"] == 10 and ms["rows"] == ml["rows"] == mw["rows"] == 1590
+    assert (
+        [t["rows"] for t in ms["segments"]]
+        == [t["rows"] for t in ml["segments"]]
+        == [t["rows"] for t in mw["segments"]]
+    )
     a, b = _segments_of(tmp_path / "spark" / "store", ms), _segments_of(tmp_path / "local" / "store", ml)
+    w = _segments_of(tmp_path / "warm" / "store", mw)
+    assert a.keys() == b.keys() == w.keys()
     for sid in a:
-        assert a[sid].equals(b[sid]), sid
+        assert a[sid].equals(b[sid]) and w[sid].equals(b[sid]), sid

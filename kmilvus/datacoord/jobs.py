@@ -2,7 +2,8 @@
 concurrency limit, per-collection locks and background loops) and the RPCs that reach it.
 
 The jobs run as SparkApplications through a `kmilvus.spark.JobRunner`: by default
-`LocalSparkRunner` (spark-submit --master local[N]); the operator plugs in its
+`WarmSparkRunner` (one long-lived local driver; `LocalSparkRunner`, spark-submit per job, with
+`spark_warm` off); the operator plugs in its
 SparkApplication-CR runner with `DataCoord.set_job_runner()` before start. Either way a job whose
 input is at most `inprocess_job_max_mb` runs in this process instead (`RoutingRunner`: no JVM to
 start). The service sees DataCoord only through a `JobPort`.
@@ -23,6 +24,7 @@ from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2
 from kmilvus.spark.inprocess import RoutingRunner
 from kmilvus.spark.runner import JobRunner, LocalSparkRunner
+from kmilvus.spark.warm import WarmSparkRunner
 from kmilvus.util import merr
 from kmilvus.util.tasks import BackgroundTasks
 
@@ -30,12 +32,20 @@ log = get_logger(__name__)
 
 
 def make_runner(cfg) -> JobRunner:
-    """The runner `cfg.spark_runner` names ("local"; others are plugged in by the operator)."""
+    """The runner `cfg.spark_runner` names ("local": the warm driver, or one spark-submit per job
+    with `spark_warm` off; others are plugged in by the operator)."""
     if cfg.spark_runner != "local":
         log.warning(
             "no JobRunner plugged in for spark_runner; running Spark jobs locally", spark_runner=cfg.spark_runner
         )
     work = cfg.spark_work_dir or os.path.join(tempfile.gettempdir(), "kmilvus-spark", cfg.cluster)
+    if cfg.spark_warm:
+        return WarmSparkRunner(
+            master=cfg.spark_master,
+            work_dir=work,
+            spark_submit=cfg.spark_submit,
+            idle_timeout=cfg.spark_warm_idle_timeout,
+        )
     return LocalSparkRunner(master=cfg.spark_master, work_dir=work, spark_submit=cfg.spark_submit)
 
 
@@ -91,6 +101,8 @@ class JobService:
             mgr.kill_on_cancel = False
             await mgr.cancel_tasks(list(mgr.tasks))
             mgr.kill_on_cancel = True
+        if self._runner is not None:
+            await self._runner.close()  # the warm Spark driver, if one runs
 
     async def cancel_collection(self, coll: int) -> None:
         """DropCollection: stop every job of the collection (their Spark applications included),

@@ -13,8 +13,8 @@ manifest (DataCoord then commits it), else FAILED, and DataCoord cleans the job 
 a local spark-submit stopped with its coordinator. Cancelling is cooperative (between
 record batches) and waits until the thread is done.
 
-`RoutingRunner` wraps the configured Spark runner (local spark-submit, or the operator's
-SparkApplication runner): a job whose input is at most `max_bytes` and that the job code can run
+`RoutingRunner` wraps the configured Spark runner (the warm local driver, local spark-submit, or
+the operator's SparkApplication runner): a job whose input is at most `max_bytes` and that the job code can run
 without Spark (`local_route_refusal`) runs in-process; the rest goes to Spark.
 """
 
@@ -204,3 +204,6 @@ class RoutingRunner(JobRunner):
 
     def outlives_coordinator(self, handle: dict) -> bool:
         return self._of(handle).outlives_coordinator(handle)
+
+    async def close(self) -> None:
+        await self.spark.close()

@@ -90,6 +90,9 @@ class JobRunner(abc.ABC):
         a local one is stopped with its coordinator and cleaned up after the restart)."""
         return True
 
+    async def close(self) -> None:  # noqa: B027 - an optional hook: by default nothing runs between jobs
+        """The coordinator stops: end what the runner keeps between applications. Optional."""
+
 
 def spark_home() -> str:
     import pyspark
@@ -115,6 +118,8 @@ def find_spark_submit(configured: str = "") -> str:
 class LocalSparkRunner(JobRunner):
     """`spark-submit --master local[N]` for a SparkApplication, one child process per run."""
 
+    vanished = "the spark-submit process ended without an exit code (killed, or the machine restarted)"
+
     def __init__(
         self,
         *,
@@ -133,6 +138,18 @@ class LocalSparkRunner(JobRunner):
         self._cancelled: set[str] = set()
 
     # ------------------------------------------------------------------------------- submit
+    def spark_conf(self, app: dict) -> dict[str, str]:
+        """The Spark settings of `app` on this machine (its sparkConf, memory, this runner's extras)."""
+        spec = app["spec"]
+        conf = dict(spec.get("sparkConf") or {})
+        conf.update(self.extra_conf)
+        drv, exe = spec.get("driver") or {}, spec.get("executor") or {}
+        if drv.get("memory"):
+            conf["spark.driver.memory"] = str(drv["memory"])
+        if exe.get("memory"):
+            conf.setdefault("spark.executor.memory", str(exe["memory"]))
+        return conf
+
     def command(self, app: dict, workdir: Path) -> tuple[list[str], dict]:
         """The spark-submit argv and environment that run `app` locally."""
         spec = app["spec"]
@@ -146,13 +163,9 @@ class LocalSparkRunner(JobRunner):
             "--name",
             name,
         ]
-        conf = dict(spec.get("sparkConf") or {})
-        conf.update(self.extra_conf)
-        drv, exe = spec.get("driver") or {}, spec.get("executor") or {}
-        if drv.get("memory"):
-            argv += ["--driver-memory", str(drv["memory"])]
-        if exe.get("memory"):
-            conf.setdefault("spark.executor.memory", str(exe["memory"]))
+        conf = self.spark_conf(app)
+        if "spark.driver.memory" in conf:  # the driver JVM's heap is set before it starts
+            argv += ["--driver-memory", conf.pop("spark.driver.memory")]
         for k, v in sorted(conf.items()):
             argv += ["--conf", f"{k}={v}"]
         py_files = [application.local_path(p) for p in (spec.get("deps") or {}).get("pyFiles") or []]
@@ -166,6 +179,13 @@ class LocalSparkRunner(JobRunner):
                 path.write_text(arg)
                 arg = str(path)
             argv.append(arg)
+        return argv, self.environment(app, workdir)
+
+    def environment(self, app: dict, workdir: Path) -> dict:
+        """The environment of `app`'s driver: its pods' plain variables, the job package on
+        PYTHONPATH, this venv's Python for driver and workers, the events file in `workdir`."""
+        spec = app["spec"]
+        drv, exe = spec.get("driver") or {}, spec.get("executor") or {}
         env = dict(os.environ)
         for e in (drv.get("env") or []) + (exe.get("env") or []):
             if "value" in e and e["name"] not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
@@ -178,7 +198,7 @@ class LocalSparkRunner(JobRunner):
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         env[EVENTS_ENV] = str(workdir / "events.jsonl")
         env.update(self.env)
-        return argv, env
+        return env
 
     async def submit(self, app: dict) -> dict:
         # Clearing the work dir, writing the command and forking spark-submit block: off the loop.
@@ -261,11 +281,7 @@ class LocalSparkRunner(JobRunner):
             return JobStatus(JobState.RUNNING if running else JobState.SUBMITTED, "", progress)
         if not handle.get("pid"):
             return JobStatus(JobState.NEW, "", progress)
-        return JobStatus(
-            JobState.FAILED,
-            "the spark-submit process ended without an exit code (killed, or the machine restarted)",
-            progress,
-        )
+        return JobStatus(JobState.FAILED, self.vanished, progress)
 
     # ------------------------------------------------------------------------------- cancel
     async def cancel(self, handle: dict) -> None:
@@ -275,11 +291,15 @@ class LocalSparkRunner(JobRunner):
             await asyncio.to_thread((Path(handle["workdir"]) / "cancelled").write_text, "cancelled")
         if not self._alive(handle):
             return
+        await self._stop_run(handle)
+        log.info("spark application cancelled", app=name)
+
+    async def _stop_run(self, handle: dict) -> None:
+        """End a cancelled application that still runs: its spark-submit process tree."""
         await asyncio.to_thread(_kill_tree, int(handle["pid"]))
-        proc = self._procs.pop(name, None)
+        proc = self._procs.pop(handle["name"], None)
         if proc is not None:
             await asyncio.to_thread(proc.wait)
-        log.info("spark application cancelled", app=name)
 
     def outlives_coordinator(self, handle: dict) -> bool:
         return False

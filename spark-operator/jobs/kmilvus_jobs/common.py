@@ -1,8 +1,8 @@
 """What both jobs share: the spec argument, events, the SparkSession, manifests, failures.
 
-A job runs on Spark (`main`, under spark-submit) or in-process (`kmilvus.spark.inprocess`, in a
-thread of the coordinator); both go through `execute`, so the manifest, the events and the
-failure reports are the same on both routes.
+A job runs on Spark (`main` under spark-submit, or `run_on` in the warm driver) or in-process
+(`kmilvus.spark.inprocess`, in a thread of the coordinator); all go through `execute`, so the
+manifest, the events and the failure reports are the same on every route.
 """
 
 from __future__ import annotations
@@ -140,11 +140,17 @@ def main(kind: str, run) -> int:
         print(f"spec kind {spec.get('kind')!r} is not {kind!r}", file=sys.stderr)
         return 2
     spark = session(f"kmilvus-{kind}-{spec.get('collection_id')}-{spec.get('job_id')}")
-    emit("running", kind=kind, job_id=spec.get("job_id"), app_id=spark.sparkContext.applicationId)
     try:
-        return execute(spec, lambda s: run(spark, s), started)
+        return run_on(spark, spec, run, started)
     finally:
         spark.stop()
+
+
+def run_on(spark, spec: dict, run, started: float) -> int:
+    """One job on a SparkSession: its own (`main`) or the warm driver's shared one
+    (`warm_driver.py`); the exit code."""
+    emit("running", kind=spec.get("kind"), job_id=spec.get("job_id"), app_id=spark.sparkContext.applicationId)
+    return execute(spec, lambda s: run(spark, s), started)
 
 
 def prefetched(items: Iterable[T], depth: int = 2) -> Iterator[T]:
