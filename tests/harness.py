@@ -44,7 +44,10 @@ class NodeThread:
 
     def __init__(self, cfg: Config, roles: tuple[str, ...] = ALL_ROLES):
         self.cfg = cfg
-        self.node = Node(cfg, roles)
+        # The in-process proxy binds a port the OS picks (`uri` reads it back): a port chosen in
+        # advance by free_port() can be taken by another process before the bind. `cfg` keeps
+        # its proxy_port for the ProcessNodes started from it.
+        self.node = Node(cfg.replace(proxy_port=0), roles)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
