@@ -188,6 +188,7 @@ def run_main(args) -> None:
                 "loadavg_idle": load0,
             }
             res["steps"].append(step)
+            Path(args.out).write_text(json.dumps(res, indent=1))  # what a timeout leaves
             w.log(f"{args.system} K={k}: {json.dumps({x: y for x, y in step.items() if 'by_process' not in x})}")
         if args.profile and args.system == "kmilvus" and names:
             out = Path(args.out).with_suffix(".pyspy.txt")
@@ -252,6 +253,8 @@ def drive(args) -> int:
                 vs.REAPER.popens.remove(p)
                 vs.REAPER.kill_leftovers(pidfile)
             results[system] = json.loads(out.read_text()) if out.exists() else {"error": "no result"}
+            if p.returncode != 0:
+                results[system].setdefault("error", f"exit code {p.returncode} (timeout: partial steps)")
             prof = out.with_suffix(".pyspy.txt")
             if prof.exists():
                 prof.replace(out_dir / f"{args.name}-pyspy.txt")
