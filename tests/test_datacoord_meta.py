@@ -8,7 +8,7 @@ import pytest
 from pymilvus.grpc_gen import common_pb2
 
 from kmilvus.config import Config
-from kmilvus.datacoord.meta import SegmentMeta
+from kmilvus.datacoord.meta import Segment, SegmentMeta
 from kmilvus.datacoord.segment_manager import SegmentManager
 from kmilvus.meta import EtcdKV
 from kmilvus.proto import internal_pb2
@@ -72,3 +72,42 @@ async def test_a_binlog_save_in_flight_keeps_quota_granted_meanwhile(kv):
     await save
     info = meta.segments[7].info
     assert (info.assigned_rows, info.last_expire_time, info.num_of_rows) == (500, 999, 10)
+
+
+class _CountingSegment(Segment):
+    """A segment that counts how often its info is read (what a scan over all segments costs)."""
+
+    reads = 0
+
+    def __getattribute__(self, name: str):
+        if name == "info":
+            _CountingSegment.reads += 1
+        return super().__getattribute__(name)
+
+
+async def test_a_channels_segments_are_found_without_reading_other_channels(kv):
+    """Issue 16: DataCoord asks for a channel's segments on every tick of every channel
+    (`handle_tt` → `_check_flushable`); a scan over every segment made idle work grow with
+    channels × segments. The lookup reads only the channel's own segments, and follows
+    additions, replacements and removals made through the segments mapping (compaction and
+    import write it directly)."""
+    meta = SegmentMeta(kv)
+    for i in range(200):
+        info = internal_pb2.SegmentInfo(ID=1000 + i, collectionID=1, insert_channel=f"other-{i}", state=State.Growing)
+        meta.segments[info.ID] = _CountingSegment(info)
+    await _growing(meta, 7)
+    meta.segments[8] = Segment(internal_pb2.SegmentInfo(ID=8, insert_channel="ch", state=State.Sealed))
+    _CountingSegment.reads = 0
+    assert [s.id for s in meta.by_channel("ch")] == [7, 8]
+    assert [s.id for s in meta.by_channel("ch", (State.Sealed,))] == [8]
+    assert _CountingSegment.reads == 0
+    assert [s.id for s in meta.by_channel("other-3")] == [1003]
+    del meta.segments[7]
+    assert meta.segments.pop(1003).id == 1003
+    assert meta.segments.pop(1003, None) is None
+    meta.segments[8] = Segment(internal_pb2.SegmentInfo(ID=8, insert_channel="ch2", state=State.Sealed))
+    assert meta.by_channel("ch") == [] and meta.by_channel("other-3") == []
+    assert [s.id for s in meta.by_channel("ch2")] == [8]
+    reloaded = SegmentMeta(kv)
+    await reloaded.load()
+    assert [s.id for s in reloaded.by_channel("ch")] == [7]

@@ -43,10 +43,54 @@ class Segment:
         return self.info.ID
 
 
+class Segments(dict[int, Segment]):
+    """Segments by ID, also indexed by insert channel: DataCoord looks up a channel's segments
+    on every tick of every channel, which must not cost a scan of all segments (idle work
+    would grow with channels × segments). Compaction and import write the mapping directly,
+    so the index follows every write; a segment's insert channel never changes in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.of_channel: dict[str, dict[int, Segment]] = {}
+
+    def __setitem__(self, seg_id: int, seg: Segment) -> None:
+        old = self.get(seg_id)
+        if old is not None and old.info.insert_channel != seg.info.insert_channel:
+            self._unindex(seg_id, old)
+        super().__setitem__(seg_id, seg)
+        self.of_channel.setdefault(seg.info.insert_channel, {})[seg_id] = seg
+
+    def __delitem__(self, seg_id: int) -> None:
+        seg = self[seg_id]
+        super().__delitem__(seg_id)
+        self._unindex(seg_id, seg)
+
+    def pop(self, seg_id: int, *default):  # type: ignore[override]
+        if seg_id not in self:
+            if default:
+                return default[0]
+            raise KeyError(seg_id)
+        seg = self[seg_id]
+        del self[seg_id]
+        return seg
+
+    def _unindex(self, seg_id: int, seg: Segment) -> None:
+        chan = self.of_channel.get(seg.info.insert_channel)
+        if chan is not None:
+            chan.pop(seg_id, None)
+            if not chan:
+                del self.of_channel[seg.info.insert_channel]
+
+    def _unsupported(self, *_a, **_k):
+        raise TypeError("Segments: write segments one at a time (the channel index follows them)")
+
+    update = setdefault = popitem = clear = __ior__ = _unsupported  # type: ignore[assignment]
+
+
 class SegmentMeta:
     def __init__(self, kv: EtcdKV):
         self.kv = kv
-        self.segments: dict[int, Segment] = {}
+        self.segments = Segments()
         self.checkpoints: dict[str, internal_pb2.MsgPosition] = {}
         self.changed = asyncio.Condition()
         self.write_lock = asyncio.Lock()
@@ -86,11 +130,8 @@ class SegmentMeta:
         ]
 
     def by_channel(self, channel: str, states=None) -> list[Segment]:
-        return [
-            s
-            for s in self.segments.values()
-            if s.info.insert_channel == channel and (states is None or s.info.state in states)
-        ]
+        segs = self.segments.of_channel.get(channel, {}).values()
+        return [s for s in segs if states is None or s.info.state in states]
 
     async def add(self, info: internal_pb2.SegmentInfo, now: float) -> Segment:
         await self.kv.put(keys.segment_key(info.collectionID, info.partitionID, info.ID), info.SerializeToString())
