@@ -37,7 +37,9 @@ class Config:
     time_tick_interval: float = 0.1  # seconds; Milvus' proxy.timeTickInterval is 200 ms
     # DataCoord: segments and seal policies.
     segment_max_size_mb: int = 512
-    segment_seal_proportion: float = 1.0
+    # Milvus' dataCoord.segment.sealProportion (0.23 in 2.3.5): a growing segment is sealed (then
+    # flushed and indexed) at this share of segment_max_size_mb; compaction merges them later.
+    segment_seal_proportion: float = 0.23
     segment_max_idle_time: float = 600.0  # seal a Growing segment with no insert for this long
     segment_max_lifetime: float = 86400.0
     flush_state_wait: float = 0.45  # GetFlushState waits up to this long for `true`

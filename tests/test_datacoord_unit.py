@@ -21,8 +21,11 @@ from tests.util import eventually
 
 @pytest.fixture
 async def coords(etcd_endpoint, nats_url, root, tmp_path):
-    # 1 MiB segments: 1956 rows of (Int64, FloatVector dim 128) each.
-    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage", segment_max_size_mb=1)
+    # 1 MiB segments: 1956 rows of (Int64, FloatVector dim 128) each, filled to the limit (the
+    # default seal proportion is Milvus' 0.23: see the test of it below).
+    cfg = make_config(
+        root, etcd_endpoint, nats_url, tmp_path / "storage", segment_max_size_mb=1, segment_seal_proportion=1.0
+    )
     c = await Coords.start(cfg)
     yield c
     await c.stop()
@@ -51,6 +54,24 @@ async def _stored_state(c: Coords, seg) -> int:
 
 def _segment(c: Coords, sid: int):
     return c.dc.meta.segments[sid]
+
+
+async def test_growing_segments_seal_at_milvus_seal_proportion_by_default(etcd_endpoint, nats_url, root, tmp_path):
+    """Milvus 2.3.5 seals a growing segment at `dataCoord.segment.sealProportion` (0.23) of
+    `segment.maxSize` (its 1M × 128 rows arrive as four segments of ~250k rows, compacted later):
+    a growing segment is searched brute force until it is sealed, flushed and indexed, and an
+    index over a quarter of the rows is what Milvus users' recall and latency figures are from."""
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage", segment_max_size_mb=1)
+    assert cfg.segment_seal_proportion == 0.23
+    c = await Coords.start(cfg)
+    try:
+        coll, (ch, _) = await _collection(c)
+        quota = int(c.dc.segments.max_rows[coll] * 0.23)
+        got = await c.assign(coll, ch, 2 * quota + 10)
+        merr.check(got.status)
+        assert [a.count for a in got.segIDAssignments] == [quota, quota, 10]
+    finally:
+        await c.stop()
 
 
 async def test_quota_fills_each_segment_to_its_row_limit_then_opens_the_next(coords):
