@@ -72,3 +72,21 @@ async def test_unimplemented_rpc_is_a_quiet_answer_with_a_metric(server, caplog)
     assert len(debug) == 2 and all(r.levelno == logging.DEBUG for r in debug)
     # Implemented RPCs on the same server are untouched.
     assert (await server.GetVersion(milvus_pb2.GetVersionRequest())).version == "v-test"
+
+
+def test_compaction_target_size_out_of_range_is_a_parameter_error(node):
+    """Found by the API fuzzer: ManualCompaction's `target_size` (MB, int64) times 1 MiB overflowed
+    the internal request's int64 and answered an internal error with a traceback logged."""
+    from pymilvus import MilvusClient
+
+    c = MilvusClient(uri=node.uri)
+    try:
+        c.create_collection("compact_me", dimension=4)
+        stub = c._get_connection()._stub
+        resp = stub.ManualCompaction(
+            milvus_pb2.ManualCompactionRequest(collection_name="compact_me", target_size=2**62), timeout=30
+        )
+        assert resp.status.code == 1100, resp.status
+        assert "target_size" in resp.status.reason
+    finally:
+        c.close()

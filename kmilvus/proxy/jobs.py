@@ -23,6 +23,7 @@ from kmilvus.util.constants import DEFAULT_PARTITION
 
 log = get_logger(__name__)
 MB = 1024 * 1024
+MAX_TARGET_SIZE_MB = (2**63 - 1) // MB
 TS = common_pb2.CompactionTaskState
 
 
@@ -151,6 +152,8 @@ class ProxyJobsMixin:
     async def ManualCompaction(self, req: milvus_pb2.ManualCompactionRequest, context=None):
         if req.majorCompaction or req.l0Compaction:
             raise merr.invalid("only mix compaction (merging small segments) is supported")
+        if req.target_size > MAX_TARGET_SIZE_MB:  # in bytes it must still fit the internal int64
+            raise merr.invalid(f"target_size must be at most {MAX_TARGET_SIZE_MB} (MB), got {req.target_size}")
         coll = await self._compaction_collection(req.db_name, req.collection_name, req.collectionID)
         resp = await self.datacoord.Compact(
             data_coord_pb2.CompactRequest(
