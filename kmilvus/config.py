@@ -35,6 +35,9 @@ class Config:
     max_partition_num: int = 1024  # Milvus' rootCoord.maxPartitionNum per collection
     # Time ticks.
     time_tick_interval: float = 0.1  # seconds; Milvus' proxy.timeTickInterval is 200 ms
+    # A vchannel nothing was published on for a second is ticked only this often (reads and
+    # flushes that wait for its tick ask for one); 0: every vchannel at every tick.
+    time_tick_idle_interval: float = 10.0
     # DataCoord: segments and seal policies.
     segment_max_size_mb: int = 512
     # Milvus' dataCoord.segment.sealProportion (0.23 in 2.3.5): a growing segment is sealed (then

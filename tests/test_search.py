@@ -4,6 +4,8 @@ channel's delegator) alike."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from pymilvus import DataType, MilvusClient, MilvusException
@@ -266,3 +268,50 @@ def test_release_and_drop_free_consumers_and_memory(client, node):
     wait_until(lambda: not distribution(node, coll_id).channels, 10, what="dropped collection released")
     assert distribution(node).memory_bytes == 0
     wait_until(lambda: not qn_consumers(), 10, what="query node consumers deleted after drop")
+
+
+@pytest.mark.parametrize("level", ["Strong", "Bounded"])
+def test_a_read_on_an_idle_collection_asks_for_the_tick_it_waits_for(node_factory, level):
+    """Idle vchannels are ticked only every `time_tick_idle_interval` (an hour here, so only a
+    tick on demand can serve the read): a QueryNode whose read waits for a channel's serviceable
+    time asks RootCoord for the tick, and the read answers well within its timeout."""
+    node = node_factory(time_tick_idle_interval=3600)
+    client = MilvusClient(uri=node.uri)
+    try:
+        make_collection(client, "idle")
+        client.insert("idle", rows(0, 300, np.random.default_rng(3)))
+        client.load_collection("idle")
+        # Strong: a fresh timestamp; Bounded: 5 s of staleness, so the last tick must be older.
+        time.sleep(1.5 if level == "Strong" else 6.5)
+        res = client.query("idle", filter="id >= 0", output_fields=["count(*)"], consistency_level=level, timeout=20)
+        assert res[0]["count(*)"] == 300
+        client.delete("idle", filter="id < 100")
+        res = client.query("idle", filter="id >= 0", output_fields=["count(*)"], consistency_level="Strong")
+        assert res[0]["count(*)"] == 200  # a delete acknowledged just before a Strong read
+        assert node.component("rootcoord").tt_sync.on_demand >= 1
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("level", ["Strong", "Session"])
+def test_a_read_after_a_write_does_not_wait_for_the_periodic_tick(node_factory, level):
+    """Milvus' Strong and Session reads wait for the next time tick (up to its 200 ms interval;
+    here up to two intervals: the Proxy's report, then RootCoord's publish). A Strong read's
+    Proxy reports a tick past the read's timestamp at once, naming the collection's channels (as
+    for a flush); a Session read's Proxy reports at once if its last report is older than the
+    client's last write, and the QueryNode that must wait asks for the tick. With the periodic
+    ticks an hour apart, the reads still see every acknowledged write."""
+    node = node_factory(time_tick_interval=3600)
+    client = MilvusClient(uri=node.uri)
+    try:
+        make_collection(client, "rw")
+        client.load_collection("rw")
+        data = rows(0, 300, np.random.default_rng(5))
+        for i in range(3):
+            client.insert("rw", data[i * 100 : (i + 1) * 100])
+            res = client.query("rw", filter="id >= 0", output_fields=["count(*)"], consistency_level=level, timeout=20)
+            assert res[0]["count(*)"] == (i + 1) * 100
+        hits = client.search("rw", data=[data[42]["vec"]], limit=1, consistency_level=level, timeout=20)
+        assert hits[0][0]["id"] == 42
+    finally:
+        client.close()

@@ -115,7 +115,7 @@ async def test_a_flush_demands_a_tick_on_its_channels_at_once(etcd_endpoint, nat
     assert sync.on_demand == 0  # nothing is published on demand unless a flush asks
     await sync.demand([flushed, f"{root}-dml_9_9v0"], proxy_ts)  # a channel no collection has: ignored
     assert sync.on_demand == 1 and not sync.demands  # published at once, and satisfied
-    early = sync.early[flushed]
+    early = sync.sent[flushed]
     assert early >= proxy_ts > first
     sync.update(7, await own.tick())
     later = await sync.publish()  # the next periodic tick
@@ -139,13 +139,52 @@ async def test_a_lagging_producer_holds_a_demanded_tick_until_it_reports(etcd_en
     flush_proxy = await own.tick()
     sync.update(7, flush_proxy)
     await sync.demand([vch], flush_proxy)
-    assert sync.early[vch] == lagging  # as far as the minimum allows: not past the lagging Proxy
+    assert sync.sent[vch] == lagging  # as far as the minimum allows: not past the lagging Proxy
     assert sync.demands == {vch: flush_proxy}  # still waited for
     caught_up = await own.tick()
     sync.update(8, caught_up)  # its periodic report (RootCoord's UpdateChannelTimeTick) ...
     await sync.publish_demanded()  # ... publishes the demanded tick there and then
-    assert sync.early[vch] == flush_proxy and not sync.demands
+    assert sync.sent[vch] == flush_proxy and not sync.demands
     assert await _ticks_on(stream, vch, 2) == [lagging, flush_proxy]
+    await stream.delete_stream()
+    await stream.close()
+    await kv.close()
+
+
+async def test_idle_channels_tick_at_the_idle_interval_active_ones_at_every_tick(etcd_endpoint, nats_url, root):
+    """Many collections: a channel nothing was published on lately is ticked only every
+    `idle_interval` (or when a read or a flush demands it), so idle tick traffic does not grow
+    by ten messages a second per vchannel; a channel a producer wrote to gets every tick."""
+    kv, own = await make_source(etcd_endpoint, root)
+    stream = await MsgStream.connect(nats_url, root)
+    busy, idle = f"{root}-dml_0_1v0", f"{root}-dml_1_2v0"
+    sync = TimeTickSync(stream.producer(), own, lambda: [busy, idle], interval=3600, idle_interval=3600)
+    first = await sync.publish()  # a channel never ticked gets the first tick at once
+    sync.mark_active([busy])  # a Proxy reported publishing there
+    second = await sync.publish()
+    third = await sync.publish()
+    assert first < second < third
+    assert sync.sent == {busy: third, idle: first}
+    demanded = await own.tick()
+    await sync.demand([idle], demanded)  # a read that must wait asks for the idle channel's tick
+    assert sync.sent[idle] >= demanded and not sync.demands
+    assert await _ticks_on(stream, busy, 3) == [first, second, third]
+    assert await _ticks_on(stream, idle, 2) == [first, sync.sent[idle]]
+    await stream.delete_stream()
+    await stream.close()
+    await kv.close()
+
+
+async def test_an_idle_channel_is_ticked_again_once_its_idle_interval_has_passed(etcd_endpoint, nats_url, root):
+    kv, own = await make_source(etcd_endpoint, root)
+    stream = await MsgStream.connect(nats_url, root)
+    vch = f"{root}-dml_0_1v0"
+    sync = TimeTickSync(stream.producer(), own, lambda: [vch], interval=3600, idle_interval=0.3)
+    first = await sync.publish()
+    assert await sync.publish() > first and sync.sent[vch] == first  # not yet due
+    await asyncio.sleep(0.35)
+    later = await sync.publish()
+    assert sync.sent[vch] == later > first
     await stream.delete_stream()
     await stream.close()
     await kv.close()

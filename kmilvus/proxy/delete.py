@@ -89,7 +89,7 @@ class DeleteTask(Task):
         meta, proxy, keys = self.meta, self.proxy, self.keys
         ts = 0
         if len(keys):
-            async with proxy.ticks.publishing() as ts:
+            async with proxy.ticks.publishing(meta.vchannels) as ts:
                 items = delete_messages(meta, keys, ts, self.partition, proxy.cfg.max_message_bytes)
                 await proxy.producer.publish_many(items)
                 if not await proxy.session_valid():
@@ -117,7 +117,7 @@ class UpsertTask(InsertTask):
         if isinstance(keys, pa.ChunkedArray):
             keys = keys.combine_chunks()
         shards = shard_of(keys, len(meta.vchannels))
-        async with proxy.ticks.publishing() as ts:
+        async with proxy.ticks.publishing(meta.vchannels) as ts:
             batch = typeutil.columns_to_record_batch(meta.schema, self.columns, row_ids, ts)
             deletes = delete_messages(meta, keys, ts, meta.partition_id, proxy.cfg.max_message_bytes)
             inserts = await self._route(batch, shards, ts)

@@ -83,7 +83,7 @@ class InsertTask(Task):
             self.columns[pk.fieldID] = pa.array(row_ids) if pk.data_type == DT.Int64 else pa.array(row_ids.astype(str))
         keys = self.columns[pk.fieldID]
         shards = shard_of(keys, len(meta.vchannels))
-        async with proxy.ticks.publishing() as ts:
+        async with proxy.ticks.publishing(meta.vchannels) as ts:
             batch = typeutil.columns_to_record_batch(meta.schema, self.columns, row_ids, ts)
             items = await self._route(batch, shards, ts)
             await proxy.producer.publish_many(items)

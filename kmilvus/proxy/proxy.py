@@ -76,6 +76,7 @@ class Proxy(
         self.tso = TimestampAllocator(self.rootcoord)
         self.ids = IDAllocator(self.rootcoord)
         self.ticks = TickSource(self.tso)
+        self.reported_tick = 0  # the last tick RootCoord accepted from this Proxy
         self.producer = stream.producer()
         self.dd_queue = DdTaskQueue()
         self.dm_queue = DmTaskQueue()
@@ -95,14 +96,23 @@ class Proxy(
         await self.dm_queue.stop()
 
     async def report_tick(self, flush_channels: list[str] = ()) -> None:
-        """Report the tick this Proxy can promise; with `flush_channels`, ask RootCoord to tick
-        them at once (a flush waits for them, not for the periodic tick)."""
+        """Report the tick this Proxy can promise and the channels it published on since its
+        last report; with `flush_channels`, ask RootCoord to tick them at once (a flush or a Strong
+        read waits for them, not for the periodic tick)."""
+        active = self.ticks.take_touched()
         ts = await self.ticks.tick()
-        merr.check(
-            await self.rootcoord.UpdateChannelTimeTick(
-                internal_pb2.ChannelTimeTickMsg(sourceID=self.server_id, timestamp=ts, flush_channels=flush_channels)
+        try:
+            merr.check(
+                await self.rootcoord.UpdateChannelTimeTick(
+                    internal_pb2.ChannelTimeTickMsg(
+                        sourceID=self.server_id, timestamp=ts, flush_channels=flush_channels, active_channels=active
+                    )
+                )
             )
-        )
+        except BaseException:
+            self.ticks.touch(active)
+            raise
+        self.reported_tick = max(self.reported_tick, ts)
 
     # Connection and health -----------------------------------------------------------------
     @merr.rpc(milvus_pb2.ConnectResponse)

@@ -9,11 +9,13 @@ from collections.abc import Awaitable, Callable
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus import components as roles
+from kmilvus.log import get_logger
 from kmilvus.proto import query_coord_pb2
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.util import merr, typeutil
 from kmilvus.util.ttl import expire_before, ttl_seconds
 
+log = get_logger(__name__)
 CL = common_pb2.ConsistencyLevel
 BOUNDED_STALENESS_MS = 5000  # Milvus' common.gracefulTime
 PHYSICAL_SHIFT = 18
@@ -26,12 +28,28 @@ async def guarantee_ts(proxy, meta: CollectionMeta, req) -> int:
     Eventually = 1 (whatever the node has)."""
     level = meta.describe.consistency_level if req.use_default_consistency else req.consistency_level
     if level == CL.Strong:
-        return await proxy.tso.alloc()
+        ts = await proxy.tso.alloc()
+        # Report a tick past `ts` at once, naming the channels (as a flush does): the read then
+        # waits for a JetStream round trip, not for the periodic report and tick (Milvus: up to
+        # its 200 ms tick interval). Best effort: the periodic tick still comes.
+        try:
+            await proxy.report_tick(meta.vchannels)
+        except Exception as exc:  # noqa: BLE001 - the read is correct without it, only later
+            log.warning("tick on demand failed", channels=meta.vchannels, error=repr(exc))
+        return ts
     if level == CL.Bounded:
         now = await proxy.tso.alloc()
         return max(1, ((now >> PHYSICAL_SHIFT) - BOUNDED_STALENESS_MS) << PHYSICAL_SHIFT)
     if level in (CL.Session, CL.Customized):
-        return req.guarantee_timestamp or 1
+        ts = req.guarantee_timestamp or 1
+        if ts > proxy.reported_tick:
+            # The client's write may be newer than this Proxy's last report: report now, so the
+            # tick the QueryNode asks for can pass it without waiting for the periodic report.
+            try:
+                await proxy.report_tick()
+            except Exception as exc:  # noqa: BLE001 - the read is correct without it, only later
+                log.warning("tick report failed", error=repr(exc))
+        return ts
     return 1
 
 

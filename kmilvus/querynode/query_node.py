@@ -247,6 +247,9 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                 merr.CHANNEL_NOT_FOUND, f"channel not available[collection={coll_id}] on querynode {self.server_id}"
             )
         timeout = (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
+        behind = [ch for ch in vchannels if coll.channels[ch].serviceable_ts < guarantee_ts]
+        if behind:
+            await self._demand_tick(behind, guarantee_ts)
         for ch in vchannels:
             if not await coll.channels[ch].wait_serviceable(guarantee_ts, timeout):
                 raise merr.MilvusError(
@@ -255,6 +258,19 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                     f"(serviceable {coll.channels[ch].serviceable_ts})",
                 )
         return coll
+
+    async def _demand_tick(self, vchannels: list[str], ts: int) -> None:
+        """Ask RootCoord for a tick past `ts` on channels this read waits for: an idle channel
+        is otherwise ticked only every `time_tick_idle_interval`. Best effort: the periodic
+        tick still comes."""
+        try:
+            merr.check(
+                await self.registry.client(roles.ROOTCOORD).DemandTimeTick(
+                    internal_pb2.TimeTickDemand(channels=vchannels, timestamp=ts)
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - the read only waits longer without it
+            log.warning("tick on demand failed", channels=vchannels, error=repr(exc))
 
     @merr.rpc(query_node_pb2.SearchResults)
     async def Search(self, req: query_node_pb2.SearchRequest, context=None):

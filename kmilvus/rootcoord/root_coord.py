@@ -88,7 +88,13 @@ class RootCoord(
         await self._init_credentials()
         self.producer = self.stream.producer()
         self.ticks = TickSource(TimestampAllocator(self))
-        self.tt_sync = TimeTickSync(self.producer, self.ticks, self._live_vchannels, self.cfg.time_tick_interval)
+        self.tt_sync = TimeTickSync(
+            self.producer,
+            self.ticks,
+            self._live_vchannels,
+            self.cfg.time_tick_interval,
+            idle_interval=self.cfg.time_tick_idle_interval,
+        )
         # Proxies alive from before a restart may have inserts in flight: hear from them first.
         self.tt_sync.expect(set(await list_sessions(self.kv, roles.PROXY)), wait=2 * self.cfg.session_ttl)
         self.tt_sync.start()
@@ -163,10 +169,19 @@ class RootCoord(
     @merr.rpc()
     async def UpdateChannelTimeTick(self, req, context=None):
         self.tt_sync.update(req.sourceID, req.timestamp)
+        if req.active_channels:
+            self.tt_sync.mark_active(req.active_channels)
         if req.flush_channels:
             await self.tt_sync.demand(list(req.flush_channels), req.timestamp)
         elif self.tt_sync.demands:
             await self.tt_sync.publish_demanded()  # this report may be what a flush waits for
+        return merr.success()
+
+    @merr.rpc()
+    async def DemandTimeTick(self, req: internal_pb2.TimeTickDemand, context=None):
+        """A QueryNode's read waits for these channels' serviceable time (an idle channel is
+        ticked only every `time_tick_idle_interval`)."""
+        await self.tt_sync.demand(list(req.channels), req.timestamp)
         return merr.success()
 
     @merr.rpc(milvus_pb2.ComponentStates)
@@ -271,6 +286,7 @@ class RootCoord(
         msg.base.msg_type = int(msg_type)
         msg.base.timestamp = ts
         payload = msg.SerializeToString()
+        self.tt_sync.mark_active(info.virtual_channel_names)
         await self.producer.publish_many(
             [(v, Msg(msg_type, ts, payload, {"collection": str(info.ID)})) for v in info.virtual_channel_names]
         )

@@ -8,13 +8,22 @@ Ticks on demand: a Flush must not wait for the next periodic tick. The Proxy tha
 a fresh tick naming the flushed collection's channels (`demand`); RootCoord publishes the
 minimum on those channels at once if it has passed what the Proxy asked for, or as soon as
 another producer's report lets it (a lagging Proxy still holds it back: the promise is the same).
-Idle traffic is unchanged: nothing is published on demand unless something was flushed.
+Nothing is published on demand unless something was flushed or a read must wait.
+
+Idle channels tick slowly: a tick on a vchannel nothing was published on lately carries no news
+for its consumers, and at 1,000 collections publishing every tick on every vchannel saturated
+the machine (issue 16). A channel a producer reported publishing on (`mark_active`, from the
+Proxies' reports and RootCoord's own DDL) gets every tick for `active_for` seconds; any other
+channel at most every `idle_interval` seconds. Whoever needs a tick on an idle channel sooner
+asks for it (`demand`): a flush (through the Proxy that ran it) and a QueryNode whose read waits
+for a channel's serviceable time. The promise of a tick is unchanged; only its cadence differs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Callable
 
@@ -27,20 +36,34 @@ log = get_logger(__name__)
 
 
 class TimeTickSync:
-    def __init__(self, producer, own: TickSource, channels: Callable[[], list[str]], interval: float):
+    def __init__(
+        self,
+        producer,
+        own: TickSource,
+        channels: Callable[[], list[str]],
+        interval: float,
+        *,
+        idle_interval: float = 0.0,
+        active_for: float = 1.0,
+    ):
         self.producer = producer
         self.own = own
         self.channels = channels
         self.interval = interval
+        self.idle_interval = idle_interval  # 0: every channel at every tick
+        self.active_for = active_for
         self.sources: dict[int, int] = {}
         # Producers known to exist (live sessions) that have not reported since we started: a
         # tick must not pass what they may still be publishing. Bounded by `expect_until`.
         self.expected: set[int] = set()
         self.expect_until = 0.0
-        self.last = 0
-        # Ticks on demand: channel → tick published there ahead of the periodic one, and
-        # channel → the tick a flush waits for there (until some publish reaches it).
-        self.early: dict[str, int] = {}
+        self.last = 0  # the last periodic tick computed (not every channel got it)
+        # Channel → the last tick published there, and when (monotonic); channel → when a
+        # producer last reported publishing there; channel → the tick a flush or a read waits
+        # for there (until some publish reaches it).
+        self.sent: dict[str, int] = {}
+        self.sent_at: dict[str, float] = {}
+        self.active: dict[str, float] = {}
         self.demands: dict[str, int] = {}
         self.on_demand = 0  # ticks published on demand (channels × publishes)
         self._lock = asyncio.Lock()
@@ -69,31 +92,56 @@ class TimeTickSync:
             tick = min(tick, *self.sources.values())
         return tick
 
+    def mark_active(self, chans) -> None:
+        """A producer published on `chans`: tick them at every tick for `active_for` seconds."""
+        now = time.monotonic()
+        for ch in chans:
+            self.active[ch] = now
+
     async def publish(self) -> int:
-        """Publish the current minimum on every channel if it moved; returns the tick."""
+        """Publish the current minimum on every channel that is active or due; returns the tick."""
         async with self._lock:
             tick = await self._tick()
-            if tick is None or tick <= self.last:
+            if tick is None:
                 return self.last
-            # A channel ticked on demand already has this tick (or a later one) when nothing moved.
-            chans = [ch for ch in self.channels() if self.early.get(ch, 0) < tick]
-            if chans:
-                await self.producer.publish_many([(ch, Msg(MsgType.TimeTick, tick)) for ch in chans])
-            self.last = tick
-            self.early = {ch: t for ch, t in self.early.items() if t > tick}
-            self.demands = {ch: t for ch, t in self.demands.items() if t > tick}
+            now = time.monotonic()
+            live = self.channels()
+            chans = [ch for ch in live if self.sent.get(ch, 0) < tick and self._due(ch, now)]
+            await self._send(chans, tick, now)
+            self.last = max(self.last, tick)
+            if len(self.sent) > len(live):  # dropped collections' channels
+                keep = set(live)
+                self.sent = {ch: t for ch, t in self.sent.items() if ch in keep}
+                self.sent_at = {ch: t for ch, t in self.sent_at.items() if ch in keep}
+            self.active = {ch: t for ch, t in self.active.items() if now - t < self.active_for}
             metrics.TIME_TICK.set(tick >> 18)
-            return tick
+            return self.last
+
+    def _due(self, ch: str, now: float) -> bool:
+        return now - self.active.get(ch, -math.inf) < self.active_for or (
+            now - self.sent_at.get(ch, -math.inf) >= self.idle_interval
+        )
+
+    async def _send(self, chans: list[str], tick: int, now: float) -> None:
+        if chans:
+            await self.producer.publish_many([(ch, Msg(MsgType.TimeTick, tick)) for ch in chans])
+        for ch in chans:
+            self.sent[ch] = tick
+            self.sent_at[ch] = now
+        if self.demands:
+            self.demands = {ch: t for ch, t in self.demands.items() if t > self.sent.get(ch, 0)}
 
     async def demand(self, chans: list[str], ts: int) -> None:
-        """A flush on `chans` waits for a tick past `ts` there: publish it now if the minimum over
-        the producers allows it, else at the first report that does (or the periodic tick)."""
+        """A flush or a read on `chans` waits for a tick past `ts` there: publish it now if the
+        minimum over the producers allows it, else at the first report that does (or the
+        periodic tick)."""
         for ch in chans:
-            self.demands[ch] = max(self.demands.get(ch, 0), ts)
+            if ts > self.sent.get(ch, 0):  # else the channel has that tick already
+                self.demands[ch] = max(self.demands.get(ch, 0), ts)
         await self.publish_demanded()
 
     async def publish_demanded(self) -> None:
-        """Publish the current minimum on the channels a flush waits for, where it moved."""
+        """Publish the current minimum on the channels a flush or a read waits for, where it moved."""
         if not self.demands:
             return
         async with self._lock:
@@ -102,15 +150,12 @@ class TimeTickSync:
                 return
             live = set(self.channels())
             self.demands = {ch: t for ch, t in self.demands.items() if ch in live}
-            chans = [ch for ch in self.demands if tick > max(self.last, self.early.get(ch, 0))]
+            chans = [ch for ch in self.demands if tick > self.sent.get(ch, 0)]
             if not chans:
                 return
-            await self.producer.publish_many([(ch, Msg(MsgType.TimeTick, tick)) for ch in chans])
+            await self._send(chans, tick, time.monotonic())
             self.on_demand += len(chans)
             metrics.ON_DEMAND_TICKS.inc(len(chans))
-            for ch in chans:
-                self.early[ch] = tick
-            self.demands = {ch: t for ch, t in self.demands.items() if t > tick}
 
     async def _loop(self) -> None:
         while True:

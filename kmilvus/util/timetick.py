@@ -10,7 +10,7 @@ everything still in flight.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 from kmilvus.allocator import TimestampAllocator
 
@@ -19,16 +19,21 @@ class TickSource:
     def __init__(self, tso: TimestampAllocator):
         self.tso = tso
         self._inflight: dict[int, int] = {}
+        self._touched: set[str] = set()
 
     @contextlib.asynccontextmanager
-    async def publishing(self) -> AsyncIterator[int]:
-        """Allocate the timestamp for one publish; the tick cannot pass it until the block exits."""
+    async def publishing(self, channels: Iterable[str] = ()) -> AsyncIterator[int]:
+        """Allocate the timestamp for one publish on `channels`; the tick cannot pass it until
+        the block exits."""
+        channels = tuple(channels)
+        self._touched.update(channels)
         async with self.tso.lock:
             ts = await self.tso.alloc_locked()
             self._inflight[ts] = self._inflight.get(ts, 0) + 1
         try:
             yield ts
         finally:
+            self._touched.update(channels)  # acknowledged now: the next ticks must pass it promptly
             n = self._inflight[ts] - 1
             if n:
                 self._inflight[ts] = n
@@ -40,3 +45,12 @@ class TickSource:
         async with self.tso.lock:
             fresh = await self.tso.alloc_locked()
         return min(fresh, *self._inflight) if self._inflight else fresh
+
+    def take_touched(self) -> list[str]:
+        """The channels published on since the last call (RootCoord ticks them at every tick)."""
+        touched, self._touched = self._touched, set()
+        return sorted(touched)
+
+    def touch(self, channels: Iterable[str]) -> None:
+        """Give back channels a failed report did not deliver."""
+        self._touched.update(channels)
