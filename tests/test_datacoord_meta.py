@@ -111,3 +111,25 @@ async def test_a_channels_segments_are_found_without_reading_other_channels(kv):
     reloaded = SegmentMeta(kv)
     await reloaded.load()
     assert [s.id for s in reloaded.by_channel("ch")] == [7]
+
+
+async def test_a_collections_segments_are_found_without_reading_other_collections(kv):
+    """Issue 16: the compaction policy asks for every collection's segments on each pass; a
+    scan over every segment made the pass grow with collections × segments (a fifth of the idle
+    CPU at 1,000 collections)."""
+    meta = SegmentMeta(kv)
+    for i in range(200):
+        info = internal_pb2.SegmentInfo(ID=1000 + i, collectionID=100 + i, insert_channel=f"o-{i}", state=State.Flushed)
+        meta.segments[info.ID] = _CountingSegment(info)
+    await _growing(meta, 7)  # collection 1
+    meta.segments[8] = Segment(internal_pb2.SegmentInfo(ID=8, collectionID=1, insert_channel="ch", state=State.Sealed))
+    _CountingSegment.reads = 0
+    assert [s.id for s in meta.by_collection(1)] == [7, 8]
+    assert [s.id for s in meta.by_collection(1, (State.Sealed,))] == [8]
+    assert _CountingSegment.reads == 0
+    del meta.segments[7]
+    assert meta.segments.pop(1003).id == 1003
+    assert meta.by_collection(103) == [] and [s.id for s in meta.by_collection(1)] == [8]
+    reloaded = SegmentMeta(kv)
+    await reloaded.load()
+    assert [s.id for s in reloaded.by_collection(1)] == [7]

@@ -188,3 +188,28 @@ async def test_an_idle_channel_is_ticked_again_once_its_idle_interval_has_passed
     await stream.delete_stream()
     await stream.close()
     await kv.close()
+
+
+async def test_channels_of_new_collections_tick_at_once_and_dropped_ones_are_forgotten(etcd_endpoint, nats_url, root):
+    """RootCoord answers `channels()` with the same list object until a collection changes; the
+    sync follows a new answer: new channels are ticked at once, dropped ones never again."""
+    kv, own = await make_source(etcd_endpoint, root)
+    stream = await MsgStream.connect(nats_url, root)
+    old, new = f"{root}-dml_0_1v0", f"{root}-dml_1_2v0"
+    live = [old]
+    sync = TimeTickSync(stream.producer(), own, lambda: live, interval=3600, idle_interval=3600)
+    first = await sync.publish()
+    assert await sync.publish() > first and sync.sent == {old: first}  # idle, and no new channel
+    live = [old, new]  # a collection was created
+    second = await sync.publish()
+    assert sync.sent == {old: first, new: second}
+    live = [new]  # the first one was dropped
+    sync.mark_active([old, new])
+    third = await sync.publish()
+    assert sync.sent == {new: third} and list(sync.sent_at) == [new]
+    await sync.demand([old], third)  # a demand on a dropped channel is ignored
+    assert not sync.demands
+    assert await _ticks_on(stream, old, 1) == [first]
+    await stream.delete_stream()
+    await stream.close()
+    await kv.close()

@@ -38,6 +38,7 @@ class ChannelManager:
         self.records: dict[str, bytes] = {}  # vchannel → its watch record as persisted
         self.versions: dict[str, int] = {}  # vchannel → current watch version
         self.infos: dict[str, internal_pb2.ChannelWatchInfo] = {}
+        self._schemas: dict[int, schema_pb2.CollectionSchema | None] = {}  # schema_of, parsed once
         self.nodes: set[int] = set()
         self._lock = asyncio.Lock()
         self._tasks = BackgroundTasks()
@@ -52,6 +53,7 @@ class ChannelManager:
             self.versions[ch] = rec.get("version", 0)
             self.records[ch] = raw
             self.infos[ch] = internal_pb2.ChannelWatchInfo.FromString(bytes.fromhex(rec["info"]))
+        self._schemas.clear()
 
     def start(self) -> None:
         self._tasks.spawn(supervise("datacoord-watch-datanodes", self._watch_nodes), "datacoord-watch-datanodes")
@@ -98,17 +100,25 @@ class ChannelManager:
         return {info.collectionID for info in self.infos.values()}
 
     def schema_of(self, coll_id: int) -> schema_pb2.CollectionSchema | None:
-        """The collection's schema as its channels were watched with (None: not watched)."""
-        for info in self.infos.values():
-            if info.collectionID == coll_id and info.schema:
-                return schema_pb2.CollectionSchema.FromString(info.schema)
-        return None
+        """The collection's schema as its channels were watched with (None: not watched).
+        Parsed once: policy passes ask for every collection's (a watch never changes it)."""
+        if coll_id not in self._schemas:
+            self._schemas[coll_id] = next(
+                (
+                    schema_pb2.CollectionSchema.FromString(info.schema)
+                    for info in self.infos.values()
+                    if info.collectionID == coll_id and info.schema
+                ),
+                None,
+            )
+        return self._schemas[coll_id]
 
     async def watch(self, info: internal_pb2.ChannelWatchInfo) -> None:
         """Register a new vchannel (idempotent) and hand it to a DataNode if one is alive."""
         async with self._lock:
             if info.vchannel not in self.infos:
                 self.infos[info.vchannel] = info
+                self._schemas.pop(info.collectionID, None)
                 self.assign[info.vchannel] = 0
                 await self._persist(info.vchannel)
             if not self.nodes:  # the session watch may not have caught up yet
@@ -216,7 +226,9 @@ class ChannelManager:
         async with self._lock:
             for ch in channels:
                 node = self.assign.pop(ch, None)
-                self.infos.pop(ch, None)
+                gone = self.infos.pop(ch, None)
+                if gone is not None:
+                    self._schemas.pop(gone.collectionID, None)
                 self.versions.pop(ch, None)
                 self.records.pop(ch, None)
                 if node:

@@ -44,21 +44,24 @@ class Segment:
 
 
 class Segments(dict[int, Segment]):
-    """Segments by ID, also indexed by insert channel: DataCoord looks up a channel's segments
-    on every tick of every channel, which must not cost a scan of all segments (idle work
-    would grow with channels × segments). Compaction and import write the mapping directly,
-    so the index follows every write; a segment's insert channel never changes in place."""
+    """Segments by ID, also indexed by insert channel and by collection: DataCoord looks up a
+    channel's segments on every tick of every channel, and a collection's on every policy pass
+    over every collection, which must not cost a scan of all segments (idle work would grow
+    with channels × segments). Compaction and import write the mapping directly, so the indexes
+    follow every write; a segment's channel and collection never change in place."""
 
     def __init__(self) -> None:
         super().__init__()
         self.of_channel: dict[str, dict[int, Segment]] = {}
+        self.of_collection: dict[int, dict[int, Segment]] = {}
 
     def __setitem__(self, seg_id: int, seg: Segment) -> None:
         old = self.get(seg_id)
-        if old is not None and old.info.insert_channel != seg.info.insert_channel:
+        if old is not None:
             self._unindex(seg_id, old)
         super().__setitem__(seg_id, seg)
         self.of_channel.setdefault(seg.info.insert_channel, {})[seg_id] = seg
+        self.of_collection.setdefault(seg.info.collectionID, {})[seg_id] = seg
 
     def __delitem__(self, seg_id: int) -> None:
         seg = self[seg_id]
@@ -75,11 +78,12 @@ class Segments(dict[int, Segment]):
         return seg
 
     def _unindex(self, seg_id: int, seg: Segment) -> None:
-        chan = self.of_channel.get(seg.info.insert_channel)
-        if chan is not None:
-            chan.pop(seg_id, None)
-            if not chan:
-                del self.of_channel[seg.info.insert_channel]
+        for index, key in ((self.of_channel, seg.info.insert_channel), (self.of_collection, seg.info.collectionID)):
+            group = index.get(key)  # type: ignore[attr-defined]
+            if group is not None:
+                group.pop(seg_id, None)
+                if not group:
+                    del index[key]  # type: ignore[attr-defined]
 
     def _unsupported(self, *_a, **_k):
         raise TypeError("Segments: write segments one at a time (the channel index follows them)")
@@ -123,11 +127,8 @@ class SegmentMeta:
             self.changed.notify_all()
 
     def by_collection(self, coll_id: int, states=None) -> list[Segment]:
-        return [
-            s
-            for s in self.segments.values()
-            if s.info.collectionID == coll_id and (states is None or s.info.state in states)
-        ]
+        segs = self.segments.of_collection.get(coll_id, {}).values()
+        return [s for s in segs if states is None or s.info.state in states]
 
     def by_channel(self, channel: str, states=None) -> list[Segment]:
         segs = self.segments.of_channel.get(channel, {}).values()

@@ -68,6 +68,7 @@ class RootCoord(
         self.collections: dict[int, internal_pb2.CollectionInfo] = {}
         self.names: dict[tuple[str, str], int] = {}
         self.aliases: dict[tuple[str, str], int] = {}
+        self._vchannels: list[str] | None = None
         self.pchannels = channels.pchannel_names(cfg.cluster, cfg.dml_channel_num)
         self.producer = None
         self.ticks: TickSource | None = None
@@ -128,13 +129,19 @@ class RootCoord(
     def _cache(self, info: internal_pb2.CollectionInfo) -> None:
         self.collections[info.ID] = info
         self.names[(info.db_name or DEFAULT_DB, info.schema.name)] = info.ID
+        self._vchannels = None
 
     def _uncache(self, info: internal_pb2.CollectionInfo) -> None:
         self.collections.pop(info.ID, None)
         self.names.pop((info.db_name or DEFAULT_DB, info.schema.name), None)
+        self._vchannels = None
 
     def _live_vchannels(self) -> list[str]:
-        return [v for info in self.collections.values() for v in info.virtual_channel_names]
+        """Every collection's vchannels: the same list object until a collection changes (the
+        time-tick loop asks ten times a second and skips its bookkeeping when nothing did)."""
+        if self._vchannels is None:
+            self._vchannels = [v for info in self.collections.values() for v in info.virtual_channel_names]
+        return self._vchannels
 
     def _get(self, db: str, name: str = "", coll_id: int = 0) -> internal_pb2.CollectionInfo:
         if coll_id:

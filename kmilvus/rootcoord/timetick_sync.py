@@ -62,7 +62,9 @@ class TimeTickSync:
         # producer last reported publishing there; channel → the tick a flush or a read waits
         # for there (until some publish reaches it).
         self.sent: dict[str, int] = {}
-        self.sent_at: dict[str, float] = {}
+        self.sent_at: dict[str, float] = {}  # in the order of that time: the most overdue first
+        self._live: list[str] | None = None  # `channels()`' last answer (the same object: no change)
+        self._live_set: set[str] = set()
         self.active: dict[str, float] = {}
         self.demands: dict[str, int] = {}
         self.on_demand = 0  # ticks published on demand (channels × publishes)
@@ -98,6 +100,21 @@ class TimeTickSync:
         for ch in chans:
             self.active[ch] = now
 
+    def _refresh(self) -> None:
+        """Follow `channels()`: forget dropped channels, queue new ones first (due at once).
+        RootCoord answers with the same list while no collection changed, so a tick costs what
+        the active and due channels cost, not what every channel does."""
+        live = self.channels()
+        if live is self._live:
+            return
+        self._live, self._live_set = live, set(live)
+        for ch in [c for c in self.sent_at if c not in self._live_set]:
+            del self.sent_at[ch]
+            self.sent.pop(ch, None)
+        fresh = [c for c in live if c not in self.sent_at]
+        if fresh:
+            self.sent_at = dict.fromkeys(fresh, -math.inf) | self.sent_at
+
     async def publish(self) -> int:
         """Publish the current minimum on every channel that is active or due; returns the tick."""
         async with self._lock:
@@ -105,29 +122,27 @@ class TimeTickSync:
             if tick is None:
                 return self.last
             now = time.monotonic()
-            live = self.channels()
-            chans = [ch for ch in live if self.sent.get(ch, 0) < tick and self._due(ch, now)]
+            self._refresh()
+            due = []
+            for ch, at in self.sent_at.items():
+                if now - at < self.idle_interval:
+                    break
+                due.append(ch)
+            self.active = {ch: t for ch, t in self.active.items() if now - t < self.active_for}
+            due += [ch for ch in self.active if ch in self._live_set]
+            chans = [ch for ch in dict.fromkeys(due) if self.sent.get(ch, 0) < tick]
             await self._send(chans, tick, now)
             self.last = max(self.last, tick)
-            if len(self.sent) > len(live):  # dropped collections' channels
-                keep = set(live)
-                self.sent = {ch: t for ch, t in self.sent.items() if ch in keep}
-                self.sent_at = {ch: t for ch, t in self.sent_at.items() if ch in keep}
-            self.active = {ch: t for ch, t in self.active.items() if now - t < self.active_for}
             metrics.TIME_TICK.set(tick >> 18)
             return self.last
-
-    def _due(self, ch: str, now: float) -> bool:
-        return now - self.active.get(ch, -math.inf) < self.active_for or (
-            now - self.sent_at.get(ch, -math.inf) >= self.idle_interval
-        )
 
     async def _send(self, chans: list[str], tick: int, now: float) -> None:
         if chans:
             await self.producer.publish_many([(ch, Msg(MsgType.TimeTick, tick)) for ch in chans])
         for ch in chans:
             self.sent[ch] = tick
-            self.sent_at[ch] = now
+            self.sent_at.pop(ch, None)
+            self.sent_at[ch] = now  # to the end: the order stays "most overdue first"
         if self.demands:
             self.demands = {ch: t for ch, t in self.demands.items() if t > self.sent.get(ch, 0)}
 
@@ -148,8 +163,8 @@ class TimeTickSync:
             tick = await self._tick()
             if tick is None:
                 return
-            live = set(self.channels())
-            self.demands = {ch: t for ch, t in self.demands.items() if ch in live}
+            self._refresh()
+            self.demands = {ch: t for ch, t in self.demands.items() if ch in self._live_set}
             chans = [ch for ch in self.demands if tick > self.sent.get(ch, 0)]
             if not chans:
                 return
