@@ -94,8 +94,17 @@ def test_nats_then_etcd_restart_mid_insert_keeps_every_acked_row_once(own_server
     stream; it catches up while etcd is down, so its first memory-pressure write (which needs an
     ID from RootCoord, which needs etcd) meets the outage. Every acknowledged row is kept."""
     etcd, nats = own_servers["etcd"], own_servers["nats"]
+    # etcd is down until the DataNode has caught up (up to 30 s on a loaded machine) plus 4 s:
+    # sessions and the leader lock must outlive that, or the coordinators step down by design
+    # (a process that lost its leader lock waits to be restarted) and no insert succeeds again.
     cfg = make_config(
-        root, etcd.endpoint, nats.endpoint, tmp_path / "storage", insert_buffer_size_mb=4, dml_channel_num=2
+        root,
+        etcd.endpoint,
+        nats.endpoint,
+        tmp_path / "storage",
+        insert_buffer_size_mb=4,
+        dml_channel_num=2,
+        session_ttl=60,
     )
     node = NodeThread(cfg).start()
     alias = "s" + uuid.uuid4().hex[:6]

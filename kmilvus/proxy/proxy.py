@@ -99,8 +99,8 @@ class Proxy(
         """Report the tick this Proxy can promise and the channels it published on since its
         last report; with `flush_channels`, ask RootCoord to tick them at once (a flush or a Strong
         read waits for them, not for the periodic tick)."""
-        active = self.ticks.take_touched()
         ts = await self.ticks.tick()
+        active = self.ticks.take_touched()
         try:
             merr.check(
                 await self.rootcoord.UpdateChannelTimeTick(
