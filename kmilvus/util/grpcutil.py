@@ -145,6 +145,7 @@ class RemoteClient:
         self._channel: grpc.aio.Channel | None = None
         self._stub = None
         self._lock = asyncio.Lock()
+        self._closing: set[asyncio.Task] = set()  # channels dropped, closing once their calls end
 
     async def _resolve(self) -> str:
         for _ in range(self.retries * 5):
@@ -169,11 +170,19 @@ class RemoteClient:
                 self._stub = self.stub_cls(self._channel)
             return self._stub
 
-    async def _reset(self) -> None:
+    async def _reset(self, failed=None) -> None:
+        """Drop the channel `failed` (a stub) ran on, so the next call re-resolves the peer.
+        Calls still running on it finish first: closing a channel outright cancels its calls,
+        and a cancelled call surfaces as asyncio.CancelledError in callers whose retry loops
+        catch Exception (under chaos a DataNode lost a binlog commit that way)."""
         async with self._lock:
-            if self._channel is not None:
-                await self._channel.close()
-            self._channel, self._stub = None, None
+            if failed is not None and failed is not self._stub:
+                return  # another caller replaced it already: keep the fresh channel
+            old, self._channel, self._stub = self._channel, None, None
+        if old is not None:
+            task = asyncio.create_task(old.close(grace=self.deadline), name=f"close-{self.role}-channel")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -188,7 +197,7 @@ class RemoteClient:
                     if err.code() not in (grpc.StatusCode.UNAVAILABLE,) or attempt == self.retries - 1:
                         raise
                     log.info("peer unavailable; re-resolving", role=self.role, rpc=name)
-                    await self._reset()
+                    await self._reset(stub)
                     await asyncio.sleep(min(0.05 * (attempt + 1), 1.0))
             raise AssertionError("unreachable")
 
@@ -203,11 +212,17 @@ class RemoteClient:
                 yield msg
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.UNAVAILABLE:
-                await self._reset()
+                await self._reset(stub)
             raise
 
     async def close(self) -> None:
-        await self._reset()
+        """Close now: calls still running are cancelled (the owner is shutting down)."""
+        async with self._lock:
+            old, self._channel, self._stub = self._channel, None, None
+        for task in list(self._closing):
+            task.cancel()
+        if old is not None:
+            await old.close()
 
 
 def server_credentials(cert: str, key: str, ca: str = "") -> grpc.ServerCredentials | None:
