@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import types
+
+import pytest
 
 from kmilvus.datanode.data_node import DataNode
 
@@ -117,3 +120,62 @@ def test_primary_key_stats_merge_sorted_chunks_without_resorting(monkeypatch):
         probe = make(np.arange(60_000))
         assert np.array_equal(st.contains(probe), np.isin(probe, keys))
         assert (st.lo, st.hi) == (ref[0], ref[-1])
+
+
+async def test_a_commit_cancelled_from_below_is_retried_not_abandoned(monkeypatch):
+    """Found by bench/chaos.py: a gRPC channel reset cancelled a SaveBinlogPaths in flight; the
+    CancelledError ended the write task silently and its detached rows were never committed.
+    Only a cancellation of the write task itself (shutdown) may end it."""
+    from kmilvus.datanode import data_node as dn
+    from kmilvus.proto import internal_pb2
+    from kmilvus.util import merr
+
+    calls = []
+
+    async def save(req):
+        calls.append(req.segmentID)
+        if len(calls) == 1:
+            raise asyncio.CancelledError()  # what grpc.aio raises when its channel is closed
+        return merr.success()
+
+    async def write_files(fg, w):
+        return internal_pb2.SaveBinlogPathsRequest(segmentID=w.segment_id), []
+
+    fg = types.SimpleNamespace(vchannel="ch", checkpoint=lambda exclude: internal_pb2.MsgPosition())
+    node = types.SimpleNamespace(flowgraphs={"ch": fg}, datacoord=types.SimpleNamespace(SaveBinlogPaths=save))
+    node._owns = lambda f: DataNode._owns(node, f)
+    node._write_files = write_files
+    monkeypatch.setattr(dn.Backoff, "sleep", _no_wait)
+    w = types.SimpleNamespace(segment_id=5, buf=None, final=True, token=1)
+    await DataNode._write_locked(node, fg, w)
+    assert calls == [5, 5]
+
+
+async def test_a_write_task_cancelled_by_shutdown_still_ends(monkeypatch):
+    from kmilvus.datanode import data_node as dn
+    from kmilvus.proto import internal_pb2
+
+    started = asyncio.Event()
+
+    async def save(req):
+        started.set()
+        await asyncio.sleep(3600)
+
+    async def write_files(fg, w):
+        return internal_pb2.SaveBinlogPathsRequest(segmentID=w.segment_id), []
+
+    fg = types.SimpleNamespace(vchannel="ch", checkpoint=lambda exclude: internal_pb2.MsgPosition())
+    node = types.SimpleNamespace(flowgraphs={"ch": fg}, datacoord=types.SimpleNamespace(SaveBinlogPaths=save))
+    node._owns = lambda f: DataNode._owns(node, f)
+    node._write_files = write_files
+    monkeypatch.setattr(dn.Backoff, "sleep", _no_wait)
+    w = types.SimpleNamespace(segment_id=5, buf=None, final=True, token=1)
+    task = asyncio.create_task(DataNode._write_locked(node, fg, w))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def _no_wait(self) -> None:
+    await asyncio.sleep(0)

@@ -48,3 +48,17 @@ def test_backoff_doubles_up_to_the_cap_and_resets():
         assert 0.8 * top <= got <= top
     b.reset()
     assert b.next_delay() <= 1.0
+
+
+async def test_supervise_restarts_a_body_cancelled_from_below():
+    """A CancelledError that is not the supervisor's own cancellation (a gRPC call whose channel
+    was reset raises one) is a failure like any other: the loop must not end for good."""
+    calls = []
+
+    async def body() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise asyncio.CancelledError()
+
+    await supervise("reset", body, base=0.001, cap=0.002)
+    assert calls == [0, 1]

@@ -23,6 +23,7 @@ from kmilvus.storage import binlog, deltalog, paths
 from kmilvus.util import merr
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.retry import Backoff, supervise
+from kmilvus.util.tasks import cancelled_here
 
 log = get_logger(__name__)
 
@@ -110,7 +111,15 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
     def _spawn_write(self, fg: FlowGraph, w: PendingWrite, name: str) -> None:
         task = asyncio.create_task(self._write(fg, w), name=name)
         self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        task.add_done_callback(self._write_ended)
+
+    def _write_ended(self, task: asyncio.Task) -> None:
+        """A write that ends without committing or discarding its data loses rows: say so."""
+        self._writes.discard(task)
+        if task.cancelled():
+            log.warning("binlog write cancelled", task=task.get_name())
+        elif task.exception() is not None:
+            log.error("binlog write failed", task=task.get_name(), exc_info=task.exception())
 
     def forget(self, vchannel: str) -> None:
         self.flowgraphs.pop(vchannel, None)
@@ -192,8 +201,12 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             try:
                 req, written = await self._write_files(fg, w)
                 break
-            except asyncio.CancelledError:
-                raise
+            except asyncio.CancelledError as exc:
+                if cancelled_here():
+                    raise  # the node stops
+                log.warning("binlog write cancelled from below; retrying", segment=seg, error=repr(exc))
+                await backoff.sleep()
+                continue
             except Exception as exc:  # noqa: BLE001 - retried; the data stays in memory meanwhile
                 log.warning("binlog write failed; retrying", segment=seg, error=repr(exc))
                 if not self._owns(fg):
@@ -207,6 +220,12 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         while True:
             try:
                 status = await self.datacoord.SaveBinlogPaths(req)
+            except asyncio.CancelledError as exc:
+                # A call cancelled under us (its gRPC channel was reset) may or may not have
+                # committed: ask again, as after a lost answer. Only a stop of this task ends it.
+                if cancelled_here():
+                    raise
+                status = merr.status_of(exc)
             except Exception as exc:  # noqa: BLE001 - DataCoord restarting: keep the data, retry
                 status = merr.status_of(exc)
             if merr.ok(status):

@@ -25,7 +25,7 @@ from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, query_node_pb2
 from kmilvus.querycoord import recovery
 from kmilvus.util import merr
-from kmilvus.util.tasks import BackgroundTasks
+from kmilvus.util.tasks import BackgroundTasks, cancelled_here
 
 log = get_logger(__name__)
 CHECK_INTERVAL = 1.0
@@ -170,9 +170,9 @@ class LoadManager:
                     merr.check(await self.node(node_id).WatchDmChannels(req))
                     if self.loads.get(coll_id) is info and info.channel_nodes[ch] == node_id:
                         self.served.setdefault(coll_id, set()).add(ch)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
+                except (Exception, asyncio.CancelledError) as exc:
+                    if isinstance(exc, asyncio.CancelledError) and cancelled_here():
+                        raise
                     log.warning("watch channel failed; retrying", channel=ch, node=node_id, exc_info=True)
                     await asyncio.sleep(0.5)
 

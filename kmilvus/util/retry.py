@@ -13,6 +13,7 @@ import random
 from collections.abc import Awaitable, Callable
 
 from kmilvus.log import get_logger
+from kmilvus.util.tasks import cancelled_here
 
 log = get_logger(__name__)
 
@@ -41,7 +42,8 @@ async def supervise(
     name: str, body: Callable[[], Awaitable[None]], *, base: float = 0.1, cap: float = 5.0, healthy_after: float = 30.0
 ) -> None:
     """Run `body()` until it returns normally; when it raises, log it and run it again after a
-    backoff (reset once a run lasted `healthy_after` seconds). Cancellation propagates."""
+    backoff (reset once a run lasted `healthy_after` seconds). Cancelling this task ends it; a
+    CancelledError from below (a call whose channel was reset) is a failure like the others."""
     backoff = Backoff(base, cap)
     loop = asyncio.get_running_loop()
     while True:
@@ -49,9 +51,9 @@ async def supervise(
         try:
             await body()
             return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the point: log, back off, run again
+        except (Exception, asyncio.CancelledError) as exc:  # the point: log, back off, run again
+            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
+                raise
             if loop.time() - started >= healthy_after:
                 backoff.reset()
             delay = backoff.next_delay()

@@ -15,6 +15,14 @@ from kmilvus.log import get_logger
 log = get_logger(__name__)
 
 
+def cancelled_here() -> bool:
+    """Whether the running task itself is being cancelled. A CancelledError can also come from
+    below (an awaited task, or a gRPC call whose channel was closed): that one is a failure of
+    the call, to retry or report, and must not end the caller as if it had been stopped."""
+    me = asyncio.current_task()
+    return me is not None and me.cancelling() > 0
+
+
 async def cancel_and_wait(tasks: Iterable[asyncio.Task | None], *, log_failures: bool = True) -> None:
     """Cancel `tasks` and wait until each has ended. A task that had failed is logged with its
     traceback (its exception would otherwise be lost), never raised: stopping must finish."""
@@ -25,8 +33,7 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task | None], *, log_failures:
         try:
             await t
         except asyncio.CancelledError:
-            me = asyncio.current_task()
-            if me is not None and me.cancelling():
+            if cancelled_here():
                 raise  # we are cancelled ourselves, not just the task we waited for
         except Exception:  # logged (here or by its owner); the stop goes on
             if log_failures:
@@ -71,7 +78,7 @@ async def _periodic(interval: float | Callable[[], float], step: Callable[[], Aw
         await asyncio.sleep(interval() if callable(interval) else interval)
         try:
             await step()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # logged; retried on the next period
+        except (Exception, asyncio.CancelledError) as exc:  # logged; retried on the next period
+            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
+                raise
             log.warning("periodic step failed", task=name, exc_info=True)
