@@ -11,7 +11,7 @@ import pytest
 from pymilvus import Collection, MilvusClient, MilvusException, connections
 
 from kmilvus.meta import EtcdKV
-from kmilvus.msgstream import MsgStream
+from kmilvus.msgstream import MsgStream, pchannel_of
 from kmilvus.storage import ObjectStore
 from kmilvus.util.embedded import free_port
 from tests.flushutil import batch, bench_schema
@@ -40,7 +40,9 @@ def consumers(cfg, vchannels) -> list[str]:
     async def go():
         stream = await MsgStream.connect(cfg.nats_url, cfg.cluster)
         try:
-            return [n for v in vchannels for n in await stream.consumer_names(v)]
+            # A vchannel's own consumers (catching up) and its pchannel's shared ones.
+            chans = [*vchannels, *{pchannel_of(v) for v in vchannels}]
+            return [n for ch in chans for n in await stream.consumer_names(ch)]
         finally:
             await stream.close()
 

@@ -30,7 +30,7 @@ from pymilvus import MilvusClient, connections, utility
 from controllers import resources as R
 from controllers.kube import KubeClient
 from kmilvus.meta import EtcdKV, catalog
-from kmilvus.msgstream import MsgStream
+from kmilvus.msgstream import MsgStream, pchannel_of
 from kmilvus.storage import paths
 from kmilvus.storage.objectstore import ObjectStore
 from kmilvus.util.embedded import free_port
@@ -74,7 +74,8 @@ def rows(start: int, n: int) -> list[dict]:
 
 
 async def _no_consumers(stream: MsgStream, vchannels: list[str]) -> bool:
-    return not [n for v in vchannels for n in await stream.consumer_names(v)]
+    chans = [*vchannels, *{pchannel_of(v) for v in vchannels}]  # own (catching up) and shared consumers
+    return not [n for ch in chans for n in await stream.consumer_names(ch)]
 
 
 async def test_collection_lifecycle_as_kubernetes_runs_it(

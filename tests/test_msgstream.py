@@ -58,7 +58,9 @@ def test_channel_names():
     with pytest.raises(ValueError):
         pchannel_of("c-dml_1")
     assert stream_name("a.b c") == "KMILVUS_a_b_c_DML"
-    assert subject_of("c", "x.y*z>w v") == "c.dml.x_y_z_w_v"
+    assert subject_of("c", "x.y*z>w v_1v0") == "c.dml.x_y_z_w_v.x_y_z_w_v_1v0"  # under its pchannel
+    assert subject_of("c", "c-dml_1") == "c.dml.c-dml_1.tt"  # a pchannel's subject: its time ticks
+    assert channels.pchannel_filter("c", "c-dml_1") == "c.dml.c-dml_1.>"
     assert stream_subjects("c") == ["c.dml.>"]
     assert datanode_tt_subject("c") == "c.datanode-tt"
 
@@ -322,3 +324,85 @@ async def test_a_consumer_waiting_for_messages_is_cancelled_even_as_one_arrives(
         assert done and task.cancelled(), "the cancellation was swallowed: the consumer loop went on"
     finally:
         await c.close()
+
+
+# -- the dispatcher: one consumer per pchannel -------------------------------------------------
+
+
+async def test_vchannels_of_a_pchannel_share_one_consumer_and_its_ticks(ms, root):
+    """Many collections: a component consumes each pchannel once; data goes to its vchannel's
+    target, a tick (published once, on the pchannel) to every target of the pchannel."""
+    a, b, other = vch(root, 1), vch(root, 2), vch(root, 3, shard=1)
+    p0 = pchannel_of(a)
+    assert pchannel_of(b) == p0 != pchannel_of(other)
+    p = ms.producer()
+    sa = await p.publish(a, Msg(MsgType.Insert, 10, b"a"))
+    sb = await p.publish(b, Msg(MsgType.Insert, 11, b"b"))
+    await p.publish(other, Msg(MsgType.Insert, 12, b"other"))
+    st = await p.publish(p0, Msg(MsgType.TimeTick, 20))
+    ta = await ms.dispatch(a, name="dn1")
+    tb = await ms.dispatch(b, name="dn1")
+    assert len(await ms.consumer_names(p0)) == 1 and len(await ms.consumer_names()) == 1
+    got_a, got_b = await drain(ta, 2), await drain(tb, 2)
+    assert [(m.type, m.position.channel_name, m.position.seq) for m in got_a] == [
+        (MsgType.Insert, a, sa),
+        (MsgType.TimeTick, a, st),
+    ]
+    assert [(m.type, m.position.channel_name, m.position.seq) for m in got_b] == [
+        (MsgType.Insert, b, sb),
+        (MsgType.TimeTick, b, st),
+    ]
+    assert got_a[1].timestamp == got_b[1].timestamp == 20
+    assert await ta.next(0.3) is None and await tb.next(0.1) is None  # `other` is not theirs
+    other_node = await ms.dispatch(a, name="dn2")  # another component: its own consumer
+    assert [m.position.seq for m in await drain(other_node, 2)] == [sa, st]
+    assert len(await ms.consumer_names(p0)) == 2
+    await other_node.close()
+    await ta.close()
+    assert len(await ms.consumer_names(p0)) == 1  # b still reads through it
+    await tb.close()
+    assert await ms.consumer_names() == []  # the last target took the consumer with it
+
+
+async def test_a_vchannel_added_behind_the_shared_consumer_catches_up_alone(ms, root):
+    """The shared consumer skips vchannels nobody asked for yet. One registered later, from a
+    position the consumer has passed, first reads what it missed from its own subject, then goes
+    on with the shared consumer: every message exactly once and in order, nothing replayed to
+    the others."""
+    a, b = vch(root, 1), vch(root, 2)
+    p0 = pchannel_of(a)
+    p = ms.producer()
+    a1 = await p.publish(a, Msg(MsgType.Insert, 10, b"a1"))
+    b1 = await p.publish(b, Msg(MsgType.Insert, 11, b"b1"))
+    t1 = await p.publish(p0, Msg(MsgType.TimeTick, 12))
+    b2 = await p.publish(b, Msg(MsgType.Insert, 13, b"b2"))
+    t2 = await p.publish(p0, Msg(MsgType.TimeTick, 14))
+    ta = await ms.dispatch(a, name="dn")
+    assert [m.position.seq for m in await drain(ta, 3)] == [a1, t1, t2]  # the consumer is past b1, b2
+    tb = await ms.dispatch(b, after_seq=b1, name="dn")
+    assert len(await ms.consumer_names()) == 2  # the shared one, and b's catching up
+    b3 = await p.publish(b, Msg(MsgType.Insert, 15, b"b3"))
+    t3 = await p.publish(p0, Msg(MsgType.TimeTick, 16))
+    got = await drain(tb, 3)
+    assert [(m.position.seq, bytes(m.payload)) for m in got] == [(b2, b"b2"), (b3, b"b3"), (t3, b"")]
+    assert all(m.position.channel_name == b for m in got)
+    assert [m.position.seq for m in await drain(ta, 1)] == [t3]  # a got nothing again
+    assert await ta.next(0.2) is None and await tb.next(0.1) is None
+    assert len(await ms.consumer_names()) == 1  # caught up: the solo consumer is gone
+    await ta.close()
+    await tb.close()
+
+
+async def test_a_target_closed_while_catching_up_leaves_no_consumer(ms, root):
+    a, b = vch(root, 1), vch(root, 2)
+    p = ms.producer()
+    await p.publish(b, Msg(MsgType.Insert, 10, b"b1"))
+    await p.publish(a, Msg(MsgType.Insert, 11, b"a1"))
+    ta = await ms.dispatch(a, name="dn")
+    await drain(ta, 1)
+    tb = await ms.dispatch(b, name="dn")
+    assert len(await ms.consumer_names()) == 2
+    await tb.close()
+    await ta.close()
+    assert await ms.consumer_names() == []
+    assert await tb.next(0.1) is None

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from pymilvus import DataType, MilvusClient, MilvusException
 
+from kmilvus.msgstream import pchannel_of
 from kmilvus.proto import query_node_pb2
 from tests.util import wait_until
 
@@ -254,7 +255,7 @@ def test_release_and_drop_free_consumers_and_memory(client, node):
     assert len(d.channels) == vchannels and d.memory_bytes > 0
     channels = [c.vchannel for c in d.channels]
     qn_consumers = lambda: [  # noqa: E731
-        n for ch in channels for n in node.call(stream.consumer_names(ch)) if "-qn" in n
+        n for ch in {pchannel_of(c) for c in channels} for n in node.call(stream.consumer_names(ch)) if "-qn" in n
     ]
     assert len(qn_consumers()) == vchannels
     client.release_collection("r")

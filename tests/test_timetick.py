@@ -55,7 +55,7 @@ async def test_tick_never_passes_an_unacknowledged_publish(etcd_endpoint, root):
 async def test_published_tick_is_the_minimum_over_producers(etcd_endpoint, nats_url, root):
     kv, own = await make_source(etcd_endpoint, root)
     stream = await MsgStream.connect(nats_url, root)
-    vch = f"{root}-dml_0_1v0"
+    vch = f"{root}-dml_0"
     sync = TimeTickSync(stream.producer(), own, lambda: [vch], interval=0.05)
     first = await own.tick()
     sync.update(7, first - 5)  # a Proxy lagging behind holds the tick back
@@ -82,7 +82,7 @@ async def test_published_tick_is_the_minimum_over_producers(etcd_endpoint, nats_
 async def test_after_restart_ticks_wait_for_live_proxies_to_report(etcd_endpoint, nats_url, root):
     kv, own = await make_source(etcd_endpoint, root)
     stream = await MsgStream.connect(nats_url, root)
-    sync = TimeTickSync(stream.producer(), own, lambda: [f"{root}-dml_0_1v0"], interval=0.05)
+    sync = TimeTickSync(stream.producer(), own, lambda: [f"{root}-dml_0"], interval=0.05)
     sync.expect({41, 42}, wait=30)
     assert await sync.publish() == 0  # proxy 41 and 42 may still be publishing
     lagging = await own.tick()
@@ -107,7 +107,7 @@ async def test_a_flush_demands_a_tick_on_its_channels_at_once(etcd_endpoint, nat
     the periodic tick then skips them until it passes what they already have."""
     kv, own = await make_source(etcd_endpoint, root)
     stream = await MsgStream.connect(nats_url, root)
-    flushed, other = f"{root}-dml_0_1v0", f"{root}-dml_1_2v0"
+    flushed, other = f"{root}-dml_0", f"{root}-dml_1"
     sync = TimeTickSync(stream.producer(), own, lambda: [flushed, other], interval=3600)
     first = await sync.publish()  # the periodic tick, on both
     proxy_ts = await own.tick()
@@ -132,7 +132,7 @@ async def test_a_lagging_producer_holds_a_demanded_tick_until_it_reports(etcd_en
     tick back; its next report publishes the demanded tick at once, not the periodic tick."""
     kv, own = await make_source(etcd_endpoint, root)
     stream = await MsgStream.connect(nats_url, root)
-    vch = f"{root}-dml_0_1v0"
+    vch = f"{root}-dml_0"
     sync = TimeTickSync(stream.producer(), own, lambda: [vch], interval=3600)
     lagging = await own.tick()
     sync.update(8, lagging)  # the other Proxy's last report, older than the flush
@@ -157,7 +157,7 @@ async def test_idle_channels_tick_at_the_idle_interval_active_ones_at_every_tick
     by ten messages a second per vchannel; a channel a producer wrote to gets every tick."""
     kv, own = await make_source(etcd_endpoint, root)
     stream = await MsgStream.connect(nats_url, root)
-    busy, idle = f"{root}-dml_0_1v0", f"{root}-dml_1_2v0"
+    busy, idle = f"{root}-dml_0", f"{root}-dml_1"
     sync = TimeTickSync(stream.producer(), own, lambda: [busy, idle], interval=3600, idle_interval=3600)
     first = await sync.publish()  # a channel never ticked gets the first tick at once
     sync.mark_active([busy])  # a Proxy reported publishing there
@@ -178,7 +178,7 @@ async def test_idle_channels_tick_at_the_idle_interval_active_ones_at_every_tick
 async def test_an_idle_channel_is_ticked_again_once_its_idle_interval_has_passed(etcd_endpoint, nats_url, root):
     kv, own = await make_source(etcd_endpoint, root)
     stream = await MsgStream.connect(nats_url, root)
-    vch = f"{root}-dml_0_1v0"
+    vch = f"{root}-dml_0"
     sync = TimeTickSync(stream.producer(), own, lambda: [vch], interval=3600, idle_interval=0.3)
     first = await sync.publish()
     assert await sync.publish() > first and sync.sent[vch] == first  # not yet due
@@ -195,7 +195,7 @@ async def test_channels_of_new_collections_tick_at_once_and_dropped_ones_are_for
     sync follows a new answer: new channels are ticked at once, dropped ones never again."""
     kv, own = await make_source(etcd_endpoint, root)
     stream = await MsgStream.connect(nats_url, root)
-    old, new = f"{root}-dml_0_1v0", f"{root}-dml_1_2v0"
+    old, new = f"{root}-dml_0", f"{root}-dml_1"
     live = [old]
     sync = TimeTickSync(stream.producer(), own, lambda: live, interval=3600, idle_interval=3600)
     first = await sync.publish()
@@ -210,6 +210,40 @@ async def test_channels_of_new_collections_tick_at_once_and_dropped_ones_are_for
     await sync.demand([old], third)  # a demand on a dropped channel is ignored
     assert not sync.demands
     assert await _ticks_on(stream, old, 1) == [first]
+    await stream.delete_stream()
+    await stream.close()
+    await kv.close()
+
+
+async def test_ticks_go_once_per_pchannel_and_a_vchannel_stands_for_its_pchannel(etcd_endpoint, nats_url, root):
+    """Many collections: ticks go on the pchannels in use (one message per pchannel however
+    many collections share it); a Proxy's active vchannels, a flush's and a read's name their
+    pchannel; old ticks are trimmed (the newest promises what they did)."""
+    kv, own = await make_source(etcd_endpoint, root)
+    stream = await MsgStream.connect(nats_url, root)
+    p0, p1 = f"{root}-dml_0", f"{root}-dml_1"
+    sync = TimeTickSync(
+        stream.producer(),
+        own,
+        lambda: [p0, p1],
+        interval=3600,
+        idle_interval=3600,
+        trim=lambda ch: stream.purge(ch, keep=1),
+    )
+    first = await sync.publish()
+    sync.mark_active([f"{p0}_1v0", f"{p0}_2v0"])  # two collections' vchannels on p0
+    second = await sync.publish()
+    assert sync.sent == {p0: second, p1: first}
+    demanded = await own.tick()
+    await sync.demand([f"{p1}_3v1"], demanded)
+    assert sync.sent[p1] >= demanded and not sync.demands
+    assert await _ticks_on(stream, p0, 2) == [first, second]
+    await sync.trim_old_ticks()
+    assert await _ticks_on(stream, p0, 1) == [second]
+    assert await _ticks_on(stream, p1, 1) == [sync.sent[p1]]
+    consumer = await stream.consume(p0)
+    assert [(await consumer.next(timeout=2)).timestamp, await consumer.next(timeout=0.3)] == [second, None]
+    await consumer.close()
     await stream.delete_stream()
     await stream.close()
     await kv.close()

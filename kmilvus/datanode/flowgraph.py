@@ -142,7 +142,7 @@ class FlowGraph:
                     st.add(deltalog.read_pk_column(store, key, str(self.pk_field.fieldID)))
 
     async def start(self) -> None:
-        self._consumer = await self.node.stream.consume(
+        self._consumer = await self.node.stream.dispatch(
             self.vchannel, after_seq=self.tick.seq, name=f"{self.node.cfg.cluster}-dn{self.node.server_id}"
         )
         self._task = asyncio.create_task(self._run(), name=f"flowgraph-{self.vchannel}")

@@ -2,8 +2,11 @@
 stream/subjects they map to.
 
 Pure functions so every component derives the same names from (cluster, collection, shard)
-without asking anyone. One JetStream stream per cluster holds all DML; each vchannel is one subject
-of it, so a consumer filtered on a subject sees exactly one vchannel, in stream-sequence order.
+without asking anyone. One JetStream stream per cluster holds all DML. Each vchannel is one
+subject of it, under its pchannel's token: `{cluster}.dml.{pchannel}.{vchannel}`; RootCoord's time
+ticks are per pchannel, on `{cluster}.dml.{pchannel}.tt`. A node consumes a pchannel once, with a
+wildcard (`{cluster}.dml.{pchannel}.>`), and dispatches to its vchannels (Milvus' msgdispatcher):
+what a node pays for idle channels grows with the pchannels, not with the collections.
 """
 
 from __future__ import annotations
@@ -58,9 +61,22 @@ def stream_name(cluster: str) -> str:
     return _BAD_STREAM_RE.sub("_", f"KMILVUS_{cluster}_DML")
 
 
-def subject_of(cluster: str, vchannel: str) -> str:
-    """The JetStream subject of one vchannel."""
-    return f"{token(cluster)}.dml.{token(vchannel)}"
+def is_vchannel(channel: str) -> bool:
+    return _VCHANNEL_RE.match(channel) is not None
+
+
+def subject_of(cluster: str, channel: str) -> str:
+    """The JetStream subject of one vchannel, or of a pchannel's time ticks (`channel` is a
+    pchannel name)."""
+    m = _VCHANNEL_RE.match(channel)
+    if m is None:
+        return f"{token(cluster)}.dml.{token(channel)}.tt"
+    return f"{token(cluster)}.dml.{token(m['pchannel'])}.{token(channel)}"
+
+
+def pchannel_filter(cluster: str, pchannel: str) -> str:
+    """The subjects of a pchannel: its vchannels and its time ticks."""
+    return f"{token(cluster)}.dml.{token(pchannel)}.>"
 
 
 def stream_subjects(cluster: str) -> list[str]:

@@ -33,7 +33,8 @@ from nats.aio.subscription import Subscription
 from nats.js import api
 
 from kmilvus.log import get_logger
-from kmilvus.msgstream import channels
+from kmilvus.msgstream import channels, dispatcher
+from kmilvus.msgstream.dispatcher import Dispatcher, Target
 from kmilvus.msgstream.message import (
     H_CHUNK,
     H_CHUNK_ID,
@@ -91,6 +92,7 @@ class MsgStream:
         self.max_message_bytes = max_message_bytes
         self._subjects: dict[str, str] = {}
         self._consumers: set[Consumer] = set()
+        self._dispatchers: dict[tuple[str, str], Dispatcher] = {}  # (pchannel, name) → shared consumer
         self._closing = False
         self.reconnects = 0  # reconnections so far, and when the last one happened (loop time)
         self.reconnected_at = 0.0
@@ -184,7 +186,7 @@ class MsgStream:
                 raise e from None
 
     def subject(self, vchannel: str) -> str:
-        """The vchannel's subject (cached: computed once per vchannel)."""
+        """The vchannel's subject, or a pchannel's ticks' (cached: computed once per channel)."""
         s = self._subjects.get(vchannel)
         if s is None:
             s = self._subjects[vchannel] = channels.subject_of(self.cluster, vchannel)
@@ -193,26 +195,53 @@ class MsgStream:
     def producer(self) -> Producer:
         return Producer(self)
 
-    async def consume(self, vchannel: str, *, after_seq: int = 0, name: str | None = None) -> Consumer:
-        """A consumer of `vchannel` from the first message with stream seq > `after_seq`.
+    async def consume(self, channel: str, *, after_seq: int = 0, name: str | None = None) -> Consumer:
+        """A consumer of one channel's subject (a vchannel's messages, or a pchannel's ticks)
+        from the first message with stream seq > `after_seq`; components use `dispatch`.
 
         `name` prefixes the server-side consumer name (a random suffix keeps it unique)."""
+        return await self.consume_subject(self.subject(channel), after_seq=after_seq, name=name, label=channel)
+
+    async def consume_subject(
+        self,
+        subject: str,
+        *,
+        after_seq: int = 0,
+        name: str | None = None,
+        label: str = "",
+        channel_of: Callable[[str], str | None] | None = None,
+    ) -> Consumer:
+        """A consumer of `subject` (wildcards allowed). Each message's position names
+        `channel_of(its subject)`, and a message it maps to None is skipped undecoded; without
+        `channel_of`, every position names `label`."""
         if after_seq < 0:
             raise ValueError("after_seq must be >= 0")
-        c = Consumer(self, vchannel, after_seq, name)
+        c = Consumer(self, subject, label or subject, after_seq, name, channel_of)
         await c._start()
         self._consumers.add(c)
         return c
 
-    async def purge(self, vchannel: str, *, before_seq: int | None = None) -> None:
-        """Remove `vchannel`'s messages with seq < `before_seq` (all of them when None)."""
+    async def dispatch(self, vchannel: str, *, after_seq: int = 0, name: str) -> Target:
+        """`vchannel`'s messages with seq > `after_seq`, and its pchannel's time ticks, through
+        the one consumer of the pchannel that the component `name` shares (msgdispatcher)."""
+        return await dispatcher.dispatch(self, vchannel, after_seq=after_seq, name=name)
+
+    async def purge(self, channel: str, *, before_seq: int | None = None, keep: int | None = None) -> None:
+        """Remove `channel`'s messages with seq < `before_seq`, or all but the last `keep`
+        (all of them when neither is given)."""
         if before_seq is not None and before_seq <= 1:
             return  # nothing below seq 1 (and nats-py would drop seq=0, purging everything)
-        await self.js.purge_stream(self.stream, seq=before_seq, subject=self.subject(vchannel))
+        await self.js.purge_stream(self.stream, seq=before_seq, subject=self.subject(channel), keep=keep)
 
-    async def consumer_names(self, vchannel: str | None = None) -> list[str]:
-        """Server-side consumers on the stream (only those filtered on `vchannel` when given)."""
-        subject = self.subject(vchannel) if vchannel is not None else None
+    async def consumer_names(self, channel: str | None = None) -> list[str]:
+        """Server-side consumers on the stream; when `channel` is given, only those filtered on
+        it: a vchannel's own subject, or (a pchannel) the pchannel's shared consumers."""
+        if channel is None:
+            subject = None
+        elif channels.is_vchannel(channel):
+            subject = self.subject(channel)
+        else:
+            subject = channels.pchannel_filter(self.cluster, channel)
         names: list[str] = []
         offset = 0
         while True:
@@ -261,6 +290,9 @@ class MsgStream:
     async def close(self) -> None:
         """Close open consumers (deleting them server-side), flush and disconnect."""
         self._closing = True
+        for d in list(self._dispatchers.values()):
+            for t in list(d.targets.values()):
+                await t.close()
         for c in list(self._consumers):
             await c.close()
         if not self.nc.is_closed:
@@ -403,16 +435,25 @@ class _Group:
 
 
 class Consumer:
-    """Ordered consumer of one vchannel; async-iterate it, or `next()` / `next_batch()`.
+    """Ordered consumer of one subject filter; async-iterate it, or `next()` / `next_batch()`.
 
-    Yields `Msg` with `.position` = (vchannel, stream seq, timestamp); resuming with
+    Yields `Msg` with `.position` = (channel, stream seq, timestamp); resuming with
     `after_seq=position.seq` continues with exactly the next message.
     """
 
-    def __init__(self, stream: MsgStream, vchannel: str, after_seq: int, name: str | None) -> None:
+    def __init__(
+        self,
+        stream: MsgStream,
+        subject: str,
+        label: str,
+        after_seq: int,
+        name: str | None,
+        channel_of: Callable[[str], str | None] | None = None,
+    ) -> None:
         self._s = stream
-        self.vchannel = vchannel
-        self.subject = stream.subject(vchannel)
+        self.vchannel = label  # what logs name it by: a vchannel, or the pchannel of a shared consumer
+        self.subject = subject
+        self._channel_of = channel_of
         self._prefix = channels.token(name) if name else "kmc"
         self._sseq = after_seq  # last stream seq processed (NATS message level, parts included)
         self._dseq = 0  # last consumer seq of the current server-side consumer
@@ -425,6 +466,10 @@ class Consumer:
         self.consumer_name: str | None = None
         self._groups: dict[str, _Group] = {}
         self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def processed_seq(self) -> int:
@@ -589,14 +634,17 @@ class Consumer:
         if sseq <= self._sseq:
             return None  # already delivered (defensive: a restart overlapping)
         self._sseq = sseq
+        channel = self.vchannel if self._channel_of is None else self._channel_of(m.subject)
+        if channel is None:
+            return None  # not a channel this consumer serves
         if headers is None or H_TYPE not in headers:
-            log.warning("skipping foreign message", vchannel=self.vchannel, seq=sseq)
+            log.warning("skipping foreign message", vchannel=channel, seq=sseq)
             return None
         if H_CHUNK not in headers:
             msg = from_nats(headers, m.data)
-            msg.position = MsgPosition(channel_name=self.vchannel, seq=sseq, timestamp=msg.timestamp)
+            msg.position = MsgPosition(channel_name=channel, seq=sseq, timestamp=msg.timestamp)
             return msg
-        return await self._part(headers, m.data, sseq)
+        return await self._part(headers, m.data, sseq, channel, m.subject)
 
     async def _control(self, m: NatsMsg, headers: dict[str, str]) -> None:
         status = headers[_H_STATUS]
@@ -613,7 +661,7 @@ class Consumer:
             return
         await self._restart(f"status {status} {headers.get(_H_DESCRIPTION, '')}")
 
-    async def _part(self, headers: dict[str, str], data: bytes, sseq: int) -> Msg | None:
+    async def _part(self, headers: dict[str, str], data: bytes, sseq: int, channel: str, subject: str) -> Msg | None:
         i_s, _, n_s = headers[H_CHUNK].partition("/")
         i, n = int(i_s), int(n_s)
         cid = headers[H_CHUNK_ID]
@@ -622,7 +670,7 @@ class Consumer:
         if i == 0:
             if len(groups) >= MAX_OPEN_GROUPS:
                 oldest = next(iter(groups))
-                log.warning("dropping incomplete split message", vchannel=self.vchannel, chunk_id=oldest)
+                log.warning("dropping incomplete split message", vchannel=channel, chunk_id=oldest)
                 del groups[oldest]
             g = groups[cid] = _Group(n, [data])
         else:
@@ -630,7 +678,7 @@ class Consumer:
             if g is None or len(g.parts) != i:
                 if g is not None and i < len(g.parts):
                     return None  # a re-published duplicate part
-                g = await self._recover(cid, i, n, headers, sseq)
+                g = await self._recover(cid, i, n, headers, sseq, subject)
                 if g is None:
                     return None
             g.parts.append(data)
@@ -638,16 +686,16 @@ class Consumer:
             return None
         del groups[cid]
         msg = from_nats(headers, b"".join(g.parts))
-        msg.position = MsgPosition(channel_name=self.vchannel, seq=sseq, timestamp=msg.timestamp)
+        msg.position = MsgPosition(channel_name=channel, seq=sseq, timestamp=msg.timestamp)
         return msg
 
-    async def _get_next(self, seq: int) -> Any:
+    async def _get_next(self, seq: int, subject: str) -> Any:
         """The subject's first stored message with seq >= `seq`; retried through a NATS outage
         (giving up would skip the parts, and with them acknowledged rows)."""
         backoff = Backoff(0.1, 2.0)
         while True:
             try:
-                return await self._s.js.get_msg(self._s.stream, seq=seq, subject=self.subject, next=True, direct=True)
+                return await self._s.js.get_msg(self._s.stream, seq=seq, subject=subject, next=True, direct=True)
             except nats.js.errors.NotFoundError:
                 raise
             except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as e:
@@ -658,7 +706,9 @@ class Consumer:
                 )
                 await backoff.sleep()
 
-    async def _recover(self, cid: str, i: int, n: int, headers: dict[str, str], sseq: int) -> _Group | None:
+    async def _recover(
+        self, cid: str, i: int, n: int, headers: dict[str, str], sseq: int, subject: str
+    ) -> _Group | None:
         """Read back parts 0..i-1 of a split message whose start precedes our resume point."""
         self._groups.pop(cid, None)
         start = int(headers.get(H_CHUNK_START, 0))
@@ -666,7 +716,7 @@ class Consumer:
         seq = start
         while start and len(parts) < i and seq < sseq:
             try:
-                raw = await self._get_next(seq)
+                raw = await self._get_next(seq, subject)
             except nats.js.errors.NotFoundError:
                 break
             if raw.seq is None or raw.seq >= sseq:

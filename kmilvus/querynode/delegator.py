@@ -49,7 +49,7 @@ class ChannelDelegator:
         return sum(g.nbytes for g in self.growing.values())
 
     async def start(self) -> None:
-        self._consumer = await self.stream.consume(self.vchannel, after_seq=self.seek, name=self.consumer_name)
+        self._consumer = await self.stream.dispatch(self.vchannel, after_seq=self.seek, name=self.consumer_name)
         self._task = asyncio.create_task(self._run(), name=f"delegator-{self.vchannel}")
 
     async def stop(self) -> None:

@@ -68,7 +68,7 @@ class RootCoord(
         self.collections: dict[int, internal_pb2.CollectionInfo] = {}
         self.names: dict[tuple[str, str], int] = {}
         self.aliases: dict[tuple[str, str], int] = {}
-        self._vchannels: list[str] | None = None
+        self._pchannels_used: list[str] | None = None
         self.pchannels = channels.pchannel_names(cfg.cluster, cfg.dml_channel_num)
         self.producer = None
         self.ticks: TickSource | None = None
@@ -92,9 +92,10 @@ class RootCoord(
         self.tt_sync = TimeTickSync(
             self.producer,
             self.ticks,
-            self._live_vchannels,
+            self._live_pchannels,
             self.cfg.time_tick_interval,
             idle_interval=self.cfg.time_tick_idle_interval,
+            trim=lambda ch: self.stream.purge(ch, keep=1),
         )
         # Proxies alive from before a restart may have inserts in flight: hear from them first.
         self.tt_sync.expect(set(await list_sessions(self.kv, roles.PROXY)), wait=2 * self.cfg.session_ttl)
@@ -129,19 +130,20 @@ class RootCoord(
     def _cache(self, info: internal_pb2.CollectionInfo) -> None:
         self.collections[info.ID] = info
         self.names[(info.db_name or DEFAULT_DB, info.schema.name)] = info.ID
-        self._vchannels = None
+        self._pchannels_used = None
 
     def _uncache(self, info: internal_pb2.CollectionInfo) -> None:
         self.collections.pop(info.ID, None)
         self.names.pop((info.db_name or DEFAULT_DB, info.schema.name), None)
-        self._vchannels = None
+        self._pchannels_used = None
 
-    def _live_vchannels(self) -> list[str]:
-        """Every collection's vchannels: the same list object until a collection changes (the
-        time-tick loop asks ten times a second and skips its bookkeeping when nothing did)."""
-        if self._vchannels is None:
-            self._vchannels = [v for info in self.collections.values() for v in info.virtual_channel_names]
-        return self._vchannels
+    def _live_pchannels(self) -> list[str]:
+        """The pchannels some collection uses: the same list object until a collection changes
+        (the time-tick loop asks ten times a second and skips its bookkeeping when nothing did)."""
+        if self._pchannels_used is None:
+            used = {p: None for info in self.collections.values() for p in info.physical_channel_names}
+            self._pchannels_used = list(used)
+        return self._pchannels_used
 
     def _get(self, db: str, name: str = "", coll_id: int = 0) -> internal_pb2.CollectionInfo:
         if coll_id:

@@ -1,8 +1,11 @@
 """RootCoord's time-tick sync (Milvus 2.0's `timetickSync`).
 
 Each Proxy reports the tick it can promise (`UpdateChannelTimeTick`); RootCoord is a producer
-too (DDL). The tick published on every vchannel is the minimum over all live producers, and only
-moves forward, so "tick T on a channel" means every message with ts < T is already in it.
+too (DDL). The tick is the minimum over all live producers, and only moves forward, so "tick T
+on a channel" means every message with ts < T is already in it. Ticks go on the physical
+channels (as in Milvus), once per pchannel for all the vchannels on it: what ticking costs grows
+with the pchannels in use, not with the collections. Callers may name vchannels (a Proxy's
+active channels, a flush's or a read's): they stand for their pchannel.
 
 Ticks on demand: a Flush must not wait for the next periodic tick. The Proxy that ran it reports
 a fresh tick naming the flushed collection's channels (`demand`); RootCoord publishes the
@@ -25,11 +28,11 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from kmilvus import metrics
 from kmilvus.log import get_logger
-from kmilvus.msgstream import Msg, MsgType
+from kmilvus.msgstream import Msg, MsgType, channels
 from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
@@ -45,6 +48,8 @@ class TimeTickSync:
         *,
         idle_interval: float = 0.0,
         active_for: float = 1.0,
+        trim: Callable[[str], Awaitable[object]] | None = None,
+        trim_every: float = 30.0,
     ):
         self.producer = producer
         self.own = own
@@ -70,6 +75,11 @@ class TimeTickSync:
         self.on_demand = 0  # ticks published on demand (channels × publishes)
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
+        # Old ticks are no use to anyone (the newest covers them): `trim(channel)` drops all but
+        # the last of a channel's ticks, every `trim_every` seconds.
+        self.trim = trim
+        self.trim_every = trim_every
+        self._trimmed_at = time.monotonic()
 
     def expect(self, source_ids: set[int], wait: float) -> None:
         """After a restart: wait (at most `wait` s) for these live producers' first reports."""
@@ -97,7 +107,7 @@ class TimeTickSync:
     def mark_active(self, chans) -> None:
         """A producer published on `chans`: tick them at every tick for `active_for` seconds."""
         now = time.monotonic()
-        for ch in chans:
+        for ch in _pchannels(chans):
             self.active[ch] = now
 
     def _refresh(self) -> None:
@@ -150,7 +160,7 @@ class TimeTickSync:
         """A flush or a read on `chans` waits for a tick past `ts` there: publish it now if the
         minimum over the producers allows it, else at the first report that does (or the
         periodic tick)."""
-        for ch in chans:
+        for ch in _pchannels(chans):
             if ts > self.sent.get(ch, 0):  # else the channel has that tick already
                 self.demands[ch] = max(self.demands.get(ch, 0), ts)
         await self.publish_demanded()
@@ -176,11 +186,20 @@ class TimeTickSync:
         while True:
             try:
                 await self.publish()
+                if time.monotonic() - self._trimmed_at >= self.trim_every:
+                    await self.trim_old_ticks()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - keep ticking through transient failures
                 log.warning("time tick publish failed", error=str(exc))
             await asyncio.sleep(self.interval)
+
+    async def trim_old_ticks(self) -> None:
+        """Drop all but the newest tick of every channel (the stream would keep them all)."""
+        self._trimmed_at = time.monotonic()
+        if self.trim is not None:
+            for ch in list(self.sent):
+                await self.trim(ch)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="timetick-sync")
@@ -190,3 +209,8 @@ class TimeTickSync:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+def _pchannels(chans: Iterable[str]) -> list[str]:
+    """The channels ticks go on: a vchannel stands for its pchannel."""
+    return list(dict.fromkeys(channels.pchannel_of(c) if channels.is_vchannel(c) else c for c in chans))

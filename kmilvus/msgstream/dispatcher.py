@@ -1,0 +1,244 @@
+"""Milvus' msgdispatcher: one server-side consumer per pchannel (and per consuming component),
+shared by every vchannel of it that the component consumes.
+
+A consumer per vchannel made a node's idle cost grow with the collections (at 1,000 collections
+of 2 shards, 2,000 JetStream consumers sending heartbeats, and a tick message per vchannel). Here
+a pchannel is consumed once, with a wildcard; its data goes to the vchannel's `Target`, and a
+time tick (published once per pchannel) to every target of it.
+
+Positions stay stream sequences, comparable across subjects. A target registered after seq S
+gets exactly the messages of its vchannel with seq > S, in order. When the shared consumer has
+already read past S (to P, skipping what was not yet registered), the target first catches up
+on its own: a consumer of its vchannel's subject alone reads (S, P], then it is closed and the
+target goes on with what the shared consumer delivered after P. Ticks in (S, P] are not
+replayed: the first tick after P covers them (a tick promises everything before it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import TYPE_CHECKING
+
+from kmilvus.log import get_logger
+from kmilvus.msgstream import channels
+from kmilvus.msgstream.message import Msg, MsgPosition, MsgType
+
+if TYPE_CHECKING:
+    from kmilvus.msgstream.jetstream import Consumer, MsgStream
+
+log = get_logger(__name__)
+
+TARGET_QUEUE = 4096  # messages a target may have waiting before the pchannel's delivery pauses
+
+
+class Target:
+    """One vchannel's share of a dispatcher; reads like a `Consumer`."""
+
+    def __init__(self, dispatcher: Dispatcher, vchannel: str, after_seq: int) -> None:
+        self._d = dispatcher
+        self.vchannel = vchannel
+        self.after = after_seq  # the last seq put here by the shared consumer (deduplicates)
+        self._queue: collections.deque[Msg] = collections.deque()
+        self._ready = asyncio.Event()
+        self.drained = asyncio.Event()
+        self.drained.set()
+        self.closed = False
+        self._solo: Consumer | None = None  # catching up on (after_seq, _upto] alone
+        self._upto = 0
+
+    def put(self, msg: Msg) -> None:
+        seq = msg.position.seq if msg.position is not None else 0
+        if seq <= self.after or self.closed:
+            return
+        self.after = seq
+        self._queue.append(msg)
+        self._ready.set()
+        if len(self._queue) >= TARGET_QUEUE:
+            self.drained.clear()
+
+    def __aiter__(self) -> Target:
+        return self
+
+    async def __anext__(self) -> Msg:
+        msg = await self.next()
+        if msg is None:
+            raise StopAsyncIteration
+        return msg
+
+    async def next(self, timeout: float | None = None) -> Msg | None:
+        """The next message, or None after `timeout` seconds (or once closed)."""
+        if self._solo is not None:
+            msg = await self._catch_up(timeout)
+            if msg is not None or self._solo is not None:
+                return msg
+        while not self._queue:
+            if self.closed:
+                return None
+            self._ready.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._ready.wait()
+            except TimeoutError:
+                return None
+        msg = self._queue.popleft()
+        if len(self._queue) < TARGET_QUEUE // 2:
+            self.drained.set()
+        return msg
+
+    async def _catch_up(self, timeout: float | None) -> Msg | None:
+        """The next message of (after_seq, _upto] from the solo consumer; closes it at the end."""
+        solo = self._solo
+        assert solo is not None
+        while solo.processed_seq < self._upto and not self.closed:
+            msg = await solo.next(timeout)
+            if msg is None:
+                return None
+            assert msg.position is not None
+            if msg.position.seq <= self._upto:
+                return msg
+        self._solo = None
+        await solo.close()
+        log.debug("caught up", vchannel=self.vchannel, seq=self._upto)
+        return None
+
+    async def next_batch(self, max_msgs: int = 4096, timeout: float | None = None) -> list[Msg]:
+        first = await self.next(timeout)
+        if first is None:
+            return []
+        out = [first]
+        if self._solo is not None:
+            return out
+        while self._queue and len(out) < max_msgs:
+            out.append(self._queue.popleft())
+        if len(self._queue) < TARGET_QUEUE // 2:
+            self.drained.set()
+        return out
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._queue.clear()
+        self._ready.set()
+        self.drained.set()
+        solo, self._solo = self._solo, None
+        if solo is not None:
+            await solo.close()
+        await self._d.remove(self)
+
+
+class Dispatcher:
+    """The shared consumer of one pchannel, for one consuming component (`name`)."""
+
+    def __init__(self, stream: MsgStream, pchannel: str, name: str) -> None:
+        self.stream = stream
+        self.pchannel = pchannel
+        self.name = name
+        self.targets: dict[str, Target] = {}
+        self.consumer: Consumer | None = None
+        self.retired = False
+        self._subjects = {stream.subject(pchannel): pchannel}  # subject → channel served
+        self._lock = asyncio.Lock()
+        self._pump: asyncio.Task | None = None
+
+    def _channel_of(self, subject: str) -> str | None:
+        """The channel a message belongs to: a vchannel served here, the pchannel (its ticks),
+        or None (another node's vchannel: skipped before it is decoded)."""
+        return self._subjects.get(subject)
+
+    async def add(self, vchannel: str, after_seq: int) -> Target | None:
+        """Serve `vchannel` after `after_seq`; None if this dispatcher was retired meanwhile."""
+        async with self._lock:
+            if self.retired:
+                return None
+            if vchannel in self.targets:
+                raise ValueError(f"vchannel {vchannel} is already consumed by {self.name}")
+            target = Target(self, vchannel, after_seq)
+            if self.consumer is None:
+                self.consumer = await self._consume(after_seq)
+            self.targets[vchannel] = target
+            self._subjects[self.stream.subject(vchannel)] = vchannel
+            read = self.consumer.processed_seq
+            if after_seq < read:
+                # The shared consumer skipped this vchannel up to `read`: catch up alone first.
+                last = await self.stream.last_seq(vchannel)
+                target.after = read
+                if last > after_seq:
+                    target._upto = min(read, last)
+                    target._solo = await self.stream.consume_subject(
+                        self.stream.subject(vchannel), after_seq=after_seq, name=self.name, label=vchannel
+                    )
+            if self._pump is None or self._pump.done():
+                self._pump = asyncio.create_task(self._run(), name=f"dispatch-{self.pchannel}-{self.name}")
+            return target
+
+    async def _consume(self, after_seq: int) -> Consumer:
+        return await self.stream.consume_subject(
+            channels.pchannel_filter(self.stream.cluster, self.pchannel),
+            after_seq=after_seq,
+            name=self.name,
+            label=self.pchannel,
+            channel_of=self._channel_of,
+        )
+
+    async def remove(self, target: Target) -> None:
+        async with self._lock:
+            if self.targets.get(target.vchannel) is target:
+                del self.targets[target.vchannel]
+                self._subjects.pop(self.stream.subject(target.vchannel), None)
+            if self.targets:
+                return
+            self.retired = True
+            consumer, self.consumer = self.consumer, None
+            pump, self._pump = self._pump, None
+            if self.stream._dispatchers.get((self.pchannel, self.name)) is self:
+                del self.stream._dispatchers[(self.pchannel, self.name)]
+        if pump is not None:
+            pump.cancel()
+        if consumer is not None:
+            await consumer.close()
+
+    async def _run(self) -> None:
+        while self.consumer is not None:
+            consumer = self.consumer
+            try:
+                batch = await consumer.next_batch()
+            except Exception:  # the consumer recreates itself on NATS trouble; this is a bug
+                log.error("dispatcher read failed", pchannel=self.pchannel, exc_info=True)
+                await asyncio.sleep(0.5)
+                continue
+            if not batch and consumer.closed:
+                return  # the stream is closing
+            async with self._lock:
+                if consumer is self.consumer:
+                    for msg in batch:
+                        self._deliver(msg)
+            for t in list(self.targets.values()):
+                if not t.drained.is_set():
+                    await t.drained.wait()
+
+    def _deliver(self, msg: Msg) -> None:
+        pos = msg.position
+        assert pos is not None
+        if pos.channel_name != self.pchannel:
+            t = self.targets.get(pos.channel_name)
+            if t is not None:
+                t.put(msg)
+            return
+        for t in self.targets.values():  # a time tick: every vchannel of the pchannel gets it
+            tick = Msg(MsgType.TimeTick, msg.timestamp)
+            tick.position = MsgPosition(channel_name=t.vchannel, seq=pos.seq, timestamp=pos.timestamp)
+            t.put(tick)
+
+
+async def dispatch(stream: MsgStream, vchannel: str, *, after_seq: int, name: str) -> Target:
+    """A target reading `vchannel` after `after_seq`, through the component's shared consumer."""
+    key = (channels.pchannel_of(vchannel), name)
+    while True:
+        d = stream._dispatchers.get(key)
+        if d is None:
+            d = stream._dispatchers[key] = Dispatcher(stream, key[0], name)
+        target = await d.add(vchannel, after_seq)
+        if target is not None:
+            return target
