@@ -179,3 +179,36 @@ async def test_a_write_task_cancelled_by_shutdown_still_ends(monkeypatch):
 
 async def _no_wait(self) -> None:
     await asyncio.sleep(0)
+
+
+async def test_one_ticks_reports_go_to_datacoord_in_one_message(nats_url, root):
+    """Many collections: a pchannel tick reaches every flowgraph of the pchannel at once; their
+    DataNodeTtMsgs go in one NATS message, not one per vchannel."""
+    from kmilvus.config import Config
+    from kmilvus.msgstream import MsgStream, datanode_tt_subject
+    from kmilvus.proto import data_coord_pb2, internal_pb2
+
+    stream = await MsgStream.connect(nats_url, root)
+    got: list[bytes] = []
+    sub = await stream.subscribe_core(datanode_tt_subject(root), lambda data: _append(got, data))
+    registry = types.SimpleNamespace(client=lambda role: None)
+    node = DataNode(Config(cluster=root), stream, None, registry, server_id=3)
+    fgs = [types.SimpleNamespace(vchannel=f"{root}-dml_0_{i}v0", watch_version=1, stale_deletes=list) for i in range(3)]
+    for i, fg in enumerate(fgs):
+        await node.report_tt(fg, 100, internal_pb2.MsgPosition(channel_name=fg.vchannel, seq=10 + i))
+    await stream.nc.flush()
+    for _ in range(50):
+        if got:
+            break
+        await asyncio.sleep(0.02)
+    await sub.unsubscribe()
+    await stream.close()
+    assert len(got) == 1
+    msgs = data_coord_pb2.ReportDataNodeTtMsgsRequest.FromString(got[0]).msgs
+    assert [(m.channel_name, m.timestamp, m.checkpoint.seq, m.nodeID) for m in msgs] == [
+        (fg.vchannel, 100, 10 + i, 3) for i, fg in enumerate(fgs)
+    ]
+
+
+async def _append(out: list, data: bytes) -> None:
+    out.append(data)

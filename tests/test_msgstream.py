@@ -406,3 +406,25 @@ async def test_a_target_closed_while_catching_up_leaves_no_consumer(ms, root):
     await ta.close()
     assert await ms.consumer_names() == []
     assert await tb.next(0.1) is None
+
+
+async def test_a_target_not_read_pauses_its_pchannel_at_its_bound(ms, root, monkeypatch):
+    """Back-pressure: what waits for a slow vchannel is bounded; delivery resumes once it reads."""
+    from kmilvus.msgstream import dispatcher
+
+    monkeypatch.setattr(dispatcher, "TARGET_QUEUE", 8)
+    monkeypatch.setattr(dispatcher, "BATCH", 4)
+    a, b = vch(root, 1), vch(root, 2)
+    p = ms.producer()
+    await p.publish_many([(a, Msg(MsgType.Insert, i + 1, b"x")) for i in range(40)])
+    last_b = await p.publish(b, Msg(MsgType.Insert, 100, b"b"))
+    ta = await ms.dispatch(a, name="dn")
+    tb = await ms.dispatch(b, after_seq=last_b - 1, name="dn")
+    await asyncio.sleep(0.5)
+    assert 8 <= len(ta._queue) <= 8 + 4  # paused at the bound (plus at most one batch)
+    assert await tb.next(0.2) is None  # b's message is behind a's: it waits with them
+    got = await drain(ta, 40)
+    assert [m.timestamp for m in got] == list(range(1, 41))
+    assert (await tb.next(2)).position.seq == last_b
+    await ta.close()
+    await tb.close()

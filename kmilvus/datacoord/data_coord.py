@@ -162,8 +162,9 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
 
     # startDataNodeTsLoop (seed 000 §8) ----------------------------------------------------
     async def _on_tt(self, data: bytes) -> None:
-        msg = internal_pb2.DataNodeTtMsg.FromString(data)
-        await self.handle_tt(msg)
+        """A DataNode's reports of one loop turn (every vchannel a pchannel tick reached)."""
+        for msg in data_coord_pb2.ReportDataNodeTtMsgsRequest.FromString(data).msgs:
+            await self.handle_tt(msg)
 
     async def handle_tt(self, msg: internal_pb2.DataNodeTtMsg) -> None:
         ch = msg.channel_name

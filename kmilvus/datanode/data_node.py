@@ -18,7 +18,7 @@ from kmilvus.config import Config
 from kmilvus.datanode.flowgraph import FlowGraph, PendingWrite
 from kmilvus.log import get_logger
 from kmilvus.msgstream import channels as chan
-from kmilvus.proto import data_node_pb2_grpc, internal_pb2
+from kmilvus.proto import data_coord_pb2, data_node_pb2_grpc, internal_pb2
 from kmilvus.storage import binlog, deltalog, paths
 from kmilvus.util import merr
 from kmilvus.util.failpoint import afailpoint
@@ -44,6 +44,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         self._seg_locks: dict[int, asyncio.Lock] = {}
         self._writes: set[asyncio.Task] = set()
         self._tt_subject = chan.datanode_tt_subject(cfg.cluster)
+        self._tt_batch: list[internal_pb2.DataNodeTtMsg] = []
+        self._tt_sends: set[asyncio.Task] = set()
         self._pressure = asyncio.Event()
         self._pressure_task: asyncio.Task | None = None
 
@@ -90,18 +92,33 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
 
     # Time ticks -------------------------------------------------------------------------------
     async def report_tt(self, fg: FlowGraph, ts: int, cp: internal_pb2.MsgPosition) -> None:
-        """Seed 000 §7: DataNodeTtMsg on every consumed tick, under the flowgraph's watch."""
+        """Seed 000 §7: DataNodeTtMsg on every consumed tick, under the flowgraph's watch.
+
+        A pchannel's tick reaches all its vchannels' flowgraphs at once: their reports go to
+        DataCoord together, one NATS message per loop turn, not one per vchannel."""
         msg = internal_pb2.DataNodeTtMsg(
             channel_name=fg.vchannel, timestamp=ts, checkpoint=cp, nodeID=self.server_id, watch_version=fg.watch_version
         )
         msg.base.msg_type = common_pb2.DataNodeTt
         msg.base.timestamp = ts
         msg.base.sourceID = self.server_id
-        try:
-            await self.stream.publish_core(self._tt_subject, msg.SerializeToString())
-        except Exception as exc:  # noqa: BLE001 - NATS away: the next tick reports the same or newer
-            log.warning("time tick report failed", channel=fg.vchannel, error=repr(exc))
+        if not self._tt_batch:
+            asyncio.get_running_loop().call_soon(self._send_tts)
+        self._tt_batch.append(msg)
         self._write_deletes(fg, fg.stale_deletes())
+
+    def _send_tts(self) -> None:
+        batch, self._tt_batch = self._tt_batch, []
+        task = asyncio.create_task(self._publish_tts(batch), name="datanode-tt")
+        self._tt_sends.add(task)
+        task.add_done_callback(self._tt_sends.discard)
+
+    async def _publish_tts(self, batch: list[internal_pb2.DataNodeTtMsg]) -> None:
+        data = data_coord_pb2.ReportDataNodeTtMsgsRequest(msgs=batch).SerializeToString()
+        try:
+            await self.stream.publish_core(self._tt_subject, data)
+        except Exception as exc:  # noqa: BLE001 - NATS away: the next tick reports the same or newer
+            log.warning("time tick report failed", channels=len(batch), error=repr(exc))
 
     def _write_deletes(self, fg: FlowGraph, segments: list[int]) -> None:
         """Delta logs of flushed segments, in the background (they hold the checkpoint meanwhile)."""

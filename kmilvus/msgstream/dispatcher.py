@@ -29,7 +29,10 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-TARGET_QUEUE = 4096  # messages a target may have waiting before the pchannel's delivery pauses
+# What a target may have waiting before the pchannel's delivery pauses (until it is half read).
+TARGET_QUEUE = 4096  # messages
+TARGET_QUEUE_BYTES = 64 * 1024 * 1024  # payload bytes
+BATCH = 256  # messages handed out between two looks at the targets' queues
 
 
 class Target:
@@ -40,10 +43,12 @@ class Target:
         self.vchannel = vchannel
         self.after = after_seq  # the last seq put here by the shared consumer (deduplicates)
         self._queue: collections.deque[Msg] = collections.deque()
+        self._bytes = 0
         self._ready = asyncio.Event()
         self.drained = asyncio.Event()
         self.drained.set()
         self.closed = False
+        self.read = after_seq  # the seq of the last message handed to the reader
         self._solo: Consumer | None = None  # catching up on (after_seq, _upto] alone
         self._upto = 0
 
@@ -53,9 +58,26 @@ class Target:
             return
         self.after = seq
         self._queue.append(msg)
+        self._bytes += len(msg.payload)
         self._ready.set()
-        if len(self._queue) >= TARGET_QUEUE:
+        if len(self._queue) >= TARGET_QUEUE or self._bytes >= TARGET_QUEUE_BYTES:
             self.drained.clear()
+
+    @property
+    def processed_seq(self) -> int:
+        """The seq of the last message read (as `Consumer.processed_seq`: where to resume)."""
+        return self.read
+
+    def _take(self) -> Msg:
+        msg = self._queue.popleft()
+        self._bytes -= len(msg.payload)
+        assert msg.position is not None
+        self.read = msg.position.seq
+        return msg
+
+    def _taken(self) -> None:
+        if len(self._queue) < TARGET_QUEUE // 2 and self._bytes < TARGET_QUEUE_BYTES // 2:
+            self.drained.set()
 
     def __aiter__(self) -> Target:
         return self
@@ -81,9 +103,8 @@ class Target:
                     await self._ready.wait()
             except TimeoutError:
                 return None
-        msg = self._queue.popleft()
-        if len(self._queue) < TARGET_QUEUE // 2:
-            self.drained.set()
+        msg = self._take()
+        self._taken()
         return msg
 
     async def _catch_up(self, timeout: float | None) -> Msg | None:
@@ -96,6 +117,7 @@ class Target:
                 return None
             assert msg.position is not None
             if msg.position.seq <= self._upto:
+                self.read = msg.position.seq
                 return msg
         self._solo = None
         await solo.close()
@@ -110,9 +132,8 @@ class Target:
         if self._solo is not None:
             return out
         while self._queue and len(out) < max_msgs:
-            out.append(self._queue.popleft())
-        if len(self._queue) < TARGET_QUEUE // 2:
-            self.drained.set()
+            out.append(self._take())
+        self._taken()
         return out
 
     async def close(self) -> None:
@@ -120,6 +141,7 @@ class Target:
             return
         self.closed = True
         self._queue.clear()
+        self._bytes = 0
         self._ready.set()
         self.drained.set()
         solo, self._solo = self._solo, None
@@ -203,7 +225,7 @@ class Dispatcher:
         while self.consumer is not None:
             consumer = self.consumer
             try:
-                batch = await consumer.next_batch()
+                batch = await consumer.next_batch(BATCH)
             except Exception:  # the consumer recreates itself on NATS trouble; this is a bug
                 log.error("dispatcher read failed", pchannel=self.pchannel, exc_info=True)
                 await asyncio.sleep(0.5)

@@ -114,6 +114,14 @@ class Proxy(
             raise
         self.reported_tick = max(self.reported_tick, ts)
 
+    async def report_tick_now(self, flush_channels: list[str] = ()) -> None:
+        """`report_tick` for someone waiting (a flush, a Strong or Session read), best effort:
+        if it fails the request is still correct, only as late as the periodic report."""
+        try:
+            await self.report_tick(flush_channels)
+        except Exception as exc:  # noqa: BLE001 - the periodic report and tick still come
+            log.warning("tick report on demand failed", channels=len(flush_channels), error=repr(exc))
+
     # Connection and health -----------------------------------------------------------------
     @merr.rpc(milvus_pb2.ConnectResponse)
     async def Connect(self, req, context=None):
@@ -359,9 +367,6 @@ class FlushTask(Task):
         if chans:
             # Tick on demand: this tick is allocated after every flush_ts above, so once RootCoord
             # publishes it the DataNodes can write the sealed segments without waiting for the
-            # periodic tick. Best effort: the periodic tick still comes if this fails.
-            try:
-                await self.proxy.report_tick(chans)
-            except Exception as exc:  # noqa: BLE001 - the flush is correct without it, only later
-                log.warning("tick on demand failed", channels=chans, error=repr(exc))
+            # periodic tick.
+            await self.proxy.report_tick_now(chans)
         self.result = resp

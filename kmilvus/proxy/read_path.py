@@ -9,13 +9,11 @@ from collections.abc import Awaitable, Callable
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus import components as roles
-from kmilvus.log import get_logger
 from kmilvus.proto import query_coord_pb2
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.util import merr, typeutil
 from kmilvus.util.ttl import expire_before, ttl_seconds
 
-log = get_logger(__name__)
 CL = common_pb2.ConsistencyLevel
 BOUNDED_STALENESS_MS = 5000  # Milvus' common.gracefulTime
 PHYSICAL_SHIFT = 18
@@ -31,11 +29,8 @@ async def guarantee_ts(proxy, meta: CollectionMeta, req) -> int:
         ts = await proxy.tso.alloc()
         # Report a tick past `ts` at once, naming the channels (as a flush does): the read then
         # waits for a JetStream round trip, not for the periodic report and tick (Milvus: up to
-        # its 200 ms tick interval). Best effort: the periodic tick still comes.
-        try:
-            await proxy.report_tick(meta.vchannels)
-        except Exception as exc:  # noqa: BLE001 - the read is correct without it, only later
-            log.warning("tick on demand failed", channels=meta.vchannels, error=repr(exc))
+        # its 200 ms tick interval).
+        await proxy.report_tick_now(meta.vchannels)
         return ts
     if level == CL.Bounded:
         now = await proxy.tso.alloc()
@@ -45,10 +40,7 @@ async def guarantee_ts(proxy, meta: CollectionMeta, req) -> int:
         if ts > proxy.reported_tick:
             # The client's write may be newer than this Proxy's last report: report now, so the
             # tick the QueryNode asks for can pass it without waiting for the periodic report.
-            try:
-                await proxy.report_tick()
-            except Exception as exc:  # noqa: BLE001 - the read is correct without it, only later
-                log.warning("tick report failed", error=repr(exc))
+            await proxy.report_tick_now()
         return ts
     return 1
 
