@@ -247,3 +247,26 @@ async def test_ticks_go_once_per_pchannel_and_a_vchannel_stands_for_its_pchannel
     await stream.delete_stream()
     await stream.close()
     await kv.close()
+
+
+async def test_a_demand_names_its_vchannels_even_when_the_pchannel_has_the_tick(etcd_endpoint, nats_url, root):
+    """A node's dispatcher may have skipped an idle vchannel when its pchannel was ticked: a read
+    or a flush waiting there gets a tick naming it, even if the pchannel has passed `ts`."""
+    from kmilvus.msgstream.message import TICK_FOR
+
+    kv, own = await make_source(etcd_endpoint, root)
+    stream = await MsgStream.connect(nats_url, root)
+    p0 = f"{root}-dml_0"
+    v = f"{p0}_5v0"
+    sync = TimeTickSync(stream.producer(), own, lambda: [p0], interval=3600, idle_interval=3600)
+    first = await sync.publish()
+    await sync.demand([v], first - 1)  # the pchannel has that tick already
+    assert not sync.demands and not sync.named
+    consumer = await stream.consume(p0)
+    got = [await consumer.next(timeout=2), await consumer.next(timeout=2)]
+    await consumer.close()
+    assert [m.timestamp for m in got] == [first, sync.sent[p0]]
+    assert TICK_FOR not in got[0].headers and got[1].headers[TICK_FOR] == v
+    await stream.delete_stream()
+    await stream.close()
+    await kv.close()

@@ -12,17 +12,25 @@ already read past S (to P, skipping what was not yet registered), the target fir
 on its own: a consumer of its vchannel's subject alone reads (S, P], then it is closed and the
 target goes on with what the shared consumer delivered after P. Ticks in (S, P] are not
 replayed: the first tick after P covers them (a tick promises everything before it).
+
+A pchannel ticks ten times a second while any of its vchannels is written, and handing every
+tick to every vchannel of it would make each tick cost what the collections on it cost. So a
+tick goes to a vchannel that got messages since its last tick, to the vchannels it names (a
+flush or a read waits there: `TICK_FOR`), and to every other one at most every
+`idle_tick_interval` seconds. A tick skipped is a promise superseded by the next one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import math
+import time
 from typing import TYPE_CHECKING
 
 from kmilvus.log import get_logger
 from kmilvus.msgstream import channels
-from kmilvus.msgstream.message import Msg, MsgPosition, MsgType
+from kmilvus.msgstream.message import TICK_FOR, Msg, MsgPosition, MsgType
 
 if TYPE_CHECKING:
     from kmilvus.msgstream.jetstream import Consumer, MsgStream
@@ -161,6 +169,8 @@ class Dispatcher:
         self.consumer: Consumer | None = None
         self.retired = False
         self._subjects = {stream.subject(pchannel): pchannel}  # subject → channel served
+        self._fresh: set[str] = set()  # vchannels that got messages since their last tick
+        self._ticked_at: dict[str, float] = {}  # vchannel → its last tick (monotonic), oldest first
         self._lock = asyncio.Lock()
         self._pump: asyncio.Task | None = None
 
@@ -181,6 +191,7 @@ class Dispatcher:
                 self.consumer = await self._consume(after_seq)
             self.targets[vchannel] = target
             self._subjects[self.stream.subject(vchannel)] = vchannel
+            self._ticked_at = {vchannel: -math.inf} | self._ticked_at  # the next tick is its
             read = self.consumer.processed_seq
             if after_seq < read:
                 # The shared consumer skipped this vchannel up to `read`: catch up alone first.
@@ -209,6 +220,8 @@ class Dispatcher:
             if self.targets.get(target.vchannel) is target:
                 del self.targets[target.vchannel]
                 self._subjects.pop(self.stream.subject(target.vchannel), None)
+                self._fresh.discard(target.vchannel)
+                self._ticked_at.pop(target.vchannel, None)
             if self.targets:
                 return
             self.retired = True
@@ -247,11 +260,26 @@ class Dispatcher:
             t = self.targets.get(pos.channel_name)
             if t is not None:
                 t.put(msg)
+                self._fresh.add(t.vchannel)
             return
-        for t in self.targets.values():  # a time tick: every vchannel of the pchannel gets it
+        # A time tick: for the vchannels that need it (see the module's docstring).
+        now = time.monotonic()
+        due = self._fresh
+        self._fresh = set()
+        named = msg.headers.get(TICK_FOR)
+        if named:
+            due.update(v for v in named.split(",") if v in self.targets)
+        idle = self.stream.idle_tick_interval
+        for v, at in self._ticked_at.items():
+            if now - at < idle:
+                break
+            due.add(v)
+        for v in due:
             tick = Msg(MsgType.TimeTick, msg.timestamp)
-            tick.position = MsgPosition(channel_name=t.vchannel, seq=pos.seq, timestamp=pos.timestamp)
-            t.put(tick)
+            tick.position = MsgPosition(channel_name=v, seq=pos.seq, timestamp=pos.timestamp)
+            self.targets[v].put(tick)
+            del self._ticked_at[v]
+            self._ticked_at[v] = now  # to the end: the order stays "the longest without first"
 
 
 async def dispatch(stream: MsgStream, vchannel: str, *, after_seq: int, name: str) -> Target:

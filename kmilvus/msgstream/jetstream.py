@@ -93,6 +93,8 @@ class MsgStream:
         self._subjects: dict[str, str] = {}
         self._consumers: set[Consumer] = set()
         self._dispatchers: dict[tuple[str, str], Dispatcher] = {}  # (pchannel, name) → shared consumer
+        # A dispatcher hands an idle vchannel a tick at most this often (0: every tick).
+        self.idle_tick_interval = 0.0
         self._closing = False
         self.reconnects = 0  # reconnections so far, and when the last one happened (loop time)
         self.reconnected_at = 0.0

@@ -20,6 +20,10 @@ H_CHUNK = "K-Chunk"  # "i/n" on each part of a split message
 H_CHUNK_ID = "K-Chunk-Id"  # groups the parts of one split message
 H_CHUNK_START = "K-Chunk-Start"  # stream seq of part 0, on parts i > 0: lets a resume recover it
 H_PREFIX = "K-"
+# A time tick's header (`Msg.headers`): the vchannels a flush or a read waits on, comma-separated.
+# A node's dispatcher hands a pchannel's tick to idle vchannels only now and then, and to these
+# at once.
+TICK_FOR = "vchannels"
 RESERVED = frozenset({H_TYPE, H_TS, H_CHUNK, H_CHUNK_ID, H_CHUNK_START})
 _PREFIX_LEN = len(H_PREFIX)
 

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from kmilvus import metrics
 from kmilvus.log import get_logger
 from kmilvus.msgstream import Msg, MsgType, channels
+from kmilvus.msgstream.message import TICK_FOR
 from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
@@ -72,6 +73,9 @@ class TimeTickSync:
         self._live_set: set[str] = set()
         self.active: dict[str, float] = {}
         self.demands: dict[str, int] = {}
+        # pchannel → the vchannels a pending demand named: the tick carries their names, so a
+        # node's dispatcher hands it to them even if they are idle (it skips idle vchannels).
+        self.named: dict[str, set[str]] = {}
         self.on_demand = 0  # ticks published on demand (channels × publishes)
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
@@ -148,21 +152,34 @@ class TimeTickSync:
 
     async def _send(self, chans: list[str], tick: int, now: float) -> None:
         if chans:
-            await self.producer.publish_many([(ch, Msg(MsgType.TimeTick, tick)) for ch in chans])
+            await self.producer.publish_many([(ch, self._tick_msg(ch, tick)) for ch in chans])
         for ch in chans:
             self.sent[ch] = tick
             self.sent_at.pop(ch, None)
             self.sent_at[ch] = now  # to the end: the order stays "most overdue first"
-        if self.demands:
-            self.demands = {ch: t for ch, t in self.demands.items() if t > self.sent.get(ch, 0)}
+            if self.demands.get(ch, tick + 1) <= tick:
+                del self.demands[ch]
+                self.named.pop(ch, None)
+
+    def _tick_msg(self, ch: str, tick: int) -> Msg:
+        named = self.named.get(ch)
+        return Msg(MsgType.TimeTick, tick, headers={TICK_FOR: ",".join(sorted(named))} if named else {})
 
     async def demand(self, chans: list[str], ts: int) -> None:
         """A flush or a read on `chans` waits for a tick past `ts` there: publish it now if the
         minimum over the producers allows it, else at the first report that does (or the
         periodic tick)."""
-        for ch in _pchannels(chans):
-            if ts > self.sent.get(ch, 0):  # else the channel has that tick already
-                self.demands[ch] = max(self.demands.get(ch, 0), ts)
+        for c in chans:
+            if channels.is_vchannel(c):
+                # Even if the pchannel has that tick already: a node may not have handed it to
+                # this (idle) vchannel. The next tick names it.
+                ch = channels.pchannel_of(c)
+                self.named.setdefault(ch, set()).add(c)
+            elif ts > self.sent.get(c, 0):  # else the channel has that tick already
+                ch = c
+            else:
+                continue
+            self.demands[ch] = max(self.demands.get(ch, 0), ts)
         await self.publish_demanded()
 
     async def publish_demanded(self) -> None:
@@ -175,7 +192,8 @@ class TimeTickSync:
                 return
             self._refresh()
             self.demands = {ch: t for ch, t in self.demands.items() if ch in self._live_set}
-            chans = [ch for ch in self.demands if tick > self.sent.get(ch, 0)]
+            self.named = {ch: v for ch, v in self.named.items() if ch in self.demands}
+            chans = [ch for ch, t in self.demands.items() if tick > self.sent.get(ch, 0) or tick >= t]
             if not chans:
                 return
             await self._send(chans, tick, time.monotonic())
