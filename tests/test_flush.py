@@ -226,7 +226,9 @@ def test_seal_by_size_makes_several_segments(node_factory):
 
 
 def test_idle_segments_seal_and_flush_without_being_asked(node_factory):
-    node = node_factory(segment_max_idle_time=0.3)
+    """Also on an idle channel (ticked only every `time_tick_idle_interval`, an hour here):
+    DataCoord asks for the tick the sealed segment's flush waits for."""
+    node = node_factory(segment_max_idle_time=0.3, time_tick_idle_interval=3600)
     c = MilvusClient(uri=node.uri)
     c.create_collection("idle", schema=bench_schema())
     ids, vecs, tags = batch(0, 100)

@@ -430,32 +430,37 @@ async def test_a_target_not_read_pauses_its_pchannel_at_its_bound(ms, root, monk
     await tb.close()
 
 
-async def test_a_pchannel_tick_goes_to_busy_and_named_vchannels_and_now_and_then_to_idle_ones(ms, root):
-    """Many collections: a tick reaches the vchannels that got messages since their last tick
-    and those it names (a flush or a read waits there); an idle one gets a tick only every
+async def test_a_pchannel_tick_goes_to_busy_and_named_vchannels_and_now_and_then_to_idle_ones(ms, root, monkeypatch):
+    """Many collections: a tick reaches the vchannels that got messages in the last second and
+    those it names (a flush or a read waits there); an idle one gets a tick only every
     `idle_tick_interval` — the first one at once."""
+    from kmilvus.msgstream import dispatcher
     from kmilvus.msgstream.message import TICK_FOR
 
-    ms.idle_tick_interval = 0.5
+    monkeypatch.setattr(dispatcher, "ACTIVE_FOR", 0.3)
+    ms.idle_tick_interval = 1.5
     busy, named, idle = vch(root, 1), vch(root, 2), vch(root, 3)
     p0 = pchannel_of(busy)
     p = ms.producer()
     targets = {v: await ms.dispatch(v, name="dn") for v in (busy, named, idle)}
     first = await p.publish(p0, Msg(MsgType.TimeTick, 10))  # the first tick: to every vchannel
+    started = asyncio.get_running_loop().time()
     for t in targets.values():
         assert [m.position.seq for m in await drain(t, 1)] == [first]
     data = await p.publish(busy, Msg(MsgType.Insert, 11, b"rows"))
     second = await p.publish(p0, Msg(MsgType.TimeTick, 12, headers={TICK_FOR: f"{named},{vch(root, 9)}"}))
-    assert [m.position.seq for m in await drain(targets[busy], 2)] == [data, second]
-    assert [m.position.seq for m in await drain(targets[named], 1)] == [second]
-    assert await targets[idle].next(0.2) is None  # skipped: the next one it gets promises as much
     third = await p.publish(p0, Msg(MsgType.TimeTick, 13))
-    assert await targets[busy].next(0.2) is None  # nothing new since its last tick
-    await asyncio.sleep(0.5)
-    fourth = await p.publish(p0, Msg(MsgType.TimeTick, 14))  # the idle interval has passed
+    assert [m.position.seq for m in await drain(targets[busy], 3)] == [data, second, third]  # active
+    assert [m.position.seq for m in await drain(targets[named], 1)] == [second]  # named once
+    assert await targets[idle].next(0.1) is None  # skipped: the next one it gets promises as much
+    await asyncio.sleep(0.3)
+    await p.publish(p0, Msg(MsgType.TimeTick, 14))
+    assert await targets[busy].next(0.2) is None  # nothing of its own for ACTIVE_FOR
+    assert await targets[named].next(0.01) is None and await targets[idle].next(0.01) is None
+    await asyncio.sleep(started + 1.6 - asyncio.get_running_loop().time())
+    last = await p.publish(p0, Msg(MsgType.TimeTick, 15))  # the idle interval has passed
     for t in targets.values():
         got = await drain(t, 1)
-        assert [(m.type, m.position.seq, m.timestamp) for m in got] == [(MsgType.TimeTick, fourth, 14)]
-    assert third < fourth
+        assert [(m.type, m.position.seq, m.timestamp) for m in got] == [(MsgType.TimeTick, last, 15)]
     for t in targets.values():
         await t.close()

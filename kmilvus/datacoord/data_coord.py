@@ -35,6 +35,7 @@ from kmilvus.storage import paths
 from kmilvus.util import merr
 from kmilvus.util.constants import LIVE_SEGMENT_STATES
 from kmilvus.util.tasks import BackgroundTasks
+from kmilvus.util.timetick import demand_tick
 from kmilvus.util.ttl import ttl_seconds
 
 log = get_logger(__name__)
@@ -136,7 +137,12 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
     async def _background_step(self) -> None:
         """Seal policies, checkpoint persistence and stream trimming, at a steady pace."""
         self._export_metrics()
-        await self.segments.apply_seal_policies()
+        sealed = await self.segments.apply_seal_policies()
+        if sealed:
+            # Their flush waits for a tick past the seal; an idle channel's DataNode would get
+            # one only at the idle interval.
+            chans = sorted({s.info.insert_channel for s in sealed})
+            await demand_tick(self.registry.client(roles.ROOTCOORD), chans, max(s.info.seal_timestamp for s in sealed))
         dirty, self._dirty_cps = self._dirty_cps, set()
         await self.meta.persist_checkpoints(sorted(dirty))
         for ch in dirty:

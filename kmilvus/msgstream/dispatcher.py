@@ -15,9 +15,10 @@ replayed: the first tick after P covers them (a tick promises everything before 
 
 A pchannel ticks ten times a second while any of its vchannels is written, and handing every
 tick to every vchannel of it would make each tick cost what the collections on it cost. So a
-tick goes to a vchannel that got messages since its last tick, to the vchannels it names (a
-flush or a read waits there: `TICK_FOR`), and to every other one at most every
-`idle_tick_interval` seconds. A tick skipped is a promise superseded by the next one.
+tick goes to a vchannel that got messages in the last `ACTIVE_FOR` seconds (RootCoord's rule for
+pchannels), to the vchannels it names (a flush or a read waits there: `TICK_FOR`), and to every
+other one at most every `idle_tick_interval` seconds. A tick skipped is a promise superseded by
+the next one.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ log = get_logger(__name__)
 TARGET_QUEUE = 4096  # messages
 TARGET_QUEUE_BYTES = 64 * 1024 * 1024  # payload bytes
 BATCH = 256  # messages handed out between two looks at the targets' queues
+ACTIVE_FOR = 1.0  # seconds a vchannel gets every tick after a message of its own
 
 
 class Target:
@@ -169,7 +171,7 @@ class Dispatcher:
         self.consumer: Consumer | None = None
         self.retired = False
         self._subjects = {stream.subject(pchannel): pchannel}  # subject → channel served
-        self._fresh: set[str] = set()  # vchannels that got messages since their last tick
+        self._active: dict[str, float] = {}  # vchannel → when it last got a message (monotonic)
         self._ticked_at: dict[str, float] = {}  # vchannel → its last tick (monotonic), oldest first
         self._lock = asyncio.Lock()
         self._pump: asyncio.Task | None = None
@@ -220,7 +222,7 @@ class Dispatcher:
             if self.targets.get(target.vchannel) is target:
                 del self.targets[target.vchannel]
                 self._subjects.pop(self.stream.subject(target.vchannel), None)
-                self._fresh.discard(target.vchannel)
+                self._active.pop(target.vchannel, None)
                 self._ticked_at.pop(target.vchannel, None)
             if self.targets:
                 return
@@ -260,12 +262,13 @@ class Dispatcher:
             t = self.targets.get(pos.channel_name)
             if t is not None:
                 t.put(msg)
-                self._fresh.add(t.vchannel)
+                self._active[t.vchannel] = time.monotonic()
             return
         # A time tick: for the vchannels that need it (see the module's docstring).
         now = time.monotonic()
-        due = self._fresh
-        self._fresh = set()
+        if self._active:
+            self._active = {v: at for v, at in self._active.items() if now - at < ACTIVE_FOR}
+        due = set(self._active)
         named = msg.headers.get(TICK_FOR)
         if named:
             due.update(v for v in named.split(",") if v in self.targets)

@@ -23,6 +23,7 @@ from kmilvus.querynode.filter import compile_filter
 from kmilvus.querynode.segments import SegmentData, read_binlogs
 from kmilvus.storage import deltalog
 from kmilvus.util import merr, typeutil
+from kmilvus.util.timetick import demand_tick
 
 log = get_logger(__name__)
 DEFAULT_TIMEOUT_MS = 10_000
@@ -260,17 +261,8 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         return coll
 
     async def _demand_tick(self, vchannels: list[str], ts: int) -> None:
-        """Ask RootCoord for a tick past `ts` on channels this read waits for: an idle channel
-        is otherwise ticked only every `time_tick_idle_interval`. Best effort: the periodic
-        tick still comes."""
-        try:
-            merr.check(
-                await self.registry.client(roles.ROOTCOORD).DemandTimeTick(
-                    internal_pb2.TimeTickDemand(channels=vchannels, timestamp=ts)
-                )
-            )
-        except Exception as exc:  # noqa: BLE001 - the read only waits longer without it
-            log.warning("tick on demand failed", channels=vchannels, error=repr(exc))
+        """The channels this read waits for get a tick past `ts` now, not at the idle interval."""
+        await demand_tick(self.registry.client(roles.ROOTCOORD), vchannels, ts)
 
     @merr.rpc(query_node_pb2.SearchResults)
     async def Search(self, req: query_node_pb2.SearchRequest, context=None):

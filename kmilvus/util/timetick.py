@@ -13,6 +13,11 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 
 from kmilvus.allocator import TimestampAllocator
+from kmilvus.log import get_logger
+from kmilvus.proto import internal_pb2
+from kmilvus.util import merr
+
+log = get_logger(__name__)
 
 
 class TickSource:
@@ -54,3 +59,13 @@ class TickSource:
     def touch(self, channels: Iterable[str]) -> None:
         """Give back channels a failed report did not deliver."""
         self._touched.update(channels)
+
+
+async def demand_tick(rootcoord, vchannels: list[str], ts: int) -> None:
+    """Ask RootCoord (`DemandTimeTick`) for a tick past `ts` naming `vchannels`: someone waits
+    there (a read, a sealed segment's flush), and an idle channel's consumers otherwise get a
+    tick only every `time_tick_idle_interval`. Best effort: the periodic tick still comes."""
+    try:
+        merr.check(await rootcoord.DemandTimeTick(internal_pb2.TimeTickDemand(channels=vchannels, timestamp=ts)))
+    except Exception as exc:  # noqa: BLE001 - the waiter only waits longer without it
+        log.warning("tick on demand failed", channels=len(vchannels), error=repr(exc))
