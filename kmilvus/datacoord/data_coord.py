@@ -75,6 +75,9 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self._assign_lock = asyncio.Lock()
         self.leader_check: Callable[[], Awaitable[bool]] = _leader_unknown  # Node sets its lock's check
         self._flush_ts: dict[int, int] = {}  # collection → latest flush timestamp
+        # Channels of a flush not yet passed by their checkpoint: the periodic check looks at
+        # these and at channels with sealed segments, not at every channel (1,000s of them).
+        self._flushing_chans: set[str] = set()
         self._deltas_sent: dict[str, int] = {}  # channel → flush_ts its buffered deletes were asked for
         self.jobs = JobService(
             JobPort(
@@ -149,7 +152,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             cp = self.meta.checkpoints.get(ch)
             if cp is not None and cp.seq:
                 await self.stream.purge(ch, before_seq=cp.seq + 1)
-        await self._check_flushable()
+        await self._check_flushable(self._flush_candidates())
 
     def _channel_moved(self, ch: str) -> None:
         """A node (re)started the channel's flowgraph: pending flushes go to it as soon as it
@@ -185,6 +188,11 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             await self.meta.notify()
         await self._check_flushable([ch])
 
+    def _flush_candidates(self) -> list[str]:
+        """Channels the periodic check must look at (FlushSegments to send or resend)."""
+        sealed = {s.info.insert_channel for s in self.meta.segments.values() if s.info.state == SegmentState.Sealed}
+        return sorted(sealed | self._flushing_chans)
+
     async def _check_flushable(self, chans: list[str] | None = None) -> None:
         """FlushSegments for sealed segments whose channel tick passed their seal time and
         every insert they were promised to."""
@@ -207,6 +215,8 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             # carries; FlushSegments (even with no segment) makes the DataNode write them now.
             flush_ts = self._flush_ts.get(coll, 0)
             cp = self.meta.checkpoints.get(ch)
+            if not flush_ts or (cp is not None and cp.timestamp >= flush_ts):
+                self._flushing_chans.discard(ch)
             deltas_due = (
                 flush_ts
                 and tick > flush_ts
@@ -296,7 +306,9 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             self._flush_ts[req.collectionID] = flush_ts
         pending = self.meta.by_collection(req.collectionID, (SegmentState.Sealed, SegmentState.Flushing))
         flushed = self.meta.by_collection(req.collectionID, (SegmentState.Flushed,))
-        await self._check_flushable(self.channels.channels_of(req.collectionID))
+        chans = self.channels.channels_of(req.collectionID)
+        self._flushing_chans.update(chans)
+        await self._check_flushable(chans)
         return data_coord_pb2.FlushResponse(
             dbID=req.dbID,
             collectionID=req.collectionID,
@@ -405,6 +417,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 self.ticks.pop(ch, None)
                 self._deltas_sent.pop(ch, None)
                 self._dirty_cps.discard(ch)
+                self._flushing_chans.discard(ch)
             await self.meta.drop_collection_meta(coll, vchans)
             self.index_meta.forget_collection(coll)
             self.segments.max_rows.pop(coll, None)
