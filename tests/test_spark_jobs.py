@@ -12,6 +12,7 @@ import shutil
 import sys
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -378,6 +379,22 @@ def test_drop_collection_during_compaction_leaves_nothing(node_factory):
 # ------------------------------------------------------------------------------ the jobs in-process
 
 
+def _get_or_create(builder):
+    """The test process's own JVM. PySpark forks it from this process, where earlier tests' gRPC
+    threads run; once in a full suite it exited before sending its port (JAVA_GATEWAY_EXITED,
+    with gRPC's "skipping fork() handlers" on stderr). That is the test process's hazard, not
+    the product's (jobs run in processes of their own): start it once more, and say so."""
+    from pyspark.errors import PySparkRuntimeError
+
+    try:
+        return builder.getOrCreate()
+    except PySparkRuntimeError as e:
+        if "JAVA_GATEWAY_EXITED" not in str(e):
+            raise
+        warnings.warn(f"the test JVM exited at launch; starting it again: {e}", stacklevel=2)
+        return builder.getOrCreate()
+
+
 @pytest.fixture(scope="module")
 def spark(moto_endpoint, tmp_path_factory):
     # moto first: its AWS_* variables must be in the environment the Spark workers inherit.
@@ -390,14 +407,14 @@ def spark(moto_endpoint, tmp_path_factory):
         sys.path.insert(0, JOBS_DIR)
     from pyspark.sql import SparkSession
 
-    s = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("kmilvus-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "32768")
-        .getOrCreate()
     )
+    s = _get_or_create(builder)
     s.sparkContext.setLogLevel("ERROR")
     # Ship the job package to the Python workers explicitly: a JVM started earlier in this
     # process (another test's SparkSession) would not see the PYTHONPATH set above.
