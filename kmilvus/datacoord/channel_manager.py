@@ -39,6 +39,7 @@ class ChannelManager:
         self.versions: dict[str, int] = {}  # vchannel → current watch version
         self.infos: dict[str, internal_pb2.ChannelWatchInfo] = {}
         self._schemas: dict[int, schema_pb2.CollectionSchema | None] = {}  # schema_of, parsed once
+        self._of_collection: dict[int, dict[str, None]] = {}  # collection → its vchannels, in order
         self.nodes: set[int] = set()
         self._lock = asyncio.Lock()
         self._tasks = BackgroundTasks()
@@ -54,6 +55,9 @@ class ChannelManager:
             self.records[ch] = raw
             self.infos[ch] = internal_pb2.ChannelWatchInfo.FromString(bytes.fromhex(rec["info"]))
         self._schemas.clear()
+        self._of_collection.clear()
+        for ch, info in self.infos.items():
+            self._of_collection.setdefault(info.collectionID, {})[ch] = None
 
     def start(self) -> None:
         self._tasks.spawn(supervise("datacoord-watch-datanodes", self._watch_nodes), "datacoord-watch-datanodes")
@@ -93,11 +97,11 @@ class ChannelManager:
                 first = False
 
     def channels_of(self, coll_id: int) -> list[str]:
-        return [ch for ch, info in self.infos.items() if info.collectionID == coll_id]
+        return list(self._of_collection.get(coll_id, ()))
 
     def collections(self) -> set[int]:
         """Every collection with a watched channel."""
-        return {info.collectionID for info in self.infos.values()}
+        return set(self._of_collection)
 
     def schema_of(self, coll_id: int) -> schema_pb2.CollectionSchema | None:
         """The collection's schema as its channels were watched with (None: not watched).
@@ -105,9 +109,9 @@ class ChannelManager:
         if coll_id not in self._schemas:
             self._schemas[coll_id] = next(
                 (
-                    schema_pb2.CollectionSchema.FromString(info.schema)
-                    for info in self.infos.values()
-                    if info.collectionID == coll_id and info.schema
+                    schema_pb2.CollectionSchema.FromString(self.infos[ch].schema)
+                    for ch in self._of_collection.get(coll_id, ())
+                    if self.infos[ch].schema
                 ),
                 None,
             )
@@ -118,6 +122,7 @@ class ChannelManager:
         async with self._lock:
             if info.vchannel not in self.infos:
                 self.infos[info.vchannel] = info
+                self._of_collection.setdefault(info.collectionID, {})[info.vchannel] = None
                 self._schemas.pop(info.collectionID, None)
                 self.assign[info.vchannel] = 0
                 await self._persist(info.vchannel)
@@ -229,6 +234,10 @@ class ChannelManager:
                 gone = self.infos.pop(ch, None)
                 if gone is not None:
                     self._schemas.pop(gone.collectionID, None)
+                    chans = self._of_collection.get(gone.collectionID, {})
+                    chans.pop(ch, None)
+                    if not chans:
+                        self._of_collection.pop(gone.collectionID, None)
                 self.versions.pop(ch, None)
                 self.records.pop(ch, None)
                 if node:
