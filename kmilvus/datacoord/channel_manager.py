@@ -234,9 +234,9 @@ class ChannelManager:
                 gone = self.infos.pop(ch, None)
                 if gone is not None:
                     self._schemas.pop(gone.collectionID, None)
-                    chans = self._of_collection.get(gone.collectionID, {})
-                    chans.pop(ch, None)
-                    if not chans:
+                    left = self._of_collection.get(gone.collectionID, {})
+                    left.pop(ch, None)
+                    if not left:
                         self._of_collection.pop(gone.collectionID, None)
                 self.versions.pop(ch, None)
                 self.records.pop(ch, None)
