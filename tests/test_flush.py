@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 import grpc
@@ -371,8 +372,18 @@ def test_garbage_collector_removes_unreferenced_binlogs_only(node_factory):
     prefix = paths.segment_prefix(seg.collectionID, seg.partitionID, seg.ID)
     committed = sorted(k for k, _ in node.call(store.list(prefix)))
     orphan = prefix + "999999999"  # what a DataNode killed before SaveBinlogPaths leaves behind
-    node.call(store.write(orphan, b"PAR1 partial"))
-    wait_until(lambda: not node.call(store.exists(orphan)), timeout=10, what="orphan collected")
+    stats_orphan = paths.stats_log_key(seg.collectionID, seg.partitionID, seg.ID, 999999998)
+    # A segment the meta does not know yet (an import being written) is not the collector's.
+    unknown = paths.insert_log_key(seg.collectionID, seg.partitionID, 123456789, 1)
+    for key in (orphan, stats_orphan, unknown):
+        node.call(store.write(key, b"PAR1 partial"))
+    wait_until(
+        lambda: not node.call(store.exists(orphan)) and not node.call(store.exists(stats_orphan)),
+        timeout=10,
+        what="orphans collected",
+    )
     assert sorted(k for k, _ in node.call(store.list(prefix))) == committed
+    time.sleep(1.0)  # two tolerances
+    assert node.call(store.exists(unknown))
     assert c.get_collection_stats("gc")["row_count"] == 300
     c.close()

@@ -108,6 +108,9 @@ class Target:
             if self.closed:
                 return None
             self._ready.clear()
+            if timeout is None:  # a flowgraph's wait: no timer to set up at each wake-up
+                await self._ready.wait()
+                continue
             try:
                 async with asyncio.timeout(timeout):
                     await self._ready.wait()
