@@ -122,12 +122,29 @@ def test_primary_key_stats_merge_sorted_chunks_without_resorting(monkeypatch):
         assert (st.lo, st.hi) == (ref[0], ref[-1])
 
 
+def _committing(monkeypatch, save):
+    """A DataNode (its write step only) whose SaveBinlogPaths is `save`, and one final write."""
+    from kmilvus.datanode import data_node as dn
+    from kmilvus.proto import internal_pb2
+
+    async def write_files(fg, w):
+        return internal_pb2.SaveBinlogPathsRequest(segmentID=w.segment_id), []
+
+    async def no_wait(self) -> None:
+        await asyncio.sleep(0)
+
+    fg = types.SimpleNamespace(vchannel="ch", checkpoint=lambda exclude: internal_pb2.MsgPosition())
+    node = types.SimpleNamespace(flowgraphs={"ch": fg}, datacoord=types.SimpleNamespace(SaveBinlogPaths=save))
+    node._owns = lambda f: DataNode._owns(node, f)
+    node._write_files = write_files
+    monkeypatch.setattr(dn.Backoff, "sleep", no_wait)
+    return DataNode._write_locked(node, fg, types.SimpleNamespace(segment_id=5, buf=None, final=True, token=1))
+
+
 async def test_a_commit_cancelled_from_below_is_retried_not_abandoned(monkeypatch):
     """Found by bench/chaos.py: a gRPC channel reset cancelled a SaveBinlogPaths in flight; the
     CancelledError ended the write task silently and its detached rows were never committed.
     Only a cancellation of the write task itself (shutdown) may end it."""
-    from kmilvus.datanode import data_node as dn
-    from kmilvus.proto import internal_pb2
     from kmilvus.util import merr
 
     calls = []
@@ -138,47 +155,22 @@ async def test_a_commit_cancelled_from_below_is_retried_not_abandoned(monkeypatc
             raise asyncio.CancelledError()  # what grpc.aio raises when its channel is closed
         return merr.success()
 
-    async def write_files(fg, w):
-        return internal_pb2.SaveBinlogPathsRequest(segmentID=w.segment_id), []
-
-    fg = types.SimpleNamespace(vchannel="ch", checkpoint=lambda exclude: internal_pb2.MsgPosition())
-    node = types.SimpleNamespace(flowgraphs={"ch": fg}, datacoord=types.SimpleNamespace(SaveBinlogPaths=save))
-    node._owns = lambda f: DataNode._owns(node, f)
-    node._write_files = write_files
-    monkeypatch.setattr(dn.Backoff, "sleep", _no_wait)
-    w = types.SimpleNamespace(segment_id=5, buf=None, final=True, token=1)
-    await DataNode._write_locked(node, fg, w)
+    await _committing(monkeypatch, save)
     assert calls == [5, 5]
 
 
 async def test_a_write_task_cancelled_by_shutdown_still_ends(monkeypatch):
-    from kmilvus.datanode import data_node as dn
-    from kmilvus.proto import internal_pb2
-
     started = asyncio.Event()
 
     async def save(req):
         started.set()
         await asyncio.sleep(3600)
 
-    async def write_files(fg, w):
-        return internal_pb2.SaveBinlogPathsRequest(segmentID=w.segment_id), []
-
-    fg = types.SimpleNamespace(vchannel="ch", checkpoint=lambda exclude: internal_pb2.MsgPosition())
-    node = types.SimpleNamespace(flowgraphs={"ch": fg}, datacoord=types.SimpleNamespace(SaveBinlogPaths=save))
-    node._owns = lambda f: DataNode._owns(node, f)
-    node._write_files = write_files
-    monkeypatch.setattr(dn.Backoff, "sleep", _no_wait)
-    w = types.SimpleNamespace(segment_id=5, buf=None, final=True, token=1)
-    task = asyncio.create_task(DataNode._write_locked(node, fg, w))
+    task = asyncio.create_task(_committing(monkeypatch, save))
     await started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-
-
-async def _no_wait(self) -> None:
-    await asyncio.sleep(0)
 
 
 async def test_one_ticks_reports_go_to_datacoord_in_one_message(nats_url, root):
