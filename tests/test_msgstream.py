@@ -464,3 +464,32 @@ async def test_a_pchannel_tick_goes_to_busy_and_named_vchannels_and_now_and_then
         assert [(m.type, m.position.seq, m.timestamp) for m in got] == [(MsgType.TimeTick, last, 15)]
     for t in targets.values():
         await t.close()
+
+
+async def test_a_target_catching_up_on_a_purged_range_goes_on_with_the_shared_consumer(ms, root, monkeypatch):
+    """What the catch-up was to read can be purged before its consumer gets it (DataCoord trims
+    a vchannel below its checkpoint, which another reader may have passed; a large backlog is
+    delivered a window at a time): the target must not wait forever for messages that are gone,
+    but go on with the shared consumer's."""
+    a, b = vch(root, 1), vch(root, 2)
+    p0 = pchannel_of(a)
+    p = ms.producer()
+    await p.publish(b, Msg(MsgType.Insert, 10, b"b1"))
+    await p.publish(a, Msg(MsgType.Insert, 11, b"a1"))
+    ta = await ms.dispatch(a, name="dn")
+    await drain(ta, 1)
+    last_seq = ms.last_seq
+
+    async def last_seq_then_purged(channel: str) -> int:
+        seq = await last_seq(channel)
+        await ms.purge(channel)  # between the catch-up's plan and its reading
+        return seq
+
+    monkeypatch.setattr(ms, "last_seq", last_seq_then_purged)
+    tb = await ms.dispatch(b, name="dn")  # behind the shared consumer: to catch up on b1 alone
+    tick = await p.publish(p0, Msg(MsgType.TimeTick, 12))
+    got = await tb.next(5)
+    assert got is not None and (got.type, got.position.seq) == (MsgType.TimeTick, tick)
+    assert len(await ms.consumer_names()) == 1  # the catch-up consumer is gone
+    await ta.close()
+    await tb.close()

@@ -43,6 +43,7 @@ TARGET_QUEUE = 4096  # messages
 TARGET_QUEUE_BYTES = 64 * 1024 * 1024  # payload bytes
 BATCH = 256  # messages handed out between two looks at the targets' queues
 ACTIVE_FOR = 1.0  # seconds a vchannel gets every tick after a message of its own
+CATCH_UP_POLL = 1.0  # seconds a catch-up waits for a message before checking it still exists
 
 
 class Target:
@@ -121,13 +122,23 @@ class Target:
         return msg
 
     async def _catch_up(self, timeout: float | None) -> Msg | None:
-        """The next message of (after_seq, _upto] from the solo consumer; closes it at the end."""
+        """The next message of (after_seq, _upto] from the solo consumer; closes it at the end.
+        The rest of that range may have been purged meanwhile: when nothing comes, ask the
+        stream whether any of it is still stored, and stop catching up if not."""
         solo = self._solo
         assert solo is not None
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         while solo.processed_seq < self._upto and not self.closed:
-            msg = await solo.next(timeout)
+            wait = CATCH_UP_POLL if deadline is None else max(0.0, min(CATCH_UP_POLL, deadline - loop.time()))
+            msg = await solo.next(wait)
             if msg is None:
-                return None
+                left = await self._d.stream.next_seq(self.vchannel, solo.processed_seq)
+                if not 0 < left <= self._upto:
+                    break  # purged: nothing left to catch up on
+                if deadline is not None and loop.time() >= deadline:
+                    return None
+                continue
             assert msg.position is not None
             if msg.position.seq <= self._upto:
                 self.read = msg.position.seq

@@ -187,11 +187,11 @@ class MsgStream:
             except nats.js.errors.NotFoundError:
                 raise e from None
 
-    def subject(self, vchannel: str) -> str:
-        """The vchannel's subject, or a pchannel's ticks' (cached: computed once per channel)."""
-        s = self._subjects.get(vchannel)
+    def subject(self, channel: str) -> str:
+        """A vchannel's subject, or a pchannel's ticks' (cached: computed once per channel)."""
+        s = self._subjects.get(channel)
         if s is None:
-            s = self._subjects[vchannel] = channels.subject_of(self.cluster, vchannel)
+            s = self._subjects[channel] = channels.subject_of(self.cluster, channel)
         return s
 
     def producer(self) -> Producer:
@@ -268,6 +268,16 @@ class MsgStream:
         """The stream seq of `vchannel`'s last message, 0 if it has none."""
         try:
             raw = await self.js.get_msg(self.stream, subject=self.subject(vchannel), direct=True)
+        except nats.js.errors.NotFoundError:
+            return 0
+        return raw.seq or 0
+
+    async def next_seq(self, channel: str, after_seq: int) -> int:
+        """The stream seq of `channel`'s first stored message after `after_seq`, 0 if none."""
+        try:
+            raw = await self.js.get_msg(
+                self.stream, seq=after_seq + 1, subject=self.subject(channel), next=True, direct=True
+            )
         except nats.js.errors.NotFoundError:
             return 0
         return raw.seq or 0
@@ -453,7 +463,7 @@ class Consumer:
         channel_of: Callable[[str], str | None] | None = None,
     ) -> None:
         self._s = stream
-        self.vchannel = label  # what logs name it by: a vchannel, or the pchannel of a shared consumer
+        self.label = label  # what logs name it by: its vchannel, or a shared consumer's pchannel
         self.subject = subject
         self._channel_of = channel_of
         self._prefix = channels.token(name) if name else "kmc"
@@ -496,7 +506,7 @@ class Consumer:
         start = self._sseq + 1
         config = api.ConsumerConfig(
             name=f"{self._prefix}-{uuid.uuid4().hex[:12]}",
-            description=f"kmilvus {self.vchannel}",
+            description=f"kmilvus {self.label}",
             deliver_subject=inbox,
             filter_subject=self.subject,
             ack_policy=api.AckPolicy.NONE,
@@ -529,7 +539,7 @@ class Consumer:
     async def _restart(self, why: str) -> None:
         """Recreate the server-side consumer from the last stream seq processed."""
         log.warning(
-            "recreating consumer", vchannel=self.vchannel, consumer=self.consumer_name, after_seq=self._sseq, reason=why
+            "recreating consumer", channel=self.label, consumer=self.consumer_name, after_seq=self._sseq, reason=why
         )
         await self._stop()
         while not self._closed:
@@ -539,7 +549,7 @@ class Consumer:
                     await self._stop()
                 return
             except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as e:
-                log.warning("consumer create failed, retrying", vchannel=self.vchannel, error=repr(e))
+                log.warning("consumer create failed, retrying", channel=self.label, error=repr(e))
                 await asyncio.sleep(0.5)
 
     async def close(self) -> None:
@@ -636,7 +646,7 @@ class Consumer:
         if sseq <= self._sseq:
             return None  # already delivered (defensive: a restart overlapping)
         self._sseq = sseq
-        channel = self.vchannel if self._channel_of is None else self._channel_of(m.subject)
+        channel = self.label if self._channel_of is None else self._channel_of(m.subject)
         if channel is None:
             return None  # not a channel this consumer serves
         if headers is None or H_TYPE not in headers:
@@ -703,9 +713,7 @@ class Consumer:
             except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as e:
                 if self._closed:
                     raise
-                log.warning(
-                    "reading back a split message failed; retrying", vchannel=self.vchannel, seq=seq, error=repr(e)
-                )
+                log.warning("reading back a split message failed; retrying", channel=self.label, seq=seq, error=repr(e))
                 await backoff.sleep()
 
     async def _recover(
@@ -730,7 +738,7 @@ class Consumer:
         if len(parts) != i:
             log.warning(
                 "skipping orphan part of a split message",
-                vchannel=self.vchannel,
+                channel=self.label,
                 chunk_id=cid,
                 part=f"{i}/{n}",
                 seq=sseq,
