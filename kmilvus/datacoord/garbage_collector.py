@@ -2,7 +2,8 @@
 
 A DataNode that dies between writing a binlog and committing it with SaveBinlogPaths leaves a
 file no meta refers to. The collector lists the log roots and deletes the files in known
-segments' directories that have stayed unreferenced for `tolerance` seconds (a flush in progress commits long before).
+segments' directories that have stayed unreferenced for `tolerance` seconds (a flush in
+progress commits long before).
 Directories of segments unknown to the meta (an import being written) are not its business.
 Index files (`index_files/...`) whose build ID no SegmentIndex records (a build that crashed
 before its InProgress record, or finished after its segment or index was dropped) go the same way.

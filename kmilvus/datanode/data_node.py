@@ -23,7 +23,7 @@ from kmilvus.storage import binlog, deltalog, paths
 from kmilvus.util import merr
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.retry import Backoff, supervise
-from kmilvus.util.tasks import cancelled_here
+from kmilvus.util.tasks import stopping
 
 log = get_logger(__name__)
 
@@ -218,13 +218,9 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             try:
                 req, written = await self._write_files(fg, w)
                 break
-            except asyncio.CancelledError as exc:
-                if cancelled_here():
-                    raise  # the node stops
-                log.warning("binlog write cancelled from below; retrying", segment=seg, error=repr(exc))
-                await backoff.sleep()
-                continue
-            except Exception as exc:  # noqa: BLE001 - retried; the data stays in memory meanwhile
+            except (Exception, asyncio.CancelledError) as exc:  # retried; the data stays in memory
+                if stopping(exc):
+                    raise  # the node stops (a call cancelled under us is a failure like others)
                 log.warning("binlog write failed; retrying", segment=seg, error=repr(exc))
                 if not self._owns(fg):
                     return
@@ -237,13 +233,11 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         while True:
             try:
                 status = await self.datacoord.SaveBinlogPaths(req)
-            except asyncio.CancelledError as exc:
+            except (Exception, asyncio.CancelledError) as exc:  # DataCoord restarting: keep the data, retry
                 # A call cancelled under us (its gRPC channel was reset) may or may not have
                 # committed: ask again, as after a lost answer. Only a stop of this task ends it.
-                if cancelled_here():
+                if stopping(exc):
                     raise
-                status = merr.status_of(exc)
-            except Exception as exc:  # noqa: BLE001 - DataCoord restarting: keep the data, retry
                 status = merr.status_of(exc)
             if merr.ok(status):
                 if flushed:

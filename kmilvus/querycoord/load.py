@@ -25,7 +25,7 @@ from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, query_node_pb2
 from kmilvus.querycoord import recovery
 from kmilvus.util import merr
-from kmilvus.util.tasks import BackgroundTasks, cancelled_here
+from kmilvus.util.tasks import BackgroundTasks, stopping
 
 log = get_logger(__name__)
 CHECK_INTERVAL = 1.0
@@ -171,7 +171,7 @@ class LoadManager:
                     if self.loads.get(coll_id) is info and info.channel_nodes[ch] == node_id:
                         self.served.setdefault(coll_id, set()).add(ch)
                 except (Exception, asyncio.CancelledError) as exc:
-                    if isinstance(exc, asyncio.CancelledError) and cancelled_here():
+                    if stopping(exc):
                         raise
                     log.warning("watch channel failed; retrying", channel=ch, node=node_id, exc_info=True)
                     await asyncio.sleep(0.5)

@@ -34,6 +34,7 @@ from kmilvus import metrics
 from kmilvus.log import get_logger
 from kmilvus.msgstream import Msg, MsgType, channels
 from kmilvus.msgstream.message import TICK_FOR
+from kmilvus.util.tasks import stopping
 from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
@@ -206,9 +207,9 @@ class TimeTickSync:
                 await self.publish()
                 if time.monotonic() - self._trimmed_at >= self.trim_every:
                     await self.trim_old_ticks()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - keep ticking through transient failures
+            except (Exception, asyncio.CancelledError) as exc:  # keep ticking through transient failures
+                if stopping(exc):
+                    raise
                 log.warning("time tick publish failed", error=str(exc))
             await asyncio.sleep(self.interval)
 

@@ -13,7 +13,7 @@ import random
 from collections.abc import Awaitable, Callable
 
 from kmilvus.log import get_logger
-from kmilvus.util.tasks import cancelled_here
+from kmilvus.util.tasks import stopping
 
 log = get_logger(__name__)
 
@@ -52,7 +52,7 @@ async def supervise(
             await body()
             return
         except (Exception, asyncio.CancelledError) as exc:  # the point: log, back off, run again
-            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
+            if stopping(exc):
                 raise
             if loop.time() - started >= healthy_after:
                 backoff.reset()

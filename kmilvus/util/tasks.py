@@ -23,6 +23,12 @@ def cancelled_here() -> bool:
     return me is not None and me.cancelling() > 0
 
 
+def stopping(exc: BaseException) -> bool:
+    """Whether `exc` ends the running task: its own cancellation. Retry loops catch
+    `(Exception, asyncio.CancelledError)` and re-raise only when this holds."""
+    return isinstance(exc, asyncio.CancelledError) and cancelled_here()
+
+
 async def cancel_and_wait(tasks: Iterable[asyncio.Task | None], *, log_failures: bool = True) -> None:
     """Cancel `tasks` and wait until each has ended. A task that had failed is logged with its
     traceback (its exception would otherwise be lost), never raised: stopping must finish."""
@@ -79,6 +85,6 @@ async def _periodic(interval: float | Callable[[], float], step: Callable[[], Aw
         try:
             await step()
         except (Exception, asyncio.CancelledError) as exc:  # logged; retried on the next period
-            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
+            if stopping(exc):
                 raise
             log.warning("periodic step failed", task=name, exc_info=True)
