@@ -269,6 +269,8 @@ async def insert_messages(stream, vchannel) -> int:
     from kmilvus.msgstream import MsgType
 
     last = await stream.last_seq(vchannel)
+    if not last:
+        return 0  # the subject holds nothing (its DDL message already purged)
     consumer = await stream.consume(vchannel, after_seq=0)
     count = 0
     try:
