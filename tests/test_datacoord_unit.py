@@ -470,3 +470,81 @@ async def test_a_new_owner_is_sent_flush_segments_only_after_its_own_tick(coords
         assert sent == [[sid]]
     finally:
         await session.stop()
+
+
+# Idle cost: what a quiet channel's ticks make DataCoord do --------------------------------
+
+
+def _purges_of(c: Coords, monkeypatch, channel: str) -> list[int | None]:
+    """Record every purge of `channel`'s subject (the purge itself still runs)."""
+    seen: list[int | None] = []
+    purge = c.dc.stream.purge
+
+    async def recording(ch, **kw):
+        if ch == channel:
+            seen.append(kw.get("before_seq"))
+        return await purge(ch, **kw)
+
+    monkeypatch.setattr(c.dc.stream, "purge", recording)
+    return seen
+
+
+async def test_an_idle_channels_ticks_neither_purge_its_stream_nor_rewrite_its_checkpoint_every_pass(
+    coords, monkeypatch
+):
+    """A tick moves an idle channel's checkpoint past nothing but ticks: its subject has nothing
+    to purge, and storing every advance would be a write per channel per tick (thousands a
+    minute at 1,000 collections). The first checkpoint is stored at once; later tick-only
+    advances at most once per `TICK_CHECKPOINT_STORE_AFTER` (Milvus' updateChanCPInterval), and a
+    SaveBinlogPaths (data now in binlogs) stores the newest checkpoint and purges up to it."""
+    c = coords
+    coll, (ch, _) = await _watched_collection(c)
+    purges = _purges_of(c, monkeypatch, ch)
+    await c.dc.handle_tt(_tt(ch, 7, 700))
+    await c.dc._background_step()
+    assert (s := await _stored_checkpoint(c, ch)) is not None and (s.seq, s.timestamp) == (7, 700)
+    for seq in (9, 11):
+        await c.dc.handle_tt(_tt(ch, seq, seq * 100))
+        await c.dc._background_step()
+    assert (s := await _stored_checkpoint(c, ch)) is not None and (s.seq, s.timestamp) == (7, 700)
+    assert c.dc.meta.checkpoints[ch].seq == 11  # in memory: GetFlushState reads this one
+    assert purges == []
+
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 20, resp.flush_ts + 1, rows=3)))
+    await c.dc.handle_tt(_tt(ch, 22, resp.flush_ts + 2))
+    await c.dc._background_step()
+    assert (s := await _stored_checkpoint(c, ch)) is not None and s.seq == 22
+    assert purges == [23]
+    await c.dc._background_step()
+    assert purges == [23]  # once
+
+
+async def test_the_once_a_second_passes_see_exactly_the_unflushed_segments(coords):
+    """Seal policies and flush candidates read `SegmentMeta.unflushed`, not every segment: it
+    must follow every way a segment leaves Growing or Sealed (seal, flush, drop)."""
+    c = coords
+    coll, (ch, other) = await _watched_collection(c)
+
+    def check() -> None:
+        for states in ((SegmentState.Growing,), (SegmentState.Sealed,), (SegmentState.Growing, SegmentState.Sealed)):
+            want = {s.id for s in c.dc.meta.segments.values() if s.info.state in states}
+            assert {s.id for s in c.dc.meta.unflushed(states)} == want, states
+
+    a = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    b = (await c.assign(coll, other, 3)).segIDAssignments[0].segID
+    check()
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    assert _segment(c, a).info.state == SegmentState.Sealed
+    check()
+    merr.check(await c.dc.SaveBinlogPaths(_flushed(a, coll, ch, 20, resp.flush_ts + 1, rows=3)))
+    check()
+    merr.check(await c.dc.SaveBinlogPaths(_flushed(b, coll, other, 20, resp.flush_ts + 1)))  # empty: removed
+    check()
+    assert b not in c.dc.meta.segments
+    c2 = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    assert {s.id for s in c.dc.meta.unflushed((SegmentState.Growing,))} == {c2}
+    await c.dc.DropCollection(data_coord_pb2.DropCollectionRequest(collectionID=coll))
+    check()
+    assert c.dc.meta.unflushed((SegmentState.Growing, SegmentState.Sealed)) == []

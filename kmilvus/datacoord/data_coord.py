@@ -40,7 +40,13 @@ from kmilvus.util.ttl import ttl_seconds
 
 log = get_logger(__name__)
 FLUSH_RESEND_AFTER = 10.0  # seconds before a FlushSegments without answer is sent again
-CHECKPOINT_PERSIST_EVERY = 1.0
+CHECKPOINT_PERSIST_EVERY = 1.0  # the background step's pace
+# A checkpoint that only ticks moved is stored at most this often per channel (Milvus'
+# updateChanCPInterval): a restart then replays at most a minute of ticks, while storing every
+# advance would be a write per channel per tick. Data made durable (SaveBinlogPaths) is stored
+# at the next step, and its stream purged up to it.
+TICK_CHECKPOINT_STORE_AFTER = 60.0
+METRICS_EVERY = 15.0  # segment counts by state: a Prometheus scrape's pace, not a second's
 
 
 async def _leader_unknown() -> bool:
@@ -67,7 +73,9 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         # Latest DataNodeTtMsg per vchannel, with the watch (node, version) that reported it: a
         # tick decides a flush only while that watch is current (see `_check_flushable`).
         self.ticks: dict[str, tuple[int, int, int]] = {}
-        self._dirty_cps: set[str] = set()
+        self._dirty_cps: set[str] = set()  # checkpoint moved in memory, not yet stored
+        self._cp_stored_at: dict[str, float] = {}  # channel → when its checkpoint was last stored
+        self._purge_due: set[str] = set()  # channels whose data SaveBinlogPaths made durable
         self._dropping: set[int] = set()
         self.dropped_partitions: set[tuple[int, int]] = set()  # (collection, partition) dropped
         self._tasks = BackgroundTasks()
@@ -122,6 +130,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self._tt_sub = await self.stream.subscribe_core(chan.datanode_tt_subject(self.cfg.cluster), self._on_tt)
         self.channels.start()
         self._tasks.every(CHECKPOINT_PERSIST_EVERY, self._background_step, "datacoord-background")
+        self._tasks.every(METRICS_EVERY, self._export_metrics, "datacoord-metrics")
         self._tasks.every(lambda: self.cfg.gc_interval, self.gc.collect, "datacoord-gc")
         await self.jobs.start()
         await self._start_indexes()
@@ -139,20 +148,34 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
 
     async def _background_step(self) -> None:
         """Seal policies, checkpoint persistence and stream trimming, at a steady pace."""
-        self._export_metrics()
         sealed = await self.segments.apply_seal_policies()
         if sealed:
             # Their flush waits for a tick past the seal; an idle channel's DataNode would get
             # one only at the idle interval.
             chans = sorted({s.info.insert_channel for s in sealed})
             await demand_tick(self.registry.client(roles.ROOTCOORD), chans, max(s.info.seal_timestamp for s in sealed))
-        dirty, self._dirty_cps = self._dirty_cps, set()
-        await self.meta.persist_checkpoints(sorted(dirty))
-        for ch in dirty:
+        await self._store_checkpoints()
+        await self._check_flushable(self._flush_candidates())
+
+    async def _store_checkpoints(self) -> None:
+        """Store moved checkpoints (see `TICK_CHECKPOINT_STORE_AFTER`), then purge each channel
+        whose data was made durable up to its stored checkpoint: a restart resumes there."""
+        now = time.monotonic()
+        due = sorted(
+            ch
+            for ch in self._dirty_cps
+            if ch in self._purge_due
+            or now - self._cp_stored_at.get(ch, -TICK_CHECKPOINT_STORE_AFTER) >= TICK_CHECKPOINT_STORE_AFTER
+        )
+        await self.meta.persist_checkpoints(due)
+        for ch in due:
+            self._dirty_cps.discard(ch)
+            self._cp_stored_at[ch] = now
+        for ch in sorted(self._purge_due):
             cp = self.meta.checkpoints.get(ch)
             if cp is not None and cp.seq:
                 await self.stream.purge(ch, before_seq=cp.seq + 1)
-        await self._check_flushable(self._flush_candidates())
+            self._purge_due.discard(ch)
 
     def _channel_moved(self, ch: str) -> None:
         """A node (re)started the channel's flowgraph: pending flushes go to it as soon as it
@@ -162,7 +185,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         for s in self.meta.by_channel(ch, (SegmentState.Sealed,)):
             s.flush_sent_at = 0
 
-    def _export_metrics(self) -> None:
+    async def _export_metrics(self) -> None:
         counts = dict.fromkeys(SegmentState.keys(), 0)
         for s in self.meta.segments.values():
             counts[SegmentState.Name(s.info.state)] += 1
@@ -172,25 +195,34 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
     # startDataNodeTsLoop (seed 000 §8) ----------------------------------------------------
     async def _on_tt(self, data: bytes) -> None:
         """A DataNode's reports of one loop turn (every vchannel a pchannel tick reached)."""
-        for msg in data_coord_pb2.ReportDataNodeTtMsgsRequest.FromString(data).msgs:
-            await self.handle_tt(msg)
+        await self.handle_tts(data_coord_pb2.ReportDataNodeTtMsgsRequest.FromString(data).msgs)
 
     async def handle_tt(self, msg: internal_pb2.DataNodeTtMsg) -> None:
-        ch = msg.channel_name
-        if ch not in self.channels.infos:
-            return
-        if not self.channels.is_current_watch(ch, msg.nodeID, msg.watch_version):
-            return  # a stale watch (the channel moved): its checkpoint must not count
-        if msg.timestamp > self._tick(ch):
-            self.ticks[ch] = (msg.timestamp, msg.nodeID, msg.watch_version)
-        if msg.HasField("checkpoint") and msg.checkpoint.seq and self.meta.update_checkpoint(msg.checkpoint):
-            self._dirty_cps.add(ch)
+        await self.handle_tts([msg])
+
+    async def handle_tts(self, msgs) -> None:
+        """Apply a batch of ticks, then wake waiters and check the channels once for the batch."""
+        chans, moved = [], False
+        for msg in msgs:
+            ch = msg.channel_name
+            if ch not in self.channels.infos:
+                continue
+            if not self.channels.is_current_watch(ch, msg.nodeID, msg.watch_version):
+                continue  # a stale watch (the channel moved): its checkpoint must not count
+            if msg.timestamp > self._tick(ch):
+                self.ticks[ch] = (msg.timestamp, msg.nodeID, msg.watch_version)
+            if msg.HasField("checkpoint") and msg.checkpoint.seq and self.meta.update_checkpoint(msg.checkpoint):
+                self._dirty_cps.add(ch)
+                moved = True
+            chans.append(ch)
+        if moved:
             await self.meta.notify()
-        await self._check_flushable([ch])
+        if chans:
+            await self._check_flushable(chans)
 
     def _flush_candidates(self) -> list[str]:
         """Channels the periodic check must look at (FlushSegments to send or resend)."""
-        sealed = {s.info.insert_channel for s in self.meta.segments.values() if s.info.state == SegmentState.Sealed}
+        sealed = {s.info.insert_channel for s in self.meta.unflushed((SegmentState.Sealed,))}
         return sorted(sealed | self._flushing_chans)
 
     async def _check_flushable(self, chans: list[str] | None = None) -> None:
@@ -391,12 +423,12 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 await self.meta.remove_segment(seg)  # an empty segment leaves nothing behind
         if req.checkpoint.seq:
             self._dirty_cps.add(req.checkpoint.channel_name)
+            self._purge_due.add(req.checkpoint.channel_name)
         return merr.success()
 
     @merr.rpc()
     async def ReportDataNodeTtMsgs(self, req, context=None):
-        for m in req.msgs:
-            await self.handle_tt(m)
+        await self.handle_tts(req.msgs)
         return merr.success()
 
     @merr.rpc()
@@ -417,6 +449,8 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 self.ticks.pop(ch, None)
                 self._deltas_sent.pop(ch, None)
                 self._dirty_cps.discard(ch)
+                self._cp_stored_at.pop(ch, None)
+                self._purge_due.discard(ch)
                 self._flushing_chans.discard(ch)
             await self.meta.drop_collection_meta(coll, vchans)
             self.index_meta.forget_collection(coll)

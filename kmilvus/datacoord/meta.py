@@ -25,6 +25,7 @@ from kmilvus.proto import internal_pb2
 from kmilvus.util import merr
 
 SegmentState = common_pb2.SegmentState
+UNFLUSHED = frozenset((SegmentState.Growing, SegmentState.Sealed))
 
 
 @dataclass
@@ -48,12 +49,18 @@ class Segments(dict[int, Segment]):
     channel's segments on every tick of every channel, and a collection's on every policy pass
     over every collection, which must not cost a scan of all segments (idle work would grow
     with channels × segments). Compaction and import write the mapping directly, so the indexes
-    follow every write; a segment's channel and collection never change in place."""
+    follow every write; a segment's channel and collection never change in place.
+
+    `unflushed` holds the segments stored while Growing or Sealed: the once-a-second passes
+    (seal policies, flush candidates) read those, not every Flushed segment. A segment leaves
+    those states in place (seal, SaveBinlogPaths, compaction's swap) and never comes back, so
+    `SegmentMeta.unflushed` drops the ones that left as it reads them."""
 
     def __init__(self) -> None:
         super().__init__()
         self.of_channel: dict[str, dict[int, Segment]] = {}
         self.of_collection: dict[int, dict[int, Segment]] = {}
+        self.unflushed: dict[int, Segment] = {}
 
     def __setitem__(self, seg_id: int, seg: Segment) -> None:
         old = self.get(seg_id)
@@ -62,6 +69,8 @@ class Segments(dict[int, Segment]):
         super().__setitem__(seg_id, seg)
         self.of_channel.setdefault(seg.info.insert_channel, {})[seg_id] = seg
         self.of_collection.setdefault(seg.info.collectionID, {})[seg_id] = seg
+        if seg.info.state in UNFLUSHED:
+            self.unflushed[seg_id] = seg
 
     def __delitem__(self, seg_id: int) -> None:
         seg = self[seg_id]
@@ -78,6 +87,7 @@ class Segments(dict[int, Segment]):
         return seg
 
     def _unindex(self, seg_id: int, seg: Segment) -> None:
+        self.unflushed.pop(seg_id, None)
         for index, key in ((self.of_channel, seg.info.insert_channel), (self.of_collection, seg.info.collectionID)):
             group = index.get(key)  # type: ignore[attr-defined]
             if group is not None:
@@ -129,6 +139,13 @@ class SegmentMeta:
     def by_collection(self, coll_id: int, states=None) -> list[Segment]:
         segs = self.segments.of_collection.get(coll_id, {}).values()
         return [s for s in segs if states is None or s.info.state in states]
+
+    def unflushed(self, states) -> list[Segment]:
+        """Segments now in `states` (Growing, Sealed or both), without a pass over every segment."""
+        index = self.segments.unflushed
+        for sid in [sid for sid, s in index.items() if s.info.state not in UNFLUSHED]:
+            del index[sid]
+        return [s for s in index.values() if s.info.state in states]
 
     def by_channel(self, channel: str, states=None) -> list[Segment]:
         segs = self.segments.of_channel.get(channel, {}).values()

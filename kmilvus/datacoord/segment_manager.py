@@ -108,9 +108,7 @@ class SegmentManager:
         """Full, idle and lifetime policies."""
         now = time.monotonic()
         due = []
-        for s in self.meta.segments.values():
-            if s.info.state != SegmentState.Growing:
-                continue
+        for s in self.meta.unflushed((SegmentState.Growing,)):
             limit = int(s.info.max_row_num * self.cfg.segment_seal_proportion)
             if (
                 s.info.assigned_rows >= limit
@@ -123,4 +121,4 @@ class SegmentManager:
     async def seal_recovered(self) -> None:
         """After a restart the quota handed out by the previous instance is unknown: seal what
         was Growing so no segment can be over-filled."""
-        await self.seal([s for s in self.meta.segments.values() if s.info.state == SegmentState.Growing])
+        await self.seal(self.meta.unflushed((SegmentState.Growing,)))
