@@ -5,7 +5,10 @@ Exposed by `--metrics-port` on every kmilvus process; the operator serves them t
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from collections.abc import Callable, Iterator
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
 RPC_LATENCY = Histogram(
     "kmilvus_rpc_latency_seconds",
@@ -24,7 +27,30 @@ FLUSHED_SEGMENTS = Counter("kmilvus_datanode_flushed_segments_total", "Segments 
 BINLOG_BYTES = Counter("kmilvus_datanode_binlog_bytes_total", "Bytes written to insert binlogs.")
 BINLOG_ROWS = Counter("kmilvus_datanode_binlog_rows_total", "Rows written to insert binlogs.")
 BUFFERED_BYTES = Gauge("kmilvus_datanode_buffered_bytes", "Insert data held in DataNode memory.")
-SEGMENTS = Gauge("kmilvus_datacoord_segments", "Segments known to DataCoord, by state.", ["state"])
+
+
+class _CountedWhenScraped:
+    """A gauge by label, read from `source` at scrape time: keeping it current would be a pass
+    over every segment at a steady pace, while nobody may be scraping. `source` runs on the
+    metrics server's thread, so it must only copy what it reads (no awaits, no mutation)."""
+
+    def __init__(self, name: str, doc: str, label: str):
+        self.name, self.doc, self.label = name, doc, label
+        self.source: Callable[[], dict[str, int]] | None = None
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.name, self.doc, labels=[self.label])
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.name, self.doc, labels=[self.label])
+        source = self.source
+        for value, n in (source() if source is not None else {}).items():
+            family.add_metric([value], n)
+        yield family
+
+
+SEGMENTS = _CountedWhenScraped("kmilvus_datacoord_segments", "Segments known to DataCoord, by state.", "state")
+REGISTRY.register(SEGMENTS)
 TIME_TICK = Gauge("kmilvus_rootcoord_time_tick_ms", "Physical time (ms) of the last published time tick.")
 ON_DEMAND_TICKS = Counter(
     "kmilvus_rootcoord_on_demand_ticks_total", "Time ticks published at once on a flushed collection's channels."

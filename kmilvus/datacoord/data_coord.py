@@ -46,7 +46,6 @@ CHECKPOINT_PERSIST_EVERY = 1.0  # the background step's pace
 # advance would be a write per channel per tick. Data made durable (SaveBinlogPaths) is stored
 # at the next step, and its stream purged up to it.
 TICK_CHECKPOINT_STORE_AFTER = 60.0
-METRICS_EVERY = 15.0  # segment counts by state: a Prometheus scrape's pace, not a second's
 
 
 async def _leader_unknown() -> bool:
@@ -129,13 +128,15 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         await self.segments.seal_recovered()
         self._tt_sub = await self.stream.subscribe_core(chan.datanode_tt_subject(self.cfg.cluster), self._on_tt)
         self.channels.start()
+        metrics.SEGMENTS.source = self._segment_counts
         self._tasks.every(CHECKPOINT_PERSIST_EVERY, self._background_step, "datacoord-background")
-        self._tasks.every(METRICS_EVERY, self._export_metrics, "datacoord-metrics")
         self._tasks.every(lambda: self.cfg.gc_interval, self.gc.collect, "datacoord-gc")
         await self.jobs.start()
         await self._start_indexes()
 
     async def stop(self) -> None:
+        if metrics.SEGMENTS.source == self._segment_counts:
+            metrics.SEGMENTS.source = None
         await self._stop_indexes()
         await self.jobs.stop()
         await self._tasks.stop()
@@ -185,12 +186,13 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         for s in self.meta.by_channel(ch, (SegmentState.Sealed,)):
             s.flush_sent_at = 0
 
-    async def _export_metrics(self) -> None:
+    def _segment_counts(self) -> dict[str, int]:
+        """Segments by state, for a scrape (on the metrics thread: `list` copies the values in
+        one step, so the loop's changes cannot break the iteration)."""
         counts = dict.fromkeys(SegmentState.keys(), 0)
-        for s in self.meta.segments.values():
+        for s in list(self.meta.segments.values()):
             counts[SegmentState.Name(s.info.state)] += 1
-        for name, n in counts.items():
-            metrics.SEGMENTS.labels(name).set(n)
+        return counts
 
     # startDataNodeTsLoop (seed 000 §8) ----------------------------------------------------
     async def _on_tt(self, data: bytes) -> None:
