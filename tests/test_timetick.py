@@ -4,6 +4,7 @@ is already in it; with several producers it is the minimum over them."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from kmilvus.allocator import TimestampAllocator
 from kmilvus.meta import EtcdKV
@@ -12,6 +13,7 @@ from kmilvus.proto import internal_pb2
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.tso import GlobalTSOAllocator
 from kmilvus.util.timetick import TickSource
+from tests.util import wait_until
 
 
 class LocalTSO:
@@ -270,3 +272,128 @@ async def test_a_demand_names_its_vchannels_even_when_the_pchannel_has_the_tick(
     await stream.delete_stream()
     await stream.close()
     await kv.close()
+
+
+# Idle producers ----------------------------------------------------------------------------
+
+
+async def test_an_idle_producer_is_left_out_until_it_allocates_to_publish_again(etcd_endpoint, nats_url, root):
+    """An idle Proxy reports once and then stays quiet: the tick must neither wait on it (a busy
+    Proxy's ticks would stall behind its last report) nor pass what it publishes next."""
+    kv, own = await make_source(etcd_endpoint, root)
+    stream = await MsgStream.connect(nats_url, root)
+    sync = TimeTickSync(stream.producer(), own, lambda: [f"{root}-dml_0"], interval=0.05)
+    said_idle = await own.tick()
+    sync.update(7, said_idle, idle=True)
+    assert await sync.publish() > said_idle  # not held at its report
+    sync.allocating(7)  # it asks for a timestamp to publish with: held from now on ...
+    assert await sync._tick() == said_idle  # ... at what it last promised
+    assert 7 not in sync.idle
+    busy = await own.tick()
+    sync.update(7, busy)  # its next report moves it on
+    sync.update(7, said_idle, idle=True)  # a late idle report changes nothing
+    assert 7 not in sync.idle
+    sync.allocating(8)  # unknown (RootCoord restarted while it was quiet): held at the last tick
+    assert sync.sources[8] == sync.last
+    await stream.delete_stream()
+    await stream.close()
+    await kv.close()
+
+
+class RecordingTSO(LocalTSO):
+    def __init__(self, tso: GlobalTSOAllocator):
+        super().__init__(tso)
+        self.producers: list[tuple[int, int]] = []  # (producerID, timestamp) per allocation
+
+    async def AllocTimestamp(self, req, context=None):
+        resp = await super().AllocTimestamp(req, context)
+        self.producers.append((req.producerID, resp.timestamp))
+        return resp
+
+
+async def test_an_idle_report_reaches_rootcoord_before_any_later_allocation(etcd_endpoint, root):
+    """The idle report is sent holding the allocator's lock: a publish that starts meanwhile gets
+    its timestamp only after RootCoord has the report, and asks for it as a producer."""
+    kv = await EtcdKV.connect([etcd_endpoint], root)
+    gtso = GlobalTSOAllocator(kv, "tso")
+    await gtso.initialize()
+    rec = RecordingTSO(gtso)
+    src = TickSource(TimestampAllocator(rec), producer_id=7)
+    events: list[str] = []
+    published: list[int] = []
+
+    async def publish():
+        async with src.publishing(["ch"]) as ts:
+            events.append("allocated")
+            published.append(ts)
+
+    async def send(ts: int, active: list[str], idle: bool) -> None:
+        events.append(f"report idle={idle}")
+        pub.append(asyncio.create_task(publish()))
+        await asyncio.sleep(0.05)  # the publish waits, however long RootCoord takes
+        events.append("report answered")
+
+    pub: list[asyncio.Task] = []
+    reported = await src.report(send)
+    await asyncio.gather(*pub)
+    assert events == ["report idle=True", "report answered", "allocated"]
+    assert src.idle_reported is False and published[0] > reported
+    assert rec.producers[-1] == (7, published[0])  # the publish's timestamp names its producer
+    assert [p for p, _ in rec.producers[:-1]] == [0]  # the report's own timestamp does not
+    # Something unreported (the publish's channel): the next report is not idle, and not locked.
+    sent: list[tuple[int, list[str], bool]] = []
+
+    async def record(ts, active, idle):
+        sent.append((ts, active, idle))
+
+    await src.report(record)
+    assert sent[0][1:] == (["ch"], False)
+    await src.report(record)
+    assert sent[1][1:] == ([], True) and src.idle_reported
+    await kv.close()
+
+
+def _reports_seen() -> float:
+    from prometheus_client import REGISTRY
+
+    labels = {"role": "rootcoord", "method": "UpdateChannelTimeTick"}
+    return REGISTRY.get_sample_value("kmilvus_rpc_latency_seconds_count", labels) or 0.0
+
+
+def test_an_idle_proxy_stays_quiet_and_does_not_hold_back_a_busy_one(node_factory):
+    """Two Proxies: while both are idle they report about once a second, not every tick
+    interval; a write through one of them is flushed and read (Strong) without waiting on the
+    other's last report."""
+    from pymilvus import MilvusClient
+
+    from kmilvus.proxy import proxy as proxy_mod
+    from tests.flushutil import batch, bench_schema
+
+    a = node_factory(time_tick_interval=0.05)
+    b = node_factory(["proxy"], time_tick_interval=0.05)
+    rc = a.component("rootcoord")
+    ids = {a.component("proxy").server_id, b.component("proxy").server_id}
+    wait_until(lambda: ids <= a.call(_idle_of(rc)), what="both proxies said idle")
+    before = _reports_seen()
+    time.sleep(1.5)
+    assert _reports_seen() - before <= 2 * (1.5 / proxy_mod.IDLE_REPORT_EVERY + 1)  # not 60
+    c = MilvusClient(uri=b.uri)
+    c.create_collection("idle_peer", schema=bench_schema())
+    rows, vecs, tags = batch(0, 100)
+    c.insert("idle_peer", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(rows, vecs, tags, strict=True)])
+    c.flush("idle_peer")
+    c.create_index("idle_peer", _flat_index(c))
+    c.load_collection("idle_peer")
+    got = c.query("idle_peer", filter="id >= 0", output_fields=["id"], consistency_level="Strong")
+    assert sorted(r["id"] for r in got) == rows
+    c.close()
+
+
+async def _idle_of(rc) -> set[int]:
+    return set(rc.tt_sync.idle)
+
+
+def _flat_index(c):
+    params = c.prepare_index_params()
+    params.add_index(field_name="vec", index_type="FLAT", metric_type="L2")
+    return params

@@ -38,8 +38,9 @@ class TimestampAllocator:
         async with self._lock:
             return await self._alloc(count)
 
-    async def _alloc(self, count: int) -> int:
-        resp = await self.rootcoord.AllocTimestamp(internal_pb2.AllocTimestampRequest(count=count))
+    async def _alloc(self, count: int, producer: int = 0) -> int:
+        req = internal_pb2.AllocTimestampRequest(count=count, producerID=producer)
+        resp = await self.rootcoord.AllocTimestamp(req)
         merr.check(resp.status)
         return resp.timestamp
 
@@ -48,9 +49,10 @@ class TimestampAllocator:
         """Held while allocating; hold it to make allocate-then-register atomic."""
         return self._lock
 
-    async def alloc_locked(self, count: int = 1) -> int:
-        """Allocate while the caller already holds `lock`."""
-        return await self._alloc(count)
+    async def alloc_locked(self, count: int = 1, *, producer: int = 0) -> int:
+        """Allocate while the caller already holds `lock`; `producer`: the ID of the producer
+        that publishes with it (see `TickSource`)."""
+        return await self._alloc(count, producer)
 
 
 class IDAllocator:

@@ -6,6 +6,7 @@ RootCoord / DataCoord, which may live in this process or behind gRPC.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
@@ -38,6 +39,7 @@ from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
 SERVER_VERSION = "v2.3.5"  # the Milvus API level kmilvus implements
+IDLE_REPORT_EVERY = 1.0  # seconds between an idle Proxy's reports (busy: every tick interval)
 
 
 async def _always() -> bool:
@@ -75,7 +77,8 @@ class Proxy(
         self.security = ProxySecurity(cfg, self.rootcoord)
         self.tso = TimestampAllocator(self.rootcoord)
         self.ids = IDAllocator(self.rootcoord)
-        self.ticks = TickSource(self.tso)
+        self.ticks = TickSource(self.tso, producer_id=server_id)
+        self._reported_at = 0.0  # monotonic time of the last report
         self.reported_tick = 0  # the last tick RootCoord accepted from this Proxy
         self.producer = stream.producer()
         self.dd_queue = DdTaskQueue()
@@ -86,7 +89,7 @@ class Proxy(
         # Report a first tick before serving: RootCoord must count this producer before any of
         # its inserts can exist, or a tick could pass them.
         await self.report_tick()
-        self._tasks.every(lambda: self.cfg.time_tick_interval, self.report_tick, "proxy-timetick")
+        self._tasks.every(lambda: self.cfg.time_tick_interval, self._periodic_report, "proxy-timetick")
         self.dd_queue.start()
         self.dm_queue.start()
 
@@ -95,23 +98,26 @@ class Proxy(
         await self.dd_queue.stop()
         await self.dm_queue.stop()
 
+    async def _periodic_report(self) -> None:
+        """An idle Proxy that said so stays quiet (RootCoord does not wait on it), except for one
+        report every `IDLE_REPORT_EVERY`: a RootCoord that restarted meanwhile learns of it."""
+        if self.ticks.idle_reported and self.ticks.quiet() and time.monotonic() - self._reported_at < IDLE_REPORT_EVERY:
+            return
+        await self.report_tick()
+
     async def report_tick(self, flush_channels: list[str] = ()) -> None:
         """Report the tick this Proxy can promise and the channels it published on since its
         last report; with `flush_channels`, ask RootCoord to tick them at once (a flush or a Strong
         read waits for them, not for the periodic tick)."""
-        ts = await self.ticks.tick()
-        active = self.ticks.take_touched()
-        try:
-            merr.check(
-                await self.rootcoord.UpdateChannelTimeTick(
-                    internal_pb2.ChannelTimeTickMsg(
-                        sourceID=self.server_id, timestamp=ts, flush_channels=flush_channels, active_channels=active
-                    )
-                )
+
+        async def send(ts: int, active: list[str], idle: bool) -> None:
+            msg = internal_pb2.ChannelTimeTickMsg(
+                sourceID=self.server_id, timestamp=ts, flush_channels=flush_channels, active_channels=active, idle=idle
             )
-        except BaseException:
-            self.ticks.touch(active)
-            raise
+            merr.check(await self.rootcoord.UpdateChannelTimeTick(msg))
+
+        ts = await self.ticks.report(send)
+        self._reported_at = time.monotonic()
         self.reported_tick = max(self.reported_tick, ts)
 
     async def report_tick_now(self, flush_channels: list[str] = ()) -> None:

@@ -161,6 +161,8 @@ class RootCoord(
     async def AllocTimestamp(self, req, context=None):
         n = req.count or 1
         await self._check_leader()
+        if req.producerID and self.tt_sync is not None:
+            self.tt_sync.allocating(req.producerID)  # before: no tick from now on passes it
         return internal_pb2.AllocTimestampResponse(timestamp=await self.tso.alloc(n), count=n)
 
     @merr.rpc(internal_pb2.AllocIDResponse)
@@ -177,7 +179,7 @@ class RootCoord(
 
     @merr.rpc()
     async def UpdateChannelTimeTick(self, req, context=None):
-        self.tt_sync.update(req.sourceID, req.timestamp)
+        self.tt_sync.update(req.sourceID, req.timestamp, idle=req.idle)
         if req.active_channels:
             self.tt_sync.mark_active(req.active_channels)
         if req.flush_channels:

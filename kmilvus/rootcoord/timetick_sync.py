@@ -20,6 +20,10 @@ Proxies' reports and RootCoord's own DDL) gets every tick for `active_for` secon
 channel at most every `idle_interval` seconds. Whoever needs a tick on an idle channel sooner
 asks for it (`demand`): a flush (through the Proxy that ran it) and a QueryNode whose read waits
 for a channel's serviceable time. The promise of a tick is unchanged; only its cadence differs.
+
+Idle producers: a Proxy with nothing in flight reports `idle` and then stays quiet; it is left
+out of the minimum until it asks for a timestamp to publish with (`allocating`, called before
+that timestamp is allocated, so no tick computed afterwards can pass it).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class TimeTickSync:
         self.idle_interval = idle_interval  # 0: every channel at every tick
         self.active_for = active_for
         self.sources: dict[int, int] = {}
+        self.idle: set[int] = set()  # sources whose newest report said idle (see `allocating`)
         # Producers known to exist (live sessions) that have not reported since we started: a
         # tick must not pass what they may still be publishing. Bounded by `expect_until`.
         self.expected: set[int] = set()
@@ -91,23 +96,37 @@ class TimeTickSync:
         self.expected = set(source_ids) - set(self.sources)
         self.expect_until = time.monotonic() + wait
 
-    def update(self, source_id: int, ts: int) -> None:
+    def update(self, source_id: int, ts: int, *, idle: bool = False) -> None:
         self.expected.discard(source_id)
-        if ts > self.sources.get(source_id, 0):
+        last = self.sources.get(source_id, 0)
+        if ts > last:
             self.sources[source_id] = ts
+        if ts >= last:  # a late report (an older timestamp) says nothing about idleness now
+            if idle:
+                self.idle.add(source_id)
+            else:
+                self.idle.discard(source_id)
+
+    def allocating(self, source_id: int) -> None:
+        """`source_id` is about to get a timestamp to publish with: if it was idle (or unknown:
+        RootCoord restarted while it was quiet), the tick waits on it again, at what it last
+        promised (or the last tick), until its next report. Only ever lowers the minimum."""
+        if source_id in self.idle or source_id not in self.sources:
+            self.idle.discard(source_id)
+            self.sources.setdefault(source_id, self.last)
 
     def remove_source(self, source_id: int) -> None:
         self.expected.discard(source_id)
         self.sources.pop(source_id, None)
+        self.idle.discard(source_id)
 
     async def _tick(self) -> int | None:
         """The minimum over every producer now; None while waiting for live producers' reports."""
         if self.expected and time.monotonic() < self.expect_until:
             return None
         tick = await self.own.tick()
-        if self.sources:
-            tick = min(tick, *self.sources.values())
-        return tick
+        busy = [ts for source, ts in self.sources.items() if source not in self.idle]
+        return min(tick, *busy) if busy else tick
 
     def mark_active(self, chans) -> None:
         """A producer published on `chans`: tick them at every tick for `active_for` seconds."""

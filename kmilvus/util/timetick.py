@@ -5,12 +5,18 @@ earlier ones were acknowledged by JetStream. So a publish registers its timestam
 step* as allocating it (under the allocator's lock: allocations and registrations happen in one
 order), and stays registered until its ack; the tick is the minimum of a fresh timestamp and
 everything still in flight.
+
+An idle producer (nothing in flight, nothing unreported) says so once and then stays quiet:
+RootCoord leaves it out of the minimum until it allocates a timestamp to publish with again
+(`AllocTimestampRequest.producerID`), so idle Proxies cost no report every tick interval, and
+an idle Proxy never holds back the ticks of a busy one. The idle report is sent holding the
+allocator's lock: no timestamp of this producer can be allocated before RootCoord has it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from kmilvus.allocator import TimestampAllocator
 from kmilvus.log import get_logger
@@ -21,10 +27,12 @@ log = get_logger(__name__)
 
 
 class TickSource:
-    def __init__(self, tso: TimestampAllocator):
+    def __init__(self, tso: TimestampAllocator, producer_id: int = 0):
         self.tso = tso
+        self.producer_id = producer_id  # 0: RootCoord's own (it never reports idle)
         self._inflight: dict[int, int] = {}
         self._touched: set[str] = set()
+        self.idle_reported = False  # the last report said idle and nothing was allocated since
 
     @contextlib.asynccontextmanager
     async def publishing(self, channels: Iterable[str] = ()) -> AsyncIterator[int]:
@@ -33,7 +41,8 @@ class TickSource:
         channels = tuple(channels)
         self._touched.update(channels)
         async with self.tso.lock:
-            ts = await self.tso.alloc_locked()
+            self.idle_reported = False  # first: a failed allocation may still have reached RootCoord
+            ts = await self.tso.alloc_locked(producer=self.producer_id)
             self._inflight[ts] = self._inflight.get(ts, 0) + 1
         try:
             yield ts
@@ -50,6 +59,27 @@ class TickSource:
         async with self.tso.lock:
             fresh = await self.tso.alloc_locked()
         return min(fresh, *self._inflight) if self._inflight else fresh
+
+    def quiet(self) -> bool:
+        """Nothing in flight and nothing published since the last report."""
+        return not self._inflight and not self._touched
+
+    async def report(self, send: Callable[[int, list[str], bool], Awaitable[object]]) -> int:
+        """Report this producer's tick through `send(ts, active_channels, idle)`; returns it."""
+        async with self.tso.lock:
+            fresh = await self.tso.alloc_locked()
+            if self.quiet():
+                await send(fresh, [], True)  # under the lock: see the module docstring
+                self.idle_reported = True
+                return fresh
+        ts = min(fresh, *self._inflight) if self._inflight else fresh
+        active = self.take_touched()
+        try:
+            await send(ts, active, False)
+        except BaseException:
+            self.touch(active)
+            raise
+        return ts
 
     def take_touched(self) -> list[str]:
         """The channels published on since the last call (RootCoord ticks them at every tick)."""
