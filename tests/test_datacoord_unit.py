@@ -5,6 +5,7 @@ checkpoints."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -54,6 +55,12 @@ async def _stored_state(c: Coords, seg) -> int:
 
 def _segment(c: Coords, sid: int):
     return c.dc.meta.segments[sid]
+
+
+def _later(c: Coords, seconds: float) -> None:
+    """DataCoord's segment policies see time `seconds` ahead from now on."""
+    ahead = c.dc.segments.clock() + seconds - time.monotonic()
+    c.dc.segments.clock = lambda: time.monotonic() + ahead
 
 
 async def test_growing_segments_seal_at_milvus_seal_proportion_by_default(etcd_endpoint, nats_url, root, tmp_path):
@@ -130,10 +137,9 @@ async def test_idle_segment_is_sealed_once_it_had_rows(coords):
     coll, (ch, other) = await _collection(c)
     used = (await c.assign(coll, ch, 5)).segIDAssignments[0].segID
     empty = (await c.assign(coll, other, 5)).segIDAssignments[0].segID
-    idle = c.cfg.segment_max_idle_time + 1
-    _segment(c, used).last_assign -= idle  # no quota asked for longer than the idle time
-    _segment(c, empty).last_assign -= idle
-    _segment(c, empty).info.assigned_rows = 0  # ... but one was never written to
+    _segment(c, empty).info.assigned_rows = 0  # one was never written to
+    assert await c.dc.segments.apply_seal_policies() == []
+    _later(c, c.cfg.segment_max_idle_time + 1)  # no quota asked for longer than the idle time
     sealed = await c.dc.segments.apply_seal_policies()
     assert [s.id for s in sealed] == [used]
     assert await _stored_state(c, _segment(c, empty)) == SegmentState.Growing
@@ -143,7 +149,7 @@ async def test_segment_past_its_lifetime_is_sealed_even_if_busy(coords):
     c = coords
     coll, (ch, _) = await _collection(c)
     sid = (await c.assign(coll, ch, 5)).segIDAssignments[0].segID
-    _segment(c, sid).created -= c.cfg.segment_max_lifetime + 1
+    _later(c, c.cfg.segment_max_lifetime + 1)
     await c.assign(coll, ch, 5)  # still busy: just got more quota
     assert [s.id for s in await c.dc.segments.apply_seal_policies()] == [sid]
     assert await _stored_state(c, _segment(c, sid)) == SegmentState.Sealed
@@ -548,3 +554,34 @@ async def test_the_once_a_second_passes_see_exactly_the_unflushed_segments(coord
     await c.dc.DropCollection(data_coord_pb2.DropCollectionRequest(collectionID=coll))
     check()
     assert c.dc.meta.unflushed((SegmentState.Growing, SegmentState.Sealed)) == []
+
+
+async def test_the_seal_policy_pass_looks_at_segments_only_once_a_policy_may_be_due(coords, monkeypatch):
+    """At 1,000 idle collections a pass over their Growing segments every second was DataCoord's
+    main idle cost: a pass runs only once a segment may be full, idle or old enough."""
+    c = coords
+    coll, (ch, other) = await _collection(c)
+    scans: list[tuple] = []
+    unflushed = c.dc.meta.unflushed
+
+    def counting(states):
+        if SegmentState.Growing in states:
+            scans.append(tuple(states))
+        return unflushed(states)
+
+    monkeypatch.setattr(c.dc.meta, "unflushed", counting)
+    limit = c.dc.segments.max_rows[coll]
+    idle = (await c.assign(coll, other, 5)).segIDAssignments[0].segID
+    await c.dc.segments.apply_seal_policies()  # the first pass since start looks
+    scans.clear()
+    for _ in range(3):
+        assert await c.dc.segments.apply_seal_policies() == []
+    assert scans == []  # nothing can be due before the idle time
+    full = (await c.assign(coll, ch, limit)).segIDAssignments[0].segID
+    assert [s.id for s in await c.dc.segments.apply_seal_policies()] == [full]
+    assert len(scans) == 1
+    assert await c.dc.segments.apply_seal_policies() == []
+    assert len(scans) == 1
+    _later(c, c.cfg.segment_max_idle_time + 1)
+    assert [s.id for s in await c.dc.segments.apply_seal_policies()] == [idle]
+    assert len(scans) == 2

@@ -51,16 +51,16 @@ class Segments(dict[int, Segment]):
     with channels × segments). Compaction and import write the mapping directly, so the indexes
     follow every write; a segment's channel and collection never change in place.
 
-    `unflushed` holds the segments stored while Growing or Sealed: the once-a-second passes
-    (seal policies, flush candidates) read those, not every Flushed segment. A segment leaves
-    those states in place (seal, SaveBinlogPaths, compaction's swap) and never comes back, so
-    `SegmentMeta.unflushed` drops the ones that left as it reads them."""
+    `unflushed` holds the Growing and the Sealed segments apart: the once-a-second passes (seal
+    policies, flush candidates) read those, not every Flushed segment. A seal moves a segment
+    between them (`restate`); a segment that leaves both (SaveBinlogPaths, compaction's swap)
+    never comes back, so `SegmentMeta.unflushed` drops the ones that left as it reads them."""
 
     def __init__(self) -> None:
         super().__init__()
         self.of_channel: dict[str, dict[int, Segment]] = {}
         self.of_collection: dict[int, dict[int, Segment]] = {}
-        self.unflushed: dict[int, Segment] = {}
+        self.unflushed: dict[int, dict[int, Segment]] = {state: {} for state in UNFLUSHED}
 
     def __setitem__(self, seg_id: int, seg: Segment) -> None:
         old = self.get(seg_id)
@@ -69,8 +69,7 @@ class Segments(dict[int, Segment]):
         super().__setitem__(seg_id, seg)
         self.of_channel.setdefault(seg.info.insert_channel, {})[seg_id] = seg
         self.of_collection.setdefault(seg.info.collectionID, {})[seg_id] = seg
-        if seg.info.state in UNFLUSHED:
-            self.unflushed[seg_id] = seg
+        self.restate(seg)
 
     def __delitem__(self, seg_id: int) -> None:
         seg = self[seg_id]
@@ -86,8 +85,16 @@ class Segments(dict[int, Segment]):
         del self[seg_id]
         return seg
 
+    def restate(self, seg: Segment) -> None:
+        """File `seg` under its state now (after a change in place, e.g. a seal)."""
+        for group in self.unflushed.values():
+            group.pop(seg.id, None)
+        if seg.info.state in UNFLUSHED:
+            self.unflushed[seg.info.state][seg.id] = seg
+
     def _unindex(self, seg_id: int, seg: Segment) -> None:
-        self.unflushed.pop(seg_id, None)
+        for group in self.unflushed.values():
+            group.pop(seg_id, None)
         for index, key in ((self.of_channel, seg.info.insert_channel), (self.of_collection, seg.info.collectionID)):
             group = index.get(key)  # type: ignore[attr-defined]
             if group is not None:
@@ -142,10 +149,13 @@ class SegmentMeta:
 
     def unflushed(self, states) -> list[Segment]:
         """Segments now in `states` (Growing, Sealed or both), without a pass over every segment."""
-        index = self.segments.unflushed
-        for sid in [sid for sid, s in index.items() if s.info.state not in UNFLUSHED]:
-            del index[sid]
-        return [s for s in index.values() if s.info.state in states]
+        out = []
+        for state in states:
+            group = self.segments.unflushed[state]
+            for sid in [sid for sid, s in group.items() if s.info.state != state]:
+                self.segments.restate(group[sid])
+            out += group.values()
+        return out
 
     def by_channel(self, channel: str, states=None) -> list[Segment]:
         segs = self.segments.of_channel.get(channel, {}).values()
