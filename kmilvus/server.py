@@ -82,7 +82,7 @@ class Node:
         self.stream = await MsgStream.connect(
             cfg.nats_url, cfg.cluster, max_message_bytes=cfg.max_message_bytes, **cfg.nats_options()
         )
-        self.stream.idle_tick_interval = cfg.time_tick_idle_interval
+        self.stream.idle_tick_interval = cfg.vchannel_idle_tick_interval
         self.store = ObjectStore.from_uri(cfg.storage_uri)
         internal_tls = None
         if cfg.internal_tls_ca:

@@ -227,9 +227,9 @@ def test_seal_by_size_makes_several_segments(node_factory):
 
 
 def test_idle_segments_seal_and_flush_without_being_asked(node_factory):
-    """Also on an idle channel (ticked only every `time_tick_idle_interval`, an hour here):
+    """Also on an idle channel (ticked only every `vchannel_idle_tick_interval`, an hour here):
     DataCoord asks for the tick the sealed segment's flush waits for."""
-    node = node_factory(segment_max_idle_time=0.3, time_tick_idle_interval=3600)
+    node = node_factory(segment_max_idle_time=0.3, time_tick_idle_interval=3600, vchannel_idle_tick_interval=3600)
     c = MilvusClient(uri=node.uri)
     c.create_collection("idle", schema=bench_schema())
     ids, vecs, tags = batch(0, 100)

@@ -273,10 +273,10 @@ def test_release_and_drop_free_consumers_and_memory(client, node):
 
 @pytest.mark.parametrize("level", ["Strong", "Bounded"])
 def test_a_read_on_an_idle_collection_asks_for_the_tick_it_waits_for(node_factory, level):
-    """Idle vchannels are ticked only every `time_tick_idle_interval` (an hour here, so only a
+    """Idle vchannels are ticked only every `vchannel_idle_tick_interval` (an hour here, so only a
     tick on demand can serve the read): a QueryNode whose read waits for a channel's serviceable
     time asks RootCoord for the tick, and the read answers well within its timeout."""
-    node = node_factory(time_tick_idle_interval=3600)
+    node = node_factory(time_tick_idle_interval=3600, vchannel_idle_tick_interval=3600)
     client = MilvusClient(uri=node.uri)
     try:
         make_collection(client, "idle")
