@@ -585,3 +585,28 @@ async def test_the_seal_policy_pass_looks_at_segments_only_once_a_policy_may_be_
     _later(c, c.cfg.segment_max_idle_time + 1)
     assert [s.id for s in await c.dc.segments.apply_seal_policies()] == [idle]
     assert len(scans) == 2
+
+
+async def test_the_compaction_policy_asks_nothing_about_a_collection_with_nothing_flushed(coords, monkeypatch):
+    """The minute's policy pass asked RootCoord for every collection's TTL (and a timestamp):
+    1,000 RPCs a minute at 1,000 idle collections. Only one with Flushed segments can need it."""
+    import dataclasses
+
+    c = coords
+    coll, (ch, _) = await _watched_collection(c)
+    await _collection(c)  # another, with nothing at all
+    asked: list[int] = []
+    port = c.dc.compactions.port
+
+    async def ttl_of(coll_id: int) -> int:
+        asked.append(coll_id)
+        return await port.ttl_of(coll_id)
+
+    monkeypatch.setattr(c.dc.compactions, "port", dataclasses.replace(port, ttl_of=ttl_of))
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    assert await c.dc.compactions.apply_policy() == []
+    assert asked == []  # a Growing segment alone: nothing to compact
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 20, resp.flush_ts + 1, rows=3)))
+    assert await c.dc.compactions.apply_policy() == []  # one small segment: no plan either ...
+    assert asked == [coll]  # ... but with a TTL its rows could have expired

@@ -470,6 +470,8 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         for coll in sorted(self.port.collections()):
             if self.port.dropping(coll) or self.running(coll):
                 continue
+            if not self.port.meta.by_collection(coll, (SegmentState.Flushed,)):
+                continue  # nothing to compact: no need to ask RootCoord for its TTL
             try:
                 cutoff = await self.expire_before(coll)
             except merr.MilvusError:
