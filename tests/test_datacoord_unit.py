@@ -610,3 +610,21 @@ async def test_the_compaction_policy_asks_nothing_about_a_collection_with_nothin
     merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 20, resp.flush_ts + 1, rows=3)))
     assert await c.dc.compactions.apply_policy() == []  # one small segment: no plan either ...
     assert asked == [coll]  # ... but with a TTL its rows could have expired
+
+
+async def test_flush_asks_for_a_tick_naming_its_channels(coords, monkeypatch):
+    """An idle vchannel gets a tick only every `vchannel_idle_tick_interval` (a minute): a Flush
+    (the operator calls DataCoord's directly, not through a Proxy) asks for one past its
+    timestamp, naming the collection's vchannels, so its checkpoints pass it at once."""
+    c = coords
+    coll, chans = await _watched_collection(c)
+    asked: list[tuple[list[str], int]] = []
+    demand = c.rc.DemandTimeTick
+
+    async def recording(req, context=None):
+        asked.append((sorted(req.channels), req.timestamp))
+        return await demand(req, context)
+
+    monkeypatch.setattr(c.rc, "DemandTimeTick", recording)
+    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    assert (sorted(chans), resp.flush_ts) in asked

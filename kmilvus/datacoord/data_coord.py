@@ -342,6 +342,9 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         flushed = self.meta.by_collection(req.collectionID, (SegmentState.Flushed,))
         chans = self.channels.channels_of(req.collectionID)
         self._flushing_chans.update(chans)
+        # Idle vchannels get a tick only now and then: name them in one past the flush, so
+        # their checkpoints pass it now (the operator's FlushRequest calls here, not a Proxy).
+        await demand_tick(self.registry.client(roles.ROOTCOORD), chans, flush_ts)
         await self._check_flushable(chans)
         return data_coord_pb2.FlushResponse(
             dbID=req.dbID,
