@@ -187,7 +187,9 @@ def test_flush_ticks_its_channels_on_demand(node_factory):
         periodic = tt.last
         c.flush("ondemand", timeout=60)
         assert tt.last == periodic  # no periodic tick came in between
-        assert tt.on_demand == 1  # one channel (one shard), ticked once
+        # One channel (one shard): ticked on the Proxy's report, and again if DataCoord's own
+        # demand (Flush names its vchannels) comes after that tick was published.
+        assert 1 <= tt.on_demand <= 2
         coll_id = c.describe_collection("ondemand")["collection_id"]
         segs = segments(node, coll_id)
         assert segs and all(s.state == Flushed for s in segs)
