@@ -87,14 +87,16 @@ class Segments(dict[int, Segment]):
 
     def restate(self, seg: Segment) -> None:
         """File `seg` under its state now (after a change in place, e.g. a seal)."""
-        for group in self.unflushed.values():
-            group.pop(seg.id, None)
+        self._unfile(seg.id)
         if seg.info.state in UNFLUSHED:
             self.unflushed[seg.info.state][seg.id] = seg
 
-    def _unindex(self, seg_id: int, seg: Segment) -> None:
+    def _unfile(self, seg_id: int) -> None:
         for group in self.unflushed.values():
             group.pop(seg_id, None)
+
+    def _unindex(self, seg_id: int, seg: Segment) -> None:
+        self._unfile(seg_id)
         for index, key in ((self.of_channel, seg.info.insert_channel), (self.of_collection, seg.info.collectionID)):
             group = index.get(key)  # type: ignore[attr-defined]
             if group is not None:

@@ -31,7 +31,7 @@ class SegmentManager:
         self.clock: Callable[[], float] = time.monotonic
         # No policy can seal anything before this (monotonic): at 1,000 idle collections a pass
         # over their Growing segments every second was DataCoord's main idle cost. Only a grant
-        # brings a deadline closer (a full segment: now; a first row: the idle time).
+        # brings a deadline closer (a full segment: now; else its idle time or its lifetime).
         self._next_pass = 0.0
 
     def set_schema(self, coll_id: int, schema: schema_pb2.CollectionSchema) -> None:
@@ -73,7 +73,7 @@ class SegmentManager:
         s.info.assigned_rows += n
         s.info.last_expire_time = max(s.info.last_expire_time, r.timestamp)
         s.last_assign = now
-        full = s.info.assigned_rows >= int(s.info.max_row_num * self.cfg.segment_seal_proportion)
+        full = s.info.assigned_rows >= self._seal_limit(s)
         due = now if full else min(now + self.cfg.segment_max_idle_time, s.created + self.cfg.segment_max_lifetime)
         self._next_pass = min(self._next_pass, due)
         return data_coord_pb2.SegmentIDAssignment(
@@ -124,9 +124,8 @@ class SegmentManager:
         due, nxt = [], math.inf
         idle, lifetime = self.cfg.segment_max_idle_time, self.cfg.segment_max_lifetime
         for s in self.meta.unflushed((SegmentState.Growing,)):
-            limit = int(s.info.max_row_num * self.cfg.segment_seal_proportion)
             idle_at = s.last_assign + idle if s.info.assigned_rows else math.inf
-            if s.info.assigned_rows >= limit or now > idle_at or now > s.created + lifetime:
+            if s.info.assigned_rows >= self._seal_limit(s) or now > idle_at or now > s.created + lifetime:
                 due.append(s)
             else:
                 nxt = min(nxt, idle_at, s.created + lifetime)
@@ -137,6 +136,10 @@ class SegmentManager:
             raise
         self._next_pass = min(self._next_pass, nxt)
         return sealed
+
+    def _seal_limit(self, s: Segment) -> int:
+        """Rows after which the full policy seals `s`."""
+        return int(s.info.max_row_num * self.cfg.segment_seal_proportion)
 
     async def seal_recovered(self) -> None:
         """After a restart the quota handed out by the previous instance is unknown: seal what
