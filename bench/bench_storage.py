@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
 from kmilvus.storage import ObjectStore, paths, read_segment, write_insert_binlog
-from kmilvus.storage.binlog import parquet_options, row_group_rows, write_parquet
+from kmilvus.storage.binlog import parquet_options, row_group_rows, to_storage, write_parquet
 from kmilvus.util import typeutil
 
 DT = schema_pb2.DataType
@@ -125,30 +125,34 @@ def bench_binlogs(args) -> None:
 
 
 def compare_encodings(store: ObjectStore, batch: pa.RecordBatch) -> None:
-    table = pa.Table.from_batches([batch])
+    listed = pa.Table.from_batches([batch])  # the vector as fixed_size_list<float32> (kmilvus before 2026-11-26)
+    table = to_storage(listed)  # as kmilvus stores it: the vector as fixed_size_binary(4·dim)
     names = table.schema.names
     chosen = parquet_options(table.schema)
     variants = {
-        "chosen (vec none, scalars zstd+dict)": chosen,
-        "all none, no dict": {"compression": "none", "use_dictionary": False},
-        "all snappy (pyarrow default)": {"compression": "snappy"},
-        "all lz4": {"compression": "lz4"},
-        "all zstd": {"compression": "zstd"},
-        "vec none, scalars lz4": {**chosen, "compression": {n: ("none" if n == "101" else "lz4") for n in names}},
-        "vec none, scalars snappy": {**chosen, "compression": {n: ("none" if n == "101" else "snappy") for n in names}},
-        "chosen, one row group": {**chosen, "row_group_size": table.num_rows},
-        "chosen, 16k-row groups": {**chosen, "row_group_size": 16384},
+        "chosen (vec bytes none, scalars zstd+dict)": (table, chosen),
+        "vec as list<float32>, else chosen": (listed, parquet_options(listed.schema)),
+        "all none, no dict": (table, {"compression": "none", "use_dictionary": False}),
+        "all snappy (pyarrow default)": (table, {"compression": "snappy"}),
+        "all lz4": (table, {"compression": "lz4"}),
+        "all zstd": (table, {"compression": "zstd"}),
+        "vec none, scalars lz4": (
+            table,
+            {**chosen, "compression": {n: ("none" if n == "101" else "lz4") for n in names}},
+        ),
+        "chosen, one row group": (table, {**chosen, "row_group_size": table.num_rows}),
+        "chosen, 16k-row groups": (table, {**chosen, "row_group_size": 16384}),
     }
     print(
         f"encodings on one chunk ({table.num_rows:,} rows, {table.nbytes / 1e6:.0f} MB, "
         f"default row group {row_group_rows(table):,} rows), best of 3:"
     )
-    for label, opts in variants.items():
+    for label, (data, opts) in variants.items():
         ws, rs = [], []
         for _ in range(3):
             key = "bench_compare/x"
             t0 = time.perf_counter()
-            size = write_parquet(store, key, table, **dict(opts))
+            size = write_parquet(store, key, data, **dict(opts))
             ws.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             pq.read_table(store.path(key), filesystem=store.filesystem)

@@ -13,7 +13,7 @@ import pytest
 from pymilvus import DataType, MilvusClient, MilvusException
 from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc, schema_pb2
 
-from kmilvus.storage import paths
+from kmilvus.storage import binlog, paths
 from tests.test_flush import segments
 
 
@@ -51,7 +51,8 @@ def _read(node, client, name) -> pa.Table:
     cid = client.describe_collection(name)["collection_id"]
     tables = []
     for s in segments(node, cid):
-        tables.append(pq.read_table(node.node.store.path(paths.segment_prefix(s.collectionID, s.partitionID, s.ID))))
+        seg_dir = node.node.store.path(paths.segment_prefix(s.collectionID, s.partitionID, s.ID))
+        tables.append(binlog.from_storage(pq.read_table(seg_dir)))  # plain pyarrow, vectors decoded
     return pa.concat_tables(tables).sort_by("100")
 
 

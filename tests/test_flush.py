@@ -68,7 +68,8 @@ def test_orm_200k_flush_and_read_back_with_pyarrow_and_spark(node, orm):
     seg_dir = node.node.store.path(paths.segment_prefix(s.collectionID, s.partitionID, s.ID))
     assert pq.read_table(seg_dir).num_rows == s.num_of_rows
 
-    # And Spark, on every segment directory — in its own process, as a user's job would run.
+    # And Spark, on every segment directory — in its own process, as a user's job would run. A
+    # float vector is its 4·dim little-endian bytes there (Milvus' Parquet type for it).
     dirs = [node.node.store.uri(paths.segment_prefix(s.collectionID, s.partitionID, s.ID)) for s in segs]
     got = spark_read(dirs, pk=123456)
     assert got["count"] == 200_000 and got["distinct"] == 200_000
@@ -78,6 +79,7 @@ def test_orm_200k_flush_and_read_back_with_pyarrow_and_spark(node, orm):
 
 SPARK_READ = """
 import json, sys
+import numpy as np
 from pyspark.sql import SparkSession
 spark = (SparkSession.builder.master("local[2]").appName("kmilvus-readback")
          .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
@@ -85,7 +87,7 @@ args = json.loads(sys.argv[1])
 df = spark.read.parquet(*args["dirs"])
 row = df.filter(f"`100` = {args['pk']}").select("101", "102").collect()[0]
 print(json.dumps({"count": df.count(), "distinct": df.select("100").distinct().count(),
-                  "vec": list(row[0]), "tag": row[1]}))
+                  "vec": np.frombuffer(row[0], "<f4").tolist(), "tag": row[1]}))
 spark.stop()
 """
 

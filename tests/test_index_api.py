@@ -75,7 +75,10 @@ def test_create_index_builds_one_file_per_flushed_segment(node, orm):
     first_log = min(seg.binlogs.values(), key=lambda b: b.logID)
     import pyarrow.parquet as pq
 
-    vec = pq.read_table(node.node.store.path(first_log.log_path), columns=["101"])["101"][7].values.to_numpy()
+    from kmilvus.storage import binlog
+
+    raw = pq.read_table(node.node.store.path(first_log.log_path), columns=["101"])
+    vec = binlog.from_storage(raw)["101"][7].values.to_numpy()
     d, o = idx.search(np.asarray(vec, np.float32)[None, :], 3, {"ef": 32})
     assert o[0, 0] == 7 and d[0, 0] < 1e-5
 

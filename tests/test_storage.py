@@ -230,10 +230,13 @@ async def test_insert_binlog_roundtrip(store):
     got = await binlog.aread_binlog(store, key)
     assert got.equals(expected)
     assert got.schema.field("101").metadata[b"name"] == b"vec"  # Arrow schema is kept
-    # plain pyarrow, no kmilvus
+    # plain pyarrow, no kmilvus: a float vector is stored as its bytes (Milvus' own Parquet type for it)
     plain = pq.read_table(store.path(key), filesystem=store.filesystem)
     assert plain.num_rows == 1000 and plain.column("102").to_pylist()[699:701] == ["tag699", "tag700"]
-    assert plain.schema.field("101").type == pa.list_(pa.float32(), DIM)
+    assert plain.schema.field("101").type == pa.binary(4 * DIM)
+    assert plain.schema.field("101").metadata[binlog.LIST_SIZE_META] == str(DIM).encode()
+    vectors = np.frombuffer(b"".join(plain.column("101").to_pylist()), np.float32).reshape(-1, DIM)
+    assert np.array_equal(vectors, expected.column("101").combine_chunks().values.to_numpy().reshape(-1, DIM))
 
 
 async def test_insert_binlog_encoding(store):
@@ -243,9 +246,10 @@ async def test_insert_binlog_encoding(store):
     with store.filesystem.open_input_file(store.path(key)) as f:
         md = pq.ParquetFile(f).metadata
     cols = {md.row_group(0).column(i).path_in_schema: md.row_group(0).column(i) for i in range(md.num_columns)}
-    vec = [c for p, c in cols.items() if p.startswith("101.")]
-    assert len(vec) == 1 and vec[0].compression == "UNCOMPRESSED"
-    assert not vec[0].is_stats_set
+    vec = [c for p, c in cols.items() if p.startswith("101")]
+    assert [c.path_in_schema for c in vec] == ["101"]  # one leaf: no repetition level per float
+    assert vec[0].compression == "UNCOMPRESSED" and not vec[0].is_stats_set
+    assert "RLE_DICTIONARY" not in vec[0].encodings and "PLAIN_DICTIONARY" not in vec[0].encodings
     for name in ("0", "1", "100", "102", "103", "104"):
         assert cols[name].compression == "ZSTD"
     assert cols["1"].statistics.min == 7 and cols["1"].statistics.max == 7
@@ -270,6 +274,41 @@ async def test_read_segment_in_log_order(store):
     d = ds.dataset(seg_dir, filesystem=store.filesystem, format="parquet")
     assert d.count_rows() == 90
     assert sorted(d.to_table().column("100").to_pylist()) == sorted(expected.column("100").to_pylist())
+
+
+async def test_vector_columns_decode_zero_copy_sliced_nullable_and_from_the_old_list_layout(store):
+    """Float vectors are fixed_size_list<float32> in memory and 4·dim-byte binaries on disk; both
+    conversions share buffers, keep a slice's rows and a nullable field's nulls, and a segment
+    written before the change (lists on disk) reads back beside newer binlogs."""
+    schema = make_schema()
+    b = make_batch(schema, 0, 50, 3)
+    sliced = pa.Table.from_batches([b]).slice(7, 20)
+    enc = binlog.to_storage(sliced)
+    assert enc.schema.field("101").type == pa.binary(4 * DIM)
+    assert binlog.from_storage(enc).equals(sliced)
+    col = sliced.column("101").chunks[0]
+    raw = enc.column("101").chunks[0]
+    assert raw.buffers()[1].address == col.values.buffers()[1].address + (col.values.offset + col.offset * DIM) * 4
+    field = pa.field("v", pa.list_(pa.float32(), 2))
+    nullable = pa.Table.from_arrays(
+        [
+            pa.FixedSizeListArray.from_arrays(
+                pa.array([1, 2, 0, 0, 5, 6], pa.float32()), 2, mask=pa.array([False, True, False])
+            )
+        ],
+        schema=pa.schema([field]),
+    )
+    back = binlog.from_storage(binlog.to_storage(nullable))
+    assert back.column("v").to_pylist() == [[1.0, 2.0], None, [5.0, 6.0]]
+    # A binlog written in the old layout (the list on disk), then one in the new, in one segment.
+    old = pa.Table.from_batches([make_batch(schema, 100, 10, 4)])
+    binlog.write_parquet(store, paths.insert_log_key(1, 2, 8, 1), old)  # as kmilvus wrote it before
+    new = make_batch(schema, 200, 10, 5)
+    await binlog.awrite_insert_binlog(store, paths.insert_log_key(1, 2, 8, 2), [new])
+    both = await binlog.aread_segment(store, 1, 2, 8, schema=typeutil.arrow_schema(schema))
+    assert both.equals(pa.concat_tables([old, pa.Table.from_batches([new])]))
+    column = binlog.read_column(store, binlog.segment_binlog_keys(store, 1, 2, 8), "101")
+    assert column.type == pa.list_(pa.float32(), DIM) and len(column) == 20
 
 
 async def test_local_segment_dir_reads_with_plain_pyarrow(tmp_path):

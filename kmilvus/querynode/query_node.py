@@ -20,8 +20,9 @@ from kmilvus.querynode import reduce, vector_search
 from kmilvus.querynode.delegator import ChannelDelegator
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
-from kmilvus.querynode.segments import SegmentData, read_binlogs
+from kmilvus.querynode.segments import SegmentData
 from kmilvus.storage import deltalog
+from kmilvus.storage.binlog import read_binlogs
 from kmilvus.util import merr, typeutil
 from kmilvus.util.timetick import demand_tick
 

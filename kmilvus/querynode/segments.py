@@ -12,11 +12,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.querynode.deletes import DeleteSet, pk_and_ts
-from kmilvus.storage import ObjectStore
 from kmilvus.storage.deltalog import sorted_unique
 
 DT = schema_pb2.DataType
@@ -149,17 +147,6 @@ class SegmentData:
         mask = None if dead is None else ~dead
         self._alive = (version, mask)
         return mask
-
-
-def read_binlogs(
-    store: ObjectStore, keys: list[str], schema: pa.Schema | None = None, skip: Collection[str] = ()
-) -> pa.Table:
-    """The given insert binlogs, concatenated in order (one multithreaded Arrow read), without
-    the columns named in `skip` (never read, so never in memory)."""
-    if not keys:
-        return (schema or pa.schema([])).empty_table()
-    dataset = ds.dataset([store.path(k) for k in keys], filesystem=store.filesystem, format="parquet", schema=schema)
-    return dataset.to_table(columns=[n for n in dataset.schema.names if n not in skip] if skip else None)
 
 
 class GrowingSegment:
