@@ -34,7 +34,7 @@ from pymilvus.grpc_gen import common_pb2
 from kmilvus.meta import catalog
 from kmilvus.spark import application
 from kmilvus.spark.runner import JobState, LocalSparkRunner
-from kmilvus.storage import paths, read_segment
+from kmilvus.storage import binlog, paths, read_segment
 from kmilvus.util import typeutil
 from tests.util import wait_until
 
@@ -183,7 +183,7 @@ def test_bulk_import_parquet_json_csv(node, client, orm, data_dir):
         for b in s.binlogs.values():
             assert b.log_path.startswith(paths.segment_prefix(coll, s.info.partitionID, s.id))
     schema_pb = dc.compactions.schema_of(coll)
-    want = typeutil.arrow_schema(schema_pb)
+    want = binlog.storage_schema(typeutil.arrow_schema(schema_pb))
     some = next(iter(segs[0].binlogs.values())).log_path
     got = pq.read_schema(node.node.store.path(some))
     assert got.equals(want, check_metadata=False) and [f.metadata for f in got] == [f.metadata for f in want]

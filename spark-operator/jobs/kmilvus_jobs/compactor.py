@@ -21,10 +21,11 @@ exactly one target. A row's dense index in the job (`__g`) comes from its binlog
 The job writes binlogs and a manifest; it changes no meta: DataCoord swaps sources for targets
 in one etcd transaction after reading the manifest.
 
-`run_local(spec)` is the in-process route for small compactions (no Spark, no JVM): the binlogs
-are read by the pyarrow reader Spark uses for object stores it cannot reach, deletes are applied
-per batch by `drop_deleted` (the rule of `_apply_deletes`) and expired rows by `drop_expired`,
-and the same `BinlogWriter` writes.
+How: Spark schedules tasks of source binlogs; each task reads its binlogs with pyarrow
+(`kmilvus.storage.binlog`'s decoding), drops deleted rows (`drop_deleted`) and expired ones
+(`drop_expired`) batch by batch and feeds a `BinlogWriter` (`write_binlogs`): no row passes
+through the JVM. `run_local(spec)` is the in-process route for small compactions (no Spark, no
+JVM): the SAME `write_binlogs` over every source binlog in one thread.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import re
 import time
 
 from kmilvus_jobs.common import JobFailure, prefetched, progress
-from kmilvus_jobs.sources import _tasks, s3a_available, spark_schema_of, to_list
-from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, BinlogWriter, binlog_writer, decode_schema, segment_entry
+from kmilvus_jobs.sources import _tasks
+from kmilvus_jobs.writer import RESULT_SPARK_SCHEMA, BinlogWriter, decode_schema, segment_entry, writing_task
 
 KEY_TAIL = r"insert_log/\d+/\d+/(\d+/\d+)$"
 
@@ -69,71 +70,25 @@ def _layout(spec: dict):
     return files, plans, acc
 
 
-def _native_frame(spark, store, files, plans, columns):
-    from pyspark.sql import functions as F
-
-    raw = spark.read.parquet(*[store.uri(f["key"]) for f in files])
-    tail = F.regexp_extract(F.col("_metadata.file_path"), KEY_TAIL, 1)
-    offset = F.create_map(*[x for f in files for x in (F.lit(f["tail"]), F.lit(f["offset"]).cast("long"))])
-    plan = F.create_map(*[x for f in files for x in (F.lit(f["tail"]), F.lit(f["plan"]))])
-
-    def arr(k):
-        return F.array(*[F.lit(p[k]).cast("long") for p in plans])
-
-    df = raw.select(*[F.col(f"`{c}`") for c in columns], tail.alias("__k"), F.col("_metadata.row_index").alias("__ri"))
-    df = df.withColumn("__p", F.element_at(plan, F.col("__k")) + 1)
-    df = df.withColumn("__g", F.element_at(offset, F.col("__k")) + F.col("__ri"))
-    local = (F.col("__g") - F.element_at(arr("start"), F.col("__p"))).cast("long")
-    idx = F.least(
-        F.element_at(arr("targets"), F.col("__p")) - 1,
-        F.floor(local / F.element_at(arr("per"), F.col("__p"))).cast("long"),
-    )
-    df = df.withColumn("__seg", (F.element_at(arr("base"), F.col("__p")) + idx).cast("int"))
-    return df.select(*[F.col(f"`{c}`") for c in columns], "__g", "__seg")
-
-
-def _batch_schema(arrow_schema):
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            pa.field(f.name, pa.list_(pa.float32()) if pa.types.is_fixed_size_list(f.type) else f.type)
-            for f in arrow_schema
-        ]
-        + [("__g", pa.int64()), ("__seg", pa.int32())]
-    )
-
-
-def binlog_batches(storage_uri: str, files: list[dict], plans: list[dict], arrow_schema, indexes):
-    """Source binlogs `indexes` (into `files`) read by pyarrow, with their `__g` and `__seg`."""
+def binlog_batches(storage_uri: str, files: list[dict], plans: list[dict], columns: list[str], indexes):
+    """Source binlogs `indexes` (into `files`) read by pyarrow, decoded, with `__g` and `__seg`."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kmilvus.storage import ObjectStore
+    from kmilvus.storage import ObjectStore, binlog
 
-    out = _batch_schema(arrow_schema)
     store = ObjectStore.from_uri(storage_uri)
     for t in indexes:
         f = files[t]
         p = plans[f["plan"]]
-        table = pq.read_table(store.path(f["key"]), filesystem=store.filesystem, columns=[x.name for x in arrow_schema])
+        table = pq.read_table(store.path(f["key"]), filesystem=store.filesystem, columns=columns)
+        table = binlog.from_storage(table).combine_chunks()
         n = table.num_rows
         g = np.arange(f["offset"], f["offset"] + n, dtype=np.int64)
         seg = p["base"] + np.minimum(p["targets"] - 1, (g - p["start"]) // p["per"])
-        arrays = [to_list(c.combine_chunks()) for c in table.columns]
-        arrays += [pa.array(g), pa.array(seg.astype(np.int32))]
-        yield pa.RecordBatch.from_arrays(arrays, schema=out)
-
-
-def _arrow_frame(spark, storage_uri, files, plans, arrow_schema):
-    """Source binlogs read by pyarrow in tasks (object stores Spark cannot reach by itself)."""
-
-    def read(batches):
-        for b in batches:
-            yield from binlog_batches(storage_uri, files, plans, arrow_schema, b.column("__task").to_pylist())
-
-    return _tasks(spark, files).mapInArrow(read, spark_schema_of(_batch_schema(arrow_schema)))
+        table = table.append_column("__g", pa.array(g)).append_column("__seg", pa.array(seg.astype(np.int32)))
+        yield from table.to_batches()
 
 
 def _deletes(store, spec: dict):
@@ -148,19 +103,9 @@ def _deletes(store, spec: dict):
     return table.group_by("pk").aggregate([("ts", "max")]).rename_columns(["__dpk", "__dts"])
 
 
-def _apply_deletes(spark, df, deletes, pk_column: str):
-    """Drop the rows a delete with a later timestamp covers; returns (kept, deleted) frames."""
-    from pyspark.sql import functions as F
-
-    ddf = F.broadcast(spark.createDataFrame(deletes.to_pandas()))
-    joined = df.join(ddf, F.col(f"`{pk_column}`") == F.col("__dpk"), "left")
-    gone = F.col("__dts").isNotNull() & (F.col("__dts") > F.col("`1`"))
-    return joined.filter(~gone).drop("__dpk", "__dts"), joined.filter(gone)
-
-
 def drop_deleted(batch, deletes, pk_column: str):
-    """`_apply_deletes` on one record batch, without Spark (the in-process route): the rows kept
-    (in order) and how many a later delete of their key removed."""
+    """Milvus' delete rule on one record batch: the rows kept (in order) and how many a delete of
+    their key with a later timestamp removed."""
     import pyarrow.compute as pc
 
     idx = pc.index_in(batch.column(pk_column), value_set=deletes.column("__dpk"))
@@ -171,7 +116,7 @@ def drop_deleted(batch, deletes, pk_column: str):
 
 
 def drop_expired(batch, expire_before: int):
-    """The TTL rule of `run` on one record batch: rows inserted before `expire_before` go."""
+    """The TTL rule on one record batch: rows inserted before `expire_before` go."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -227,6 +172,19 @@ class _Job:
     @property
     def has_deletes(self) -> bool:
         return self.deletes is not None and self.deletes.num_rows > 0
+
+    def task_ctx(self) -> dict:
+        """What `write_binlogs` needs (plain data, shipped to Spark tasks)."""
+        return {
+            "writer": self.writer_ctx(),
+            "storage_uri": self.storage_uri,
+            "files": self.files,
+            "plans": self.plans,
+            "columns": self.columns,
+            "deletes": self.deletes if self.has_deletes else None,
+            "pk_column": self.pk_column,
+            "expire_before": self.expire_before,
+        }
 
     def writer_ctx(self) -> dict:
         return {
@@ -304,31 +262,56 @@ class _Job:
         }
 
 
+def write_binlogs(ctx: dict, writer: BinlogWriter, indexes, cancelled=lambda: False) -> int:
+    """Source binlogs `indexes` → `writer`, without deleted and expired rows; how many rows
+    were dropped. Every route runs this (Spark tasks, the in-process thread)."""
+    from kmilvus_jobs.importer import Cancelled
+
+    deleted = 0
+    batches = binlog_batches(ctx["storage_uri"], ctx["files"], ctx["plans"], ctx["columns"], indexes)
+    for batch in prefetched(batches):
+        if cancelled():
+            raise Cancelled("cancelled")
+        if ctx["deletes"] is not None:
+            batch, n = drop_deleted(batch, ctx["deletes"], ctx["pk_column"])
+            deleted += n
+        if ctx["expire_before"]:
+            batch, n = drop_expired(batch, ctx["expire_before"])
+            deleted += n
+        writer.add(batch)
+        if writer.failed:
+            break
+    return deleted
+
+
+def binlog_writer_task(ctx: dict):
+    """For `_tasks(spark, files).mapInArrow(..., RESULT_SPARK_SCHEMA)`: a task writes its source
+    binlogs and reports, beside its files, the rows it dropped (a "deleted" record)."""
+
+    def feed(writer: BinlogWriter, batches) -> list[dict]:
+        deleted = 0
+        for b in batches:
+            if not writer.failed:
+                deleted += write_binlogs(ctx, writer, b.column("__task").to_pylist())
+        return [{"kind": "deleted", "rows": deleted}]
+
+    return writing_task(ctx["writer"], feed)
+
+
 def run(spark, spec: dict) -> dict:
     started = time.time()
     job = _Job(spec)
     deleted = 0
     try:
-        if job.empty:
-            results = []
-        else:
-            if job.store.local or s3a_available(spark):
-                df = _native_frame(spark, job.store, job.files, job.plans, job.columns)
-            else:
-                df = _arrow_frame(spark, job.storage_uri, job.files, job.plans, job.arrow_schema)
-            if job.has_deletes:
-                df, gone = _apply_deletes(spark, df, job.deletes, job.pk_column)
-                deleted = gone.count()
-            if job.expire_before:
-                from pyspark.sql import functions as F
-
-                expired = F.col("`1`") < F.lit(job.expire_before)
-                deleted += df.filter(expired).count()
-                df = df.filter(~expired)
+        results = []
+        if not job.empty:
             n_tasks = max(1, min(spark.sparkContext.defaultParallelism, len(job.segments)))
-            df = df.coalesce(n_tasks)
-            written = df.mapInArrow(binlog_writer(job.writer_ctx()), RESULT_SPARK_SCHEMA).collect()
-            results = [r.asDict() for r in written]
+            tasks = _tasks(spark, job.files, n_tasks).mapInArrow(
+                binlog_writer_task(job.task_ctx()), RESULT_SPARK_SCHEMA
+            )
+            rows = [r.asDict() for r in tasks.collect()]
+            deleted = sum(r["rows"] for r in rows if r["kind"] == "deleted")
+            results = [r for r in rows if r["kind"] != "deleted"]
         job.check(results, deleted)
     except BaseException:
         job.cleanup()
@@ -338,8 +321,6 @@ def run(spark, spec: dict) -> dict:
 
 def run_local(spec: dict, cancelled=lambda: False) -> dict:
     """The compaction without Spark: the same reader, delete rule and writer, in this process."""
-    from kmilvus_jobs.importer import Cancelled
-
     started = time.time()
     job = _Job(spec)
     deleted = 0
@@ -348,19 +329,7 @@ def run_local(spec: dict, cancelled=lambda: False) -> dict:
         results = []
         if not job.empty:
             writer = BinlogWriter(job.writer_ctx())
-            batches = binlog_batches(job.storage_uri, job.files, job.plans, job.arrow_schema, range(len(job.files)))
-            for batch in prefetched(batches):
-                if cancelled():
-                    raise Cancelled("cancelled")
-                if job.has_deletes:
-                    batch, n = drop_deleted(batch, job.deletes, job.pk_column)
-                    deleted += n
-                if job.expire_before:
-                    batch, n = drop_expired(batch, job.expire_before)
-                    deleted += n
-                writer.add(batch)
-                if writer.failed:
-                    break
+            deleted = write_binlogs(job.task_ctx(), writer, range(len(job.files)), cancelled)
             results = writer.finish().to_pylist()
         job.check(results, deleted)
     except BaseException:

@@ -47,9 +47,14 @@ def parquet_schema(columns: list[tuple]):
     )
 
 
+BATCH_BYTES = 32 * 1024 * 1024  # a record batch read from an input file holds about this much
+
+
 def parquet_batches(fdict: dict, file_index: int, columns: list[tuple], starts: list[int], row_groups):
     """Row groups `row_groups` of a Parquet file as record batches of `parquet_schema(columns)`
-    (`columns` as `arrow_parquet_frame` takes them)."""
+    (`columns` as `arrow_parquet_frame` takes them), each of about `BATCH_BYTES` whatever the
+    file's row groups hold: a local file is read page by page, so memory does not grow with the
+    row group (an object store's row group is fetched whole, in coalesced ranges)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -62,24 +67,28 @@ def parquet_batches(fdict: dict, file_index: int, columns: list[tuple], starts: 
     fields = [None if c[3] is None else schema_pb2.FieldSchema.FromString(c[3]) for c in columns]
     inp = InputFile.from_dict(fdict)
     with inp.filesystem().open_input_file(inp.fs_path) as src:
-        pf = pq.ParquetFile(src)
+        pf = pq.ParquetFile(src, pre_buffer=not inp.local, buffer_size=0 if not inp.local else 1 << 20)
         for rg in row_groups:
-            t = pf.read_row_group(rg, columns=src_names)
-            n = t.num_rows
-            arrays = []
-            for (name, _, typ, _), field in zip(columns, fields, strict=True):
-                if name is None:
-                    arrays.append(pa.nulls(n, typ))
-                    continue
-                col = t.column(name).combine_chunks()
-                col = to_list(col) if field is None else frame_column(field, col)
-                arrays.append(col if col.type == typ else col.cast(typ))
-            arrays += [
-                pa.array(np.full(n, file_index, np.int32)),
-                pa.array(np.arange(starts[rg], starts[rg] + n, dtype=np.int64)),
-                pa.nulls(n, pa.string()),
-            ]
-            yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+            md = pf.metadata.row_group(rg)
+            rows = max(1024, BATCH_BYTES // max(1, md.total_byte_size // max(1, md.num_rows)))
+            first = starts[rg]
+            for t in pf.iter_batches(batch_size=rows, row_groups=[rg], columns=src_names, use_pandas_metadata=False):
+                n = t.num_rows
+                arrays = []
+                for (name, _, typ, _), field in zip(columns, fields, strict=True):
+                    if name is None:
+                        arrays.append(pa.nulls(n, typ))
+                        continue
+                    col = t.column(name)
+                    col = to_list(col) if field is None else frame_column(field, col)
+                    arrays.append(col if col.type == typ else col.cast(typ))
+                arrays += [
+                    pa.array(np.full(n, file_index, np.int32)),
+                    pa.array(np.arange(first, first + n, dtype=np.int64)),
+                    pa.nulls(n, pa.string()),
+                ]
+                first += n
+                yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
 
 def arrow_parquet_frame(spark, f, file_index: int, columns: list[tuple]):

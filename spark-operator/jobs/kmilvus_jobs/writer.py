@@ -2,8 +2,9 @@
 
 Spark hands each task its rows as Arrow record batches; this turns them into kmilvus insert
 binlogs — exactly `kmilvus.util.typeutil.arrow_schema(schema)` ("0" row ID, "1" timestamp, then
-one column per field named by field ID, FloatVector as `fixed_size_list<float32, dim>`), written
-with kmilvus' Parquet options (`kmilvus.storage.binlog.parquet_options`, ≈64 MiB row groups) — and
+one column per field named by field ID, FloatVector as `fixed_size_list<float32, dim>`), stored
+and written as the DataNode's (`kmilvus.storage.binlog.to_storage`, `parquet_options`, ≈64 MiB
+row groups) — and
 answers one small record per file written (or per problem found).
 
 Every step is columnar (pyarrow compute over whole batches); no Python code runs per row.
@@ -166,15 +167,15 @@ class _Piece:
         self._tmp = None
 
     def add(self, batch: pa.RecordBatch) -> None:
-        if not self.rg_rows:
-            from kmilvus.storage import binlog
+        from kmilvus.storage import binlog
 
+        if not self.rg_rows:
             self.rg_rows = binlog.row_group_rows(pa.Table.from_batches([batch]))
         mm = pc.min_max(batch.column(1))
         lo, hi = mm["min"].as_py(), mm["max"].as_py()
         self.ts_from = lo if self.ts_from is None else min(self.ts_from, lo)
         self.ts_to = hi if self.ts_to is None else max(self.ts_to, hi)
-        self.buffer.append(batch)
+        self.buffer.append(binlog.to_storage(batch))
         self.buffered += batch.num_rows
         self.rows += batch.num_rows
         self.memory += batch.nbytes
@@ -235,7 +236,8 @@ class BinlogWriter:
         self.mode = ctx["mode"]
         self.schema = decode_schema(ctx["schema"])
         self.arrow_schema = typeutil.arrow_schema(self.schema)
-        self.options = binlog.parquet_options(self.arrow_schema)
+        self.stored_schema = binlog.storage_schema(self.arrow_schema)
+        self.options = binlog.parquet_options(self.stored_schema)
         self.store = ObjectStore.from_uri(ctx["storage_uri"])
         self.segments = ctx["segments"]  # [[collection, partition, segment], ...]
         self.log_id_start = int(ctx["log_id_start"])
@@ -288,7 +290,7 @@ class BinlogWriter:
             coll, part, seg_id = self.segments[seg_index]
             log_id = self.log_id_start + int(g[0].as_py())
             piece = _Piece(
-                self.store, paths.insert_log_key(coll, part, seg_id, log_id), self.arrow_schema, self.options
+                self.store, paths.insert_log_key(coll, part, seg_id, log_id), self.stored_schema, self.options
             )
             piece.log_id = log_id
             self.pieces[seg_index] = piece
@@ -366,16 +368,29 @@ def binlog_writer(ctx: dict):
     and timestamp.
     """
 
+    def feed(writer: BinlogWriter, batches) -> None:
+        for batch in batches:
+            writer.add(batch)  # after a problem: drain the input, write nothing
+
+    return writing_task(ctx, feed)
+
+
+def writing_task(ctx: dict, feed):
+    """A `mapInArrow` function: the task's `BinlogWriter(ctx)` fed by `feed(writer, batches)`,
+    which may return more result records (dicts); yields the files written (or the problem),
+    then those records. A failure removes what the task wrote."""
+
     def run(batches):
         writer = BinlogWriter(ctx)
         try:
-            for batch in batches:
-                writer.add(batch)  # after a problem: drain the input, write nothing
+            extra = feed(writer, batches) or []
             result = writer.finish()
         except BaseException:
             writer.abort()
             raise
         yield result
+        if extra:
+            yield pa.RecordBatch.from_pylist([_record(**r) for r in extra], schema=RESULT_SCHEMA)
 
     return run
 
