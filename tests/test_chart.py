@@ -858,5 +858,5 @@ def test_inprocess_job_limit_is_a_chart_value():
         c = one(render(values), "Deployment", f"{RELEASE}-operator")["spec"]["template"]["spec"]["containers"][0]
         return {e["name"]: e.get("value") for e in c["env"]}
 
-    assert env({})["KMILVUS_INPROCESS_JOB_MAX_MB"] == "64"
+    assert env({})["KMILVUS_INPROCESS_JOB_MAX_MB"] == "1024"
     assert env({"spark": {"inProcessMaxMB": 0}})["KMILVUS_INPROCESS_JOB_MAX_MB"] == "0"

@@ -92,6 +92,11 @@ class InProcessRunner(JobRunner):
             run.events.append({"event": "failed", "error": f"{type(exc).__name__}: {exc}"})
             run.rc = 1
         finally:
+            # A job's batches are freed by now, but the allocator keeps their pages for reuse: hand
+            # them back, so an import does not leave the coordinator hundreds of MiB larger.
+            import pyarrow as pa
+
+            pa.default_memory_pool().release_unused()
             run.report()
 
     async def state(self, handle: dict) -> JobStatus:
