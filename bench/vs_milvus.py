@@ -221,6 +221,8 @@ def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx
         str(args.delete_keys),
         "--partition-rows",
         str(args.partition_rows),
+        "--compact-segments",
+        str(args.compact_segments),
         "--read-rows",
         str(args.read_rows if args.read else 0),
         "--read-searches",
@@ -284,10 +286,15 @@ def aggregate(
             elif key in CAPPED and len(good) < len(vals):
                 cell = w.fmt_stat(good, unit) + f", > {files_cap:.0f} s in {len(vals) - len(good)}"
                 meds[s] = statistics.median(good + [files_cap] * (len(vals) - len(good)))
-            elif key.startswith("bulk") and mets[s] and not good:
-                st = {r.get("bulk_import", {}).get("status") for r in runs[s]}
+            elif (key.startswith("bulk") or key == "compact_s") and mets[s] and not good:
+                step = "compact" if key == "compact_s" else "bulk_import"
+                st = {r.get(step, {}).get("status") for r in runs[s]}
                 cell = (
-                    ("n/a (Import: UNIMPLEMENTED)" if s == "lite" else "n/a (not implemented yet)")
+                    (
+                        f"n/a ({'Compact' if step == 'compact' else 'Import'}: UNIMPLEMENTED)"
+                        if s == "lite"
+                        else "n/a (not implemented yet)"
+                    )
                     if "unimplemented" in st
                     else f"n/a ({'/'.join(sorted(x for x in st if x))})"
                 )
@@ -431,6 +438,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kmilvus-python", default=str(ROOT / ".venv" / "bin" / "python"))
     ap.add_argument("--delete-keys", type=int, default=100_000, help="keys deleted after the first size (0: skip)")
     ap.add_argument("--partition-rows", type=int, default=100_000, help="rows of the dropped partition (0: skip)")
+    ap.add_argument("--compact-segments", type=int, default=20, help="small segments compacted (0: skip)")
     ap.add_argument("--read", action="store_true", help="also run the read path (bench/readpath.py)")
     ap.add_argument("--read-only", action="store_true", help="only the read path (no write-path sizes, no bulk)")
     ap.add_argument("--read-rows", type=int, default=100_000, help="read path: flushed rows (1000000 for 1M)")
@@ -454,7 +462,7 @@ def main(argv=None) -> int:
 
     if args.read_only:
         args.read, args.rows, args.bulk_rows, args.small_count = True, "", 0, 0
-        args.delete_keys = args.partition_rows = 0
+        args.delete_keys = args.partition_rows = args.compact_segments = 0
     t_start = time.monotonic()
     signal.signal(signal.SIGTERM, _on_signal)
     atexit.register(REAPER.cleanup)

@@ -678,6 +678,9 @@ def metrics(res: dict) -> dict:
     if "drop" in res:
         m["drop_rpc"] = res["drop"]["rpc_s"]
         m["files_gone"] = res["drop"]["files_gone_s"]
+    if "compact" in res:
+        c = res["compact"]
+        m["compact_s"] = c.get("seconds") if c["status"] == "ok" else None
     if "bulk_import" in res:
         b = res["bulk_import"]
         m["bulk_import_s"] = b.get("seconds") if b["status"] == "ok" else None
@@ -802,6 +805,14 @@ def table_rows(rows: list[int], read_rows: int = 0, read_dataset: str = "random"
     )
     out.append({"key": "files_gone", "label": "dropped collection's files gone", "unit": "s", "better": "lower"})
     out.append(
+        {
+            "key": "compact_s",
+            "label": "compaction of 20 flushed segments × 1k rows, until Completed",
+            "unit": "s",
+            "better": "lower",
+        }
+    )
+    out.append(
         {"key": "bulk_import_s", "label": "bulk import from Parquet, until Completed", "unit": "s", "better": "lower"}
     )
     out.append({"key": "bulk_import_rps", "label": "bulk import rows/s", "unit": "rps", "better": "higher"})
@@ -883,6 +894,7 @@ def run_suite(
     data_cache: dict | None = None,
     delete_keys: int = 0,
     partition_rows: int = 0,
+    compact_segments: int = 0,
     read: dict | None = None,
 ) -> dict:
     """Runs every measurement against an already started `server`; returns a JSON-able dict."""
@@ -953,6 +965,10 @@ def run_suite(
                 phase("drop_partition")
                 res["drop_partition"] = drop_partition_run(client, server, coll, name, partition_rows, files_cap)
                 log(f"{server.system}: drop_partition {res['drop_partition']}")
+            if i == 0 and compact_segments:
+                phase("compact")
+                res["compact"] = compact_run(client, compact_segments)
+                log(f"{server.system}: compact {res['compact']}")
         if drop and rows:
             phase("drop")
             name = f"bench_{rows[-1]}"
@@ -1041,6 +1057,46 @@ def _partition_id(client: Client, name: str, partition: str) -> int:
 
     resp = client.stub.ShowPartitions(milvus_pb2.ShowPartitionsRequest(collection_name=name))
     return int(dict(zip(resp.partition_names, resp.partitionIDs, strict=True))[partition])
+
+
+def compact_run(client: Client, k: int, rows: int = SMALL_ROWS, timeout: float = 300.0) -> dict:
+    """`k` small flushed segments (insert `rows`, Flush until flushed, k times), then
+    `Collection.compact()` until `get_compaction_state()` says Completed (polled every POLL):
+    **compaction s**; the flushed segments before and after."""
+    from pymilvus import utility
+
+    name = "bench_compact"
+    coll = client.create(name)
+    data = Batches(rows * k, start_id=70_000_000, seed=5, batch=rows, pool_rows=rows * k)
+    for b in data.batches:
+        coll.insert(b)
+        client.flush(name)
+    data.free()
+
+    def flushed() -> int:
+        infos = utility.get_query_segment_info if False else utility.get_persistent_segment_info
+        return sum(1 for s in infos(name, using=client.alias) if s.state.name == "Flushed" and s.num_rows)
+
+    before = flushed()
+    t0 = time.perf_counter()
+    try:
+        coll.compact()
+        while (st := coll.get_compaction_state()).state.name != "Completed":
+            if time.perf_counter() - t0 > timeout:
+                return {"status": "timeout", "segments_before": before, "state": st.state.name}
+            time.sleep(POLL)
+    except Exception as exc:  # noqa: BLE001 - a system without compaction: reported as n/a with its answer
+        status = "unimplemented" if "UNIMPLEMENTED" in str(exc).upper() else "error"
+        return {"status": status, "error": str(exc)[:300], "segments_before": before}
+    dt = time.perf_counter() - t0
+    return {
+        "status": "ok",
+        "segments": k,
+        "rows": rows,
+        "seconds": dt,
+        "segments_before": before,
+        "segments_after": flushed(),
+    }
 
 
 def small_flush(client: Client, k: int) -> dict:
@@ -1170,6 +1226,7 @@ def run_main(args) -> None:
             pidfile=args.pidfile,
             delete_keys=args.delete_keys,
             partition_rows=args.partition_rows,
+            compact_segments=args.compact_segments,
             read={
                 "flushed": args.read_rows,
                 "growing": args.read_growing,
@@ -1206,6 +1263,12 @@ def main(argv=None) -> None:
         type=int,
         default=100_000,
         help="rows of the partition dropped after the first size (0: skip)",
+    )
+    r.add_argument(
+        "--compact-segments",
+        type=int,
+        default=20,
+        help="small flushed segments compacted after the first size (0: skip)",
     )
     r.add_argument("--bulk", default=None, help="Parquet file to bulk-import")
     r.add_argument("--read-rows", type=int, default=0, help="read path (bench/readpath.py): flushed rows (0: skip)")
