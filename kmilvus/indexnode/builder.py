@@ -29,10 +29,12 @@ from kmilvus.index import params as P
 from kmilvus.log import get_logger
 from kmilvus.meta import catalog as keys
 from kmilvus.storage import binlog, paths
+from kmilvus.util import memory
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.tasks import BackgroundTasks
 
 log = get_logger(__name__)
+RELEASE_AFTER_ROWS = 20_000  # builds this large hand their freed memory back (smaller ones leave little)
 RECONCILE_EVERY = 2.0  # seconds; changes also wake it at once
 MIN_PASS_INTERVAL = 0.2
 
@@ -184,10 +186,13 @@ class IndexBuilder:
             si.state = IndexState.Finished
             si.index_file_keys.append(key)
             si.serialized_size, si.num_rows = built.serialized_size, built.num_rows
+            size = len(built.data)
+            del built, vectors, column
+            if si.num_rows >= RELEASE_AFTER_ROWS:
+                # faiss' build memory is free now, but malloc keeps it: give it back (util.memory).
+                await asyncio.to_thread(memory.release)
             if not await self.index_meta.save_build(si, seg_key):
                 # Dropped while building: nothing refers to the files; remove them now.
                 await self.store.delete_prefix(paths.index_build_prefix(i.collectionID, i.partitionID, i.ID, build_id))
                 return
-            log.info(
-                "segment index built", segment=i.ID, index=ix.index_name, rows=built.num_rows, bytes=len(built.data)
-            )
+            log.info("segment index built", segment=i.ID, index=ix.index_name, rows=si.num_rows, bytes=size)

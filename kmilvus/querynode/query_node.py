@@ -23,7 +23,7 @@ from kmilvus.querynode.filter import compile_filter
 from kmilvus.querynode.segments import SegmentData
 from kmilvus.storage import deltalog
 from kmilvus.storage.binlog import read_binlogs
-from kmilvus.util import merr, typeutil
+from kmilvus.util import memory, merr, typeutil
 from kmilvus.util.timetick import demand_tick
 
 log = get_logger(__name__)
@@ -109,7 +109,10 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             self._add_indexes(seg, indexes)
             return seg
 
-        return await asyncio.to_thread(load)
+        seg = await asyncio.to_thread(load)
+        # The index files' bytes and the read buffers are free now, but malloc keeps them.
+        await asyncio.to_thread(memory.release)
+        return seg
 
     def _read_deltas(self, deltas: DeleteSet, info: query_node_pb2.SegmentLoadInfo) -> None:
         for key in info.delta_paths:
@@ -213,6 +216,8 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         for d in coll.channels.values():
             await d.stop()
         coll.sealed.clear()
+        del coll
+        await asyncio.to_thread(memory.release)  # its segments' pages back to the system (util.memory)
         log.info("collection released", collection=coll_id, node=self.server_id)
 
     @merr.rpc(query_node_pb2.GetDataDistributionResponse)

@@ -31,6 +31,7 @@ from types import ModuleType
 from kmilvus.log import get_logger
 from kmilvus.spark import application
 from kmilvus.spark.runner import JobRunner, JobState, JobStatus
+from kmilvus.util import memory
 
 log = get_logger(__name__)
 RUNNER = "inprocess"
@@ -94,9 +95,7 @@ class InProcessRunner(JobRunner):
         finally:
             # A job's batches are freed by now, but the allocator keeps their pages for reuse: hand
             # them back, so an import does not leave the coordinator hundreds of MiB larger.
-            import pyarrow as pa
-
-            pa.default_memory_pool().release_unused()
+            memory.release()
             run.report()
 
     async def state(self, handle: dict) -> JobStatus:
