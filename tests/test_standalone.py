@@ -59,11 +59,19 @@ def stop_and_check_clean(proc: subprocess.Popen) -> None:
     assert not alive, f"left running: {[c.name() for c in alive]}"
 
 
+def _nats_memory_limit(pid: int) -> str:
+    nats = next(c for c in psutil.Process(pid).children(recursive=True) if c.name() == "nats-server")
+    return nats.environ().get("GOMEMLIMIT", "")
+
+
 def test_standalone_serves_pymilvus_and_stops_cleanly_on_sigterm(tmp_path):
     proc, port, log = start_standalone(tmp_path)
     try:
         names = {c.name() for c in psutil.Process(proc.pid).children(recursive=True)}
         assert {"etcd", "nats-server"} <= names
+        # The embedded nats-server's soft memory limit: 1 GiB unless configured (below 1 GiB its
+        # collector runs without pause under a bulk insert, which halves JetStream's throughput).
+        assert _nats_memory_limit(proc.pid) == "1024MiB"
         c = MilvusClient(uri=f"http://127.0.0.1:{port}")
         c.create_collection("sa", schema=bench_schema())
         ids, vecs, tags = batch(0, 100)
@@ -102,6 +110,14 @@ def test_standalone_with_external_servers_and_s3_storage(tmp_path, etcd_endpoint
 
         store = ObjectStore.from_uri(f"s3://{bucket}/root?endpoint={moto_endpoint}")
         assert any(k.startswith("insert_log/") for k in store.walk_sync())
+    finally:
+        stop_and_check_clean(proc)
+
+
+def test_the_embedded_nats_servers_memory_limit_is_configurable(tmp_path):
+    proc, _port, _log = start_standalone(tmp_path, env={"KMILVUS_EMBEDDED_NATS_MEMORY_MB": "384"})
+    try:
+        assert _nats_memory_limit(proc.pid) == "384MiB"
     finally:
         stop_and_check_clean(proc)
 

@@ -222,7 +222,8 @@ def start_nats(
     )
     log_path = data_dir / "nats.log"
     # Go's collector lets the heap grow to twice the live data; JetStream's block caches make that
-    # hundreds of MB under a bulk insert. A soft limit makes it collect sooner instead.
+    # hundreds of MB under a bulk insert. A soft limit makes it collect sooner instead (too low a
+    # one, below the live data, makes it collect all the time: see Config.embedded_nats_memory_mb).
     proc = _spawn("nats-server", [binary, "-c", str(conf)], log_path, env={"GOMEMLIMIT": memory_limit})
 
     def ready() -> bool:
