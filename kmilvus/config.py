@@ -54,10 +54,11 @@ class Config:
     gc_interval: float = 60.0  # seconds between garbage-collection passes
     gc_tolerance: float = 600.0  # an unreferenced binlog is deleted after this long
     # `kmilvus standalone`'s own nats-server: its soft memory limit (GOMEMLIMIT). Under a bulk
-    # insert JetStream's block caches hold ~0.5 GB for seconds; below that the Go collector runs
-    # without pause (measured: 256 MiB halved the insert rate a nats-server takes and doubled its
-    # CPU). An idle server stays far below it.
-    embedded_nats_memory_mb: int = 1024
+    # insert JetStream's block caches hold hundreds of MB for seconds; below that live data the Go
+    # collector runs without pause. One pymilvus client, 1M rows (bench/bench_flush.py): 256 MiB
+    # 106k rows/s, peak RSS of all processes 1,021 MiB; 512: 110k, 1,008 MiB; 1,024: 114k,
+    # 1,464 MiB. At a server's full rate (prebuilt requests) 256 MiB halves what nats-server takes.
+    embedded_nats_memory_mb: int = 512
     # DataNode.
     insert_buffer_size_mb: int = 64  # write binlogs of the largest segment past this
     # Sessions.

@@ -69,9 +69,8 @@ def test_standalone_serves_pymilvus_and_stops_cleanly_on_sigterm(tmp_path):
     try:
         names = {c.name() for c in psutil.Process(proc.pid).children(recursive=True)}
         assert {"etcd", "nats-server"} <= names
-        # The embedded nats-server's soft memory limit: 1 GiB unless configured (below 1 GiB its
-        # collector runs without pause under a bulk insert, which halves JetStream's throughput).
-        assert _nats_memory_limit(proc.pid) == "1024MiB"
+        # The embedded nats-server's soft memory limit (Config.embedded_nats_memory_mb).
+        assert _nats_memory_limit(proc.pid) == "512MiB"
         c = MilvusClient(uri=f"http://127.0.0.1:{port}")
         c.create_collection("sa", schema=bench_schema())
         ids, vecs, tags = batch(0, 100)
