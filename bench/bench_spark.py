@@ -24,8 +24,9 @@ pymilvus against `kmilvus standalone` until `get_bulk_insert_state` says Complet
 `inprocess` (the job runs in DataCoord's process, KMILVUS_INPROCESS_JOB_MAX_MB raised to fit the
 input), `spark` (KMILVUS_INPROCESS_JOB_MAX_MB=0, KMILVUS_SPARK_WARM=false: a cold spark-submit per
 job), `warm` (KMILVUS_INPROCESS_JOB_MAX_MB=0: every job on the warm Spark driver, which the first
-round starts) and `default` (the defaults: jobs up to 64 MiB in-process, the rest warm). One
-standalone per route; a fresh collection per round; the first round apart from the later ones.
+round starts) and `default` (the defaults: jobs up to KMILVUS_INPROCESS_JOB_MAX_MB, 1024 MiB,
+in-process, the rest warm). One standalone per route; a fresh collection per round; the first
+round apart from the later ones.
 `--out NAME` writes bench/results/NAME.{json,md,png}.
 """
 
