@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
 import uuid
 from pathlib import Path
 
 import psutil
 import pytest
 
+from kmilvus.spark.runner import LocalSparkRunner
 from kmilvus.spark.tracking import read_manifest
 from kmilvus.spark.warm import WarmSparkRunner
 from kmilvus.storage import ObjectStore
@@ -35,6 +37,28 @@ def _tree(pid: int) -> list[psutil.Process]:
 
 def _manifest(tmp_path: Path) -> dict | None:
     return read_manifest(ObjectStore.from_uri((tmp_path / "store").as_uri()), "m.json")
+
+
+@pytest.mark.parametrize("runner_cls", [LocalSparkRunner, WarmSparkRunner])
+def test_a_job_that_ends_while_its_state_is_read_is_completed(tmp_path, runner_cls):
+    """A job writes its exit code, then its process (or the warm driver's bookkeeping) lets go
+    of it. A state read that looks for the exit code just before it is written and for the
+    process just after it is gone must still say COMPLETED, not "vanished" (the full suite
+    failed that way once, in test_idle_driver_is_stopped)."""
+    workdir = tmp_path / "work" / "kmilvus-import-10-1"
+    workdir.mkdir(parents=True)
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # the job's process: gone once the state is read
+
+    class JobEndsDuringTheRead(runner_cls):  # type: ignore[misc, valid-type]
+        def _alive(self, handle: dict) -> bool:
+            (workdir / "rc").write_text("0")  # the job ends between the two looks
+            return super()._alive(handle)
+
+    runner = JobEndsDuringTheRead(work_dir=str(tmp_path / "work"))
+    handle = {"name": workdir.name, "workdir": str(workdir), "pid": ended.pid, "create_time": 1.0}
+    st = asyncio.run(runner.state(handle))
+    assert st.state.value == "COMPLETED", st
 
 
 def test_jobs_share_one_driver_and_close_leaves_no_process(tmp_path):

@@ -264,6 +264,9 @@ class LocalSparkRunner(JobRunner):
             if self._alive(handle):
                 return JobStatus(JobState.FAILING, "cancelled", progress)
             return JobStatus(JobState.FAILED, "cancelled", progress)
+        # Alive first, exit code second: a job writes its exit code before it lets go, so one
+        # that ends between the two looks is found by the second, never taken for vanished.
+        alive = self._alive(handle)
         rc_path = workdir / "rc"
         if rc_path.exists():
             proc = self._procs.pop(handle["name"], None)
@@ -276,7 +279,7 @@ class LocalSparkRunner(JobRunner):
             if rc == 0:
                 return JobStatus(JobState.COMPLETED, "", progress)
             return JobStatus(JobState.FAILED, _failure_message(workdir, events, rc), progress)
-        if self._alive(handle):
+        if alive:
             running = any(e.get("event") == "running" for e in events)
             return JobStatus(JobState.RUNNING if running else JobState.SUBMITTED, "", progress)
         if not handle.get("pid"):
