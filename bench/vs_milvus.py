@@ -287,17 +287,12 @@ def aggregate(
                 cell = w.fmt_stat(good, unit) + f", > {files_cap:.0f} s in {len(vals) - len(good)}"
                 meds[s] = statistics.median(good + [files_cap] * (len(vals) - len(good)))
             elif (key.startswith("bulk") or key == "compact_s") and mets[s] and not good:
-                step = "compact" if key == "compact_s" else "bulk_import"
+                step, rpc = ("compact", "Compact") if key == "compact_s" else ("bulk_import", "Import")
                 st = {r.get(step, {}).get("status") for r in runs[s]}
-                cell = (
-                    (
-                        f"n/a ({'Compact' if step == 'compact' else 'Import'}: UNIMPLEMENTED)"
-                        if s == "lite"
-                        else "n/a (not implemented yet)"
-                    )
-                    if "unimplemented" in st
-                    else f"n/a ({'/'.join(sorted(x for x in st if x))})"
-                )
+                if "unimplemented" not in st:
+                    cell = f"n/a ({'/'.join(sorted(x for x in st if x))})"
+                else:
+                    cell = f"n/a ({rpc}: UNIMPLEMENTED)" if s == "lite" else "n/a (not implemented yet)"
             elif good:
                 meds[s] = statistics.median(good)
             cells.append(cell)

@@ -54,7 +54,7 @@ def run_standalone(
         if nats_url:
             cfg.nats_url = nats_url
         else:
-            children.append(nats := start_nats(data_dir / "nats", memory_limit=f"{cfg.embedded_nats_memory_mb}MiB"))
+            children.append(nats := start_nats(data_dir / "nats", memory_limit_mb=cfg.embedded_nats_memory_mb))
             cfg.nats_url = nats.endpoint
         cfg.storage_uri = storage_uri or (data_dir / "storage").as_uri()
         node = Node(cfg, ALL_ROLES)

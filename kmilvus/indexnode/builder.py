@@ -34,7 +34,6 @@ from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.tasks import BackgroundTasks
 
 log = get_logger(__name__)
-RELEASE_AFTER_ROWS = 20_000  # builds this large hand their freed memory back (smaller ones leave little)
 RECONCILE_EVERY = 2.0  # seconds; changes also wake it at once
 MIN_PASS_INTERVAL = 0.2
 
@@ -188,7 +187,7 @@ class IndexBuilder:
             si.serialized_size, si.num_rows = built.serialized_size, built.num_rows
             size = len(built.data)
             del built, vectors, column
-            if si.num_rows >= RELEASE_AFTER_ROWS:
+            if si.num_rows >= memory.RELEASE_AFTER_ROWS:
                 # faiss' build memory is free now, but malloc keeps it: give it back (util.memory).
                 await asyncio.to_thread(memory.release)
             if not await self.index_meta.save_build(si, seg_key):

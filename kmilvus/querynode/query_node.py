@@ -110,8 +110,9 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             return seg
 
         seg = await asyncio.to_thread(load)
-        # The index files' bytes and the read buffers are free now, but malloc keeps them.
-        await asyncio.to_thread(memory.release)
+        if seg.num_rows >= memory.RELEASE_AFTER_ROWS:
+            # The index files' bytes and the read buffers are free now, but malloc keeps them.
+            await asyncio.to_thread(memory.release)
         return seg
 
     def _read_deltas(self, deltas: DeleteSet, info: query_node_pb2.SegmentLoadInfo) -> None:

@@ -19,6 +19,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kmilvus.config import Config
+
 _DEBIAN_PACKAGE = {"etcd": "etcd-server", "nats-server": "nats-server", "java": "default-jre-headless"}
 
 
@@ -193,7 +195,7 @@ def start_nats(
     port: int | None = None,
     max_payload: int = 8 * 1024 * 1024,
     timeout: float = 20.0,
-    memory_limit: str = "256MiB",
+    memory_limit_mb: int = Config.embedded_nats_memory_mb,
     tls: tuple[str, str, str] | None = None,
     user: str = "",
     password: str = "",
@@ -224,7 +226,7 @@ def start_nats(
     # Go's collector lets the heap grow to twice the live data; JetStream's block caches make that
     # hundreds of MB under a bulk insert. A soft limit makes it collect sooner instead (too low a
     # one, below the live data, makes it collect all the time: see Config.embedded_nats_memory_mb).
-    proc = _spawn("nats-server", [binary, "-c", str(conf)], log_path, env={"GOMEMLIMIT": memory_limit})
+    proc = _spawn("nats-server", [binary, "-c", str(conf)], log_path, env={"GOMEMLIMIT": f"{memory_limit_mb}MiB"})
 
     def ready() -> bool:
         with urllib.request.urlopen(f"http://127.0.0.1:{mport}/healthz?js-enabled-only=true", timeout=1) as r:

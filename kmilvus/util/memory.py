@@ -3,7 +3,8 @@
 Allocators keep freed pages for reuse: pyarrow's (mimalloc) after a bulk import's batches, glibc's
 malloc after faiss built an index (its arenas, one per thread). The process then stays hundreds of
 MiB larger than what it holds, and what it holds is what a user sizes a pod by. `release()` asks
-both to return what is free; it costs a few milliseconds, so it runs after jobs and index builds,
+both to return what is free; it costs a few milliseconds and holds malloc's locks meanwhile, so it
+runs after jobs, index builds, segment loads and releases of `RELEASE_AFTER_ROWS` or more rows,
 never per request.
 """
 
@@ -15,6 +16,8 @@ import functools
 from typing import Any
 
 import pyarrow as pa
+
+RELEASE_AFTER_ROWS = 20_000  # smaller builds and loads leave too little behind to be worth a release
 
 
 @functools.cache
