@@ -39,9 +39,10 @@ class Config:
     # flushes that wait for its tick ask for one); 0: every vchannel at every tick.
     time_tick_idle_interval: float = 10.0
     # A DataNode or QueryNode hands a pchannel's tick to a vchannel with no message of its own
-    # for a second only this often (its checkpoint then moves on; the DataNode reports it): at
-    # 1,000 collections every 10 s was 200 reports a second. A flush or a read that waits on a
-    # vchannel names it in the tick it asks for, and gets it at once.
+    # for a second only this often (its checkpoint then moves on; the DataNode reports it): each
+    # such tick costs a flowgraph report, so with many idle collections a short interval is a
+    # steady load. A flush or a read that waits on a vchannel names it in the tick it asks for,
+    # and gets it at once.
     vchannel_idle_tick_interval: float = 60.0
     # DataCoord: segments and seal policies.
     segment_max_size_mb: int = 512
@@ -55,9 +56,8 @@ class Config:
     gc_tolerance: float = 600.0  # an unreferenced binlog is deleted after this long
     # `kmilvus standalone`'s own nats-server: its soft memory limit (GOMEMLIMIT). Under a bulk
     # insert JetStream's block caches hold hundreds of MB for seconds; below that live data the Go
-    # collector runs without pause. One pymilvus client, 1M rows (bench/bench_flush.py): 256 MiB
-    # 106k rows/s, peak RSS of all processes 1,021 MiB; 512: 110k, 1,008 MiB; 1,024: 114k,
-    # 1,464 MiB. At a server's full rate (prebuilt requests) 256 MiB halves what nats-server takes.
+    # collector runs without pause and slows inserts, above it the peak memory grows for little
+    # gain (the measurements behind 512: docs/benchmarks/index.md).
     embedded_nats_memory_mb: int = 512
     # DataNode.
     insert_buffer_size_mb: int = 64  # write binlogs of the largest segment past this
@@ -92,9 +92,10 @@ class Config:
     spark_warm: bool = True
     spark_warm_idle_timeout: float = 300.0
     # Jobs reading at most this many MiB (Parquet imports, compactions) run in the DataCoord
-    # process, without Spark: no JVM to start (a 1M × 128 import, 524 MB, takes ≈1.5 s there and
-    # ≈14 s on a Spark driver that must start first). They stream a batch of ≈64 MiB at a time, so
-    # the limit bounds the CPU time lent to a job, not its memory. 0 = every job on Spark.
+    # process, without Spark: no JVM to start (docs/architecture/jobs.md). They stream batches of
+    # about 32 MiB, so the limit bounds the CPU time lent to a job, not its memory. A job still
+    # running when its coordinator stops is failed and cleaned up after the restart.
+    # 0 = every job on Spark.
     inprocess_job_max_mb: int = 1024
     etcd_max_txn_ops: int = 128  # etcd's --max-txn-ops: a job's commit must fit
     # Compaction: merge small flushed segments (policy: enough small ones in a partition/channel).
