@@ -15,6 +15,7 @@ import io
 import re
 import subprocess
 import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,12 +83,19 @@ def comments(path: Path, text: str) -> list[tuple[int, str]]:
     return other_comments(path, text)
 
 
-def test_nothing_cites_seeds_issues_or_documents_outside_the_repository():
-    found = []
+def tracked_lines() -> Iterator[tuple[str, int, str]]:
+    """(file, line number, line) of every tracked text file."""
     for p in tracked_files():
         for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
-            if m := CITATION.search(line):
-                found.append(f"{p.relative_to(ROOT)}:{n}: {m.group(0)!r} in {line.strip()[:100]!r}")
+            yield str(p.relative_to(ROOT)), n, line
+
+
+def test_nothing_cites_seeds_issues_or_documents_outside_the_repository():
+    found = [
+        f"{f}:{n}: {m.group(0)!r} in {line.strip()[:100]!r}"
+        for f, n, line in tracked_lines()
+        if (m := CITATION.search(line))
+    ]
     assert not found, "point at docs/ instead (or say the why in place):\n" + "\n".join(found)
 
 
@@ -104,12 +112,12 @@ def test_no_dated_figure_in_code():
 
 
 def test_every_docs_page_named_exists():
-    missing = []
-    for p in tracked_files():
-        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
-            for page in DOCS_PAGE.findall(line):
-                if not (ROOT / page).is_file():
-                    missing.append(f"{p.relative_to(ROOT)}:{n}: {page}")
+    missing = [
+        f"{f}:{n}: {page}"
+        for f, n, line in tracked_lines()
+        for page in DOCS_PAGE.findall(line)
+        if not (ROOT / page).is_file()
+    ]
     assert not missing, "these docs pages do not exist:\n" + "\n".join(missing)
 
 
