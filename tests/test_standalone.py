@@ -31,6 +31,8 @@ def start_standalone(tmp_path: Path, *args: str, env: dict | None = None) -> tup
                 str(tmp_path / "data"),
                 "--port",
                 str(port),
+                "--http-port",
+                str(free_port()),
                 "--cluster",
                 "sa" + str(port),
                 *args,
