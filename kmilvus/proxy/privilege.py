@@ -164,7 +164,6 @@ class ProxySecurity:
             "permission",
         )
 
-
     async def admit(self, method: str, request, md: dict[str, str]) -> str:
         """Authenticate and authorize one call of `method` (auth on) — the one check the gRPC
         interceptor and the RESTful API both run. A refusal is counted and audited, then raised

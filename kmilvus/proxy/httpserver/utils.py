@@ -255,32 +255,46 @@ def _kind(v: Any) -> int:
 
 
 # ------------------------------------------------------------------------------ result rows
+def _with_nulls(values: Sequence[Any], valid: Sequence[bool], n: int) -> list[Any]:
+    """Values of a nullable column: None where not valid (data full-length or only the valid)."""
+    if len(values) >= n:
+        return [v if ok else None for v, ok in zip(values, valid, strict=False)]
+    it = iter(values)
+    return [next(it) if ok else None for ok in valid]
+
+
 def _column_values(fd: schema_pb2.FieldData, n: int) -> list[Any] | np.ndarray:
-    """One result column as JSON-ready values, row by row."""
+    """One result column as JSON-ready values, row by row (read as it is: results need no
+    validation)."""
     dt = fd.type
-    f = schema_pb2.FieldSchema(name=fd.field_name, data_type=dt, fieldID=fd.field_id, nullable=bool(fd.valid_data))
     if dt == DT.FloatVector:
         dim = fd.vectors.dim
         return np.asarray(fd.vectors.float_vector.data, dtype=np.float32).reshape(-1, dim)[:n]
     if dt in fieldtypes.BYTE_VECTORS:
-        f.type_params.add(key="dim", value=str(fd.vectors.dim))
-        raw = typeutil.field_data_to_array(fd, f, n)
-        return [None if b is None else base64.b64encode(b).decode() for b in raw.to_pylist()]
+        raw = getattr(fd.vectors, fieldtypes.BYTE_VECTORS[dt])
+        width = len(raw) // n
+        return [base64.b64encode(raw[i * width : (i + 1) * width]).decode() for i in range(n)]
     if dt == DT.SparseFloatVector:
+        f = schema_pb2.FieldSchema(name=fd.field_name, data_type=dt, fieldID=fd.field_id)
         col = typeutil.field_data_to_array(fd, f, n)
-        return [None if r is None else {str(k): v for k, v in r} for r in col.to_pylist()]
+        return [None if row is None else {str(k): v for k, v in row} for row in col.to_pylist()]
+    which = fd.scalars.WhichOneof("data")
+    if which is None:
+        return [None] * n
+    data = getattr(fd.scalars, which).data
     if dt == DT.Array:
-        f.element_type = fd.scalars.array_data.element_type
-    col = typeutil.field_data_to_array(fd, f, n, validate_json=False)
-    if dt == DT.Float:  # float32 as Go prints it (0.1, not 0.10000000149011612)
-        values = col.to_numpy(zero_copy_only=False).astype(np.float32)
-        if col.null_count:
-            valid = col.is_valid().to_numpy(zero_copy_only=False)
-            return [v if ok else None for v, ok in zip(values, valid, strict=True)]
-        return values
-    if dt == DT.JSON:
-        return [None if b is None else b.decode() if isinstance(b, bytes) else b for b in col.to_pylist()]
-    return col.to_pylist()
+        values: Sequence[Any] = [
+            list(getattr(e, e.WhichOneof("data")).data) if e.WhichOneof("data") else [] for e in data
+        ]
+    elif dt == DT.Float:  # float32 as Go prints it (0.1, not 0.10000000149011612)
+        values = np.asarray(data, dtype=np.float32)
+    elif dt == DT.JSON:  # Milvus' REST answers a JSON field as its JSON text
+        values = [b.decode() for b in data]
+    else:
+        values = data
+    if fd.valid_data:
+        return _with_nulls(values, fd.valid_data, n)
+    return values[:n] if isinstance(values, np.ndarray) else list(values[:n])
 
 
 def _num_rows(fields_data: Sequence[schema_pb2.FieldData], ids: schema_pb2.IDs | None) -> int:
