@@ -48,6 +48,18 @@ def wait_loaded(c: httpx.Client, name: str, **body) -> None:
         time.sleep(0.05)
 
 
+def create_flat(c: httpx.Client, name: str, schema: dict, index: str) -> None:
+    """A collection of `schema` with a FLAT L2 index on `vec`, Strong, created and loaded through REST."""
+    body = {
+        "collectionName": name,
+        "schema": schema,
+        "indexParams": [{"fieldName": "vec", "indexName": index, "metricType": "L2", "indexType": "FLAT"}],
+        "params": {"consistencyLevel": "Strong"},
+    }
+    assert ok(c, "/collections/create", body) == {}
+    wait_loaded(c, name)
+
+
 def vectors(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).random((n, DIM), dtype=np.float32)
 
@@ -143,17 +155,7 @@ def same_row(rest_row: dict, grpc_row: dict) -> None:
 def entities(rest, node):
     """A collection made through REST (schema, index params, Strong) holding rows inserted both
     ways: ids 0..39 through REST, 100..139 through pymilvus."""
-    ok(
-        rest,
-        "/collections/create",
-        {
-            "collectionName": "ents",
-            "schema": SCHEMA,
-            "indexParams": [{"fieldName": "vec", "indexName": "vec_idx", "metricType": "L2", "indexType": "FLAT"}],
-            "params": {"consistencyLevel": "Strong"},
-        },
-    )
-    wait_loaded(rest, "ents")
+    create_flat(rest, "ents", SCHEMA, "vec_idx")
     client = MilvusClient(uri=node.uri)
     out = ok(rest, "/entities/insert", {"collectionName": "ents", "data": make_rows(range(40), 1)})
     assert out == {"insertCount": 40, "insertIds": list(range(40))}
@@ -499,17 +501,7 @@ def test_pymilvus_bulk_import_from_s3(node_factory, moto_endpoint):
                 {"fieldName": "tag", "dataType": "VarChar", "elementTypeParams": {"max_length": 16}},
             ]
         }
-        ok(
-            rest,
-            "/collections/create",
-            {
-                "collectionName": "imp",
-                "schema": schema,
-                "indexParams": [{"fieldName": "vec", "indexName": "v", "metricType": "L2", "indexType": "FLAT"}],
-                "params": {"consistencyLevel": "Strong"},
-            },
-        )
-        wait_loaded(rest, "imp")
+        create_flat(rest, "imp", schema, "v")
         py_schema = CollectionSchema(
             [
                 FieldSchema("id", PDT.INT64, is_primary=True),

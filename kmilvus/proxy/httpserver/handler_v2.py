@@ -250,6 +250,22 @@ class HandlersV2:
         )
         return resp.schema
 
+    async def _done(self, call: Call, method: str, request) -> dict[str, Any]:
+        """`invoke` for an operation that answers nothing but success."""
+        await self.invoke(call, method, request)
+        return ok()
+
+    async def _on_collection(self, call: Call, name: str, method: str, cls) -> dict[str, Any]:
+        return await self._done(call, method, cls(db_name=call.db, collection_name=name))
+
+    async def _on_partition(self, call: Call, req: r.PartitionReq, method: str, cls):
+        request = cls(db_name=call.db, collection_name=req.collectionName, partition_name=req.partitionName)
+        return await self.invoke(call, method, request)
+
+    async def _on_partitions(self, call: Call, req: r.PartitionsReq, method: str, cls) -> dict[str, Any]:
+        request = cls(db_name=call.db, collection_name=req.collectionName, partition_names=req.partitionNames)
+        return await self._done(call, method, request)
+
     # ------------------------------------------------------------------------ collections
     async def list_collections(self, call: Call, req: r.DatabaseReq):
         resp = await self.invoke(call, "ShowCollections", milvus_pb2.ShowCollectionsRequest(db_name=call.db))
@@ -406,10 +422,7 @@ class HandlersV2:
                         f"missing required parameters, error: `{p.fieldName}` hasn't defined in schema",
                     )
                 await self.invoke(call, "CreateIndex", self._index_request(call, name, p))
-        await self.invoke(
-            call, "LoadCollection", milvus_pb2.LoadCollectionRequest(db_name=call.db, collection_name=name)
-        )
-        return ok()
+        return await self._on_collection(call, name, "LoadCollection", milvus_pb2.LoadCollectionRequest)
 
     @staticmethod
     def _quick_schema(req: r.CollectionReq) -> schema_pb2.CollectionSchema:
@@ -514,15 +527,10 @@ class HandlersV2:
         )
 
     async def drop_collection(self, call: Call, req: r.CollectionNameReq):
-        await self.invoke(
-            call,
-            "DropCollection",
-            milvus_pb2.DropCollectionRequest(db_name=call.db, collection_name=req.collectionName),
-        )
-        return ok()
+        return await self._on_collection(call, req.collectionName, "DropCollection", milvus_pb2.DropCollectionRequest)
 
     async def rename_collection(self, call: Call, req: r.RenameCollectionReq):
-        await self.invoke(
+        return await self._done(
             call,
             "RenameCollection",
             milvus_pb2.RenameCollectionRequest(
@@ -532,23 +540,13 @@ class HandlersV2:
                 newDBName=req.newDbName or call.db,
             ),
         )
-        return ok()
 
     async def load_collection(self, call: Call, req: r.CollectionNameReq):
-        await self.invoke(
-            call,
-            "LoadCollection",
-            milvus_pb2.LoadCollectionRequest(db_name=call.db, collection_name=req.collectionName),
-        )
-        return ok()
+        return await self._on_collection(call, req.collectionName, "LoadCollection", milvus_pb2.LoadCollectionRequest)
 
     async def release_collection(self, call: Call, req: r.CollectionNameReq):
-        await self.invoke(
-            call,
-            "ReleaseCollection",
-            milvus_pb2.ReleaseCollectionRequest(db_name=call.db, collection_name=req.collectionName),
-        )
-        return ok()
+        cls = milvus_pb2.ReleaseCollectionRequest
+        return await self._on_collection(call, req.collectionName, "ReleaseCollection", cls)
 
     # ------------------------------------------------------------------------ entities
     async def query(self, call: Call, req: r.QueryReqV2):
@@ -647,18 +645,8 @@ class HandlersV2:
             consistency_level=level,
             use_default_consistency=default_level,
         )
-        s.search_params.extend(utils.search_params(req.searchParams))
-        s.search_params.extend([utils.kv(TOPK, req.limit), utils.kv(OFFSET, req.offset)])
-        if req.groupingField:
-            s.search_params.append(utils.kv(GROUP_BY_FIELD, req.groupingField))
-            if req.groupSize > 0:
-                s.search_params.extend(
-                    [utils.kv(GROUP_SIZE, req.groupSize), utils.kv(STRICT_GROUP_SIZE, req.strictGroupSize)]
-                )
-        s.search_params.append(utils.kv(ANNS_FIELD, req.annsField))
-        s.placeholder_group = utils.placeholder_group(schema, req.annsField, req.data)
-        for name, value in utils.expr_template(req.exprParams).items():
-            s.expr_template_values[name].CopyFrom(value)
+        _fill_search(s, schema, req.searchParams, req.limit, req.offset, req.annsField, req.data, req.exprParams)
+        s.search_params.extend(_grouping(req.groupingField, req.groupSize, req.strictGroupSize))
         return await self._search_rows(call, "Search", s)
 
     async def _search_rows(self, call: Call, method: str, request):
@@ -689,15 +677,9 @@ class HandlersV2:
                 output_fields=req.outputFields,
                 partition_names=req.partitionNames,
             )
-            s.search_params.extend(utils.search_params(sub.params))
-            s.search_params.extend(
-                [utils.kv(TOPK, sub.limit), utils.kv(OFFSET, sub.offset), utils.kv(ANNS_FIELD, sub.annsField)]
-            )
+            _fill_search(s, schema, sub.params, sub.limit, sub.offset, sub.annsField, sub.data, sub.exprParams)
             if sub.metricType:
                 s.search_params.append(utils.kv(METRIC_TYPE, sub.metricType))
-            s.placeholder_group = utils.placeholder_group(schema, sub.annsField, sub.data)
-            for name, value in utils.expr_template(sub.exprParams).items():
-                s.expr_template_values[name].CopyFrom(value)
         h.rank_params.extend(
             [
                 utils.kv(RANK_TYPE, req.rerank.strategy),
@@ -706,12 +688,7 @@ class HandlersV2:
                 utils.kv(ROUND_DECIMAL, -1),
             ]
         )
-        if req.groupingField:
-            h.rank_params.append(utils.kv(GROUP_BY_FIELD, req.groupingField))
-            if req.groupSize > 0:
-                h.rank_params.extend(
-                    [utils.kv(GROUP_SIZE, req.groupSize), utils.kv(STRICT_GROUP_SIZE, req.strictGroupSize)]
-                )
+        h.rank_params.extend(_grouping(req.groupingField, req.groupSize, req.strictGroupSize))
         return await self._search_rows(call, "HybridSearch", h)
 
     # ------------------------------------------------------------------------ partitions
@@ -724,64 +701,26 @@ class HandlersV2:
         return ok(list(resp.partition_names))
 
     async def has_partition(self, call: Call, req: r.PartitionReq):
-        resp = await self.invoke(
-            call,
-            "HasPartition",
-            milvus_pb2.HasPartitionRequest(
-                db_name=call.db, collection_name=req.collectionName, partition_name=req.partitionName
-            ),
-        )
+        resp = await self._on_partition(call, req, "HasPartition", milvus_pb2.HasPartitionRequest)
         return ok({"has": resp.value})
 
     async def partition_stats(self, call: Call, req: r.PartitionReq):
-        resp = await self.invoke(
-            call,
-            "GetPartitionStatistics",
-            milvus_pb2.GetPartitionStatisticsRequest(
-                db_name=call.db, collection_name=req.collectionName, partition_name=req.partitionName
-            ),
-        )
-        return _row_count(resp.stats)
+        cls = milvus_pb2.GetPartitionStatisticsRequest
+        return _row_count((await self._on_partition(call, req, "GetPartitionStatistics", cls)).stats)
 
     async def create_partition(self, call: Call, req: r.PartitionReq):
-        await self.invoke(
-            call,
-            "CreatePartition",
-            milvus_pb2.CreatePartitionRequest(
-                db_name=call.db, collection_name=req.collectionName, partition_name=req.partitionName
-            ),
-        )
+        await self._on_partition(call, req, "CreatePartition", milvus_pb2.CreatePartitionRequest)
         return ok()
 
     async def drop_partition(self, call: Call, req: r.PartitionReq):
-        await self.invoke(
-            call,
-            "DropPartition",
-            milvus_pb2.DropPartitionRequest(
-                db_name=call.db, collection_name=req.collectionName, partition_name=req.partitionName
-            ),
-        )
+        await self._on_partition(call, req, "DropPartition", milvus_pb2.DropPartitionRequest)
         return ok()
 
     async def load_partitions(self, call: Call, req: r.PartitionsReq):
-        await self.invoke(
-            call,
-            "LoadPartitions",
-            milvus_pb2.LoadPartitionsRequest(
-                db_name=call.db, collection_name=req.collectionName, partition_names=req.partitionNames
-            ),
-        )
-        return ok()
+        return await self._on_partitions(call, req, "LoadPartitions", milvus_pb2.LoadPartitionsRequest)
 
     async def release_partitions(self, call: Call, req: r.PartitionsReq):
-        await self.invoke(
-            call,
-            "ReleasePartitions",
-            milvus_pb2.ReleasePartitionsRequest(
-                db_name=call.db, collection_name=req.collectionName, partition_names=req.partitionNames
-            ),
-        )
-        return ok()
+        return await self._on_partitions(call, req, "ReleasePartitions", milvus_pb2.ReleasePartitionsRequest)
 
     # ------------------------------------------------------------------------ indexes
     async def list_indexes(self, call: Call, req: r.CollectionNameReq):
@@ -829,12 +768,11 @@ class HandlersV2:
         return ok()
 
     async def drop_index(self, call: Call, req: r.IndexReq):
-        await self.invoke(
+        return await self._done(
             call,
             "DropIndex",
             milvus_pb2.DropIndexRequest(db_name=call.db, collection_name=req.collectionName, index_name=req.indexName),
         )
-        return ok()
 
     # ------------------------------------------------------------------------ aliases
     async def list_aliases(self, call: Call, req: r.OptionalCollectionNameReq):
@@ -850,37 +788,32 @@ class HandlersV2:
         return ok({"dbName": resp.db_name, "collectionName": resp.collection, "aliasName": resp.alias})
 
     async def create_alias(self, call: Call, req: r.AliasCollectionReq):
-        await self.invoke(
+        return await self._done(
             call,
             "CreateAlias",
             milvus_pb2.CreateAliasRequest(db_name=call.db, collection_name=req.collectionName, alias=req.aliasName),
         )
-        return ok()
 
     async def drop_alias(self, call: Call, req: r.AliasReq):
-        await self.invoke(call, "DropAlias", milvus_pb2.DropAliasRequest(db_name=call.db, alias=req.aliasName))
-        return ok()
+        return await self._done(call, "DropAlias", milvus_pb2.DropAliasRequest(db_name=call.db, alias=req.aliasName))
 
     async def alter_alias(self, call: Call, req: r.AliasCollectionReq):
-        await self.invoke(
+        return await self._done(
             call,
             "AlterAlias",
             milvus_pb2.AlterAliasRequest(db_name=call.db, collection_name=req.collectionName, alias=req.aliasName),
         )
-        return ok()
 
     # ------------------------------------------------------------------------ databases
     async def create_database(self, call: Call, req: r.DatabaseReqWithProperties):
-        await self.invoke(
+        return await self._done(
             call,
             "CreateDatabase",
             milvus_pb2.CreateDatabaseRequest(db_name=call.db, properties=_properties(req.properties)),
         )
-        return ok()
 
     async def drop_database(self, call: Call, req: r.DatabaseReqRequiredName):
-        await self.invoke(call, "DropDatabase", milvus_pb2.DropDatabaseRequest(db_name=call.db))
-        return ok()
+        return await self._done(call, "DropDatabase", milvus_pb2.DropDatabaseRequest(db_name=call.db))
 
     async def list_databases(self, call: Call, req: r.EmptyReq):
         resp = await self.invoke(call, "ListDatabases", milvus_pb2.ListDatabasesRequest())
@@ -891,12 +824,11 @@ class HandlersV2:
         return ok({"dbName": resp.db_name, "dbID": resp.dbID, "properties": _kvs(resp.properties)})
 
     async def alter_database(self, call: Call, req: r.DatabaseReqWithProperties):
-        await self.invoke(
+        return await self._done(
             call,
             "AlterDatabase",
             milvus_pb2.AlterDatabaseRequest(db_name=call.db, properties=_properties(req.properties)),
         )
-        return ok()
 
     # ------------------------------------------------------------------------ users
     async def list_users(self, call: Call, req: r.DatabaseReq):
@@ -913,26 +845,23 @@ class HandlersV2:
         return ok(roles)
 
     async def create_user(self, call: Call, req: r.PasswordReq):
-        await self.invoke(
+        return await self._done(
             call,
             "CreateCredential",
             milvus_pb2.CreateCredentialRequest(username=req.userName, password=_b64(req.password)),
         )
-        return ok()
 
     async def update_password(self, call: Call, req: r.NewPasswordReq):
-        await self.invoke(
+        return await self._done(
             call,
             "UpdateCredential",
             milvus_pb2.UpdateCredentialRequest(
                 username=req.userName, oldPassword=_b64(req.password), newPassword=_b64(req.newPassword)
             ),
         )
-        return ok()
 
     async def drop_user(self, call: Call, req: r.UserReq):
-        await self.invoke(call, "DeleteCredential", milvus_pb2.DeleteCredentialRequest(username=req.userName))
-        return ok()
+        return await self._done(call, "DeleteCredential", milvus_pb2.DeleteCredentialRequest(username=req.userName))
 
     async def grant_role(self, call: Call, req: r.UserRoleReq):
         return await self._user_role(call, req, milvus_pb2.AddUserToRole)
@@ -941,12 +870,11 @@ class HandlersV2:
         return await self._user_role(call, req, milvus_pb2.RemoveUserFromRole)
 
     async def _user_role(self, call: Call, req: r.UserRoleReq, kind: int):
-        await self.invoke(
+        return await self._done(
             call,
             "OperateUserRole",
             milvus_pb2.OperateUserRoleRequest(username=req.userName, role_name=req.roleName, type=kind),
         )
-        return ok()
 
     # ------------------------------------------------------------------------ roles
     async def list_roles(self, call: Call, req: r.DatabaseReq):
@@ -975,14 +903,12 @@ class HandlersV2:
         )
 
     async def create_role(self, call: Call, req: r.RoleReq):
-        await self.invoke(
+        return await self._done(
             call, "CreateRole", milvus_pb2.CreateRoleRequest(entity=milvus_pb2.RoleEntity(name=req.roleName))
         )
-        return ok()
 
     async def drop_role(self, call: Call, req: r.RoleReq):
-        await self.invoke(call, "DropRole", milvus_pb2.DropRoleRequest(role_name=req.roleName))
-        return ok()
+        return await self._done(call, "DropRole", milvus_pb2.DropRoleRequest(role_name=req.roleName))
 
     async def grant_privilege(self, call: Call, req: r.GrantReq):
         return await self._privilege(call, req, milvus_pb2.Grant)
@@ -998,8 +924,7 @@ class HandlersV2:
             db_name=call.db,
             grantor=milvus_pb2.GrantorEntity(privilege=milvus_pb2.PrivilegeEntity(name=req.privilege)),
         )
-        await self.invoke(call, "OperatePrivilege", milvus_pb2.OperatePrivilegeRequest(entity=entity, type=kind))
-        return ok()
+        return await self._done(call, "OperatePrivilege", milvus_pb2.OperatePrivilegeRequest(entity=entity, type=kind))
 
     async def grant_privilege_v2(self, call: Call, req: r.GrantV2Req):
         return await self._privilege_v2(call, req, milvus_pb2.Grant)
@@ -1008,7 +933,7 @@ class HandlersV2:
         return await self._privilege_v2(call, req, milvus_pb2.Revoke)
 
     async def _privilege_v2(self, call: Call, req: r.GrantV2Req, kind: int):
-        await self.invoke(
+        return await self._done(
             call,
             "OperatePrivilegeV2",
             milvus_pb2.OperatePrivilegeV2Request(
@@ -1019,7 +944,6 @@ class HandlersV2:
                 collection_name=req.collectionName,
             ),
         )
-        return ok()
 
     # ------------------------------------------------------------------------ jobs/import
     async def list_import_jobs(self, call: Call, req: r.OptionalCollectionNameReq):
@@ -1085,6 +1009,28 @@ class HandlersV2:
         data["fileSize"] = sum(t.file_size for t in resp.task_progresses)
         data["details"] = details
         return ok(data)
+
+
+def _fill_search(
+    s: milvus_pb2.SearchRequest, schema, params: dict, limit: int, offset: int, anns: str, data: list, exprs: dict
+) -> None:
+    """A (sub-)search's parameters, query vectors and expression values (Milvus' search and
+    advancedSearch build each SearchRequest the same way)."""
+    s.search_params.extend(utils.search_params(params))
+    s.search_params.extend([utils.kv(TOPK, limit), utils.kv(OFFSET, offset), utils.kv(ANNS_FIELD, anns)])
+    s.placeholder_group = utils.placeholder_group(schema, anns, data)
+    for name, value in utils.expr_template(exprs).items():
+        s.expr_template_values[name].CopyFrom(value)
+
+
+def _grouping(field: str, size: int, strict: bool) -> list[common_pb2.KeyValuePair]:
+    """`groupingField` (and `groupSize`, `strictGroupSize` with it) as search / rank params."""
+    if not field:
+        return []
+    out = [utils.kv(GROUP_BY_FIELD, field)]
+    if size > 0:
+        out += [utils.kv(GROUP_SIZE, size), utils.kv(STRICT_GROUP_SIZE, strict)]
+    return out
 
 
 def _b64(text: str) -> str:
