@@ -11,7 +11,8 @@ that relay costs a gRPC client, on the Proxy's own event loop where it would run
 The server (embedded etcd + nats-server, every component, the relay on the same loop) runs in a
 child process; one pymilvus client alternates direct (gRPC port) and relayed (front port) rounds:
 10,000 x 128 inserts (p50 latency, rows/s) and nq=1 top-10 searches on 20,000 loaded rows (p50,
-searches/s). The relay is asyncio Protocol-based with flow control: no per-chunk coroutine.
+searches/s), and the server process's CPU time per call (less sensitive to a busy machine than
+wall time). The relay is asyncio Protocol-based with flow control: no per-chunk coroutine.
 """
 
 from __future__ import annotations
@@ -147,7 +148,17 @@ def measure(args) -> dict:
     assert proc.stdout.readline().strip() == b"ready", (Path(data) / "server.log").read_text()[-2000:]
     rng = np.random.default_rng(0)
     batch_vecs = rng.random((10_000, DIM), dtype=np.float32)
-    results: dict = {"direct": {"insert_s": [], "search_s": []}, "front": {"insert_s": [], "search_s": []}}
+    import psutil
+
+    server = psutil.Process(proc.pid)
+
+    def cpu() -> float:  # the server process's CPU seconds (its etcd and nats-server children apart)
+        t = server.cpu_times()
+        return t.user + t.system
+
+    results: dict = {
+        name: {"insert_s": [], "search_s": [], "insert_cpu_s": 0.0, "search_cpu_s": 0.0} for name in ("direct", "front")
+    }
     try:
         clients = {k: MilvusClient(uri=f"http://127.0.0.1:{p}") for k, p in ports.items()}
         c = clients["direct"]
@@ -164,14 +175,18 @@ def measure(args) -> dict:
         for _ in range(args.rounds):
             for name in ("direct", "front"):
                 cl = clients[name]
+                c0 = cpu()
                 for _ in range(args.inserts):
                     t = time.perf_counter()
                     cl.insert("w", rows)
                     results[name]["insert_s"].append(time.perf_counter() - t)
+                c1 = cpu()
                 for v in q:
                     t = time.perf_counter()
                     cl.search("s", data=[v], limit=10)
                     results[name]["search_s"].append(time.perf_counter() - t)
+                results[name]["insert_cpu_s"] += c1 - c0
+                results[name]["search_cpu_s"] += cpu() - c1
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -186,6 +201,8 @@ def measure(args) -> dict:
             "insert_rows_per_s": round(10_000 * len(ins) / sum(ins)),
             "search_p50_ms": round(statistics.median(srch) * 1000, 2),
             "searches_per_s": round(len(srch) / sum(srch), 1),
+            "server_cpu_ms_per_insert": round(r["insert_cpu_s"] * 1000 / len(ins), 1),
+            "server_cpu_ms_per_search": round(r["search_cpu_s"] * 1000 / len(srch), 2),
         }
     return {
         "rounds": args.rounds,
