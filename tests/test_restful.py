@@ -5,6 +5,7 @@ and pymilvus' bulk_writer.bulk_import with its files on S3 (moto)."""
 from __future__ import annotations
 
 import base64
+import ssl
 import time
 import uuid
 
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 from pymilvus import MilvusClient
 from pymilvus.exceptions import MilvusException
+
+from tests.test_security import certs  # noqa: F401 - the certificates fixture
 
 DIM = 8
 
@@ -556,3 +559,29 @@ def test_pymilvus_bulk_import_from_s3(node_factory, moto_endpoint):
         assert out["code"] == 2100 and "parse job id failed" in out["message"]
         out = post(rest, "/jobs/import/create", {"collectionName": "imp", "files": [["a.npy", "b.npy"]]})
         assert out["code"] == 2100
+
+
+def _tls(certs) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=certs["ca"])
+
+
+def test_tls_one_way(node_factory, certs):
+    """With the Milvus API's TLS settings the RESTful API is HTTPS, with the same certificate."""
+    n = node_factory(tls_cert=certs["server_crt"], tls_key=certs["server_key"])
+    base = f"https://localhost:{n.node.http_port}/v2/vectordb"
+    with httpx.Client(base_url=base, verify=_tls(certs), timeout=30) as c:
+        assert ok(c, "/collections/list", {}) == []
+    with pytest.raises(httpx.HTTPError):  # plain HTTP on the TLS port is no conversation
+        httpx.post(f"http://localhost:{n.node.http_port}/v2/vectordb/collections/list", json={}, timeout=10).json()
+
+
+def test_tls_mutual(node_factory, certs):
+    """Mutual TLS: a client certificate the CA signed is required, as on the gRPC port."""
+    n = node_factory(tls_cert=certs["server_crt"], tls_key=certs["server_key"], tls_ca=certs["ca"])
+    base = f"https://localhost:{n.node.http_port}/v2/vectordb"
+    with httpx.Client(base_url=base, verify=_tls(certs), timeout=30) as c, pytest.raises(httpx.HTTPError):
+        c.post("/collections/list", json={})
+    signed = _tls(certs)
+    signed.load_cert_chain(certs["client_crt"], certs["client_key"])
+    with httpx.Client(base_url=base, verify=signed, timeout=30) as c:
+        assert ok(c, "/collections/list", {}) == []
