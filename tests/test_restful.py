@@ -206,6 +206,13 @@ def test_entities_rest_and_grpc_answer_the_same(rest, entities):
     for r, g in zip(rest_hits, flat, strict=True):
         assert r["id"] == g["id"] and r["tag"] == g["entity"]["tag"]
         assert np.float32(r["distance"]) == np.float32(g["distance"])
+    # every field (the default outputFields, "*"), the dynamic keys spread into the row
+    rest_all = ok(rest, "/entities/query", {"collectionName": "ents", "filter": "id in [4, 104]"})
+    grpc_all = client.query("ents", filter="id in [4, 104]", output_fields=["*"])
+    assert len(rest_all) == len(grpc_all) == 2
+    by_id = {r["id"]: r for r in rest_all}
+    for g in grpc_all:
+        same_row(by_id[g["id"]], dict(g))
     # count(*) both ways
     count = ok(rest, "/entities/query", {"collectionName": "ents", "filter": "", "outputFields": ["count(*)"]})
     assert count == [{"count(*)": 80}] == [dict(r) for r in client.query("ents", output_fields=["count(*)"])]

@@ -338,7 +338,8 @@ def result_rows(
     for fd in fields_data:
         if fd.is_dynamic:
             objs = [orjson.loads(b) if b else {} for b in fd.scalars.json_data.data[:n]]
-            if fd.field_name in wanted_dynamic or DYNAMIC_FIELD_NAME in wanted_dynamic:
+            # No dynamic key named (`*`), or `$meta` itself: every key, as pymilvus shows them.
+            if not wanted_dynamic or fd.field_name in wanted_dynamic or DYNAMIC_FIELD_NAME in wanted_dynamic:
                 spread = objs
             else:
                 spread = [{k: o[k] for k in wanted_dynamic if k in o} for o in objs]
