@@ -21,6 +21,12 @@ class Config:
     # --- The Milvus API ---
     proxy_host: str = "127.0.0.1"  # address the Milvus API listens on
     proxy_port: int = 19530  # the Milvus API's port
+    # The RESTful API v2 (Milvus' proxy.http.*) on its own port beside the gRPC one: one shared
+    # listener would relay every gRPC byte through Python (docs/user-guide/rest.md). 0 = a free
+    # port, -1 = off.
+    http_port: int = 19531
+    http_request_timeout: float = 30.0  # seconds (Milvus' http.requestTimeoutMs); Request-Timeout overrides
+    http_accept_type_allow_int64: bool = True  # Milvus' http.acceptTypeAllowInt64: int64 as JSON numbers
     # Internal gRPC services bind here (port 0 = any free port; sessions publish the address).
     internal_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0 = no metrics endpoint
