@@ -140,6 +140,16 @@ def schema(dim: int):
     )
 
 
+def quiet_pymilvus() -> None:
+    """pymilvus 3.0 warns that the ORM is deprecated on every call and logs every failed RPC
+    with its traceback: under chaos that buries the report. Outcomes are journaled instead."""
+    import logging
+
+    warnings.filterwarnings("ignore", module="pymilvus")
+    warnings.filterwarnings("ignore", message=".*ORM-style PyMilvus API.*")
+    logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+
+
 def describe_error(exc: BaseException) -> tuple[str, int | None]:
     code = getattr(exc, "code", None)
     msg = getattr(exc, "message", None) or str(exc)
@@ -163,7 +173,7 @@ class OpsClient:
     def run(self) -> None:
         from pymilvus import connections
 
-        warnings.filterwarnings("ignore")  # pymilvus 3.0 marks the ORM deprecated on every call
+        quiet_pymilvus()
         connections.connect(self.alias, uri=self.spec.uri, timeout=60)
         self.journal.note(client=self.spec.index, bases={ln.name: ln.model.base for ln in self.lineages})
         for ln in self.lineages:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 from ops_check import Leftovers, leftovers, queried_rows, stored_rows
 from ops_model import (
     ACK,
@@ -26,6 +27,7 @@ from ops_model import (
     replay,
 )
 
+ADMIN_TIMEOUT = 300.0  # an admin call (flush, query) that has not answered by then is reported as hung
 KINDS = ("lost", "duplicated", "resurrected", "wrong_value", "stray", "torn_imports")
 
 
@@ -79,8 +81,8 @@ class Outcome:
     hung: list[str] = field(default_factory=list)
     ops: dict[str, dict[str, int]] = field(default_factory=dict)  # op → outcome → count
     read_violations: list[dict] = field(default_factory=list)
-    write_gap: tuple[float, str] = (0.0, "")
-    read_gap: tuple[float, str] = (0.0, "")
+    unavailable: dict[str, tuple[float, str]] = field(default_factory=lambda: {"write": (0.0, ""), "read": (0.0, "")})
+    slowest: dict[str, float] = field(default_factory=dict)  # op → its slowest call, seconds
     lineages: list[LineageResult] = field(default_factory=list)
     leftovers: Leftovers | None = None
     busy_loops: int = 0
@@ -99,41 +101,62 @@ class Outcome:
         return asdict(self)
 
 
+def bounded(fn, what: str):
+    """`fn()` on a thread, waited for at most ADMIN_TIMEOUT: a call that never answers (pymilvus
+    sets no deadline on most calls) is a finding, not a run that hangs."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(fn).result(timeout=ADMIN_TIMEOUT)
+    except FutureTimeout:
+        raise TimeoutError(f"{what}: no answer in {ADMIN_TIMEOUT:.0f} s (hung)") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
 # -------------------------------------------------------------------- journals
 def journals(paths: list[Path]) -> list[list[tuple[dict, dict]]]:
     return [read_journal(p) for p in paths]
 
 
 def op_counts(paths: list[Path], outcome: Outcome) -> None:
-    """Operations by kind and outcome, read violations, and the longest time without a
-    successful write (or read) seen by any client."""
+    """Operations by kind and outcome, read violations, the slowest call of each kind, and the
+    longest unavailability: from the last success before a failed attempt to the next success,
+    for writes and for reads, over every client."""
     for path in paths:
-        recs = read_journal(path)
-        writes: list[float] = []
-        reads: list[float] = []
-        first = min((b["t"] for b, _ in recs), default=0.0)
-        for b, e in recs:
+        outages: dict[str, Outage] = {"write": Outage(), "read": Outage()}
+        for b, e in read_journal(path):
             by = outcome.ops.setdefault(b["op"], {ACK: 0, FAIL: 0, UNKNOWN: 0})
             by[e["end"]] += 1
             if e.get("violation"):
                 outcome.read_violations.append({"client": path.name, "op": b["n"], "kind": b["op"], **e["violation"]})
-            if e["end"] == ACK and b["op"] in WRITES:
-                writes.append(e["t"])
-            elif e["end"] == ACK and b["op"] in ("query", "count"):
-                reads.append(e["t"])
-        for times, attr in ((writes, "write_gap"), (reads, "read_gap")):
-            gap = _longest_gap([first, *sorted(times)], path.name)
-            if gap[0] > getattr(outcome, attr)[0]:
-                setattr(outcome, attr, gap)
+            if "t" in e:
+                outcome.slowest[b["op"]] = max(outcome.slowest.get(b["op"], 0.0), round(e["t"] - b["t"], 1))
+            kind = "write" if b["op"] in WRITES else "read" if b["op"] in ("query", "count") else None
+            if kind is not None:
+                outages[kind].see(e["end"] == ACK, b["t"], e.get("t", b["t"]))
+        for kind, o in outages.items():
+            if o.longest > outcome.unavailable[kind][0]:
+                outcome.unavailable[kind] = (o.longest, f"{path.name}, {o.window}")
 
 
-def _longest_gap(times: list[float], who: str) -> tuple[float, str]:
-    if len(times) < 2:
-        return (0.0, "")
-    d = np.diff(times)
-    i = int(np.argmax(d))
-    a, b = (time.strftime("%H:%M:%S", time.localtime(t)) for t in (times[i], times[i + 1]))
-    return float(d[i]), f"{who}, {a}–{b}"
+@dataclass
+class Outage:
+    """Successive failed attempts of one client: how long from the last success to the next."""
+
+    last_ok: float | None = None
+    failing: bool = False
+    longest: float = 0.0
+    window: str = ""
+
+    def see(self, ok: bool, begin: float, end: float) -> None:
+        if not ok:
+            self.failing = True
+            return
+        if self.failing and self.last_ok is not None and end - self.last_ok > self.longest:
+            self.longest = end - self.last_ok
+            a, b = (time.strftime("%H:%M:%S", time.localtime(t)) for t in (self.last_ok, end))
+            self.window = f"{a}–{b}"
+        self.last_ok, self.failing = end, False
 
 
 def journal_bases(path: Path) -> dict[str, int]:
@@ -178,7 +201,7 @@ def trace(m: LineageModel, keys: list[int], records: dict[int, tuple[dict, dict]
     return out
 
 
-def check_lineage(where: Where, m: LineageModel, records: dict, bounded) -> LineageResult:
+def check_lineage(where: Where, m: LineageModel, records: dict) -> LineageResult:
     """Flush, then the committed binlogs and a Strong query against the model."""
     from pymilvus import Collection, connections
 
@@ -238,10 +261,10 @@ def add_samples(r: LineageResult, m: LineageModel, records: dict) -> None:
                 r.samples[f"{v.source}: torn imports"] = [f"op {op}" for op in found]
 
 
-def check_lineages(where: Where, paths: list[Path], outcome: Outcome, bounded) -> None:
+def check_lineages(where: Where, paths: list[Path], outcome: Outcome) -> None:
     models, records = models_of(paths)
     for name, m in models.items():
-        outcome.lineages.append(check_lineage(where, m, records.get(name, {}), bounded))
+        outcome.lineages.append(check_lineage(where, m, records.get(name, {})))
 
 
 def wait_for_leftovers(where: Where, outcome: Outcome, within: float) -> Leftovers:
@@ -261,11 +284,11 @@ def print_report(o: Outcome) -> None:
     print()
     print(f"Duration {o.minutes:.1f} min, {o.rounds} rounds, busy loops {o.busy_loops}.")
     print()
-    print("| operation | acknowledged | failed (refused) | outcome unknown |")
-    print("|---|---|---|---|")
+    print("| operation | acknowledged | failed (refused) | outcome unknown | slowest call |")
+    print("|---|---|---|---|---|")
     for op in sorted(o.ops):
         c = o.ops[op]
-        print(f"| {op} | {c[ACK]:,} | {c[FAIL]:,} | {c[UNKNOWN]:,} |")
+        print(f"| {op} | {c[ACK]:,} | {c[FAIL]:,} | {c[UNKNOWN]:,} | {o.slowest.get(op, 0):.1f} s |")
     print()
     print("| fault | injected |")
     print("|---|---|")
@@ -293,8 +316,9 @@ def print_report(o: Outcome) -> None:
     row("errors", lambda r: "; ".join(r.errors) or "none")
     print()
     print(f"| reads contradicting an acknowledged operation during the run | {len(o.read_violations)} |")
-    print(f"| longest time without a successful write | {o.write_gap[0]:.1f} s ({o.write_gap[1]}) |")
-    print(f"| longest time without a successful read | {o.read_gap[0]:.1f} s ({o.read_gap[1]}) |")
+    for kind in ("write", "read"):
+        secs, where = o.unavailable[kind]
+        print(f"| longest unavailability ({kind}s: last success, failures, next success) | {secs:.1f} s ({where}) |")
     print(f"| processes that exited by themselves | {', '.join(o.exited) or 'none'} |")
     print(f"| clients stuck in a call at the end | {', '.join(o.hung) or 'none'} |")
     left = o.leftovers
