@@ -111,6 +111,7 @@ class ImportGroup:
     op: int
     start: int  # offset in the lineage
     count: int
+    resolved: str = ""  # how it ended, learnt after the client had moved on (ack or fail)
 
 
 @dataclass
@@ -238,9 +239,12 @@ class LineageModel:
             offs = np.arange(b["start"], b["start"] + b["count"], dtype=np.int64)
             self.reserve(max(0, b["start"] + b["count"] - self.size))
             self.part[offs] = b["part"]
-            self.write_new(offs, row_values(op, offs + self.base), outcome, op)
-            if kind == "import" and outcome == UNKNOWN:
-                self.groups.append(ImportGroup(op, b["start"], b["count"]))
+            # An import resolved later (`resolved`) was unknown while the client went on: its
+            # outcome counts only if no later operation touched its keys (`settle`).
+            resolved = outcome if e.get("resolved") else ""
+            self.write_new(offs, row_values(op, offs + self.base), UNKNOWN if resolved else outcome, op)
+            if kind == "import" and (outcome == UNKNOWN or resolved):
+                self.groups.append(ImportGroup(op, b["start"], b["count"], resolved))
         elif kind == "upsert":
             offs = self.offsets(b["keys"])
             self.upsert(offs, row_values(op, offs + self.base), outcome, op)
@@ -265,12 +269,24 @@ class LineageModel:
                 self.uncertain.append(f"op {op}: create_collection {outcome}")
 
 
+    def settle(self) -> None:
+        """Imports whose outcome was learnt late: theirs, where no later operation touched them."""
+        for g in self.groups:
+            offs = np.arange(g.start, g.start + g.count)
+            if g.resolved and (self.last_op[offs] == g.op).all():
+                vals = row_values(g.op, offs + self.base)
+                self._set(offs, LIVE if g.resolved == ACK else FAILED, g.op, vals)
+        self.groups = [g for g in self.groups if not g.resolved]
+
+
 def replay(records: list[tuple[dict, dict]], bases: dict[str, int]) -> dict[str, LineageModel]:
     models = {name: LineageModel(name, base) for name, base in bases.items()}
     for b, e in records:
         m = models.get(b["lineage"])
         if m is not None:
             m.apply(b, e)
+    for m in models.values():
+        m.settle()
     return models
 
 

@@ -140,3 +140,15 @@ def test_journal_round_trip_and_a_missing_end_is_unknown(tmp_path):
     assert [e["end"] for _, e in recs] == [ACK, UNKNOWN]
     m = replay(recs, {"c": BASE})["c"]
     assert m.state[:4].tolist() == [LIVE, LIVE, MAYBE, MAYBE]
+
+
+def test_an_import_resolved_late_counts_only_where_nothing_touched_it():
+    recs = ops(
+        (1, "import", ACK, {"part": 0, "start": 0, "count": 2}, {"resolved": "Completed"}),
+        (2, "import", ACK, {"part": 0, "start": 2, "count": 2}, {"resolved": "Completed"}),
+        # while op 2 was still unknown an expression delete covered it: it may have run first
+        (3, "delete_expr", ACK, {"lo": BASE + 2, "hi": BASE + 4, "mod": 1, "rem": 0}),
+    )
+    m = replay(recs, {"c": BASE})["c"]
+    assert m.state[:4].tolist() == [LIVE, LIVE, MAYBE, MAYBE]
+    assert m.maybe[2] == {None, int(row_values(2, np.array([BASE + 2]))[0])}
