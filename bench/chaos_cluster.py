@@ -34,8 +34,9 @@ FAULTS = (
     "etcd_restart",
     "storage_outage",
 )
-# Settings every process runs with. Small messages (256 KiB) make a 10,000-row insert a split
-# insert; automatic compaction checks often, from 4 small segments on; the collector leaves
+# Settings every process runs with, unless the environment sets them (e.g. KMILVUS_AUTO_COMPACTION=false
+# to tell a compaction problem from others). Small messages (256 KiB) make a 10,000-row insert a
+# split insert; automatic compaction checks often, from 4 small segments on; the collector leaves
 # unreferenced files for an hour (a kept run still has them to trace).
 SETTINGS = {
     "KMILVUS_LOG_LEVEL": "info",
@@ -122,7 +123,7 @@ class Deployment:
         port = free_port()
         argv = [exe, "run", *roles, "--etcd-endpoint", self.etcd_endpoint, "--nats-url", self.nats.endpoint]
         argv += ["--storage-uri", self.storage_uri, "--cluster", CLUSTER, "--port", str(port)]
-        p = Proc(name, roles, argv, dict(os.environ, **SETTINGS), self.work / f"{name}.log", port)
+        p = Proc(name, roles, argv, {**SETTINGS, **os.environ}, self.work / f"{name}.log", port)
         self.procs[name] = p
         return p
 

@@ -100,6 +100,7 @@ class ClientSpec:
     journal: str
     files_dir: str
     mix: str = "chaos"
+    only: tuple[str, ...] = ()  # operations to run (the mix's weights), empty: all of the mix
     dim: int = 8
     shards: int = 2
 
@@ -178,7 +179,8 @@ class OpsClient:
         self.journal.note(client=self.spec.index, bases={ln.name: ln.model.base for ln in self.lineages})
         for ln in self.lineages:
             self.incarnate(ln)
-        ops, weights = zip(*MIXES[self.spec.mix].items(), strict=True)
+        mix = {op: w for op, w in MIXES[self.spec.mix].items() if not self.spec.only or op in self.spec.only}
+        ops, weights = zip(*mix.items(), strict=True)
         while not self.stop.is_set():
             ln = self.rng.choice(self.lineages)
             op = self.rng.choices(ops, weights)[0]

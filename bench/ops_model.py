@@ -268,7 +268,6 @@ class LineageModel:
             else:
                 self.uncertain.append(f"op {op}: create_collection {outcome}")
 
-
     def settle(self) -> None:
         """Imports whose outcome was learnt late: theirs, where no later operation touched them."""
         for g in self.groups:

@@ -315,7 +315,13 @@ def print_report(o: Outcome) -> None:
     row("segments", lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r.segments.items())))
     row("errors", lambda r: "; ".join(r.errors) or "none")
     print()
-    print(f"| reads contradicting an acknowledged operation during the run | {len(o.read_violations)} |")
+    kinds: dict[str, int] = {}
+    for v in o.read_violations:
+        for k in v:
+            if k not in ("client", "op", "kind"):
+                kinds[f"{v['kind']} {k}"] = kinds.get(f"{v['kind']} {k}", 0) + 1
+    detail = ", ".join(f"{k} ×{n}" for k, n in sorted(kinds.items()))
+    print(f"| reads contradicting an acknowledged operation during the run | {len(o.read_violations)} ({detail}) |")
     for kind in ("write", "read"):
         secs, where = o.unavailable[kind]
         print(f"| longest unavailability ({kind}s: last success, failures, next success) | {secs:.1f} s ({where}) |")
