@@ -124,12 +124,9 @@ def queried_rows(coll, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
 
 # -------------------------------------------------------------------- leftovers
 _VCHANNEL_ID = re.compile(r"_(\d+)v\d+")
-_SEG_LOG_PREFIXES = (
-    "datacoord-meta/binlog/",
-    "datacoord-meta/ddl-binlog/",
-    "datacoord-meta/deltalog/",
-    "datacoord-meta/statslog/",
-)
+# Per-segment log meta that must go with its segment. DDL binlog meta stays on purpose when a
+# partition is dropped (DDL belongs to the collection: DataCoord's drop_partition_meta).
+_SEG_LOG_PREFIXES = ("datacoord-meta/binlog/", "datacoord-meta/deltalog/", "datacoord-meta/statslog/")
 _PARTITIONED_KEYS = ("datacoord-meta/s/", "datacoord-meta/segment-index/")
 _PARTITIONED_FILES = ("insert_log", "delta_log", "stats_log", "index_files")
 
