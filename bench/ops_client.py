@@ -29,7 +29,7 @@ import contextlib
 import random
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -113,22 +113,6 @@ class Lineage:
     incarnation: int = 0
 
 
-@dataclass
-class Gaps:
-    """The longest time without a successful operation of a kind (unavailability)."""
-
-    last_ok: float = field(default_factory=time.monotonic)
-    longest: float = 0.0
-    window: tuple[float, float] = (0.0, 0.0)
-
-    def ok(self) -> None:
-        now = time.monotonic()
-        if now - self.last_ok > self.longest:
-            self.longest = now - self.last_ok
-            self.window = (time.time() - self.longest, time.time())
-        self.last_ok = now
-
-
 def schema(dim: int):
     from pymilvus import CollectionSchema, DataType, FieldSchema
 
@@ -168,7 +152,6 @@ class OpsClient:
         self.lineages = [
             Lineage(name, LineageModel(name, lineage_base(spec.index, i))) for i, name in enumerate(spec.lineages)
         ]
-        self.writes, self.reads = Gaps(), Gaps()
 
     # ---------------------------------------------------------------- running
     def run(self) -> None:
@@ -189,13 +172,6 @@ class OpsClient:
                 continue
             getattr(self, "op_" + op)(ln)
         self.resolve_imports()
-        self.journal.note(
-            client=self.spec.index,
-            longest_write_gap=round(self.writes.longest, 1),
-            write_gap_window=[round(x, 1) for x in self.writes.window],
-            longest_read_gap=round(self.reads.longest, 1),
-            read_gap_window=[round(x, 1) for x in self.reads.window],
-        )
         self.journal.close()
 
     def record(self, ln: Lineage, op: str, fn, **data) -> str:
@@ -214,10 +190,6 @@ class OpsClient:
                 time.sleep(0.2)
         self.journal.end(n, outcome, **extra)
         ln.model.apply({"n": n, "op": op, "lineage": ln.name, **data}, {"n": n, "end": outcome, **extra})
-        if outcome == ACK and op in WRITES:
-            self.writes.ok()
-        elif outcome == ACK and op in ("query", "count"):
-            self.reads.ok()
         return outcome
 
     def retry_ddl(self, fn):
