@@ -282,18 +282,20 @@ def wait_for_leftovers(where: Where, outcome: Outcome, within: float) -> Leftove
 # -------------------------------------------------------------------- report
 def print_report(o: Outcome) -> None:
     print()
-    print(f"Duration {o.minutes:.1f} min, {o.rounds} rounds, busy loops {o.busy_loops}.")
+    rounds = f", {o.rounds} fault rounds" if o.rounds else ", no faults"
+    print(f"Duration {o.minutes:.1f} min{rounds}, busy loops {o.busy_loops}.")
     print()
     print("| operation | acknowledged | failed (refused) | outcome unknown | slowest call |")
     print("|---|---|---|---|---|")
     for op in sorted(o.ops):
         c = o.ops[op]
         print(f"| {op} | {c[ACK]:,} | {c[FAIL]:,} | {c[UNKNOWN]:,} | {o.slowest.get(op, 0):.1f} s |")
-    print()
-    print("| fault | injected |")
-    print("|---|---|")
-    for f in sorted(o.faults):
-        print(f"| {f} | {o.faults[f]} |")
+    if o.faults:
+        print()
+        print("| fault | injected |")
+        print("|---|---|")
+        for f in sorted(o.faults):
+            print(f"| {f} | {o.faults[f]} |")
     print()
     print("| invariant | " + " | ".join(r.name for r in o.lineages) + " |")
     print("|---|" + "---|" * len(o.lineages))
