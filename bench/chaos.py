@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chaos_cluster import CLUSTER, FAULTS, TTL, Deployment, inject
 from cpuload import busy_loops
 from ops_check import key_history
-from ops_client import MIXES, ClientSpec, client_main, quiet_pymilvus
+from ops_client import ClientSpec, client_main, parse_client_arguments
 from ops_report import (
     Outcome,
     Where,
@@ -193,20 +193,10 @@ def main() -> int:
     ap.add_argument("--faults", default=",".join(FAULTS))
     ap.add_argument("--clients", type=int, default=2, help="client processes (one per Proxy, in turn)")
     ap.add_argument("--lineages", type=int, default=1, help="collections each client owns")
-    ap.add_argument("--load", type=int, default=0, help="busy-loop processes beside the run")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, journals, verdict)")
     ap.add_argument("--recheck", metavar="DIR", help="check a kept work directory again, offline")
     ap.add_argument("--trace", type=int, nargs="*", default=[], help="with --recheck: every row and delete of a key")
-    ap.add_argument(
-        "--ops",
-        type=lambda v: [x for x in v.split(",") if x],
-        default=[],
-        help=f"only these operations, comma-separated (of: {', '.join(MIXES['chaos'])})",
-    )
-    args = ap.parse_args()
-    if unknown_ops := set(args.ops) - set(MIXES["chaos"]):
-        ap.error(f"unknown operations: {', '.join(sorted(unknown_ops))}")
-    quiet_pymilvus()
+    args = parse_client_arguments(ap)
     if args.recheck:
         return recheck(Path(args.recheck), args.trace)
     args.fault_list = [f for f in args.faults.split(",") if f]

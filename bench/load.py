@@ -32,7 +32,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpuload import busy_loops
-from ops_client import MIXES, ClientSpec, client_main, quiet_pymilvus
+from ops_client import ClientSpec, client_main, parse_client_arguments
 from ops_model import ACK, read_journal
 from ops_report import Outcome, Where, check_lineages, op_counts, print_report, wait_for_leftovers
 from standalone_proc import Standalone
@@ -138,18 +138,8 @@ def main() -> int:
     ap.add_argument("--collections", type=int, default=50)
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--load", type=int, default=0, help="busy-loop processes beside the run")
     ap.add_argument("--png", default=str(RESULTS / "load.png"))
-    ap.add_argument(
-        "--ops",
-        type=lambda v: [x for x in v.split(",") if x],
-        default=[],
-        help=f"only these operations, comma-separated (of: {', '.join(MIXES['chaos'])})",
-    )
-    args = ap.parse_args()
-    if unknown_ops := set(args.ops) - set(MIXES["chaos"]):
-        ap.error(f"unknown operations: {', '.join(sorted(unknown_ops))}")
-    quiet_pymilvus()
+    args = parse_client_arguments(ap)
     with busy_loops(args.load):
         srv = Standalone().start()
         try:

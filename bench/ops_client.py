@@ -135,6 +135,23 @@ def quiet_pymilvus() -> None:
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
 
 
+def parse_client_arguments(ap):
+    """The options chaos and load share (--load, --ops), added to `ap`, then parsed and checked;
+    pymilvus is quieted for the run."""
+    ap.add_argument("--load", type=int, default=0, help="busy-loop processes beside the run (cpuload)")
+    ap.add_argument(
+        "--ops",
+        type=lambda v: [x for x in v.split(",") if x],
+        default=[],
+        help=f"only these operations, comma-separated (of: {', '.join(MIXES['chaos'])})",
+    )
+    args = ap.parse_args()
+    if unknown := set(args.ops) - set(MIXES["chaos"]):
+        ap.error(f"unknown operations: {', '.join(sorted(unknown))}")
+    quiet_pymilvus()
+    return args
+
+
 def describe_error(exc: BaseException) -> tuple[str, int | None]:
     code = getattr(exc, "code", None)
     msg = getattr(exc, "message", None) or str(exc)
