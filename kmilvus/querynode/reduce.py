@@ -47,7 +47,7 @@ def merge_topk(table: pa.Table, k: int, larger: bool) -> pa.Table:
 
 def _alive(seg: SegmentData, deletes, flt: Filter) -> np.ndarray | None:
     """Rows the filter keeps and no delete removed (None: all)."""
-    keep = flt.mask(seg.table, seg.pk_rows)
+    keep = flt.mask(seg.table, seg.pk_rows, seg.scalar_indexes)
     alive = seg.alive(deletes)
     if alive is None:
         return keep
