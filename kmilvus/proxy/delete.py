@@ -19,6 +19,7 @@ import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus.msgstream import Msg, MsgType
+from kmilvus.proxy import partition_key
 from kmilvus.proxy.insert import InsertTask, ipc_bytes
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.task import Task
@@ -71,6 +72,7 @@ class DeleteTask(Task):
 
         req = self.req
         self.meta = meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
+        partition_key.refuse_named(meta, req.partition_name, merr.UNEXPECTED)
         if req.partition_name:
             if req.partition_name != "_default":
                 raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name}]")

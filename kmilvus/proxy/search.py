@@ -124,7 +124,7 @@ class ProxySearchMixin:
         metric = await self.search_metric(meta, field, params.get("metric_type", ""))
         queries = query_vectors(req, field)
         nodes, loaded = await read_path.serving_nodes(self, meta)
-        parts = read_path.partition_ids(meta, list(req.partition_names), loaded)
+        parts = read_path.partition_ids(meta, list(req.partition_names), loaded, req.dsl)
         out_ids, out_names = read_path.output_fields(meta, list(req.output_fields))
         ts = await read_path.guarantee_ts(self, meta, req)
         ttl_ts = await read_path.collection_ttl_ts(self, meta)
