@@ -135,6 +135,8 @@ class ScalarIndex:
     # Rows of positions ---------------------------------------------------------------------
     def _mask_range(self, lo: int, hi: int) -> np.ndarray:
         if self.codes is not None:
+            if hi - lo == 1:
+                return self.codes == lo
             return (self.codes >= lo) & (self.codes < hi)
         m = np.zeros(self._n, dtype=bool)
         if hi > lo:
@@ -143,6 +145,8 @@ class ScalarIndex:
 
     def _mask_positions(self, pos: np.ndarray) -> np.ndarray:
         if self.codes is not None:
+            if len(pos) == 1:
+                return self.codes == pos[0]
             lut = np.zeros(len(self.uniq) + 1, dtype=bool)  # the last slot: code -1 (null, NaN)
             lut[pos] = True
             return lut[self.codes]
@@ -174,22 +178,33 @@ class ScalarIndex:
             hit &= self._mask_positions(self._positions([v]))
         return self._answer(hit)
 
+    def _bounds(self, op: str, value: Any) -> tuple[int, int]:
+        """The positions in `uniq` of the values `op value` keeps (a contiguous run)."""
+        n = len(self.uniq)
+        if op == "==":
+            return self._search(value, "left"), self._search(value, "right")
+        if op in ("<", "<="):
+            return 0, self._search(value, "left" if op == "<" else "right")
+        return self._search(value, "right" if op == ">" else "left"), n
+
     def compare(self, op: str, value: Any) -> pa.Array | None:
         """`field op value`, op in == != < <= > >=."""
         if self.is_array or not self._fits(value):
             return None
         if op == "!=":
-            eq = self._mask_range(self._search(value, "left"), self._search(value, "right"))
-            return self._answer(~eq)
-        n = len(self.uniq)
-        lo, hi = {
-            "==": lambda: (self._search(value, "left"), self._search(value, "right")),
-            "<": lambda: (0, self._search(value, "left")),
-            "<=": lambda: (0, self._search(value, "right")),
-            ">": lambda: (self._search(value, "right"), n),
-            ">=": lambda: (self._search(value, "left"), n),
-        }[op]()
-        return self._answer(self._mask_range(lo, hi))
+            return self._answer(~self._mask_range(*self._bounds("==", value)))
+        return self._answer(self._mask_range(*self._bounds(op, value)))
+
+    def compare_all(self, terms: Sequence[tuple[str, Any]]) -> pa.Array | None:
+        """`field op1 v1 and field op2 v2 ...` (ops == < <= > >=): one run of positions, so a
+        range is one slice of postings, not two half-segment masks and-ed."""
+        if self.is_array or any(op == "!=" or not self._fits(v) for op, v in terms):
+            return None
+        lo, hi = 0, len(self.uniq)
+        for op, value in terms:
+            a, b = self._bounds(op, value)
+            lo, hi = max(lo, a), min(hi, b)
+        return self._answer(self._mask_range(lo, max(lo, hi)))
 
     def prefix(self, p: str) -> pa.Array | None:
         """`field like "p%"`."""

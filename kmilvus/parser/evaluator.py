@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -46,6 +47,7 @@ class ColumnIndex(Protocol):
     def equal_any(self, values: Sequence[Any]) -> pa.Array | None: ...
     def contains_all(self, values: Sequence[Any]) -> pa.Array | None: ...
     def compare(self, op: str, value: Any) -> pa.Array | None: ...
+    def compare_all(self, terms: Sequence[tuple[str, Any]]) -> pa.Array | None: ...
     def prefix(self, p: str) -> pa.Array | None: ...
 
 
@@ -134,6 +136,13 @@ def _like(values: pa.Array, pattern: str) -> pa.Array:
             return pc.starts_with(values, literal)
         return pc.equal(values, literal)
     return pc.match_like(values, pattern)
+
+
+@dataclass(frozen=True, eq=False)
+class _IndexRange:
+    """Several comparisons of one field already answered by its index (see `_index_ranges`)."""
+
+    hit: pa.Array
 
 
 class _Context:
@@ -246,7 +255,25 @@ class _Context:
             return index.contains_all(node.values) if node.mode == "all" else index.equal_any(node.values)
         return None
 
+    def _index_ranges(self, children: tuple[P.Predicate, ...]) -> tuple[P.Predicate, ...]:
+        """Comparisons of one indexed field with literals under an `and` (`a < x and x <= b`, what
+        `a < x <= b` parses to) become one `_IndexRange`: a single lookup of the index."""
+        groups: dict[int, list[P.Compare]] = {}
+        for c in children:
+            if isinstance(c, P.Compare) and c.op != "!=" and self._index_of(c) is not None:
+                groups.setdefault(c.left.field_id, []).append(c)  # type: ignore[union-attr]
+        merged = {fid: cs for fid, cs in groups.items() if len(cs) > 1}
+        if not merged:
+            return children
+        out: list[P.Predicate] = [c for c in children if not any(c in cs for cs in merged.values())]
+        for fid, cs in merged.items():
+            hit = self.indexes[fid].compare_all([(c.op, c.right.value) for c in cs])  # type: ignore[union-attr]
+            out.extend([_IndexRange(hit)] if hit is not None else cs)
+        return tuple(out)
+
     def predicate(self, node: P.Predicate) -> pa.Array:
+        if isinstance(node, _IndexRange):
+            return node.hit
         if isinstance(node, (P.Compare, P.Term, P.Like, P.Contains)):
             hit = self.indexed(node)
             if hit is not None:
@@ -290,7 +317,10 @@ class _Context:
         evaluated on those rows only (a selective `id in [..]` spares parsing a JSON column).
         Children an index answers go first (`and` is commutative in three-valued logic too)."""
         if self.indexes:
-            children = tuple(sorted(children, key=lambda c: self._index_of(c) is None))
+            children = self._index_ranges(children)
+            children = tuple(
+                sorted(children, key=lambda c: not isinstance(c, _IndexRange) and self._index_of(c) is None)
+            )
         out = self.predicate(children[0])
         for i, child in enumerate(children[1:], start=1):
             alive = pc.fill_null(out, True)  # true or null: the rows `and` may still need
