@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import json
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,16 +33,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kmilvus import metrics
+from kmilvus.index import fileformat
 from kmilvus.index import scalar_params as SP
 from kmilvus.index.vector_index import IndexFile
 
-MAGIC = b"KMSIDX1\0"
-_HEADER = struct.Struct("<8sI")  # magic, meta JSON length
+MAGIC = b"KMSIDX1\0"  # kmilvus/index/fileformat.py's envelope
 _SECTIONS = ("uniq", "offsets", "rows", "codes", "nulls")
 
 
 def is_scalar_index_file(data: bytes | memoryview) -> bool:
-    return bytes(memoryview(data)[: len(MAGIC)]) == MAGIC
+    return fileformat.has_magic(data, MAGIC)
 
 
 class _ArrowSeq(Sequence):
@@ -235,8 +233,7 @@ class ScalarIndex:
             "is_array": self.is_array,
             "sections": sections,
         }
-        head = json.dumps(meta).encode()
-        data = _HEADER.pack(MAGIC, len(head)) + head + b"".join(parts)
+        data = fileformat.pack(MAGIC, meta) + b"".join(parts)
         return IndexFile(data, self.index_type, "", self.params, 0, self._n)
 
 
@@ -249,12 +246,8 @@ def _ipc(table: pa.Table) -> bytes:
 
 def load(data: bytes | memoryview) -> ScalarIndex:
     """Deserialize what `build` wrote."""
-    buf = memoryview(data)
-    magic, n = _HEADER.unpack_from(buf)
-    if magic != MAGIC:
-        raise ValueError("not a kmilvus scalar index file")
-    meta = json.loads(bytes(buf[_HEADER.size : _HEADER.size + n]))
-    at = _HEADER.size + n
+    meta, buf = fileformat.unpack(data, MAGIC, "scalar index")
+    at = 0
     got: dict[str, Any] = {}
     for name, size in meta["sections"]:
         col = pa.ipc.open_stream(pa.py_buffer(bytes(buf[at : at + size]))).read_all().column(name).combine_chunks()
