@@ -243,6 +243,7 @@ def same_schema(a: schema_pb2.CollectionSchema, b: schema_pb2.CollectionSchema) 
                 f.data_type,
                 f.is_primary_key,
                 f.autoID,
+                f.is_partition_key,
                 sorted((kv.key, kv.value) for kv in f.type_params),
                 f.element_type,
                 f.nullable,
