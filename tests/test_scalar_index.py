@@ -138,6 +138,22 @@ def test_index_path_gives_the_scans_rows(fid):
                     assert alone.equals(scan), (index_type, expr)
 
 
+def test_several_indexed_fields_in_one_filter():
+    """Ranges on two indexed fields, a term on a third and a scanned rest: the scan's rows."""
+    t = table()
+    indexes = {101: _build(t, 101, "STL_SORT"), 102: _build(t, 102, "INVERTED"), 103: _build(t, 103, "Trie")}
+    for expr in [
+        "-3 < i <= 4 and 0 < d < 1",
+        "-3 < i <= -2 and 0 < d < 1",
+        '-3 < i <= 4 and 0 < d < 1 and s in ["apple", "band"] and b == true',
+        "i > 100 and i < -100 and d > 0",
+        '(i >= 0 and i < 5) or (s like "ap%" and d < 0)',
+        'b == true and s like "b%" and i > 0 and i < 10',
+    ]:
+        plan = parse(expr, SCHEMA)
+        assert evaluate(plan, t, indexes=indexes).equals(evaluate(plan, t)), expr
+
+
 def test_hybrid_picks_bitmap_below_its_cardinality_limit():
     t = table()
     assert _build(t, 101, "HYBRID").index_type == "BITMAP"  # 40 distinct < 500

@@ -265,11 +265,21 @@ class _Context:
         merged = {fid: cs for fid, cs in groups.items() if len(cs) > 1}
         if not merged:
             return children
-        out: list[P.Predicate] = [c for c in children if not any(c in cs for cs in merged.values())]
+        rest: list[P.Predicate] = [c for c in children if not any(c in cs for cs in merged.values())]
+        hits = []
         for fid, cs in merged.items():
             hit = self.indexes[fid].compare_all([(c.op, c.right.value) for c in cs])  # type: ignore[union-attr]
-            out.extend([_IndexRange(hit)] if hit is not None else cs)
-        return tuple(out)
+            if hit is None:
+                rest.extend(cs)
+            else:
+                hits.append(hit)
+        if not hits:
+            return tuple(rest)
+        both = hits[0]
+        for h in hits[1:]:
+            both = pc.and_kleene(both, h)
+        # One, and first: it is over every row, so it must not fall in a narrowed tail.
+        return (_IndexRange(both), *rest)
 
     def predicate(self, node: P.Predicate) -> pa.Array:
         if isinstance(node, _IndexRange):
