@@ -181,6 +181,10 @@ def test_partition_key_through_pymilvus(client: MilvusClient):
     ]:
         got_ids = {r["id"] for r in client.query("pkc", filter=expr, output_fields=["k"], limit=16384)}
         assert got_ids == want_ids, expr
+    # Upsert moves a row to its new key's partition: the old version goes, in whichever partition.
+    client.upsert("pkc", [{"id": 5, "k": "user6", "v": [0.0] * 4}])
+    assert client.query("pkc", filter="id == 5", output_fields=["k"]) == [{"id": 5, "k": "user6"}]
+    every = [r for r in every if r["id"] != 5] + [{"id": 5, "k": "user6"}]
     hits = client.search("pkc", [[0.1] * 4], limit=50, filter='k == "user5"', output_fields=["k"])[0]
     assert len(hits) == len({r["id"] for r in every if r["k"] == "user5"})
     assert {h["entity"]["k"] for h in hits} == {"user5"}

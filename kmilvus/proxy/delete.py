@@ -121,7 +121,9 @@ class UpsertTask(InsertTask):
         shards = shard_of(keys, len(meta.vchannels))
         async with proxy.ticks.publishing(meta.vchannels) as ts:
             batch = typeutil.columns_to_record_batch(meta.schema, self.columns, row_ids, ts)
-            deletes = delete_messages(meta, keys, ts, meta.partition_id, proxy.cfg.max_message_bytes)
+            # A partition key's old row may sit in another partition than the new one: all of them.
+            part = ALL_PARTITIONS if partition_key.key_field(meta.schema) is not None else meta.partition_id
+            deletes = delete_messages(meta, keys, ts, part, proxy.cfg.max_message_bytes)
             inserts = await self._route(batch, shards, ts)
             await proxy.producer.publish_many(deletes + inserts)
             if not await proxy.session_valid():
