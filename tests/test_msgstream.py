@@ -29,14 +29,6 @@ from kmilvus.msgstream.message import H_CHUNK, H_CHUNK_ID, H_CHUNK_START, nats_h
 MiB = 1024 * 1024
 
 
-@pytest.fixture
-async def ms(nats_url, root):
-    s = await MsgStream.connect(nats_url, root, name=f"test-{root}")
-    yield s
-    await s.delete_stream()
-    await s.close()
-
-
 def vch(root: str, collection: int, shard: int = 0) -> str:
     return vchannel_name(pchannel_names(root, 2)[shard % 2], collection, shard)
 

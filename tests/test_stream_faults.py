@@ -199,6 +199,11 @@ async def _purged_through(cfg, vchannel: str, seq: int) -> bool:
         await ms.close()
 
 
+def _rows(start: int, n: int) -> list[dict]:
+    ids, vecs, tags = batch(start, n)
+    return [{"id": i, "vec": vecs[k], "tag": tags[k]} for k, i in enumerate(ids)]
+
+
 def test_a_failed_catch_up_does_not_wedge_the_pchannel(node_factory):
     """A DataNode's catch-up that fails (NATS away) left its vchannel registered: every watch
     retry failed with "already consumed" and the vchannel's flushes hung. All collections here
@@ -207,8 +212,7 @@ def test_a_failed_catch_up_does_not_wedge_the_pchannel(node_factory):
     c = MilvusClient(uri=node.uri)
     try:
         c.create_collection("a", schema=bench_schema())
-        ids, vecs, tags = batch(0, 500)
-        rows = [{"id": i, "vec": vecs[k], "tag": tags[k]} for k, i in enumerate(ids)]
+        rows = _rows(0, 500)
         c.insert("a", rows)
         c.flush("a")
         failpoint.enable("dispatcher.add.catch_up", "raise")
@@ -219,7 +223,7 @@ def test_a_failed_catch_up_does_not_wedge_the_pchannel(node_factory):
         finally:
             failpoint.disable("dispatcher.add.catch_up")
         c.insert("b", rows)
-        c.insert("a", [{**r, "id": r["id"] + 500} for r in rows])
+        c.insert("a", _rows(500, 500))
         c.flush("b", timeout=60)
         c.flush("a", timeout=60)
         assert c.get_collection_stats("b")["row_count"] == 500
@@ -236,8 +240,7 @@ def test_a_channel_read_that_fails_is_read_again(node_factory):
     c = MilvusClient(uri=node.uri)
     try:
         c.create_collection("a", schema=bench_schema())
-        ids, vecs, tags = batch(0, 500)
-        rows = [{"id": i, "vec": vecs[k], "tag": tags[k]} for k, i in enumerate(ids)]
+        rows = _rows(0, 500)
         failpoint.enable("reader.handle", "raise")
         try:
             c.insert("a", rows)

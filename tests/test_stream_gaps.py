@@ -9,27 +9,15 @@ from __future__ import annotations
 import pytest
 from nats.js import api
 
-from kmilvus.msgstream import Msg, MsgStream, MsgType, StreamGapError, pchannel_names, pchannel_of, vchannel_name
+from kmilvus.msgstream import Msg, MsgType, StreamGapError, pchannel_of
 from kmilvus.msgstream.message import H_CHUNK, H_CHUNK_ID, H_CHUNK_START, nats_headers
 from kmilvus.util import failpoint
-
-
-@pytest.fixture
-async def ms(nats_url, root):
-    s = await MsgStream.connect(nats_url, root, name=f"test-{root}")
-    yield s
-    await s.delete_stream()
-    await s.close()
-
+from tests.test_msgstream import vch
 
 # An insert this large fills a dispatcher's target queue and the server's flow-control window
 # with a few dozen messages: the rest is still on the server when the purge comes (as in a replay
 # of a long backlog), not already in the consumer's memory.
 ROW_BYTES = 1024 * 1024
-
-
-def vch(root: str, collection: int, shard: int = 0) -> str:
-    return vchannel_name(pchannel_names(root, 2)[shard % 2], collection, shard)
 
 
 async def read_until(consumer, last_seq: int, timeout: float = 5.0) -> tuple[list[Msg], list[StreamGapError]]:
