@@ -233,3 +233,24 @@ async def test_a_split_message_whose_first_part_was_purged_is_reported_not_skipp
     assert await c.next(0.2) is None  # the tick is not this vchannel's
     await c.close()
     assert t11 == a1.seq + 1
+
+
+def test_a_pchannel_is_trimmed_below_a_point_only_once_it_held_for_the_retention_time():
+    """DataCoord's trim point: the least safe point of the last `retention` seconds, and none
+    before the pchannel was watched that long. A vchannel registered without a checkpoint (safe
+    point 1) holds the pchannel back for the retention time after it."""
+    from kmilvus.datacoord.stream_trimmer import StreamTrimmer
+
+    t = StreamTrimmer(retention=10.0)
+    assert t.observe("p", 50, now=100.0) == 0  # not watched for 10 s yet
+    assert t.observe("p", 60, now=105.0) == 0
+    assert t.observe("p", 70, now=110.0) == 50  # 50 held from 100 to 110
+    assert t.observe("p", 80, now=116.0) == 60  # the sample of 105 stands for the window's start
+    assert t.observe("p", 1, now=117.0) == 1  # a new vchannel, no checkpoint yet
+    assert t.observe("p", 90, now=120.0) == 1
+    assert t.observe("p", 95, now=127.5) == 1
+    assert t.observe("p", 99, now=128.0) == 1  # at 118 (the window's start) it was still 1
+    assert t.observe("p", 99, now=130.5) == 90  # 120's sample stands for the start now
+    assert t.due("p", 90) and not t.due("p", 1)
+    t.done("p", 90)
+    assert not t.due("p", 90) and not t.due("p", 60) and t.due("p", 91)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -47,6 +48,8 @@ CHECKPOINT_PERSIST_EVERY = 1.0  # the background step's pace
 # advance would be a write per channel per tick. Data made durable (SaveBinlogPaths) is stored
 # at the next step.
 TICK_CHECKPOINT_STORE_AFTER = 60.0
+# A pchannel no collection uses is looked at this often (what is left there is trimmed).
+UNUSED_PCHANNEL_CHECK_EVERY = 10.0
 
 
 async def _leader_unknown() -> bool:
@@ -77,6 +80,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self._cp_stored_at: dict[str, float] = {}  # channel → when its checkpoint was last stored
         self._store_due: set[str] = set()  # channels whose data SaveBinlogPaths made durable
         self.trimmer = StreamTrimmer(cfg.stream_retention_seconds)
+        self._unused_checked: dict[str, float] = {}  # pchannel no collection uses → its last look
         self._dropping: set[int] = set()
         self.dropped_partitions: set[tuple[int, int]] = set()  # (collection, partition) dropped
         self._tasks = BackgroundTasks()
@@ -158,7 +162,10 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             chans = sorted({s.info.insert_channel for s in sealed})
             await demand_tick(self.registry.client(roles.ROOTCOORD), chans, max(s.info.seal_timestamp for s in sealed))
         await self._store_checkpoints()
-        await self._trim_streams()
+        try:
+            await self._trim_streams()
+        except Exception as exc:  # noqa: BLE001 - NATS away: trimmed at a later step; flushes go on
+            log.warning("stream trim failed", error=repr(exc))
         await self._check_flushable(self._flush_candidates())
 
     async def _store_checkpoints(self) -> None:
@@ -186,10 +193,15 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         for ch in self.channels.infos:
             by_pchannel.setdefault(chan.pchannel_of(ch), []).append(ch)
         now = time.monotonic()
+        for gone in self._unused_checked.keys() - {p for p, v in by_pchannel.items() if not v}:
+            del self._unused_checked[gone]  # in use again: checked from scratch once unused
         for pchannel, vchans in by_pchannel.items():
             if vchans:
                 candidate = min(self.meta.stored_checkpoints.get(v, 0) for v in vchans) + 1
+            elif now - self._unused_checked.get(pchannel, -math.inf) < UNUSED_PCHANNEL_CHECK_EVERY:
+                continue
             else:
+                self._unused_checked[pchannel] = now
                 seqs = await self.stream.stream_seqs(pchannel)
                 if seqs is None:
                     continue  # never used

@@ -212,8 +212,10 @@ class MsgStream:
             try:  # created concurrently by another process?
                 await self.js.stream_info(name)
             except nats.js.errors.NotFoundError:
-                # e.g. an older kmilvus' single stream of the cluster holds these subjects
-                raise MsgStreamError(f"cannot create stream {name} for {config.subjects}: {e}") from e
+                raise MsgStreamError(
+                    f"cannot create stream {name} for {config.subjects}: {e} (a stream of an older kmilvus, "
+                    f"KMILVUS_{self.cluster}_DML with all of the cluster's subjects, must be removed first)"
+                ) from e
 
     def subject(self, channel: str) -> str:
         """A vchannel's subject, or a pchannel's ticks' (cached: computed once per channel)."""
