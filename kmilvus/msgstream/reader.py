@@ -40,6 +40,11 @@ class ChannelReader:
         self.closed = False
         self.failures = 0  # reads that raised and were started again
 
+    @property
+    def processed_seq(self) -> int:
+        """The seq of the last message handled (as `Consumer.processed_seq`)."""
+        return self.done_seq
+
     async def start(self) -> None:
         """The first dispatch: a failure goes to the caller (its watch fails and is retried)."""
         self.target = await self.stream.dispatch(self.vchannel, after_seq=self.done_seq, name=self.name)
