@@ -1,4 +1,4 @@
-"""Delete and upsert through pymilvus (issue 13 items 2 and 3): Delete messages routed by primary
+"""Delete and upsert through pymilvus (docs/architecture/write-path.md): Delete messages routed by primary
 key, per-segment delete buffers, delta logs (Parquet: pk, ts) committed with SaveBinlogPaths,
 compaction applying them, and a DataNode SIGKILL with buffered deletes."""
 

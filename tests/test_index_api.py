@@ -102,7 +102,7 @@ def test_create_index_builds_one_file_per_flushed_segment(node, orm):
     # Create again (another type), then drop the collection: nothing of the index is left.
     coll.create_index("vec", {"index_type": "IVF_FLAT", "metric_type": "IP", "params": {"nlist": 16}})
     assert len(index_files(node, coll_id)) == 4
-    coll.drop()  # the DataCoord step of the drop finishes in the background (seed 001)
+    coll.drop()  # the DataCoord step of the drop finishes in the background
     wait_until(lambda: index_files(node, coll_id) == [], timeout=10, what="index files dropped")
     wait_until(
         lambda: (

@@ -1,4 +1,4 @@
-"""Time ticks (DESIGN.md "The stream"): a tick T on a channel promises every message with ts < T
+"""Time ticks (docs/architecture/time-ticks.md): a tick T on a channel promises every message with ts < T
 is already in it; with several producers it is the minimum over them."""
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """DataCoord (Milvus' internal/datacoord).
 
-Seed 000: `Flush` → `SealAllSegments` + a flush timestamp; `startDataNodeTsLoop` consumes
+`Flush` → `SealAllSegments` + a flush timestamp; `startDataNodeTsLoop` consumes
 `DataNodeTtMsg` and sends `FlushSegments` once a channel's tick has passed a sealed segment's
-seal time. Seed 002: `SaveBinlogPaths` commits binlogs, DDL binlog meta and positions. Beyond
-the seeds: DropCollection removes every file, key and stream consumer the collection owns.
+seal time; `SaveBinlogPaths` commits binlogs, DDL binlog meta and positions
+(docs/architecture/flush.md). DropCollection removes every file, key and stream consumer the
+collection owns (docs/architecture/drop.md).
 """
 
 from __future__ import annotations
@@ -227,7 +228,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             counts[SegmentState.Name(s.info.state)] += 1
         return counts
 
-    # startDataNodeTsLoop (seed 000 §8) ----------------------------------------------------
+    # startDataNodeTsLoop (docs/architecture/flush.md) -------------------------------------
     async def _on_tt(self, data: bytes) -> None:
         """A DataNode's reports of one loop turn (every vchannel a pchannel tick reached)."""
         await self.handle_tts(data_coord_pb2.ReportDataNodeTtMsgsRequest.FromString(data).msgs)
@@ -366,7 +367,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
 
     @merr.rpc(data_coord_pb2.FlushResponse)
     async def Flush(self, req: data_coord_pb2.FlushRequest, context=None):
-        """Seed 000 §4: seal every Growing segment; answer with them and the flush timestamp."""
+        """Seal every Growing segment; answer with them and the flush timestamp (docs/architecture/flush.md)."""
         async with self._assign_lock:
             flush_ts = await self.tso.alloc()
             await self.segments.seal_all_segments(req.collectionID, flush_ts)

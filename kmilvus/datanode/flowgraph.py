@@ -1,4 +1,4 @@
-"""One vchannel's flowgraph (seed 002: flowgraph : vchannel = 1 : 1).
+"""One vchannel's flowgraph (one per vchannel: docs/architecture/ddl-flush.md).
 
 input (JetStream consumer from the checkpoint) → DDNode (DDL of its collection; skips what is
 already persisted) → InsertBufferNode (Arrow batches per segment) → DeleteNode (deletes per
@@ -187,7 +187,7 @@ class FlowGraph:
             )
             return
         if self.dropped:
-            # BackGroundGC (seed 001 §17): free everything, delete the consumer, forget the channel.
+            # BackGroundGC (docs/architecture/drop.md): free everything, delete the consumer, forget the channel.
             await self.stop(drop=True)
             self.node.forget(self.vchannel)
 

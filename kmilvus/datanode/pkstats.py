@@ -8,8 +8,8 @@ O(log n) times and there are O(log n) chunks: merging everything every few inser
 insert message cost O(segment rows), and a DataNode replaying a large backlog held its event
 loop long enough to lose its session. A merge is a linear merge of two sorted runs (a stable
 sort is timsort, which finds the runs), never np.union1d: that hashes or sorts both from
-scratch (~6 s for 960k int64 keys with numpy 2.4 on a loaded 2-core machine, vs ~25 ms), on
-the event loop the Proxy shares, so unrelated inserts waited behind it.
+scratch (seconds for a segment's keys with numpy 2.4: docs/benchmarks/index.md), on the event
+loop the Proxy shares, so unrelated inserts waited behind it.
 """
 
 from __future__ import annotations

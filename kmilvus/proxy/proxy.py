@@ -238,7 +238,7 @@ class Proxy(
         finally:
             self.pending_insert_bytes -= size
 
-    # Flush (seed 000) ----------------------------------------------------------------------
+    # Flush (docs/architecture/flush.md) ----------------------------------------------------
     @merr.rpc(milvus_pb2.FlushResponse)
     async def Flush(self, req, context=None):
         return await self._dd(FlushTask(self, req))
@@ -296,7 +296,7 @@ class Proxy(
 
     @merr.rpc()
     async def ReleaseDQLMessageStream(self, req, context=None):
-        """Seed 001 §14: stop serving queries of the collection (this Proxy holds no DQL streams
+        """Stop serving queries of the collection (docs/architecture/drop.md; this Proxy holds no DQL streams
         yet, so dropping its cached meta is all there is to release)."""
         self.meta_cache.remove("", coll_id=req.collectionID)
         return merr.success()
@@ -329,8 +329,8 @@ class _CallTask(Task):
 
 
 class DropCollectionTask(Task):
-    """Seed 001 §3: PreExecute checks the name, Execute asks RootCoord, PostExecute drops the
-    collection from this Proxy's meta cache."""
+    """PreExecute checks the name, Execute asks RootCoord, PostExecute drops the
+    collection from this Proxy's meta cache (docs/architecture/drop.md)."""
 
     name = "DropCollectionTask"
 
@@ -350,7 +350,7 @@ class DropCollectionTask(Task):
 
 
 class FlushTask(Task):
-    """Seed 000 §2-3: PreExecute and PostExecute do nothing; Execute asks DataCoord to seal."""
+    """PreExecute and PostExecute do nothing; Execute asks DataCoord to seal (docs/architecture/flush.md)."""
 
     name = "FlushTask"
 

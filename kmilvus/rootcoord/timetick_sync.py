@@ -14,8 +14,8 @@ another producer's report lets it (a lagging Proxy still holds it back: the prom
 Nothing is published on demand unless something was flushed or a read must wait.
 
 Idle channels tick slowly: a tick on a vchannel nothing was published on lately carries no news
-for its consumers, and at 1,000 collections publishing every tick on every vchannel saturated
-the machine (issue 16). A channel a producer reported publishing on (`mark_active`, from the
+for its consumers, and with many collections publishing every tick on every vchannel saturates
+the machine (docs/architecture/time-ticks.md). A channel a producer reported publishing on (`mark_active`, from the
 Proxies' reports and RootCoord's own DDL) gets every tick for `active_for` seconds; any other
 channel at most every `idle_interval` seconds. Whoever needs a tick on an idle channel sooner
 asks for it (`demand`): a flush (through the Proxy that ran it) and a QueryNode whose read waits

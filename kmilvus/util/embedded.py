@@ -169,9 +169,9 @@ def start_etcd(
         purl,
         "--initial-cluster",
         f"kmilvus={purl}",
-        # One member: raft ticks cost CPU at every heartbeat even when nothing happens (10 ms
-        # kept etcd at 2 % of a core while idle; 50 ms: 0.6 %), and the election at start is
-        # one tick (etcd advances the rest), so it still answers within ~0.2 s.
+        # One member: raft ticks cost CPU at every heartbeat even when nothing happens (a 10 ms
+        # heartbeat kept an idle etcd measurably busy: docs/benchmarks/index.md), and the election
+        # at start is one tick (etcd advances the rest), so it still answers quickly.
         "--heartbeat-interval",
         "50",
         "--election-timeout",
