@@ -1,4 +1,4 @@
-"""The stream under faults, end to end (issue 27): trimming never costs an acknowledged row or a
+"""The stream under faults, end to end: trimming never costs an acknowledged row or a
 delete, whoever reads the pchannel, and a failed read never wedges it. Real servers; the
 interleavings are forced with failpoints."""
 

@@ -39,13 +39,13 @@ async def read_until(consumer, last_seq: int, timeout: float = 5.0) -> tuple[lis
 
 
 async def test_trimming_ticks_during_a_replay_skips_no_insert(ms, root):
-    """Issue 27's trace: a DataNode replays a vchannel through its pchannel's shared consumer
-    while RootCoord trims the pchannel's old ticks (a purge of the tick subject keeping the
-    newest). nats-server 2.9.10 moves every consumer whose filter matches a subject-filtered
-    purge to that subject's first remaining message: the replaying consumer jumped to the head
-    and 177 of these 200 inserts never arrived. kmilvus no longer purges by subject; done
-    anyway (by hand), every insert still arrives, and each run of ticks removed ahead of the
-    reader is reported, never skipped silently — on any server version."""
+    """Rows lost in a chaos run, traced: a DataNode replays a vchannel through its pchannel's
+    shared consumer while RootCoord trims the pchannel's old ticks (a purge of the tick subject
+    keeping the newest). nats-server 2.9.10 moves every consumer whose filter matches a
+    subject-filtered purge to that subject's first remaining message: the replaying consumer
+    jumped to the head and 177 of these 200 inserts never arrived. kmilvus no longer purges by
+    subject; done anyway (by hand), every insert still arrives, and each run of ticks removed
+    ahead of the reader is reported, never skipped silently — on any server version."""
     v = vch(root, 1)
     p0 = pchannel_of(v)
     items = []
