@@ -254,3 +254,24 @@ def test_a_pchannel_is_trimmed_below_a_point_only_once_it_held_for_the_retention
     assert t.due("p", 90) and not t.due("p", 1)
     t.done("p", 90)
     assert not t.due("p", 90) and not t.due("p", 60) and t.due("p", 91)
+
+
+async def test_a_catch_up_inside_an_abandoned_split_message_ends_at_the_tick_past_it(ms, root):
+    """As above, but the split message's producer died after its first part: the tick past its
+    timestamp shows it abandoned, and the catch-up ends there instead of waiting for a part
+    that never comes (while the vchannel's queue fills and holds its pchannel back)."""
+    v, w = vch(root, 1), vch(root, 2)
+    p0 = pchannel_of(v)
+    await ms.ensure(v)
+    (s0, d0, h0), _ = split_parts(ms, v, 10, "X", [b"aa", b"bb"])
+    a0 = await ms.js.publish(s0, d0, headers=h0)
+    tw = await ms.dispatch(w, after_seq=a0.seq, name="dn")
+    t5 = await ms.producer().publish(p0, Msg(MsgType.TimeTick, 5))
+    assert (await tw.next(5)).position.seq == t5
+    tv = await ms.dispatch(v, name="dn")  # catches up on (0, part 0] alone
+    t11 = await ms.producer().publish(p0, Msg(MsgType.TimeTick, 11))  # past the message: abandoned
+    got = await tv.next(5)
+    assert got is not None and (got.type, got.position.seq) == (MsgType.TimeTick, t11)
+    assert len(await ms.consumer_names()) == 1  # the catch-up consumer is gone
+    await tv.close()
+    await tw.close()

@@ -50,6 +50,7 @@ TARGET_QUEUE = 4096  # messages
 TARGET_QUEUE_BYTES = 64 * 1024 * 1024  # payload bytes
 BATCH = 256  # messages handed out between two looks at the targets' queues
 ACTIVE_FOR = 1.0  # seconds a vchannel gets every tick after a message of its own
+CATCH_UP_POLL = 1.0  # seconds a catch-up waits for a message before looking at its end again
 
 
 class Target:
@@ -150,10 +151,17 @@ class Target:
         dropped with the duplicates, so no tick between its parts becomes a resume point."""
         solo = self._solo
         assert solo is not None
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         while (solo.processed_seq < self._upto or self.vchannel in solo.open_channels()) and not self.closed:
-            msg = await solo.next(timeout)  # a gap raises: what this vchannel missed was purged
+            # Bounded waits: what the solo consumer reads of other channels (or a tick showing a
+            # split message abandoned) can end the catch-up without a message of this vchannel.
+            wait = CATCH_UP_POLL if deadline is None else max(0.0, min(CATCH_UP_POLL, deadline - loop.time()))
+            msg = await solo.next(wait)  # a gap raises: what this vchannel missed was purged
             if msg is None:
-                return None
+                if deadline is not None and loop.time() >= deadline:
+                    return None
+                continue
             assert msg.position is not None
             self.read = msg.position.seq
             return msg
