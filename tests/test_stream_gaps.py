@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from nats.js import api
 
-from kmilvus.msgstream import Msg, MsgType, StreamGapError, pchannel_of
+from kmilvus.msgstream import Msg, MsgStreamError, MsgType, StreamGapError, pchannel_of
 from kmilvus.msgstream.message import H_CHUNK, H_CHUNK_ID, H_CHUNK_START, nats_headers
 from kmilvus.util import failpoint
 from tests.test_msgstream import vch
@@ -275,3 +275,18 @@ async def test_a_catch_up_inside_an_abandoned_split_message_ends_at_the_tick_pas
     assert len(await ms.consumer_names()) == 1  # the catch-up consumer is gone
     await tv.close()
     await tw.close()
+
+
+async def test_resuming_past_the_end_of_a_stream_that_lost_its_messages_fails(ms, root):
+    """A position beyond the stream's end (the stream made anew, or nats-server's store lost)
+    would make a consumer wait there, skipping every new message up to the old position: it is
+    refused instead."""
+    v = vch(root, 1)
+    seqs = await ms.producer().publish_many([(v, Msg(MsgType.Insert, i + 1, b"x")) for i in range(5)])
+    c = await ms.consume(v, after_seq=seqs[-1])  # at the end: fine
+    await c.close()
+    await ms.delete_stream()
+    await ms.producer().publish(v, Msg(MsgType.Insert, 9, b"new"))  # a new stream, from seq 1
+    with pytest.raises(MsgStreamError, match="are gone"):
+        await ms.consume(v, after_seq=seqs[-1])
+    assert await ms.consumer_names() == []

@@ -213,8 +213,9 @@ class MsgStream:
                 await self.js.stream_info(name)
             except nats.js.errors.NotFoundError:
                 raise MsgStreamError(
-                    f"cannot create stream {name} for {config.subjects}: {e} (a stream of an older kmilvus, "
-                    f"KMILVUS_{self.cluster}_DML with all of the cluster's subjects, must be removed first)"
+                    f"cannot create stream {name} for {config.subjects}: {e} (an older kmilvus kept the "
+                    f"cluster's messages in one stream, KMILVUS_{self.cluster}_DML; positions in it do not "
+                    "carry over: such a cluster is not upgraded in place)"
                 ) from e
 
     def subject(self, channel: str) -> str:
@@ -564,6 +565,14 @@ class Consumer:
     async def _start(self) -> None:
         nc = self._s.nc
         stream = await self._s.ensure(self.pchannel)
+        last = (await self._s.js.stream_info(stream)).state.last_seq
+        if last < self._sseq:
+            # The stream ends before a position read from it: it lost messages (made anew, or
+            # its server's store lost). Waiting there would skip every new message up to it.
+            raise MsgStreamError(
+                f"{self.label}: resuming after seq {self._sseq}, but stream {stream} ends at {last}: "
+                "messages the position was read from are gone"
+            )
         buf: collections.deque[NatsMsg] = collections.deque()
         wake = self._wake
 
