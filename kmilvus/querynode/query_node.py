@@ -24,6 +24,7 @@ from kmilvus.querynode.segments import SegmentData
 from kmilvus.storage import deltalog
 from kmilvus.storage.binlog import read_binlogs
 from kmilvus.util import memory, merr, typeutil
+from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.timetick import demand_tick
 
 log = get_logger(__name__)
@@ -115,6 +116,11 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             await asyncio.to_thread(memory.release)
         return seg
 
+    def _deltas_of(self, info: query_node_pb2.SegmentLoadInfo) -> DeleteSet:
+        deltas = DeleteSet()
+        self._read_deltas(deltas, info)
+        return deltas
+
     def _read_deltas(self, deltas: DeleteSet, info: query_node_pb2.SegmentLoadInfo) -> None:
         for key in info.delta_paths:
             t = deltalog.read_delta_log(self.store, key)
@@ -159,8 +165,12 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     async def WatchDmChannels(self, req: query_node_pb2.WatchDmChannelsRequest, context=None):
         async with self._lock:
             coll = self._collection(req.collectionID, req.schema)
-            if req.vchannel in coll.channels:
+            old = coll.channels.get(req.vchannel)
+            if old is not None and not old.lost:
                 return merr.success()
+            if old is not None:  # reloaded: it read behind the stream's retention
+                await old.stop()
+                del coll.channels[req.vchannel]
             name = f"{self.cfg.cluster}-qn{self.server_id}"
             d = ChannelDelegator(self.stream, name, req)
             for info in req.unflushed_segments:
@@ -168,11 +178,16 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                     data = await self._read(coll, info)
                     d.add_growing(info.segmentID, info.partitionID, data.table, data.deltas)
             for info in req.sealed_segments:
-                if info.segmentID not in coll.sealed:
+                have = coll.sealed.get(info.segmentID)
+                if have is None:
                     self._install(coll, await self._read(coll, info), info)
+                elif old is not None:
+                    # Deletes the lost delegator did not read are in delta logs committed since.
+                    have.deltas = await asyncio.to_thread(self._deltas_of, info)
                 d.skip.add(info.segmentID)
             d.skip.update(coll.sealed)
             coll.channels[req.vchannel] = d
+            await afailpoint("querynode.watch.before_consume")  # its logs were listed; not reading yet
             await d.start()
         log.info("channel watched", channel=req.vchannel, node=self.server_id, sealed=len(req.sealed_segments))
         return merr.success()
@@ -250,7 +265,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     # Reads ----------------------------------------------------------------------------------
     async def _serviceable(self, coll_id: int, vchannels, guarantee_ts: int, timeout_ms: int) -> LoadedCollection:
         coll = self.collections.get(coll_id)
-        if coll is None or any(ch not in coll.channels for ch in vchannels):
+        if coll is None or any(ch not in coll.channels or coll.channels[ch].lost for ch in vchannels):
             raise merr.MilvusError(
                 merr.CHANNEL_NOT_FOUND, f"channel not available[collection={coll_id}] on querynode {self.server_id}"
             )
