@@ -21,6 +21,7 @@ from kmilvus.proxy.alter import ProxyAlterMixin
 from kmilvus.proxy.credentials import ProxyCredentialsMixin
 from kmilvus.proxy.databases import ProxyDatabasesMixin
 from kmilvus.proxy.delete import ProxyDeleteMixin
+from kmilvus.proxy.hybrid_search import ProxyHybridSearchMixin
 from kmilvus.proxy.index import ProxyIndexMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
@@ -30,6 +31,7 @@ from kmilvus.proxy.partitions import ProxyPartitionsMixin
 from kmilvus.proxy.privilege import ProxyRbacMixin, ProxySecurity
 from kmilvus.proxy.query import ProxyQueryMixin
 from kmilvus.proxy.search import ProxySearchMixin
+from kmilvus.proxy.search_iterator import SearchIterators
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
@@ -57,6 +59,7 @@ class Proxy(
     ProxyPartitionsMixin,
     ProxyLoadMixin,
     ProxySearchMixin,
+    ProxyHybridSearchMixin,
     ProxyQueryMixin,
     milvus_pb2_grpc.MilvusServiceServicer,
     proxy_pb2_grpc.ProxyServicer,
@@ -84,6 +87,7 @@ class Proxy(
         self.dd_queue = DdTaskQueue()
         self.dm_queue = DmTaskQueue()
         self._tasks = BackgroundTasks()
+        self.search_iterators = SearchIterators()
 
     async def start(self) -> None:
         # Report a first tick before serving: RootCoord must count this producer before any of

@@ -24,6 +24,7 @@ SERVICE_NOT_READY = (1, EC.NotReadyServe)
 SERVICE_UNAVAILABLE = (2, EC.UnexpectedError)
 SERVICE_INTERNAL = (5, EC.UnexpectedError)
 RATE_LIMIT = (8, EC.RateLimit)
+SERVICE_UNIMPLEMENTED = (10, EC.UnexpectedError)
 COLLECTION_NOT_FOUND = (100, EC.CollectionNotExists)
 COLLECTION_NOT_LOADED = (101, EC.UnexpectedError)
 COLLECTION_ILLEGAL_SCHEMA = (105, EC.IllegalArgument)
@@ -53,6 +54,7 @@ DIMENSION_INVALID = (1100, EC.IllegalDimension)
 COLLECTION_NAME_INVALID = (1100, EC.IllegalCollectionName)
 IMPORT_FAILED = (2100, EC.UnexpectedError)
 COMPACTION_FAILED = (2300, EC.UnexpectedError)
+SEGCORE_UNSUPPORTED = (2003, EC.UnexpectedError)  # segcore's ErrorCode::Unsupported, passed through
 
 
 class MilvusError(Exception):
