@@ -190,38 +190,25 @@ def kv(pairs) -> dict[str, str]:
     return {p.key: p.value for p in pairs}
 
 
-def _json(raw: str):
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
+# Go's strconv.ParseBool, which Milvus applies to boolean params (pymilvus sends str(value))
+GO_BOOLS = dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True)
+GO_BOOLS |= dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False)
 
 
 def parse_int(params: Mapping[str, str], key: str, default: int, message: str | None = None) -> int:
-    """An integer parameter (pymilvus sends JSON-encoded values); Milvus' "<key> [<v>] is invalid"."""
+    """An integer param (Go's strconv.ParseInt(s, 0, 64)); Milvus' "<key> [<v>] is invalid"."""
     raw = params.get(key)
     if raw is None:
         return default
-    value = _json(raw)
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str):
-            try:
-                return int(value, 0)
-            except ValueError:
-                pass
-        raise merr.MilvusError(merr.UNEXPECTED, message or f"{key} [{raw}] is invalid")
-    return value
+    try:
+        return int(raw.strip(), 0)
+    except ValueError:
+        raise merr.MilvusError(merr.UNEXPECTED, message or f"{key} [{raw}] is invalid") from None
 
 
 def parse_bool(params: Mapping[str, str], key: str) -> bool:
-    """Go's strconv.ParseBool over the value (pymilvus sends `true`, `"True"` or `True`)."""
-    raw = params.get(key)
-    if raw is None:
-        return False
-    value = _json(raw)
-    if isinstance(value, bool):
-        return value
-    return str(value) in ("1", "t", "T", "TRUE", "true", "True")
+    """A boolean param; a value ParseBool refuses reads as false, as Milvus does for these."""
+    return GO_BOOLS.get(params.get(key, ""), False)
 
 
 def _validate_limit(n: int) -> str | None:
@@ -254,24 +241,23 @@ def parse_group_by(params: Mapping[str, str], schema: schema_pb2.CollectionSchem
     """Milvus' parseGroupByInfo (search params or a hybrid search's rank params)."""
     info = GroupByInfo()
     name = params.get("group_by_field")
-    if name is not None:
-        name = _json(name)
-        if name != "":
-            info.field = next((f for f in schema.fields if f.name == name), None)
-            if info.field is None:
-                raise merr.MilvusError(
-                    merr.FIELD_NOT_FOUND, f"groupBy field not found in schema: field not found[field={name}]"
-                )
-            if info.field.data_type not in GROUPABLE:
-                raise merr.MilvusError(
-                    merr.SEGCORE_UNSUPPORTED,
-                    f"unsupported data type {DT.Name(info.field.data_type)} for group by operator",
-                )
+    if name is not None and name != "":
+        info.field = next((f for f in schema.fields if f.name == name), None)
+        if info.field is None:
+            raise merr.MilvusError(
+                merr.FIELD_NOT_FOUND, f"groupBy field not found in schema: field not found[field={name}]"
+            )
+        if info.field.data_type not in GROUPABLE:
+            raise merr.MilvusError(
+                merr.SEGCORE_UNSUPPORTED,
+                f"unsupported data type {DT.Name(info.field.data_type)} for group by operator",
+            )
     raw = params.get("group_size")
     if raw is not None:
-        value = _json(raw)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise merr.invalid(f"failed to parse input group size:{raw}: invalid parameter")
+        try:
+            value = int(raw, 0)
+        except ValueError:
+            raise merr.invalid(f"failed to parse input group size:{raw}: invalid parameter") from None
         if value <= 0:
             raise merr.invalid(f"input group size:{value} is negative, failed to do search_groupby: invalid parameter")
         info.size = value
@@ -345,9 +331,16 @@ class SearchInfo:
         return "radius" in self.params
 
 
+def _ignore_growing(params: Mapping[str, str]) -> bool:
+    raw = params.get("ignore_growing")
+    if raw is not None and raw not in GO_BOOLS:
+        raise merr.invalid("parse search growing failed: invalid parameter")
+    return GO_BOOLS.get(raw or "false", False)
+
+
 def anns_field(schema: schema_pb2.CollectionSchema, params: Mapping[str, str]) -> schema_pb2.FieldSchema:
     vectors = [f for f in schema.fields if f.data_type == DT.FloatVector]
-    name = _json(params.get("anns_field", '""'))
+    name = params.get("anns_field", "")
     if name:
         f = next((f for f in vectors if f.name == name), None)
         if f is None:
@@ -380,7 +373,7 @@ def _iterator_v2(params: Mapping[str, str], info: SearchInfo) -> IteratorV2 | No
             "Setting an offset is not permitted when using a search iterator v2: invalid parameter",
             merr.PARAMETER_INVALID,
         )
-    token = str(_json(params.get("search_iter_id", '""')) or "")
+    token = params.get("search_iter_id", "")
     if token:
         try:
             uuid.UUID(token)
@@ -400,8 +393,8 @@ def _iterator_v2(params: Mapping[str, str], info: SearchInfo) -> IteratorV2 | No
     bound = None
     if "search_iter_last_bound" in params:
         try:
-            bound = float(_json(params["search_iter_last_bound"]))
-        except (TypeError, ValueError):
+            bound = float(params["search_iter_last_bound"])
+        except ValueError:
             raise fail(f"failed to parse input last bound, {params['search_iter_last_bound']}") from None
     return IteratorV2(token, batch, bound)
 
@@ -424,7 +417,7 @@ def parse_search_info(
             if external <= 0:
                 raise
             topk = external
-    iterator = parse_bool(params, "iterator")
+    iterator = params.get("iterator") in ("True", "true")  # Milvus compares the text
     why = _validate_limit(topk)
     if why:
         if iterator:
@@ -440,10 +433,13 @@ def parse_search_info(
     why = _validate_limit(topk + offset)
     if why:
         raise merr.MilvusError(merr.UNEXPECTED, f"offset+topk [{topk + offset}] is invalid, {why}")
-    metric = str(_json(params.get("metric_type", '""')) or "")
+    metric = params.get("metric_type", "")
     round_decimal = _round_decimal(params)
     raw_params = params.get("params") or "{}"
-    extra = _json(raw_params)
+    try:
+        extra = json.loads(raw_params)
+    except ValueError:
+        extra = None
     if not isinstance(extra, dict):
         raise merr.invalid(f"search params must be a JSON object, got {raw_params}")
     group = rank.group if rank is not None else parse_group_by(params, schema)
@@ -455,7 +451,7 @@ def parse_search_info(
         params=extra,
         round_decimal=round_decimal,
         group=group,
-        ignore_growing=parse_bool(params, "ignore_growing"),
+        ignore_growing=_ignore_growing(params),
         iterator=iterator,
         collection_id=parse_int(params, "collection_id", 0),
     )

@@ -37,6 +37,9 @@ class LoadedCollection:
     sealed: dict[int, SegmentData] = field(default_factory=dict)
     channel_of: dict[int, str] = field(default_factory=dict)  # sealed segment → its DML channel
     channels: dict[str, ChannelDelegator] = field(default_factory=dict)
+    # Segments never to be served again: compacted into another, or dropped. A load prepared
+    # before that (a QueryCoord's index check or feed catch-up) arrives late and is ignored.
+    retired: set[int] = field(default_factory=set)
 
     @property
     def pk_field(self) -> int:
@@ -144,7 +147,11 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         self._add_indexes(seg, self._index_files(info, have=seg.indexes))
 
     def _install(self, coll: LoadedCollection, data: SegmentData, info: query_node_pb2.SegmentLoadInfo) -> None:
-        """Sealed copy in, growing copy and compaction sources out — in one synchronous step."""
+        """Sealed copy in, growing copy and compaction sources out — in one synchronous step. A
+        retired segment (its compacted target is in) is not installed: its rows would show twice."""
+        if data.segment_id in coll.retired:
+            return
+        coll.retired.update(info.compaction_from)
         coll.sealed[data.segment_id] = data
         coll.channel_of[data.segment_id] = info.insert_channel
         for d in coll.channels.values():
@@ -168,7 +175,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                     data = await self._read(coll, info)
                     d.add_growing(info.segmentID, info.partitionID, data.table, data.deltas)
             for info in req.sealed_segments:
-                if info.segmentID not in coll.sealed:
+                if info.segmentID not in coll.sealed and info.segmentID not in coll.retired:
                     self._install(coll, await self._read(coll, info), info)
                 d.skip.add(info.segmentID)
             d.skip.update(coll.sealed)
@@ -188,6 +195,8 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                 if any(f not in have.indexes for f in info.index_fieldIDs):  # an index finished
                     await asyncio.to_thread(self._read_indexes, have, info)
                 continue
+            if info.segmentID in coll.retired:
+                continue  # compacted away or dropped since the QueryCoord prepared this load
             data = await self._read(coll, info)
             if self.collections.get(req.collectionID) is coll:
                 self._install(coll, data, info)
@@ -197,6 +206,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     async def ReleaseSegments(self, req: query_node_pb2.ReleaseSegmentsRequest, context=None):
         coll = self.collections.get(req.collectionID)
         if coll is not None:
+            coll.retired.update(req.segmentIDs)
             for seg in req.segmentIDs:
                 coll.sealed.pop(seg, None)
                 coll.channel_of.pop(seg, None)
