@@ -16,13 +16,25 @@ from tests.util import wait_until
 DIM = 8
 
 
-def make(client: MilvusClient, name: str, n: int, rng, batches: int = 4, metric: str = "L2", dup: int = 0):
+INDEX = {"FLAT": {}, "HNSW": {"M": 8, "efConstruction": 64}, "IVF_FLAT": {"nlist": 32}}
+
+
+def make(
+    client: MilvusClient,
+    name: str,
+    n: int,
+    rng,
+    batches: int = 4,
+    metric: str = "L2",
+    dup: int = 0,
+    index_type: str = "FLAT",
+):
     schema = MilvusClient.create_schema()
     schema.add_field("id", DataType.INT64, is_primary=True)
     schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
     schema.add_field("num", DataType.INT64)
     index = client.prepare_index_params()
-    index.add_index("vec", index_type="FLAT", metric_type=metric)
+    index.add_index("vec", index_type=index_type, metric_type=metric, params=INDEX[index_type])
     client.create_collection(name, schema=schema, index_params=index, num_shards=2, consistency_level="Strong")
     vecs = rng.random((n, DIM), dtype=np.float32)
     if dup:
@@ -32,6 +44,8 @@ def make(client: MilvusClient, name: str, n: int, rng, batches: int = 4, metric:
     for b in range(batches):  # several flushed segments
         client.insert(name, rows[b * step : (b + 1) * step])
         client.flush(name)
+    if index_type != "FLAT":
+        wait_until(lambda: client.describe_index(name, "vec").get("indexed_rows") == n, 60, what="index built")
     client.load_collection(name)
     return vecs
 
@@ -49,19 +63,21 @@ def drain(it) -> tuple[list[int], list[float]]:
     return ids, dist
 
 
-@pytest.mark.parametrize("metric", ["L2", "IP"])
-def test_search_iterator_v2_every_row_once_in_order(client, metric):
+@pytest.mark.parametrize(("metric", "index_type"), [("L2", "FLAT"), ("IP", "FLAT"), ("L2", "HNSW"), ("IP", "IVF_FLAT")])
+def test_search_iterator_v2_every_row_once_in_order(client, metric, index_type):
     rng = np.random.default_rng(1)
-    vecs = make(client, "it", 1000, rng, metric=metric)
+    vecs = make(client, "it", 1000, rng, metric=metric, index_type=index_type)
     q = rng.random(DIM, dtype=np.float32)
-    it = client.search_iterator("it", data=[q], batch_size=64, filter="num < 7", search_params={"metric_type": metric})
+    params = {"metric_type": metric, "params": {"ef": 16} if index_type == "HNSW" else {"nprobe": 2}}
+    it = client.search_iterator("it", data=[q], batch_size=64, filter="num < 7", search_params=params)
     assert isinstance(it, SearchIteratorV2)  # the server answered a token: no fallback
     ids, dist = drain(it)
     want = {i for i in range(1000) if i % 10 < 7}
     assert len(ids) == len(want) and set(ids) == want
     assert dist == (sorted(dist) if metric == "L2" else sorted(dist, reverse=True))
     order = np.argsort(((vecs - q) ** 2).sum(1)) if metric == "L2" else np.argsort(-(vecs @ q))
-    assert ids[:20] == [int(i) for i in order if i % 10 < 7][:20]
+    if index_type == "FLAT":
+        assert ids[:20] == [int(i) for i in order if i % 10 < 7][:20]
 
 
 def test_search_iterator_with_tied_scores_and_a_limit(client):

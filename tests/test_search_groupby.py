@@ -12,6 +12,8 @@ from pymilvus import DataType, MilvusClient, MilvusException
 from pymilvus.client.prepare import Prepare
 from pymilvus.grpc_gen import milvus_pb2_grpc, schema_pb2
 
+from tests.util import wait_until
+
 DIM = 16
 DOCS = 14
 CHUNKS = 24  # rows per document
@@ -26,7 +28,7 @@ def clusters(rng) -> tuple[np.ndarray, np.ndarray]:
     return vecs[order].astype(np.float32), doc[order]
 
 
-def make(client: MilvusClient, name: str, rng, group_type=DataType.INT64, shards: int = 2):
+def make(client: MilvusClient, name: str, rng, group_type=DataType.INT64, shards: int = 2, index_type="FLAT"):
     schema = MilvusClient.create_schema()
     schema.add_field("id", DataType.INT64, is_primary=True)
     schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
@@ -37,7 +39,8 @@ def make(client: MilvusClient, name: str, rng, group_type=DataType.INT64, shards
     schema.add_field("flag", DataType.BOOL)
     schema.add_field("weight", DataType.FLOAT)
     index = client.prepare_index_params()
-    index.add_index("vec", index_type="FLAT", metric_type="L2")
+    params = {"HNSW": {"M": 8, "efConstruction": 64}, "IVF_FLAT": {"nlist": 16}}.get(index_type, {})
+    index.add_index("vec", index_type=index_type, metric_type="L2", params=params)
     client.create_collection(name, schema=schema, index_params=index, num_shards=shards, consistency_level="Strong")
     vecs, doc = clusters(rng)
 
@@ -51,6 +54,8 @@ def make(client: MilvusClient, name: str, rng, group_type=DataType.INT64, shards
     half = len(rows) // 2
     client.insert(name, rows[:half])
     client.flush(name)  # sealed segments ...
+    if index_type != "FLAT":
+        wait_until(lambda: client.describe_index(name, "vec").get("indexed_rows") == half, 60, what="index built")
     client.load_collection(name)
     client.insert(name, rows[half:])  # ... and growing ones
     return vecs, np.array([value(d) for d in doc], dtype=object)
@@ -99,9 +104,12 @@ def test_group_by_returns_distinct_groups_across_sealed_and_growing(client):
             assert h["id"] == nearest
 
 
-def test_group_size_strict_and_offset(client):
+@pytest.mark.parametrize("index_type", ["FLAT", "HNSW", "IVF_FLAT"])
+def test_group_size_strict_and_offset(client, index_type):
+    """Through an index too: a group-by walks past the user's top-k (HNSW's ef, IVF's nprobe
+    widen as the walk goes on)."""
     rng = np.random.default_rng(4)
-    vecs, doc = make(client, "gs", rng)
+    vecs, doc = make(client, "gs", rng, index_type=index_type)
     q = vecs[9] + 0.001
     order = best_docs(vecs, doc, q)
 

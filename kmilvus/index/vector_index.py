@@ -116,8 +116,15 @@ class VectorIndex:
             raise ValueError(f"query dim {q.shape[1]} != index dim {self.dim}")
         return normalize(q) if self.metric_type == P.COSINE else q
 
-    def _search_parameters(self, k: int, search_params: Mapping[str, object], valid: np.ndarray | None) -> Any:
+    def _search_parameters(
+        self, k: int, search_params: Mapping[str, object], valid: np.ndarray | None, widen: int = 0
+    ) -> Any:
         knobs = P.check_search_params(self.index_type, k, search_params)
+        if widen > k:  # more candidates than the user's top-k: search as wide as they need
+            if "ef" in knobs:
+                knobs["ef"] = max(knobs["ef"], widen)
+            if "nprobe" in knobs and isinstance(self.index, faiss.IndexIVF):
+                knobs["nprobe"] = min(int(self.index.nlist), knobs["nprobe"] * -(-widen // k))
         sel = None
         if valid is not None:
             bits = np.packbits(np.asarray(valid, dtype=bool), bitorder="little")
@@ -147,6 +154,23 @@ class VectorIndex:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
         distances, offsets = self.index.search(q, k, params=sp)
         return distances, offsets
+
+    def candidates(
+        self,
+        queries: np.ndarray,
+        k: int,
+        topk: int,
+        search_params: Mapping[str, object] | None = None,
+        valid: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`search` for `k` candidates where the user asked for `topk` (a group-by or an iterator
+        page walks past its top-k): the knobs are checked against `topk`, then widened so the
+        index can reach `k` rows (HNSW's ef, IVF's nprobe), as a knowhere iterator goes on."""
+        q = self._queries(queries)
+        sp = self._search_parameters(topk, search_params or {}, valid, widen=k)
+        if self.num_rows == 0:
+            return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
+        return self.index.search(q, k, params=sp)
 
     def range_search(
         self,
