@@ -28,6 +28,7 @@ def make(
     metric: str = "L2",
     dup: int = 0,
     index_type: str = "FLAT",
+    node=None,
 ):
     schema = MilvusClient.create_schema()
     schema.add_field("id", DataType.INT64, is_primary=True)
@@ -47,6 +48,10 @@ def make(
     if index_type != "FLAT":
         wait_until(lambda: client.describe_index(name, "vec").get("indexed_rows") == n, 60, what="index built")
     client.load_collection(name)
+    if node is not None and index_type != "FLAT":  # indexes are attached to loaded segments in the background
+        coll_id = client.describe_collection(name)["collection_id"]
+        loaded = node.component("querynode").collections[coll_id]
+        wait_until(lambda: all(s.indexes for s in loaded.sealed.values()), 60, what="indexes loaded")
     return vecs
 
 
@@ -64,11 +69,11 @@ def drain(it) -> tuple[list[int], list[float]]:
 
 
 @pytest.mark.parametrize(("metric", "index_type"), [("L2", "FLAT"), ("IP", "FLAT"), ("L2", "HNSW"), ("IP", "IVF_FLAT")])
-def test_search_iterator_v2_every_row_once_in_order(client, metric, index_type):
+def test_search_iterator_v2_every_row_once_in_order(client, node, metric, index_type):
     rng = np.random.default_rng(1)
-    vecs = make(client, "it", 1000, rng, metric=metric, index_type=index_type)
+    vecs = make(client, "it", 1000, rng, metric=metric, index_type=index_type, node=node)
     q = rng.random(DIM, dtype=np.float32)
-    params = {"metric_type": metric, "params": {"ef": 16} if index_type == "HNSW" else {"nprobe": 2}}
+    params = {"metric_type": metric, "params": {"ef": 64} if index_type == "HNSW" else {"nprobe": 2}}
     it = client.search_iterator("it", data=[q], batch_size=64, filter="num < 7", search_params=params)
     assert isinstance(it, SearchIteratorV2)  # the server answered a token: no fallback
     ids, dist = drain(it)

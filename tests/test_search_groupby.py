@@ -28,7 +28,9 @@ def clusters(rng) -> tuple[np.ndarray, np.ndarray]:
     return vecs[order].astype(np.float32), doc[order]
 
 
-def make(client: MilvusClient, name: str, rng, group_type=DataType.INT64, shards: int = 2, index_type="FLAT"):
+def make(
+    client: MilvusClient, name: str, rng, group_type=DataType.INT64, shards: int = 2, index_type="FLAT", node=None
+):
     schema = MilvusClient.create_schema()
     schema.add_field("id", DataType.INT64, is_primary=True)
     schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
@@ -57,6 +59,10 @@ def make(client: MilvusClient, name: str, rng, group_type=DataType.INT64, shards
     if index_type != "FLAT":
         wait_until(lambda: client.describe_index(name, "vec").get("indexed_rows") == half, 60, what="index built")
     client.load_collection(name)
+    if node is not None and index_type != "FLAT":  # indexes are attached to loaded segments in the background
+        coll_id = client.describe_collection(name)["collection_id"]
+        loaded = node.component("querynode").collections[coll_id]
+        wait_until(lambda: all(s.indexes for s in loaded.sealed.values()), 60, what="indexes loaded")
     client.insert(name, rows[half:])  # ... and growing ones
     return vecs, np.array([value(d) for d in doc], dtype=object)
 
@@ -105,11 +111,11 @@ def test_group_by_returns_distinct_groups_across_sealed_and_growing(client):
 
 
 @pytest.mark.parametrize("index_type", ["FLAT", "HNSW", "IVF_FLAT"])
-def test_group_size_strict_and_offset(client, index_type):
+def test_group_size_strict_and_offset(client, node, index_type):
     """Through an index too: a group-by walks past the user's top-k (HNSW's ef, IVF's nprobe
     widen as the walk goes on)."""
     rng = np.random.default_rng(4)
-    vecs, doc = make(client, "gs", rng, index_type=index_type)
+    vecs, doc = make(client, "gs", rng, index_type=index_type, node=node)
     q = vecs[9] + 0.001
     order = best_docs(vecs, doc, q)
 
