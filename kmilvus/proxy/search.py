@@ -217,6 +217,7 @@ class ProxySearchMixin:
             qreq.strict_group_size = info.group.strict
         if bound is not None:
             qreq.iterator_bound.CopyFrom(bound)
+        qreq.iterator_v2 = info.iterator_v2 is not None
 
         async def one(node, chans):
             r = query_node_pb2.SearchRequest()

@@ -71,13 +71,17 @@ def _topk_from_ranges(lims: np.ndarray, d: np.ndarray, o: np.ndarray, nq: int, k
 def _segment_topk(seg: SegmentData, plan: SearchPlan, valid: np.ndarray | None, k: int):
     """(distances, offsets) nq × k, best first, -1 where no row: through the segment's index of
     the field when it has one, its raw vectors exactly otherwise (None: no such vectors). `k`
-    may exceed the plan's topk (group-by, iterator pages): the index then searches wider."""
+    may exceed the plan's topk (group-by): the index then searches wider. An iterator page
+    searches every stored vector (`VectorIndex.exhaustive`): a row an approximate search missed
+    before the page's bound would never come back."""
     index = seg.indexes.get(plan.anns_field)
     if index is not None:
         if plan.radius is not None:
             lims, dd, oo = index.range_search(plan.queries, plan.radius, plan.range_filter, plan.params, valid)
             return _topk_from_ranges(lims, dd, oo, plan.nq, k)
         k = min(k, seg.num_rows)
+        if plan.iterating:
+            return index.exhaustive(plan.queries, k, valid)
         if k > plan.topk:
             return index.candidates(plan.queries, k, plan.topk, plan.params, valid)
         return index.search(plan.queries, k, plan.params, valid)

@@ -56,6 +56,7 @@ class SearchPlan:
     group: GroupBy | None = None
     bound: IteratorBound | None = None
     mvcc_ts: int = 0  # 0: every consumed row, no snapshot
+    iterating: bool = False  # a search iterator's page: exact over what the index stores
 
     @property
     def nq(self) -> int:
@@ -98,4 +99,5 @@ def plan_from_request(
         group=group,
         bound=bound,
         mvcc_ts=int(req.mvcc_ts),
+        iterating=req.iterator_v2,
     )
