@@ -10,7 +10,7 @@ from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus import components as roles
 from kmilvus.parser import parse, template_values
-from kmilvus.proto import query_coord_pb2
+from kmilvus.proto import data_coord_pb2, query_coord_pb2
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.util import merr, typeutil
 from kmilvus.util.ttl import expire_before, ttl_seconds
@@ -110,6 +110,19 @@ def output_fields(meta: CollectionMeta, names, *, with_vectors: bool = True) -> 
         else:
             raise merr.MilvusError(merr.FIELD_NOT_FOUND, f"field {name} not exist")
     return ids, shown
+
+
+async def index_infos(proxy, meta: CollectionMeta) -> list:
+    """DataCoord's index meta of the collection (IndexInfo per index; none: no index). DataCoord
+    is looked up at call time: in a standalone it is the in-process component (a read-only call,
+    no gRPC round trip on every search), elsewhere its remote client."""
+    resp = await proxy.registry.client(roles.DATACOORD).DescribeIndex(
+        data_coord_pb2.DescribeIndexRequest(collectionID=meta.id, without_progress=True)
+    )
+    if resp.status.code == merr.INDEX_NOT_FOUND[0]:
+        return []
+    merr.check(resp.status)
+    return list(resp.infos)
 
 
 async def serving_nodes(proxy, meta: CollectionMeta) -> tuple[dict[int, list[str]], list[int]]:

@@ -15,8 +15,7 @@ import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
-from kmilvus import components as roles
-from kmilvus.proto import data_coord_pb2, query_node_pb2
+from kmilvus.proto import query_node_pb2
 from kmilvus.proxy import read_path, rerank, search_util
 from kmilvus.proxy.search_util import SearchInfo
 from kmilvus.querynode import groupby, reduce, vector_search
@@ -238,17 +237,9 @@ class ProxySearchMixin:
         return reduce.merge_topk(merged, info.topk, fs.larger_is_closer)
 
     async def vector_indexes(self, meta) -> dict[int, dict[str, str]]:
-        """{vector field ID: its index params} (DataCoord's index meta). DataCoord is looked up
-        at call time: in a standalone it is the in-process component (a read-only call, no gRPC
-        round trip on every search), elsewhere its remote client."""
-        datacoord = self.registry.client(roles.DATACOORD)
-        resp = await datacoord.DescribeIndex(
-            data_coord_pb2.DescribeIndexRequest(collectionID=meta.id, without_progress=True)
-        )
-        if resp.status.code == merr.INDEX_NOT_FOUND[0]:
-            return {}
-        merr.check(resp.status)
-        return {i.index.fieldID: {kv.key: kv.value for kv in i.index.index_params} for i in resp.infos}
+        """{vector field ID: its index params} (DataCoord's index meta)."""
+        infos = await read_path.index_infos(self, meta)
+        return {i.index.fieldID: {kv.key: kv.value for kv in i.index.index_params} for i in infos}
 
     async def search_metric(self, meta, field, requested: str) -> str:
         """The metric of the field's index; a request naming another one is refused, as Milvus."""
