@@ -65,6 +65,11 @@ def data(client):
     }
 
 
+def rerank(fields: list[str] | None = None, **params) -> Function:
+    """A rerank Function as pymilvus users write it."""
+    return Function("rerank", input_field_names=fields or [], function_type=FunctionType.RERANK, params=params)
+
+
 def exact(d, field: str, q: np.ndarray, limit: int, mask=None, radius=None, range_filter=None):
     """(ids, scores) of an exact search, best first (L2 on `a`, IP on `b`)."""
     if field == "a":
@@ -121,7 +126,7 @@ def test_rrf_over_two_fields_each_with_its_filter(client, data):
     for h in res[0]:
         assert (h["entity"]["num"], h["entity"]["tag"]) == by_id[h["id"]]
     # the same as a rerank Function, with offset and round_decimal
-    fn = Function("f", input_field_names=[], function_type=FunctionType.RERANK, params={"reranker": "rrf", "k": 30})
+    fn = rerank(reranker="rrf", k=30)
     res = client.hybrid_search("h", reqs(d, qa, qb), fn, limit=5, offset=3, round_decimal=3)
     want = fuse([(*pa_, "L2"), (*pb_, "IP")], lambda r, s, m, i: 1 / (30 + r + 1), 5, offset=3)
     assert [h["id"] for h in res[0]] == [pk for pk, _ in want]
@@ -140,12 +145,7 @@ def test_weighted_normalises_each_metric_as_milvus(client, data):
     raw = client.hybrid_search("h", reqs(d, qa, qb), WeightedRanker(0.7, 0.3, norm_score=False), limit=8)
     want = fuse(parts, lambda r, s, m, i: (0.7, 0.3)[i] * (s if m == "IP" else 1 - 2 * math.atan(s) / math.pi), 8)
     check(raw[0], want)
-    fn = Function(
-        "w",
-        input_field_names=[],
-        function_type=FunctionType.RERANK,
-        params={"reranker": "weighted", "weights": [0.7, 0.3], "norm_score": True},
-    )
+    fn = rerank(reranker="weighted", weights=[0.7, 0.3], norm_score=True)
     check(
         client.hybrid_search("h", reqs(d, qa, qb), fn, limit=8)[0],
         fuse(parts, lambda r, s, m, i: (0.7, 0.3)[i] * norm(s, m), 8),
@@ -173,12 +173,7 @@ def test_decay_rerank_in_search_and_hybrid_search(client, data):
     d = data
     q = d["a"][9]
     for function in ("gauss", "exp", "linear"):
-        fn = Function(
-            "decay",
-            input_field_names=["num"],
-            function_type=FunctionType.RERANK,
-            params={"reranker": "decay", "function": function, "origin": 500, "offset": 50, "decay": 0.6, "scale": 200},
-        )
+        fn = rerank(["num"], reranker="decay", function=function, origin=500, offset=50, decay=0.6, scale=200)
         res = client.search("h", [q], limit=5, anns_field="a", ranker=fn, output_fields=["num"])[0]
         ids, dist = exact(d, "a", q, 5)  # the search's hits, then reranked
         num = dict(zip(d["ids"].tolist(), d["num"].tolist(), strict=True))
@@ -213,12 +208,7 @@ def test_decay_rerank_in_search_and_hybrid_search(client, data):
     want = sorted(
         ((pk, math.exp(math.log(0.6) / 200 * x[pk]) * g) for pk, g in best.items()), key=lambda kv: (-kv[1], kv[0])
     )
-    fn = Function(
-        "decay",
-        input_field_names=["num"],
-        function_type=FunctionType.RERANK,
-        params={"reranker": "decay", "function": "exp", "origin": 500, "offset": 50, "decay": 0.6, "scale": 200},
-    )
+    fn = rerank(["num"], reranker="decay", function="exp", origin=500, offset=50, decay=0.6, scale=200)
     check(client.hybrid_search("h", reqs(d, qa, qb), fn, limit=7)[0], want[:7])
 
 
@@ -254,24 +244,14 @@ def test_refusals_as_milvus(client, data):
     with pytest.raises(MilvusException) as e:
         client.hybrid_search("h", reqs(d, qa, qb), RRFRanker(20000), limit=5)
     assert e.value.code == 65535 and e.value.message == "The rank params k should be in range (0, 16384)"
-    model = Function(
-        "m",
-        input_field_names=["tag"],
-        function_type=FunctionType.RERANK,
-        params={"reranker": "model", "provider": "tei", "queries": ["x"], "endpoint": "http://localhost:1"},
-    )
+    model = rerank(["tag"], reranker="model", provider="tei", queries=["x"], endpoint="http://localhost:1")
     with pytest.raises(MilvusException) as e:
         client.hybrid_search("h", reqs(d, qa, qb), model, limit=5)
     assert e.value.code == 65535 and "Unsupported rerank function: [model]" in e.value.message
     with pytest.raises(MilvusException) as e:
         client.search("h", [qa], anns_field="a", limit=5, ranker=model)
     assert e.value.code == 65535 and "Unsupported rerank function: [model]" in e.value.message
-    bad = Function(
-        "d",
-        input_field_names=["tag"],
-        function_type=FunctionType.RERANK,
-        params={"reranker": "decay", "function": "gauss", "origin": 1, "scale": 1},
-    )
+    bad = rerank(["tag"], reranker="decay", function="gauss", origin=1, scale=1)
     with pytest.raises(MilvusException) as e:
         client.search("h", [qa], anns_field="a", limit=5, ranker=bad)
     assert e.value.message == "Decay rerank: unsupported input field type:VarChar, only support numberic field"
@@ -280,12 +260,7 @@ def test_refusals_as_milvus(client, data):
             "h", [AnnSearchRequest([qa, qa], "a", {}, 5), AnnSearchRequest([qb], "b", {}, 5)], RRFRanker(), limit=5
         )
     assert e.value.code == 1100 and "sub search request nq should be the same" in e.value.message
-    decay = Function(
-        "d",
-        input_field_names=["num"],
-        function_type=FunctionType.RERANK,
-        params={"reranker": "decay", "function": "exp", "origin": 1, "scale": 1},
-    )
+    decay = rerank(["num"], reranker="decay", function="exp", origin=1, scale=1)
     with pytest.raises(MilvusException) as e:
         client.hybrid_search("h", reqs(d, qa, qb), decay, limit=5, group_by_field="doc")
     assert e.value.code == 1100 and "Current rerank does not support grouping search" in e.value.message

@@ -11,7 +11,7 @@ import pytest
 from pymilvus import DataType, MilvusClient, MilvusException
 from pymilvus.client.iterator.search_iterator import SearchIteratorV2
 
-from tests.util import wait_until
+from tests.util import load_indexed, wait_until
 
 DIM = 8
 
@@ -45,13 +45,7 @@ def make(
     for b in range(batches):  # several flushed segments
         client.insert(name, rows[b * step : (b + 1) * step])
         client.flush(name)
-    if index_type != "FLAT":
-        wait_until(lambda: client.describe_index(name, "vec").get("indexed_rows") == n, 60, what="index built")
-    client.load_collection(name)
-    if node is not None and index_type != "FLAT":  # indexes are attached to loaded segments in the background
-        coll_id = client.describe_collection(name)["collection_id"]
-        loaded = node.component("querynode").collections[coll_id]
-        wait_until(lambda: all(s.indexes for s in loaded.sealed.values()), 60, what="indexes loaded")
+    load_indexed(client, node, name, "vec", n, index_type)
     return vecs
 
 

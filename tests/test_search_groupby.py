@@ -12,7 +12,7 @@ from pymilvus import DataType, MilvusClient, MilvusException
 from pymilvus.client.prepare import Prepare
 from pymilvus.grpc_gen import milvus_pb2_grpc, schema_pb2
 
-from tests.util import wait_until
+from tests.util import load_indexed
 
 DIM = 16
 DOCS = 14
@@ -56,13 +56,7 @@ def make(
     half = len(rows) // 2
     client.insert(name, rows[:half])
     client.flush(name)  # sealed segments ...
-    if index_type != "FLAT":
-        wait_until(lambda: client.describe_index(name, "vec").get("indexed_rows") == half, 60, what="index built")
-    client.load_collection(name)
-    if node is not None and index_type != "FLAT":  # indexes are attached to loaded segments in the background
-        coll_id = client.describe_collection(name)["collection_id"]
-        loaded = node.component("querynode").collections[coll_id]
-        wait_until(lambda: all(s.indexes for s in loaded.sealed.values()), 60, what="indexes loaded")
+    load_indexed(client, node, name, "vec", half, index_type)
     client.insert(name, rows[half:])  # ... and growing ones
     return vecs, np.array([value(d) for d in doc], dtype=object)
 

@@ -19,9 +19,7 @@ class ProxyHybridSearchMixin:
     @merr.rpc(milvus_pb2.SearchResults)
     async def HybridSearch(self, req: milvus_pb2.HybridSearchRequest, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
-        search_util.check_fields(req, search_util.HYBRID_FIELDS_HONOURED, search_util.HYBRID_FIELDS_REFUSED)
-        rank_params = search_util.kv(req.rank_params)
-        search_util.check_keys(rank_params, search_util.RANK_HONOURED, search_util.RANK_REFUSED, "rank_params")
+        rank_params = search_util.request_params(req, search_util.RANK)
         if len(req.requests) > search_util.MAX_SEARCH_REQUESTS:
             raise merr.MilvusError(
                 merr.UNEXPECTED, f"maximum of ann search requests is {search_util.MAX_SEARCH_REQUESTS}"
@@ -39,9 +37,7 @@ class ProxyHybridSearchMixin:
         subs: list[FieldSearch] = []
         nq = 0
         for sub in req.requests:
-            search_util.check_fields(sub, search_util.SEARCH_FIELDS_HONOURED, search_util.SEARCH_FIELDS_REFUSED)
-            params = search_util.kv(sub.search_params)
-            search_util.check_keys(params, search_util.SEARCH_HONOURED, search_util.SEARCH_REFUSED, "search_params")
+            params = search_util.request_params(sub, search_util.SEARCH)
             fs = await self.prepare_field_search(
                 meta, params, sub.placeholder_group, sub.dsl, sub.expr_template_values, rank
             )

@@ -41,9 +41,7 @@ def _bool(params: dict[str, str], key: str, what: str) -> bool:
 
 def parse_query_params(req: milvus_pb2.QueryRequest, meta) -> QueryParams:
     """Every query param honoured or refused (search_util's tables), with Milvus' texts."""
-    search_util.check_fields(req, search_util.QUERY_FIELDS_HONOURED, search_util.QUERY_FIELDS_REFUSED)
-    params = search_util.kv(req.query_params)
-    search_util.check_keys(params, search_util.QUERY_HONOURED, search_util.QUERY_REFUSED, "query_params")
+    params = search_util.request_params(req, search_util.QUERY)
     qp = QueryParams()
     raw = params.get("ignore_growing")
     if raw is not None:

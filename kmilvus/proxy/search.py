@@ -120,9 +120,7 @@ class ProxySearchMixin:
     @merr.rpc(milvus_pb2.SearchResults)
     async def Search(self, req: milvus_pb2.SearchRequest, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
-        search_util.check_fields(req, search_util.SEARCH_FIELDS_HONOURED, search_util.SEARCH_FIELDS_REFUSED)
-        params = search_util.kv(req.search_params)
-        search_util.check_keys(params, search_util.SEARCH_HONOURED, search_util.SEARCH_REFUSED, "search_params")
+        params = search_util.request_params(req, search_util.SEARCH)
         fs = await self.prepare_field_search(meta, params, req.placeholder_group, req.dsl, req.expr_template_values)
         search_util.search_request_nq(req, len(fs.queries))
         info = fs.info

@@ -190,6 +190,31 @@ def kv(pairs) -> dict[str, str]:
     return {p.key: p.value for p in pairs}
 
 
+SEARCH = "search_params"
+RANK = "rank_params"
+QUERY = "query_params"
+_TABLES = {
+    SEARCH: (SEARCH_HONOURED, SEARCH_REFUSED),
+    RANK: (RANK_HONOURED, RANK_REFUSED),
+    QUERY: (QUERY_HONOURED, QUERY_REFUSED),
+}
+_FIELDS = {
+    "SearchRequest": (SEARCH_FIELDS_HONOURED, SEARCH_FIELDS_REFUSED),
+    "HybridSearchRequest": (HYBRID_FIELDS_HONOURED, HYBRID_FIELDS_REFUSED),
+    "SubSearchRequest": (SUB_FIELDS_HONOURED, SUB_FIELDS_REFUSED),
+    "QueryRequest": (QUERY_FIELDS_HONOURED, QUERY_FIELDS_REFUSED),
+}
+
+
+def request_params(req, where: str) -> dict[str, str]:
+    """The request's `where` params (search, rank or query params) as a dict, after refusing any
+    request field or key kmilvus does not honour (the tables above)."""
+    check_fields(req, *_FIELDS[req.DESCRIPTOR.name])
+    params = kv(getattr(req, where))
+    check_keys(params, *_TABLES[where], where)
+    return params
+
+
 # Go's strconv.ParseBool, which Milvus applies to boolean params (pymilvus sends str(value))
 GO_BOOLS = dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True)
 GO_BOOLS |= dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False)
