@@ -185,9 +185,9 @@ def _stub(node):
     return milvus_pb2_grpc.MilvusServiceStub(grpc.insecure_channel(node.uri.removeprefix("http://")))
 
 
-def _search_req(**kwargs) -> milvus_pb2.SearchRequest:
+def _search_req(param: dict | None = None, **kwargs) -> milvus_pb2.SearchRequest:
     return Prepare.search_requests_with_expr(
-        "p", "vec", {"params": {}}, 3, data=[[0.0] * DIM], consistency_level=common_pb2.Strong, **kwargs
+        "p", "vec", param or {"params": {}}, 3, data=[[0.0] * DIM], consistency_level=common_pb2.Strong, **kwargs
     )
 
 
@@ -215,6 +215,9 @@ def test_refused_rank_key_and_unknown_keys(node, coll):
     assert _stub(node).HybridSearch(req).status.code == 10
     resp = _stub(node).Search(_with_key(_search_req(), "no_such_key", "1"))
     assert resp.status.code == 1100 and "unknown search_params key: no_such_key" in resp.status.reason
+    # an index knob given beside `params` as well as in it (Milvus 2.5.2+ REST and SDKs): honoured there
+    req = _search_req(param={"params": {"nprobe": 4}, "nprobe": 4})
+    assert _stub(node).Search(_with_key(req, "nprobe", "4")).status.code == 0
 
 
 @pytest.mark.parametrize("name", sorted(su.SEARCH_FIELDS_REFUSED))

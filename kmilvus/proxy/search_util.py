@@ -178,12 +178,23 @@ def check_fields(msg, honoured: frozenset, refused: Mapping[str, str]) -> None:
 
 
 def check_keys(params: Mapping[str, str], honoured: frozenset, refused: Mapping[str, str], where: str) -> None:
+    inner = _inner_params(params) if where == SEARCH else {}
     for key in params:
         if key in honoured:
             continue
         if key in refused:
             raise unimplemented(f"{refused[key]} ({where} key {key})")
+        if key in inner:
+            continue  # an index knob also given in `params` (Milvus 2.5.2+ clients send both)
         raise merr.invalid(f"unknown {where} key: {key}")
+
+
+def _inner_params(params: Mapping[str, str]) -> dict:
+    try:
+        inner = json.loads(params.get("params") or "{}")
+    except ValueError:
+        return {}
+    return inner if isinstance(inner, dict) else {}
 
 
 def kv(pairs) -> dict[str, str]:
