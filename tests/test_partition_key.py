@@ -16,7 +16,7 @@ from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 from kmilvus.proxy import partition_key
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.read_path import partition_ids
-from kmilvus.rootcoord.schema import check_partition_key
+from kmilvus.rootcoord.schema import check_partition_key, validate_schema
 from kmilvus.util.hashing import hash32_int64, hash_string2uint32
 from kmilvus.util.merr import MilvusError
 
@@ -68,7 +68,6 @@ def test_partition_key_rules():
     for s, n, code, text in [
         (plain, 4, 65535, "num_partitions should only be specified with partition key field enabled"),
         (two, 0, 65535, "there are more than one partition key, field name = k, v"),
-        (pk, 0, 65535, "the partition key field must not be primary field"),
         (schema(DT.Int32), 0, 65535, "the data type of partition key should be Int64 or VarChar"),
         (schema(nullable=True), 0, 1100, "partition key field not support nullable: invalid parameter"),
         (schema(), 1025, 1100, "partition number (1025) exceeds max configuration (1024): invalid parameter"),
@@ -77,6 +76,9 @@ def test_partition_key_rules():
         with pytest.raises(MilvusError) as e:
             check_partition_key(s, n, 1024)
         assert (e.value.code, e.value.message) == (code, text)
+    with pytest.raises(MilvusError) as e:
+        validate_schema(pk, max_dim=32768, max_varchar=65535)
+    assert (e.value.code, e.value.message) == (65535, "the partition key field must not be primary field")
 
 
 def meta_of(s: schema_pb2.CollectionSchema, n: int) -> CollectionMeta:

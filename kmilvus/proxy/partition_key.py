@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import schema_pb2
 
-from kmilvus.parser import parse
+from kmilvus.parser import parse, template_values
 from kmilvus.parser import plan as P
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_PARTITION
@@ -100,13 +100,18 @@ def _key_values(node: P.Predicate, key_id: int) -> set | None:
     return None
 
 
-def prune(meta: Any, expr: str, loaded: list[int]) -> list[int]:
+def prune(meta: Any, expr: str, loaded: list[int], templates: Any = None) -> list[int]:
     """The loaded partitions a filter on the key can match (all of them when it does not pin
-    the key). Never empty when `loaded` is not: an empty list means "every partition" below."""
+    the key). Never empty when `loaded` is not: an empty list means "every partition" below.
+    `templates`: the request's expr_template_values (`k in {keys}`)."""
     key = key_field(meta.schema)
     if key is None or not expr.strip():
         return loaded
-    values = _key_values(parse(expr, meta.schema).predicate, key.fieldID)
+    try:
+        plan = parse(expr, meta.schema, template_values(templates) if templates else None)
+    except merr.MilvusError:
+        return loaded  # the read path refuses it with Milvus' text (read_path.check_expr)
+    values = _key_values(plan.predicate, key.fieldID)
     if not values:
         return loaded
     parts = ordered_partitions(meta)

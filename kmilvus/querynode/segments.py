@@ -152,6 +152,20 @@ class SegmentData:
         self._alive = (version, mask)
         return mask
 
+    def alive_at(self, channel_deletes: DeleteSet | None, mvcc_ts: int) -> np.ndarray:
+        """A bool per row as of `mvcc_ts` (Milvus' MVCC read): inserted at or before it and not
+        deleted by a delete at or before it."""
+        if self._keys is None:
+            self._keys = pk_and_ts(self.table, self.pk_field)
+        pks, row_ts = self._keys
+        visible = row_ts <= mvcc_ts
+        for dels in (self.deltas, channel_deletes):
+            if dels is not None and len(dels):
+                d = dels.deleted(pks, row_ts, mvcc_ts)
+                if d is not None:
+                    visible &= ~d
+        return visible
+
 
 class GrowingSegment:
     """Batches of one segment consumed from the stream; its SegmentData is rebuilt lazily after

@@ -95,7 +95,6 @@ class RootCoord(
             self._live_pchannels,
             self.cfg.time_tick_interval,
             idle_interval=self.cfg.time_tick_idle_interval,
-            trim=lambda ch: self.stream.purge(ch, keep=1),
         )
         # Proxies alive from before a restart may have inserts in flight: hear from them first.
         self.tt_sync.expect(set(await list_sessions(self.kv, roles.PROXY)), wait=2 * self.cfg.session_ttl)
@@ -297,9 +296,7 @@ class RootCoord(
                     Cmp.exists(keys.database_key(info.db_name or DEFAULT_DB)),
                 ],
             )
-            if not ok:
-                for v in info.virtual_channel_names:
-                    await self.stream.purge(v)
+            if not ok:  # the DDL published stays until its pchannel is trimmed past it
                 raise MilvusError_dup(info.schema.name)
             self._cache(info)
 

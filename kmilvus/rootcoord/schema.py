@@ -75,6 +75,8 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
             )
         if f.is_primary_key:
             pks.append(f)
+            if f.is_partition_key:  # Milvus' validatePartitionKey
+                raise MilvusError(merr.UNEXPECTED, "the partition key field must not be primary field")
         if fieldtypes.is_vector(f.data_type):
             has_vector = True
         if f.data_type in DIM_VECTORS:
@@ -263,8 +265,8 @@ DEFAULT_PARTITIONS_WITH_PARTITION_KEY = 16  # Milvus 2.5's common.DefaultPartiti
 
 
 def check_partition_key(schema: schema_pb2.CollectionSchema, num_partitions: int, max_partitions: int) -> int:
-    """Milvus' validatePartitionKey: at most one partition key, not the primary key, not
-    nullable, Int64 or VarChar; `num_partitions` only with a key, 1..max (default 16). Returns
+    """Milvus' validatePartitionKey (the key on the primary key: `validate_schema`): at most one
+    partition key, not nullable, Int64 or VarChar; `num_partitions` only with a key, 1..max (default 16). Returns
     how many partitions the collection gets (0: no partition key, one `_default` partition)."""
     key = None
     for f in schema.fields:
@@ -274,8 +276,6 @@ def check_partition_key(schema: schema_pb2.CollectionSchema, num_partitions: int
             raise MilvusError(
                 merr.UNEXPECTED, f"there are more than one partition key, field name = {key.name}, {f.name}"
             )
-        if f.is_primary_key:
-            raise MilvusError(merr.UNEXPECTED, "the partition key field must not be primary field")
         if f.nullable:
             raise MilvusError(merr.PARAMETER_INVALID, "partition key field not support nullable: invalid parameter")
         if f.data_type not in (DT.Int64, DT.VarChar):

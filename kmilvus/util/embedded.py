@@ -32,7 +32,18 @@ class MissingBinaryError(RuntimeError):
 SEARCH_DIRS = ["/usr/sbin", "/usr/bin", "/usr/local/bin"]
 
 
+def binary_env(name: str) -> str:
+    """The environment variable naming a server binary to use instead of the one on PATH
+    (`KMILVUS_NATS_SERVER`, `KMILVUS_ETCD`): tests and standalone run against a pinned build."""
+    return "KMILVUS_" + name.upper().replace("-", "_")
+
+
 def find_binary(name: str) -> str:
+    pinned = os.environ.get(binary_env(name))
+    if pinned:
+        if not os.access(pinned, os.X_OK):
+            raise MissingBinaryError(f"{binary_env(name)}={pinned} is not an executable file")
+        return pinned
     found = shutil.which(name) or next((p for d in SEARCH_DIRS if os.access(p := f"{d}/{name}", os.X_OK)), None)
     if not found:
         pkg = _DEBIAN_PACKAGE.get(name, name)
