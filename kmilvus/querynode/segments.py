@@ -42,6 +42,8 @@ class SegmentData:
     vectors: dict[int, np.ndarray] = field(default_factory=dict)
     sq_norms: dict[int, np.ndarray] = field(default_factory=dict)
     indexes: dict[int, Any] = field(default_factory=dict)  # field ID → kmilvus.index.VectorIndex
+    # field ID → kmilvus.index.scalar_index.ScalarIndex (also in `indexes`): the filter's index path
+    scalar_indexes: dict[int, Any] = field(default_factory=dict)
     deltas: DeleteSet = field(default_factory=DeleteSet)  # its delta logs
     index_bytes: int = 0  # serialized size of the loaded indexes (≈ their memory)
     pk_field: int = 0
@@ -84,6 +86,8 @@ class SegmentData:
         stores the vectors (the index is in place first: a reader sees one or the other)."""
         self.indexes[field_id] = index
         self.index_bytes += nbytes
+        if getattr(index, "scalar", False):
+            self.scalar_indexes[field_id] = index
         self.vectors.pop(field_id, None)
         self.sq_norms.pop(field_id, None)
         name = str(field_id)
