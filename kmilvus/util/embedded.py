@@ -14,6 +14,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -32,11 +33,21 @@ class MissingBinaryError(RuntimeError):
 SEARCH_DIRS = ["/usr/sbin", "/usr/bin", "/usr/local/bin"]
 
 
+def pinned_dir() -> Path:
+    """Where `./dev setup` (tools/build.sh) links the pinned etcd, nats-server, Kubernetes and
+    helm builds: the bin directory of the Python that runs kmilvus (the checkout's .venv)."""
+    return Path(sys.executable).parent
+
+
 def find_binary(name: str) -> str:
+    """The pinned build if the set-up made one, else the first on PATH (a Debian package's)."""
+    pinned = pinned_dir() / name
+    if os.access(pinned, os.X_OK):
+        return str(pinned)
     found = shutil.which(name) or next((p for d in SEARCH_DIRS if os.access(p := f"{d}/{name}", os.X_OK)), None)
     if not found:
         pkg = _DEBIAN_PACKAGE.get(name, name)
-        raise MissingBinaryError(f"{name} not found: install it with `apt-get install {pkg}`")
+        raise MissingBinaryError(f"{name} not found: run `./dev setup` or install it with `apt-get install {pkg}`")
     return found
 
 
