@@ -864,3 +864,17 @@ def test_inprocess_job_limit_is_a_chart_value():
 
     assert env({})["KMILVUS_INPROCESS_JOB_MAX_MB"] == "1024"
     assert env({"spark": {"inProcessMaxMB": 0}})["KMILVUS_INPROCESS_JOB_MAX_MB"] == "0"
+
+
+def test_in_chart_servers_are_the_pinned_versions():
+    """The in-chart etcd and NATS run the versions kmilvus is built and tested with
+    (tools/versions.env: what `kmilvus standalone` and the tests start)."""
+    pins = dict(
+        line.split("=", 1)
+        for line in (ROOT / "tools/versions.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    docs = render({"etcd": {"enabled": True}, "nats": {"enabled": True}})
+    images = {c["image"] for d in by_kind(docs, "StatefulSet") for c in d["spec"]["template"]["spec"]["containers"]}
+    assert f"quay.io/coreos/etcd:{pins['ETCD_VERSION']}" in images, images
+    assert f"nats:{pins['NATS_SERVER_VERSION'].lstrip('v')}-alpine" in images, images
