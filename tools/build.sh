@@ -74,10 +74,20 @@ build() {
     need_go
     tmp=$(mktemp -d "$BIN/.$name-$version.XXXXXX")
     log "building $name $version from its Go module (first time only; a cold Kubernetes build takes a while)..."
-    # One package: name the binary (go would name etcd's "server"); several: after their directories.
-    local out="$tmp/"
-    [ $# -gt 1 ] || out="$tmp/$name"
-    (cd "$TOOLS/$dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out" "$@") >&2
+    # One package: name the binary (go would name etcd's "server"); several: after their
+    # directories, one at a time (the packages they share compile once, into Go's build cache).
+    local pkg out
+    for pkg in "$@"; do
+      out="$tmp/$name"
+      [ $# -eq 1 ] || out="$tmp/${pkg##*/}"
+      [ $# -eq 1 ] || log "  go build ${pkg##*/} ($((SECONDS - start)) s so far)"
+      # go build prints nothing while it compiles: say every minute that it is still at it.
+      (while sleep 60; do log "  ... still compiling $name ($((SECONDS - start)) s)"; done) &
+      local ticker=$!
+      (cd "$TOOLS/$dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out" "$pkg") >&2 \
+        || { kill "$ticker"; return 1; }
+      kill "$ticker"
+    done
     touch "$tmp/.complete"
     rm -rf "$dest"
     mv "$tmp" "$dest"
@@ -120,7 +130,6 @@ ensure() {
       for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         flags+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$(k8s_minor "$v") -X $p.gitTreeState=clean"
       done
-      # One `go build` for all four: the packages they share compile once.
       build kubernetes "$v" k8s "$flags" k8s.io/kubernetes/cmd/kube-apiserver \
         k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
       link "kubernetes-$v" kube-apiserver kube-controller-manager kube-scheduler kubectl
