@@ -1,7 +1,7 @@
 """The Helm chart (charts/kmilvus), rendered offline by the real, pinned helm (`helm template`,
-`helm lint`, tools/versions.env): lint, strict schema validation of every rendered object, the chart's CRD copies against crds/,
-and the properties a cluster operator relies on (Service port, probes, hardening, secrets by
-reference, least-privilege RBAC)."""
+`helm lint`, tools/versions.env): lint, strict schema validation of every rendered object, the
+chart's CRD copies against crds/, and the properties a cluster operator relies on (Service port,
+probes, hardening, secrets by reference, least-privilege RBAC)."""
 
 from __future__ import annotations
 
