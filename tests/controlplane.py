@@ -15,6 +15,7 @@ import contextlib
 import datetime
 import ipaddress
 import os
+import secrets
 import ssl
 import subprocess
 import time
@@ -112,6 +113,9 @@ class ControlPlane:
     admin: Credentials
     servers: list[ChildServer] = field(default_factory=list)
     _ca: CA | None = None
+    # The `kubernetes` Service's address as pods reach it (tests/nodeagent.py forwards it to the
+    # API server, as kube-proxy forwards the ClusterIP): a loopback address of its own, port 443.
+    service_ip: str = ""
 
     @property
     def env(self) -> dict[str, str]:
@@ -183,10 +187,17 @@ def start_control_plane(d: Path, timeout: float = 120.0) -> ControlPlane:
     ca = CA.new("kmilvus-test-ca")
     (pki / "ca.crt").write_bytes(ca.cert.public_bytes(serialization.Encoding.PEM))
     (pki / "ca.key").write_bytes(_pem_key(ca.key))
+    service_ip = f"127.{secrets.randbelow(254) + 1}.{secrets.randbelow(254) + 1}.{secrets.randbelow(254) + 1}"
     cert, key = ca.issue(
         "kube-apiserver",
-        dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
-        ips=("127.0.0.1", "10.0.0.1"),
+        dns=(
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ),
+        ips=("127.0.0.1", "10.0.0.1", service_ip),
     )
     (pki / "apiserver.crt").write_bytes(cert)
     (pki / "apiserver.key").write_bytes(key)
@@ -202,7 +213,7 @@ def start_control_plane(d: Path, timeout: float = 120.0) -> ControlPlane:
         servers.append(etcd)
         port = free_port()
         url = f"https://127.0.0.1:{port}"
-        cp = ControlPlane(d, url, pki / "ca.crt", None, servers, ca)  # type: ignore[arg-type]
+        cp = ControlPlane(d, url, pki / "ca.crt", None, servers, ca, service_ip)  # type: ignore[arg-type]
         cp.admin = cp.credentials("kmilvus-admin", ("system:masters",))
         log = d / "kube-apiserver.log"
         proc = _spawn(

@@ -249,8 +249,10 @@ class Pod:
     async def env_of(self, c: dict) -> dict[str, str]:
         env, _ = image_env(c["image"])
         env["HOSTNAME"] = self.name
-        env["KUBERNETES_SERVICE_HOST"] = "127.0.0.1"  # where kube-proxy would take 10.0.0.1:443
-        env["KUBERNETES_SERVICE_PORT"] = str(self.agent.api_port)
+        # The `kubernetes` Service, as the kubelet gives it (tests/nodeagent.py forwards it).
+        env["KUBERNETES_SERVICE_HOST"] = self.agent.cp.service_ip
+        env["KUBERNETES_SERVICE_PORT"] = env["KUBERNETES_SERVICE_PORT_HTTPS"] = "443"
+        env["KUBERNETES_PORT"] = f"tcp://{self.agent.cp.service_ip}:443"
         for src in c.get("envFrom") or []:
             kind, ref = ("configmaps", src["configMapRef"]) if "configMapRef" in src else ("secrets", src["secretRef"])
             data = await self._keys(kind, ref) or {}
@@ -290,9 +292,29 @@ class Pod:
         the read-only root, then the user of the securityContext."""
         psc = self.obj["spec"].get("securityContext") or {}
         csc = c.get("securityContext") or {}
+        pre: list[str] = []
+        # The image's user (images/kmilvus/Dockerfile: useradd kmilvus, 10001): its passwd and
+        # group entries are the image's files, here bound over the host's.
+        for name, line in (
+            ("passwd", "kmilvus:x:10001:10001::/nonexistent:/usr/sbin/nologin\n"),
+            ("group", "kmilvus:x:10001:\n"),
+        ):
+            f = self.agent.dir / "image" / name
+            if not f.exists():
+                f.parent.mkdir(parents=True, exist_ok=True)
+                f.write_text(Path(f"/etc/{name}").read_text() + line)
+            pre.append(f"mount --bind {shlex.quote(str(f))} /etc/{name}")
+        # The kubelet's /etc/hosts for the pod; cluster DNS would name the `kubernetes` Service.
+        hosts = self.dir / "etc-hosts"
+        svc = " ".join(f"kubernetes{s}" for s in ("", ".default", ".default.svc", ".default.svc.cluster.local"))
+        hosts.write_text(
+            f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+            f"127.0.0.1\t{self.name}\n{self.agent.cp.service_ip}\t{svc}\n"
+        )
+        pre.append(f"mount --bind {shlex.quote(str(hosts))} /etc/hosts")
         # The volumes are reached through a descriptor (/proc/self/fd/3): a mount over one of
         # their parent directories (an emptyDir at /tmp) does not hide them from the next mount.
-        lines = ["set -e", f"exec 3<{shlex.quote(str(self.dir / 'volumes'))}"]
+        lines = ["set -e", *pre, f"exec 3<{shlex.quote(str(self.dir / 'volumes'))}"]
         mounts = sorted(c.get("volumeMounts") or [], key=lambda m: m["mountPath"].count("/"))
         for m in mounts:
             _, ro = self.volumes[m["name"]]
@@ -662,12 +684,31 @@ class NodeAgent:
                 raise
             await self.api("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease)
 
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """kube-proxy's part for the `kubernetes` Service: its address:443 to the API server."""
+        try:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.api_port)
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            with contextlib.suppress(OSError):
+                w.close()
+
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
+
     async def _run(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self.api = Api(self.cp, self.creds)
         try:
             await self._register()
+            proxy = await asyncio.start_server(self._forward, self.cp.service_ip, 443)
         except Exception as exc:  # noqa: BLE001 - handed to start(), which raises it
             self.errors.append(repr(exc))
             self._started.set()
@@ -688,6 +729,7 @@ class NodeAgent:
                 self._wake.clear()
         finally:
             await asyncio.gather(*(p.stop(2) for p in self.pods.values()), return_exceptions=True)
+            proxy.close()
             await self.api.close()
 
     async def _sync(self) -> None:

@@ -73,6 +73,7 @@ build() {
     local start=$SECONDS tmp
     need_go
     tmp=$(mktemp -d "$BIN/.$name-$version.XXXXXX")
+    chmod 755 "$tmp"
     log "building $name $version from its Go module (first time only; a cold Kubernetes build takes a while)..."
     # One package: name the binary (go would name etcd's "server"); several: after their
     # directories, one at a time (the packages they share compile once, into Go's build cache).
