@@ -14,7 +14,10 @@ spec says, no more:
   container's securityContext says `readOnlyRootFilesystem`;
 - the user and group of `runAsUser`/`runAsGroup` (volumes owned by `fsGroup`), no capabilities;
 - env from `envFrom` and `env` (values with $(VAR), fieldRef, secretKeyRef, configMapKeyRef), over
-  the image's environment, plus the API server's address as KUBERNETES_SERVICE_HOST/PORT;
+  the image's environment, plus the `kubernetes` Service's KUBERNETES_SERVICE_HOST/PORT; the
+  image's passwd/group entries and the kubelet's /etc/hosts (naming kubernetes.default.svc);
+- the `kubernetes` Service itself: a loopback address of its own on port 443 that the agent
+  forwards to the API server, as kube-proxy forwards the ClusterIP;
 - Secrets, ConfigMaps and tokens read with the node's own credentials (system:node:<name>), so
   the Node authorizer lets the agent read only what pods bound to it name;
 - startup, liveness and readiness probes (httpGet, tcpSocket, exec) on their periods, restarts
@@ -24,8 +27,10 @@ spec says, no more:
 
 What it does not give: container images (the host's files, read-only where the spec says so),
 network namespaces (every pod shares the host's loopback, so two pods may not listen on one
-port, and a Service's ClusterIP does not route: clients use the pod's ports on 127.0.0.1),
-resource limits (cgroups), and the Service environment variables other than `kubernetes`'s.
+port, and other Services' ClusterIPs do not route, nor does cluster DNS exist: clients use the
+pods' ports on 127.0.0.1), resource limits (cgroups), the Service environment variables other
+than `kubernetes`'s, port-forward / exec / logs through the API server (no kubelet API), and
+images other than the project's own.
 """
 
 from __future__ import annotations
