@@ -228,15 +228,10 @@ def _s3_secret(ns: str) -> dict:
     }
 
 
-async def test_helm_install_to_uninstall(
-    control_plane, node, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path, monkeypatch
-):
-    cp = control_plane
-    monkeypatch.setenv("KMILVUS_TEST_ONLY", "the test's own environment")
-    port = free_port()
-    storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
-    # Every pod shares this machine's loopback (tests/nodeagent.py): each listens on its own ports.
-    values = {
+def chart_values(root: str, etcd_endpoint: str, nats_url: str, storage_uri: str, port: int) -> dict:
+    """The chart for the session's etcd, nats-server and S3 (a Secret `s3-creds`). Every pod
+    shares this machine's loopback (tests/nodeagent.py): each listens on its own ports."""
+    return {
         "cluster": root,
         "operator": {"watchNamespaces": [NS], "healthPort": free_port(), "metricsPort": free_port()},
         "externalEtcd": {"endpoint": etcd_endpoint},
@@ -251,6 +246,16 @@ async def test_helm_install_to_uninstall(
         "datanode": {"metricsPort": free_port(), "healthPort": free_port()},
         "querynode": {"metricsPort": free_port(), "healthPort": free_port()},
     }
+
+
+async def test_helm_install_to_uninstall(
+    control_plane, node, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path, monkeypatch
+):
+    cp = control_plane
+    monkeypatch.setenv("KMILVUS_TEST_ONLY", "the test's own environment")
+    port = free_port()
+    storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
+    values = chart_values(root, etcd_endpoint, nats_url, storage_uri, port)
     (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
     cp.kubectl("create", "namespace", RELEASE_NS)
     for ns in (RELEASE_NS, NS):  # `kubectl create secret` where the pods and the jobs run
@@ -395,3 +400,27 @@ async def _scenario(cp, node, helm, values, storage_uri, etcd_endpoint, root, tm
         assert await asyncio.to_thread(store.list_sync, prefix) == [], prefix
     # Not one request of the operator was refused.
     assert "Forbidden" not in pod_logs(node, RELEASE_NS, f"{RELEASE}-operator", tail=10**7)
+
+
+def test_the_operator_runs_as_a_user_the_image_does_not_know(
+    control_plane, node, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path
+):
+    """OpenShift's restricted policy runs pods as an arbitrary UID that the image's passwd lacks:
+    kopf then names its peering identity from POD_ID, not from the user name it cannot look up."""
+    cp = control_plane
+    ns, release = "kmilvus-uid", "uid"
+    storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
+    values = chart_values(root, etcd_endpoint, nats_url, storage_uri, free_port())
+    values["operator"]["watchNamespaces"] = [ns]
+    values["podSecurityContext"] = {"runAsNonRoot": True, "runAsUser": 1000680000, "runAsGroup": 0,
+                                    "fsGroup": 1000680000}  # fmt: skip
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    cp.kubectl("create", "namespace", ns)
+    cp.kubectl("apply", "-f", "-", input=json.dumps(_s3_secret(ns)))
+    try:
+        out = cp.helm("install", release, str(CHART), "-n", ns, "-f", str(tmp_path / "values.yaml"),
+                      "--wait", "--timeout", "2m", check=False)  # fmt: skip
+        assert out.returncode == 0, out.stderr + pod_logs(node, ns, f"{release}-operator")
+    finally:
+        cp.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "2m", check=False)
+        cp.kubectl("delete", "namespace", ns, "--wait=false")
