@@ -219,13 +219,27 @@ def test_the_schema_is_immutable_on_the_api_server(crds):
 
 
 # ------------------------------------------------------------------------------ the deployment
-def _s3_secret(ns: str) -> dict:
+def s3_secret(ns: str) -> dict:
+    """The S3 credentials a user creates (`kubectl create secret generic s3-creds`)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": "s3-creds", "namespace": ns},
         "data": {"access": base64.b64encode(b"testing").decode(), "secret": base64.b64encode(b"testing").decode()},
     }
+
+
+async def assert_collection_gone(etcd_endpoint: str, root: str, storage_uri: str, cid: int, vchannels: list) -> None:
+    """Nothing of a dropped collection is left: no etcd key it owned, no binlog of it."""
+    kv = await EtcdKV.connect([etcd_endpoint], f"{root}/meta")
+    try:
+        for prefix in catalog.collection_owned_prefixes(cid, vchannels):
+            assert not await kv.get_prefix(prefix), prefix
+    finally:
+        await kv.close()
+    store = ObjectStore.from_uri(storage_uri)
+    for prefix in (paths.insert_log_prefix(cid), paths.ddl_prefix(cid), paths.stats_log_prefix(cid)):
+        assert await asyncio.to_thread(store.list_sync, prefix) == [], prefix
 
 
 def chart_values(root: str, etcd_endpoint: str, nats_url: str, storage_uri: str, port: int) -> dict:
@@ -259,7 +273,7 @@ async def test_helm_install_to_uninstall(
     (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
     cp.kubectl("create", "namespace", RELEASE_NS)
     for ns in (RELEASE_NS, NS):  # `kubectl create secret` where the pods and the jobs run
-        cp.kubectl("apply", "-f", "-", input=json.dumps(_s3_secret(ns)))
+        cp.kubectl("apply", "-f", "-", input=json.dumps(s3_secret(ns)))
 
     def helm(*args: str) -> str:
         out = cp.helm(*args, check=False)
@@ -389,15 +403,7 @@ async def _scenario(cp, node, helm, values, storage_uri, etcd_endpoint, root, tm
     # Delete the Collection → the Milvus collection, its data and its children are gone.
     cp.kubectl("-n", NS, "delete", "collection", "docs", "--timeout=120s")
     await eventually(lambda: not get(cp, "segments")["items"], 60, "the Segments to go (garbage collector)")
-    kv = await EtcdKV.connect([etcd_endpoint], f"{root}/meta")
-    try:
-        for prefix in catalog.collection_owned_prefixes(cid, vchannels):
-            assert not await kv.get_prefix(prefix), prefix
-    finally:
-        await kv.close()
-    store = ObjectStore.from_uri(storage_uri)
-    for prefix in (paths.insert_log_prefix(cid), paths.ddl_prefix(cid), paths.stats_log_prefix(cid)):
-        assert await asyncio.to_thread(store.list_sync, prefix) == [], prefix
+    await assert_collection_gone(etcd_endpoint, root, storage_uri, cid, vchannels)
     # Not one request of the operator was refused.
     assert "Forbidden" not in pod_logs(node, RELEASE_NS, f"{RELEASE}-operator", tail=10**7)
 
@@ -416,7 +422,7 @@ def test_the_operator_runs_as_a_user_the_image_does_not_know(
                                     "fsGroup": 1000680000}  # fmt: skip
     (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
     cp.kubectl("create", "namespace", ns)
-    cp.kubectl("apply", "-f", "-", input=json.dumps(_s3_secret(ns)))
+    cp.kubectl("apply", "-f", "-", input=json.dumps(s3_secret(ns)))
     try:
         out = cp.helm("install", release, str(CHART), "-n", ns, "-f", str(tmp_path / "values.yaml"),
                       "--wait", "--timeout", "2m", check=False)  # fmt: skip
