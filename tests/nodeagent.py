@@ -328,7 +328,12 @@ class Pod:
                 src = src / sub
             dst = shlex.quote(m["mountPath"])
             # A mount point the host lacks is made (empty, on the host) as a runtime would in the
-            # image's root file system.
+            # image's root file system; the agent removes it again when it stops.
+            missing = Path(m["mountPath"])
+            while not missing.parent.exists():
+                missing = missing.parent
+            if not missing.exists():
+                self.agent.made_dirs.add(missing)
             lines.append(f"[ -e {dst} ] || mkdir -p {dst}")
             lines.append(f"mount --bind {shlex.quote(str(src))} {dst}")
             if m.get("readOnly") or ro:
@@ -603,6 +608,7 @@ class NodeAgent:
         self.creds = cp.credentials(f"system:node:{name}", ("system:nodes",))
         self.pods: dict[str, Pod] = {}
         self.errors: list[str] = []
+        self.made_dirs: set[Path] = set()  # mount points made on the host, removed at the end
         self._stop = threading.Event()
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -621,6 +627,10 @@ class NodeAgent:
         if self._loop is not None and self._wake is not None:
             self._loop.call_soon_threadsafe(self._wake.set)
         self._thread.join(60)
+        for top in self.made_dirs:  # empty directories only: nothing of the host goes
+            for d in sorted((p for p in [top, *top.rglob("*")] if p.is_dir()), key=lambda p: -len(p.parts)):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
 
     def poke(self) -> None:
         if self._wake is not None:
