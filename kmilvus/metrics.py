@@ -56,6 +56,11 @@ ON_DEMAND_TICKS = Counter(
     "kmilvus_rootcoord_on_demand_ticks_total", "Time ticks published at once on a flushed collection's channels."
 )
 DROPPED_COLLECTIONS = Counter("kmilvus_datacoord_dropped_collections_total", "Collections whose data was removed.")
+DROP_RETRIES = Counter(
+    "kmilvus_rootcoord_drop_retries_total",
+    "Failed attempts of a drop's resumable tail (broadcast, release, DataCoord's removal), each retried.",
+    ["kind"],
+)
 SECURITY_DENIED = Counter(
     "kmilvus_proxy_denied_total", "Calls refused by authentication or privilege checks.", ["method", "reason"]
 )
