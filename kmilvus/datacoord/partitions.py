@@ -18,7 +18,7 @@ log = get_logger(__name__)
 
 
 class DataCoordPartitionsMixin:
-    """Needs DataCoord's `meta`, `store`, `_assign_lock` and `dropped_partitions`."""
+    """Needs DataCoord's `meta`, `remover`, `_assign_lock` and `dropped_partitions`."""
 
     dropped_partitions: set[tuple[int, int]]
 
@@ -30,10 +30,13 @@ class DataCoordPartitionsMixin:
     @merr.rpc()
     async def DropPartition(self, req: data_coord_pb2.DropPartitionRequest, context=None):
         coll, part = req.collectionID, req.partitionID
+        if not await self.remover.is_dropped(coll, part):
+            raise merr.MilvusError(
+                merr.UNEXPECTED, f"partition {part} still exists: DataCoord removes only what RootCoord dropped"
+            )
         async with self._assign_lock:
             self.dropped_partitions.add((coll, part))
-        for prefix in paths.partition_prefixes(coll, part):
-            await self.store.delete_prefix(prefix)
+        await self.remover.remove_dropped(paths.partition_prefixes(coll, part), coll, part)
         gone = await self.meta.drop_partition_meta(coll, part)
         log.info("partition data dropped", collection=coll, partition=part, segments=len(gone))
         return merr.success()

@@ -65,6 +65,11 @@ def segment_prefix(coll_id: int | None = None) -> str:
     return "datacoord-meta/s/" if coll_id is None else f"datacoord-meta/s/{coll_id}/"
 
 
+def partition_segment_prefix(coll_id: int, part_id: int) -> str:
+    """Every segment key of one partition."""
+    return f"datacoord-meta/s/{coll_id}/{part_id}/"
+
+
 def binlog_key(coll_id: int, seg_id: int, log_id: int) -> str:
     """`{prefix}/{collectionID}/{segmentID}/{idx}` (docs/architecture/storage.md)."""
     return f"datacoord-meta/binlog/{coll_id}/{seg_id}/{log_id}"
