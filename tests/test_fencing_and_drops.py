@@ -5,7 +5,10 @@ coordinators in the test's event loop on real etcd, NATS and storage:
   waits for it;
 - a DataCoord that lost its leader lock, or etcd, deletes nothing its successor's meta refers to
   (its garbage collector and its jobs' clean-up decide on etcd, by the leader only), and an
-  import commit whose answer is lost is read back from etcd, not cleaned up.
+  import commit whose answer is lost is read back from etcd, not cleaned up;
+- drops leave nothing behind: a late SaveBinlogPaths after DropCollection is refused and what it
+  wrote is collected, DropPartition fails the partition's jobs (and etcd refuses a commit into
+  it), and no log key of a dropped partition's segments is left.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2
 from kmilvus.storage import paths
 from kmilvus.util import failpoint, merr
-from tests.coordutil import DIM, Coords
+from tests.coordutil import DIM, Coords, watched_by_a_datanode
 from tests.harness import NodeThread, make_config
 from tests.util import TcpRelay, eventually, wait_until
 
@@ -351,3 +354,111 @@ async def test_an_import_whose_commit_answer_is_lost_stays_completed(coords, tmp
     for s in segs:
         for b in s.binlogs.values():
             assert await c.store.exists(b.log_path), f"{b.log_path} of a committed import deleted"
+
+
+# ---------------------------------------------------------------------------- nothing left behind (item 9)
+
+
+async def _drop_partition_p(c: Coords, coll: int, part: int) -> None:
+    merr.check(await c.rc.DropPartition(milvus_pb2.DropPartitionRequest(collection_name="c", partition_name="p")))
+    await _partition_drop_done(c, coll, part)
+
+
+async def test_drop_partition_leaves_no_log_key_of_its_segments(coords):
+    c = coords
+    desc = await _with_partition_p(c)
+    coll, ch = desc.collectionID, desc.virtual_channel_names[0]
+    _, part = _coll_part(c.rc, partition="p")
+    sid = await _data_in(c, coll, part, ch, 920)
+    await _drop_partition_p(c, coll, part)
+    assert await c.kv.get(keys.segment_key(coll, part, sid)) is None
+    for prefix in (keys.binlog_prefix(coll, sid), keys.deltalog_prefix(coll, sid), keys.statslog_prefix(coll, sid)):
+        assert not await c.kv.get_prefix(prefix), f"{prefix} left behind"
+
+
+async def test_a_late_save_after_drop_collection_is_refused_and_its_files_collected(coords):
+    """A DataNode whose flush was under way when its collection was dropped writes its files and
+    calls SaveBinlogPaths after the drop: refused as a dropped collection (the DataNode then
+    deletes its files), and whatever such a DataNode leaves (it died before deleting) the garbage
+    collector finds — a file whose segment and collection no meta knows."""
+    c = coords
+    desc = await c.create_collection("c", shards=1)
+    coll, ch = desc.collectionID, desc.virtual_channel_names[0]
+    dn = await watched_by_a_datanode(c, [ch], 9)
+    _, part = _coll_part(c.rc)
+    sid = (await c.assign(coll, ch, 5)).segIDAssignments[0].segID
+    version = dn.watches[ch]
+    merr.check(await c.rc.DropCollection(milvus_pb2.DropCollectionRequest(collection_name="c")))
+    await eventually(lambda: not c.dc.meta.by_collection(coll), what="DataCoord's part of the drop")
+    late = [paths.insert_log_key(coll, part, sid, 930), paths.ddl_key(coll, 931), paths.ddl_ts_key(coll, 932)]
+    for key in late:
+        await c.store.write(key, b"PAR1")
+    save = internal_pb2.SaveBinlogPathsRequest(
+        segmentID=sid,
+        collectionID=coll,
+        partitionID=part,
+        channel=ch,
+        nodeID=9,
+        watch_version=version,
+        flushed=True,
+        binlogs=[_binlog(late[0], 930)],
+    )
+    save.ddl_binlog_metas.add(ddl_binlog_path=late[1], ts_binlog_path=late[2])
+    refused = await c.dc.SaveBinlogPaths(save)
+    assert refused.code == merr.COLLECTION_NOT_FOUND[0], refused
+    await c.dc.gc.collect()
+    for key in late:
+        assert not await c.store.exists(key), f"{key} of a dropped collection left behind"
+    await dn.session.stop()
+
+
+async def _import_held_at_commit(c: Coords, tmp_path: Path):
+    """An import into partition `p` of a new collection, its files written and its commit held:
+    (collection, partition, request, job ID, the event that lets the commit go on)."""
+    await _with_partition_p(c)
+    coll, part = _coll_part(c.rc, partition="p")
+    req = await _import_request(c.rc, "c", _parquet(tmp_path / "in.parquet"), partition="p")
+    reached, resume = _pause_commit(c.dc)
+    job_id = (await c.dc.Import(req)).jobID
+    await eventually(reached.is_set, 120, "the import written, its commit held")
+    return coll, part, req, job_id, resume
+
+
+async def test_drop_partition_fails_the_imports_into_it(coords, tmp_path):
+    """An import into a partition is about to commit when the partition is dropped: the drop
+    fails the job (its files removed) instead of letting it register segments in a partition
+    that is gone; a later import into the dropped partition is refused."""
+    c = coords
+    coll, part, req, job_id, resume = await _import_held_at_commit(c, tmp_path)
+    try:
+        await _drop_partition_p(c, coll, part)
+        stored = data_coord_pb2.ImportJob.FromString(await c.kv.get(keys.import_job_key(coll, job_id)))
+        assert stored.state == IS.ImportFailed and "dropped" in stored.reason, stored
+    finally:
+        resume.set()
+    await eventually(lambda: job_id not in c.dc.imports.tasks, what="the import's monitor to end")
+    assert not await c.kv.get_prefix(keys.partition_segment_prefix(coll, part))
+    assert not await c.store.list(paths.partition_prefix(coll, part))
+    again = await c.dc.Import(req)
+    assert again.status.code == merr.PARTITION_NOT_FOUND[0], again.status
+
+
+async def test_an_import_commit_into_a_dropped_partition_is_refused_by_etcd(coords, tmp_path, monkeypatch):
+    """A job that escaped DropPartition's cancellation (created in a race with it) must still
+    not register segments in the dropped partition: its commit compares the partition's drop
+    record in the same transaction."""
+    c = coords
+
+    async def escaped(coll_id: int, part_id: int) -> None:
+        return None
+
+    monkeypatch.setattr(c.dc.jobs, "cancel_partition", escaped, raising=False)
+    coll, part, _, job_id, resume = await _import_held_at_commit(c, tmp_path)
+    try:
+        await _drop_partition_p(c, coll, part)
+    finally:
+        resume.set()
+    await eventually(lambda: c.dc.imports.jobs[job_id].state in FINISHED, 60)
+    assert c.dc.imports.jobs[job_id].state == IS.ImportFailed
+    assert not await c.kv.get_prefix(keys.partition_segment_prefix(coll, part))
+    assert not await c.store.list(paths.partition_prefix(coll, part))

@@ -316,7 +316,10 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 f"sources {src_rows}",
             )
         ops: list[Op] = []
-        compares = [Cmp.exists(keys.compaction_job_key(coll, job.compactionID))]
+        compares = [
+            Cmp.exists(keys.compaction_job_key(coll, job.compactionID)),
+            Cmp.missing(keys.dropped_partition_key(coll, part)),  # DropPartition writes it first
+        ]
         new: list[Segment] = []
         dml = max(
             (s.info.dml_position for s in sources if s.info.HasField("dml_position")),
@@ -424,6 +427,9 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
     def outputs(self, job: data_coord_pb2.CompactionJob) -> list[tuple[int, int, int]]:
         """The targets of every plan not done (a swapped plan's targets are live segments)."""
         return [(job.collectionID, p.partitionID, t) for p in job.plans if p.state not in PLAN_DONE for t in p.targets]
+
+    def writes_into(self, job: data_coord_pb2.CompactionJob, part: int) -> bool:
+        return any(p.partitionID == part and p.state not in PLAN_DONE for p in job.plans)
 
     def record_failure(self, job: data_coord_pb2.CompactionJob, reason: str) -> None:
         for plan in job.plans:

@@ -109,6 +109,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 schema_of=self.channels.schema_of,
                 rows_per_segment=self.segments.rows_per_segment,
                 dropping=self._dropping.__contains__,
+                partition_dropped=lambda coll, part: (coll, part) in self.dropped_partitions,
                 ttl_of=self._collection_ttl,
                 remover=self.remover,
             )
@@ -133,6 +134,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
     # Lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         await self.meta.load()
+        await self._load_dropped_partitions()
         await self.channels.load()
         for info in self.channels.infos.values():
             self.segments.set_schema(info.collectionID, schema_pb2.CollectionSchema.FromString(info.schema))
@@ -451,8 +453,13 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
 
     @merr.rpc()
     async def SaveBinlogPaths(self, req: internal_pb2.SaveBinlogPathsRequest, context=None):
-        if req.collectionID in self._dropping:
+        # A dropped (or dropping) collection or partition is refused before the watch check: its
+        # DataNode then deletes what it wrote at once (a channel moved elsewhere keeps its files
+        # for the new owner's sake, and only the garbage collector would find them).
+        if req.collectionID in self._dropping or req.collectionID not in self.channels.collections():
             raise merr.collection_not_found(req.collectionID)
+        if (req.collectionID, req.partitionID) in self.dropped_partitions:
+            raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
         if req.channel and not self.channels.is_current_watch(req.channel, req.nodeID, req.watch_version):
             raise merr.MilvusError(
                 merr.CHANNEL_NOT_FOUND,

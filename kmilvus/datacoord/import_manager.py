@@ -63,6 +63,10 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
         coll = req.collectionID
         if port.dropping(coll) or not port.channels_of(coll):
             raise merr.collection_not_found(req.collection_name or coll)
+        if port.partition_dropped(coll, req.partitionID):
+            raise merr.MilvusError(
+                merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name or req.partitionID}]"
+            )
         if not req.files:
             raise merr.invalid("import requires at least one file")
         if bad := infiles.unimportable_fields(schema_pb2.CollectionSchema.FromString(req.schema)):
@@ -161,7 +165,12 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
         vchans = list(job.vchannels) or port.channels_of(coll)
         seg_rows = int(spec["segment_max_rows"])
         ops: list[Op] = []
-        compares = [Cmp.exists(keys.import_job_key(coll, job.jobID))]
+        # The partition must not have been dropped meanwhile: its drop record is compared in
+        # the same transaction (DropPartition writes it before it cancels the partition's jobs).
+        compares = [
+            Cmp.exists(keys.import_job_key(coll, job.jobID)),
+            Cmp.missing(keys.dropped_partition_key(coll, part)),
+        ]
         segs: list[Segment] = []
         total = 0
         for k, m in enumerate(manifest["segments"]):
@@ -224,7 +233,7 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
             ):
                 raise merr.MilvusError(
                     merr.IMPORT_FAILED,
-                    "the collection was dropped or its segments changed while the import ran",
+                    "the collection or partition was dropped, or its segments changed, while the import ran",
                 )
             for s in segs:
                 port.meta.segments[s.id] = s
@@ -253,3 +262,6 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
         spec = json.loads(job.spec)
         coll, part, start = int(spec["collection_id"]), int(spec["partition_id"]), int(spec["segment_id_start"])
         return [(coll, part, start + k) for k in range(int(spec["segment_count"]))]
+
+    def writes_into(self, job: data_coord_pb2.ImportJob, part: int) -> bool:
+        return job.partitionID == part

@@ -7,7 +7,8 @@
             the failure (the manifest's file/row/reason first) recorded, then partial files
             removed — both decided on etcd (a commit whose answer was lost may have applied)
     resume: a restarted DataCoord follows every unfinished job again (by its handle)
-    cancel: DropCollection cancels the monitors, stops and releases the applications
+    cancel: DropCollection cancels the monitors, stops and releases the applications;
+            DropPartition fails the jobs that write into the partition
     fenced: a DataCoord that lost its leader lock leaves every job as etcd has it (its
             successor follows them), and deletes nothing
 
@@ -66,6 +67,7 @@ class JobPort:
     schema_of: Callable[[int], schema_pb2.CollectionSchema | None]
     rows_per_segment: Callable[[int, schema_pb2.CollectionSchema], int]
     dropping: Callable[[int], bool]  # a DropCollection is under way
+    partition_dropped: Callable[[int, int], bool]  # (collection, partition) dropped or being dropped
     ttl_of: Callable[[int], Awaitable[int]]  # the collection's TTL in seconds (0: none), from RootCoord
     remover: FencedRemover  # every file deletion goes through it
 
@@ -136,6 +138,10 @@ class JobLifecycle(Generic[J]):
     def outputs(self, job: J) -> list[tuple[int, int, int]]:
         """(collection, partition, segment) of every segment the job may have written and not
         registered yet: what a failure removes (each only if etcd does not know it)."""
+        raise NotImplementedError
+
+    def writes_into(self, job: J, part: int) -> bool:
+        """Whether the unfinished job would register segments in partition `part`."""
         raise NotImplementedError
 
     def record_failure(self, job: J, reason: str) -> None:
@@ -368,4 +374,16 @@ class JobLifecycle(Generic[J]):
             await self._release_handle(j.handle)
             self.jobs.pop(self.job_id(j), None)
             self.on_finished(j)
+        return len(jobs)
+
+    async def cancel_partition(self, coll: int, part: int) -> int:
+        """DropPartition: stop every unfinished job that writes into the partition and fail it
+        (its outputs removed). Returns how many there were."""
+        jobs = [j for j in self.of_collection(coll) if not self.finished(j) and self.writes_into(j, part)]
+        await self.cancel_tasks([self.job_id(j) for j in jobs])
+        for j in jobs:
+            await self._cancel_handle(j.handle)
+            if not self.finished(j):
+                await self.fail(j, f"partition {part} was dropped")
+            await self._release_handle(j.handle)
         return len(jobs)
