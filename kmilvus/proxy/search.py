@@ -11,14 +11,15 @@ import pyarrow as pa
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
+from kmilvus.index import params as index_params
+from kmilvus.index import vectors as kvectors
 from kmilvus.proto import data_coord_pb2, query_node_pb2
 from kmilvus.proxy import read_path
 from kmilvus.querynode import reduce, vector_search
-from kmilvus.util import merr, typeutil
+from kmilvus.util import fieldtypes, merr, typeutil
 
 DT = schema_pb2.DataType
 TOPK_LIMIT = 16384  # Milvus' quotaAndLimits.limits.topK
-PH = common_pb2.PlaceholderType
 
 
 def _int_param(params: dict[str, str], key: str, default: int) -> int:
@@ -32,7 +33,7 @@ def _int_param(params: dict[str, str], key: str, default: int) -> int:
 
 
 def _anns_field(meta, params: dict[str, str]) -> schema_pb2.FieldSchema:
-    vectors = [f for f in meta.schema.fields if f.data_type == DT.FloatVector]
+    vectors = [f for f in meta.schema.fields if fieldtypes.is_vector(f.data_type)]
     name = params.get("anns_field", "")
     if name:
         f = next((f for f in vectors if f.name == name), None)
@@ -46,25 +47,13 @@ def _anns_field(meta, params: dict[str, str]) -> schema_pb2.FieldSchema:
     return vectors[0]
 
 
-def query_vectors(req: milvus_pb2.SearchRequest, field: schema_pb2.FieldSchema) -> np.ndarray:
-    """The placeholder group's vectors as an (nq, dim) float32 array, each checked against the
-    field's dim."""
+def query_vectors(req: milvus_pb2.SearchRequest, field: schema_pb2.FieldSchema) -> kvectors.Vectors:
+    """The placeholder group's vectors as the field's index takes them (kmilvus.index.vectors),
+    checked against the field's type and dim."""
     group = common_pb2.PlaceholderGroup.FromString(req.placeholder_group)
     if not group.placeholders:
         raise merr.invalid("the search request has no query vectors")
-    ph = group.placeholders[0]
-    dim = typeutil.dim_of(field)
-    if ph.type != PH.FloatVector:
-        raise merr.invalid(
-            f"vector type must be the same, field {field.name} - type FloatVector, search info type {PH.Name(ph.type)}"
-        )
-    for v in ph.values:
-        if len(v) != dim * 4:
-            raise merr.MilvusError(
-                merr.PARAMETER_INVALID,
-                f"the dim ({len(v) // 4}) of field data({field.name}) is not equal to schema dim ({dim})",
-            )
-    return np.frombuffer(b"".join(ph.values), dtype="<f4").reshape(len(ph.values), dim)
+    return kvectors.from_placeholder(group.placeholders[0], field)
 
 
 def keep_after_offset(table: pa.Table, offset: int) -> pa.Table:
@@ -129,11 +118,18 @@ class ProxySearchMixin:
         ts = await read_path.guarantee_ts(self, meta, req)
         ttl_ts = await read_path.collection_ttl_ts(self, meta)
         extra = params.get("params") or "{}"
+        try:
+            knobs = json.loads(extra)
+        except ValueError:
+            knobs = None
+        if not isinstance(knobs, dict):
+            raise merr.invalid(f"search params must be a JSON object, got {extra}")
+        index_params.check_range_params(metric, knobs)
         qreq = query_node_pb2.SearchRequest(
             collectionID=meta.id,
             guarantee_ts=ts,
             collection_ttl_ts=ttl_ts,
-            vectors=queries.tobytes(),
+            vectors=kvectors.encode(queries),
             nq=len(queries),
             topk=offset + limit,
             metric_type=metric,
@@ -186,4 +182,9 @@ class ProxySearchMixin:
         have = index.get("metric_type", "").upper()
         if requested and have and requested.upper() != have:
             raise merr.invalid(f"metric type not match: invalid parameter[expected={have}][actual={requested}]")
-        return vector_search.check_metric(requested or have or "L2")
+        # Without an index: L2 for dense vectors (as before), Milvus' default for binary / sparse.
+        kind = index_params.vector_kind(field.data_type)
+        default = "L2" if kind == index_params.DENSE else index_params.default_metric(field.data_type)
+        return index_params.check_search_metric(
+            field.data_type, vector_search.check_metric(requested or have or default)
+        )

@@ -9,18 +9,18 @@ import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-import numpy as np
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
 from kmilvus.config import Config
+from kmilvus.index import vectors as kvectors
 from kmilvus.log import get_logger
 from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
 from kmilvus.querynode import reduce, vector_search
 from kmilvus.querynode.delegator import ChannelDelegator
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
-from kmilvus.querynode.segments import SegmentData
+from kmilvus.querynode.segments import SegmentData, field_type
 from kmilvus.storage import deltalog
 from kmilvus.storage.binlog import read_binlogs
 from kmilvus.util import memory, merr, typeutil
@@ -276,7 +276,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
         flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts)
         params = json.loads(req.params) if req.params else {}
-        queries = np.frombuffer(req.vectors, dtype="<f4").reshape(req.nq, -1)
+        queries = kvectors.decode(req.vectors, req.nq, field_type(coll.schema, req.anns_fieldID))
         segments = coll.segments(req.vchannels, req.partitionIDs)
         metric = vector_search.check_metric(req.metric_type)
         radius = params.get("radius")

@@ -89,7 +89,7 @@ def search_segments(
         valid = _alive(seg, deletes, flt)
         if valid is not None and not valid.any():
             return None
-        index = seg.indexes.get(anns_field)
+        index = seg.index_for(anns_field, metric)
         if index is not None:
             if radius is not None:
                 lims, dd, oo = index.range_search(queries, radius, range_filter, params, valid)
