@@ -168,6 +168,14 @@ class BinaryIndex(AsyncSearch):
         knobs = P.check_search_params(self.index_type, k, search_params or {})
         if self.num_rows == 0:
             return topk.empty(len(queries), k)
+        if self.order is None:  # BIN_FLAT: every row, one (nq, n) distance matrix
+            dist = distances(self._words, _words(np.ascontiguousarray(queries, dtype=np.uint8)), self.metric_type)
+            if self.metric_type in (P.SUBSTRUCTURE, P.SUPERSTRUCTURE):
+                # Up to k matches in row order, each at distance 0 (knowhere's binary_knn_mc).
+                rank = np.where(np.isfinite(dist), np.arange(self.num_rows, dtype=np.float64), np.nan)
+                _, o = topk.select_dense(rank, k, larger=False, valid=valid)
+                return np.where(o >= 0, 0.0, np.nan).astype(np.float32), o
+            return topk.select_dense(dist, k, larger=False, valid=valid)
         qid, rows, d = self._scored(queries, knobs, valid)
         return topk.select(qid, rows, d, len(queries), k, larger=False)
 

@@ -3,7 +3,8 @@ score candidates themselves (binary, sparse) rather than through faiss.
 
 A result is Milvus' shape: (distances [nq, k] float32, offsets [nq, k] int64), best first, offset
 -1 (distance NaN) where fewer than k rows qualify; a range result is (lims [nq+1], distances,
-offsets) with query i's hits at [lims[i], lims[i+1]), best first. Ties keep row order.
+offsets) with query i's hits at [lims[i], lims[i+1]), best first. Equal scores come in row
+order; which of several rows tied at the k-th place is kept is not defined (as in faiss).
 """
 
 from __future__ import annotations
@@ -19,18 +20,25 @@ def select(
     qid: np.ndarray, rows: np.ndarray, scores: np.ndarray, nq: int, k: int, larger: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """The best `k` (row, score) pairs per query from flat candidate arrays (one entry per
-    (query, row) candidate): one lexsort, no per-row loop."""
+    (query, row) candidate): per query an argpartition of its candidates, then a sort of the k
+    it keeps — no per-row loop (the loop is over queries)."""
     out_d, out_i = empty(nq, k)
     if not len(rows):
         return out_d, out_i
+    if len(qid) > 1 and not bool(np.all(qid[1:] >= qid[:-1])):
+        order = np.argsort(qid, kind="stable")
+        qid, rows, scores = qid[order], rows[order], scores[order]
     key = -scores.astype(np.float64) if larger else scores.astype(np.float64)
-    order = np.lexsort((rows, key, qid))
-    q_sorted = qid[order]
-    rank = np.arange(len(order)) - np.searchsorted(q_sorted, q_sorted, side="left")
-    take = order[rank < k]
-    r = rank[rank < k]
-    out_d[qid[take], r] = scores[take]
-    out_i[qid[take], r] = rows[take]
+    bounds = np.searchsorted(qid, np.arange(nq + 1))
+    for i in range(nq):
+        a, b = int(bounds[i]), int(bounds[i + 1])
+        if a == b:
+            continue
+        kq, rq = key[a:b], rows[a:b]
+        part = np.argpartition(kq, k - 1)[:k] if b - a > k else np.arange(b - a)
+        best = part[np.lexsort((rq[part], kq[part]))]  # by score, then row
+        out_d[i, : len(best)] = scores[a:b][best]
+        out_i[i, : len(best)] = rq[best]
     return out_d, out_i
 
 
