@@ -110,6 +110,8 @@ def test_sparse_parameter_checks(client):
         p.add_index(field, index_type=index_type, metric_type=metric, params=params or {})
         return lambda: client.create_index("spx", p)
 
+    e = _err(lambda: client.load_collection("spx"))  # every vector field needs an index, as in Milvus
+    assert e.code == 700 and "there is no vector index on field: [v]" in e.message
     e = _err(index("v", "SPARSE_INVERTED_INDEX", "L2"))
     assert e.code == 1100 and "only IP is the supported metric type for sparse index" in e.message
     e = _err(index("v", "SPARSE_INVERTED_INDEX", "BM25"))
