@@ -1,6 +1,6 @@
 """What every index kind shares: the index file's layout and the async search calls.
 
-An index file is `MAGIC`, the length of a JSON meta, the meta (kind, index type, metric, build
+An index file is fileformat's envelope (`MAGIC`, the meta: kind, index type, metric, build
 params), then the payload: faiss' serialization for a dense index, or numpy arrays one after
 another (named, typed and shaped in the meta) for the binary and sparse indexes. A file written
 before the kind was recorded is a dense one.
@@ -9,16 +9,15 @@ before the kind was recorded is a dense one.
 from __future__ import annotations
 
 import asyncio
-import json
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-MAGIC = b"KMIDX1\0\0"
-_HEADER = struct.Struct("<8sI")  # magic, meta JSON length
+from kmilvus.index import fileformat
+
+MAGIC = b"KMIDX1\0\0"  # kmilvus/index/fileformat.py's envelope
 
 
 @dataclass
@@ -38,17 +37,11 @@ class IndexFile:
 
 
 def pack(meta: Mapping[str, Any], payload: bytes) -> bytes:
-    blob = json.dumps(meta).encode()
-    return _HEADER.pack(MAGIC, len(blob)) + blob + payload
+    return fileformat.pack(MAGIC, dict(meta)) + payload
 
 
 def unpack(data: bytes | memoryview) -> tuple[dict[str, Any], memoryview]:
-    buf = memoryview(data)
-    magic, n = _HEADER.unpack_from(buf)
-    if magic != MAGIC:
-        raise ValueError("not a kmilvus index file")
-    meta = json.loads(bytes(buf[_HEADER.size : _HEADER.size + n]))
-    return meta, buf[_HEADER.size + n :]
+    return fileformat.unpack(data, MAGIC, "index")
 
 
 def pack_arrays(arrays: Mapping[str, np.ndarray]) -> tuple[list[list[Any]], bytes]:

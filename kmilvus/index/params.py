@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus.index import scalar_params
 from kmilvus.util import typeutil
 from kmilvus.util.merr import PARAMETER_INVALID, UNEXPECTED, MilvusError
 
@@ -63,8 +64,6 @@ DENSE_INDEXES = (FLAT, IVF_FLAT, IVF_SQ8, IVF_PQ, SCANN, HNSW)
 BINARY_INDEXES = (BIN_FLAT, BIN_IVF_FLAT)
 SPARSE_INDEXES = (SPARSE_INVERTED_INDEX, SPARSE_WAND)
 VECTOR_INDEX_TYPES = (*DENSE_INDEXES, *BINARY_INDEXES, *SPARSE_INDEXES, AUTOINDEX)
-# Scalar index types Milvus knows: not built here yet (answered as not supported).
-SCALAR_INDEX_TYPES = ("STL_SORT", "Trie", "TRIE", "INVERTED", "SORT", "BITMAP")
 
 MIN_NLIST, MAX_NLIST = 1, 65536
 MIN_NBITS, MAX_NBITS, DEFAULT_NBITS = 1, 16, 8
@@ -182,8 +181,6 @@ def check_index_params(params: Mapping[str, str], field: schema_pb2.FieldSchema,
         out[INDEX_TYPE] = index_type = AUTOINDEX  # Milvus builds AUTOINDEX when none is named
     if index_type == AUTOINDEX and set(out) - {INDEX_TYPE, METRIC_TYPE, DIM}:
         raise _unexpected("only metric type can be passed when use AutoIndex")
-    if index_type in SCALAR_INDEX_TYPES:
-        raise MilvusError(PARAMETER_INVALID, f"scalar index {index_type} is not supported by kmilvus yet")
     if index_type not in VECTOR_INDEX_TYPES:
         raise _unexpected(f"invalid index type: {index_type}")
     kind = vector_kind(field.data_type)
@@ -286,6 +283,9 @@ def check_field_index(
     """CreateIndex's checks against a schema, as the Proxy makes them: the field must exist
     (`field not found[field=x]`), then `check_index_params`. Returns (field, params as stored)."""
     field = typeutil.field_by_name(schema, field_name)
+    flat = {k: str(v) for k, v in params.items()}
+    if scalar_params.is_scalar_request(flat.get(INDEX_TYPE), field):  # kmilvus/index/scalar_params.py
+        return field, scalar_params.check_scalar_index(flat, field)
     kind = vector_kind(field.data_type)
     dim = typeutil.dim_of(field) if kind in (DENSE, BINARY) else 0
     return field, check_index_params({k: str(v) for k, v in params.items()}, field, dim)
@@ -293,6 +293,8 @@ def check_field_index(
 
 def user_params(checked: Mapping[str, str]) -> dict[str, str]:
     """What DescribeIndex shows: index_type, metric_type and the rest as a `params` JSON object."""
+    if scalar_params.is_scalar_build(checked):
+        return scalar_params.user_params(checked)
     rest = {k: _num(v) for k, v in checked.items() if k not in (INDEX_TYPE, METRIC_TYPE, DIM, DATA_TYPE)}
     return {INDEX_TYPE: checked[INDEX_TYPE], METRIC_TYPE: checked[METRIC_TYPE], PARAMS: json.dumps(rest)}
 

@@ -40,6 +40,8 @@ class SegmentData:
     vectors: dict[int, np.ndarray] = field(default_factory=dict)
     sq_norms: dict[int, np.ndarray] = field(default_factory=dict)
     indexes: dict[int, Any] = field(default_factory=dict)  # field ID → its loaded kmilvus.index index
+    # field ID → kmilvus.index.scalar_index.ScalarIndex (also in `indexes`): the filter's index path
+    scalar_indexes: dict[int, Any] = field(default_factory=dict)
     raw: dict[int, Any] = field(default_factory=dict)  # binary / sparse field ID → its kmilvus.index vectors
     _exact: dict[tuple[int, str], Any] = field(default_factory=dict)  # (field, metric) → brute force
     deltas: DeleteSet = field(default_factory=DeleteSet)  # its delta logs
@@ -102,6 +104,8 @@ class SegmentData:
         stores the vectors (the index is in place first: a reader sees one or the other)."""
         self.indexes[field_id] = index
         self.index_bytes += nbytes
+        if getattr(index, "scalar", False):
+            self.scalar_indexes[field_id] = index
         self.vectors.pop(field_id, None)
         self.sq_norms.pop(field_id, None)
         self.raw.pop(field_id, None)
