@@ -73,8 +73,9 @@ def _segment_topk(seg: SegmentData, plan: SearchPlan, valid: np.ndarray | None, 
     the field when it has one, its raw vectors exactly otherwise (None: no such vectors). `k`
     may exceed the plan's topk (group-by): the index then searches wider. An iterator page
     searches every stored vector (`VectorIndex.exhaustive`): a row an approximate search missed
-    before the page's bound would never come back."""
-    index = seg.indexes.get(plan.anns_field)
+    before the page's bound would never come back. Binary and sparse vectors without an index
+    are searched through an exact kmilvus.index index over them (`SegmentData.index_for`)."""
+    index = seg.index_for(plan.anns_field, plan.metric)
     if index is not None:
         if plan.radius is not None:
             lims, dd, oo = index.range_search(plan.queries, plan.radius, plan.range_filter, plan.params, valid)

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus.index import vectors as kvectors
 from kmilvus.parser import template_values
 from kmilvus.proto import query_node_pb2
 from kmilvus.querynode import vector_search
 from kmilvus.querynode.filter import Filter, compile_filter
+from kmilvus.querynode.segments import field_type
 
 
 @dataclass
@@ -44,7 +46,7 @@ class IteratorBound:
 @dataclass
 class SearchPlan:
     anns_field: int
-    queries: np.ndarray  # nq × dim float32
+    queries: kvectors.Vectors  # nq × dim float32 (dense), nq × dim/8 uint8 (binary) or SparseRows
     topk: int
     metric: str
     filter: Filter
@@ -87,7 +89,7 @@ def plan_from_request(
         bound = IteratorBound(float(b.bound), float(b.tolerance), excluded)
     return SearchPlan(
         anns_field=req.anns_fieldID,
-        queries=np.frombuffer(req.vectors, dtype="<f4").reshape(req.nq, -1),
+        queries=kvectors.decode(req.vectors, req.nq, field_type(schema, req.anns_fieldID)),
         topk=int(req.topk),
         metric=vector_search.check_metric(req.metric_type),
         filter=flt,
