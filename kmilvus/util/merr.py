@@ -126,7 +126,12 @@ def rpc(response_type: Any | None = None, *, status_field: str = "status"):
         async def inner(self, request, context=None):
             started = time.perf_counter()
             try:
-                return await fn(self, request, context)
+                resp = await fn(self, request, context)
+                if response_type is not None and resp is not None:
+                    # Milvus answers merr.Success() — a status that is present, not absent:
+                    # clients other than pymilvus (the Node.js SDK) read `status.error_code`.
+                    getattr(resp, status_field).SetInParent()
+                return resp
             except Exception as exc:  # every failure goes back as a status
                 status = status_of(exc)
                 metrics.RPC_FAILURES.labels(getattr(self, "role", "?"), method, str(status.code)).inc()

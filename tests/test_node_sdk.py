@@ -1,0 +1,48 @@
+"""Milvus' Node.js SDK (`@zilliz/milvus2-sdk-node` 3.x, pinned in tests/node/package-lock.json)
+against kmilvus, unchanged: each script in tests/node/ drives one area and prints what the SDK
+saw; these tests check it against what was written and against pymilvus' view of the same data.
+The differences found are listed in docs/user-guide/clients.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.nodejs import failed_steps, run_script, sdk_version
+
+
+def _address(node) -> str:
+    return node.uri.removeprefix("http://")
+
+
+def test_the_pinned_sdk_is_3x():
+    assert sdk_version().startswith("3."), sdk_version()
+
+
+def test_grpc_data_path(node, client):
+    rec = run_script("grpc_crud.mjs", _address(node))
+    assert not failed_steps(rec), failed_steps(rec)
+    v = {k: s["value"] for k, s in rec.items()}
+    # Every answer carries its status, as Milvus' do: the SDK reads `status.error_code`.
+    for name in ("describe", "insert", "search", "query", "get", "loadState", "stats"):
+        assert v[name]["status"]["error_code"] == "Success", (name, v[name])
+    assert v["has"]["value"] is True and v["hasAfterDrop"]["value"] is False
+    assert [f["name"] for f in v["describe"]["schema"]["fields"]] == ["id", "vec", "tag"]
+    assert v["insert"]["insert_cnt"] == "20"
+    assert v["stats"]["data"]["row_count"] == "20"
+    assert v["describeIndex"]["index_descriptions"][0]["field_name"] == "vec"
+    assert v["loadState"]["state"] == "LoadStateLoaded"
+    hits = v["search"]["results"]  # output fields `*`, the SDK's default: the key and every field
+    assert hits[0] == {"score": 0, "id": "5", "vec": [5, 6, 7, 8], "tag": "t2"}
+    assert {h["id"] for h in hits[1:]} == {"4", "6"} and [h["score"] for h in hits] == [0, 4, 4]
+    # Without the key among the output fields Milvus leaves it out, and so the SDK shows no id.
+    assert [sorted(h) for h in v["searchTagOnly"]["results"]] == [["score", "tag"]] * 3
+    assert sorted(int(row["id"]) for row in v["query"]["data"]) == [0, 1, 2]
+    row0 = next(r for r in v["query"]["data"] if int(r["id"]) == 0)
+    assert row0["tag"] == "t0" and row0["vec"] == [0, 1, 2, 3]
+    assert sorted((int(r["id"]), r["tag"]) for r in v["get"]["data"]) == [(4, "t1"), (5, "t2")]
+    assert int(v["count"]["data"]) == 20
+    assert v["delete"]["delete_cnt"] == "2"
+    assert sorted(int(r["id"]) for r in v["queryAfterDelete"]["data"]) == [0, 3]
+    assert v["queryAfterUpsert"]["data"][0]["tag"] == "up"
+    # pymilvus on the same server sees what Node left: nothing.
+    assert not client.has_collection("node_crud")
