@@ -46,3 +46,32 @@ def test_grpc_data_path(node, client):
     assert v["queryAfterUpsert"]["data"][0]["tag"] == "up"
     # pymilvus on the same server sees what Node left: nothing.
     assert not client.has_collection("node_crud")
+
+
+def test_grpc_partitions_aliases_databases_users(node, client):
+    rec = run_script("grpc_admin.mjs", _address(node))
+    assert not failed_steps(rec), failed_steps(rec)
+    v = {k: s["value"] for k, s in rec.items()}
+    for name, step in v.items():  # every answer is a success with its status present
+        status = step.get("status", step)
+        assert status.get("error_code") == "Success", (name, step)
+    assert v["listPartitions"]["partition_names"] == ["_default", "p1"] and v["hasPartition"]["value"] is True
+    assert v["partitionStats"]["data"]["row_count"] == "2"
+    assert sorted(int(r["id"]) for r in v["queryP1"]["data"]) == [1, 2]
+    assert v["listPartitionsAfterDrop"]["partition_names"] == ["_default"]
+    assert v["describeAlias"]["collection"] == "node_admin" and v["listAliases"]["aliases"] == ["node_alias"]
+    assert v["describeByAlias"]["schema"]["name"] == "node_admin"
+    assert "node_db" in v["listDatabases"]["db_names"] and v["describeDatabase"]["db_name"] == "node_db"
+    assert v["showInDb"]["collection_names"] == ["in_db"] and v["showAfterUse"]["collection_names"] == ["in_db"]
+    assert v["showDefault"]["collection_names"] == ["node_admin"]
+    assert "node_user" in v["listUsers"]["usernames"] and v["hasRole"]["hasRole"] is True
+    assert [r["name"] for r in v["selectUser"]["results"][0]["roles"]] == ["node_role"]
+    # The SDK's listGrants asks for database `*`: every database's grants, as Milvus answers.
+    grants = v["listGrants"]["entities"]
+    assert [(g["object"]["name"], g["object_name"], g["grantor"]["privilege"]["name"]) for g in grants] == [
+        ("Collection", "node_admin", "Search")
+    ]
+    assert grants[0]["db_name"] == "default"
+    # pymilvus sees what the SDK left behind: nothing.
+    assert "node_admin" not in client.list_collections() and "node_db" not in client.list_databases()
+    assert "node_user" not in client.list_users() and "node_role" not in client.list_roles()

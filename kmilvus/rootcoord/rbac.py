@@ -21,6 +21,7 @@ from kmilvus.rootcoord.credentials import _broadcast
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.privileges import (
+    ANY,
     BUILTIN_ROLES,
     OBJECT_TYPES,
     VALID_PRIVILEGES,
@@ -194,8 +195,8 @@ class RbacMixin:
                 continue
             if e.object_name and name != e.object_name:
                 continue
-            if e.db_name and gdb != db:
-                continue
+            if e.db_name and ANY not in (e.db_name, gdb) and gdb != db:
+                continue  # `*` asked or granted matches every database (Milvus' ListGrant)
             g = resp.entities.add(object_name=name, db_name=gdb)
             g.role.name = role
             g.object.name = obj_type
