@@ -75,3 +75,36 @@ def test_grpc_partitions_aliases_databases_users(node, client):
     # pymilvus sees what the SDK left behind: nothing.
     assert "node_admin" not in client.list_collections() and "node_db" not in client.list_databases()
     assert "node_user" not in client.list_users() and "node_role" not in client.list_roles()
+
+
+def test_http_client_on_the_restful_api(node, client):
+    rec = run_script("http_client.mjs", _address(node), node.rest_uri)
+    assert not failed_steps(rec), failed_steps(rec)
+    v = {k: s["value"] for k, s in rec.items()}
+    for name, body in v.items():
+        assert body["code"] == 0, (name, body)
+    assert v["hasCollection"]["data"] == {"has": True} and v["hasAfterDrop"]["data"] == {"has": False}
+    assert [f["name"] for f in v["describeCollection"]["data"]["fields"]] == ["id", "vec", "tag"]
+    assert v["insert"]["data"]["insertCount"] == 10
+    assert v["stats"]["data"] == {"rowCount": 10}  # collections/flush waited until flushed
+    assert v["loadState"]["data"]["loadState"] == "LoadStateLoaded"
+    assert v["listIndexes"]["data"] == ["vec_idx"] and v["describeIndex"]["data"][0]["indexType"] == "FLAT"
+    assert v["search"]["data"] == [{"id": "2", "tag": "t0", "distance": 0}, {"id": "1", "tag": "t1", "distance": 4}]
+    assert v["query"]["data"] == [{"id": str(i), "tag": f"t{i % 2}"} for i in range(3)]
+    assert v["get"]["data"] == [{"id": "7", "tag": "t1"}, {"id": "8", "tag": "t0"}]
+    assert v["delete"]["data"] == {"deleteCount": 2}
+    assert v["queryAfter"]["data"] == [{"id": "0", "tag": "t0"}, {"id": "1", "tag": "up"}]
+    assert v["listPartitions"]["data"] == ["_default", "hp"] and v["hasPartition"]["data"] == {"has": True}
+    assert v["describeAlias"]["data"]["collectionName"] == "node_http"
+    assert "node_http_db" in v["listDatabases"]["data"]
+    assert v["describeRole"]["data"][0]["privilege"] == "Search"
+    assert v["describeUser"]["data"] == ["node_http_role"]
+    assert v["compact"]["data"]["compactionID"] > 0
+    assert sorted(v["compactionState"]["data"]) == [
+        "compactionID",
+        "completedPlanNumber",
+        "executingPlanNumber",
+        "state",
+        "timeoutPlanNumber",
+    ]
+    assert "node_http" not in client.list_collections()
