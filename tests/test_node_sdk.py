@@ -5,8 +5,6 @@ The differences found are listed in docs/user-guide/clients.md."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.nodejs import failed_steps, run_script, sdk_version
 
 
