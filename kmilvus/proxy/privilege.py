@@ -24,6 +24,7 @@ from kmilvus.config import Config
 from kmilvus.log import audit, get_logger
 from kmilvus.proto import security_pb2
 from kmilvus.proxy.credentials import CredentialCache
+from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.privileges import (
@@ -85,11 +86,12 @@ class PolicyCache:
     def permitted(self, roles: Iterable[str], object_type: str, db: str, name: str, privilege: str) -> bool:
         g = self.grants
         for role in roles:
-            if (role, GLOBAL, db, ANY, PRIVILEGE_ALL) in g:
-                return True
-            for n in (name, ANY):
-                if (role, object_type, db, n, privilege) in g or (role, object_type, db, n, PRIVILEGE_ALL) in g:
+            for d in (db, ANY):  # a grant on database `*` holds in every database (RBAC v2)
+                if (role, GLOBAL, d, ANY, PRIVILEGE_ALL) in g:
                     return True
+                for n in (name, ANY):
+                    if (role, object_type, d, n, privilege) in g or (role, object_type, d, n, PRIVILEGE_ALL) in g:
+                        return True
         return False
 
 
@@ -301,6 +303,44 @@ class ProxyRbacMixin:
     @merr.rpc(milvus_pb2.SelectGrantResponse)
     async def SelectGrant(self, req, context=None):
         return await self.rootcoord.SelectGrant(req)
+
+    @merr.rpc()
+    async def OperatePrivilegeV2(self, req: milvus_pb2.OperatePrivilegeV2Request, context=None):
+        """Milvus' proxy: check the names (`*` = every database / collection), then RootCoord's
+        OperatePrivilege with version "v2" on object Global, the collection as object name."""
+        if req.type not in (milvus_pb2.Grant, milvus_pb2.Revoke):
+            raise merr.invalid(f"invalid operate privilege type: {req.type}")
+        if not req.grantor.privilege.name:
+            raise merr.invalid("the privilege name is empty")
+        req.db_name = req.db_name or DEFAULT_DB  # Milvus' fillDatabase: the client's database or default
+        for value, what in ((req.db_name, "database"), (req.collection_name, "collection")):
+            if value != ANY:
+                validate_name(value, what)
+        v1 = milvus_pb2.OperatePrivilegeRequest(type=req.type, version="v2")
+        e = v1.entity
+        e.role.name = req.role.name
+        e.object.name = GLOBAL
+        e.object_name = req.collection_name
+        e.db_name = req.db_name
+        e.grantor.privilege.name = req.grantor.privilege.name
+        e.grantor.user.name = current_user(context) or req.grantor.user.name or ROOT_USER
+        return await self.rootcoord.OperatePrivilege(v1)
+
+    @merr.rpc()
+    async def CreatePrivilegeGroup(self, req, context=None):
+        return await self.rootcoord.CreatePrivilegeGroup(req)
+
+    @merr.rpc()
+    async def DropPrivilegeGroup(self, req, context=None):
+        return await self.rootcoord.DropPrivilegeGroup(req)
+
+    @merr.rpc(milvus_pb2.ListPrivilegeGroupsResponse)
+    async def ListPrivilegeGroups(self, req, context=None):
+        return await self.rootcoord.ListPrivilegeGroups(req)
+
+    @merr.rpc()
+    async def OperatePrivilegeGroup(self, req, context=None):
+        return await self.rootcoord.OperatePrivilegeGroup(req)
 
     # Internal service (called by RootCoord) ---------------------------------------------
     @merr.rpc()

@@ -27,6 +27,7 @@ from kmilvus.rootcoord.alter import AlterMixin, check_collection_property
 from kmilvus.rootcoord.credentials import CredentialMixin
 from kmilvus.rootcoord.databases import DatabaseMixin
 from kmilvus.rootcoord.partitions import PartitionMixin
+from kmilvus.rootcoord.privilege_groups import PrivilegeGroupMixin
 from kmilvus.rootcoord.rbac import RbacMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
@@ -50,6 +51,7 @@ class RootCoord(
     AlterMixin,
     CredentialMixin,
     RbacMixin,
+    PrivilegeGroupMixin,
     DatabaseMixin,
     PartitionMixin,
     root_coord_pb2_grpc.RootCoordServicer,
