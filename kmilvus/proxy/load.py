@@ -6,6 +6,7 @@
     utility.load_state / MilvusClient.get_load_state     → GetLoadState
     utility.loading_progress                             → GetLoadingProgress
     Collection.get_replicas()                            → GetReplicas
+    MilvusClient.list_loaded_segments / utility.get_query_segment_info → GetQuerySegmentInfo
 
 QueryCoord does the work; the Proxy resolves names to IDs.
 """
@@ -15,7 +16,9 @@ from __future__ import annotations
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
-from kmilvus.proto import internal_pb2, query_coord_pb2
+from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, query_node_pb2
+from kmilvus.proxy import read_path
+from kmilvus.proxy.system import DEFAULT_RESOURCE_GROUP
 from kmilvus.util import merr
 
 
@@ -110,11 +113,49 @@ class ProxyLoadMixin:
         resp = await self.querycoord.GetShardLeaders(query_coord_pb2.GetShardLeadersRequest(collectionID=coll_id))
         merr.check(resp.status)
         out = milvus_pb2.GetReplicasResponse()
-        replica = out.replicas.add(replicaID=resp.replicaID, collectionID=coll_id, partition_ids=resp.partitionIDs)
+        replica = out.replicas.add(
+            replicaID=resp.replicaID,
+            collectionID=coll_id,
+            partition_ids=resp.partitionIDs,
+            resource_group_name=DEFAULT_RESOURCE_GROUP,  # the one group kmilvus has (kmilvus.proxy.system)
+        )
         nodes = sorted({leader.nodeID for leader in resp.leaders})
         replica.node_ids.extend(nodes)
         for leader in resp.leaders:
             replica.shard_replicas.add(
                 leaderID=leader.nodeID, dm_channel_name=leader.vchannel, node_ids=[leader.nodeID]
             )
+        return out
+
+    @merr.rpc(milvus_pb2.GetQuerySegmentInfoResponse)
+    async def GetQuerySegmentInfo(self, req: milvus_pb2.GetQuerySegmentInfoRequest, context=None):
+        """The sealed segments the QueryNodes serve (Milvus' QueryCoord GetSegmentInfo over its
+        distribution: growing data is not listed), with the index each is searched through."""
+        meta = await self.meta_cache.get(req.dbName, req.collectionName)
+        nodes, _ = await read_path.serving_nodes(self, meta)
+        indexes = await self.datacoord.DescribeIndex(
+            data_coord_pb2.DescribeIndexRequest(collectionID=meta.id, without_progress=True)
+        )
+        by_field = {i.index.fieldID: (i.index.index_name, i.index.indexID) for i in indexes.infos}
+        out = milvus_pb2.GetQuerySegmentInfoResponse()
+        for node_id in sorted(nodes):
+            dist = await self.registry.client(roles.QUERYNODE, node_id).GetDataDistribution(
+                query_node_pb2.GetDataDistributionRequest(collectionID=meta.id)
+            )
+            merr.check(dist.status)
+            for s in dist.segments:
+                name, index_id = next((by_field[f] for f in s.indexed_fieldIDs if f in by_field), ("", 0))
+                out.infos.add(
+                    segmentID=s.segmentID,
+                    collectionID=s.collectionID,
+                    partitionID=s.partitionID,
+                    mem_size=s.memory_bytes,
+                    num_rows=s.num_rows,
+                    index_name=name,
+                    indexID=index_id,
+                    nodeID=node_id,
+                    nodeIds=[node_id],
+                    state=common_pb2.SegmentState.Sealed,
+                    level=common_pb2.SegmentLevel.L1,
+                )
         return out

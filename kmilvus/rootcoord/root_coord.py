@@ -32,7 +32,7 @@ from kmilvus.rootcoord.rbac import RbacMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
-from kmilvus.util import merr
+from kmilvus.util import merr, metricsinfo
 from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
 from kmilvus.util.failpoint import failpoint
 from kmilvus.util.retry import supervise
@@ -196,6 +196,13 @@ class RootCoord(
         ticked only every `time_tick_idle_interval`)."""
         await self.tt_sync.demand(list(req.channels), req.timestamp)
         return merr.success()
+
+    @merr.rpc(milvus_pb2.GetMetricsResponse)
+    async def GetMetrics(self, req, context=None):
+        config = {"max_database_num": self.cfg.max_database_num, "max_partition_num": self.cfg.max_partition_num}
+        return await metricsinfo.coordinator_metrics(
+            self, req, config, None, (roles.QUERYCOORD, roles.DATACOORD), cluster_key="self"
+        )
 
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
