@@ -130,6 +130,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self._tt_sub = await self.stream.subscribe_core(chan.datanode_tt_subject(self.cfg.cluster), self._on_tt)
         self.channels.start()
         metrics.SEGMENTS.source = self._segment_counts
+        metrics.DATACOORD_SEGMENT_NUM.source = self._segment_counts  # Milvus' name for the same count
         self._tasks.every(CHECKPOINT_PERSIST_EVERY, self._background_step, "datacoord-background")
         self._tasks.every(lambda: self.cfg.gc_interval, self.gc.collect, "datacoord-gc")
         await self.jobs.start()
@@ -138,6 +139,8 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
     async def stop(self) -> None:
         if metrics.SEGMENTS.source == self._segment_counts:
             metrics.SEGMENTS.source = None
+        if metrics.DATACOORD_SEGMENT_NUM.source == self._segment_counts:
+            metrics.DATACOORD_SEGMENT_NUM.source = None
         await self._stop_indexes()
         await self.jobs.stop()
         await self._tasks.stop()

@@ -308,6 +308,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             info = infos[0]
             metrics.BINLOG_BYTES.inc(info.size)
             metrics.BINLOG_ROWS.inc(info.entries_num)
+            metrics.DATANODE_FLUSHED_ROWS.labels(str(self.server_id), "streaming").inc(info.entries_num)
             req.binlogs.add(
                 logID=log_id,
                 entries_num=info.entries_num,
