@@ -272,37 +272,34 @@ def current_user(context) -> str:
     return parse_authorization(_metadata(context).get("authorization", ""))[0]
 
 
+def _to_rootcoord(name: str, response_type=None):
+    """A Proxy RPC that RootCoord answers as it is: the interceptor has checked the caller."""
+
+    async def forward(self, req, context=None):
+        return await getattr(self.rootcoord, name)(req)
+
+    forward.__name__ = forward.__qualname__ = name
+    return merr.rpc(response_type)(forward)
+
+
 class ProxyRbacMixin:
     """The role and privilege RPCs: checked by the interceptor, executed by RootCoord."""
 
-    @merr.rpc()
-    async def CreateRole(self, req, context=None):
-        return await self.rootcoord.CreateRole(req)
-
-    @merr.rpc()
-    async def DropRole(self, req, context=None):
-        return await self.rootcoord.DropRole(req)
-
-    @merr.rpc()
-    async def OperateUserRole(self, req, context=None):
-        return await self.rootcoord.OperateUserRole(req)
-
-    @merr.rpc(milvus_pb2.SelectRoleResponse)
-    async def SelectRole(self, req, context=None):
-        return await self.rootcoord.SelectRole(req)
-
-    @merr.rpc(milvus_pb2.SelectUserResponse)
-    async def SelectUser(self, req, context=None):
-        return await self.rootcoord.SelectUser(req)
+    CreateRole = _to_rootcoord("CreateRole")
+    DropRole = _to_rootcoord("DropRole")
+    OperateUserRole = _to_rootcoord("OperateUserRole")
+    SelectRole = _to_rootcoord("SelectRole", milvus_pb2.SelectRoleResponse)
+    SelectUser = _to_rootcoord("SelectUser", milvus_pb2.SelectUserResponse)
+    SelectGrant = _to_rootcoord("SelectGrant", milvus_pb2.SelectGrantResponse)
+    CreatePrivilegeGroup = _to_rootcoord("CreatePrivilegeGroup")
+    DropPrivilegeGroup = _to_rootcoord("DropPrivilegeGroup")
+    ListPrivilegeGroups = _to_rootcoord("ListPrivilegeGroups", milvus_pb2.ListPrivilegeGroupsResponse)
+    OperatePrivilegeGroup = _to_rootcoord("OperatePrivilegeGroup")
 
     @merr.rpc()
     async def OperatePrivilege(self, req: milvus_pb2.OperatePrivilegeRequest, context=None):
         req.entity.grantor.user.name = current_user(context) or req.entity.grantor.user.name or ROOT_USER
         return await self.rootcoord.OperatePrivilege(req)
-
-    @merr.rpc(milvus_pb2.SelectGrantResponse)
-    async def SelectGrant(self, req, context=None):
-        return await self.rootcoord.SelectGrant(req)
 
     @merr.rpc()
     async def OperatePrivilegeV2(self, req: milvus_pb2.OperatePrivilegeV2Request, context=None):
@@ -325,22 +322,6 @@ class ProxyRbacMixin:
         e.grantor.privilege.name = req.grantor.privilege.name
         e.grantor.user.name = current_user(context) or req.grantor.user.name or ROOT_USER
         return await self.rootcoord.OperatePrivilege(v1)
-
-    @merr.rpc()
-    async def CreatePrivilegeGroup(self, req, context=None):
-        return await self.rootcoord.CreatePrivilegeGroup(req)
-
-    @merr.rpc()
-    async def DropPrivilegeGroup(self, req, context=None):
-        return await self.rootcoord.DropPrivilegeGroup(req)
-
-    @merr.rpc(milvus_pb2.ListPrivilegeGroupsResponse)
-    async def ListPrivilegeGroups(self, req, context=None):
-        return await self.rootcoord.ListPrivilegeGroups(req)
-
-    @merr.rpc()
-    async def OperatePrivilegeGroup(self, req, context=None):
-        return await self.rootcoord.OperatePrivilegeGroup(req)
 
     # Internal service (called by RootCoord) ---------------------------------------------
     @merr.rpc()
