@@ -63,6 +63,8 @@ def test_grpc_partitions_aliases_databases_users(node, client):
     assert v["showInDb"]["collection_names"] == ["in_db"] and v["showAfterUse"]["collection_names"] == ["in_db"]
     assert v["showDefault"]["collection_names"] == ["node_admin"]
     assert "node_user" in v["listUsers"]["usernames"] and v["hasRole"]["hasRole"] is True
+    # Milvus' built-in roles exist with auth off too (its RootCoord's initRbac always runs).
+    assert {r["role"]["name"] for r in v["listRoles"]["results"]} == {"admin", "public", "node_role"}
     assert [r["name"] for r in v["selectUser"]["results"][0]["roles"]] == ["node_role"]
     # The SDK's listGrants asks for database `*`: every database's grants, as Milvus answers.
     grants = v["listGrants"]["entities"]

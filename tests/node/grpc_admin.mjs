@@ -55,6 +55,7 @@ await r.step('updateUser', () =>
 );
 await r.step('listUsers', () => c.listUsers());
 await r.step('createRole', () => c.createRole({ roleName: 'node_role' }));
+await r.step('listRoles', () => c.listRoles());
 await r.step('addUserToRole', () => c.addUserToRole({ username: 'node_user', roleName: 'node_role' }));
 await r.step('grant', () =>
   c.grantRolePrivilege({ roleName: 'node_role', object: 'Collection', objectName: name, privilegeName: 'Search' })
