@@ -72,6 +72,11 @@ class Config:
     session_ttl: int = 10  # seconds; a dead component's lease expires after this
     # --- Messages ---
     max_message_bytes: int = 4 * 1024 * 1024  # split insert payloads below NATS max_payload
+    # A pchannel's messages stay this long after every vchannel's checkpoint passed them (Milvus
+    # keeps messages by retention): a QueryNode reading that far behind the DataNodes, or starting
+    # to read that long after it listed a channel's logs, still reads every message. Past it, it
+    # is told (StreamGapError) and reloads the channel from storage.
+    stream_retention_seconds: float = 60.0
     # --- Spark jobs (bulk import, compaction): how DataCoord runs SparkApplications ---
     spark_runner: str = "local"  # "local": spark-submit --master spark_master
     spark_master: str = "local[2]"  # --master of local runs

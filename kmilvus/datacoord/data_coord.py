@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -27,7 +28,9 @@ from kmilvus.datacoord.job_lifecycle import JobPort
 from kmilvus.datacoord.jobs import DataCoordJobsRPCs, JobService
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
 from kmilvus.datacoord.partitions import DataCoordPartitionsMixin
+from kmilvus.datacoord.remover import FencedRemover
 from kmilvus.datacoord.segment_manager import SegmentManager
+from kmilvus.datacoord.stream_trimmer import StreamTrimmer
 from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import channels as chan
@@ -45,8 +48,10 @@ CHECKPOINT_PERSIST_EVERY = 1.0  # the background step's pace
 # A checkpoint that only ticks moved is stored at most this often per channel (Milvus'
 # updateChanCPInterval): a restart then replays at most a minute of ticks, while storing every
 # advance would be a write per channel per tick. Data made durable (SaveBinlogPaths) is stored
-# at the next step, and its stream purged up to it.
+# at the next step.
 TICK_CHECKPOINT_STORE_AFTER = 60.0
+# A pchannel no collection uses is looked at this often (what is left there is trimmed).
+UNUSED_PCHANNEL_CHECK_EVERY = 10.0
 
 
 async def _leader_unknown() -> bool:
@@ -68,14 +73,18 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self.ids = IDAllocator(rootcoord, batch=1000)
         self.meta = SegmentMeta(kv)
         self.segments = SegmentManager(cfg, self.meta, self.ids, self.tso)
+        # Every file deletion is decided on etcd, by the leader only (datacoord/remover.py).
+        self.remover = FencedRemover(kv, store, lambda: self.leader_check())
         self.channels = ChannelManager(kv, self.meta, registry, on_assigned=self._channel_moved)
-        self.gc = GarbageCollector(self.meta, store, cfg.gc_tolerance)
+        self.gc = GarbageCollector(self.meta, self.remover, cfg.gc_tolerance, self.channels.collections)
         # Latest DataNodeTtMsg per vchannel, with the watch (node, version) that reported it: a
         # tick decides a flush only while that watch is current (see `_check_flushable`).
         self.ticks: dict[str, tuple[int, int, int]] = {}
         self._dirty_cps: set[str] = set()  # checkpoint moved in memory, not yet stored
         self._cp_stored_at: dict[str, float] = {}  # channel → when its checkpoint was last stored
-        self._purge_due: set[str] = set()  # channels whose data SaveBinlogPaths made durable
+        self._store_due: set[str] = set()  # channels whose data SaveBinlogPaths made durable
+        self.trimmer = StreamTrimmer(cfg.stream_retention_seconds)
+        self._unused_checked: dict[str, float] = {}  # pchannel no collection uses → its last look
         self._dropping: set[int] = set()
         self.dropped_partitions: set[tuple[int, int]] = set()  # (collection, partition) dropped
         self._tasks = BackgroundTasks()
@@ -100,7 +109,9 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 schema_of=self.channels.schema_of,
                 rows_per_segment=self.segments.rows_per_segment,
                 dropping=self._dropping.__contains__,
+                partition_dropped=lambda coll, part: (coll, part) in self.dropped_partitions,
                 ttl_of=self._collection_ttl,
+                remover=self.remover,
             )
         )
         self.imports = self.jobs.imports  # shortcuts for in-process callers (tests)
@@ -123,6 +134,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
     # Lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         await self.meta.load()
+        await self._load_dropped_partitions()
         await self.channels.load()
         for info in self.channels.infos.values():
             self.segments.set_schema(info.collectionID, schema_pb2.CollectionSchema.FromString(info.schema))
@@ -160,27 +172,54 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             chans = sorted({s.info.insert_channel for s in sealed})
             await demand_tick(self.registry.client(roles.ROOTCOORD), chans, max(s.info.seal_timestamp for s in sealed))
         await self._store_checkpoints()
+        try:
+            await self._trim_streams()
+        except Exception as exc:  # noqa: BLE001 - NATS away: trimmed at a later step; flushes go on
+            log.warning("stream trim failed", error=repr(exc))
         await self._check_flushable(self._flush_candidates())
 
     async def _store_checkpoints(self) -> None:
-        """Store moved checkpoints (see `TICK_CHECKPOINT_STORE_AFTER`), then purge each channel
-        whose data was made durable up to its stored checkpoint: a restart resumes there."""
+        """Store moved checkpoints (see `TICK_CHECKPOINT_STORE_AFTER`); those of channels whose
+        data was made durable at once (their stream can then be trimmed)."""
         now = time.monotonic()
         due = sorted(
             ch
             for ch in self._dirty_cps
-            if ch in self._purge_due
+            if ch in self._store_due
             or now - self._cp_stored_at.get(ch, -TICK_CHECKPOINT_STORE_AFTER) >= TICK_CHECKPOINT_STORE_AFTER
         )
         await self.meta.persist_checkpoints(due)
         for ch in due:
             self._dirty_cps.discard(ch)
             self._cp_stored_at[ch] = now
-        for ch in sorted(self._purge_due):
-            cp = self.meta.checkpoints.get(ch)
-            if cp is not None and cp.seq:
-                await self.stream.purge(ch, before_seq=cp.seq + 1)
-            self._purge_due.discard(ch)
+        self._store_due.clear()
+
+    async def _trim_streams(self) -> None:
+        """Purge each pchannel below what its readers still need (`StreamTrimmer`): below every
+        vchannel's stored checkpoint, for the retention time. A pchannel no collection uses any
+        more is purged through its last message (the drop of its last collection)."""
+        pchannels = chan.pchannel_names(self.cfg.cluster, self.cfg.dml_channel_num)
+        by_pchannel: dict[str, list[str]] = {p: [] for p in pchannels}
+        for ch in self.channels.infos:
+            by_pchannel.setdefault(chan.pchannel_of(ch), []).append(ch)
+        now = time.monotonic()
+        for gone in self._unused_checked.keys() - {p for p, v in by_pchannel.items() if not v}:
+            del self._unused_checked[gone]  # in use again: checked from scratch once unused
+        for pchannel, vchans in by_pchannel.items():
+            if vchans:
+                candidate = min(self.meta.stored_checkpoints.get(v, 0) for v in vchans) + 1
+            elif now - self._unused_checked.get(pchannel, -math.inf) < UNUSED_PCHANNEL_CHECK_EVERY:
+                continue
+            else:
+                self._unused_checked[pchannel] = now
+                seqs = await self.stream.stream_seqs(pchannel)
+                if seqs is None:
+                    continue  # never used
+                candidate = seqs[1] + 1
+            point = self.trimmer.observe(pchannel, candidate, now)
+            if self.trimmer.due(pchannel, point):
+                await self.stream.purge(pchannel, before_seq=point)
+                self.trimmer.done(pchannel, point)
 
     def _channel_moved(self, ch: str) -> None:
         """A node (re)started the channel's flowgraph: pending flushes go to it as soon as it
@@ -424,8 +463,13 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
 
     @merr.rpc()
     async def SaveBinlogPaths(self, req: internal_pb2.SaveBinlogPathsRequest, context=None):
-        if req.collectionID in self._dropping:
+        # A dropped (or dropping) collection or partition is refused before the watch check: its
+        # DataNode then deletes what it wrote at once (a channel moved elsewhere keeps its files
+        # for the new owner's sake, and only the garbage collector would find them).
+        if req.collectionID in self._dropping or req.collectionID not in self.channels.collections():
             raise merr.collection_not_found(req.collectionID)
+        if (req.collectionID, req.partitionID) in self.dropped_partitions:
+            raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
         if req.channel and not self.channels.is_current_watch(req.channel, req.nodeID, req.watch_version):
             raise merr.MilvusError(
                 merr.CHANNEL_NOT_FOUND,
@@ -439,7 +483,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 await self.meta.remove_segment(seg)  # an empty segment leaves nothing behind
         if req.checkpoint.seq:
             self._dirty_cps.add(req.checkpoint.channel_name)
-            self._purge_due.add(req.checkpoint.channel_name)
+            self._store_due.add(req.checkpoint.channel_name)
         return merr.success()
 
     @merr.rpc()
@@ -451,22 +495,24 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
     async def DropCollection(self, req: data_coord_pb2.DropCollectionRequest, context=None):
         """Remove everything the collection owns; each step idempotent, files before meta."""
         coll = req.collectionID
+        if not await self.remover.is_dropped(coll):
+            raise merr.MilvusError(
+                merr.UNEXPECTED, f"collection {coll} still exists: DataCoord removes only what RootCoord dropped"
+            )
         self._dropping.add(coll)
         await self.jobs.cancel_collection(coll)
         try:
             await self._drop_collection_indexes(coll)
             vchans = list(req.channelNames) or self.channels.channels_of(coll)
             await self.channels.unwatch(vchans, drop=True)
-            for prefix in paths.collection_prefixes(coll):
-                await self.store.delete_prefix(prefix)
-            for ch in vchans:
-                await self.stream.purge(ch)
+            await self.remover.remove_dropped(paths.collection_prefixes(coll), coll)
+            for ch in vchans:  # its messages go when their pchannel is trimmed (`_trim_streams`)
                 await self.stream.delete_consumers(ch)
                 self.ticks.pop(ch, None)
                 self._deltas_sent.pop(ch, None)
                 self._dirty_cps.discard(ch)
                 self._cp_stored_at.pop(ch, None)
-                self._purge_due.discard(ch)
+                self._store_due.discard(ch)
                 self._flushing_chans.discard(ch)
             await self.meta.drop_collection_meta(coll, vchans)
             self.index_meta.forget_collection(coll)

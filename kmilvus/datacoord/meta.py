@@ -115,6 +115,9 @@ class SegmentMeta:
         self.kv = kv
         self.segments = Segments()
         self.checkpoints: dict[str, internal_pb2.MsgPosition] = {}
+        # channel → seq of its checkpoint as stored in etcd (where a new owner resumes): never
+        # moves back, and the stream is trimmed below it (datacoord.stream_trimmer)
+        self.stored_checkpoints: dict[str, int] = {}
         self.changed = asyncio.Condition()
         self.write_lock = asyncio.Lock()
         self.feed = SegmentFeed()  # segment changes pushed to the operator
@@ -137,7 +140,9 @@ class SegmentMeta:
             if (s := self.segments.get(int(seg))) is not None:
                 s.ddl_binlogs[int(idx)] = internal_pb2.DDLBinlogMeta.FromString(raw)
         for key, raw in await self.kv.get_prefix("datacoord-meta/channel-cp/"):
-            self.checkpoints[key.rsplit("/", 1)[1]] = internal_pb2.MsgPosition.FromString(raw)
+            ch = key.rsplit("/", 1)[1]
+            self.checkpoints[ch] = internal_pb2.MsgPosition.FromString(raw)
+            self.stored_checkpoints[ch] = self.checkpoints[ch].seq
 
     async def notify(self, *changed: Segment, removed: bool = False) -> None:
         """Wake waiters on the meta; `changed` segments also go to the change feed."""
@@ -243,10 +248,15 @@ class SegmentMeta:
             info.flushed_timestamp = max(info.seal_timestamp, info.dml_position.timestamp)
         seg_key = keys.segment_key(info.collectionID, info.partitionID, info.ID)
         ops.append(Op.put(seg_key, info.SerializeToString()))
+        cp = None
         if req.HasField("checkpoint") and req.checkpoint.seq:
-            ops.append(
-                Op.put(keys.channel_checkpoint_key(req.checkpoint.channel_name), req.checkpoint.SerializeToString())
-            )
+            # Never store a checkpoint behind the one in memory (a tick may have moved it, and
+            # stored it, after the DataNode took this one): the stream may be trimmed up to it.
+            cp = req.checkpoint
+            cur = self.checkpoints.get(cp.channel_name)
+            if cur is not None and cur.seq > cp.seq:
+                cp = cur
+            ops.append(Op.put(keys.channel_checkpoint_key(cp.channel_name), cp.SerializeToString()))
         if not await self.kv.txn(ops, [Cmp.exists(seg_key)] + ([guard] if guard is not None else [])):
             if guard is not None and await self.kv.get(seg_key) is not None:
                 raise merr.MilvusError(
@@ -266,8 +276,9 @@ class SegmentMeta:
         if req.flushed:
             live.state, live.flushed_timestamp = info.state, info.flushed_timestamp
         seg.binlogs, seg.ddl_binlogs = binlogs, ddl
-        if req.HasField("checkpoint") and req.checkpoint.seq:
-            self._advance_checkpoint(req.checkpoint)
+        if cp is not None:
+            self._advance_checkpoint(cp)
+            self._stored(cp)
         await self.notify(seg)
         return seg
 
@@ -283,13 +294,16 @@ class SegmentMeta:
         return self._advance_checkpoint(cp)
 
     async def persist_checkpoints(self, channels: list[str]) -> None:
-        ops = [
-            Op.put(keys.channel_checkpoint_key(ch), self.checkpoints[ch].SerializeToString())
-            for ch in channels
-            if ch in self.checkpoints
-        ]
-        if ops:
-            await self.kv.txn(ops)
+        cps = [self.checkpoints[ch] for ch in channels if ch in self.checkpoints]
+        if cps:
+            await self.kv.txn(
+                [Op.put(keys.channel_checkpoint_key(cp.channel_name), cp.SerializeToString()) for cp in cps]
+            )
+        for cp in cps:
+            self._stored(cp)
+
+    def _stored(self, cp: internal_pb2.MsgPosition) -> None:
+        self.stored_checkpoints[cp.channel_name] = max(cp.seq, self.stored_checkpoints.get(cp.channel_name, 0))
 
     async def drop_collection_meta(self, coll_id: int, vchannels: list[str]) -> None:
         """Every key DataCoord holds for the collection, in one transaction."""
@@ -299,6 +313,7 @@ class SegmentMeta:
             Op.delete_prefix(keys.segment_index_prefix(coll_id)),
         ]
         ops += [Op.delete_prefix(p) for p in keys.segment_log_prefixes(coll_id)]
+        ops.append(Op.delete_prefix(keys.dropped_partition_prefix(coll_id)))
         for ch in vchannels:
             ops += [Op.delete(keys.channel_checkpoint_key(ch)), Op.delete(keys.channel_watch_key(ch))]
         await self.kv.txn(ops)
@@ -307,15 +322,33 @@ class SegmentMeta:
             del self.segments[s.id]
         for ch in vchannels:
             self.checkpoints.pop(ch, None)
+            self.stored_checkpoints.pop(ch, None)
         await self.notify(*gone, removed=True)
 
-    async def drop_partition_meta(self, coll_id: int, part_id: int) -> list[Segment]:
-        """Every segment and binlog key of one partition, in one transaction. The DDL binlog
+    async def drop_partition_meta(self, coll_id: int, part_id: int, max_ops: int = 128) -> list[Segment]:
+        """Every segment key of one partition and its insert, delta and stats log keys — the
+        segments as etcd lists them (memory may miss one). In one transaction when it fits in
+        `max_ops` (etcd's --max-txn-ops); else the log keys go in several and the segment keys
+        last, so an interrupted drop is found again and finished by its retry. The DDL binlog
         meta stays: DDL belongs to the collection, not to the segment that carried it."""
+        prefix = keys.partition_segment_prefix(coll_id, part_id)
+        seg_ids = {int(k.rsplit("/", 1)[1]) for k, _ in await self.kv.get_prefix(prefix, keys_only=True)}
         gone = [s for s in self.by_collection(coll_id) if s.info.partitionID == part_id]
-        ops = [Op.delete_prefix(f"{keys.segment_prefix(coll_id)}{part_id}/")]
-        ops += [Op.delete_prefix(keys.binlog_prefix(coll_id, s.id)) for s in gone]
-        await self.kv.txn(ops)
+        seg_ids.update(s.id for s in gone)
+        logs = [
+            Op.delete_prefix(p)
+            for sid in sorted(seg_ids)
+            for p in (
+                keys.binlog_prefix(coll_id, sid),
+                keys.deltalog_prefix(coll_id, sid),
+                keys.statslog_prefix(coll_id, sid),
+            )
+        ]
+        step = max(1, max_ops - 1)
+        while len(logs) > step:
+            await self.kv.txn(logs[:step])
+            logs = logs[step:]
+        await self.kv.txn([*logs, Op.delete_prefix(prefix)])
         for s in gone:
             self.segments.pop(s.id, None)
         await self.notify(*gone, removed=True)

@@ -10,8 +10,6 @@ faiss releases the GIL while it builds and searches: the async variants run it i
 from __future__ import annotations
 
 import asyncio
-import json
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,10 +17,10 @@ from typing import Any
 import faiss
 import numpy as np
 
+from kmilvus.index import fileformat
 from kmilvus.index import params as P
 
-MAGIC = b"KMIDX1\0\0"
-_HEADER = struct.Struct("<8sI")  # magic, meta JSON length
+MAGIC = b"KMIDX1\0\0"  # kmilvus/index/fileformat.py's envelope
 
 
 @dataclass
@@ -77,6 +75,16 @@ def _new_index(index_type: str, metric_type: str, dim: int, num_rows: int, param
     return faiss.IndexFlat(dim, metric)
 
 
+def _selector(valid: np.ndarray | None) -> dict[str, Any]:
+    """faiss search kwargs limiting a search to the `valid` rows (none: every row)."""
+    if valid is None:
+        return {}
+    bits = np.packbits(np.asarray(valid, dtype=bool), bitorder="little")
+    sel = faiss.IDSelectorBitmap(len(valid), faiss.swig_ptr(bits))
+    sel.referenced_bits = bits  # keep the buffer alive as long as the selector
+    return {"sel": sel}
+
+
 class VectorIndex:
     """A searchable index over one segment's vectors (row offsets 0..num_rows-1)."""
 
@@ -116,14 +124,16 @@ class VectorIndex:
             raise ValueError(f"query dim {q.shape[1]} != index dim {self.dim}")
         return normalize(q) if self.metric_type == P.COSINE else q
 
-    def _search_parameters(self, k: int, search_params: Mapping[str, object], valid: np.ndarray | None) -> Any:
+    def _search_parameters(
+        self, k: int, search_params: Mapping[str, object], valid: np.ndarray | None, widen: int = 0
+    ) -> Any:
         knobs = P.check_search_params(self.index_type, k, search_params)
-        sel = None
-        if valid is not None:
-            bits = np.packbits(np.asarray(valid, dtype=bool), bitorder="little")
-            sel = faiss.IDSelectorBitmap(len(valid), faiss.swig_ptr(bits))
-            sel.referenced_bits = bits  # keep the buffer alive as long as the selector
-        kwargs: dict[str, Any] = {} if sel is None else {"sel": sel}
+        if widen > k:  # more candidates than the user's top-k: search as wide as they need
+            if "ef" in knobs:
+                knobs["ef"] = max(knobs["ef"], widen)
+            if "nprobe" in knobs and isinstance(self.index, faiss.IndexIVF):
+                knobs["nprobe"] = min(int(self.index.nlist), knobs["nprobe"] * -(-widen // k))
+        kwargs = _selector(valid)
         if isinstance(self.index, faiss.IndexHNSW) and "ef" in knobs:
             return faiss.SearchParametersHNSW(efSearch=knobs["ef"], **kwargs)
         if isinstance(self.index, faiss.IndexIVF) and "nprobe" in knobs:
@@ -147,6 +157,37 @@ class VectorIndex:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
         distances, offsets = self.index.search(q, k, params=sp)
         return distances, offsets
+
+    def candidates(
+        self,
+        queries: np.ndarray,
+        k: int,
+        topk: int,
+        search_params: Mapping[str, object] | None = None,
+        valid: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`search` for `k` candidates where the user asked for `topk` (a group-by or an iterator
+        page walks past its top-k): the knobs are checked against `topk`, then widened so the
+        index can reach `k` rows (HNSW's ef, IVF's nprobe), as a knowhere iterator goes on."""
+        q = self._queries(queries)
+        sp = self._search_parameters(topk, search_params or {}, valid, widen=k)
+        if self.num_rows == 0:
+            return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
+        return self.index.search(q, k, params=sp)
+
+    def exhaustive(self, queries: np.ndarray, k: int, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k over every stored vector (a search iterator's pages: each row once, in order):
+        an IVF index probes all its lists, an HNSW index is searched through its flat storage
+        (the graph may not reach every row), a flat index is exhaustive already."""
+        q = self._queries(queries)
+        if self.num_rows == 0:
+            return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
+        kwargs = _selector(valid)
+        if isinstance(self.index, faiss.IndexHNSW):
+            return faiss.downcast_index(self.index.storage).search(q, k, params=faiss.SearchParameters(**kwargs))
+        if isinstance(self.index, faiss.IndexIVF):
+            return self.index.search(q, k, params=faiss.SearchParametersIVF(nprobe=int(self.index.nlist), **kwargs))
+        return self.index.search(q, k, params=faiss.SearchParameters(**kwargs) if kwargs else None)
 
     def range_search(
         self,
@@ -185,8 +226,7 @@ class VectorIndex:
 
     def serialize(self) -> IndexFile:
         meta = {"index_type": self.index_type, "metric_type": self.metric_type, "params": self.params}
-        blob = json.dumps(meta).encode()
-        data = _HEADER.pack(MAGIC, len(blob)) + blob + faiss.serialize_index(self.index).tobytes()
+        data = fileformat.pack(MAGIC, meta) + faiss.serialize_index(self.index).tobytes()
         return IndexFile(data, self.index_type, self.metric_type, self.params, self.dim, self.num_rows)
 
 
@@ -226,12 +266,8 @@ async def abuild(
 
 def load(data: bytes | memoryview) -> VectorIndex:
     """Deserialize what `build` wrote."""
-    buf = memoryview(data)
-    magic, n = _HEADER.unpack_from(buf)
-    if magic != MAGIC:
-        raise ValueError("not a kmilvus index file")
-    meta = json.loads(bytes(buf[_HEADER.size : _HEADER.size + n]))
-    raw = np.frombuffer(buf[_HEADER.size + n :], dtype=np.uint8)
+    meta, body = fileformat.unpack(data, MAGIC, "index")
+    raw = np.frombuffer(body, dtype=np.uint8)
     index = faiss.deserialize_index(raw)
     vi = VectorIndex(index, meta["index_type"], meta["metric_type"], meta["params"])
     if vi.holds_raw and isinstance(index, faiss.IndexIVF) and index.direct_map.type == faiss.DirectMap.NoMap:

@@ -19,6 +19,7 @@ import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus.msgstream import Msg, MsgType
+from kmilvus.proxy import partition_key
 from kmilvus.proxy.insert import InsertTask, ipc_bytes
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.task import Task
@@ -71,6 +72,7 @@ class DeleteTask(Task):
 
         req = self.req
         self.meta = meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
+        partition_key.refuse_named(meta, req.partition_name, merr.UNEXPECTED)
         if req.partition_name:
             if req.partition_name != "_default":
                 raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name}]")
@@ -119,7 +121,9 @@ class UpsertTask(InsertTask):
         shards = shard_of(keys, len(meta.vchannels))
         async with proxy.ticks.publishing(meta.vchannels) as ts:
             batch = typeutil.columns_to_record_batch(meta.schema, self.columns, row_ids, ts)
-            deletes = delete_messages(meta, keys, ts, meta.partition_id, proxy.cfg.max_message_bytes)
+            # A partition key's old row may sit in another partition than the new one: all of them.
+            part = ALL_PARTITIONS if partition_key.key_field(meta.schema) is not None else meta.partition_id
+            deletes = delete_messages(meta, keys, ts, part, proxy.cfg.max_message_bytes)
             inserts = await self._route(batch, shards, ts)
             await proxy.producer.publish_many(deletes + inserts)
             if not await proxy.session_valid():

@@ -16,8 +16,8 @@ from __future__ import annotations
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
-from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, query_node_pb2
-from kmilvus.proxy import read_path
+from kmilvus.proto import internal_pb2, query_coord_pb2, query_node_pb2
+from kmilvus.proxy import partition_key, read_path
 from kmilvus.proxy.system import DEFAULT_RESOURCE_GROUP
 from kmilvus.util import merr
 
@@ -51,6 +51,7 @@ class ProxyLoadMixin:
 
     @merr.rpc()
     async def LoadPartitions(self, req, context=None):
+        partition_key.refuse_ddl(await self.meta_cache.get(req.db_name, req.collection_name), "load partitions")
         return await self._load(req, list(req.partition_names))
 
     @merr.rpc()
@@ -61,6 +62,7 @@ class ProxyLoadMixin:
     @merr.rpc()
     async def ReleasePartitions(self, req, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
+        partition_key.refuse_ddl(meta, "release partitions")
         parts = [meta.partition(n) for n in req.partition_names]
         return await self.querycoord.ReleasePartitions(
             query_coord_pb2.ReleasePartitionsRequest(collectionID=meta.id, partitionIDs=parts)
@@ -130,13 +132,12 @@ class ProxyLoadMixin:
     @merr.rpc(milvus_pb2.GetQuerySegmentInfoResponse)
     async def GetQuerySegmentInfo(self, req: milvus_pb2.GetQuerySegmentInfoRequest, context=None):
         """The sealed segments the QueryNodes serve (Milvus' QueryCoord GetSegmentInfo over its
-        distribution: growing data is not listed), with the index each is searched through."""
+        distribution: growing data is not listed), with their index and memory."""
         meta = await self.meta_cache.get(req.dbName, req.collectionName)
         nodes, _ = await read_path.serving_nodes(self, meta)
-        indexes = await self.datacoord.DescribeIndex(
-            data_coord_pb2.DescribeIndexRequest(collectionID=meta.id, without_progress=True)
-        )
-        by_field = {i.index.fieldID: (i.index.index_name, i.index.indexID) for i in indexes.infos}
+        indexes = {
+            i.index.fieldID: (i.index.index_name, i.index.indexID) for i in await read_path.index_infos(self, meta)
+        }
         out = milvus_pb2.GetQuerySegmentInfoResponse()
         for node_id in sorted(nodes):
             dist = await self.registry.client(roles.QUERYNODE, node_id).GetDataDistribution(
@@ -144,7 +145,7 @@ class ProxyLoadMixin:
             )
             merr.check(dist.status)
             for s in dist.segments:
-                name, index_id = next((by_field[f] for f in s.indexed_fieldIDs if f in by_field), ("", 0))
+                name, index_id = next((indexes[f] for f in s.indexed_fieldIDs if f in indexes), ("", 0))
                 out.infos.add(
                     segmentID=s.segmentID,
                     collectionID=s.collectionID,

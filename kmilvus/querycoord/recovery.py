@@ -71,7 +71,6 @@ async def watch_request(
     raw = await kv.get(keys.channel_checkpoint_key(vchannel))
     cp = internal_pb2.MsgPosition.FromString(raw) if raw else internal_pb2.MsgPosition(channel_name=vchannel)
     req = query_node_pb2.WatchDmChannelsRequest(collectionID=coll_id, schema=schema, vchannel=vchannel)
-    seek = cp.seq
     for s in await segments_of(datacoord, coll_id):
         if s.insert_channel != vchannel:
             continue
@@ -82,9 +81,9 @@ async def watch_request(
             req.flushed_segmentIDs.append(s.ID)
             req.sealed_segments.append(await load_info(kv, datacoord, s))
         else:
-            info = await load_info(kv, datacoord, s)
-            req.unflushed_segments.append(info)
-            if info.binlog_paths and s.dml_position.seq:
-                seek = min(seek, s.dml_position.seq)
-    req.seek_position.CopyFrom(internal_pb2.MsgPosition(channel_name=vchannel, seq=seek, timestamp=cp.timestamp))
+            req.unflushed_segments.append(await load_info(kv, datacoord, s))
+    # From the checkpoint: the stream keeps what follows it (datacoord.stream_trimmer), and the
+    # rows of unflushed segments before it are in their binlogs (read above), later ones are
+    # skipped by their dml_position.
+    req.seek_position.CopyFrom(cp)
     return req

@@ -4,7 +4,7 @@ the collection TTL's cut-off (rows inserted before it have expired)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -38,15 +38,21 @@ class Filter:
             return None
         return keys if isinstance(keys, np.ndarray) else None
 
-    def mask(self, table: Any, pk_rows: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray | None:
-        """`pk_rows(values)`: the row offsets holding these primary keys (used for `pk_in`)."""
+    def mask(
+        self,
+        table: Any,
+        pk_rows: Callable[[np.ndarray], np.ndarray] | None = None,
+        indexes: Mapping[int, Any] | None = None,
+    ) -> np.ndarray | None:
+        """`pk_rows(values)`: the row offsets holding these primary keys (used for `pk_in`);
+        `indexes`: the segment's scalar indexes by field ID, which the evaluator asks first."""
         keep = None
         values = self.pk_in if pk_rows is not None else None
         if values is not None and pk_rows is not None:
             keep = np.zeros(table.num_rows, dtype=bool)
             keep[pk_rows(values)] = True
         elif self.plan is not None:
-            m = evaluate(self.plan, table)
+            m = evaluate(self.plan, table, indexes=indexes)
             keep = np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool)
         if self.expire_before:
             ts = table.column(str(TIMESTAMP_FIELD))
@@ -55,6 +61,9 @@ class Filter:
         return keep
 
 
-def compile_filter(expr: str, schema: schema_pb2.CollectionSchema, expire_before: int = 0) -> Filter:
+def compile_filter(
+    expr: str, schema: schema_pb2.CollectionSchema, expire_before: int = 0, values: dict[str, Any] | None = None
+) -> Filter:
+    """`values`: the request's expression template values (`{name}` in `expr`)."""
     expr = (expr or "").strip()
-    return Filter(expr, parse(expr, schema) if expr else None, int(expire_before))
+    return Filter(expr, parse(expr, schema, values) if expr else None, int(expire_before))

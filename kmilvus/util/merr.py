@@ -26,6 +26,7 @@ SERVICE_NOT_READY = (1, EC.NotReadyServe)
 SERVICE_UNAVAILABLE = (2, EC.UnexpectedError)
 SERVICE_INTERNAL = (5, EC.UnexpectedError)
 RATE_LIMIT = (8, EC.RateLimit)
+SERVICE_UNIMPLEMENTED = (10, EC.UnexpectedError)
 COLLECTION_NOT_FOUND = (100, EC.CollectionNotExists)
 COLLECTION_NOT_LOADED = (101, EC.UnexpectedError)
 COLLECTION_ILLEGAL_SCHEMA = (105, EC.IllegalArgument)
@@ -64,6 +65,7 @@ INVALID_SEARCH_RESULT = (1805, EC.UnexpectedError)
 CHECK_PRIMARY_KEY = (1806, EC.UnexpectedError)
 TIMEOUT = (10001, EC.UnexpectedError)  # Milvus' TimeoutCode: a request past its deadline
 COMPACTION_FAILED = (2300, EC.UnexpectedError)
+SEGCORE_UNSUPPORTED = (2003, EC.UnexpectedError)  # segcore's ErrorCode::Unsupported, passed through
 
 
 class MilvusError(Exception):
