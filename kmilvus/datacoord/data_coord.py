@@ -36,7 +36,7 @@ from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import channels as chan
 from kmilvus.proto import data_coord_pb2, data_coord_pb2_grpc, data_node_pb2, internal_pb2
 from kmilvus.storage import paths
-from kmilvus.util import merr
+from kmilvus.util import merr, metricsinfo
 from kmilvus.util.constants import LIVE_SEGMENT_STATES
 from kmilvus.util.tasks import BackgroundTasks
 from kmilvus.util.timetick import demand_tick
@@ -142,6 +142,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self._tt_sub = await self.stream.subscribe_core(chan.datanode_tt_subject(self.cfg.cluster), self._on_tt)
         self.channels.start()
         metrics.SEGMENTS.source = self._segment_counts
+        metrics.DATACOORD_SEGMENT_NUM.source = self._segment_counts  # Milvus' name for the same count
         self._tasks.every(CHECKPOINT_PERSIST_EVERY, self._background_step, "datacoord-background")
         self._tasks.every(lambda: self.cfg.gc_interval, self.gc.collect, "datacoord-gc")
         await self.jobs.start()
@@ -150,6 +151,8 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
     async def stop(self) -> None:
         if metrics.SEGMENTS.source == self._segment_counts:
             metrics.SEGMENTS.source = None
+        if metrics.DATACOORD_SEGMENT_NUM.source == self._segment_counts:
+            metrics.DATACOORD_SEGMENT_NUM.source = None
         await self._stop_indexes()
         await self.jobs.stop()
         await self._tasks.stop()
@@ -332,6 +335,13 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         return ts if self.channels.is_current_watch(ch, node, version) else 0
 
     # RPCs ---------------------------------------------------------------------------------
+    @merr.rpc(milvus_pb2.GetMetricsResponse)
+    async def GetMetrics(self, req, context=None):
+        config = {"segment_max_size": float(self.cfg.segment_max_size_mb)}  # Milvus: MB
+        return await metricsinfo.coordinator_metrics(
+            self, req, config, roles.DATANODE, (roles.ROOTCOORD,), cluster_key="connected_data_nodes"
+        )
+
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
         return roles.healthy(self.server_id, self.role)

@@ -215,6 +215,7 @@ CREDENTIAL_USER_PREFIX = "root-coord/credential/users/"
 ROLE_PREFIX = "root-coord/credential/roles/"
 USER_ROLE_PREFIX = "root-coord/credential/user-role-mapping/"
 GRANT_PREFIX = "root-coord/credential/grantee-privileges/"
+PRIVILEGE_GROUP_PREFIX = "root-coord/credential/privilege-groups/"  # name → JSON list of privileges
 
 
 def credential_user_key(username: str) -> str:
@@ -237,3 +238,7 @@ def grant_key(role: str, object_type: str, db: str, object_name: str, privilege:
 
 def grant_prefix(role: str) -> str:
     return f"{GRANT_PREFIX}{role}/"
+
+
+def privilege_group_key(name: str) -> str:
+    return PRIVILEGE_GROUP_PREFIX + name

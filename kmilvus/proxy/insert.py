@@ -99,6 +99,7 @@ class InsertTask(Task):
                 )
         metrics.INSERTED_ROWS.inc(n)
         metrics.INSERTED_BYTES.inc(batch.nbytes)
+        metrics.PROXY_INSERT_VECTORS.labels(str(proxy.server_id)).inc(n)
         self.result = milvus_pb2.MutationResult(
             IDs=typeutil.primary_keys_to_ids(pk, keys), insert_cnt=n, timestamp=ts, succ_index=range(n)
         )

@@ -23,7 +23,7 @@ from kmilvus.querynode.search_plan import plan_from_request
 from kmilvus.querynode.segments import SegmentData
 from kmilvus.storage import deltalog
 from kmilvus.storage.binlog import read_binlogs
-from kmilvus.util import memory, merr, typeutil
+from kmilvus.util import memory, merr, metricsinfo, typeutil
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.timetick import demand_tick
 
@@ -86,6 +86,10 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         """Release everything (the node's session was lost: QueryCoord moved its work)."""
         for coll_id in list(self.collections):
             await self._release(coll_id)
+
+    @merr.rpc(milvus_pb2.GetMetricsResponse)
+    async def GetMetrics(self, req, context=None):
+        return await metricsinfo.self_metrics(self, req, {})
 
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
