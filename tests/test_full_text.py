@@ -1,0 +1,192 @@
+"""Full-text search through pymilvus 3.0: analyzers and RunAnalyzer, BM25 functions that fill a
+sparse field server-side, and their checks with Milvus' messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pymilvus import DataType, Function, FunctionType, MilvusClient, MilvusException
+from tantivy import Filter, TextAnalyzerBuilder, Tokenizer
+
+from kmilvus.analyzer import build
+from kmilvus.function.bm25 import token_hash
+
+TEXTS = [
+    "The 2 QUICK Brown-Foxes dog's 32.3 中文 👩‍🔬 éclair Straße",
+    "---abc123---DEF_456---",
+    "Running dogs are jumping over the lazy foxes; this was it.",
+    "हिन्दी भाषा, русский язык, Ελληνικά, 日本語のテキスト",
+    "",
+]
+
+
+def bm25_schema(client: MilvusClient, match: bool = False, **text_kwargs):
+    schema = client.create_schema()
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("text", DataType.VARCHAR, max_length=2000, enable_analyzer=True, enable_match=match, **text_kwargs)
+    schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    schema.add_function(
+        Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["text"], output_field_names="sparse")
+    )
+    return schema
+
+
+def _rows_tokens(analyzer_params, texts):
+    toks = build(analyzer_params).analyze(pa.array(texts))
+    words = toks.text.to_pylist()
+    return [[w for w, r in zip(words, toks.row.tolist(), strict=True) if r == i] for i in range(len(texts))]
+
+
+@pytest.mark.parametrize(
+    ("params", "reference"),
+    [
+        ({"tokenizer": "standard"}, lambda: TextAnalyzerBuilder(Tokenizer.simple())),
+        ({"tokenizer": "whitespace"}, lambda: TextAnalyzerBuilder(Tokenizer.whitespace())),
+        (None, lambda: TextAnalyzerBuilder(Tokenizer.simple()).filter(Filter.lowercase())),
+        (
+            {"type": "english"},
+            lambda: (
+                TextAnalyzerBuilder(Tokenizer.simple())
+                .filter(Filter.lowercase())
+                .filter(Filter.stemmer("english"))
+                .filter(Filter.stopword("english"))
+            ),
+        ),
+        (
+            {"tokenizer": "standard", "filter": ["lowercase", "asciifolding", {"type": "length", "max": 5}]},
+            lambda: (
+                TextAnalyzerBuilder(Tokenizer.simple())
+                .filter(Filter.lowercase())
+                .filter(Filter.ascii_fold())
+                .filter(Filter.remove_long(6))
+            ),
+        ),
+        (
+            {"tokenizer": "standard", "filter": [{"type": "stop", "stop_words": ["_english_", "quick"]}]},
+            lambda: (
+                TextAnalyzerBuilder(Tokenizer.simple())
+                .filter(Filter.stopword("english"))
+                .filter(Filter.custom_stopword(["quick"]))
+            ),
+        ),
+    ],
+)
+def test_analyzers_give_tantivys_tokens(params, reference):
+    """Milvus runs tantivy's tokenizers and filters; the columnar analyzer gives the same tokens."""
+    ref = reference().build()
+    assert _rows_tokens(params, TEXTS) == [ref.analyze(t) for t in TEXTS]
+
+
+def test_run_analyzer_shows_tokens_offsets_positions_and_hashes(client):
+    assert client.run_analyzer("Hello, World hello").tokens == ["hello", "world", "hello"]
+    res = client.run_analyzer(["The running dogs", "中文 ok"], analyzer_params={"type": "english"}, with_detail=True)
+    detail = [(t["token"], t["start_offset"], t["end_offset"], t["position"]) for t in res[0].tokens]
+    assert detail == [("run", 4, 11, 1), ("dog", 12, 16, 2)]  # "the" is a stop word; positions keep its gap
+    assert [(t["token"], t["start_offset"], t["end_offset"]) for t in res[1].tokens] == [("中文", 0, 6), ("ok", 7, 9)]
+    hashed = client.run_analyzer("milvus", with_hash=True)
+    assert [(t["token"], t["hash"]) for t in hashed.tokens] == [("milvus", token_hash("milvus"))]
+    cn = client.run_analyzer("Milvus是向量数据库", analyzer_params={"type": "chinese"})
+    assert cn.tokens == ["Milvus", "是", "向量", "数据", "据库", "数据库"]
+    with pytest.raises(MilvusException) as err:
+        client.run_analyzer("x", analyzer_params={"tokenizer": "klingon"})
+    assert err.value.code == 1100 and "unsupported tokenizer: klingon" in err.value.message
+
+
+def test_run_analyzer_with_a_collection_fields_analyzer(client):
+    client.create_collection("c", schema=bm25_schema(client, analyzer_params={"type": "english"}))
+    res = client.run_analyzer(["Jumping foxes"], collection_name="c", field_name="text")
+    assert res[0].tokens == ["jump", "fox"]
+    with pytest.raises(MilvusException) as err:
+        client.run_analyzer(["x"], collection_name="c", field_name="nosuch")
+    assert err.value.code == 1700
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"tokenizer": "klingon"}, "unsupported tokenizer: klingon"),
+        ({"type": "french"}, "unknown build-in analyzer type: french"),
+        ({"tokenizer": "standard", "filter": ["nosuch"]}, "build analyzer failed, filter not found :nosuch"),
+        ({"tokenizer": "standard", "filter": [{"type": "stemmer", "language": "x"}]}, "unsupport language: x"),
+        ({"tokenizer": "standard", "shiny": 1}, "unknown analyzer option key: shiny"),
+        ({"filter": ["lowercase"]}, "tokenizer name or type must be set"),
+    ],
+)
+def test_bad_analyzer_params_are_refused_at_create(client, params, message):
+    with pytest.raises(MilvusException) as err:
+        client.create_collection("c", schema=bm25_schema(client, analyzer_params=params))
+    assert message in err.value.message
+    assert not client.has_collection("c")
+
+
+def test_bm25_function_rules_are_milvus(client):
+    schema = client.create_schema()
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("text", DataType.VARCHAR, max_length=100)  # no analyzer
+    schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    schema.add_function(
+        Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["text"], output_field_names="sparse")
+    )
+    with pytest.raises(MilvusException) as err:
+        client.create_collection("c", schema=schema)
+    assert "BM25 function input field must set enable_analyzer to true" in err.value.message
+
+    # pymilvus checks the output field's type itself: a raw request meets the server's check.
+    from pymilvus.grpc_gen import milvus_pb2, schema_pb2
+
+    raw = schema_pb2.CollectionSchema(name="c")
+    raw.fields.add(name="id", data_type=DataType.INT64, is_primary_key=True)
+    text = raw.fields.add(name="text", data_type=DataType.VARCHAR)
+    text.type_params.add(key="max_length", value="100")
+    text.type_params.add(key="enable_analyzer", value="true")
+    raw.fields.add(name="dense", data_type=DataType.FLOAT_VECTOR).type_params.add(key="dim", value="2")
+    raw.functions.add(name="bm25", type=FunctionType.BM25, input_field_names=["text"], output_field_names=["dense"])
+    req = milvus_pb2.CreateCollectionRequest(collection_name="c", schema=raw.SerializeToString())
+    status = client._get_connection()._stub.CreateCollection(req)
+    assert status.code == 65535
+    assert status.reason == "BM25 function output field must be a SparseFloatVector field, but got FloatVector"
+    assert not client.has_collection("c")
+
+
+def _stored_column(node, coll_id: int, field_id: int) -> list:
+    """A field's values as the flushed Parquet binlogs hold them, in row-ID order."""
+    from urllib.parse import urlparse
+
+    import pyarrow.parquet as pq
+
+    root = Path(urlparse(node.cfg.storage_uri).path) / "insert_log" / str(coll_id)
+    tables = [pq.read_table(p) for p in sorted(root.rglob("*")) if p.is_file()]
+    table = pa.concat_tables(tables).sort_by("0")
+    return table.column(str(field_id)).to_pylist()
+
+
+def test_insert_fills_the_bm25_field_and_refuses_it_given(node, client):
+    from pymilvus.grpc_gen import milvus_pb2
+
+    client.create_collection("c", schema=bm25_schema(client), consistency_level="Strong")
+    desc = client.describe_collection("c")
+    fn = desc["functions"][0]
+    assert (fn["name"], fn["type"], fn["input_field_names"], fn["output_field_names"]) == (
+        "bm25",
+        FunctionType.BM25,
+        ["text"],
+        ["sparse"],
+    )
+    sparse = next(f for f in desc["fields"] if f["name"] == "sparse")
+    assert sparse.get("is_function_output") is True
+    client.insert("c", [{"id": 1, "text": "Hello world, hello!"}, {"id": 2, "text": ""}])
+    client.flush("c")
+    stored = _stored_column(node, desc["collection_id"], sparse["field_id"])
+    assert [dict(r) for r in stored] == [{token_hash("hello"): 2.0, token_hash("world"): 1.0}, {}]
+
+    # pymilvus refuses the output field client-side; a raw request gets the server's refusal.
+    req = milvus_pb2.InsertRequest(collection_name="c", num_rows=1)
+    req.fields_data.add(field_name="id", type=DataType.INT64).scalars.long_data.data.append(3)
+    req.fields_data.add(field_name="text", type=DataType.VARCHAR).scalars.string_data.data.append("x")
+    req.fields_data.add(
+        field_name="sparse", type=DataType.SPARSE_FLOAT_VECTOR
+    ).vectors.sparse_float_vector.SetInParent()
+    status = client._get_connection()._stub.Insert(req).status
+    assert status.code == 1100 and "the field sparse is the output of a function" in status.reason
