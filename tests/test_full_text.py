@@ -190,3 +190,77 @@ def test_insert_fills_the_bm25_field_and_refuses_it_given(node, client):
     ).vectors.sparse_float_vector.SetInParent()
     status = client._get_connection()._stub.Insert(req).status
     assert status.code == 1100 and "the field sparse is the output of a function" in status.reason
+
+
+def _match_collection(client: MilvusClient, analyzer: dict | None = None):
+    schema = client.create_schema()
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    kwargs = {} if analyzer is None else {"analyzer_params": analyzer}
+    schema.add_field("text", DataType.VARCHAR, max_length=1000, enable_analyzer=True, enable_match=True, **kwargs)
+    schema.add_field("plain", DataType.VARCHAR, max_length=100)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=2)
+    client.create_collection("m", schema=schema, consistency_level="Strong")
+    ip = client.prepare_index_params()
+    ip.add_index("vec", metric_type="L2")
+    client.create_index("m", ip)
+    client.load_collection("m")
+
+
+MATCH_ROWS = [
+    (1, "the quick brown fox jumps"),
+    (2, "a quick dog"),
+    (3, "brown quick fox"),
+    (4, "Foxes and DOGS"),
+]
+
+
+def _ids(client, expr: str) -> list[int]:
+    return sorted(r["id"] for r in client.query("m", expr, output_fields=["id"]))
+
+
+@pytest.mark.parametrize("flushed", [False, True])
+def test_text_match_and_phrase_match_in_query_search_and_delete(client, flushed):
+    _match_collection(client)
+    client.insert("m", [{"id": i, "text": t, "plain": t, "vec": [float(i), 0.0]} for i, t in MATCH_ROWS])
+    if flushed:
+        client.flush("m")
+    assert _ids(client, "text_match(text, 'fox')") == [1, 3]
+    assert _ids(client, "TEXT_MATCH(text, 'FOX dog')") == [1, 2, 3]  # the query is analyzed too
+    assert _ids(client, "text_match(text, 'quick brown fox', minimum_should_match=2)") == [1, 3]
+    assert _ids(client, "text_match(text, 'quick brown fox', minimum_should_match=3)") == [1, 3]
+    assert _ids(client, "text_match(text, 'dogs')") == [4]  # the standard analyzer does not stem
+    assert _ids(client, "phrase_match(text, 'quick brown')") == [1]
+    assert _ids(client, "phrase_match(text, 'quick fox')") == [3]
+    assert _ids(client, "PHRASE_MATCH(text, 'quick fox', 1)") == [1, 3]
+    assert _ids(client, "not text_match(text, 'quick') and id > 0") == [4]
+    hits = client.search("m", [[0.0, 0.0]], filter="text_match(text, 'quick')", limit=10, output_fields=["id"])
+    assert [h["id"] for h in hits[0]] == [1, 2, 3]
+    client.delete("m", filter="text_match(text, 'dog')")
+    assert _ids(client, "text_match(text, 'quick')") == [1, 3]
+
+
+def test_text_match_with_an_english_analyzer_stems_the_query(client):
+    _match_collection(client, {"type": "english"})
+    client.insert("m", [{"id": i, "text": t, "plain": t, "vec": [0.0, 0.0]} for i, t in MATCH_ROWS])
+    assert _ids(client, "text_match(text, 'jumping dog')") == [1, 2, 4]
+    # "the" is a stop word: dropped, its position kept, so "brown fox" must follow one token.
+    assert _ids(client, "phrase_match(text, 'the brown fox', 0)") == [1]
+    assert _ids(client, "phrase_match(text, 'brown the fox', 0)") == [3]  # any token in its place
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("text_match(plain, 'x')", 'field "plain" does not enable match'),
+        ("text_match(id, 'x')", "text match operation on non-string is unsupported"),
+        ("phrase_match(text, 'x', -1)", '"slop" should not be a negative interger'),
+        ("phrase_match(text, 'x', 1.5)", '"slop" should be a const integer expression'),
+        ("text_match(text, 'x', minimum_should_match=0)", "minimum_should_match should be >= 1, got 0"),
+        ("text_match(text, 'x', minimum_should_match=1001)", "minimum_should_match should be <= 1000, got 1001"),
+    ],
+)
+def test_text_match_errors_are_milvus(client, expr, message):
+    _match_collection(client)
+    with pytest.raises(MilvusException) as err:
+        client.query("m", expr)
+    assert err.value.code == 1100 and message in err.value.message
