@@ -19,7 +19,8 @@ import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus.msgstream import Msg, MsgType
-from kmilvus.proxy.insert import InsertTask, ipc_bytes
+from kmilvus.proxy import partial_update
+from kmilvus.proxy.insert import InsertTask, fill_function_outputs, ipc_bytes
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.task import Task
 from kmilvus.storage import deltalog
@@ -105,10 +106,21 @@ class UpsertTask(InsertTask):
     name = "UpsertTask"
 
     async def pre_execute(self) -> None:
-        meta = await self.proxy.meta_cache.get(self.req.db_name, self.req.collection_name)
+        req = self.req
+        meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
         if meta.pk.autoID:
             raise merr.invalid(f"upsert can not assign primary field data when auto id enabled {meta.pk.name}")
-        await super().pre_execute()
+        if not req.partial_update:
+            await super().pre_execute()
+            return
+        if req.field_ops:
+            raise merr.invalid("field_ops of a partial update are not supported by this server")
+        self.meta, self.partition_id, n = meta, meta.partition(req.partition_name), req.num_rows
+        if n <= 0:
+            raise merr.invalid("num_rows should be greater than 0")
+        given = typeutil.fields_data_to_columns(meta.schema, req.fields_data, n, partial=True)
+        self.columns = await partial_update.merge(self.proxy, meta, given, n)
+        await fill_function_outputs(meta.schema, self.columns)
 
     async def execute(self) -> None:
         meta, n, proxy = self.meta, self.req.num_rows, self.proxy
