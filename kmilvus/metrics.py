@@ -55,6 +55,11 @@ TIME_TICK = Gauge("kmilvus_rootcoord_time_tick_ms", "Physical time (ms) of the l
 ON_DEMAND_TICKS = Counter(
     "kmilvus_rootcoord_on_demand_ticks_total", "Time ticks published at once on a flushed collection's channels."
 )
+SCALAR_INDEX_LOOKUPS = Counter(
+    "kmilvus_querynode_scalar_index_lookups_total",
+    "Filter predicates a scalar index answered instead of a column scan, by index type.",
+    ["index_type"],
+)
 DROPPED_COLLECTIONS = Counter("kmilvus_datacoord_dropped_collections_total", "Collections whose data was removed.")
 SECURITY_DENIED = Counter(
     "kmilvus_proxy_denied_total", "Calls refused by authentication or privilege checks.", ["method", "reason"]

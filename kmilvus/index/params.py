@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus.index import scalar_params
 from kmilvus.util import typeutil
 from kmilvus.util.merr import PARAMETER_INVALID, UNEXPECTED, MilvusError
 
@@ -28,8 +29,6 @@ INDEX_TYPES = (FLAT, IVF_FLAT, IVF_SQ8, HNSW, AUTOINDEX)
 L2, IP, COSINE = "L2", "IP", "COSINE"
 METRICS = (L2, IP, COSINE)
 DEFAULT_METRIC = COSINE  # Milvus' FloatVectorDefaultMetricType
-# Scalar index types Milvus knows: not built here yet (answered as not supported).
-SCALAR_INDEX_TYPES = ("STL_SORT", "Trie", "TRIE", "INVERTED", "SORT", "BITMAP")
 
 MIN_NLIST, MAX_NLIST = 1, 65536
 HNSW_MIN_M, HNSW_MAX_M = 4, 64
@@ -93,8 +92,6 @@ def check_index_params(params: Mapping[str, str], field: schema_pb2.FieldSchema,
         out[INDEX_TYPE] = index_type = AUTOINDEX  # Milvus builds AUTOINDEX when none is named
     if index_type == AUTOINDEX and set(out) - {INDEX_TYPE, METRIC_TYPE, DIM}:
         raise _unexpected("only metric type can be passed when use AutoIndex")
-    if index_type in SCALAR_INDEX_TYPES:
-        raise MilvusError(PARAMETER_INVALID, f"scalar index {index_type} is not supported by kmilvus yet")
     if index_type not in INDEX_TYPES:
         raise _unexpected(f"invalid index type: {index_type}")
     if field.data_type != DT.FloatVector:
@@ -122,12 +119,17 @@ def check_field_index(
     """CreateIndex's checks against a schema, as the Proxy makes them: the field must exist
     (`field not found[field=x]`), then `check_index_params`. Returns (field, params as stored)."""
     field = typeutil.field_by_name(schema, field_name)
+    flat = {k: str(v) for k, v in params.items()}
+    if scalar_params.is_scalar_request(flat.get(INDEX_TYPE), field):  # kmilvus/index/scalar_params.py
+        return field, scalar_params.check_scalar_index(flat, field)
     dim = typeutil.dim_of(field) if field.data_type == DT.FloatVector else 0
     return field, check_index_params({k: str(v) for k, v in params.items()}, field, dim)
 
 
 def user_params(checked: Mapping[str, str]) -> dict[str, str]:
     """What DescribeIndex shows: index_type, metric_type and the rest as a `params` JSON object."""
+    if scalar_params.is_scalar_build(checked):
+        return scalar_params.user_params(checked)
     rest = {k: _num(v) for k, v in checked.items() if k not in (INDEX_TYPE, METRIC_TYPE, DIM)}
     return {INDEX_TYPE: checked[INDEX_TYPE], METRIC_TYPE: checked[METRIC_TYPE], PARAMS: json.dumps(rest)}
 

@@ -10,8 +10,6 @@ faiss releases the GIL while it builds and searches: the async variants run it i
 from __future__ import annotations
 
 import asyncio
-import json
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,10 +17,10 @@ from typing import Any
 import faiss
 import numpy as np
 
+from kmilvus.index import fileformat
 from kmilvus.index import params as P
 
-MAGIC = b"KMIDX1\0\0"
-_HEADER = struct.Struct("<8sI")  # magic, meta JSON length
+MAGIC = b"KMIDX1\0\0"  # kmilvus/index/fileformat.py's envelope
 
 
 @dataclass
@@ -228,8 +226,7 @@ class VectorIndex:
 
     def serialize(self) -> IndexFile:
         meta = {"index_type": self.index_type, "metric_type": self.metric_type, "params": self.params}
-        blob = json.dumps(meta).encode()
-        data = _HEADER.pack(MAGIC, len(blob)) + blob + faiss.serialize_index(self.index).tobytes()
+        data = fileformat.pack(MAGIC, meta) + faiss.serialize_index(self.index).tobytes()
         return IndexFile(data, self.index_type, self.metric_type, self.params, self.dim, self.num_rows)
 
 
@@ -269,12 +266,8 @@ async def abuild(
 
 def load(data: bytes | memoryview) -> VectorIndex:
     """Deserialize what `build` wrote."""
-    buf = memoryview(data)
-    magic, n = _HEADER.unpack_from(buf)
-    if magic != MAGIC:
-        raise ValueError("not a kmilvus index file")
-    meta = json.loads(bytes(buf[_HEADER.size : _HEADER.size + n]))
-    raw = np.frombuffer(buf[_HEADER.size + n :], dtype=np.uint8)
+    meta, body = fileformat.unpack(data, MAGIC, "index")
+    raw = np.frombuffer(body, dtype=np.uint8)
     index = faiss.deserialize_index(raw)
     vi = VectorIndex(index, meta["index_type"], meta["metric_type"], meta["params"])
     if vi.holds_raw and isinstance(index, faiss.IndexIVF) and index.direct_map.type == faiss.DirectMap.NoMap:

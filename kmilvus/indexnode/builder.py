@@ -8,8 +8,8 @@ overwritten); a SegmentIndex whose segment is gone (compacted away and collected
 whose index was dropped loses its files, then its key. It runs when a segment changes, when an
 index is created or dropped, and on a timer.
 
-A build reads only the vector column of the segment's insert binlogs (log-ID order = the row
-offsets a QueryNode loads), builds with faiss in a thread, writes
+A build reads only the indexed column (vector or scalar) of the segment's insert binlogs (log-ID order = the row
+offsets a QueryNode loads), builds with faiss (or kmilvus.index.scalar_index) in a thread, writes
 `index_files/{coll}/{part}/{seg}/{buildID}/index`, then commits the SegmentIndex Finished in one
 transaction guarded on the segment and the index still existing.
 """
@@ -26,6 +26,7 @@ from kmilvus import index as kindex
 from kmilvus.datacoord.index_meta import FieldIndex, IndexMeta, IndexState, SegmentIndex, params_of
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
 from kmilvus.index import params as P
+from kmilvus.index import scalar_index, scalar_params
 from kmilvus.log import get_logger
 from kmilvus.meta import catalog as keys
 from kmilvus.storage import binlog, paths
@@ -170,8 +171,12 @@ class IndexBuilder:
                 params = params_of(ix.index_params)
                 logs = [b.log_path for b in seg.binlogs.values()]
                 column = await asyncio.to_thread(binlog.read_column, self.store, logs, str(ix.fieldID))
-                vectors = vectors_of(column, int(params[P.DIM]))
-                built = await kindex.abuild(vectors, params[P.INDEX_TYPE], params[P.METRIC_TYPE], params)
+                vectors = None
+                if scalar_params.is_scalar_build(params):  # kmilvus/index/scalar_index.py
+                    built = await scalar_index.abuild(column, params)
+                else:
+                    vectors = vectors_of(column, int(params[P.DIM]))
+                    built = await kindex.abuild(vectors, params[P.INDEX_TYPE], params[P.METRIC_TYPE], params)
                 key = paths.index_file_key(i.collectionID, i.partitionID, i.ID, build_id)
                 await self.store.write(key, built.data)
                 await afailpoint("indexnode.build.after_write")  # files written, Finished not committed

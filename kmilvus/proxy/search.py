@@ -179,7 +179,9 @@ class ProxySearchMixin:
 
     async def read_scope(self, meta, req, partition_names: list[str], out_ids: list[int], iterator: bool) -> ReadScope:
         nodes, loaded = await read_path.serving_nodes(self, meta)
-        parts = read_path.partition_ids(meta, partition_names, loaded)
+        # A plain search's filter may pin a partition key (a hybrid search's filters are its requests').
+        expr, templates = getattr(req, "dsl", ""), getattr(req, "expr_template_values", None)
+        parts = read_path.partition_ids(meta, partition_names, loaded, expr, templates)
         ts, mvcc = await read_path.read_timestamps(self, meta, req, iterator)
         ttl_ts = await read_path.collection_ttl_ts(self, meta)
         return ReadScope(nodes, parts, ts, ttl_ts, mvcc, list(out_ids))

@@ -130,14 +130,17 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             deltas.add(deltalog.pk_numpy(t.column(deltalog.PK)), t.column(deltalog.TS).to_numpy())
 
     def _index_files(self, info: query_node_pb2.SegmentLoadInfo, have: Collection[int] = ()) -> dict[int, tuple]:
-        """{field ID: (VectorIndex, file size)} of the segment's finished index files not in `have`."""
+        """{field ID: (VectorIndex or ScalarIndex, file size)} of the segment's finished index
+        files not in `have`."""
         from kmilvus import index as kindex
+        from kmilvus.index import scalar_index
 
         out = {}
         for key, fid in zip(info.index_paths, info.index_fieldIDs, strict=True):
             if fid not in have and fid not in out:
                 data = self.store.filesystem.open_input_file(self.store.path(key)).readall()
-                out[fid] = (kindex.load(data), len(data))
+                ix = scalar_index.load(data) if scalar_index.is_scalar_index_file(data) else kindex.load(data)
+                out[fid] = (ix, len(data))
         return out
 
     def _add_indexes(self, seg: SegmentData, indexes: dict[int, tuple]) -> None:

@@ -49,7 +49,7 @@ def merge_topk(table: pa.Table, k: int, larger: bool) -> pa.Table:
 def _alive(seg: SegmentData, deletes, flt: Filter, mvcc_ts: int = 0) -> np.ndarray | None:
     """Rows the filter keeps and no delete removed (None: all); with `mvcc_ts`, as of that
     timestamp (later rows invisible, later deletes not applied)."""
-    keep = flt.mask(seg.table, seg.pk_rows, seg.text_index)
+    keep = flt.mask(seg.table, seg.pk_rows, seg.scalar_indexes, seg.text_index)
     alive = seg.alive_at(deletes, mvcc_ts) if mvcc_ts else seg.alive(deletes)
     if alive is None:
         return keep

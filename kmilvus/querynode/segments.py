@@ -42,6 +42,8 @@ class SegmentData:
     vectors: dict[int, np.ndarray] = field(default_factory=dict)
     sq_norms: dict[int, np.ndarray] = field(default_factory=dict)
     indexes: dict[int, Any] = field(default_factory=dict)  # field ID → kmilvus.index.VectorIndex
+    # field ID → kmilvus.index.scalar_index.ScalarIndex (also in `indexes`): the filter's index path
+    scalar_indexes: dict[int, Any] = field(default_factory=dict)
     deltas: DeleteSet = field(default_factory=DeleteSet)  # its delta logs
     # field ID → kmilvus.index.text_index.TextIndex: loaded with a sealed segment, else built here
     text_indexes: dict[int, Any] = field(default_factory=dict)
@@ -86,6 +88,8 @@ class SegmentData:
         stores the vectors (the index is in place first: a reader sees one or the other)."""
         self.indexes[field_id] = index
         self.index_bytes += nbytes
+        if getattr(index, "scalar", False):
+            self.scalar_indexes[field_id] = index
         self.vectors.pop(field_id, None)
         self.sq_norms.pop(field_id, None)
         name = str(field_id)

@@ -211,6 +211,7 @@ class RootCoord(
         if schema.name != req.collection_name:
             raise merr.invalid(f"collection name [{req.collection_name}] not matches schema name [{schema.name}]")
         schemautil.validate_schema(schema, max_dim=self.cfg.max_dim, max_varchar=self.cfg.max_varchar_length)
+        num_partitions = schemautil.check_partition_key(schema, req.num_partitions, self.cfg.max_partition_num)
         for kv in req.properties:
             check_collection_property(kv.key, kv.value)
         schema = schemautil.normalize(schema)
@@ -230,15 +231,22 @@ class RootCoord(
                 if schemautil.same_schema(existing.schema, schema) and existing.shards_num == shards:
                     return merr.success()  # Milvus: creating the same collection again succeeds
                 raise MilvusError_dup(schema.name)
-            info = await self._new_collection_info(db, schema, shards, req)
+            info = await self._new_collection_info(db, schema, shards, req, num_partitions)
             await self._create(info)
         await self._watch_channels(self.registry.client(roles.DATACOORD), info)
         log.info("collection created", collection=schema.name, id=info.ID, vchannels=list(info.virtual_channel_names))
         return merr.success()
 
-    async def _new_collection_info(self, db, schema, shards, req) -> internal_pb2.CollectionInfo:
+    async def _new_collection_info(
+        self, db, schema, shards, req, num_partitions: int = 0
+    ) -> internal_pb2.CollectionInfo:
+        """`num_partitions` > 0: a partition key's collection, with Milvus' partitions `_default_0`
+        … `_default_{n-1}` (rows hash to them: kmilvus/proxy/partition_key.py) instead of `_default`."""
         coll_id = await self.ids.alloc()
-        part_id = await self.ids.alloc()  # allocated like any ID: no component derives it
+        # Partition IDs are allocated like any ID: no component derives them.
+        names = [f"{DEFAULT_PARTITION}_{i}" for i in range(num_partitions)] or [DEFAULT_PARTITION]
+        first = await self.ids.alloc(len(names))
+        part_ids = range(first, first + len(names))
         used = dict.fromkeys(self.pchannels, 0)
         for c in self.collections.values():
             for p in c.physical_channel_names:
@@ -253,14 +261,17 @@ class RootCoord(
             consistency_level=req.consistency_level,
             physical_channel_names=pchans,
             virtual_channel_names=[channels.vchannel_name(p, coll_id, i) for i, p in enumerate(pchans)],
-            partitions=[internal_pb2.PartitionInfo(partitionID=part_id, partitionName=DEFAULT_PARTITION)],
+            partitions=[
+                internal_pb2.PartitionInfo(partitionID=p, partitionName=n) for p, n in zip(part_ids, names, strict=True)
+            ],
             properties=list(req.properties),
         )
 
     async def _create(self, info: internal_pb2.CollectionInfo) -> None:
         async with self.ticks.publishing() as ts:
             info.create_time = ts
-            info.partitions[0].created_timestamp = ts
+            for part in info.partitions:
+                part.created_timestamp = ts
             await self._publish_ddl(
                 info,
                 ts,
