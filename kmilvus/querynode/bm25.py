@@ -1,0 +1,157 @@
+"""BM25 scoring of a BM25 function's sparse field (Milvus' idf oracle + knowhere's BM25 metric).
+
+A stored row is the term frequencies of its text (kmilvus.function.bm25); a query is the term
+frequencies of the query text. As in Milvus:
+
+- statistics per segment (`BM25Stats`, Milvus' storage.BM25Stats): rows, tokens (the sum of all
+  frequencies), and per dimension the number of rows holding it. A delegator merges the stats of
+  every segment of its channel (sealed and growing) at search time — deletes count until
+  compaction drops the rows, as in Milvus, whose stats logs are per segment too;
+- the query's values become `tf × idf`, idf = ln(1 + (N − df + 0.5) / (df + 0.5)) (BuildIDF);
+- a stored frequency tf of a row of length dl (its frequencies' sum) scores
+  tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl)) (knowhere's GetDocValueBM25Computer, avgdl at least
+  1), and a row's score is the sum over the query's dimensions of query value × that.
+
+`bm25_k1` (default 1.2, in [0, 3]) and `bm25_b` (default 0.75, in [0, 1]) are the index's
+params; a search may override them (SPARSE_INVERTED_INDEX does; knowhere refuses it for WAND).
+`doc_scorer` is the scoring hook a sparse inverted index applies to its postings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kmilvus.util import merr
+
+DEFAULT_K1 = 1.2
+DEFAULT_B = 0.75
+K1, B, AVGDL = "bm25_k1", "bm25_b", "bm25_avgdl"
+
+
+@dataclass
+class BM25Stats:
+    num_rows: int = 0
+    num_tokens: float = 0.0
+    dims: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))  # sorted
+    df: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows holding each dim
+
+    @classmethod
+    def of_rows(cls, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray) -> BM25Stats:
+        """Stats of sparse rows (each row's dimensions distinct, as Milvus' rows are)."""
+        dims, df = np.unique(np.asarray(indices, np.uint32), return_counts=True)
+        return cls(len(indptr) - 1, float(np.asarray(values, np.float64).sum()), dims, df.astype(np.int64))
+
+    @classmethod
+    def merged(cls, parts: Iterable[BM25Stats]) -> BM25Stats:
+        parts = [p for p in parts if p.num_rows]
+        if not parts:
+            return cls()
+        if len(parts) == 1:
+            return parts[0]
+        dims = np.concatenate([p.dims for p in parts])
+        df = np.concatenate([p.df for p in parts])
+        uniq, inv = np.unique(dims, return_inverse=True)
+        return cls(
+            sum(p.num_rows for p in parts),
+            sum(p.num_tokens for p in parts),
+            uniq,
+            np.bincount(inv, weights=df, minlength=len(uniq)).astype(np.int64),
+        )
+
+    @property
+    def avgdl(self) -> float:
+        if self.num_rows == 0 or self.num_tokens == 0:
+            return 0.0
+        return self.num_tokens / self.num_rows
+
+    def doc_freq(self, dims: np.ndarray) -> np.ndarray:
+        dims = np.asarray(dims, np.uint32)
+        pos = np.searchsorted(self.dims, dims)
+        found = pos < len(self.dims)
+        found[found] = self.dims[pos[found]] == dims[found]
+        out = np.zeros(len(dims), np.int64)
+        out[found] = self.df[pos[found]]
+        return out
+
+    def idf(self, dims: np.ndarray) -> np.ndarray:
+        """Milvus' float32(ln(1 + (N − df + 0.5) / (df + 0.5))), computed in float64."""
+        df = self.doc_freq(dims).astype(np.float64)
+        return np.log1p((self.num_rows - df + 0.5) / (df + 0.5)).astype(np.float32)
+
+    def query_values(self, dims: np.ndarray, tf: np.ndarray) -> np.ndarray:
+        """A query's term frequencies weighted by IDF (Milvus' BuildIDF)."""
+        return (np.asarray(tf, np.float32) * self.idf(dims)).astype(np.float32)
+
+
+def bm25_params(index_params: Mapping[str, object], search_params: Mapping[str, object]) -> tuple[float, float]:
+    """(k1, b): the search's, else the index's, else Milvus' defaults; checked as knowhere does."""
+    out = []
+    for key, default, hi in ((K1, DEFAULT_K1, 3.0), (B, DEFAULT_B, 1.0)):
+        raw = search_params.get(key, index_params.get(key, default))
+        try:
+            value = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise merr.invalid(f"param '{key}' ({raw}) should be a number") from None
+        if not 0.0 <= value <= hi or math.isnan(value):
+            raise merr.invalid(f"param '{key}' ({raw}) should be in range [0.000000, {hi:.6f}]")
+        out.append(value)
+    return out[0], out[1]
+
+
+def doc_values(tf: np.ndarray, doc_len: np.ndarray, k1: float, b: float, avgdl: float) -> np.ndarray:
+    """knowhere's BM25 document value of stored frequencies `tf` in rows of length `doc_len`."""
+    avgdl = max(avgdl, 1.0)
+    tf = np.asarray(tf, np.float32)
+    dl = np.asarray(doc_len, np.float32)
+    return (tf * np.float32(k1 + 1) / (tf + np.float32(k1) * (np.float32(1 - b) + np.float32(b) * (dl / avgdl)))).astype(
+        np.float32
+    )
+
+
+def doc_scorer(k1: float, b: float, avgdl: float) -> Callable[..., np.ndarray]:
+    """The scoring hook of a sparse inverted index (values of `rows`, the index's row sums)."""
+
+    def score(values: np.ndarray, rows: np.ndarray, index) -> np.ndarray:
+        return doc_values(values, index.row_sums[rows], k1, b, avgdl)
+
+    return score
+
+
+def score_rows(
+    q_indptr: np.ndarray,
+    q_indices: np.ndarray,
+    q_values: np.ndarray,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    values: np.ndarray,
+    k1: float,
+    b: float,
+    avgdl: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact BM25 scores of every (query, row) pair sharing a dimension: (query, row, score)
+    arrays, computed term-at-a-time over the rows' postings (one sort, numpy only)."""
+    nrows = len(indptr) - 1
+    row_of = np.repeat(np.arange(nrows, dtype=np.int64), np.diff(indptr))
+    dl = np.zeros(nrows, np.float32)
+    np.add.at(dl, row_of, values.astype(np.float32)) if len(values) else None
+    order = np.argsort(indices, kind="stable")
+    p_dims, p_rows, p_tf = indices[order], row_of[order], values[order]
+    p_val = doc_values(p_tf, dl[p_rows], k1, b, avgdl)
+    qid = np.repeat(np.arange(len(q_indptr) - 1, dtype=np.int64), np.diff(q_indptr))
+    lo = np.searchsorted(p_dims, q_indices, side="left")
+    hi = np.searchsorted(p_dims, q_indices, side="right")
+    counts = hi - lo
+    if not counts.sum():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    pos = np.arange(int(counts.sum()), dtype=np.int64) + starts
+    pair_q = np.repeat(qid, counts)
+    contrib = np.repeat(q_values.astype(np.float32), counts) * p_val[pos]
+    key = pair_q * nrows + p_rows[pos]
+    uniq, inv = np.unique(key, return_inverse=True)
+    scores = np.bincount(inv, weights=contrib, minlength=len(uniq)).astype(np.float32)
+    return uniq // max(nrows, 1), uniq % max(nrows, 1), scores
