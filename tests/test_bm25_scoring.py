@@ -34,7 +34,7 @@ def _sparse(texts):
 def _reference(query: str, docs: list[str], k1: float, b: float) -> list[float]:
     """Milvus' BM25, written out: idf from document frequencies, knowhere's tf normalisation."""
     an = build({"type": "english"})
-    toks = [[t for t in an.analyze(pa.array([d])).text.to_pylist()] for d in docs]
+    toks = [an.analyze(pa.array([d])).text.to_pylist() for d in docs]
     n = len(docs)
     avgdl = max(sum(len(t) for t in toks) / n, 1.0)
     df = Counter(h for t in toks for h in {token_hash(x) for x in t})

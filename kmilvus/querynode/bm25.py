@@ -7,9 +7,9 @@ frequencies of the query text. As in Milvus:
   frequencies), and per dimension the number of rows holding it. A delegator merges the stats of
   every segment of its channel (sealed and growing) at search time — deletes count until
   compaction drops the rows, as in Milvus, whose stats logs are per segment too;
-- the query's values become `tf × idf`, idf = ln(1 + (N − df + 0.5) / (df + 0.5)) (BuildIDF);
+- the query's values become `tf × idf`, idf = ln(1 + (N - df + 0.5) / (df + 0.5)) (BuildIDF);
 - a stored frequency tf of a row of length dl (its frequencies' sum) scores
-  tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl)) (knowhere's GetDocValueBM25Computer, avgdl at least
+  tf·(k1+1) / (tf + k1·(1 - b + b·dl/avgdl)) (knowhere's GetDocValueBM25Computer, avgdl at least
   1), and a row's score is the sum over the query's dimensions of query value × that.
 
 `bm25_k1` (default 1.2, in [0, 3]) and `bm25_b` (default 0.75, in [0, 1]) are the index's
@@ -78,7 +78,7 @@ class BM25Stats:
         return out
 
     def idf(self, dims: np.ndarray) -> np.ndarray:
-        """Milvus' float32(ln(1 + (N − df + 0.5) / (df + 0.5))), computed in float64."""
+        """Milvus' float32(ln(1 + (N - df + 0.5) / (df + 0.5))), computed in float64."""
         df = self.doc_freq(dims).astype(np.float64)
         return np.log1p((self.num_rows - df + 0.5) / (df + 0.5)).astype(np.float32)
 
@@ -107,9 +107,8 @@ def doc_values(tf: np.ndarray, doc_len: np.ndarray, k1: float, b: float, avgdl: 
     avgdl = max(avgdl, 1.0)
     tf = np.asarray(tf, np.float32)
     dl = np.asarray(doc_len, np.float32)
-    return (tf * np.float32(k1 + 1) / (tf + np.float32(k1) * (np.float32(1 - b) + np.float32(b) * (dl / avgdl)))).astype(
-        np.float32
-    )
+    norm = np.float32(1 - b) + np.float32(b) * (dl / np.float32(avgdl))
+    return (tf * np.float32(k1 + 1) / (tf + np.float32(k1) * norm)).astype(np.float32)
 
 
 def doc_scorer(k1: float, b: float, avgdl: float) -> Callable[..., np.ndarray]:
