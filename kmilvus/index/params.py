@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from pymilvus.grpc_gen import schema_pb2
 
-from kmilvus.index import scalar_params
+from kmilvus.index import scalar_params, sparse_bm25
 from kmilvus.util import typeutil
 from kmilvus.util.merr import PARAMETER_INVALID, UNEXPECTED, MilvusError
 
@@ -122,6 +122,8 @@ def check_field_index(
     flat = {k: str(v) for k, v in params.items()}
     if scalar_params.is_scalar_request(flat.get(INDEX_TYPE), field):  # kmilvus/index/scalar_params.py
         return field, scalar_params.check_scalar_index(flat, field)
+    if sparse_bm25.is_bm25_field(schema, field):  # a BM25 function's output: kmilvus/index/sparse_bm25.py
+        return field, sparse_bm25.check_index_params(flat)
     dim = typeutil.dim_of(field) if field.data_type == DT.FloatVector else 0
     return field, check_index_params({k: str(v) for k, v in params.items()}, field, dim)
 

@@ -26,7 +26,7 @@ from kmilvus import index as kindex
 from kmilvus.datacoord.index_meta import FieldIndex, IndexMeta, IndexState, SegmentIndex, params_of
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
 from kmilvus.index import params as P
-from kmilvus.index import scalar_index, scalar_params
+from kmilvus.index import scalar_index, scalar_params, sparse_bm25
 from kmilvus.log import get_logger
 from kmilvus.meta import catalog as keys
 from kmilvus.storage import binlog, paths
@@ -174,6 +174,8 @@ class IndexBuilder:
                 vectors = None
                 if scalar_params.is_scalar_build(params):  # kmilvus/index/scalar_index.py
                     built = await scalar_index.abuild(column, params)
+                elif sparse_bm25.is_build(params):  # a BM25 field's postings: kmilvus/index/sparse_bm25.py
+                    built = await asyncio.to_thread(sparse_bm25.build_file, column, params)
                 else:
                     vectors = vectors_of(column, int(params[P.DIM]))
                     built = await kindex.abuild(vectors, params[P.INDEX_TYPE], params[P.METRIC_TYPE], params)

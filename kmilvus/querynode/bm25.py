@@ -14,7 +14,8 @@ frequencies of the query text. As in Milvus:
 
 `bm25_k1` (default 1.2, in [0, 3]) and `bm25_b` (default 0.75, in [0, 1]) are the index's
 params; a search may override them (SPARSE_INVERTED_INDEX does; knowhere refuses it for WAND).
-`doc_scorer` is the scoring hook a sparse inverted index applies to its postings.
+`doc_scorer` is the scoring hook a sparse inverted index applies to its postings; this
+node's own BM25 index (kmilvus/index/sparse_bm25.py) applies `doc_values` to its postings.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 
 from kmilvus.util import merr
 
+METRIC = "BM25"
 DEFAULT_K1 = 1.2
 DEFAULT_B = 0.75
 K1, B, AVGDL = "bm25_k1", "bm25_b", "bm25_avgdl"
@@ -120,37 +122,35 @@ def doc_scorer(k1: float, b: float, avgdl: float) -> Callable[..., np.ndarray]:
     return score
 
 
-def score_rows(
-    q_indptr: np.ndarray,
-    q_indices: np.ndarray,
-    q_values: np.ndarray,
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    values: np.ndarray,
-    k1: float,
-    b: float,
-    avgdl: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exact BM25 scores of every (query, row) pair sharing a dimension: (query, row, score)
-    arrays, computed term-at-a-time over the rows' postings (one sort, numpy only)."""
-    nrows = len(indptr) - 1
-    row_of = np.repeat(np.arange(nrows, dtype=np.int64), np.diff(indptr))
-    dl = np.zeros(nrows, np.float32)
-    np.add.at(dl, row_of, values.astype(np.float32)) if len(values) else None
-    order = np.argsort(indices, kind="stable")
-    p_dims, p_rows, p_tf = indices[order], row_of[order], values[order]
-    p_val = doc_values(p_tf, dl[p_rows], k1, b, avgdl)
-    qid = np.repeat(np.arange(len(q_indptr) - 1, dtype=np.int64), np.diff(q_indptr))
-    lo = np.searchsorted(p_dims, q_indices, side="left")
-    hi = np.searchsorted(p_dims, q_indices, side="right")
-    counts = hi - lo
-    if not counts.sum():
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
-    starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
-    pos = np.arange(int(counts.sum()), dtype=np.int64) + starts
-    pair_q = np.repeat(qid, counts)
-    contrib = np.repeat(q_values.astype(np.float32), counts) * p_val[pos]
-    key = pair_q * nrows + p_rows[pos]
-    uniq, inv = np.unique(key, return_inverse=True)
-    scores = np.bincount(inv, weights=contrib, minlength=len(uniq)).astype(np.float32)
-    return uniq // max(nrows, 1), uniq % max(nrows, 1), scores
+def search_channels(coll, req, plan):
+    """A BM25 search on one QueryNode: per channel (Milvus' delegator), the statistics of every
+    segment of the channel weigh the queries, then its requested segments are searched; the
+    channels' hits are merged. `coll` is the node's LoadedCollection."""
+    from dataclasses import replace
+
+    from kmilvus.index.sparse_bm25 import BM25Queries
+    from kmilvus.querynode import reduce
+
+    k1, b = float(plan.params.get(K1, DEFAULT_K1)), float(plan.params.get(B, DEFAULT_B))
+    q = plan.queries
+    parts = set(req.partitionIDs)
+    tables = []
+    for ch in req.vchannels:
+        segs = coll.channel_segments(ch)
+        stats = BM25Stats.merged(s.bm25_index(plan.anns_field).stats() for s, _, _ in segs)
+        weighted = BM25Queries(q.indptr, q.indices, stats.query_values(q.indices, q.values), k1, b, stats.avgdl)
+        wanted = [
+            (s, d)
+            for s, d, growing in segs
+            if (not parts or s.partition_id in parts) and not (growing and req.ignore_growing)
+        ]
+        if wanted:
+            tables.append(reduce.search_segments(wanted, replace(plan, queries=weighted)))
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return reduce.empty_search_result()
+    if len(tables) == 1:
+        return tables[0]
+    import pyarrow as pa
+
+    return reduce.merge_search(pa.concat_tables(tables, promote_options="default"), plan)

@@ -75,6 +75,8 @@ def _segment_topk(seg: SegmentData, plan: SearchPlan, valid: np.ndarray | None, 
     searches every stored vector (`VectorIndex.exhaustive`): a row an approximate search missed
     before the page's bound would never come back."""
     index = seg.indexes.get(plan.anns_field)
+    if index is None and plan.metric == "BM25":
+        index = seg.bm25_index(plan.anns_field)
     if index is not None:
         if plan.radius is not None:
             lims, dd, oo = index.range_search(plan.queries, plan.radius, plan.range_filter, plan.params, valid)

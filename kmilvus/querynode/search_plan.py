@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus.index.sparse_bm25 import BM25Queries
 from kmilvus.parser import template_values
 from kmilvus.proto import query_node_pb2
 from kmilvus.querynode import vector_search
@@ -44,7 +46,7 @@ class IteratorBound:
 @dataclass
 class SearchPlan:
     anns_field: int
-    queries: np.ndarray  # nq × dim float32
+    queries: Any  # nq × dim float32; BM25: sparse rows (kmilvus/index/sparse_bm25.BM25Queries)
     topk: int
     metric: str
     filter: Filter
@@ -87,7 +89,11 @@ def plan_from_request(
         bound = IteratorBound(float(b.bound), float(b.tolerance), excluded)
     return SearchPlan(
         anns_field=req.anns_fieldID,
-        queries=np.frombuffer(req.vectors, dtype="<f4").reshape(req.nq, -1),
+        queries=(
+            BM25Queries.frombytes(req.vectors, req.nq)
+            if req.metric_type == "BM25"
+            else np.frombuffer(req.vectors, dtype="<f4").reshape(req.nq, -1)
+        ),
         topk=int(req.topk),
         metric=vector_search.check_metric(req.metric_type),
         filter=flt,

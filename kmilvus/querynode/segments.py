@@ -119,6 +119,16 @@ class SegmentData:
             self.text_indexes[field_id] = index
         return index
 
+    def bm25_index(self, field_id: int) -> Any:
+        """The BM25 field's index: the one loaded with the segment, or (growing data, a segment
+        loaded before its index was built) one built from the column once."""
+        index = self.indexes.get(field_id)
+        if index is None:
+            from kmilvus.index.sparse_bm25 import SparseBM25Index
+
+            index = self.indexes[field_id] = SparseBM25Index.build(self.table.column(str(field_id)))
+        return index
+
     def int64_pks(self) -> np.ndarray | None:
         """The Int64 primary keys as numpy, converted once (None: VarChar keys); result rows take
         their keys from it with one fancy index instead of an Arrow `take` call."""

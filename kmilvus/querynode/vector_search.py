@@ -12,7 +12,7 @@ import numpy as np
 
 from kmilvus.util import merr
 
-METRICS = ("L2", "IP", "COSINE")
+METRICS = ("L2", "IP", "COSINE", "BM25")  # BM25: a BM25 function's field (kmilvus/index/sparse_bm25.py)
 _QUERY_CHUNK = 1 << 24  # distance-matrix elements computed at once (64 MiB of float32)
 
 
