@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from pymilvus import DataType, Function, FunctionType, MilvusClient, MilvusException
@@ -12,6 +13,7 @@ from tantivy import Filter, TextAnalyzerBuilder, Tokenizer
 
 from kmilvus.analyzer import build
 from kmilvus.function.bm25 import token_hash
+from tests.util import wait_until
 
 TEXTS = [
     "The 2 QUICK Brown-Foxes dog's 32.3 中文 👩‍🔬 éclair Straße",
@@ -264,3 +266,154 @@ def test_text_match_errors_are_milvus(client, expr, message):
     with pytest.raises(MilvusException) as err:
         client.query("m", expr)
     assert err.value.code == 1100 and message in err.value.message
+
+
+DOCS = [
+    "The quick brown fox jumps over the lazy dog",
+    "A quick brown dog outpaces a quick fox",
+    "Lazy dogs sleep all day long",
+    "Foxes are quick and clever animals",
+    "The dog barks; the fox runs",
+    "Vector databases store embeddings",
+    "Milvus is a vector database for similarity search",
+]
+
+
+def _reference_scores(query: str, docs: list[str], k1: float = 1.2, b: float = 0.75) -> list[float]:
+    """Milvus' BM25 written out over `docs` (english analyzer): idf from document frequencies,
+    knowhere's tf normalisation with avgdl."""
+    import math
+    from collections import Counter
+
+    an = build({"type": "english"})
+    toks = [an.analyze(pa.array([d])).text.to_pylist() for d in docs]
+    n, avgdl = len(docs), max(sum(len(t) for t in toks) / len(docs), 1.0)
+    df = Counter(h for t in toks for h in {token_hash(x) for x in t})
+    q = Counter(token_hash(t) for t in an.analyze(pa.array([query])).text.to_pylist())
+    out = []
+    for t in toks:
+        tf = Counter(token_hash(x) for x in t)
+        out.append(
+            sum(
+                qtf
+                * math.log(1 + (n - df[h] + 0.5) / (df[h] + 0.5))
+                * tf[h]
+                * (k1 + 1)
+                / (tf[h] + k1 * (1 - b + b * len(t) / avgdl))
+                for h, qtf in q.items()
+                if h in tf
+            )
+        )
+    return out
+
+
+def _bm25_collection(client, index_params: dict | None = None, dense: bool = False):
+    schema = bm25_schema(client, analyzer_params={"type": "english"})
+    if dense:
+        schema.add_field("vec", DataType.FLOAT_VECTOR, dim=2)
+    ip = client.prepare_index_params()
+    ip.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25", params=index_params or {})
+    if dense:
+        ip.add_index("vec", metric_type="L2")
+    client.create_collection("b", schema=schema, index_params=ip, consistency_level="Strong")
+
+
+def _search(client, query: str, limit: int = 10, **kw):
+    res = client.search("b", [query], anns_field="sparse", limit=limit, output_fields=["id"], **kw)
+    return [(h["id"], h["distance"]) for h in res[0]]
+
+
+def _expected(query: str, docs: list[str], ids: list[int], **kw):
+    scores = _reference_scores(query, docs, **kw)
+    return sorted(((i, s) for i, s in zip(ids, scores, strict=True) if s > 0), key=lambda x: (-x[1], x[0]))
+
+
+@pytest.mark.parametrize("stage", ["growing", "flushed", "two segments"])
+def test_bm25_search_scores_are_milvus_formula(client, stage):
+    _bm25_collection(client)
+    rows = [{"id": i, "text": t} for i, t in enumerate(DOCS)]
+    if stage == "two segments":
+        client.insert("b", rows[:3])
+        client.flush("b")
+        client.insert("b", rows[3:])
+    else:
+        client.insert("b", rows)
+        if stage == "flushed":
+            client.flush("b")
+    for query in ["quick fox", "lazy dogs sleeping", "vector database search", "nothing matches zzz"]:
+        got = _search(client, query)
+        want = _expected(query, DOCS, list(range(len(DOCS))))
+        assert [i for i, _ in got] == [i for i, _ in want], query
+        np.testing.assert_allclose([s for _, s in got], [s for _, s in want], rtol=2e-6)
+
+
+def test_bm25_k1_b_from_the_index_and_the_search(client):
+    _bm25_collection(client, {"bm25_k1": 1.8, "bm25_b": 0.3})
+    client.insert("b", [{"id": i, "text": t} for i, t in enumerate(DOCS)])
+    ids = list(range(len(DOCS)))
+    got = _search(client, "quick brown fox")
+    want = _expected("quick brown fox", DOCS, ids, k1=1.8, b=0.3)
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in want], rtol=2e-6)
+    got = _search(client, "quick brown fox", search_params={"params": {"bm25_k1": 1.2, "bm25_b": 1.0}})
+    want = _expected("quick brown fox", DOCS, ids, k1=1.2, b=1.0)
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in want], rtol=2e-6)
+    desc = client.describe_index("b", "sparse")
+    assert desc["index_type"] == "SPARSE_INVERTED_INDEX" and desc["metric_type"] == "BM25"
+    with pytest.raises(MilvusException) as err:
+        client.search("b", ["fox"], anns_field="sparse", limit=3, search_params={"metric_type": "IP"})
+    assert "metric type not match" in err.value.message
+
+
+def test_bm25_statistics_survive_deletes_compaction_and_restart(node_factory):
+    """Deleted rows count in the statistics until compaction drops them (as Milvus' per-segment
+    stats logs); compaction and a restart keep the scores."""
+    node = node_factory()
+    client = MilvusClient(uri=node.uri)
+    _bm25_collection(client)
+    client.insert("b", [{"id": i, "text": t} for i, t in enumerate(DOCS[:4])])
+    client.flush("b")
+    client.insert("b", [{"id": i, "text": t} for i, t in enumerate(DOCS[4:], start=4)])
+    client.flush("b")
+    client.delete("b", ids=[2])
+    client.flush("b")  # the delete in a delta log, for compaction to apply
+    ids = [0, 1, 3, 4, 5, 6]
+    before = _search(client, "lazy quick fox")
+    full = dict(_expected("lazy quick fox", DOCS, list(range(7))))
+    alive = sorted(((i, full[i]) for i in ids if i in full), key=lambda x: -x[1])
+    assert [i for i, _ in before] == [i for i, _ in alive]
+    np.testing.assert_allclose([s for _, s in before], [full[i] for i, _ in before], rtol=2e-6)  # 7 rows' stats
+    job = client.compact("b")
+    wait_until(lambda: client.get_compaction_state(job) == "Completed", 120, what="compaction")
+    # The compacted segment replaces its two sources on the QueryNode: one segment, 6 rows.
+    wait_until(lambda: [s.num_rows for s in client.list_loaded_segments("b")] == [6], 60, what="handoff")
+    want = dict(_expected("lazy quick fox", [DOCS[i] for i in ids], ids))
+    got = _search(client, "lazy quick fox")
+    np.testing.assert_allclose([s for _, s in got], [want[i] for i, _ in got], rtol=2e-6)
+    assert {i for i, _ in got} == set(want)
+    client.close()
+    node.stop()
+    node = node_factory()
+    client = MilvusClient(uri=node.uri)
+    client.load_collection("b")
+    np.testing.assert_allclose([s for _, s in _search(client, "lazy quick fox")], [s for _, s in got], rtol=2e-6)
+    client.close()
+
+
+def test_hybrid_search_of_bm25_and_dense(client):
+    from pymilvus import AnnSearchRequest, RRFRanker
+
+    _bm25_collection(client, dense=True)
+    client.insert("b", [{"id": i, "text": t, "vec": [float(i), 0.0]} for i, t in enumerate(DOCS)])
+    reqs = [
+        AnnSearchRequest(["vector database"], "sparse", {"metric_type": "BM25"}, limit=3),
+        AnnSearchRequest([[0.0, 0.0]], "vec", {"metric_type": "L2"}, limit=3),
+    ]
+    res = client.hybrid_search("b", reqs, RRFRanker(60), limit=4, output_fields=["id"])
+    got = [h["id"] for h in res[0]]
+    text = [i for i, _ in _expected("vector database", DOCS, list(range(len(DOCS))))][:3]  # 6, 5
+    dense = [0, 1, 2]
+    rrf = {}
+    for ranked in (text, dense):
+        for r, i in enumerate(ranked):
+            rrf[i] = rrf.get(i, 0.0) + 1 / (60 + r + 1)
+    assert got == sorted(rrf, key=lambda i: (-rrf[i], i))[:4]
