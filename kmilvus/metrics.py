@@ -61,6 +61,11 @@ SCALAR_INDEX_LOOKUPS = Counter(
     ["index_type"],
 )
 DROPPED_COLLECTIONS = Counter("kmilvus_datacoord_dropped_collections_total", "Collections whose data was removed.")
+DROP_RETRIES = Counter(
+    "kmilvus_rootcoord_drop_retries_total",
+    "Failed attempts of a drop's resumable tail (broadcast, release, DataCoord's removal), each retried.",
+    ["kind"],
+)
 SECURITY_DENIED = Counter(
     "kmilvus_proxy_denied_total", "Calls refused by authentication or privilege checks.", ["method", "reason"]
 )

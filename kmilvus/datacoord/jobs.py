@@ -117,6 +117,18 @@ class JobService:
         if imports or compactions:
             log.info("collection jobs cancelled", collection=coll, imports=imports, compactions=compactions)
 
+    async def cancel_partition(self, coll: int, part: int) -> None:
+        """DropPartition: fail every unfinished job writing into the partition (imports into it,
+        compactions with a plan in it) and remove its outputs. A commit already under way
+        finishes first (the lock), and one after the partition's drop record is refused by it."""
+        async with self.collection_lock(coll):
+            imports = await self.imports.cancel_partition(coll, part)
+            compactions = await self.compactions.cancel_partition(coll, part)
+        if imports or compactions:
+            log.info(
+                "partition jobs cancelled", collection=coll, partition=part, imports=imports, compactions=compactions
+            )
+
 
 class DataCoordJobsRPCs:
     """DataCoord's import and compaction RPCs, answered by its `jobs` service."""

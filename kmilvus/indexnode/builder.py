@@ -56,7 +56,11 @@ class IndexBuilder:
         *,
         parallel: int = 1,
         dropping: Callable[[int], bool] = lambda coll: False,
+        remove_files: Callable[[list[SegmentIndex]], Awaitable[list[SegmentIndex]]],
     ):
+        """`remove_files`: deletes the files of those builds etcd says are garbage (their
+        segment or index gone), returns them — DataCoord's fenced remover, not memory."""
+        self.remove_files = remove_files
         self.meta = meta
         self.index_meta = index_meta
         self.store = store
@@ -139,10 +143,7 @@ class IndexBuilder:
                 stale.append(si)
         if stale:
             await self.cancel([(si.segmentID, si.indexID) for si in stale])
-            for si in stale:
-                await self.store.delete_prefix(
-                    paths.index_build_prefix(si.collectionID, si.partitionID, si.segmentID, si.buildID)
-                )
+            stale = await self.remove_files(stale)  # etcd may still have what memory lost
         gone = {(si.segmentID, si.indexID) for si in stale}
         built = {iid for (sid, iid) in self.index_meta.segment_indexes if (sid, iid) not in gone}
         dropped = [ix for ix in self.index_meta.indexes.values() if ix.deleted and ix.indexID not in built]
@@ -199,6 +200,6 @@ class IndexBuilder:
                 await asyncio.to_thread(memory.release)
             if not await self.index_meta.save_build(si, seg_key):
                 # Dropped while building: nothing refers to the files; remove them now.
-                await self.store.delete_prefix(paths.index_build_prefix(i.collectionID, i.partitionID, i.ID, build_id))
+                await self.remove_files([si])
                 return
             log.info("segment index built", segment=i.ID, index=ix.index_name, rows=si.num_rows, bytes=size)
