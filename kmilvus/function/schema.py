@@ -14,6 +14,7 @@ from kmilvus.analyzer import AnalyzerError, build, multi
 from kmilvus.analyzer import fields as af
 from kmilvus.util import merr
 from kmilvus.util.merr import MilvusError
+from kmilvus.util.typeutil import type_name
 
 DT = schema_pb2.DataType
 FT = schema_pb2.FunctionType
@@ -23,13 +24,6 @@ START_FUNCTION_ID = 100  # Milvus' common.StartOfUserFunctionID
 def _fail(message: str) -> MilvusError:
     # Milvus raises these as plain errors in the proxy's PreExecute: code 65535 on the wire.
     return MilvusError(merr.UNEXPECTED, message)
-
-
-def _type_name(t: int) -> str:
-    try:
-        return DT.Name(t)
-    except ValueError:
-        return str(t)
 
 
 def _check_basic(fn: schema_pb2.FunctionSchema) -> None:
@@ -90,7 +84,7 @@ def validate_functions(schema: schema_pb2.CollectionSchema) -> None:
         if len(inputs) != 1 or inputs[0].data_type != DT.VarChar:
             raise _fail(
                 f"BM25 function input field must be a VARCHAR field, got {len(inputs)} field with type "
-                f"{_type_name(inputs[0].data_type)}"
+                f"{type_name(inputs[0].data_type)}"
             )
         if not af.enable_analyzer(inputs[0]):
             raise _fail("BM25 function input field must set enable_analyzer to true")
@@ -117,7 +111,7 @@ def validate_functions(schema: schema_pb2.CollectionSchema) -> None:
         if outputs[0].data_type != DT.SparseFloatVector:
             raise _fail(
                 "BM25 function output field must be a SparseFloatVector field, "
-                f"but got {_type_name(outputs[0].data_type)}"
+                f"but got {type_name(outputs[0].data_type)}"
             )
     for f in schema.fields:
         validate_analyzer(schema, f)

@@ -15,9 +15,7 @@ take over; this module covers BM25 fields only (IP sparse fields are not indexed
 
 from __future__ import annotations
 
-import json
 import math
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,10 +24,10 @@ import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus.index import fileformat
 from kmilvus.util import merr
 
 MAGIC = b"KMBM25\0\0"
-_HEADER = struct.Struct("<8sI")
 BM25 = "BM25"
 SPARSE_INVERTED_INDEX, SPARSE_WAND, AUTOINDEX = "SPARSE_INVERTED_INDEX", "SPARSE_WAND", "AUTOINDEX"
 INDEX_TYPES = (SPARSE_INVERTED_INDEX, SPARSE_WAND)
@@ -274,29 +272,19 @@ class SparseBM25Index:
 
     # files
     def serialize(self) -> bytes:
-        arrays = [np.ascontiguousarray(getattr(self, n)) for n in _ARRAYS]
+        arrays = {n: getattr(self, n) for n in _ARRAYS}
         meta = {
             "kind": self.kind,
             "num_rows": self.num_rows,
             "params": self.params,
-            "arrays": [[n, a.dtype.str, len(a)] for n, a in zip(_ARRAYS, arrays, strict=True)],
+            "arrays": fileformat.array_spec(arrays),
         }
-        blob = json.dumps(meta).encode()
-        return _HEADER.pack(MAGIC, len(blob)) + blob + b"".join(a.tobytes() for a in arrays)
+        return fileformat.pack(MAGIC, meta) + fileformat.array_bytes(arrays)
 
     @classmethod
     def load(cls, data: bytes | memoryview) -> SparseBM25Index:
-        buf = memoryview(data)
-        magic, n = _HEADER.unpack_from(buf)
-        if magic != MAGIC:
-            raise ValueError("not a kmilvus BM25 index file")
-        meta = json.loads(bytes(buf[_HEADER.size : _HEADER.size + n]))
-        pos, arrays = _HEADER.size + n, {}
-        for name, dtype, count in meta["arrays"]:
-            dt = np.dtype(dtype)
-            arrays[name] = np.frombuffer(buf, dtype=dt, count=count, offset=pos)
-            pos += count * dt.itemsize
-        return cls(int(meta["num_rows"]), arrays, meta["params"])
+        meta, body = fileformat.unpack(data, MAGIC, "BM25 index")
+        return cls(int(meta["num_rows"]), fileformat.read_arrays(body, meta["arrays"]), meta["params"])
 
     @property
     def nbytes(self) -> int:
@@ -304,7 +292,7 @@ class SparseBM25Index:
 
 
 def is_index_file(data: bytes | memoryview) -> bool:
-    return bytes(memoryview(data)[: len(MAGIC)]) == MAGIC
+    return fileformat.has_magic(data, MAGIC)
 
 
 @dataclass

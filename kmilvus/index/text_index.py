@@ -15,19 +15,16 @@ segment's other indexes; growing data is indexed on the fly when a filter needs 
 
 from __future__ import annotations
 
-import json
-import struct
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kmilvus.analyzer import Analyzer, Tokens
+from kmilvus.index import fileformat
 
 MAGIC = b"KMTEXT1\0"
-_HEADER = struct.Struct("<8sI")
 _ARRAYS = ("doc_indptr", "docs", "occ_indptr", "occ_row", "occ_pos")
 
 
@@ -139,32 +136,21 @@ class TextIndex:
         with pa.ipc.new_stream(sink, batch.schema) as w:
             w.write_batch(batch)
         vocab = sink.getvalue().to_pybytes()
-        arrays = [np.ascontiguousarray(getattr(self, n)) for n in _ARRAYS]
+        arrays = {n: getattr(self, n) for n in _ARRAYS}
         meta = {
             "kind": self.kind,
             "num_rows": self.num_rows,
             "vocab_bytes": len(vocab),
-            "arrays": [[n, a.dtype.str, len(a)] for n, a in zip(_ARRAYS, arrays, strict=True)],
+            "arrays": fileformat.array_spec(arrays),
         }
-        blob = json.dumps(meta).encode()
-        return _HEADER.pack(MAGIC, len(blob)) + blob + vocab + b"".join(a.tobytes() for a in arrays)
+        return fileformat.pack(MAGIC, meta) + vocab + fileformat.array_bytes(arrays)
 
     @classmethod
     def load(cls, data: bytes | memoryview) -> TextIndex:
-        buf = memoryview(data)
-        magic, n = _HEADER.unpack_from(buf)
-        if magic != MAGIC:
-            raise ValueError("not a kmilvus text index file")
-        meta: dict[str, Any] = json.loads(bytes(buf[_HEADER.size : _HEADER.size + n]))
-        pos = _HEADER.size + n
-        vocab_end = pos + meta["vocab_bytes"]
-        vocab = pa.ipc.open_stream(pa.py_buffer(bytes(buf[pos:vocab_end]))).read_all().column(0).combine_chunks()
-        pos, arrays = vocab_end, {}
-        for name, dtype, count in meta["arrays"]:
-            dt = np.dtype(dtype)
-            arrays[name] = np.frombuffer(buf, dtype=dt, count=count, offset=pos)
-            pos += count * dt.itemsize
-        return cls(int(meta["num_rows"]), vocab, arrays)
+        meta, body = fileformat.unpack(data, MAGIC, "text index")
+        end = meta["vocab_bytes"]
+        vocab = pa.ipc.open_stream(pa.py_buffer(bytes(body[:end]))).read_all().column(0).combine_chunks()
+        return cls(int(meta["num_rows"]), vocab, fileformat.read_arrays(body, meta["arrays"], end))
 
     @property
     def nbytes(self) -> int:
@@ -172,7 +158,7 @@ class TextIndex:
 
 
 def is_text_index(data: bytes | memoryview) -> bool:
-    return bytes(memoryview(data)[: len(MAGIC)]) == MAGIC
+    return fileformat.has_magic(data, MAGIC)
 
 
 def _intersection_with_slop(left: np.ndarray, right: np.ndarray, slop: int) -> np.ndarray:
