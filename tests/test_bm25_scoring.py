@@ -12,8 +12,9 @@ import pytest
 
 from kmilvus.analyzer import build
 from kmilvus.function.bm25 import term_frequencies, token_hash
-from kmilvus.index.sparse_bm25 import BM25Queries, SparseBM25Index
-from kmilvus.querynode.bm25 import BM25Stats, bm25_params
+from kmilvus.index.sparse_index import SparseInvertedIndex
+from kmilvus.index.vectors import SparseRows
+from kmilvus.querynode.bm25 import BM25Stats, bm25_params, doc_scorer, stats_of
 from kmilvus.util import merr
 
 CORPUS = [
@@ -57,16 +58,18 @@ def _reference(query: str, docs: list[str], k1: float, b: float) -> list[float]:
 def test_scores_equal_milvus_formula_with_stats_merged_from_segments(query, k1, b):
     # Two "segments": stats kept apart, merged at search.
     first, second = CORPUS[:3], CORPUS[3:]
-    segments = [SparseBM25Index.from_rows(*_sparse(part)) for part in (first, second)]
-    stats = BM25Stats.merged([s.stats() for s in segments])
+    segments = [
+        SparseInvertedIndex(SparseRows(*_sparse(part)), "SPARSE_INVERTED_INDEX", "BM25") for part in (first, second)
+    ]
+    stats = BM25Stats.merged([stats_of(s) for s in segments])
     assert stats.num_rows == len(CORPUS) and stats.avgdl == BM25Stats.of_rows(*_sparse(CORPUS)).avgdl
     q_indptr, q_dims, q_tf = _sparse([query])
-    q_values = stats.query_values(q_dims, q_tf)
-    q = BM25Queries(q_indptr, q_dims, q_values, k1, b, stats.avgdl)
+    q = SparseRows(q_indptr, q_dims, stats.query_values(q_dims, q_tf))
     got = np.zeros(len(CORPUS))
     for offset, seg in ((0, segments[0]), (3, segments[1])):
-        _, rows, scores = seg.scores(q)
-        got[offset + rows] = scores
+        scores, rows = seg.search(q, seg.num_rows, scorer=doc_scorer(k1, b, stats.avgdl))
+        hit = rows[0] >= 0
+        got[offset + rows[0][hit]] = scores[0][hit]
     np.testing.assert_allclose(got, _reference(query, CORPUS, k1, b), rtol=2e-6, atol=1e-6)
 
 

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from kmilvus.analyzer import Analyzer, Tokens
 from kmilvus.index import fileformat
+from kmilvus.index.base import pack_arrays, unpack_arrays
 
 MAGIC = b"KMTEXT1\0"
 _ARRAYS = ("doc_indptr", "docs", "occ_indptr", "occ_row", "occ_pos")
@@ -136,21 +137,16 @@ class TextIndex:
         with pa.ipc.new_stream(sink, batch.schema) as w:
             w.write_batch(batch)
         vocab = sink.getvalue().to_pybytes()
-        arrays = {n: getattr(self, n) for n in _ARRAYS}
-        meta = {
-            "kind": self.kind,
-            "num_rows": self.num_rows,
-            "vocab_bytes": len(vocab),
-            "arrays": fileformat.array_spec(arrays),
-        }
-        return fileformat.pack(MAGIC, meta) + vocab + fileformat.array_bytes(arrays)
+        spec, payload = pack_arrays({n: getattr(self, n) for n in _ARRAYS})
+        meta = {"kind": self.kind, "num_rows": self.num_rows, "vocab_bytes": len(vocab), "arrays": spec}
+        return fileformat.pack(MAGIC, meta) + vocab + payload
 
     @classmethod
     def load(cls, data: bytes | memoryview) -> TextIndex:
         meta, body = fileformat.unpack(data, MAGIC, "text index")
         end = meta["vocab_bytes"]
         vocab = pa.ipc.open_stream(pa.py_buffer(bytes(body[:end]))).read_all().column(0).combine_chunks()
-        return cls(int(meta["num_rows"]), vocab, fileformat.read_arrays(body, meta["arrays"], end))
+        return cls(int(meta["num_rows"]), vocab, unpack_arrays(meta["arrays"], body[end:]))
 
     @property
     def nbytes(self) -> int:

@@ -8,8 +8,10 @@ overwritten); a SegmentIndex whose segment is gone (compacted away and collected
 whose index was dropped loses its files, then its key. It runs when a segment changes, when an
 index is created or dropped, and on a timer.
 
-A build reads only the indexed column (vector or scalar) of the segment's insert binlogs (log-ID order = the row
-offsets a QueryNode loads), builds with faiss (or kmilvus.index.scalar_index) in a thread, writes
+A build reads only the indexed column (vector or scalar) of the segment's insert binlogs (log-ID
+order = the row offsets a QueryNode loads), converts a vector column as its type says
+(kmilvus.index.vectors: dense vectors as float32, binary as packed bits, sparse as rows of pairs),
+builds it (or a kmilvus.index.scalar_index) in a thread, writes
 `index_files/{coll}/{part}/{seg}/{buildID}/index`, then commits the SegmentIndex Finished in one
 transaction guarded on the segment and the index still existing.
 """
@@ -20,13 +22,14 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-import numpy as np
+from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus import index as kindex
 from kmilvus.datacoord.index_meta import FieldIndex, IndexMeta, IndexState, SegmentIndex, params_of
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
 from kmilvus.index import params as P
-from kmilvus.index import scalar_index, scalar_params, sparse_bm25
+from kmilvus.index import scalar_index, scalar_params
+from kmilvus.index import vectors as kvectors
 from kmilvus.log import get_logger
 from kmilvus.meta import catalog as keys
 from kmilvus.storage import binlog, paths
@@ -39,11 +42,10 @@ RECONCILE_EVERY = 2.0  # seconds; changes also wake it at once
 MIN_PASS_INTERVAL = 0.2
 
 
-def vectors_of(column, dim: int) -> np.ndarray:
-    """A FixedSizeList<float32> column as an [n, dim] matrix, without per-row Python."""
-    chunks = [c.flatten().to_numpy(zero_copy_only=False) for c in column.chunks]
-    flat = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
-    return flat.astype(np.float32, copy=False).reshape(-1, dim)
+def vectors_of(column, params: dict[str, str]):
+    """The column as the index takes it, by the field's type kept with the index's params."""
+    data_type = schema_pb2.DataType.Value(params.get(P.DATA_TYPE, "FloatVector"))
+    return kvectors.from_arrow(column, data_type, int(params.get(P.DIM, 0)))
 
 
 class IndexBuilder:
@@ -175,10 +177,8 @@ class IndexBuilder:
                 vectors = None
                 if scalar_params.is_scalar_build(params):  # kmilvus/index/scalar_index.py
                     built = await scalar_index.abuild(column, params)
-                elif sparse_bm25.is_build(params):  # a BM25 field's postings: kmilvus/index/sparse_bm25.py
-                    built = await asyncio.to_thread(sparse_bm25.build_file, column, params)
                 else:
-                    vectors = vectors_of(column, int(params[P.DIM]))
+                    vectors = vectors_of(column, params)
                     built = await kindex.abuild(vectors, params[P.INDEX_TYPE], params[P.METRIC_TYPE], params)
                 key = paths.index_file_key(i.collectionID, i.partitionID, i.ID, build_id)
                 await self.store.write(key, built.data)

@@ -12,7 +12,7 @@ from kmilvus.analyzer import MultiAnalyzer
 from kmilvus.analyzer.fields import analyzer_of
 from kmilvus.function.bm25 import term_frequencies
 from kmilvus.function.schema import bm25_of_output, field_by_id
-from kmilvus.index.sparse_bm25 import BM25Queries
+from kmilvus.index.vectors import SparseRows
 from kmilvus.util import merr, typeutil
 
 PH = common_pb2.PlaceholderType
@@ -20,7 +20,7 @@ PH = common_pb2.PlaceholderType
 
 def query_rows(
     schema: schema_pb2.CollectionSchema, field: schema_pb2.FieldSchema, placeholder_group: bytes, analyzer_name
-) -> BM25Queries:
+) -> SparseRows:
     group = common_pb2.PlaceholderGroup.FromString(placeholder_group)
     if not group.placeholders:
         raise merr.invalid("the search request has no query vectors")
@@ -42,4 +42,4 @@ def query_rows(
         tokens = analyzer.analyze(arr, [analyzer_name] * len(texts) if analyzer_name else None)
     else:
         tokens = analyzer.analyze(arr)
-    return BM25Queries.from_arrow(term_frequencies(tokens, len(texts)))
+    return SparseRows.from_arrow(term_frequencies(tokens, len(texts)))

@@ -14,8 +14,8 @@ frequencies of the query text. As in Milvus:
 
 `bm25_k1` (default 1.2, in [0, 3]) and `bm25_b` (default 0.75, in [0, 1]) are the index's
 params; a search may override them (SPARSE_INVERTED_INDEX does; knowhere refuses it for WAND).
-`doc_scorer` is the scoring hook a sparse inverted index applies to its postings; this
-node's own BM25 index (kmilvus/index/sparse_bm25.py) applies `doc_values` to its postings.
+`doc_scorer` is the scoring hook the sparse inverted index (kmilvus/index/sparse_index.py)
+applies to its postings.
 """
 
 from __future__ import annotations
@@ -122,35 +122,45 @@ def doc_scorer(k1: float, b: float, avgdl: float) -> Callable[..., np.ndarray]:
     return score
 
 
+def stats_of(index) -> BM25Stats:
+    """A segment's statistics from its sparse index (kmilvus/index/sparse_index.py): its rows,
+    their lengths' sum, and per dimension the rows holding it (posting list lengths)."""
+    return BM25Stats(
+        index.num_rows, float(index.row_sums.astype(np.float64).sum()), index.dims, np.diff(index.postings.indptr)
+    )
+
+
 def search_channels(coll, req, plan):
     """A BM25 search on one QueryNode: per channel (Milvus' delegator), the statistics of every
-    segment of the channel weigh the queries, then its requested segments are searched; the
+    segment of the channel weigh the queries (tf × idf) and give avgdl, then its requested
+    segments are searched through their sparse index with the BM25 document hook; the
     channels' hits are merged. `coll` is the node's LoadedCollection."""
     from dataclasses import replace
 
-    from kmilvus.index.sparse_bm25 import BM25Queries
+    import pyarrow as pa
+
     from kmilvus.querynode import reduce
 
     k1, b = float(plan.params.get(K1, DEFAULT_K1)), float(plan.params.get(B, DEFAULT_B))
-    q = plan.queries
+    q = plan.queries  # term frequencies (SparseRows)
     parts = set(req.partitionIDs)
     tables = []
     for ch in req.vchannels:
         segs = coll.channel_segments(ch)
-        stats = BM25Stats.merged(s.bm25_index(plan.anns_field).stats() for s, _, _ in segs)
-        weighted = BM25Queries(q.indptr, q.indices, stats.query_values(q.indices, q.values), k1, b, stats.avgdl)
+        indexes = [s.index_for(plan.anns_field, METRIC) for s, _, _ in segs]
+        stats = BM25Stats.merged(stats_of(ix) for ix in indexes if ix is not None)
+        weighted = type(q)(q.indptr, q.indices, stats.query_values(q.indices, q.values))
         wanted = [
             (s, d)
             for s, d, growing in segs
             if (not parts or s.partition_id in parts) and not (growing and req.ignore_growing)
         ]
         if wanted:
-            tables.append(reduce.search_segments(wanted, replace(plan, queries=weighted)))
+            sub = replace(plan, queries=weighted, scorer=doc_scorer(k1, b, stats.avgdl))
+            tables.append(reduce.search_segments(wanted, sub))
     tables = [t for t in tables if t.num_rows]
     if not tables:
         return reduce.empty_search_result()
     if len(tables) == 1:
         return tables[0]
-    import pyarrow as pa
-
     return reduce.merge_search(pa.concat_tables(tables, promote_options="default"), plan)

@@ -143,18 +143,13 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         """{field ID: (VectorIndex or ScalarIndex, file size)} of the segment's finished index
         files not in `have`."""
         from kmilvus import index as kindex
-        from kmilvus.index import scalar_index, sparse_bm25
+        from kmilvus.index import scalar_index
 
         out = {}
         for key, fid in zip(info.index_paths, info.index_fieldIDs, strict=True):
             if fid not in have and fid not in out:
                 data = self.store.filesystem.open_input_file(self.store.path(key)).readall()
-                if scalar_index.is_scalar_index_file(data):
-                    ix = scalar_index.load(data)
-                elif sparse_bm25.is_index_file(data):
-                    ix = sparse_bm25.SparseBM25Index.load(data)
-                else:
-                    ix = kindex.load(data)
+                ix = scalar_index.load(data) if scalar_index.is_scalar_index_file(data) else kindex.load(data)
                 out[fid] = (ix, len(data))
         return out
 

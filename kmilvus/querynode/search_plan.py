@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 from pymilvus.grpc_gen import schema_pb2
 
-from kmilvus.index.sparse_bm25 import BM25Queries
+from kmilvus.index import vectors as kvectors
 from kmilvus.parser import template_values
 from kmilvus.proto import query_node_pb2
 from kmilvus.querynode import vector_search
 from kmilvus.querynode.filter import Filter, compile_filter
+from kmilvus.querynode.segments import field_type
 
 
 @dataclass
@@ -46,7 +47,7 @@ class IteratorBound:
 @dataclass
 class SearchPlan:
     anns_field: int
-    queries: Any  # nq × dim float32; BM25: sparse rows (kmilvus/index/sparse_bm25.BM25Queries)
+    queries: kvectors.Vectors  # nq × dim float32 (dense), nq × dim/8 uint8 (binary) or SparseRows
     topk: int
     metric: str
     filter: Filter
@@ -59,6 +60,7 @@ class SearchPlan:
     bound: IteratorBound | None = None
     mvcc_ts: int = 0  # 0: every consumed row, no snapshot
     iterating: bool = False  # a search iterator's page: exact over what the index stores
+    scorer: Any = None  # BM25: a sparse index's document-value hook (kmilvus/querynode/bm25.py)
 
     @property
     def nq(self) -> int:
@@ -89,11 +91,7 @@ def plan_from_request(
         bound = IteratorBound(float(b.bound), float(b.tolerance), excluded)
     return SearchPlan(
         anns_field=req.anns_fieldID,
-        queries=(
-            BM25Queries.frombytes(req.vectors, req.nq)
-            if req.metric_type == "BM25"
-            else np.frombuffer(req.vectors, dtype="<f4").reshape(req.nq, -1)
-        ),
+        queries=kvectors.decode(req.vectors, req.nq, field_type(schema, req.anns_fieldID)),
         topk=int(req.topk),
         metric=vector_search.check_metric(req.metric_type),
         filter=flt,
