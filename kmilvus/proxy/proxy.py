@@ -18,6 +18,7 @@ from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc, query_coord_pb2, security_pb2_grpc
 from kmilvus.proxy.alter import ProxyAlterMixin
+from kmilvus.proxy.analyzer import ProxyAnalyzerMixin
 from kmilvus.proxy.credentials import ProxyCredentialsMixin
 from kmilvus.proxy.databases import DB_METADATA_KEY, ProxyDatabasesMixin
 from kmilvus.proxy.delete import ProxyDeleteMixin
@@ -50,6 +51,7 @@ async def _always() -> bool:
 
 
 class Proxy(
+    ProxyAnalyzerMixin,
     ProxyDeleteMixin,
     ProxyJobsMixin,
     ProxyAlterMixin,

@@ -47,6 +47,7 @@ SEARCH_HONOURED = frozenset(
         "search_iter_batch_size",
         "search_iter_last_bound",
         "search_iter_id",
+        "analyzer_name",  # a multi-analyzer BM25 field's analyzer for the query text
     }
 )
 SEARCH_REFUSED = {
@@ -55,7 +56,6 @@ SEARCH_REFUSED = {
     "json_path": "search group by a JSON path",
     "json_type": "search group by a JSON path",
     "strict_cast": "search group by a JSON path",
-    "analyzer_name": "full text search",
     "timezone": "Timestamptz fields",
     "time_fields": "Timestamptz fields",
     "cluster_id": "cross-cluster routing",

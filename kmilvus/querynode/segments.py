@@ -45,6 +45,8 @@ class SegmentData:
     raw: dict[int, Any] = field(default_factory=dict)  # binary / sparse field ID → its kmilvus.index vectors
     _exact: dict[tuple[int, str], Any] = field(default_factory=dict)  # (field, metric) → brute force
     deltas: DeleteSet = field(default_factory=DeleteSet)  # its delta logs
+    # field ID → kmilvus.index.text_index.TextIndex: loaded with a sealed segment, else built here
+    text_indexes: dict[int, Any] = field(default_factory=dict)
     index_bytes: int = 0  # serialized size of the loaded indexes (≈ their memory)
     pk_field: int = 0
     _keys: tuple[np.ndarray, np.ndarray] | None = None
@@ -123,6 +125,18 @@ class SegmentData:
         if index is None or not index.holds_raw:
             return None
         return index.raw_column(offsets.to_numpy(zero_copy_only=False))
+
+    def text_index(self, field_id: int, analyzer_params: str) -> Any:
+        """The field's text-match index: the one loaded with the segment, or (growing data, a
+        segment loaded before its index was built) one built from the column once."""
+        index = self.text_indexes.get(field_id)
+        if index is None or index.num_rows != self.num_rows:
+            from kmilvus.analyzer import build
+            from kmilvus.index.text_index import TextIndex
+
+            index = TextIndex.build(self.table.column(str(field_id)), build(analyzer_params))
+            self.text_indexes[field_id] = index
+        return index
 
     def int64_pks(self) -> np.ndarray | None:
         """The Int64 primary keys as numpy, converted once (None: VarChar keys); result rows take
