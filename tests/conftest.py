@@ -139,8 +139,63 @@ def orm(node):
     connections.disconnect(alias)
 
 
+# ------------------------------------------------------------------ the pinned helm and Kubernetes
+# `./dev test` builds them in the background (tests/pinned.py): the tests that use them run last
+# and wait for that build before their timeouts start.
+PINNED_FIXTURES = {"pinned_helm": "HELM", "pinned_kubernetes": "KUBERNETES"}
+
+
+def _pinned_needs(item) -> tuple[str, ...]:
+    from tests import pinned
+
+    names: tuple[str, ...] = ()
+    for fixture, group in PINNED_FIXTURES.items():
+        if fixture in getattr(item, "fixturenames", ()):
+            names += tuple(n for n in getattr(pinned, group) if n not in names)
+    return names
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items[:] = sorted(items, key=lambda item: bool(_pinned_needs(item)))  # stable: order kept otherwise
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    # Outside pytest-timeout's wrapper: the wait does not count against the test's timeout.
+    if names := _pinned_needs(item):
+        from tests import pinned
+
+        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+        pinned.wait_for_build(names, lambda msg: reporter.write_line(msg) if reporter else print(msg))
+    yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests import pinned
+
+    pinned.stop_background_build()
+
+
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory):
+def pinned_helm() -> None:
+    """The pinned helm (tools/versions.env) is there; else the test fails saying why."""
+    from tests import pinned
+
+    if why := pinned.missing(pinned.HELM):
+        pytest.fail(why, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def pinned_kubernetes(pinned_helm) -> None:
+    """The pinned Kubernetes binaries and helm are there; else the test fails saying why."""
+    from tests import pinned
+
+    if why := pinned.missing(pinned.KUBERNETES):
+        pytest.fail(why, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def control_plane(pinned_kubernetes, tmp_path_factory):
     """A real Kubernetes control plane for the session (tests/controlplane.py): the pinned etcd,
     kube-apiserver, kube-controller-manager and kube-scheduler, the test a cluster admin."""
     from tests.controlplane import start_control_plane
