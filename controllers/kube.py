@@ -145,14 +145,7 @@ class KubeClient:
     ) -> list[dict]:
         params = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
         rsp = await self.request("GET", res.path(namespace), params=params)
-        items = (rsp or {}).get("items", [])
-        if labels:  # also filter here: not every API server (or emulator) honours selectors
-            items = [
-                i
-                for i in items
-                if all((i.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in labels.items())
-            ]
-        return items
+        return (rsp or {}).get("items", [])
 
     async def create(self, res: Resource, namespace: str | None, body: dict) -> dict:
         body = {"apiVersion": res.api_version, "kind": res.kind, **body}

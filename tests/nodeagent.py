@@ -58,6 +58,7 @@ from tests.controlplane import ControlPlane, Credentials
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKOFF = (10, 20, 40, 80, 160, 300)  # the kubelet's CrashLoopBackOff, in seconds
+SPARK_JOBS_IN_IMAGE = "/opt/kmilvus/spark-operator"  # images/spark/Dockerfile
 
 
 def now() -> str:
@@ -73,6 +74,18 @@ def image_env(image: str) -> tuple[dict[str, str], list[str]]:
         "HOSTNAME": "",
         "LANG": "C.UTF-8",
     }
+    if java := os.environ.get("JAVA_HOME"):
+        env["JAVA_HOME"] = java
+    if "kmilvus-spark" in image:  # images/spark/Dockerfile, on apache/spark's image
+        env |= {
+            "HOME": "/nonexistent",  # the image's user, spark (185)
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "KMILVUS_SPARK_OPERATOR_DIR": SPARK_JOBS_IN_IMAGE,
+        }
+        return env, [sys.executable, str(ROOT / "tests" / "sparkimage.py")]  # apache/spark's entrypoint
     if "kmilvus" in image:  # images/kmilvus/Dockerfile
         env |= {
             "HOME": "/nonexistent",  # the image's user, kmilvus (10001)
@@ -80,10 +93,16 @@ def image_env(image: str) -> tuple[dict[str, str], list[str]]:
             "PYTHONUNBUFFERED": "1",
             "KMILVUS_SPARK_OPERATOR_DIR": str(ROOT / "spark-operator"),
         }
-        if java := os.environ.get("JAVA_HOME"):
-            env["JAVA_HOME"] = java
         return env, ["kmilvus-operator"]
     raise ValueError(f"no image {image!r} on this node: only the project's own images run here")
+
+
+def image_files(image: str) -> dict[str, Path]:
+    """Directories an image of this project has at paths of its own (bound there, read-only,
+    from this checkout): the Spark image's jobs at the path the SparkApplications name."""
+    if "kmilvus-spark" in image:
+        return {SPARK_JOBS_IN_IMAGE: ROOT / "spark-operator"}
+    return {}
 
 
 def expand(value: str, env: dict[str, str]) -> str:
@@ -160,6 +179,8 @@ class Pod:
         except ApiError as e:
             if e.status == 404 and src.get("optional"):
                 return None
+            if e.status == 404:  # the kubelet's words (CreateContainerConfigError)
+                raise ValueError(f'{kind.removesuffix("s")} "{src["name"]}" not found') from None
             raise
         if kind == "secrets":
             data = {k: base64.b64decode(v) for k, v in (o.get("data") or {}).items()}
@@ -272,13 +293,13 @@ class Pod:
                 if data is not None and ref["key"] in data:
                     env[e["name"]] = data[ref["key"]].decode()
                 elif not ref.get("optional"):
-                    raise ValueError(f"secret {ref['name']} has no key {ref['key']}")
+                    raise ValueError(f"couldn't find key {ref['key']} in Secret {self.ns}/{ref['name']}")
             elif ref := e["valueFrom"].get("configMapKeyRef"):
                 data = await self._keys("configmaps", {"name": ref["name"], "optional": ref.get("optional")})
                 if data is not None and ref["key"] in data:
                     env[e["name"]] = data[ref["key"]].decode()
                 elif not ref.get("optional"):
-                    raise ValueError(f"configmap {ref['name']} has no key {ref['key']}")
+                    raise ValueError(f"couldn't find key {ref['key']} in ConfigMap {self.ns}/{ref['name']}")
             else:
                 raise ValueError(f"env {e['name']}: valueFrom {list(e['valueFrom'])} is not supported here")
         return env
@@ -317,6 +338,10 @@ class Pod:
             f"127.0.0.1\t{self.name}\n{self.agent.cp.service_ip}\t{svc}\n"
         )
         pre.append(f"mount --bind {shlex.quote(str(hosts))} /etc/hosts")
+        for dst, src in image_files(c["image"]).items():
+            self._made(Path(dst))
+            q = shlex.quote(dst)
+            pre += [f"mkdir -p {q}", f"mount --bind {shlex.quote(str(src))} {q}", f"mount -o remount,bind,ro {q}"]
         # The volumes are reached through a descriptor (/proc/self/fd/3): a mount over one of
         # their parent directories (an emptyDir at /tmp) does not hide them from the next mount.
         lines = ["set -e", *pre, f"exec 3<{shlex.quote(str(self.dir / 'volumes'))}"]
@@ -327,13 +352,7 @@ class Pod:
             if sub := m.get("subPath"):
                 src = src / sub
             dst = shlex.quote(m["mountPath"])
-            # A mount point the host lacks is made (empty, on the host) as a runtime would in the
-            # image's root file system; the agent removes it again when it stops.
-            missing = Path(m["mountPath"])
-            while not missing.parent.exists():
-                missing = missing.parent
-            if not missing.exists():
-                self.agent.made_dirs.add(missing)
+            self._made(Path(m["mountPath"]))
             lines.append(f"[ -e {dst} ] || mkdir -p {dst}")
             lines.append(f"mount --bind {shlex.quote(str(src))} {dst}")
             if m.get("readOnly") or ro:
@@ -358,6 +377,15 @@ class Pod:
         script = self.dir / f"{c['name']}.sh"
         script.write_text("\n".join(lines) + "\n")
         return ["unshare", "--mount", "--propagation", "private", "--", "sh", str(script)]
+
+    def _made(self, path: Path) -> None:
+        """A mount point the host lacks is made (empty, on the host) as a runtime would in the
+        image's root file system; the agent removes it again when it stops."""
+        missing = path
+        while not missing.parent.exists():
+            missing = missing.parent
+        if not missing.exists():
+            self.agent.made_dirs.add(missing)
 
     async def start(self, c: Container) -> None:
         env = await self.env_of(c.spec)
