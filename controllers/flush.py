@@ -190,8 +190,10 @@ def check_flush_spec(spec) -> tuple[list[str], str, list[str]]:
             problems.append(
                 "spec.collectionNames must list valid collection names; invalid: " + ", ".join(map(short, bad))
             )
+        elif len(set(raw)) < len(raw):  # a set in the CRD (x-kubernetes-list-type)
+            problems.append("spec.collectionNames lists a collection twice")
         else:
-            names = list(dict.fromkeys(raw))
+            names = list(raw)
     if "ttlSecondsAfterFinished" in spec and ttl_seconds(spec) is None:
         problems.append(
             f"spec.ttlSecondsAfterFinished must be an integer >= 0, got {short(spec['ttlSecondsAfterFinished'])}"
@@ -200,9 +202,10 @@ def check_flush_spec(spec) -> tuple[list[str], str, list[str]]:
 
 
 def ttl_seconds(spec) -> int | None:
-    """spec.ttlSecondsAfterFinished when it is a valid one (an integer >= 0), else None."""
+    """spec.ttlSecondsAfterFinished when it is a valid one (an int64 >= 0, as the CRD's integer),
+    else None."""
     ttl = spec.get("ttlSecondsAfterFinished") if isinstance(spec, dict) else None
-    return ttl if is_type(ttl, int) and ttl >= 0 else None
+    return ttl if is_type(ttl, int) and 0 <= ttl < 2**63 else None
 
 
 def _finished_at(status: dict) -> float | None:
