@@ -259,7 +259,7 @@ class Story:
             )
 
         imp = self.wait("the bulk import", finished, timeout)
-        assert imp["last"]["state"] == "ImportCompleted" and imp["running"] == 0, imp
+        assert imp["last"]["state"] == "ImportCompleted" and imp["running"] == 0, f"{imp}{self.cluster.diagnostics()}"
         self._check_route(imp["last"], spark)
         self.rows += n
         self.wait(f"status.rows {self.rows}", lambda: self.status().get("rows") == self.rows, 120)
@@ -280,7 +280,7 @@ class Story:
             return last if last.get("compactionID") == compaction_id and comp.get("running") == 0 else None
 
         last = self.wait("the compaction", compacted, timeout)
-        assert last["state"] == "Completed" and last["plans"] >= 1, last
+        assert last["state"] == "Completed" and last["plans"] >= 1, f"{last}{self.cluster.diagnostics()}"
         self._check_route(last, spark)
         self.wait(f"fewer than {before} Segments", lambda: (s := self.segments()) and len(s) < before, 120)
         assert sum(int(s["status"]["rows"]) for s in self.segments()) == self.rows

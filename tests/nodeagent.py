@@ -274,7 +274,7 @@ class Pod:
     # -------------------------------------------------------------------------- processes
     async def env_of(self, c: dict) -> dict[str, str]:
         env, _ = image_env(c["image"])
-        env["HOSTNAME"] = self.name
+        env["HOSTNAME"] = (self.obj["spec"].get("hostname") or self.name)[:63]
         # The `kubernetes` Service, as the kubelet gives it (tests/nodeagent.py forwards it).
         env["KUBERNETES_SERVICE_HOST"] = self.agent.cp.service_ip
         env["KUBERNETES_SERVICE_PORT"] = env["KUBERNETES_SERVICE_PORT_HTTPS"] = "443"
@@ -330,12 +330,16 @@ class Pod:
                 f.parent.mkdir(parents=True, exist_ok=True)
                 f.write_text(Path(f"/etc/{name}").read_text() + line)
             pre.append(f"mount --bind {shlex.quote(str(f))} /etc/{name}")
-        # The kubelet's /etc/hosts for the pod; cluster DNS would name the `kubernetes` Service.
+        # The pod's own host name (a UTS namespace: spec.hostname, else its name, as a runtime
+        # sets it; Spark's driver resolves it) and the kubelet's /etc/hosts for the pod, which
+        # names it; cluster DNS would name the `kubernetes` Service.
+        host = (self.obj["spec"].get("hostname") or self.name)[:63]
+        pre.append(f"hostname {shlex.quote(host)}")
         hosts = self.dir / "etc-hosts"
         svc = " ".join(f"kubernetes{s}" for s in ("", ".default", ".default.svc", ".default.svc.cluster.local"))
         hosts.write_text(
             f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-            f"127.0.0.1\t{self.name}\n{self.agent.cp.service_ip}\t{svc}\n"
+            f"127.0.0.1\t{host}\n{self.agent.cp.service_ip}\t{svc}\n"
         )
         pre.append(f"mount --bind {shlex.quote(str(hosts))} /etc/hosts")
         for dst, src in image_files(c["image"]).items():
@@ -376,7 +380,7 @@ class Pod:
         lines.append(f'exec {" ".join(priv)} -- "$@"')
         script = self.dir / f"{c['name']}.sh"
         script.write_text("\n".join(lines) + "\n")
-        return ["unshare", "--mount", "--propagation", "private", "--", "sh", str(script)]
+        return ["unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", str(script)]
 
     def _made(self, path: Path) -> None:
         """A mount point the host lacks is made (empty, on the host) as a runtime would in the
@@ -635,6 +639,7 @@ class NodeAgent:
         self.api_port = int(cp.url.rsplit(":", 1)[1])
         self.creds = cp.credentials(f"system:node:{name}", ("system:nodes",))
         self.pods: dict[str, Pod] = {}
+        self.departed: list[Pod] = []  # deleted pods: their logs stay for failure messages
         self.errors: list[str] = []
         self.made_dirs: set[Path] = set()  # mount points made on the host, removed at the end
         self._stop = threading.Event()
@@ -798,12 +803,14 @@ class NodeAgent:
                     await pod.report()  # readiness changes since the last round
         for uid in set(self.pods) - seen:  # deleted at once (grace period 0)
             pod = self.pods.pop(uid)
+            self.departed.append(pod)
             await pod.stop(0)
 
     async def _finish(self, pod: Pod, grace: int) -> None:
         await pod.stop(grace)
         await self._delete(pod.obj)
-        self.pods.pop(pod.uid, None)
+        if self.pods.pop(pod.uid, None) is not None:
+            self.departed.append(pod)
 
     async def _delete(self, o: dict) -> None:
         """The kubelet's last word on a pod: delete it for good once its processes are gone."""
@@ -818,9 +825,10 @@ class NodeAgent:
 
 
 def pod_logs(agent: NodeAgent, ns: str, prefix: str, tail: int = 3000) -> str:
-    """The logs of this node's pods whose names start with `prefix` (for failure messages)."""
+    """The logs of this node's pods whose names start with `prefix`, deleted ones too (for
+    failure messages)."""
     out = []
-    for p in list(agent.pods.values()):
+    for p in [*agent.departed, *agent.pods.values()]:
         if p.ns == ns and p.name.startswith(prefix):
             for f in sorted(p.dir.glob("*.log")):
                 out.append(f"--- {p.name}/{f.name}\n{f.read_text(errors='replace')[-tail:]}")

@@ -76,7 +76,7 @@ def test_a_pod_gets_what_its_spec_gives_and_nothing_more(control_plane, kube_nod
     cp.kubectl("-n", ns, "create", "configmap", "c", "--from-literal=settings.yaml=a: 1")
     port = free_port()
     script = (
-        "import os, pathlib, http.server, json, urllib.request, ssl\n"
+        "import os, pathlib, http.server, json, urllib.request, ssl, socket\n"
         "sa = pathlib.Path('/var/run/secrets/kubernetes.io/serviceaccount')\n"
         "ctx = ssl.create_default_context(cafile=str(sa / 'ca.crt'))\n"
         "def status(path):\n"
@@ -92,7 +92,8 @@ def test_a_pod_gets_what_its_spec_gives_and_nothing_more(control_plane, kube_nod
         "       'namespace': (sa / 'namespace').read_text(), 'uid': os.getuid(),\n"
         "       'own_pods': status('/api/v1/namespaces/%s/pods' % (sa / 'namespace').read_text()),\n"
         "       'secrets': status('/api/v1/namespaces/%s/secrets' % (sa / 'namespace').read_text()),\n"
-        "       'test_env': os.environ.get('KMILVUS_TEST_ONLY')}\n"
+        "       'test_env': os.environ.get('KMILVUS_TEST_ONLY'),\n"
+        "       'hostname': socket.gethostname(), 'resolves': socket.gethostbyname(socket.gethostname())}\n"
         "try:\n"
         "    open('/written', 'w')\n"
         "    out['root_writable'] = True\n"
@@ -146,6 +147,8 @@ def test_a_pod_gets_what_its_spec_gives_and_nothing_more(control_plane, kube_nod
         "own_pods": 200,  # its Role allows it
         "secrets": 403,  # nothing else
         "test_env": None,  # the test's own environment does not leak into a pod
+        "hostname": "probe",  # its own host name, which resolves (Spark's driver looks itself up)
+        "resolves": "127.0.0.1",
         "root_writable": False,
     }
     cp.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=120s")
@@ -278,7 +281,12 @@ async def test_helm_install_to_uninstall(
             namespace=NS,
             milvus_uri=f"http://127.0.0.1:{port}",
             put_object=store.write_sync,
-            diagnostics=lambda: "\n" + pod_logs(kube_node, RELEASE_NS, f"{RELEASE}-operator"),
+            diagnostics=lambda: (
+                "\n"
+                + pod_logs(kube_node, RELEASE_NS, f"{RELEASE}-operator")
+                + "\n"
+                + pod_logs(kube_node, NS, "kmilvus-")
+            ),  # the SparkApplications' driver pods
         )
         await _scenario(cp, kube_node, spark_operator, helm, values, Story(cluster), storage_uri, etcd_endpoint,
                         nats_url, root, tmp_path)  # fmt: skip
