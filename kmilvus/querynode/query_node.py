@@ -15,7 +15,7 @@ from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.parser import template_values
 from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
-from kmilvus.querynode import bm25, reduce
+from kmilvus.querynode import bm25, orderby, reduce
 from kmilvus.querynode.delegator import ChannelDelegator
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
@@ -353,8 +353,9 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
         outputs = [] if req.count else list(req.output_fieldIDs)
         limit = 0 if req.count else req.limit  # count(*) builds no rows
+        order = [orderby.OrderByField.from_proto(f) for f in req.order_by]
         table, count = await asyncio.to_thread(
-            reduce.retrieve_segments, segments, coll.pk_field, outputs, flt, limit, req.mvcc_ts
+            reduce.retrieve_segments, segments, coll.pk_field, outputs, flt, limit, req.mvcc_ts, order
         )
         resp = query_node_pb2.RetrieveResults(count=count)
         if table is not None and not req.count:
