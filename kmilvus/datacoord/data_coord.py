@@ -96,6 +96,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         # these and at channels with sealed segments, not at every channel (1,000s of them).
         self._flushing_chans: set[str] = set()
         self._deltas_sent: dict[str, int] = {}  # channel → flush_ts its buffered deletes were asked for
+        self._flush_tick_demanded: dict[str, float] = {}  # channel → when GetFlushState last asked
         self.jobs = JobService(
             JobPort(
                 cfg=cfg,
@@ -394,7 +395,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self._flushing_chans.update(chans)
         # Idle vchannels get a tick only now and then: name them in one past the flush, so
         # their checkpoints pass it now (the operator's FlushRequest calls here, not a Proxy).
-        await demand_tick(self.registry.client(roles.ROOTCOORD), chans, flush_ts)
+        await self._demand_ticks(chans, flush_ts, time.monotonic())
         await self._check_flushable(chans)
         return data_coord_pb2.FlushResponse(
             dbID=req.dbID,
@@ -417,12 +418,52 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                     return False
         return True
 
+    async def _demand_flush_ticks(self, segment_ids, flush_ts: int, coll_id: int) -> None:
+        """The tick a waiting flush needs, on the channels still short of it whose current owner
+        has not reported a tick past `flush_ts`: their sealed segments flush once a tick passes
+        the seal, their checkpoints pass `flush_ts` once a tick past it is consumed (then the
+        writes it waits for carry it). Flush asked once; that tick may have reached a DataNode
+        that was replaced since, or a DataCoord that restarted with its stored checkpoints (a
+        checkpoint only ticks moved is stored once a minute) — and an idle channel is ticked
+        only every `vchannel_idle_tick_interval`. At most one demand a second per channel."""
+        lagging = {
+            s.info.insert_channel
+            for sid in segment_ids
+            if (s := self.meta.segments.get(sid)) is not None and s.info.state in LIVE_SEGMENT_STATES
+        }
+        if coll_id:
+            lagging.update(
+                ch
+                for ch in self.channels.channels_of(coll_id)
+                if (cp := self.meta.checkpoints.get(ch)) is None or cp.timestamp < flush_ts
+            )
+            # A restarted DataCoord learns the flush here: what holds a checkpoint back may be
+            # deletes of flushed segments, written on FlushSegments (`_check_flushable`).
+            if flush_ts > self._flush_ts.get(coll_id, 0):
+                self._flush_ts[coll_id] = flush_ts
+            self._flushing_chans.update(lagging)
+        now = time.monotonic()
+        due = sorted(
+            ch
+            for ch in lagging
+            if self._tick(ch) <= flush_ts and now - self._flush_tick_demanded.get(ch, -math.inf) >= 1.0
+        )
+        if due:
+            await self._demand_ticks(due, flush_ts, now)
+
+    async def _demand_ticks(self, chans: list[str], ts: int, now: float) -> None:
+        for ch in chans:
+            self._flush_tick_demanded[ch] = now
+        await demand_tick(self.registry.client(roles.ROOTCOORD), chans, ts)
+
     @merr.rpc(milvus_pb2.GetFlushStateResponse)
     async def GetFlushState(self, req: data_coord_pb2.GetFlushStateRequest, context=None):
         """True when every segment sealed by the flush is Flushed (or gone) and every channel
         checkpoint passed the flush timestamp; waits up to `wait_ms` for that to happen."""
         check = lambda: self._flush_done(req.segmentIDs, req.flush_ts, req.collectionID)  # noqa: E731
         done = check()
+        if not done:
+            await self._demand_flush_ticks(req.segmentIDs, req.flush_ts, req.collectionID)
         if not done and req.wait_ms:
             with contextlib.suppress(asyncio.TimeoutError):
                 async with self.meta.changed:
@@ -510,6 +551,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 await self.stream.delete_consumers(ch)
                 self.ticks.pop(ch, None)
                 self._deltas_sent.pop(ch, None)
+                self._flush_tick_demanded.pop(ch, None)
                 self._dirty_cps.discard(ch)
                 self._cp_stored_at.pop(ch, None)
                 self._store_due.discard(ch)

@@ -294,12 +294,24 @@ class SegmentMeta:
         return self._advance_checkpoint(cp)
 
     async def persist_checkpoints(self, channels: list[str]) -> None:
+        """Store the channels' checkpoints, each only while its channel's watch record exists:
+        a store racing DropCollection must not write a dropped channel's checkpoint back after
+        the drop removed it (one transaction; per channel when one of them is gone)."""
         cps = [self.checkpoints[ch] for ch in channels if ch in self.checkpoints]
-        if cps:
-            await self.kv.txn(
-                [Op.put(keys.channel_checkpoint_key(cp.channel_name), cp.SerializeToString()) for cp in cps]
-            )
-        for cp in cps:
+        if not cps:
+            return
+
+        def put(cp: internal_pb2.MsgPosition) -> Op:
+            return Op.put(keys.channel_checkpoint_key(cp.channel_name), cp.SerializeToString())
+
+        def watched(cp: internal_pb2.MsgPosition) -> Cmp:
+            return Cmp.exists(keys.channel_watch_key(cp.channel_name))
+
+        if await self.kv.txn([put(cp) for cp in cps], [watched(cp) for cp in cps]):
+            stored = cps
+        else:
+            stored = [cp for cp in cps if await self.kv.txn([put(cp)], [watched(cp)])]
+        for cp in stored:
             self._stored(cp)
 
     def _stored(self, cp: internal_pb2.MsgPosition) -> None:

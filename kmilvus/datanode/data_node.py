@@ -164,9 +164,10 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
     async def WatchDmChannels(self, req, context=None):
         for info in req.channels:
             old = self.flowgraphs.get(info.vchannel)
+            if old is not None and old.watch_version == info.watch_version:
+                continue
+            await self._check_collection(info.collectionID)
             if old is not None:
-                if old.watch_version == info.watch_version:
-                    continue
                 # Reassigned to this node under a new watch: start over from the checkpoint.
                 await old.stop(drop=True)
                 self.flowgraphs.pop(info.vchannel, None)
@@ -176,6 +177,15 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             self.flowgraphs[info.vchannel] = fg
             log.info("watching channel", channel=info.vchannel, after_seq=info.seek_position.seq)
         return merr.success()
+
+    async def _check_collection(self, coll_id: int) -> None:
+        """A watch of a dropped collection's channel starts nothing (Milvus' DataNode asks
+        RootCoord for the collection before it builds a flowgraph): a DataCoord that has not
+        seen the drop yet may still send one."""
+        resp = await self.registry.client(roles.ROOTCOORD).DescribeCollection(
+            milvus_pb2.DescribeCollectionRequest(collectionID=coll_id)
+        )
+        merr.check(resp.status)
 
     @merr.rpc()
     async def UnwatchDmChannels(self, req, context=None):

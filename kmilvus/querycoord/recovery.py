@@ -7,6 +7,8 @@ the keys DataCoord commits them under (read only — DataCoord alone writes them
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pymilvus.grpc_gen import common_pb2
 
 from kmilvus.meta import EtcdKV
@@ -66,20 +68,21 @@ async def segments_of(datacoord, coll_id: int) -> list[internal_pb2.SegmentInfo]
 
 
 async def watch_request(
-    kv: EtcdKV, datacoord, coll_id: int, schema: bytes, vchannel: str, partitions: list[int]
+    kv: EtcdKV, datacoord, coll_id: int, schema: bytes, vchannel: str, loaded: Callable[[int], bool]
 ) -> query_node_pb2.WatchDmChannelsRequest:
+    """`loaded(partition)`: whether its flushed segments are loaded. Growing rows are kept for
+    every partition (Milvus: partitions are loaded and released without watching again; reads
+    see the loaded ones)."""
     raw = await kv.get(keys.channel_checkpoint_key(vchannel))
     cp = internal_pb2.MsgPosition.FromString(raw) if raw else internal_pb2.MsgPosition(channel_name=vchannel)
     req = query_node_pb2.WatchDmChannelsRequest(collectionID=coll_id, schema=schema, vchannel=vchannel)
     for s in await segments_of(datacoord, coll_id):
         if s.insert_channel != vchannel:
             continue
-        if partitions and s.partitionID not in partitions:
-            req.flushed_segmentIDs.append(s.ID)  # not loaded: never served
-            continue
         if s.state == SegmentState.Flushed:
             req.flushed_segmentIDs.append(s.ID)
-            req.sealed_segments.append(await load_info(kv, datacoord, s))
+            if loaded(s.partitionID):
+                req.sealed_segments.append(await load_info(kv, datacoord, s))
         else:
             req.unflushed_segments.append(await load_info(kv, datacoord, s))
     # From the checkpoint: the stream keeps what follows it (datacoord.stream_trimmer), and the

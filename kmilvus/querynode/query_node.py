@@ -15,7 +15,7 @@ from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.parser import template_values
 from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
-from kmilvus.querynode import bm25, reduce
+from kmilvus.querynode import bm25, orderby, reduce
 from kmilvus.querynode.delegator import ChannelDelegator
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
@@ -41,6 +41,9 @@ class LoadedCollection:
     # Segments never to be served again: compacted into another, or dropped. A load prepared
     # before that (a QueryCoord's index check or feed catch-up) arrives late and is ignored.
     retired: set[int] = field(default_factory=set)
+    # Partitions a DropPartition on a channel dropped (its delegators share the set): their
+    # sealed segments are neither read nor loaded, before QueryCoord releases them.
+    dropped_partitions: set[int] = field(default_factory=set)
 
     @property
     def pk_field(self) -> int:
@@ -50,9 +53,10 @@ class LoadedCollection:
         """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`; none
         without `growing`: Milvus' ignore_growing), each with the deletes consumed on its channel."""
         parts = set(partitions)
+        dropped = self.dropped_partitions
         segs = []
         for s in self.sealed.values():
-            if not parts or s.partition_id in parts:
+            if (not parts or s.partition_id in parts) and s.partition_id not in dropped:
                 d = self.channels.get(self.channel_of.get(s.segment_id, ""))
                 segs.append((s, d.deletes if d is not None else None))
         for ch in vchannels if growing else ():
@@ -172,7 +176,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     def _install(self, coll: LoadedCollection, data: SegmentData, info: query_node_pb2.SegmentLoadInfo) -> None:
         """Sealed copy in, growing copy and compaction sources out — in one synchronous step. A
         retired segment (its compacted target is in) is not installed: its rows would show twice."""
-        if data.segment_id in coll.retired:
+        if data.segment_id in coll.retired or data.partition_id in coll.dropped_partitions:
             return
         coll.retired.update(info.compaction_from)
         coll.sealed[data.segment_id] = data
@@ -196,7 +200,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                 await old.stop()
                 del coll.channels[req.vchannel]
             name = f"{self.cfg.cluster}-qn{self.server_id}"
-            d = ChannelDelegator(self.stream, name, req)
+            d = ChannelDelegator(self.stream, name, req, coll.dropped_partitions)
             for info in req.unflushed_segments:
                 if info.binlog_paths:
                     data = await self._read(coll, info)
@@ -237,13 +241,30 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc()
     async def ReleaseSegments(self, req: query_node_pb2.ReleaseSegmentsRequest, context=None):
         coll = self.collections.get(req.collectionID)
-        if coll is not None:
+        if coll is not None and req.streaming_only:
+            for d in coll.channels.values():  # flushed, of a partition not loaded: no copy kept
+                for seg in req.segmentIDs:
+                    d.seal(seg)
+        elif coll is not None:
             coll.retired.update(req.segmentIDs)
             for seg in req.segmentIDs:
                 coll.sealed.pop(seg, None)
                 coll.channel_of.pop(seg, None)
                 for d in coll.channels.values():
                     d.seal(seg)
+        return merr.success()
+
+    @merr.rpc()
+    async def ReleasePartitions(self, req: query_node_pb2.ReleasePartitionsRequest, context=None):
+        """The partitions' sealed segments leave (not retired: a later load installs them
+        again); their growing rows stay on the delegators, which reads of them skip."""
+        coll = self.collections.get(req.collectionID)
+        if coll is not None:
+            parts = set(req.partitionIDs)
+            for seg in [s.segment_id for s in coll.sealed.values() if s.partition_id in parts]:
+                del coll.sealed[seg]
+                coll.channel_of.pop(seg, None)
+            await asyncio.to_thread(memory.release)
         return merr.success()
 
     @merr.rpc()
@@ -332,8 +353,9 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
         outputs = [] if req.count else list(req.output_fieldIDs)
         limit = 0 if req.count else req.limit  # count(*) builds no rows
+        order = [orderby.OrderByField.from_proto(f) for f in req.order_by]
         table, count = await asyncio.to_thread(
-            reduce.retrieve_segments, segments, coll.pk_field, outputs, flt, limit, req.mvcc_ts
+            reduce.retrieve_segments, segments, coll.pk_field, outputs, flt, limit, req.mvcc_ts, order
         )
         resp = query_node_pb2.RetrieveResults(count=count)
         if table is not None and not req.count:

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kmilvus.querynode import groupby, vector_search
+from kmilvus.querynode import groupby, orderby, vector_search
 from kmilvus.querynode.filter import Filter
 from kmilvus.querynode.search_plan import SearchPlan
 from kmilvus.querynode.segments import SegmentData
@@ -241,24 +241,32 @@ def retrieve_segments(
     flt: Filter,
     limit: int,
     mvcc_ts: int = 0,
+    order_by: list[orderby.OrderByField] | None = None,
 ) -> tuple[pa.Table | None, int]:
     """(rows matching `flt` with "pk" and output fields, count of matching rows); with `limit`
-    ≥ 0 the rows are the `limit` smallest primary keys (stable pagination, as Milvus); with
-    `mvcc_ts`, as of that timestamp (a query iterator's snapshot)."""
+    ≥ 0 the rows are the `limit` smallest primary keys (stable pagination, as Milvus) — or the
+    first `limit` in `order_by` order (each segment's first `limit`, then their union's, with the
+    order-by columns); with `mvcc_ts`, as of that timestamp (a query iterator's snapshot)."""
     parts = []
     count = 0
+    sort_ids = [f.field_id for f in order_by or ()]
     for seg, deletes in segments:
         if seg.num_rows == 0:
             continue
         m = _alive(seg, deletes, flt, mvcc_ts)
         offs = np.arange(seg.num_rows) if m is None else np.nonzero(m)[0]
         count += len(offs)
+        if order_by and limit >= 0 and len(offs) > limit:
+            keys = pa.table(_output_columns(seg, offs, pk_field, sort_ids))
+            offs = offs[orderby.sort_indices(keys, order_by, limit).to_numpy()]
         if len(offs) and (limit != 0 or output_ids):
-            parts.append(pa.table(_output_columns(seg, offs, pk_field, output_ids)))
+            parts.append(pa.table(_output_columns(seg, offs, pk_field, [*output_ids, *sort_ids])))
     if not parts:
         return None, count
     table = pa.concat_tables(parts, promote_options="default")
-    if limit >= 0 and table.num_rows > limit:
+    if order_by and limit >= 0:
+        table = table.take(orderby.sort_indices(table, order_by, limit))
+    elif limit >= 0 and table.num_rows > limit:
         order = pc.sort_indices(table.column("pk"))
         table = table.take(order.slice(0, limit))
     return table, count

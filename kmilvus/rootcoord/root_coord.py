@@ -113,7 +113,13 @@ class RootCoord(
     async def _recover(self) -> None:
         datacoord = self.registry.client(roles.DATACOORD)
         for info in list(self.collections.values()):
-            await self._watch_channels(datacoord, info)
+            if info.ID not in self.collections:
+                continue  # dropped meanwhile
+            try:
+                await self._watch_channels(datacoord, info)
+            except merr.MilvusError as exc:
+                if exc.code != merr.COLLECTION_NOT_FOUND[0]:
+                    raise  # DataCoord watches nothing of a dropped collection: done with it
         for _, raw in await self.kv.get_prefix(keys.DROP_TASK_PREFIX):
             info = internal_pb2.CollectionInfo.FromString(raw)
             log.warning("resuming interrupted drop", collection=info.schema.name, id=info.ID)
