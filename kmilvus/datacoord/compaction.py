@@ -38,6 +38,7 @@ from kmilvus.spark import application
 from kmilvus.storage import paths
 from kmilvus.util import merr, typeutil
 from kmilvus.util import ttl as collection_ttl
+from kmilvus.util.failpoint import afailpoint
 
 if TYPE_CHECKING:
     from kmilvus.datacoord.jobs import JobService
@@ -264,6 +265,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
     # ------------------------------------------------------------------------ the swap
     async def commit(self, job: data_coord_pb2.CompactionJob, manifest: dict) -> None:
         """Swap each plan (a failed plan leaves its sources as they were), then collect."""
+        await afailpoint("datacoord.compaction.before_swap")  # the job's files are written
         coll = job.collectionID
         by_plan = {int(p["plan_id"]): p for p in manifest["plans"]}
         collected: list[Segment] = []
