@@ -11,57 +11,15 @@ from __future__ import annotations
 
 import uuid
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-from pymilvus import (
-    BulkInsertState,
-    Collection,
-    CollectionSchema,
-    DataType,
-    FieldSchema,
-    MilvusClient,
-    connections,
-    utility,
-)
+from pymilvus import Collection, MilvusClient, connections
 
+from tests.test_delete import _compact, _count, _import, _indexed_and_loaded, _rows, _schema
 from tests.test_standalone import start_standalone, stop_and_check_clean
 from tests.util import wait_until
 
-DIM = 8
 NAME = "docs"
 IMPORTED = 10_000
 TIMEOUT = 240
-
-
-def _schema() -> CollectionSchema:
-    return CollectionSchema(
-        [
-            FieldSchema("id", DataType.INT64, is_primary=True),
-            FieldSchema("vec", DataType.FLOAT_VECTOR, dim=DIM),
-            FieldSchema("tag", DataType.VARCHAR, max_length=32),
-        ]
-    )
-
-
-def _rows(ids) -> list[dict]:
-    vecs = np.random.default_rng(len(ids)).random((len(ids), DIM), dtype=np.float32)
-    return [{"id": int(k), "vec": vecs[i].tolist(), "tag": f"t{k}"} for i, k in enumerate(ids)]
-
-
-def _parquet(path, n: int):
-    vecs = np.random.default_rng(7).random((n, DIM), dtype=np.float32)
-    pq.write_table(
-        pa.table(
-            {
-                "id": pa.array(np.arange(n, dtype=np.int64)),
-                "vec": pa.array(list(vecs), pa.list_(pa.float32())),
-                "tag": pa.array([f"t{i}" for i in range(n)]),
-            }
-        ),
-        path,
-    )
-    return path
 
 
 class Checker:
@@ -83,7 +41,7 @@ class Checker:
         back = client.query(NAME, filter=f"id in {gone}", output_fields=["id"], consistency_level="Strong")
         assert not back, f"{when}: {len(back)} deleted rows are back, e.g. {sorted(r['id'] for r in back)[:5]}"
         assert not client.get(NAME, ids=gone[:100]), f"{when}: get returns deleted rows"
-        count = client.query(NAME, filter="", output_fields=["count(*)"], consistency_level="Strong")[0]["count(*)"]
+        count = _count(client, NAME)
         assert count == len(self.live), f"{when}: count(*) is {count}, {len(self.live)} rows are live"
         some = sorted(self.live)[:: max(1, len(self.live) // 200)]
         got = client.query(NAME, filter=f"id in {some}", output_fields=["id"], consistency_level="Strong")
@@ -93,12 +51,6 @@ class Checker:
         client.release_collection(NAME)
         client.load_collection(NAME)
         self.check(client, f"{when}, after release and load")
-
-
-def _compact(alias: str) -> None:
-    coll = Collection(NAME, using=alias)
-    coll.compact()
-    assert coll.wait_for_compaction_completed(timeout=TIMEOUT)
 
 
 def test_deleted_rows_stay_deleted_through_flush_compaction_reload_and_restart(tmp_path):
@@ -113,22 +65,10 @@ def test_deleted_rows_stay_deleted_through_flush_compaction_reload_and_restart(t
     seen = Checker()
     try:
         client.create_collection(NAME, schema=_schema())
-        index = client.prepare_index_params()
-        index.add_index("vec", index_type="FLAT", metric_type="L2")
-        client.create_index(NAME, index)
-        client.load_collection(NAME)
+        _indexed_and_loaded(client, NAME)
 
         # Import 10,000 rows, delete 200 of them, flush, release and load.
-        task = utility.do_bulk_insert(NAME, files=[str(_parquet(tmp_path / "rows.parquet", IMPORTED))], using=alias)
-        st = wait_until(
-            lambda: (s := utility.get_bulk_insert_state(task, using=alias)).state
-            in (BulkInsertState.ImportCompleted, BulkInsertState.ImportFailed)
-            and s,
-            timeout=TIMEOUT,
-            interval=0.2,
-            what="the import",
-        )
-        assert st.state == BulkInsertState.ImportCompleted, st.infos
+        _import(uri, NAME, tmp_path / "rows.parquet", list(range(IMPORTED)))
         seen.insert(range(IMPORTED))
         first = list(range(0, IMPORTED, 50))
         assert client.delete(NAME, ids=first)["delete_count"] == 200
@@ -145,7 +85,7 @@ def test_deleted_rows_stay_deleted_through_flush_compaction_reload_and_restart(t
             seen.insert(ids)
         seen.check(client, "12 segments inserted")
         for n in range(3):
-            _compact(alias)
+            _compact(uri, NAME)
             seen.reload(client, f"compaction {n + 1}")
 
         # More small segments, and deletes of imported and inserted rows while a compaction runs.
@@ -173,7 +113,7 @@ def test_deleted_rows_stay_deleted_through_flush_compaction_reload_and_restart(t
         assert coll.wait_for_compaction_completed(timeout=TIMEOUT)
         seen.check(client, "the compaction that ran during the deletes swapped")
         seen.reload(client, "the compaction that ran during the deletes swapped")
-        _compact(alias)
+        _compact(uri, NAME)
         seen.reload(client, "compacted once more")
 
         # The whole standalone restarted: nothing deleted comes back.
@@ -185,7 +125,7 @@ def test_deleted_rows_stay_deleted_through_flush_compaction_reload_and_restart(t
         connections.connect(alias, uri=uri)
         client.load_collection(NAME)
         seen.check(client, "standalone restarted")
-        _compact(alias)
+        _compact(uri, NAME)
         seen.reload(client, "standalone restarted, compacted")
     finally:
         go.touch()

@@ -2,15 +2,20 @@
 
     trigger (Compact RPC or the policy) → plans per (partition, channel): sources packed up to
     the target size → CompactionJob (Executing) in etcd → SparkApplication merges each plan's
-    sources into its targets (every row not deleted by the sources' delta logs exactly once; the
-    targets carry no delta logs) and writes a manifest → per plan, ONE etcd
+    sources into its targets (every row not deleted by the sources' delta logs or the channel's
+    L0 delta logs exactly once) and writes a manifest → per plan, ONE etcd
     transaction swaps: targets Flushed (with `compaction_from`), sources Dropped, plan Completed
     → garbage collection deletes the sources' binlog FILES, then the meta that pointed at them.
 
-The swap is guarded on each source's meta being exactly what was planned and on the job key
-still existing (a dropped collection has none), so it applies whole or not at all. Sources are
-reserved while a plan runs (no second compaction takes them). Dropped segments found at start
-(a coordinator that died between swap and collection) are collected then.
+Deletes committed while the job runs are not lost: a channel's new L0 delta logs apply to the
+targets as to any segment of the channel (they keep their rows' timestamps), and a source's
+delta logs the job was not planned with are carried over to the targets in the swap (as
+Milvus does; the files stay where they are, referenced by the targets). The swap reads the
+sources under the meta's write lock, which every SaveBinlogPaths holds, and is guarded on each
+source's stored meta being exactly what it read and on the job key still existing (a dropped
+collection has none), so it applies whole or not at all. Sources are reserved while a plan runs
+(no second compaction takes them). Dropped segments found at start (a coordinator that died
+between swap and collection) are collected then.
 
 Policy (`auto_compaction`): a (partition, channel) with at least `compaction_min_segments`
 flushed segments smaller than `compaction_small_proportion` × the target size is compacted.
@@ -234,6 +239,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             n_targets = max(1, math.ceil(p.rows / max(1, job.target_rows)))
             first = await port.alloc_ids(n_targets)
             p.targets[:] = list(range(first, first + n_targets))
+            l0 = port.meta.l0_of(coll, p.channel, p.partitionID)
             plans.append(
                 {
                     "plan_id": p.planID,
@@ -241,6 +247,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                     "channel": p.channel,
                     "target_ids": list(p.targets),
                     "sources": sources,
+                    "l0_deltalogs": [{"key": d.binlog.log_path, "rows": int(d.binlog.entries_num)} for d in l0],
                 }
             )
         reserve = max(1, total)
@@ -298,7 +305,25 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         await self.collect(collected)
 
     async def _swap(self, job, plan, out: dict) -> list[Segment]:
-        """ONE transaction: targets Flushed, sources Dropped, the plan Completed."""
+        """ONE transaction: targets Flushed (with the sources' delta logs the job was not
+        planned with), sources Dropped, the plan Completed. Under the meta's write lock: no
+        delta log of a source commits between reading the sources and the swap."""
+        async with self.port.meta.write_lock:
+            return await self._swap_locked(job, plan, out)
+
+    @staticmethod
+    def _planned_deltalogs(job, plan_id: int) -> set[str]:
+        """The delta-log files of the plan's sources the job applied (its spec)."""
+        spec = json.loads(job.spec) if job.spec else {}
+        return {
+            d["key"]
+            for p in spec.get("plans", [])
+            if int(p["plan_id"]) == plan_id
+            for src in p["sources"]
+            for d in src.get("deltalogs", [])
+        }
+
+    async def _swap_locked(self, job, plan, out: dict) -> list[Segment]:
         port, coll, part = self.port, job.collectionID, plan.partitionID
         sources = [port.meta.segments.get(sid) for sid in plan.sources]
         if any(s is None or s.info.state != SegmentState.Flushed for s in sources):
@@ -327,6 +352,10 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             key=lambda p: p.timestamp,
             default=None,
         )
+        # Delta logs committed to a source after the job was planned (it did not apply them):
+        # every target carries them (a delete of a key a target does not hold changes nothing).
+        planned = self._planned_deltalogs(job, plan.planID)
+        carried = {lid: b for s in sources for lid, b in s.deltalogs.items() if b.log_path not in planned}
         for t in targets:
             sid = int(t["segment_id"])
             if sid not in plan.targets:
@@ -353,10 +382,12 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             if start is not None:
                 info.start_position.CopyFrom(start)
             seg_key = keys.segment_key(coll, part, sid)
+            info.deltalog_count = len(carried)
             ops.append(Op.put(seg_key, info.SerializeToString()))
             compares.append(Cmp.missing(seg_key))
             ops += [Op.put(keys.binlog_key(coll, sid, lid), b.SerializeToString()) for lid, b in binlogs.items()]
-            new.append(Segment(info, binlogs=binlogs, created=time.monotonic()))
+            ops += [Op.put(keys.deltalog_key(coll, sid, lid), b.SerializeToString()) for lid, b in carried.items()]
+            new.append(Segment(info, binlogs=binlogs, deltalogs=dict(carried), created=time.monotonic()))
         # The sources' DDL binlog meta moves to the first target: those files stay referenced.
         ddl = {}
         for s in sources:
@@ -407,6 +438,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             sources=len(sources),
             targets=[t.id for t in new],
             rows=src_rows,
+            carried_deltalogs=len(carried),
         )
         return sources
 
@@ -441,6 +473,9 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             if segs is None:
                 segs = [s for s in port.meta.segments.values() if s.info.state == SegmentState.Dropped]
             n, gone = 0, []
+            # A source's delta logs carried over to a target stay where they are: keep their files.
+            live = (x for x in port.meta.segments.values() if x.info.state != SegmentState.Dropped)
+            referenced = {b.log_path for x in live for b in x.deltalogs.values()}
             for s in segs:
                 i = s.info
                 if i.state != SegmentState.Dropped or port.dropping(i.collectionID):
@@ -449,7 +484,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 if i.HasField("dml_position") and (cp is None or cp.seq < i.dml_position.seq):
                     continue
                 for b in [*s.binlogs.values(), *s.deltalogs.values(), *s.statslogs.values()]:
-                    if b.log_path:
+                    if b.log_path and b.log_path not in referenced:
                         await port.store.delete(b.log_path)
                 await port.store.delete_prefix(paths.segment_prefix(i.collectionID, i.partitionID, i.ID))
                 await port.store.delete_prefix(paths.segment_stats_prefix(i.collectionID, i.partitionID, i.ID))

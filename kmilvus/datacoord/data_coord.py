@@ -421,6 +421,9 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 f"channel {req.channel} is not watched by node {req.nodeID} "
                 f"(watch version {req.watch_version}) any more",
             )
+        if not req.segmentID:
+            await self._save_l0(req)
+            return merr.success()
         seg = await self.meta.save_binlog_paths(req, self.channels.watch_guard(req.channel) if req.channel else None)
         if req.flushed:
             log.info("segment flushed", segment=seg.id, rows=seg.info.num_of_rows, binlogs=seg.info.binlog_count)
@@ -430,6 +433,21 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             self._dirty_cps.add(req.checkpoint.channel_name)
             self._purge_due.add(req.checkpoint.channel_name)
         return merr.success()
+
+    async def _save_l0(self, req: internal_pb2.SaveBinlogPathsRequest) -> None:
+        """A channel's L0 delta logs (SaveBinlogPaths of no segment). Those of a partition
+        dropped meanwhile are not committed: their files go instead (nothing else removes them)."""
+        if not req.channel:
+            raise merr.invalid("L0 delta logs need their channel")
+        coll = req.collectionID
+        refused = await self.meta.save_l0(
+            req, self.channels.watch_guard(req.channel), lambda d: (coll, d.partitionID) not in self.dropped_partitions
+        )
+        for d in refused:
+            await self.store.delete(d.binlog.log_path)
+        if req.checkpoint.seq:
+            self._dirty_cps.add(req.checkpoint.channel_name)
+            self._purge_due.add(req.checkpoint.channel_name)
 
     @merr.rpc()
     async def ReportDataNodeTtMsgs(self, req, context=None):

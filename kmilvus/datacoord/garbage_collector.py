@@ -2,8 +2,8 @@
 
 A DataNode that dies between writing a binlog and committing it with SaveBinlogPaths leaves a
 file no meta refers to. The collector lists the log roots and deletes the files in known
-segments' directories that have stayed unreferenced for `tolerance` seconds (a flush in
-progress commits long before).
+segments' directories, and the L0 delta logs of known collections, that have stayed
+unreferenced for `tolerance` seconds (a flush in progress commits long before).
 Directories of segments unknown to the meta (an import being written) are not its business.
 Index files (`index_files/...`) whose build ID no SegmentIndex records (a build that crashed
 before its InProgress record, or finished after its segment or index was dropped) go the same way.
@@ -29,7 +29,11 @@ class GarbageCollector:
         self.index_meta = None  # DataCoord's IndexMeta, when indexes are served
 
     def _of_known_segment(self, key: str) -> bool:
-        """Whether `key` ({root}/{coll}/{part}/{seg}/...) lies in a segment the meta knows."""
+        """Whether `key` ({root}/{coll}/{part}/{seg}/...) lies in a segment the meta knows, or is
+        an L0 delta log of a collection it knows."""
+        l0 = paths.parse_l0_delta_log_key(key)
+        if l0 is not None:
+            return l0[0] in self.meta.l0 or l0[0] in self.meta.segments.of_collection
         parts = key.split("/")
         if len(parts) < 5 or not (parts[1].isdigit() and parts[2].isdigit() and parts[3].isdigit()):
             return False
@@ -53,6 +57,7 @@ class GarbageCollector:
         segs = list(self.meta.segments.values())
         # A delta log may be recorded on another segment (deletes redirected to a compaction target).
         referenced = {b.log_path for s in segs for logs in (s.binlogs, s.deltalogs, s.statslogs) for b in logs.values()}
+        referenced |= {d.binlog.log_path for logs in list(self.meta.l0.values()) for d in logs.values()}
         # Each log root listed once, not each segment's three directories: a pass used to make
         # three listings per segment (6,000 at 1,000 idle collections, a burst every minute).
         for root in (paths.INSERT_LOG, paths.DELTA_LOG, paths.STATS_LOG):

@@ -5,6 +5,12 @@ positions, row count, state and the channel checkpoint in ONE transaction, guard
 dropped collection's late flush is refused, never half-applied). Row counts are derived from the
 set of binlogs, so a retried SaveBinlogPaths changes nothing.
 
+A channel's deletes are committed the same way, but to no segment: as L0 delta logs of the
+channel (Milvus' L0 segments, `save_l0`), with the position of the last Delete they cover. A
+delete then needs no knowledge of which segments hold its key — segments imported or compacted
+after it was consumed included: readers and compaction apply a channel's L0 deletes to every
+segment of the channel (and partition) by primary key and timestamp.
+
 Writers of segment state (seal, SaveBinlogPaths) hold `write_lock` across their read, etcd
 transaction and in-memory update, and SaveBinlogPaths updates only the fields it owns on the
 live SegmentInfo: quota grants (`assigned_rows`, `last_expire_time`) happen in memory while a
@@ -14,6 +20,7 @@ transaction is in flight, and a seal must never be undone by a binlog save that 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pymilvus.grpc_gen import common_pb2
@@ -23,6 +30,7 @@ from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import internal_pb2
 from kmilvus.util import merr
+from kmilvus.util.constants import ALL_PARTITIONS
 
 SegmentState = common_pb2.SegmentState
 UNFLUSHED = frozenset((SegmentState.Growing, SegmentState.Sealed))
@@ -115,6 +123,8 @@ class SegmentMeta:
         self.kv = kv
         self.segments = Segments()
         self.checkpoints: dict[str, internal_pb2.MsgPosition] = {}
+        self.l0: dict[int, dict[int, internal_pb2.L0Deltalog]] = {}  # collection → log ID → L0 delta log
+        self.l0_positions: dict[str, internal_pb2.MsgPosition] = {}  # vchannel → last Delete in its L0 logs
         self.changed = asyncio.Condition()
         self.write_lock = asyncio.Lock()
         self.feed = SegmentFeed()  # segment changes pushed to the operator
@@ -138,6 +148,11 @@ class SegmentMeta:
                 s.ddl_binlogs[int(idx)] = internal_pb2.DDLBinlogMeta.FromString(raw)
         for key, raw in await self.kv.get_prefix("datacoord-meta/channel-cp/"):
             self.checkpoints[key.rsplit("/", 1)[1]] = internal_pb2.MsgPosition.FromString(raw)
+        for key, raw in await self.kv.get_prefix(keys.l0_deltalog_prefix()):
+            _, _, coll, log_id = key.split("/")
+            self.l0.setdefault(int(coll), {})[int(log_id)] = internal_pb2.L0Deltalog.FromString(raw)
+        for key, raw in await self.kv.get_prefix(keys.L0_POSITION_PREFIX):
+            self.l0_positions[key[len(keys.L0_POSITION_PREFIX) :]] = internal_pb2.MsgPosition.FromString(raw)
 
     async def notify(self, *changed: Segment, removed: bool = False) -> None:
         """Wake waiters on the meta; `changed` segments also go to the change feed."""
@@ -186,6 +201,50 @@ class SegmentMeta:
         """`guard`: a compare the commit also needs (the sender's channel watch still current)."""
         async with self.write_lock:
             return await self._save_binlog_paths(req, guard)
+
+    def l0_of(self, coll_id: int, channel: str, partition: int | None = None) -> list[internal_pb2.L0Deltalog]:
+        """The channel's L0 delta logs (log-ID order); with `partition`, those applying to it
+        (its own and the every-partition ones)."""
+        logs = self.l0.get(coll_id, {})
+        return [
+            d
+            for _, d in sorted(logs.items())
+            if d.channel == channel and (partition is None or d.partitionID in (partition, ALL_PARTITIONS))
+        ]
+
+    async def save_l0(
+        self,
+        req: internal_pb2.SaveBinlogPathsRequest,
+        guard: Cmp | None = None,
+        keep: Callable[[internal_pb2.L0Deltalog], bool] = lambda d: True,
+    ) -> list[internal_pb2.L0Deltalog]:
+        """Commit a channel's L0 delta logs, the position of the last Delete they cover and the
+        channel checkpoint in one transaction (guarded like a segment's save). Logs `keep`
+        refuses (checked under the lock `drop_partition_meta` takes too) are not committed:
+        they are returned, for their files to be deleted."""
+        async with self.write_lock:
+            coll, ch = req.collectionID, req.channel
+            refused = [d for d in req.l0_deltalogs if not keep(d)]
+            logs = [d for d in req.l0_deltalogs if keep(d)]
+            ops = [Op.put(keys.l0_deltalog_key(coll, d.binlog.logID), d.SerializeToString()) for d in logs]
+            cur = self.l0_positions.get(ch)
+            advance = req.HasField("l0_position") and (cur is None or req.l0_position.seq > cur.seq)
+            if advance:
+                ops.append(Op.put(keys.l0_position_key(ch), req.l0_position.SerializeToString()))
+            if req.HasField("checkpoint") and req.checkpoint.seq:
+                ops.append(
+                    Op.put(keys.channel_checkpoint_key(req.checkpoint.channel_name), req.checkpoint.SerializeToString())
+                )
+            if not await self.kv.txn(ops, [guard] if guard is not None else []):
+                raise merr.MilvusError(merr.CHANNEL_NOT_FOUND, f"channel {ch} moved while its deletes were being saved")
+            for d in logs:
+                self.l0.setdefault(coll, {})[d.binlog.logID] = d
+            if advance:
+                self.l0_positions[ch] = req.l0_position
+            if req.HasField("checkpoint") and req.checkpoint.seq:
+                self._advance_checkpoint(req.checkpoint)
+            await self.notify()
+            return refused
 
     def compacted_into(self, seg_id: int) -> Segment | None:
         """The live segment a compaction moved `seg_id`'s rows to (following chained compactions)."""
@@ -299,25 +358,38 @@ class SegmentMeta:
             Op.delete_prefix(keys.segment_index_prefix(coll_id)),
         ]
         ops += [Op.delete_prefix(p) for p in keys.segment_log_prefixes(coll_id)]
+        ops.append(Op.delete_prefix(keys.l0_deltalog_prefix(coll_id)))
         for ch in vchannels:
-            ops += [Op.delete(keys.channel_checkpoint_key(ch)), Op.delete(keys.channel_watch_key(ch))]
+            ops += [
+                Op.delete(keys.channel_checkpoint_key(ch)),
+                Op.delete(keys.channel_watch_key(ch)),
+                Op.delete(keys.l0_position_key(ch)),
+            ]
         await self.kv.txn(ops)
         gone = self.by_collection(coll_id)
         for s in gone:
             del self.segments[s.id]
+        self.l0.pop(coll_id, None)
         for ch in vchannels:
             self.checkpoints.pop(ch, None)
+            self.l0_positions.pop(ch, None)
         await self.notify(*gone, removed=True)
 
     async def drop_partition_meta(self, coll_id: int, part_id: int) -> list[Segment]:
-        """Every segment and binlog key of one partition, in one transaction. The DDL binlog
-        meta stays: DDL belongs to the collection, not to the segment that carried it."""
-        gone = [s for s in self.by_collection(coll_id) if s.info.partitionID == part_id]
-        ops = [Op.delete_prefix(f"{keys.segment_prefix(coll_id)}{part_id}/")]
-        ops += [Op.delete_prefix(keys.binlog_prefix(coll_id, s.id)) for s in gone]
-        await self.kv.txn(ops)
-        for s in gone:
-            self.segments.pop(s.id, None)
+        """Every segment and binlog key of one partition, and its L0 delta logs, in one
+        transaction. The DDL binlog meta stays: DDL belongs to the collection, not to the segment
+        that carried it."""
+        async with self.write_lock:
+            gone = [s for s in self.by_collection(coll_id) if s.info.partitionID == part_id]
+            l0 = [i for i, d in self.l0.get(coll_id, {}).items() if d.partitionID == part_id]
+            ops = [Op.delete_prefix(f"{keys.segment_prefix(coll_id)}{part_id}/")]
+            ops += [Op.delete_prefix(keys.binlog_prefix(coll_id, s.id)) for s in gone]
+            ops += [Op.delete(keys.l0_deltalog_key(coll_id, i)) for i in l0]
+            await self.kv.txn(ops)
+            for s in gone:
+                self.segments.pop(s.id, None)
+            for i in l0:
+                self.l0.get(coll_id, {}).pop(i, None)
         await self.notify(*gone, removed=True)
         return gone
 

@@ -31,14 +31,15 @@ def _param(params: dict[str, str], key: str) -> int | None:
 
 
 class ProxyQueryMixin:
-    async def primary_keys_matching(self, meta, expr: str) -> pa.Array:
-        """The primary keys of every row `expr` matches, read at a fresh timestamp (Delete by
-        expression, as Milvus: query, then delete)."""
+    async def primary_keys_matching(self, meta, expr: str, partition_names=()) -> pa.Array:
+        """The primary keys of every row `expr` matches (in `partition_names`, or all), read at
+        a fresh timestamp (Delete by expression, as Milvus: query, then delete)."""
         req = milvus_pb2.QueryRequest(
             db_name=meta.db,
             collection_name=meta.name,
             expr=expr,
             output_fields=[meta.pk.name],
+            partition_names=list(partition_names),
             consistency_level=common_pb2.ConsistencyLevel.Strong,
         )
         resp = await self.Query(req)

@@ -21,6 +21,7 @@ from kmilvus.proto import query_node_pb2
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.segments import GrowingSegment
 from kmilvus.storage import deltalog
+from kmilvus.util.constants import ALL_PARTITIONS
 
 log = get_logger(__name__)
 
@@ -37,7 +38,9 @@ class ChannelDelegator:
         # Rows of an unflushed segment up to this seq are in its binlogs (written under pressure).
         self.persisted_upto: dict[int, int] = {s.segmentID: s.dml_position.seq for s in req.unflushed_segments}
         self.growing: dict[int, GrowingSegment] = {}
-        self.deletes = DeleteSet()  # every Delete consumed on the channel (applied to all its segments)
+        # The channel's deletes by partition (-1: every partition): its L0 delta logs, then every
+        # Delete consumed; they apply to every segment of the channel (and partition).
+        self.deletes: dict[int, DeleteSet] = {}
         self.serviceable_ts = 0
         self.dropped = False
         self.changed = asyncio.Condition()
@@ -63,7 +66,14 @@ class ChannelDelegator:
                 await self._consumer.close()
             self._consumer = None
         self.growing.clear()
-        self.deletes = DeleteSet()
+        self.deletes = {}
+
+    def add_deletes(self, partition: int, pks, ts) -> None:
+        self.deletes.setdefault(partition, DeleteSet()).add(pks, ts)
+
+    def deletes_of(self, partition: int) -> tuple[DeleteSet, ...]:
+        """The deletes that apply to a segment of `partition`."""
+        return tuple(d for p in (ALL_PARTITIONS, partition) if (d := self.deletes.get(p)) is not None)
 
     @property
     def consuming(self) -> bool:
@@ -96,8 +106,11 @@ class ChannelDelegator:
                     g.add(read_ipc(msg.payload))
                 elif t == MsgType.Delete:
                     batch = read_ipc(msg.payload)
-                    pks = deltalog.pk_numpy(batch.column(deltalog.PK))
-                    self.deletes.add(pks, batch.column(deltalog.TS).to_numpy(zero_copy_only=False))
+                    self.add_deletes(
+                        int(msg.headers.get("partition", ALL_PARTITIONS)),
+                        deltalog.pk_numpy(batch.column(deltalog.PK)),
+                        batch.column(deltalog.TS).to_numpy(zero_copy_only=False),
+                    )
                 elif t == MsgType.TimeTick:
                     self.serviceable_ts = msg.timestamp
                     async with self.changed:

@@ -42,19 +42,21 @@ class LoadedCollection:
     def pk_field(self) -> int:
         return typeutil.primary_field(self.schema).fieldID
 
-    def segments(self, vchannels, partitions) -> list[tuple[SegmentData, DeleteSet | None]]:
+    def segments(self, vchannels, partitions) -> list[tuple[SegmentData, tuple[DeleteSet, ...]]]:
         """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`),
-        each with the deletes consumed on its channel."""
+        each with its channel's deletes that apply to it."""
         parts = set(partitions)
         segs = []
         for s in self.sealed.values():
             if not parts or s.partition_id in parts:
                 d = self.channels.get(self.channel_of.get(s.segment_id, ""))
-                segs.append((s, d.deletes if d is not None else None))
+                segs.append((s, d.deletes_of(s.partition_id) if d is not None else ()))
         for ch in vchannels:
             d = self.channels[ch]
             segs += [
-                (g.data(), d.deletes) for g in d.growing.values() if g.rows and (not parts or g.partition_id in parts)
+                (g.data(), d.deletes_of(g.partition_id))
+                for g in d.growing.values()
+                if g.rows and (not parts or g.partition_id in parts)
             ]
         return segs
 
@@ -120,6 +122,14 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             t = deltalog.read_delta_log(self.store, key)
             deltas.add(deltalog.pk_numpy(t.column(deltalog.PK)), t.column(deltalog.TS).to_numpy())
 
+    def _read_l0(self, req: query_node_pb2.WatchDmChannelsRequest) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """The channel's L0 delta logs: (partition, keys, timestamps) of each."""
+        out = []
+        for d in req.l0_deltalogs:
+            t = deltalog.read_delta_log(self.store, d.binlog.log_path)
+            out.append((d.partitionID, deltalog.pk_numpy(t.column(deltalog.PK)), t.column(deltalog.TS).to_numpy()))
+        return out
+
     def _index_files(self, info: query_node_pb2.SegmentLoadInfo, have: Collection[int] = ()) -> dict[int, tuple]:
         """{field ID: (VectorIndex, file size)} of the segment's finished index files not in `have`."""
         from kmilvus import index as kindex
@@ -163,6 +173,8 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                 return merr.success()
             name = f"{self.cfg.cluster}-qn{self.server_id}"
             d = ChannelDelegator(self.stream, name, req)
+            for part, pks, ts in await asyncio.to_thread(self._read_l0, req):
+                d.add_deletes(part, pks, ts)
             for info in req.unflushed_segments:
                 if info.binlog_paths:
                     data = await self._read(coll, info)

@@ -11,7 +11,6 @@ import asyncio
 import os
 import re
 import signal
-from pathlib import Path
 
 from kmilvus.log import get_logger
 
@@ -52,7 +51,10 @@ async def afailpoint(name: str) -> None:
         failpoint(name)
     elif isinstance(action, str):
         log.warning("failpoint reached: waiting for its file", failpoint=name, file=action)
-        while not Path(action).exists():
+        # A file another process creates: no event to wait on but its existence, looked at now and then.
+        while True:
+            if await asyncio.to_thread(os.path.exists, action):
+                break
             await asyncio.sleep(WAIT_POLL)
     else:
         log.warning("failpoint reached: sleeping", failpoint=name, seconds=action)
