@@ -395,6 +395,33 @@ def _import(uri: str, name: str, path, ids) -> None:
         connections.disconnect(alias)
 
 
+def test_deletes_of_imported_rows_on_two_shards_stay_deleted(node, client, tmp_path):
+    """A DataNode never learns of an imported segment: its deletes must still reach every
+    reader and the compaction of that segment, on whichever shard the key lives."""
+    client.create_collection("imp", schema=_schema(), num_shards=2)
+    coll = _coll_id(client, "imp")
+    _indexed_and_loaded(client, "imp")
+    _import(node.uri, "imp", tmp_path / "rows.parquet", list(range(2000)))
+    gone = list(range(0, 2000, 10))
+    assert client.delete("imp", ids=gone)["delete_count"] == 200
+    client.flush("imp")
+    assert set(gone) <= set(_deltas(node, coll).column("pk").to_pylist()), "deletes in committed delta logs"
+    client.insert("imp", _rows(range(2000, 2400)))  # a second segment on each shard: compaction merges
+    client.flush("imp")
+    for when in _stages(client, node.uri, "imp"):
+        assert not _visible(client, "imp", gone), f"deleted imported rows are back once {when}"
+        assert _count(client, "imp") == 2200, when
+    # Compaction removed them for good: no committed binlog holds them any more.
+    assert set(_read_rows(node, coll).column("100").to_pylist()) == set(range(2400)) - set(gone)
+    # Every row is on the shard its key hashes to, imported ones too (where its deletes go).
+    from kmilvus.msgstream import channels
+    from kmilvus.util.hashing import shard_of
+
+    for s in _segments(node, coll):
+        keys = binlog.read_segment(node.node.store, coll, s.info.partitionID, s.id).column("100")
+        assert set(shard_of(keys.combine_chunks(), 2).tolist()) == {channels.shard_of(s.info.insert_channel)}
+
+
 def test_deletes_of_a_segment_compacted_twice_after_the_watch_stay_deleted(node, client):
     """Segments made by compactions after the DataNode started watching its channel (the
     compaction target of a target included) get their deletes too."""
