@@ -621,3 +621,43 @@ def test_delete_with_a_partition_applies_to_that_partition_only(node, client):
     for when in _stages(client, node.uri, "parts"):
         assert _visible(client, "parts", range(200)) == want, when
     assert set(_read_rows(node, _coll_id(client, "parts")).column("100").to_pylist()) == want
+
+
+def test_a_key_written_twice_is_read_once_in_its_newest_version(node, client):
+    """Inserted twice (and upserted): query, get and search return the key once, in its newest
+    version — growing, sealed, across segments, and after compaction."""
+    client.create_collection("twice2", schema=_schema())
+    _indexed_and_loaded(client, "twice2")
+    old_vec = [0.0] * DIM
+    new_vec = [1.0] * DIM
+    client.insert("twice2", [{"id": k, "vec": old_vec, "tag": f"old{k}"} for k in range(10)])
+    client.insert("twice2", _rows(range(10, 100)))
+    client.flush("twice2")
+    client.insert("twice2", [{"id": k, "vec": new_vec, "tag": f"new{k}"} for k in range(5)])  # growing over sealed
+    client.upsert("twice2", [{"id": k, "vec": new_vec, "tag": f"new{k}"} for k in range(5, 10)])
+
+    def check(when: str) -> None:
+        got = client.query("twice2", filter="id < 10", output_fields=["tag"], consistency_level="Strong")
+        assert sorted((r["id"], r["tag"]) for r in got) == [(k, f"new{k}") for k in range(10)], when
+        got = client.get("twice2", ids=[0, 1, 7])
+        assert sorted(r["tag"] for r in got) == ["new0", "new1", "new7"], when
+        assert client.query("twice2", filter="tag like 'old%'", consistency_level="Strong") == [], when
+        assert _count(client, "twice2") == 100, when
+        hits = client.search("twice2", [old_vec], limit=20, output_fields=["tag"], consistency_level="Strong")[0]
+        ids = [h["id"] for h in hits]
+        assert len(ids) == len(set(ids)), f"{when}: a key returned twice"
+        assert all(not h["entity"]["tag"].startswith("old") for h in hits), f"{when}: an old version found"
+
+    check("growing over sealed")
+    client.flush("twice2")
+    check("both sealed")
+    client.insert("twice2", [{"id": k, "vec": old_vec, "tag": f"old{k}"} for k in range(20, 25)])
+    client.insert("twice2", [{"id": k, "vec": new_vec, "tag": f"new{k}"} for k in range(20, 25)])  # both growing
+    got = client.query("twice2", filter="id >= 20 and id < 25", output_fields=["tag"], consistency_level="Strong")
+    assert sorted(r["tag"] for r in got) == [f"new{k}" for k in range(20, 25)]
+    client.flush("twice2")
+    _compact(node.uri, "twice2")
+    check("compacted")
+    client.release_collection("twice2")
+    client.load_collection("twice2")
+    check("released and loaded")

@@ -102,7 +102,7 @@ class ProxyQueryMixin:
             return out
         tables = [reduce.from_ipc(r.arrow) for r in results if r.arrow]
         tables = [t for t in tables if t.num_rows]
-        table = pa.concat_tables(tables, promote_options="default") if tables else None
+        table = reduce.newest_rows(pa.concat_tables(tables, promote_options="default")) if tables else None
         if table is not None and limit is not None:
             table = table.take(pc.sort_indices(table.column("pk")).slice(offset, limit))
         by_id = {f.fieldID: f for f in meta.schema.fields}

@@ -20,6 +20,7 @@ from kmilvus.msgstream import MsgStream, MsgType
 from kmilvus.proto import query_node_pb2
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.segments import GrowingSegment
+from kmilvus.querynode.versions import KeyVersions
 from kmilvus.storage import deltalog
 from kmilvus.util.constants import ALL_PARTITIONS
 
@@ -41,6 +42,7 @@ class ChannelDelegator:
         # The channel's deletes by partition (-1: every partition): its L0 delta logs, then every
         # Delete consumed; they apply to every segment of the channel (and partition).
         self.deletes: dict[int, DeleteSet] = {}
+        self.versions = KeyVersions()  # older versions of keys held twice are hidden like deletes
         self.serviceable_ts = 0
         self.dropped = False
         self.changed = asyncio.Condition()
@@ -67,13 +69,16 @@ class ChannelDelegator:
             self._consumer = None
         self.growing.clear()
         self.deletes = {}
+        self.versions = KeyVersions()
 
     def add_deletes(self, partition: int, pks, ts) -> None:
         self.deletes.setdefault(partition, DeleteSet()).add(pks, ts)
 
     def deletes_of(self, partition: int) -> tuple[DeleteSet, ...]:
-        """The deletes that apply to a segment of `partition`."""
-        return tuple(d for p in (ALL_PARTITIONS, partition) if (d := self.deletes.get(p)) is not None)
+        """The deletes that apply to a segment of `partition`, and the shadows of older versions
+        (as of the last `KeyVersions.refresh`)."""
+        own = tuple(d for p in (ALL_PARTITIONS, partition) if (d := self.deletes.get(p)) is not None)
+        return (*own, self.versions.shadows)
 
     @property
     def consuming(self) -> bool:

@@ -64,6 +64,15 @@ class LoadedCollection:
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.sealed.values()) + sum(d.nbytes for d in self.channels.values())
 
+    async def refresh_versions(self) -> None:
+        """Bring each delegated channel's shadows of older key versions up to date (a worker
+        thread does the work, when there is any) before a read takes its segments."""
+        for ch, d in list(self.channels.items()):
+            sealed = {sid: s for sid, s in self.sealed.items() if self.channel_of.get(sid) == ch}
+            growing = {gid: list(g.batches) for gid, g in d.growing.items()}
+            if d.versions.stale(sealed, growing):
+                await asyncio.to_thread(d.versions.refresh, sealed, growing, self.pk_field)
+
 
 class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     role = roles.QUERYNODE
@@ -288,6 +297,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
         flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts)
         params = json.loads(req.params) if req.params else {}
+        await coll.refresh_versions()
         queries = np.frombuffer(req.vectors, dtype="<f4").reshape(req.nq, -1)
         segments = coll.segments(req.vchannels, req.partitionIDs)
         metric = vector_search.check_metric(req.metric_type)
@@ -313,6 +323,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     async def Query(self, req: query_node_pb2.QueryRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
         flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts)
+        await coll.refresh_versions()
         segments = coll.segments(req.vchannels, req.partitionIDs)
         outputs = [] if req.count else list(req.output_fieldIDs)
         limit = 0 if req.count else req.limit  # count(*) builds no rows
