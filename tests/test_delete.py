@@ -547,7 +547,7 @@ def test_deletes_committed_while_a_compaction_runs_stay_deleted(node_factory, tm
     from kmilvus.util import failpoint
 
     go = tmp_path / "go"
-    monkeypatch.setitem(failpoint._ACTIVE, "datacoord.compaction.before_swap", str(go))
+    monkeypatch.setitem(failpoint._ACTIVE, "datacoord.compaction.before_swap", failpoint.action(f"wait({go})"))
     routes = {"inprocess": {}, "spark": {"inprocess_job_max_mb": 0}}  # Spark: the warm local driver
     node = node_factory(**routes[route])
     client = MilvusClient(uri=node.uri)

@@ -160,6 +160,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
     @merr.rpc()
     async def WatchDmChannels(self, req, context=None):
         for info in req.channels:
+            await afailpoint("datanode.watch")
             old = self.flowgraphs.get(info.vchannel)
             if old is not None:
                 if old.watch_version == info.watch_version:
