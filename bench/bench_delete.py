@@ -1,4 +1,4 @@
-"""Delete throughput through pymilvus (issue 13): keys/s as the client sees it.
+"""Delete throughput through pymilvus: keys/s as the client sees it.
 
     .venv/bin/python bench/bench_delete.py                         # 200k rows, 100k keys deleted
     .venv/bin/python bench/bench_delete.py --rows 50000 --keys 20000 --repeat 3

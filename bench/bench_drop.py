@@ -1,4 +1,4 @@
-"""DropCollection (issue: DropCollection end to end): RPC latency, and the time until nothing of
+"""DropCollection end to end (docs/architecture/drop.md): RPC latency, and the time until nothing of
 the collection is left — etcd keys, binlog files, JetStream consumers and messages.
 
     .venv/bin/python bench/bench_drop.py --collections 10 --rows 50000

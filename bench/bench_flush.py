@@ -10,7 +10,7 @@ FLOAT_VECTOR(128), tag VARCHAR(64)`, sequential inserts of 10,000 rows, Flush RP
 GetFlushState is true (10 ms polling), small flushes (1,000 rows, median of 10), num_entities
 latency, drop + time until the collection's binlogs are gone, and the peak of the summed RSS of
 kmilvus, etcd and nats-server (sampled every 50 ms). Prints a table beside the targets and
-Milvus 2.3.5's numbers (DESIGN.md), and writes bench/results/bench_flush.{json,md}.
+Milvus 2.3.5's reference numbers (docs/benchmarks/method.md), and writes bench/results/bench_flush.{json,md}.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import workload as w
 
 GIB = 2**30
-# key → (target text, predicate or None, Milvus 2.3.5 figure from DESIGN.md "Numbers to beat")
+# key → (target text, predicate or None, Milvus 2.3.5 reference figure: docs/benchmarks/method.md)
 TARGETS = {
     "insert_rps_200000": ("≥ 120,000", lambda v: v >= 120_000, "98,600"),
     "insert_rps_1000000": ("≥ 120,000", lambda v: v >= 120_000, "114,700"),
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
         f"kmilvus (median of {len(runs)}" + (" [min–max])" if len(runs) > 1 else ")"),
         "target",
         "pass",
-        "Milvus 2.3.5 (DESIGN.md)",
+        "Milvus 2.3.5 (reference)",
     ]
     body = []
     for row in w.table_rows(rows):

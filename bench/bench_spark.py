@@ -16,7 +16,7 @@ runner DataCoord uses), so each pays the same JVM start. Reported per job, media
 - rows/s and MB/s from the job time; MB = Arrow (in-memory) bytes of the rows.
 
 `ratio` = plain copy job time / kmilvus job time (throughput relative to the plain copy; the
-target is ≥ 0.7). Data: int64 pk, 128-dim float32 vector, varchar tag (DESIGN.md's collection).
+target is ≥ 0.7). Data: int64 pk, 128-dim float32 vector, varchar tag (docs/benchmarks/method.md).
 
 `--e2e`: what a user waits for instead — `utility.do_bulk_insert` of one Parquet file through
 pymilvus against `kmilvus standalone` until `get_bulk_insert_state` says Completed (polled every

@@ -1,4 +1,4 @@
-"""Start-up time and idle memory of `kmilvus standalone` (issue: Foundation).
+"""Start-up time and idle memory of `kmilvus standalone`.
 
 .venv/bin/python bench/bench_startup.py --runs 5
 """

@@ -5,7 +5,7 @@
     .venv/bin/python bench/bench_storage.py --uri s3://bkt/x?endpoint=http://127.0.0.1:9000
 
 Rows: int64 pk, 128-dim float32 vector, varchar(64) tag, plus row ID and timestamp — the
-collection of DESIGN.md's "Numbers to beat". MB/s are Arrow (in-memory) bytes per second.
+collection of docs/benchmarks/method.md. MB/s are Arrow (in-memory) bytes per second.
 `--compare` also times alternative Parquet encodings on one chunk (the choice in
 kmilvus/storage/binlog.py comes from this).
 """
@@ -125,7 +125,7 @@ def bench_binlogs(args) -> None:
 
 
 def compare_encodings(store: ObjectStore, batch: pa.RecordBatch) -> None:
-    listed = pa.Table.from_batches([batch])  # the vector as fixed_size_list<float32> (kmilvus before 2026-11-26)
+    listed = pa.Table.from_batches([batch])  # the vector as fixed_size_list<float32> (kmilvus' earlier layout)
     table = to_storage(listed)  # as kmilvus stores it: the vector as fixed_size_binary(4·dim)
     names = table.schema.names
     chosen = parquet_options(table.schema)

@@ -1,4 +1,4 @@
-"""Many clients, and the client's own limit (issue 16, deliverable 3).
+"""Many clients, and the client's own limit.
 
     .venv/bin/python bench/clients.py --milvus-venv /work/main/bench/.venv-milvus   # ~12 min
     .venv/bin/python bench/clients.py --seconds 10 --clients 1,8 --systems kmilvus,sink  # quick look

@@ -1,4 +1,4 @@
-"""Many collections: what K idle collections cost, kmilvus beside Milvus 2.3.5 (issue 16, item 2).
+"""Many collections: what K idle collections cost, kmilvus beside Milvus 2.3.5.
 
     .venv/bin/python bench/many_collections.py --milvus-venv /work/main/bench/.venv-milvus
     .venv/bin/python bench/many_collections.py --systems kmilvus --ladder 10,100 --idle 10

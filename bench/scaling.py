@@ -1,4 +1,4 @@
-"""How each cost grows: kmilvus beside Milvus 2.3.5, one curve per cost (issue 16, item 5).
+"""How each cost grows: kmilvus beside Milvus 2.3.5, one curve per cost.
 
     .venv/bin/python bench/scaling.py                  # both systems, default ladders
     .venv/bin/python bench/scaling.py --systems kmilvus --quick

@@ -5,7 +5,7 @@ and Milvus 2.3.5 (pymilvus 2.3.7, bench/.venv-milvus). It only uses pymilvus API
 have: ORM `connections` / `Collection` / `utility`, and the raw `MilvusService` stub that both
 ship (`pymilvus.grpc_gen.milvus_pb2`) for the RPCs that are timed on their own.
 
-Workload (DESIGN.md "Numbers to beat"): collection `id INT64 pk, vec FLOAT_VECTOR(128),
+Workload (docs/benchmarks/method.md): collection `id INT64 pk, vec FLOAT_VECTOR(128),
 tag VARCHAR(64)`, one shard, inserts of 10,000 rows, one at a time.
 
 Client path. pymilvus' fastest honest insert path, measured on both versions: ORM

@@ -3,7 +3,7 @@
 - reconcile (create / resume / spec update): validate the spec (no etcd touched when it is
   invalid), then create the collection through RootCoord, or adopt an existing one with the same
   name and schema (SchemaConflict otherwise); a changed schema is refused (SchemaSynced=False,
-  reason SchemaImmutable, and a Warning event) because Milvus cannot alter one (seed 001).
+  reason SchemaImmutable, and a Warning event) because Milvus cannot alter one.
 - delete (finalizer): deletionPolicy Delete runs RootCoord's DropCollection and waits until its
   resumable tail has finished (RootCoord's GetDropState); Retain keeps the data.
   Either way the Segment resources go.

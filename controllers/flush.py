@@ -1,4 +1,4 @@
-"""FlushRequest: seed 000's flush, declared as a resource.
+"""FlushRequest: a Flush (docs/architecture/flush.md), declared as a resource.
 
 A daemon per FlushRequest drives it: Pending -> Flushing (DataCoord `Flush` per collection: the
 sealed segment IDs and the flush timestamp go into the status) -> Completed once `GetFlushState`

@@ -25,6 +25,12 @@ def _common(f):
         "--log-level", default=None, help="debug|info|warning|error (default: warning; env KMILVUS_LOG_LEVEL)"
     )(f)
     f = click.option("--cluster", default=None, help="Cluster name: etcd prefix, stream and channel names.")(f)
+    f = click.option(
+        "--http-port",
+        type=int,
+        default=None,
+        help="Port of the RESTful API v2 (default 19531, env KMILVUS_HTTP_PORT; 0 = any free port, -1 = off).",
+    )(f)
     return f
 
 
@@ -68,6 +74,7 @@ def standalone(
     tls_cert,
     tls_key,
     tls_ca,
+    http_port,
 ):
     """Run every component in one process (etcd and nats-server as children unless given)."""
     from kmilvus.standalone import run_standalone
@@ -82,6 +89,7 @@ def standalone(
         tls_cert=tls_cert,
         tls_key=tls_key,
         tls_ca=tls_ca,
+        http_port=http_port,
     )
     _check_security(cfg, runs_rootcoord=True)
     _serve_metrics(cfg)
@@ -129,6 +137,7 @@ def run(
     tls_cert,
     tls_key,
     tls_ca,
+    http_port,
 ):
     """Run one or more components; they find the others through sessions in etcd."""
     from kmilvus.standalone import run_role
@@ -147,6 +156,7 @@ def run(
         tls_cert=tls_cert,
         tls_key=tls_key,
         tls_ca=tls_ca,
+        http_port=http_port,
     )
     _check_security(cfg, runs_rootcoord="rootcoord" in roles)
     _serve_metrics(cfg)

@@ -27,6 +27,7 @@ from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import MsgStream
 from kmilvus.proxy import Proxy
 from kmilvus.proxy.databases import DatabaseInterceptor
+from kmilvus.proxy.httpserver import RestfulServer
 from kmilvus.proxy.privilege import SecurityInterceptor
 from kmilvus.querycoord import QueryCoord
 from kmilvus.querynode import QueryNode
@@ -62,6 +63,8 @@ class Node:
         self.internal_server = None
         self.api_server = None
         self.api_port = 0
+        self.http_server: RestfulServer | None = None
+        self.http_port = 0  # the RESTful API's (0 while it is not served)
         self.internal_port = 0
         self.leader: LeaderLock | None = None
         self.lost = asyncio.Event()  # set when the coordinators stepped down
@@ -131,6 +134,9 @@ class Node:
                 # The database first (from the `dbname` header), then the privilege check on it.
                 interceptors=[DatabaseInterceptor(), SecurityInterceptor(self.components[roles.PROXY].security)],
             )
+            if cfg.http_port >= 0:
+                self.http_server = RestfulServer(self.components[roles.PROXY], cfg)
+                self.http_port = await self.http_server.start(cfg.proxy_host, cfg.http_port)
         log.info("node ready", roles=",".join(self.role_names), seconds=round(time.monotonic() - t0, 3))
 
     def _supervise(self, coro, name: str) -> None:
@@ -209,6 +215,8 @@ class Node:
         """Stop serving, then components in reverse start order, then connections."""
         for t in list(self._supervisors):
             t.cancel()
+        if self.http_server is not None:
+            await _best_effort(self.http_server.stop(), "stop the RESTful API")
         if self.api_server is not None:
             await self.api_server.stop(grace=1)
         for r in reversed(list(self.components)):

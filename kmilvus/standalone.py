@@ -28,7 +28,10 @@ async def serve(node: Node, ready_line: str | None = None) -> None:
     try:
         await node.start()
         if ready_line:
-            print(ready_line.format(port=node.api_port), file=sys.stderr, flush=True)
+            line = ready_line.format(port=node.api_port)
+            if node.http_server is not None:
+                line += f" (RESTful API on {node.cfg.proxy_host}:{node.http_port})"
+            print(line, file=sys.stderr, flush=True)
         waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(node.lost.wait())]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for w in waits:

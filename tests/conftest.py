@@ -83,6 +83,17 @@ def moto_endpoint(servers_dir) -> str:
 
 
 @pytest.fixture
+async def ms(nats_url, root):
+    """A MsgStream of the test's own cluster; its streams are deleted afterwards."""
+    from kmilvus.msgstream import MsgStream
+
+    s = await MsgStream.connect(nats_url, root, name=f"test-{root}")
+    yield s
+    await s.delete_stream()
+    await s.close()
+
+
+@pytest.fixture
 def node_factory(etcd_endpoint, nats_url, root, tmp_path):
     """Start in-process kmilvus nodes on the shared servers; all stopped at teardown."""
     from tests.harness import NodeThread, make_config

@@ -10,7 +10,7 @@ from kmilvus.storage import binlog
 
 
 def bench_schema(auto_id: bool = False) -> CollectionSchema:
-    """DESIGN.md's workload: id INT64 pk, vec FLOAT_VECTOR(128), tag VARCHAR(64)."""
+    """The benchmarks' workload (docs/benchmarks/method.md): id INT64 pk, vec FLOAT_VECTOR(128), tag VARCHAR(64)."""
     return CollectionSchema(
         [
             FieldSchema("id", DataType.INT64, is_primary=True, auto_id=auto_id),

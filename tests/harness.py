@@ -30,6 +30,7 @@ def make_config(root: str, etcd: str, nats: str, storage: Path, **overrides: Any
         nats_url=nats,
         storage_uri=storage.as_uri(),
         proxy_port=free_port(),
+        http_port=free_port(),
         session_ttl=3,
         dml_channel_num=4,
         auto_compaction=False,
@@ -47,7 +48,7 @@ class NodeThread:
         # The in-process proxy binds a port the OS picks (`uri` reads it back): a port chosen in
         # advance by free_port() can be taken by another process before the bind. `cfg` keeps
         # its proxy_port for the ProcessNodes started from it.
-        self.node = Node(cfg.replace(proxy_port=0), roles)
+        self.node = Node(cfg.replace(proxy_port=0, http_port=0), roles)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
@@ -63,6 +64,11 @@ class NodeThread:
     @property
     def uri(self) -> str:
         return f"http://127.0.0.1:{self.node.api_port}"
+
+    @property
+    def rest_uri(self) -> str:
+        """The RESTful API's base address (the Proxy's HTTP port)."""
+        return f"http://127.0.0.1:{self.node.http_port}"
 
     def component(self, role: str):
         return self.node.components[role]
@@ -115,6 +121,8 @@ class ProcessNode:
             self.cfg.cluster,
             "--port",
             str(self.cfg.proxy_port),
+            "--http-port",
+            "0",  # the RESTful API on a free port: several processes may run a proxy
         ]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:

@@ -1,4 +1,4 @@
-"""The wall between the core and the operator, checked on the source (issue 10, items 1-2).
+"""The wall between the core and the operator, checked on the source (docs/architecture/index.md).
 
 - `kmilvus/` imports neither `controllers`, `kopf`, `kubernetes` nor `aiohttp`;
 - `controllers/` reaches the coordinators only through `kmilvus.coordinator` (their facade): it

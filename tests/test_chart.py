@@ -320,6 +320,20 @@ def test_milvus_service_on_19530(scenario):
     c = proxy["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "milvus", "containerPort": 19530, "protocol": "TCP"} in c["ports"]
     assert c["command"] == ["kmilvus"] and c["args"][:2] == ["run", "proxy"] and "0.0.0.0" in c["args"]
+    # The RESTful API v2 on its own port, exposed by the same Service.
+    assert flag(c["args"], "--http-port") == ["19531"]
+    assert {"name": "http", "containerPort": 19531, "protocol": "TCP"} in c["ports"]
+    assert ports["http"]["port"] == 19531 and ports["http"]["targetPort"] == "http"
+    assert ports["http"]["appProtocol"] == "http"
+
+
+def test_restful_api_can_be_turned_off():
+    docs = render({"proxy": {"httpPort": None}})
+    c = one(docs, "Deployment", f"{RELEASE}-proxy")["spec"]["template"]["spec"]["containers"][0]
+    assert flag(c["args"], "--http-port") == ["-1"]
+    assert "http" not in {p["name"] for p in c["ports"]}
+    svc = one(docs, "Service", f"{RELEASE}-milvus")
+    assert [p["name"] for p in svc["spec"]["ports"]] == ["milvus"]
 
 
 def test_component_workloads(scenario):
@@ -818,7 +832,9 @@ def test_security_values_wire_auth_tls_and_network_policies():
         assert sorted(peers) == sorted(["operator", "proxy", "datanode", "querynode", server])
         assert "ports" not in policies[f"{RELEASE}-{server}"]["ingress"][0]
     api_rules = [
-        r for r in policies[f"{RELEASE}-proxy"]["ingress"] if r.get("ports") == [{"port": 19530, "protocol": "TCP"}]
+        r
+        for r in policies[f"{RELEASE}-proxy"]["ingress"]
+        if r.get("ports") == [{"port": 19530, "protocol": "TCP"}, {"port": 19531, "protocol": "TCP"}]
     ]
     assert api_rules and api_rules[0]["from"] == SECURE["security"]["networkPolicy"]["apiFrom"]
     for name in ("operator", "datanode", "querynode"):

@@ -198,3 +198,15 @@ def test_quick_start_create_collection_is_loaded_and_searchable(client):
         "quick", data=[[0.1, 0.2, 0.3, 0.4]], limit=1, output_fields=["extra"], consistency_level="Strong"
     )[0]
     assert hits[0]["id"] == 1 and hits[0]["entity"]["extra"] == "kept in $meta"
+
+
+def test_partition_key_on_the_primary_key_is_refused(client):
+    """Milvus' validatePartitionKey: the partition key must not be the primary field."""
+    for pk_type, extra in ((DataType.INT64, {}), (DataType.VARCHAR, {"max_length": 16})):
+        schema = MilvusClient.create_schema()
+        schema.add_field("pk", pk_type, is_primary=True, is_partition_key=True, **extra)
+        schema.add_field("vec", DataType.FLOAT_VECTOR, dim=4)
+        with pytest.raises(MilvusException) as e:
+            client.create_collection("pkp", schema=schema)
+        assert e.value.code == 65535 and e.value.message == "the partition key field must not be primary field"
+    assert not client.has_collection("pkp")

@@ -142,3 +142,40 @@ def test_aliases_live_in_their_database(node, client):
         assert e.value.code == 800
     finally:
         other.close()
+
+
+def test_connect_and_using_database_of_an_unknown_database_are_refused(node, client):
+    """Milvus' Connect refuses a database that does not exist (the `dbname` metadata, which
+    pymilvus 2.x and the other SDKs send on Connect too); pymilvus 3.0's `use_database` asks
+    DescribeDatabase, and an ORM alias switched to an unknown database is refused on its next
+    call — never served from `default`."""
+    import grpc
+    from pymilvus.client.prepare import Prepare
+    from pymilvus.grpc_gen import milvus_pb2_grpc
+
+    client.create_collection("seen", dimension=4)
+    with grpc.insecure_channel(node.uri.removeprefix("http://")) as ch:
+        stub = milvus_pb2_grpc.MilvusServiceStub(ch)
+        req = Prepare.register_request("", "h")
+        resp = stub.Connect(req, metadata=(("dbname", "nosuchdb"),))
+        assert resp.status.code == 800 and resp.status.reason == "database not found[database=nosuchdb]"
+        assert stub.Connect(req, metadata=(("dbname", "default"),)).status.code == 0
+        assert stub.Connect(req).status.code == 0  # no database named: default
+    with pytest.raises(MilvusException) as e:
+        client.use_database("nosuchdb")
+    assert e.value.code == 800
+    assert client.list_collections() == ["seen"]  # still on default
+    alias = "dbs-unknown"
+    connections.connect(alias, uri=node.uri, db_name="nosuchdb")
+    try:
+        with pytest.raises(MilvusException) as e:
+            utility.list_collections(using=alias)
+        assert e.value.code == 800
+        db.using_database("default", using=alias)
+        assert utility.list_collections(using=alias) == ["seen"]
+        db.using_database("nosuchdb", using=alias)
+        with pytest.raises(MilvusException) as e:
+            utility.has_collection("seen", using=alias)
+        assert e.value.code == 800
+    finally:
+        connections.disconnect(alias)

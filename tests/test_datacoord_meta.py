@@ -39,7 +39,7 @@ def _pressure_save(seg_id: int = 7, log_id: int = 100) -> internal_pb2.SaveBinlo
 
 
 async def test_a_binlog_save_in_flight_never_undoes_a_seal(kv):
-    """Issue 11 defect 7: a pressure write's SaveBinlogPaths copied the segment's info, waited
+    """A pressure write's SaveBinlogPaths copied the segment's info, waited
     on etcd, then put the copy back — undoing a seal made meanwhile. flush() then found no
     sealed segment, returned once the checkpoints passed, and num_entities was 0."""
     meta = SegmentMeta(kv)
@@ -86,7 +86,7 @@ class _CountingSegment(Segment):
 
 
 async def test_a_channels_segments_are_found_without_reading_other_channels(kv):
-    """Issue 16: DataCoord asks for a channel's segments on every tick of every channel
+    """DataCoord asks for a channel's segments on every tick of every channel
     (`handle_tt` → `_check_flushable`); a scan over every segment made idle work grow with
     channels × segments. The lookup reads only the channel's own segments, and follows
     additions, replacements and removals made through the segments mapping (compaction and
@@ -114,9 +114,8 @@ async def test_a_channels_segments_are_found_without_reading_other_channels(kv):
 
 
 async def test_a_collections_segments_are_found_without_reading_other_collections(kv):
-    """Issue 16: the compaction policy asks for every collection's segments on each pass; a
-    scan over every segment made the pass grow with collections × segments (a fifth of the idle
-    CPU at 1,000 collections)."""
+    """The compaction policy asks for every collection's segments on each pass; a scan over every
+    segment made the pass grow with collections × segments."""
     meta = SegmentMeta(kv)
     for i in range(200):
         info = internal_pb2.SegmentInfo(ID=1000 + i, collectionID=100 + i, insert_channel=f"o-{i}", state=State.Flushed)
@@ -143,9 +142,9 @@ class _Untouchable:
 
 
 async def test_a_collections_channels_and_schema_are_found_without_reading_other_collections(kv):
-    """Issue 16: the compaction policy asks for each collection's schema, and Flush and
-    DropCollection for its channels; a scan over every channel watch made each of these grow
-    with the number of collections (4 % of the idle profile at 1,000)."""
+    """The compaction policy asks for each collection's schema, and Flush and DropCollection for
+    its channels; a scan over every channel watch made each of these grow with the number of
+    collections."""
     from pymilvus.grpc_gen import schema_pb2
 
     from kmilvus.datacoord.channel_manager import ChannelManager

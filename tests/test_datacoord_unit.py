@@ -291,7 +291,7 @@ async def test_save_binlog_paths_commits_the_checkpoint_with_the_segment(coords)
 
 
 async def test_time_ticks_and_binlogs_of_a_stale_watch_are_refused(coords):
-    """Issue 11 defect 3: a DataNode acts on a channel only under its current watch (node and
+    """A DataNode acts on a channel only under its current watch (node and
     version); anything else — another node, an older version — is refused and changes nothing."""
     c = coords
     coll, (ch, _) = await _watched_collection(c)
@@ -354,7 +354,7 @@ class _PausedAfterCommit:
 
 
 async def test_a_new_owner_sees_every_save_committed_before_the_move(coords):
-    """Issue 11, duplicates under chaos: a SaveBinlogPaths committed in etcd just before its
+    """Found as duplicates under chaos: a SaveBinlogPaths committed in etcd just before its
     channel moved, but not yet applied to DataCoord's memory, must still be in the new owner's
     watch (segment flushed, checkpoint past it); a watch built from the stale memory makes the
     new owner replay those rows into a second binlog."""
@@ -431,7 +431,7 @@ async def _ok():
 
 
 async def test_a_new_owner_is_sent_flush_segments_only_after_its_own_tick(coords):
-    """Chaos (issue 11) lost 125k acknowledged rows this way: the channel's owner reported a
+    """Chaos lost acknowledged rows this way: the channel's owner reported a
     tick past a sealed segment and died before FlushSegments reached it; the channel moved, and
     a check that ran while the new assignment was being persisted sent FlushSegments to the new
     owner on the dead owner's tick. The new owner, replaying from the checkpoint, flushed the

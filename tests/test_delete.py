@@ -1,8 +1,9 @@
-"""Delete and upsert through pymilvus: Delete messages routed by primary key, the channel's delete
-buffers, L0 delta logs (Parquet: pk, ts) committed with SaveBinlogPaths, compaction and readers
-applying them to every segment of the channel (imported and compacted ones included), deletes
-committed while a compaction runs, delete writes of a channel committing in order, a DataNode
-SIGKILL with buffered deletes, partition-scoped deletes, and the newest version of a key."""
+"""Delete and upsert through pymilvus (docs/architecture/write-path.md): Delete messages routed by
+primary key, the channel's delete buffers, L0 delta logs (Parquet: pk, ts) committed with
+SaveBinlogPaths, compaction and readers applying them to every segment of the channel (imported
+and compacted ones included), deletes committed while a compaction runs, delete writes of a
+channel committing in order, a DataNode SIGKILL with buffered deletes, partition-scoped deletes,
+and the newest version of a key."""
 
 from __future__ import annotations
 
@@ -538,7 +539,7 @@ def test_delete_writes_commit_in_order_so_a_replayed_channel_loses_none(node_fac
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("route", ["inprocess", "spark"])
-def test_deletes_committed_while_a_compaction_runs_stay_deleted(node_factory, tmp_path, monkeypatch, route):
+def test_deletes_committed_while_a_compaction_runs_stay_deleted(node_factory, tmp_path, route):
     """A compaction planned before deletes of its sources were committed: the swap must not drop
     them — neither the channel's deletes nor a source's own delta log committed meanwhile (as a
     DataNode of an earlier version writes them), on either job route."""
@@ -547,7 +548,7 @@ def test_deletes_committed_while_a_compaction_runs_stay_deleted(node_factory, tm
     from kmilvus.util import failpoint
 
     go = tmp_path / "go"
-    monkeypatch.setitem(failpoint._ACTIVE, "datacoord.compaction.before_swap", failpoint.action(f"wait({go})"))
+    failpoint.enable("datacoord.compaction.before_swap", f"wait({go})")
     routes = {"inprocess": {}, "spark": {"inprocess_job_max_mb": 0}}  # Spark: the warm local driver
     node = node_factory(**routes[route])
     client = MilvusClient(uri=node.uri)
@@ -597,6 +598,7 @@ def test_deletes_committed_while_a_compaction_runs_stay_deleted(node_factory, tm
         rows = set(_read_rows(node, coll).column("100").to_pylist())
         assert rows == set(range(450)) - set(gone), "a second compaction removes them for good"
     finally:
+        failpoint.disable("datacoord.compaction.before_swap")
         go.touch()
         client.close()
 

@@ -1,4 +1,4 @@
-"""DropCollection end to end (seed 001), with nothing left behind: etcd keys, files, stream
+"""DropCollection end to end (docs/architecture/drop.md), with nothing left behind: etcd keys, files, stream
 consumers, Proxy caches — also when the coordinator or the DataNode is killed mid-drop."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Faults and fencing (issue 11): each test reproduces a path where an acknowledged row could be
+"""Faults and fencing (docs/architecture/fencing.md): each test reproduces a path where an acknowledged row could be
 lost or written twice, or a stale process could act, on real servers, and checks the guarantee."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _check_exactly_once(node, coll: Collection, coll_id: int, acked: list[int]) 
 
 
 def test_pressure_write_racing_flush_of_same_segment_loses_nothing(node_factory, tmp_path):
-    """Defect 1: a memory-pressure write W1 of segment S is in flight when FlushSegments(S) takes
+    """A memory-pressure write W1 of segment S is in flight when FlushSegments(S) takes
     S's newer buffer. W1's checkpoint must still hold the newer rows back, so a DataNode killed
     before the final write commits loses nothing."""
     node = node_factory(roles=COORDS_AND_PROXY, insert_buffer_size_mb=2)
@@ -85,7 +85,7 @@ def test_pressure_write_racing_flush_of_same_segment_loses_nothing(node_factory,
 
 
 def test_flush_finishes_when_an_insert_races_it(node_factory, tmp_path):
-    """Defect 5: an insert whose timestamp was taken before the flush timestamp, but whose
+    """An insert whose timestamp was taken before the flush timestamp, but whose
     segment quota comes after the seal, must not hold the flush until the idle seal (600 s)."""
     coords = node_factory(roles=("rootcoord", "datacoord", "querycoord", "datanode"))
     log = tmp_path / "proxy.log"
@@ -337,7 +337,7 @@ def test_storage_unavailable_mid_flush_keeps_every_row_and_the_flush_finishes(no
 
 
 def test_a_failed_channel_watch_is_retried_without_a_node_event(node_factory, tmp_path):
-    """Chaos (issue 11): a DataNode taking a channel over could not read a flushed segment's
+    """Found by chaos: a DataNode taking a channel over could not read a flushed segment's
     stats log (collected meanwhile); DataCoord logged "watch channel failed" and retried only on
     the next DataNode session event. In a quiet cluster there is none: the channel stayed
     without a node and every later flush waited forever. A failed watch is retried by itself.

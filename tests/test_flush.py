@@ -1,4 +1,4 @@
-"""The Flush path end to end (seeds 000 and 002) against real etcd, JetStream and storage."""
+"""The Flush path end to end (docs/architecture/flush.md) against real etcd, JetStream and storage."""
 
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ def test_flush_answers_sealed_segments_and_flush_ts(node, orm):
         )
     dc = node.component("datacoord")
     infos = node.call(dc.GetSegmentInfo(data_coord_pb2.GetSegmentInfoRequest(segmentIDs=seg_ids))).infos
-    for info in infos:  # seed 000's SegmentInfo fields
+    for info in infos:  # Milvus' SegmentInfo fields
         assert info.state == Flushed and info.num_of_rows > 0 and info.insert_channel.endswith("v0")
         assert info.max_row_num > 0 and info.last_expire_time > 0 and info.seal_timestamp <= flush_ts
         assert info.dml_position.seq > 0 and info.start_position.seq > 0

@@ -1,4 +1,4 @@
-"""Fuzzed custom resources through the controllers (the API fuzz's counterpart, issue 15): malformed
+"""Fuzzed custom resources through the controllers (the API fuzz's counterpart): malformed
 and hostile Collection, FlushRequest and Segment objects (tests/crfuzz.py) applied to KMock,
 which validates nothing, so the controllers see what a real API server's CRD schema would have
 refused too (defence in depth). Every object must settle with a clear status condition (and a

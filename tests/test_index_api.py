@@ -102,7 +102,7 @@ def test_create_index_builds_one_file_per_flushed_segment(node, orm):
     # Create again (another type), then drop the collection: nothing of the index is left.
     coll.create_index("vec", {"index_type": "IVF_FLAT", "metric_type": "IP", "params": {"nlist": 16}})
     assert len(index_files(node, coll_id)) == 4
-    coll.drop()  # the DataCoord step of the drop finishes in the background (seed 001)
+    coll.drop()  # the DataCoord step of the drop finishes in the background
     wait_until(lambda: index_files(node, coll_id) == [], timeout=10, what="index files dropped")
     wait_until(
         lambda: (
@@ -131,7 +131,8 @@ def test_milvus_client_indexes(node, client):
     client.create_index("mc", params)
     assert client.list_indexes("mc") == ["vector"]
     desc = client.describe_index("mc", "vector")
-    assert desc["index_type"] == "AUTOINDEX" and desc["metric_type"] == "COSINE"
+    # described as given, as Milvus shows it: not the HNSW build params it resolves to
+    assert desc["index_type"] == "AUTOINDEX" and desc["metric_type"] == "COSINE" and desc["params"] == {}
     assert desc["field_name"] == "vector" and desc["index_name"] == "vector"
     assert desc["total_rows"] == 500
     wait_until(lambda: client.describe_index("mc", "vector")["state"] == "Finished", timeout=30)
@@ -162,6 +163,17 @@ def test_index_bad_input(node, orm):
     assert "can't build hnsw in not vector type." in e.message
     e = err("nope", HNSW)
     assert e.code == 1700 and "field not found[field=nope]" in e.message
+    # An index type given empty is refused (Milvus' checkTrain); one not given is AUTOINDEX.
+    e = err("vec", {"index_type": "", "metric_type": "L2", "params": {}})
+    assert e.code == 1100
+    assert (
+        e.message == "invalid index type: : invalid parameter[expected=valid index params][actual=invalid index params]"
+    )
+    # AUTOINDEX takes a metric type and nothing else (Milvus' autoindex handling).
+    e = err("vec", {"index_type": "AUTOINDEX", "metric_type": "L2", "params": {"M": 8}})
+    assert e.code == 65535 and e.message == "only metric type can be passed when use AutoIndex"
+    e = err("vec", {"metric_type": "L2", "params": {"nlist": 8}})
+    assert e.code == 65535 and e.message == "only metric type can be passed when use AutoIndex"
     assert not coll.has_index()  # nothing of a rejected request is stored
 
     coll.create_index("vec", HNSW)

@@ -1,7 +1,8 @@
-"""Issue 12's scenario as Kubernetes would run it, without a cluster: the chart rendered for
-external etcd / NATS / (moto) S3 with a credentials Secret; the Proxy and the DataNode as
-processes with exactly their pod specs, and so is the operator (its rendered container, with the
-API address a pod gets from its service account), under the rendered RBAC (403 otherwise);
+"""The Kubernetes deployment (docs/user-guide/kubernetes.md) as Kubernetes would run it, without a
+cluster: the chart rendered for external etcd / NATS / (moto) S3 with a credentials Secret; the
+Proxy and the DataNode as processes with exactly their pod specs, and so is the operator (its
+rendered container, with the API address a pod gets from its service account), under the
+rendered RBAC (403 otherwise);
 SparkApplications run by the spark-operator stand-in with only what their spec provides. Apply the example Collection →
 Ready; insert through pymilvus; FlushRequest → Completed; bulk import (SparkApplication) → rows
 counted; compaction (SparkApplication) → fewer Segments; delete the Collection → its etcd keys,

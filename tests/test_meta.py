@@ -133,7 +133,7 @@ async def test_leader_lock_is_held_by_one_process_at_a_time(kv):
 
 
 async def test_a_paused_leader_steps_down_and_its_fenced_writes_fail(kv):
-    """Issue 11 defect 2: a leader paused past its lease (no keepalives, as under SIGSTOP) is
+    """A leader paused past its lease (no keepalives, as under SIGSTOP) is
     refused every write once it resumes, and steps down."""
     from kmilvus.meta import FencedError
     from kmilvus.sessionutil.leader import LeaderLock
@@ -195,7 +195,7 @@ async def test_a_leader_whose_lease_expired_sets_lost(kv):
 
 
 async def test_session_whose_lease_expired_is_lost_not_silently_reregistered(kv):
-    """Issue 11 defect 3: a component whose session expired must not come back under the same
+    """A component whose session expired must not come back under the same
     ID on its own; its owner decides (a DataNode drops its channels and gets a new ID)."""
     s = Session(kv, "datanode", "127.0.0.1:4", ttl=1)
     await s.register()
@@ -207,7 +207,7 @@ async def test_session_whose_lease_expired_is_lost_not_silently_reregistered(kv)
 
 
 async def test_a_busy_event_loop_keeps_its_session_and_its_leader_lock(kv):
-    """Issue 11 (chaos): a DataNode replaying a multi-million-row backlog kept its event loop busy
+    """Found by chaos: a DataNode replaying a multi-million-row backlog kept its event loop busy
     past the session TTL and lost its session with no fault injected, so every replay started
     over. Only a process that is gone or paused may lose its lease: renewals run on their own
     thread, as Milvus renews from a goroutine."""

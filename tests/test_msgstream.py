@@ -29,14 +29,6 @@ from kmilvus.msgstream.message import H_CHUNK, H_CHUNK_ID, H_CHUNK_START, nats_h
 MiB = 1024 * 1024
 
 
-@pytest.fixture
-async def ms(nats_url, root):
-    s = await MsgStream.connect(nats_url, root, name=f"test-{root}")
-    yield s
-    await s.delete_stream()
-    await s.close()
-
-
 def vch(root: str, collection: int, shard: int = 0) -> str:
     return vchannel_name(pchannel_names(root, 2)[shard % 2], collection, shard)
 
@@ -57,11 +49,12 @@ def test_channel_names():
     assert pchannel_of(v) == "c-dml_1" and collection_of(v) == 4471 and channels.shard_of(v) == 2
     with pytest.raises(ValueError):
         pchannel_of("c-dml_1")
-    assert stream_name("a.b c") == "KMILVUS_a_b_c_DML"
+    assert stream_name("a.b c", "a.b c-dml_0") == "KMILVUS_a_b_c_DML_a_b_c-dml_0"  # one per pchannel
     assert subject_of("c", "x.y*z>w v_1v0") == "c.dml.x_y_z_w_v.x_y_z_w_v_1v0"  # under its pchannel
     assert subject_of("c", "c-dml_1") == "c.dml.c-dml_1.tt"  # a pchannel's subject: its time ticks
     assert channels.pchannel_filter("c", "c-dml_1") == "c.dml.c-dml_1.>"
-    assert stream_subjects("c") == ["c.dml.>"]
+    assert stream_subjects("c", "c-dml_1") == ["c.dml.c-dml_1.>"]
+    assert channels.pchannel_or_self(v) == channels.pchannel_or_self("c-dml_1") == "c-dml_1"
     assert datanode_tt_subject("c") == "c.datanode-tt"
 
 
@@ -140,7 +133,10 @@ async def test_publish_many_order_with_time_ticks(ms, root):
             ts += 1
             items += [(v, Msg(MsgType.TimeTick, ts)) for v in vs]
     seqs = await ms.producer().publish_many(items)
-    assert len(seqs) == len(items) and all(x < y for x, y in itertools.pairwise(seqs))
+    assert len(seqs) == len(items)
+    for v in vs:  # one stream per pchannel: increasing per pchannel
+        mine = [s for s, (ch, _) in zip(seqs, items, strict=True) if ch == v]
+        assert all(x < y for x, y in itertools.pairwise(mine))
     for v in vs:
         expected = [(s, m) for s, (ch, m) in zip(seqs, items, strict=True) if ch == v]
         c = await ms.consume(v)
@@ -182,6 +178,7 @@ async def test_split_message_interleaved_with_another_producer(ms, root):
     message reads back the earlier parts; an orphan part nobody can complete is skipped."""
     v = vch(root, 1)
     subj = ms.subject(v)
+    await ms.ensure(v)
     head = {**nats_headers(Msg(MsgType.Insert, 5, b"")), H_CHUNK_ID: "X"}
     a0 = await ms.js.publish(subj, b"aaa", headers={**head, H_CHUNK: "0/2"})
     tick = await ms.producer().publish(v, Msg(MsgType.TimeTick, 4))
@@ -217,22 +214,26 @@ async def test_msg_id_dedup(ms, root):
 
 
 async def test_purge(ms, root):
-    a, b = vch(root, 1), vch(root, 2)
+    """A purge is by sequence, over one pchannel's stream: its vchannels and ticks below the
+    point go, other pchannels keep everything."""
+    a, b, other = vch(root, 1), vch(root, 2), vch(root, 3, shard=1)
+    p0 = pchannel_of(a)
     p = ms.producer()
     seqs = await p.publish_many([(a, Msg(MsgType.Insert, i + 1, b"%d" % i)) for i in range(6)])
     bseqs = await p.publish_many([(b, Msg(MsgType.Insert, 10 + i, b"b")) for i in range(2)])
-    await ms.purge(a, before_seq=seqs[3])
+    oseqs = await p.publish_many([(other, Msg(MsgType.Insert, 20 + i, b"o")) for i in range(2)])
+    await ms.purge(p0, before_seq=seqs[3])
+    assert await ms.stream_seqs(p0) == (seqs[3], bseqs[-1])
     c = await ms.consume(a)
     assert [m.position.seq for m in await drain(c, 3)] == seqs[3:]
     assert await c.next(0.2) is None
     await c.close()
-    await ms.purge(a)
-    assert await ms.last_seq(a) == 0 and await ms.last_seq(b) == bseqs[-1]
-    c = await ms.consume(b)
-    assert [m.position.seq for m in await drain(c, 2)] == bseqs
-    await c.close()
+    await ms.purge(p0, before_seq=bseqs[-1] + 1)
+    assert await ms.last_seq(a) == 0 and await ms.last_seq(b) == 0
+    assert await ms.last_seq(other) == oseqs[-1]
     # Sequences are not reused after a purge.
     assert await p.publish(a, Msg(MsgType.TimeTick, 99)) > bseqs[-1]
+    assert await ms.stream_seqs(pchannel_names(root, 3)[2]) is None  # never used: no stream
 
 
 async def test_close_deletes_server_side_consumer(ms, nats_url, root):
@@ -260,7 +261,7 @@ async def test_consumer_recovers_when_server_side_consumer_vanishes(ms, root, mo
     c = await ms.consume(v)
     got = await drain(c, 2)
     old = c.consumer_name
-    await ms.js.delete_consumer(ms.stream, old)
+    await ms.js.delete_consumer(ms.stream_of(v), old)
     seqs += await p.publish_many([(v, Msg(MsgType.Insert, 10 + i, b"%d" % (5 + i))) for i in range(3)])
     got += await drain(c, 6)
     assert [m.position.seq for m in got] == seqs
@@ -297,13 +298,14 @@ async def test_small_max_message_bytes_and_memoryview_parts(nats_url, root):
     c = await s.consume(v)
     m = await c.next(5)
     assert m.position.seq == seq and m.payload == data and m.get_int("rows") == 45
-    assert (await s.js.stream_info(s.stream)).state.messages == 5
+    assert (await s.js.stream_info(s.stream_of(v))).state.messages == 5
     await s.delete_stream()
     await s.close()
 
 
 async def test_publish_many_raises_when_not_stored(ms, root):
-    await ms.delete_stream()
+    await ms.producer().publish(vch(root, 1), Msg(MsgType.TimeTick, 1))
+    await ms.js.delete_stream(ms.stream_of(vch(root, 1)))  # behind the MsgStream's back
     with pytest.raises(MsgStreamError):
         await ms.producer().publish_many([(vch(root, 1), Msg(MsgType.TimeTick, 1))] * 3)
 
@@ -466,28 +468,32 @@ async def test_a_pchannel_tick_goes_to_busy_and_named_vchannels_and_now_and_then
         await t.close()
 
 
-async def test_a_target_catching_up_on_a_purged_range_goes_on_with_the_shared_consumer(ms, root, monkeypatch):
-    """What the catch-up was to read can be purged before its consumer gets it (DataCoord trims
-    a vchannel below its checkpoint, which another reader may have passed; a large backlog is
-    delivered a window at a time): the target must not wait forever for messages that are gone,
-    but go on with the shared consumer's."""
+async def test_a_target_catching_up_on_a_purged_range_is_told(ms, root, monkeypatch):
+    """What the catch-up was to read can be purged before its consumer gets it: the reader is
+    told (StreamGapError), then goes on with the shared consumer's messages."""
+    from kmilvus.msgstream import StreamGapError
+
     a, b = vch(root, 1), vch(root, 2)
     p0 = pchannel_of(a)
     p = ms.producer()
-    await p.publish(b, Msg(MsgType.Insert, 10, b"b1"))
-    await p.publish(a, Msg(MsgType.Insert, 11, b"a1"))
-    ta = await ms.dispatch(a, name="dn")
+    b0 = await p.publish(b, Msg(MsgType.Insert, 9, b"b0"))
+    b1 = await p.publish(b, Msg(MsgType.Insert, 10, b"b1"))
+    a1 = await p.publish(a, Msg(MsgType.Insert, 11, b"a1"))
+    ta = await ms.dispatch(a, after_seq=b1, name="dn")
     await drain(ta, 1)
     last_seq = ms.last_seq
 
     async def last_seq_then_purged(channel: str) -> int:
         seq = await last_seq(channel)
-        await ms.purge(channel)  # between the catch-up's plan and its reading
+        await ms.purge(p0, before_seq=a1 + 1)  # between the catch-up's plan and its reading
         return seq
 
     monkeypatch.setattr(ms, "last_seq", last_seq_then_purged)
-    tb = await ms.dispatch(b, name="dn")  # behind the shared consumer: to catch up on b1 alone
+    tb = await ms.dispatch(b, after_seq=b0, name="dn")  # behind the shared consumer: b1 alone
     tick = await p.publish(p0, Msg(MsgType.TimeTick, 12))
+    with pytest.raises(StreamGapError) as gap:
+        await tb.next(5)
+    assert (gap.value.after_seq, gap.value.next_seq) == (b0, tick)
     got = await tb.next(5)
     assert got is not None and (got.type, got.position.seq) == (MsgType.TimeTick, tick)
     assert len(await ms.consumer_names()) == 1  # the catch-up consumer is gone

@@ -1,4 +1,4 @@
-"""The operator under the RBAC the chart renders for it (issue 12 item 2, the RBAC part): the API
+"""The operator under the RBAC the chart renders for it (docs/user-guide/kubernetes.md): the API
 stand-in (KMock) answers 403 to every request the operator's ServiceAccount is not allowed by
 the rendered Roles/ClusterRoles bound to it — as an API server would — and the scenario still
 passes without a single 403: the example Collection → Ready, insert through pymilvus, a

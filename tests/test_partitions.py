@@ -107,7 +107,7 @@ def test_orm_partitions(node, orm):
 
 
 def test_partition_ddl_in_ddl_binlogs(node, client):
-    """Seed 002: CreatePartition/DropPartition are kept by the DDNode and written with the next
+    """CreatePartition/DropPartition are kept by the DDNode and written with the next
     manual flush, like the collection DDL."""
     client.create_collection("ddl", schema=bench_schema())
     client.create_partition("ddl", "p1")

@@ -1,4 +1,4 @@
-"""Issue 15 acceptance through pymilvus: authentication, TLS (one-way and mutual), roles and
+"""Security through pymilvus (docs/operations/security.md): authentication, TLS (one-way and mutual), roles and
 privileges, revocation on every Proxy, and the audit trail of refusals."""
 
 from __future__ import annotations

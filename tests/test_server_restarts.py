@@ -1,4 +1,4 @@
-"""Issue 11, defect 6: nats-server and then etcd SIGKILLed and restarted (same port, same store)
+"""nats-server and then etcd SIGKILLed and restarted (same port, same store)
 while a client inserts continuously. Every acknowledged row must end up in the binlogs exactly
 once, and a flush must still finish.
 

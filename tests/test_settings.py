@@ -1,5 +1,5 @@
 """Every `KMILVUS_*` name the Helm chart or the plain manifests give a process is read by the
-code (`kmilvus/`, `controllers/`), so a setting cannot silently do nothing (issue 12)."""
+code (`kmilvus/`, `controllers/`), so a setting cannot silently do nothing."""
 
 from __future__ import annotations
 

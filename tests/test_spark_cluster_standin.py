@@ -1,4 +1,4 @@
-"""SparkApplications run as a cluster would run them (issue 12 item 2, the spark-operator part):
+"""SparkApplications run as a cluster would run them (docs/architecture/jobs.md, the spark-operator part):
 a stand-in for Kubeflow's spark-operator that starts an application with ONLY what its spec and
 the rendered chart give it — the driver's service account must exist in the application's
 namespace with a Role that lets it create pods, env entries are resolved from the cluster's

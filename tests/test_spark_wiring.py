@@ -1,4 +1,4 @@
-"""The SparkApplications DataCoord builds from the `spark_*` settings (issue 12 item 1): the
+"""The SparkApplications DataCoord builds from the `spark_*` settings (docs/architecture/jobs.md): the
 driver's service account, image and pull policy, Spark version, S3 credentials by secretKeyRef
 on driver AND executors (never inlined), and the templates found as package data."""
 

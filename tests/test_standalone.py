@@ -4,12 +4,14 @@ and SIGTERM stopping every component and child process."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 from pymilvus import MilvusClient
@@ -37,6 +39,8 @@ def start_standalone(
                 str(tmp_path / "data"),
                 "--port",
                 str(port),
+                "--http-port",
+                str(free_port()),
                 "--cluster",
                 "sa" + str(port),
                 *args,
@@ -84,6 +88,10 @@ def test_standalone_serves_pymilvus_and_stops_cleanly_on_sigterm(tmp_path):
         c.flush("sa")
         assert c.list_collections() == ["sa"] and c.get_collection_stats("sa")["row_count"] == 100
         c.close()
+        # The RESTful API v2 is served too, on its own port (the ready line names it).
+        http_port = int(re.search(r"RESTful API on 127\.0\.0\.1:(\d+)", log.read_text()).group(1))
+        resp = httpx.post(f"http://127.0.0.1:{http_port}/v2/vectordb/collections/list", json={})
+        assert resp.json() == {"code": 0, "data": ["sa"]}
         assert list((tmp_path / "data" / "storage" / "insert_log").iterdir())
         # Quiet by default: only the ready line (and nothing at info level) on the console.
         assert "level=info" not in log.read_text()

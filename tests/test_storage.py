@@ -387,7 +387,7 @@ async def test_collection_prefixes_remove_everything_it_owns(store):
 
 
 def test_local_writes_fsync_the_file_before_the_rename_and_its_directories_after(tmp_path, monkeypatch):
-    """Issue 11 defect 4: meta committed after a write must never point at data the OS has not
+    """Meta committed after a write must never point at data the OS has not
     written — the file is fsynced before it is renamed into place, its directories after."""
     from kmilvus.storage import objectstore
 
@@ -414,7 +414,7 @@ def test_local_writes_fsync_the_file_before_the_rename_and_its_directories_after
 
 
 def test_a_process_starts_while_local_storage_is_away(tmp_path):
-    """Chaos (issue 11): a coordinator restarted during a storage outage (the root replaced by a
+    """Found by chaos: a coordinator restarted during a storage outage (the root replaced by a
     file) died at start with FileExistsError; object storage away for a while is a fault to ride
     out, so the store is made anyway, and writes work once the storage is back."""
     root = tmp_path / "storage"
@@ -430,8 +430,8 @@ def test_a_process_starts_while_local_storage_is_away(tmp_path):
 
 def test_stats_log_keys_sorted_unique_without_np_unique(tmp_path, monkeypatch):
     """A segment's stats log holds its distinct primary keys, sorted. np.unique is not used:
-    numpy 2.4's took ~8.8 s for 1M int64 keys on this (loaded) 2-core machine vs ~16 ms for a
-    sort, and the stats log is written when a segment is flushed, beside the inserts."""
+    numpy 2.4's is far slower than a sort for int64 keys, and the stats log is written when a
+    segment is flushed, beside the inserts."""
     import numpy as np
     import pyarrow.parquet as pq
 

@@ -64,7 +64,7 @@ def test_expired_rows_are_not_read_and_compaction_removes_them(node_factory):
         flushed = dc.meta.by_collection(coll, (common_pb2.Flushed,))
         old = [s.id for s in flushed]
         ddl = {k: b.ddl_binlog_path for s in flushed for k, b in s.ddl_binlogs.items()}
-        assert len(old) == 1 and ddl, "the first manual flush wrote the DDL binlogs (seed 002)"
+        assert len(old) == 1 and ddl, "the first manual flush wrote the DDL binlogs"
         alias = "t" + uuid.uuid4().hex[:6]
         connections.connect(alias, uri=n.uri)
         try:

@@ -17,16 +17,16 @@ def _count(method: str) -> float:
 
 def test_unimplemented_is_one_debug_line_and_a_metric(node, caplog):
     caplog.set_level(logging.DEBUG, logger="kmilvus.util.grpcutil")
-    before = _count("HybridSearch")
+    before = _count("CalcDistance")
     with grpc.insecure_channel(node.uri.removeprefix("http://")) as ch:
         stub = milvus_pb2_grpc.MilvusServiceStub(ch)
         for _ in range(2):
             with pytest.raises(grpc.RpcError) as err:
-                stub.HybridSearch(milvus_pb2.HybridSearchRequest(collection_name="c"))
+                stub.CalcDistance(milvus_pb2.CalcDistanceRequest())
             assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
         # Implemented RPCs are untouched.
         assert stub.GetVersion(milvus_pb2.GetVersionRequest()).status.code == 0
-    assert _count("HybridSearch") == before + 2
+    assert _count("CalcDistance") == before + 2
     errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not errors, [r.getMessage() for r in errors]
     lines = [r for r in caplog.records if r.getMessage() == "unimplemented rpc"]

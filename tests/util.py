@@ -37,3 +37,15 @@ def kmock_object(kmock, res: str, name: str, ns: str | None) -> dict | None:
     if key not in kmock.objects or kmock.objects[key].deleted:
         return None
     return dict(kmock.objects[key].raw)
+
+
+def load_indexed(client, node, name: str, field: str, rows: int, index_type: str) -> None:
+    """Load `name` once its `rows` flushed rows are indexed, and wait until the QueryNode's sealed
+    segments hold their index (attached in the background): searches then go through it."""
+    if index_type != "FLAT":
+        wait_until(lambda: client.describe_index(name, field).get("indexed_rows") == rows, 60, what="index built")
+    client.load_collection(name)
+    if node is not None and index_type != "FLAT":
+        coll_id = client.describe_collection(name)["collection_id"]
+        loaded = node.component("querynode").collections[coll_id]
+        wait_until(lambda: all(s.indexes for s in loaded.sealed.values()), 60, what="indexes loaded")

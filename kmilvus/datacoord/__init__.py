@@ -1,4 +1,4 @@
-"""DataCoord: segments, flush (seed 000), binlog meta (seed 002), channels, garbage collection."""
+"""DataCoord: segments, flush, binlog meta, channels, garbage collection (docs/architecture/flush.md)."""
 
 from kmilvus.datacoord.data_coord import DataCoord
 

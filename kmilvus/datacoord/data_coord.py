@@ -1,15 +1,17 @@
 """DataCoord (Milvus' internal/datacoord).
 
-Seed 000: `Flush` → `SealAllSegments` + a flush timestamp; `startDataNodeTsLoop` consumes
+`Flush` → `SealAllSegments` + a flush timestamp; `startDataNodeTsLoop` consumes
 `DataNodeTtMsg` and sends `FlushSegments` once a channel's tick has passed a sealed segment's
-seal time. Seed 002: `SaveBinlogPaths` commits binlogs, DDL binlog meta and positions. Beyond
-the seeds: DropCollection removes every file, key and stream consumer the collection owns.
+seal time; `SaveBinlogPaths` commits binlogs, DDL binlog meta and positions
+(docs/architecture/flush.md). DropCollection removes every file, key and stream consumer the
+collection owns (docs/architecture/drop.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -27,6 +29,7 @@ from kmilvus.datacoord.jobs import DataCoordJobsRPCs, JobService
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
 from kmilvus.datacoord.partitions import DataCoordPartitionsMixin
 from kmilvus.datacoord.segment_manager import SegmentManager
+from kmilvus.datacoord.stream_trimmer import StreamTrimmer
 from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import channels as chan
@@ -44,8 +47,10 @@ CHECKPOINT_PERSIST_EVERY = 1.0  # the background step's pace
 # A checkpoint that only ticks moved is stored at most this often per channel (Milvus'
 # updateChanCPInterval): a restart then replays at most a minute of ticks, while storing every
 # advance would be a write per channel per tick. Data made durable (SaveBinlogPaths) is stored
-# at the next step, and its stream purged up to it.
+# at the next step.
 TICK_CHECKPOINT_STORE_AFTER = 60.0
+# A pchannel no collection uses is looked at this often (what is left there is trimmed).
+UNUSED_PCHANNEL_CHECK_EVERY = 10.0
 
 
 async def _leader_unknown() -> bool:
@@ -74,7 +79,9 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self.ticks: dict[str, tuple[int, int, int]] = {}
         self._dirty_cps: set[str] = set()  # checkpoint moved in memory, not yet stored
         self._cp_stored_at: dict[str, float] = {}  # channel → when its checkpoint was last stored
-        self._purge_due: set[str] = set()  # channels whose data SaveBinlogPaths made durable
+        self._store_due: set[str] = set()  # channels whose data SaveBinlogPaths made durable
+        self.trimmer = StreamTrimmer(cfg.stream_retention_seconds)
+        self._unused_checked: dict[str, float] = {}  # pchannel no collection uses → its last look
         self._dropping: set[int] = set()
         self.dropped_partitions: set[tuple[int, int]] = set()  # (collection, partition) dropped
         self._tasks = BackgroundTasks()
@@ -156,27 +163,54 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             chans = sorted({s.info.insert_channel for s in sealed})
             await demand_tick(self.registry.client(roles.ROOTCOORD), chans, max(s.info.seal_timestamp for s in sealed))
         await self._store_checkpoints()
+        try:
+            await self._trim_streams()
+        except Exception as exc:  # noqa: BLE001 - NATS away: trimmed at a later step; flushes go on
+            log.warning("stream trim failed", error=repr(exc))
         await self._check_flushable(self._flush_candidates())
 
     async def _store_checkpoints(self) -> None:
-        """Store moved checkpoints (see `TICK_CHECKPOINT_STORE_AFTER`), then purge each channel
-        whose data was made durable up to its stored checkpoint: a restart resumes there."""
+        """Store moved checkpoints (see `TICK_CHECKPOINT_STORE_AFTER`); those of channels whose
+        data was made durable at once (their stream can then be trimmed)."""
         now = time.monotonic()
         due = sorted(
             ch
             for ch in self._dirty_cps
-            if ch in self._purge_due
+            if ch in self._store_due
             or now - self._cp_stored_at.get(ch, -TICK_CHECKPOINT_STORE_AFTER) >= TICK_CHECKPOINT_STORE_AFTER
         )
         await self.meta.persist_checkpoints(due)
         for ch in due:
             self._dirty_cps.discard(ch)
             self._cp_stored_at[ch] = now
-        for ch in sorted(self._purge_due):
-            cp = self.meta.checkpoints.get(ch)
-            if cp is not None and cp.seq:
-                await self.stream.purge(ch, before_seq=cp.seq + 1)
-            self._purge_due.discard(ch)
+        self._store_due.clear()
+
+    async def _trim_streams(self) -> None:
+        """Purge each pchannel below what its readers still need (`StreamTrimmer`): below every
+        vchannel's stored checkpoint, for the retention time. A pchannel no collection uses any
+        more is purged through its last message (the drop of its last collection)."""
+        pchannels = chan.pchannel_names(self.cfg.cluster, self.cfg.dml_channel_num)
+        by_pchannel: dict[str, list[str]] = {p: [] for p in pchannels}
+        for ch in self.channels.infos:
+            by_pchannel.setdefault(chan.pchannel_of(ch), []).append(ch)
+        now = time.monotonic()
+        for gone in self._unused_checked.keys() - {p for p, v in by_pchannel.items() if not v}:
+            del self._unused_checked[gone]  # in use again: checked from scratch once unused
+        for pchannel, vchans in by_pchannel.items():
+            if vchans:
+                candidate = min(self.meta.stored_checkpoints.get(v, 0) for v in vchans) + 1
+            elif now - self._unused_checked.get(pchannel, -math.inf) < UNUSED_PCHANNEL_CHECK_EVERY:
+                continue
+            else:
+                self._unused_checked[pchannel] = now
+                seqs = await self.stream.stream_seqs(pchannel)
+                if seqs is None:
+                    continue  # never used
+                candidate = seqs[1] + 1
+            point = self.trimmer.observe(pchannel, candidate, now)
+            if self.trimmer.due(pchannel, point):
+                await self.stream.purge(pchannel, before_seq=point)
+                self.trimmer.done(pchannel, point)
 
     def _channel_moved(self, ch: str) -> None:
         """A node (re)started the channel's flowgraph: pending flushes go to it as soon as it
@@ -194,7 +228,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             counts[SegmentState.Name(s.info.state)] += 1
         return counts
 
-    # startDataNodeTsLoop (seed 000 §8) ----------------------------------------------------
+    # startDataNodeTsLoop (docs/architecture/flush.md) -------------------------------------
     async def _on_tt(self, data: bytes) -> None:
         """A DataNode's reports of one loop turn (every vchannel a pchannel tick reached)."""
         await self.handle_tts(data_coord_pb2.ReportDataNodeTtMsgsRequest.FromString(data).msgs)
@@ -333,7 +367,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
 
     @merr.rpc(data_coord_pb2.FlushResponse)
     async def Flush(self, req: data_coord_pb2.FlushRequest, context=None):
-        """Seed 000 §4: seal every Growing segment; answer with them and the flush timestamp."""
+        """Seal every Growing segment; answer with them and the flush timestamp (docs/architecture/flush.md)."""
         async with self._assign_lock:
             flush_ts = await self.tso.alloc()
             await self.segments.seal_all_segments(req.collectionID, flush_ts)
@@ -429,10 +463,13 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             log.info("segment flushed", segment=seg.id, rows=seg.info.num_of_rows, binlogs=seg.info.binlog_count)
             if seg.info.num_of_rows == 0:
                 await self.meta.remove_segment(seg)  # an empty segment leaves nothing behind
+        self._checkpoint_committed(req)
+        return merr.success()
+
+    def _checkpoint_committed(self, req: internal_pb2.SaveBinlogPathsRequest) -> None:
         if req.checkpoint.seq:
             self._dirty_cps.add(req.checkpoint.channel_name)
-            self._purge_due.add(req.checkpoint.channel_name)
-        return merr.success()
+            self._store_due.add(req.checkpoint.channel_name)
 
     async def _save_l0(self, req: internal_pb2.SaveBinlogPathsRequest) -> None:
         """A channel's L0 delta logs (SaveBinlogPaths of no segment). Those of a partition
@@ -445,9 +482,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         )
         for d in refused:
             await self.store.delete(d.binlog.log_path)
-        if req.checkpoint.seq:
-            self._dirty_cps.add(req.checkpoint.channel_name)
-            self._purge_due.add(req.checkpoint.channel_name)
+        self._checkpoint_committed(req)
 
     @merr.rpc()
     async def ReportDataNodeTtMsgs(self, req, context=None):
@@ -466,14 +501,13 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
             await self.channels.unwatch(vchans, drop=True)
             for prefix in paths.collection_prefixes(coll):
                 await self.store.delete_prefix(prefix)
-            for ch in vchans:
-                await self.stream.purge(ch)
+            for ch in vchans:  # its messages go when their pchannel is trimmed (`_trim_streams`)
                 await self.stream.delete_consumers(ch)
                 self.ticks.pop(ch, None)
                 self._deltas_sent.pop(ch, None)
                 self._dirty_cps.discard(ch)
                 self._cp_stored_at.pop(ch, None)
-                self._purge_due.discard(ch)
+                self._store_due.discard(ch)
                 self._flushing_chans.discard(ch)
             await self.meta.drop_collection_meta(coll, vchans)
             self.index_meta.forget_collection(coll)

@@ -125,6 +125,9 @@ class SegmentMeta:
         self.checkpoints: dict[str, internal_pb2.MsgPosition] = {}
         self.l0: dict[int, dict[int, internal_pb2.L0Deltalog]] = {}  # collection → log ID → L0 delta log
         self.l0_positions: dict[str, internal_pb2.MsgPosition] = {}  # vchannel → last Delete in its L0 logs
+        # channel → seq of its checkpoint as stored in etcd (where a new owner resumes): never
+        # moves back, and the stream is trimmed below it (datacoord.stream_trimmer)
+        self.stored_checkpoints: dict[str, int] = {}
         self.changed = asyncio.Condition()
         self.write_lock = asyncio.Lock()
         self.feed = SegmentFeed()  # segment changes pushed to the operator
@@ -147,7 +150,9 @@ class SegmentMeta:
             if (s := self.segments.get(int(seg))) is not None:
                 s.ddl_binlogs[int(idx)] = internal_pb2.DDLBinlogMeta.FromString(raw)
         for key, raw in await self.kv.get_prefix("datacoord-meta/channel-cp/"):
-            self.checkpoints[key.rsplit("/", 1)[1]] = internal_pb2.MsgPosition.FromString(raw)
+            ch = key.rsplit("/", 1)[1]
+            self.checkpoints[ch] = internal_pb2.MsgPosition.FromString(raw)
+            self.stored_checkpoints[ch] = self.checkpoints[ch].seq
         for key, raw in await self.kv.get_prefix(keys.l0_deltalog_prefix()):
             _, _, coll, log_id = key.split("/")
             self.l0.setdefault(int(coll), {})[int(log_id)] = internal_pb2.L0Deltalog.FromString(raw)
@@ -231,18 +236,18 @@ class SegmentMeta:
             advance = req.HasField("l0_position") and (cur is None or req.l0_position.seq > cur.seq)
             if advance:
                 ops.append(Op.put(keys.l0_position_key(ch), req.l0_position.SerializeToString()))
-            if req.HasField("checkpoint") and req.checkpoint.seq:
-                ops.append(
-                    Op.put(keys.channel_checkpoint_key(req.checkpoint.channel_name), req.checkpoint.SerializeToString())
-                )
+            cp = self._checkpoint_to_store(req)
+            if cp is not None:
+                ops.append(Op.put(keys.channel_checkpoint_key(cp.channel_name), cp.SerializeToString()))
             if not await self.kv.txn(ops, [guard] if guard is not None else []):
                 raise merr.MilvusError(merr.CHANNEL_NOT_FOUND, f"channel {ch} moved while its deletes were being saved")
             for d in logs:
                 self.l0.setdefault(coll, {})[d.binlog.logID] = d
             if advance:
                 self.l0_positions[ch] = req.l0_position
-            if req.HasField("checkpoint") and req.checkpoint.seq:
-                self._advance_checkpoint(req.checkpoint)
+            if cp is not None:
+                self._advance_checkpoint(cp)
+                self._stored(cp)
             await self.notify()
             return refused
 
@@ -302,10 +307,9 @@ class SegmentMeta:
             info.flushed_timestamp = max(info.seal_timestamp, info.dml_position.timestamp)
         seg_key = keys.segment_key(info.collectionID, info.partitionID, info.ID)
         ops.append(Op.put(seg_key, info.SerializeToString()))
-        if req.HasField("checkpoint") and req.checkpoint.seq:
-            ops.append(
-                Op.put(keys.channel_checkpoint_key(req.checkpoint.channel_name), req.checkpoint.SerializeToString())
-            )
+        cp = self._checkpoint_to_store(req)
+        if cp is not None:
+            ops.append(Op.put(keys.channel_checkpoint_key(cp.channel_name), cp.SerializeToString()))
         if not await self.kv.txn(ops, [Cmp.exists(seg_key)] + ([guard] if guard is not None else [])):
             if guard is not None and await self.kv.get(seg_key) is not None:
                 raise merr.MilvusError(
@@ -325,10 +329,20 @@ class SegmentMeta:
         if req.flushed:
             live.state, live.flushed_timestamp = info.state, info.flushed_timestamp
         seg.binlogs, seg.ddl_binlogs = binlogs, ddl
-        if req.HasField("checkpoint") and req.checkpoint.seq:
-            self._advance_checkpoint(req.checkpoint)
+        if cp is not None:
+            self._advance_checkpoint(cp)
+            self._stored(cp)
         await self.notify(seg)
         return seg
+
+    def _checkpoint_to_store(self, req: internal_pb2.SaveBinlogPathsRequest) -> internal_pb2.MsgPosition | None:
+        """The checkpoint a save commits: the request's, never behind the one in memory (a tick
+        may have moved it, and stored it, after the DataNode took this one: the stream may be
+        trimmed up to it)."""
+        if not (req.HasField("checkpoint") and req.checkpoint.seq):
+            return None
+        cur = self.checkpoints.get(req.checkpoint.channel_name)
+        return cur if cur is not None and cur.seq > req.checkpoint.seq else req.checkpoint
 
     def _advance_checkpoint(self, cp: internal_pb2.MsgPosition) -> bool:
         cur = self.checkpoints.get(cp.channel_name)
@@ -342,13 +356,16 @@ class SegmentMeta:
         return self._advance_checkpoint(cp)
 
     async def persist_checkpoints(self, channels: list[str]) -> None:
-        ops = [
-            Op.put(keys.channel_checkpoint_key(ch), self.checkpoints[ch].SerializeToString())
-            for ch in channels
-            if ch in self.checkpoints
-        ]
-        if ops:
-            await self.kv.txn(ops)
+        cps = [self.checkpoints[ch] for ch in channels if ch in self.checkpoints]
+        if cps:
+            await self.kv.txn(
+                [Op.put(keys.channel_checkpoint_key(cp.channel_name), cp.SerializeToString()) for cp in cps]
+            )
+        for cp in cps:
+            self._stored(cp)
+
+    def _stored(self, cp: internal_pb2.MsgPosition) -> None:
+        self.stored_checkpoints[cp.channel_name] = max(cp.seq, self.stored_checkpoints.get(cp.channel_name, 0))
 
     async def drop_collection_meta(self, coll_id: int, vchannels: list[str]) -> None:
         """Every key DataCoord holds for the collection, in one transaction."""
@@ -373,6 +390,7 @@ class SegmentMeta:
         for ch in vchannels:
             self.checkpoints.pop(ch, None)
             self.l0_positions.pop(ch, None)
+            self.stored_checkpoints.pop(ch, None)
         await self.notify(*gone, removed=True)
 
     async def drop_partition_meta(self, coll_id: int, part_id: int) -> list[Segment]:

@@ -112,7 +112,7 @@ class SegmentManager:
             return segs
 
     async def seal_all_segments(self, coll_id: int, ts: int) -> list[Segment]:
-        """Seed 000 §4: SealAllSegments — every Growing segment of the collection."""
+        """SealAllSegments: every Growing segment of the collection (docs/architecture/flush.md)."""
         return await self.seal(self.meta.by_collection(coll_id, (SegmentState.Growing,)), ts)
 
     async def apply_seal_policies(self) -> list[Segment]:

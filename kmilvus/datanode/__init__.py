@@ -1,4 +1,4 @@
-"""DataNode: one flowgraph per vchannel; writes insert and DDL binlogs (seeds 000, 002)."""
+"""DataNode: one flowgraph per vchannel; writes insert and DDL binlogs (docs/architecture/flush.md)."""
 
 from kmilvus.datanode.data_node import DataNode
 

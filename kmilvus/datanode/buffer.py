@@ -35,7 +35,8 @@ class SegmentBuffer:
 
 @dataclass
 class DDLBuffer:
-    """DDNode's DDL of its collection (seed 002): flushed only with a segment, never on its own."""
+    """DDNode's DDL of its collection: flushed only with a segment, never on its own
+    (docs/architecture/ddl-flush.md)."""
 
     timestamps: list[int] = field(default_factory=list)
     types: list[int] = field(default_factory=list)

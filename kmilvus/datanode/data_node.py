@@ -93,7 +93,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
 
     # Time ticks -------------------------------------------------------------------------------
     async def report_tt(self, fg: FlowGraph, ts: int, cp: internal_pb2.MsgPosition) -> None:
-        """Seed 000 §7: DataNodeTtMsg on every consumed tick, under the flowgraph's watch.
+        """DataNodeTtMsg on every consumed tick, under the flowgraph's watch (docs/architecture/flush.md).
 
         A pchannel's tick reaches all its vchannels' flowgraphs at once: their reports go to
         DataCoord together, one NATS message per loop turn, not one per vchannel."""
@@ -184,7 +184,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
 
     @merr.rpc()
     async def FlushSegments(self, req, context=None):
-        """Seed 000 §8: detach each segment's buffer now; write and commit in the background."""
+        """Detach each segment's buffer now; write and commit in the background (docs/architecture/flush.md)."""
         fg = self.flowgraphs.get(req.channel)
         if fg is None:
             raise merr.MilvusError(merr.CHANNEL_NOT_FOUND, f"channel not found[channel={req.channel}]")

@@ -1,4 +1,4 @@
-"""One vchannel's flowgraph (seed 002: flowgraph : vchannel = 1 : 1).
+"""One vchannel's flowgraph (one per vchannel: docs/architecture/ddl-flush.md).
 
 input (JetStream consumer from the checkpoint) → DDNode (DDL of its collection; skips what is
 already persisted) → InsertBufferNode (Arrow batches per segment) → DeleteNode (the channel's
@@ -41,7 +41,8 @@ from pymilvus.grpc_gen import schema_pb2
 from kmilvus.config import Config
 from kmilvus.datanode.buffer import DDLBuffer, DeleteBuffer, SegmentBuffer
 from kmilvus.log import get_logger
-from kmilvus.msgstream import MsgStream, MsgType
+from kmilvus.msgstream import MsgStream, MsgType, StreamGapError
+from kmilvus.msgstream.reader import ChannelReader
 from kmilvus.proto import internal_pb2
 from kmilvus.storage import deltalog
 from kmilvus.util.constants import ALL_PARTITIONS
@@ -112,15 +113,17 @@ class FlowGraph:
         self.tick = internal_pb2.MsgPosition(channel_name=self.vchannel, seq=seek.seq, timestamp=seek.timestamp)
         self.dropped = False
         self.abandoned = False  # a write gave up uncommitted: no later write commits (DataNode._write)
-        self._consumer = None
+        self._consumer: ChannelReader | None = None
         self._task: asyncio.Task | None = None
 
     # Lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        self._consumer = await self.node.stream.dispatch(
-            self.vchannel, after_seq=self.tick.seq, name=f"{self.node.cfg.cluster}-dn{self.node.server_id}"
+        reader = ChannelReader(
+            self.node.stream, self.vchannel, self.tick.seq, f"{self.node.cfg.cluster}-dn{self.node.server_id}"
         )
-        self._task = asyncio.create_task(self._run(), name=f"flowgraph-{self.vchannel}")
+        await reader.start()
+        self._consumer = reader
+        self._task = asyncio.create_task(self._run(reader), name=f"flowgraph-{self.vchannel}")
 
     async def stop(self, drop: bool = False) -> None:
         """Stop consuming and delete the consumer; `drop` also discards what is buffered. The
@@ -146,24 +149,25 @@ class FlowGraph:
         self.ddl = DDLBuffer()
         self.node.release(freed)
 
-    async def _run(self) -> None:
+    async def _run(self, reader: ChannelReader) -> None:
         try:
-            async for msg in self._consumer:
-                await self._process(msg)
-                if self.dropped:
-                    break
-                # Let the session keepalive and the RPCs run: draining a buffered backlog never
-                # awaits anything real, and a loop held for the session TTL loses the session.
-                await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.error("flowgraph failed", channel=self.vchannel, exc_info=True)
-            raise
+            await reader.run(self._handle)
+        except StreamGapError as gap:
+            # Never expected: the stream is trimmed only below the stored checkpoint, where this
+            # flowgraph started. The channel stops here, loudly, rather than skip what is gone
+            # (its checkpoint stays, its flushes wait).
+            log.error(
+                "acknowledged messages purged before this DataNode read them", channel=self.vchannel, error=str(gap)
+            )
+            return
         if self.dropped:
-            # BackGroundGC (seed 001 §17): free everything, delete the consumer, forget the channel.
+            # BackGroundGC (docs/architecture/drop.md): free everything, delete the consumer, forget the channel.
             await self.stop(drop=True)
             self.node.forget(self.vchannel)
+
+    async def _handle(self, msg) -> bool:
+        await self._process(msg)
+        return self.dropped
 
     # DDNode + InsertBufferNode -------------------------------------------------------------
     async def _process(self, msg) -> None:

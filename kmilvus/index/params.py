@@ -83,9 +83,16 @@ def check_index_params(params: Mapping[str, str], field: schema_pb2.FieldSchema,
     Returns the params as stored: metric defaulted to COSINE, `dim` filled from the schema.
     """
     out = {k: str(v) for k, v in params.items()}
+    if out.get(INDEX_TYPE) == "":  # given, but empty (absent is AUTOINDEX): Milvus' checkTrain
+        raise MilvusError(
+            PARAMETER_INVALID,
+            "invalid index type: : invalid parameter[expected=valid index params][actual=invalid index params]",
+        )
     index_type = out.get(INDEX_TYPE, "")
     if not index_type:
         out[INDEX_TYPE] = index_type = AUTOINDEX  # Milvus builds AUTOINDEX when none is named
+    if index_type == AUTOINDEX and set(out) - {INDEX_TYPE, METRIC_TYPE, DIM}:
+        raise _unexpected("only metric type can be passed when use AutoIndex")
     if index_type in SCALAR_INDEX_TYPES:
         raise MilvusError(PARAMETER_INVALID, f"scalar index {index_type} is not supported by kmilvus yet")
     if index_type not in INDEX_TYPES:

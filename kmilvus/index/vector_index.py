@@ -77,6 +77,16 @@ def _new_index(index_type: str, metric_type: str, dim: int, num_rows: int, param
     return faiss.IndexFlat(dim, metric)
 
 
+def _selector(valid: np.ndarray | None) -> dict[str, Any]:
+    """faiss search kwargs limiting a search to the `valid` rows (none: every row)."""
+    if valid is None:
+        return {}
+    bits = np.packbits(np.asarray(valid, dtype=bool), bitorder="little")
+    sel = faiss.IDSelectorBitmap(len(valid), faiss.swig_ptr(bits))
+    sel.referenced_bits = bits  # keep the buffer alive as long as the selector
+    return {"sel": sel}
+
+
 class VectorIndex:
     """A searchable index over one segment's vectors (row offsets 0..num_rows-1)."""
 
@@ -116,14 +126,16 @@ class VectorIndex:
             raise ValueError(f"query dim {q.shape[1]} != index dim {self.dim}")
         return normalize(q) if self.metric_type == P.COSINE else q
 
-    def _search_parameters(self, k: int, search_params: Mapping[str, object], valid: np.ndarray | None) -> Any:
+    def _search_parameters(
+        self, k: int, search_params: Mapping[str, object], valid: np.ndarray | None, widen: int = 0
+    ) -> Any:
         knobs = P.check_search_params(self.index_type, k, search_params)
-        sel = None
-        if valid is not None:
-            bits = np.packbits(np.asarray(valid, dtype=bool), bitorder="little")
-            sel = faiss.IDSelectorBitmap(len(valid), faiss.swig_ptr(bits))
-            sel.referenced_bits = bits  # keep the buffer alive as long as the selector
-        kwargs: dict[str, Any] = {} if sel is None else {"sel": sel}
+        if widen > k:  # more candidates than the user's top-k: search as wide as they need
+            if "ef" in knobs:
+                knobs["ef"] = max(knobs["ef"], widen)
+            if "nprobe" in knobs and isinstance(self.index, faiss.IndexIVF):
+                knobs["nprobe"] = min(int(self.index.nlist), knobs["nprobe"] * -(-widen // k))
+        kwargs = _selector(valid)
         if isinstance(self.index, faiss.IndexHNSW) and "ef" in knobs:
             return faiss.SearchParametersHNSW(efSearch=knobs["ef"], **kwargs)
         if isinstance(self.index, faiss.IndexIVF) and "nprobe" in knobs:
@@ -147,6 +159,37 @@ class VectorIndex:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
         distances, offsets = self.index.search(q, k, params=sp)
         return distances, offsets
+
+    def candidates(
+        self,
+        queries: np.ndarray,
+        k: int,
+        topk: int,
+        search_params: Mapping[str, object] | None = None,
+        valid: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`search` for `k` candidates where the user asked for `topk` (a group-by or an iterator
+        page walks past its top-k): the knobs are checked against `topk`, then widened so the
+        index can reach `k` rows (HNSW's ef, IVF's nprobe), as a knowhere iterator goes on."""
+        q = self._queries(queries)
+        sp = self._search_parameters(topk, search_params or {}, valid, widen=k)
+        if self.num_rows == 0:
+            return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
+        return self.index.search(q, k, params=sp)
+
+    def exhaustive(self, queries: np.ndarray, k: int, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k over every stored vector (a search iterator's pages: each row once, in order):
+        an IVF index probes all its lists, an HNSW index is searched through its flat storage
+        (the graph may not reach every row), a flat index is exhaustive already."""
+        q = self._queries(queries)
+        if self.num_rows == 0:
+            return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
+        kwargs = _selector(valid)
+        if isinstance(self.index, faiss.IndexHNSW):
+            return faiss.downcast_index(self.index.storage).search(q, k, params=faiss.SearchParameters(**kwargs))
+        if isinstance(self.index, faiss.IndexIVF):
+            return self.index.search(q, k, params=faiss.SearchParametersIVF(nprobe=int(self.index.nlist), **kwargs))
+        return self.index.search(q, k, params=faiss.SearchParameters(**kwargs) if kwargs else None)
 
     def range_search(
         self,

@@ -66,7 +66,7 @@ def segment_prefix(coll_id: int | None = None) -> str:
 
 
 def binlog_key(coll_id: int, seg_id: int, log_id: int) -> str:
-    """Seed 002: `{prefix}/{collectionID}/{segmentID}/{idx}`."""
+    """`{prefix}/{collectionID}/{segmentID}/{idx}` (docs/architecture/storage.md)."""
     return f"datacoord-meta/binlog/{coll_id}/{seg_id}/{log_id}"
 
 

@@ -11,7 +11,8 @@ from kmilvus.msgstream.channels import (
     subject_of,
     vchannel_name,
 )
-from kmilvus.msgstream.jetstream import AckTimeoutError, Consumer, MsgStream, MsgStreamError, Producer
+from kmilvus.msgstream.errors import MsgStreamError, StreamGapError
+from kmilvus.msgstream.jetstream import AckTimeoutError, Consumer, MsgStream, Producer
 from kmilvus.msgstream.message import Msg, MsgPosition, MsgType
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "MsgStreamError",
     "MsgType",
     "Producer",
+    "StreamGapError",
     "channels",
     "collection_of",
     "datanode_tt_subject",

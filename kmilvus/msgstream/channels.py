@@ -2,11 +2,15 @@
 stream/subjects they map to.
 
 Pure functions so every component derives the same names from (cluster, collection, shard)
-without asking anyone. One JetStream stream per cluster holds all DML. Each vchannel is one
-subject of it, under its pchannel's token: `{cluster}.dml.{pchannel}.{vchannel}`; RootCoord's time
-ticks are per pchannel, on `{cluster}.dml.{pchannel}.tt`. A node consumes a pchannel once, with a
-wildcard (`{cluster}.dml.{pchannel}.>`), and dispatches to its vchannels (Milvus' msgdispatcher):
-what a node pays for idle channels grows with the pchannels, not with the collections.
+without asking anyone. Each pchannel is one JetStream stream (Milvus' pchannel is one topic), and
+each vchannel one subject of it: `{cluster}.dml.{pchannel}.{vchannel}`; RootCoord's time ticks
+are per pchannel, on `{cluster}.dml.{pchannel}.tt`. A node consumes a pchannel's stream once and
+dispatches to its vchannels (Milvus' msgdispatcher): what a node pays for idle channels grows
+with the pchannels, not with the collections.
+
+A stream per pchannel makes a consumer's stream sequences contiguous: a message it did not get
+shows as a jump, which the consumer checks (see `jetstream.Consumer`), and trimming one pchannel
+never touches another's consumers.
 """
 
 from __future__ import annotations
@@ -56,9 +60,15 @@ def token(s: str) -> str:
     return _BAD_TOKEN_RE.sub("_", s) or "_"
 
 
-def stream_name(cluster: str) -> str:
-    """The cluster's JetStream stream holding every DML vchannel."""
-    return _BAD_STREAM_RE.sub("_", f"KMILVUS_{cluster}_DML")
+def stream_name(cluster: str, pchannel: str) -> str:
+    """The JetStream stream of one pchannel: its vchannels' messages and its time ticks."""
+    return _BAD_STREAM_RE.sub("_", f"KMILVUS_{cluster}_DML_{pchannel}")
+
+
+def pchannel_or_self(channel: str) -> str:
+    """The pchannel a vchannel is on; a pchannel itself."""
+    m = _VCHANNEL_RE.match(channel)
+    return channel if m is None else m["pchannel"]
 
 
 def is_vchannel(channel: str) -> bool:
@@ -79,9 +89,14 @@ def pchannel_filter(cluster: str, pchannel: str) -> str:
     return f"{token(cluster)}.dml.{token(pchannel)}.>"
 
 
-def stream_subjects(cluster: str) -> list[str]:
-    """Subjects bound to `stream_name(cluster)`."""
-    return [f"{token(cluster)}.dml.>"]
+def stream_subjects(cluster: str, pchannel: str) -> list[str]:
+    """Subjects bound to `stream_name(cluster, pchannel)`."""
+    return [pchannel_filter(cluster, pchannel)]
+
+
+def cluster_subjects_prefix(cluster: str) -> str:
+    """What every subject of the cluster's streams starts with (to find its streams)."""
+    return f"{token(cluster)}.dml."
 
 
 def datanode_tt_subject(cluster: str) -> str:

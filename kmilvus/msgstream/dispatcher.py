@@ -6,19 +6,24 @@ of 2 shards, 2,000 JetStream consumers sending heartbeats, and a tick message pe
 a pchannel is consumed once, with a wildcard; its data goes to the vchannel's `Target`, and a
 time tick (published once per pchannel) to every target of it.
 
-Positions stay stream sequences, comparable across subjects. A target registered after seq S
-gets exactly the messages of its vchannel with seq > S, in order. When the shared consumer has
-already read past S (to P, skipping what was not yet registered), the target first catches up
-on its own: a consumer of its vchannel's subject alone reads (S, P], then it is closed and the
-target goes on with what the shared consumer delivered after P. Ticks in (S, P] are not
-replayed: the first tick after P covers them (a tick promises everything before it).
+Positions stay stream sequences, comparable across the subjects of a pchannel. A target
+registered after seq S gets exactly the messages of its vchannel with seq > S, in order. When the
+shared consumer has already read past S (to P, skipping what was not yet registered), the target
+first catches up on its own: a consumer of its vchannel alone reads (S, P], then it is closed and
+the target goes on with what the shared consumer delivered after P. Ticks in (S, P] are not
+replayed: the first tick after P covers them (a tick promises everything before it). If P falls
+between the parts of one of the vchannel's split messages, the catch-up reads on to its last
+part and the ticks queued meanwhile are dropped (see `Msg.incomplete`).
+
+Messages purged before the shared consumer read them (`StreamGapError`) are reported to every
+target that was reading there, at that point of its queue: each reader decides what it means.
 
 A pchannel ticks ten times a second while any of its vchannels is written, and handing every
 tick to every vchannel of it would make each tick cost what the collections on it cost. So a
 tick goes to a vchannel that got messages in the last `ACTIVE_FOR` seconds (RootCoord's rule for
 pchannels), to the vchannels it names (a flush or a read waits there: `TICK_FOR`), and to every
 other one at most every `idle_tick_interval` seconds. A tick skipped is a promise superseded by
-the next one.
+the next one — which is also why a vchannel in the middle of a split message does not get one.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from typing import TYPE_CHECKING
 
 from kmilvus.log import get_logger
 from kmilvus.msgstream import channels
+from kmilvus.msgstream.errors import StreamGapError
 from kmilvus.msgstream.message import TICK_FOR, Msg, MsgPosition, MsgType
+from kmilvus.util.failpoint import afailpoint
 
 if TYPE_CHECKING:
     from kmilvus.msgstream.jetstream import Consumer, MsgStream
@@ -43,7 +50,7 @@ TARGET_QUEUE = 4096  # messages
 TARGET_QUEUE_BYTES = 64 * 1024 * 1024  # payload bytes
 BATCH = 256  # messages handed out between two looks at the targets' queues
 ACTIVE_FOR = 1.0  # seconds a vchannel gets every tick after a message of its own
-CATCH_UP_POLL = 1.0  # seconds a catch-up waits for a message before checking it still exists
+CATCH_UP_POLL = 1.0  # seconds a catch-up waits for a message before looking at its end again
 
 
 class Target:
@@ -53,7 +60,8 @@ class Target:
         self._d = dispatcher
         self.vchannel = vchannel
         self.after = after_seq  # the last seq put here by the shared consumer (deduplicates)
-        self._queue: collections.deque[Msg] = collections.deque()
+        # Messages, and the gap the shared consumer found where it was (raised when reached).
+        self._queue: collections.deque[Msg | StreamGapError] = collections.deque()
         self._bytes = 0
         self._ready = asyncio.Event()
         self.drained = asyncio.Event()
@@ -74,17 +82,29 @@ class Target:
         if len(self._queue) >= TARGET_QUEUE or self._bytes >= TARGET_QUEUE_BYTES:
             self.drained.clear()
 
+    def put_gap(self, err: StreamGapError) -> None:
+        """The shared consumer found messages purged before it read them: if this vchannel
+        was reading there, its reader gets the error at that point of its queue."""
+        if self.closed or self.after >= err.next_seq - 1:
+            return
+        self._queue.append(StreamGapError(self.vchannel, max(err.after_seq, self.after), err.next_seq))
+        self.after = err.next_seq - 1
+        self._ready.set()
+
     @property
     def processed_seq(self) -> int:
         """The seq of the last message read (as `Consumer.processed_seq`: where to resume)."""
         return self.read
 
     def _take(self) -> Msg:
-        msg = self._queue.popleft()
-        self._bytes -= len(msg.payload)
-        assert msg.position is not None
-        self.read = msg.position.seq
-        return msg
+        item = self._queue.popleft()
+        if isinstance(item, StreamGapError):
+            self.read = item.next_seq - 1
+            raise item
+        self._bytes -= len(item.payload)
+        assert item.position is not None
+        self.read = item.position.seq
+        return item
 
     def _taken(self) -> None:
         if len(self._queue) < TARGET_QUEUE // 2 and self._bytes < TARGET_QUEUE_BYTES // 2:
@@ -100,7 +120,8 @@ class Target:
         return msg
 
     async def next(self, timeout: float | None = None) -> Msg | None:
-        """The next message, or None after `timeout` seconds (or once closed)."""
+        """The next message, or None after `timeout` seconds (or once closed). Raises
+        `StreamGapError` where messages of the pchannel were purged before they were read."""
         if self._solo is not None:
             msg = await self._catch_up(timeout)
             if msg is not None or self._solo is not None:
@@ -117,35 +138,43 @@ class Target:
                     await self._ready.wait()
             except TimeoutError:
                 return None
-        msg = self._take()
-        self._taken()
-        return msg
+        try:
+            return self._take()
+        finally:
+            self._taken()
 
     async def _catch_up(self, timeout: float | None) -> Msg | None:
         """The next message of (after_seq, _upto] from the solo consumer; closes it at the end.
-        The rest of that range may have been purged meanwhile: when nothing comes, ask the
-        stream whether any of it is still stored, and stop catching up if not."""
+
+        A split message of this vchannel begun at or before `_upto` is read to its end here
+        (the shared consumer started after its first part): the ticks queued meanwhile are
+        dropped with the duplicates, so no tick between its parts becomes a resume point."""
         solo = self._solo
         assert solo is not None
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        while solo.processed_seq < self._upto and not self.closed:
+        while (solo.processed_seq < self._upto or self.vchannel in solo.open_channels()) and not self.closed:
+            # Bounded waits: what the solo consumer reads of other channels (or a tick showing a
+            # split message abandoned) can end the catch-up without a message of this vchannel.
             wait = CATCH_UP_POLL if deadline is None else max(0.0, min(CATCH_UP_POLL, deadline - loop.time()))
-            msg = await solo.next(wait)
+            msg = await solo.next(wait)  # a gap raises: what this vchannel missed was purged
             if msg is None:
-                left = await self._d.stream.next_seq(self.vchannel, solo.processed_seq)
-                if not 0 < left <= self._upto:
-                    break  # purged: nothing left to catch up on
                 if deadline is not None and loop.time() >= deadline:
                     return None
                 continue
             assert msg.position is not None
-            if msg.position.seq <= self._upto:
-                self.read = msg.position.seq
-                return msg
+            self.read = msg.position.seq
+            return msg
         self._solo = None
         await solo.close()
-        log.debug("caught up", vchannel=self.vchannel, seq=self._upto)
+        while self._queue and not isinstance(head := self._queue[0], StreamGapError):
+            assert head.position is not None
+            if head.position.seq > self.read:
+                break
+            self._queue.popleft()  # read alone already
+            self._bytes -= len(head.payload)
+        self._taken()
+        log.debug("caught up", vchannel=self.vchannel, seq=self.read)
         return None
 
     async def next_batch(self, max_msgs: int = 4096, timeout: float | None = None) -> list[Msg]:
@@ -155,7 +184,7 @@ class Target:
         out = [first]
         if self._solo is not None:
             return out
-        while self._queue and len(out) < max_msgs:
+        while self._queue and len(out) < max_msgs and not isinstance(self._queue[0], StreamGapError):
             out.append(self._take())
         self._taken()
         return out
@@ -196,7 +225,10 @@ class Dispatcher:
         return self._subjects.get(subject)
 
     async def add(self, vchannel: str, after_seq: int) -> Target | None:
-        """Serve `vchannel` after `after_seq`; None if this dispatcher was retired meanwhile."""
+        """Serve `vchannel` after `after_seq`; None if this dispatcher was retired meanwhile.
+
+        A step that fails (NATS away) leaves nothing registered: the caller can try again, and
+        no target that nobody reads holds the pchannel's delivery back."""
         async with self._lock:
             if self.retired:
                 return None
@@ -209,52 +241,61 @@ class Dispatcher:
             self._subjects[self.stream.subject(vchannel)] = vchannel
             self._ticked_at = {vchannel: -math.inf} | self._ticked_at  # the next tick is its
             read = self.consumer.processed_seq
-            if after_seq < read:
-                # The shared consumer skipped this vchannel up to `read`: catch up alone first.
-                last = await self.stream.last_seq(vchannel)
-                target.after = read
-                if last > after_seq:
-                    target._upto = min(read, last)
-                    target._solo = await self.stream.consume_subject(
-                        self.stream.subject(vchannel), after_seq=after_seq, name=self.name, label=vchannel
-                    )
+            try:
+                await afailpoint("dispatcher.add.catch_up")
+                if after_seq < read:
+                    # The shared consumer skipped this vchannel up to `read`: catch up alone first.
+                    last = await self.stream.last_seq(vchannel)
+                    target.after = read
+                    if last > after_seq:
+                        target._upto = min(read, last)
+                        target._solo = await self.stream.consume(vchannel, after_seq=after_seq, name=self.name)
+            except BaseException:
+                stop = self._forget(target)
+                await _stop(*stop)
+                raise
             if self._pump is None or self._pump.done():
                 self._pump = asyncio.create_task(self._run(), name=f"dispatch-{self.pchannel}-{self.name}")
             return target
 
     async def _consume(self, after_seq: int) -> Consumer:
-        return await self.stream.consume_subject(
-            channels.pchannel_filter(self.stream.cluster, self.pchannel),
-            after_seq=after_seq,
-            name=self.name,
-            label=self.pchannel,
-            channel_of=self._channel_of,
+        return await self.stream.consume_pchannel(
+            self.pchannel, after_seq=after_seq, name=self.name, label=self.pchannel, channel_of=self._channel_of
         )
+
+    def _forget(self, target: Target) -> tuple[Consumer | None, asyncio.Task | None]:
+        """Unregister `target` (under the lock); the last one retires the dispatcher, whose
+        consumer and pump the caller stops."""
+        if self.targets.get(target.vchannel) is target:
+            del self.targets[target.vchannel]
+            self._subjects.pop(self.stream.subject(target.vchannel), None)
+            self._active.pop(target.vchannel, None)
+            self._ticked_at.pop(target.vchannel, None)
+        if self.targets:
+            return None, None
+        self.retired = True
+        consumer, self.consumer = self.consumer, None
+        pump, self._pump = self._pump, None
+        if self.stream._dispatchers.get((self.pchannel, self.name)) is self:
+            del self.stream._dispatchers[(self.pchannel, self.name)]
+        return consumer, pump
 
     async def remove(self, target: Target) -> None:
         async with self._lock:
-            if self.targets.get(target.vchannel) is target:
-                del self.targets[target.vchannel]
-                self._subjects.pop(self.stream.subject(target.vchannel), None)
-                self._active.pop(target.vchannel, None)
-                self._ticked_at.pop(target.vchannel, None)
-            if self.targets:
-                return
-            self.retired = True
-            consumer, self.consumer = self.consumer, None
-            pump, self._pump = self._pump, None
-            if self.stream._dispatchers.get((self.pchannel, self.name)) is self:
-                del self.stream._dispatchers[(self.pchannel, self.name)]
-        if pump is not None:
-            pump.cancel()
-        if consumer is not None:
-            await consumer.close()
+            stop = self._forget(target)
+        await _stop(*stop)
 
     async def _run(self) -> None:
         while self.consumer is not None:
             consumer = self.consumer
             try:
                 batch = await consumer.next_batch(BATCH)
+            except StreamGapError as gap:
+                async with self._lock:
+                    if consumer is self.consumer:
+                        for t in self.targets.values():
+                            t.put_gap(gap)
+                continue
             except Exception:  # the consumer recreates itself on NATS trouble; this is a bug
                 log.error("dispatcher read failed", pchannel=self.pchannel, exc_info=True)
                 await asyncio.sleep(0.5)
@@ -291,12 +332,20 @@ class Dispatcher:
             if now - at < idle:
                 break
             due.add(v)
+        due -= msg.incomplete  # mid split message: not a resume point for them (see `Msg`)
         for v in due:
             tick = Msg(MsgType.TimeTick, msg.timestamp)
             tick.position = MsgPosition(channel_name=v, seq=pos.seq, timestamp=pos.timestamp)
             self.targets[v].put(tick)
             del self._ticked_at[v]
             self._ticked_at[v] = now  # to the end: the order stays "the longest without first"
+
+
+async def _stop(consumer: Consumer | None, pump: asyncio.Task | None) -> None:
+    if pump is not None:
+        pump.cancel()
+    if consumer is not None:
+        await consumer.close()
 
 
 async def dispatch(stream: MsgStream, vchannel: str, *, after_seq: int, name: str) -> Target:

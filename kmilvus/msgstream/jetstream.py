@@ -1,4 +1,4 @@
-"""The message stream on NATS JetStream: one file-backed stream per cluster, one subject per
+"""The message stream on NATS JetStream: one file-backed stream per pchannel, one subject per
 vchannel, positions = JetStream stream sequences.
 
 Producers publish with pipelined acks. Consumers are ordered push consumers we drive ourselves
@@ -6,6 +6,16 @@ Producers publish with pipelined acks. Consumers are ordered push consumers we d
 creates a task per message; here the subscription callback only appends to a deque and the
 iterator drains it. A gap (client-side drop, lost consumer after a server restart) recreates
 the consumer from the last stream sequence seen, so delivery is exact.
+
+Nothing is skipped silently. A consumer reads its pchannel's whole stream (a vchannel's consumer
+filters on the client), so the stream sequences it gets are contiguous, and a jump is a fault
+whatever the delivery counter says: if the messages jumped over are still stored, the server
+moved the consumer forward (nats-server 2.9.10 did so on a subject-filtered purge) and it is
+recreated from the last sequence processed; if they are gone, they were purged before this
+consumer read them, and the reader gets `StreamGapError` — it decides (a DataNode stops, a
+QueryNode reloads the channel from storage), never the stream. So kmilvus purges a pchannel only
+by sequence, below what every reader still needs (`MsgStream.purge`, DataCoord's
+`StreamTrimmer`), and never by subject.
 
 Payloads above `max_message_bytes` are split into parts (`K-Chunk: i/n`, `K-Chunk-Id`); a
 consumer reassembles them (one join) and the message's position is its last part's sequence.
@@ -35,16 +45,20 @@ from nats.js import api
 from kmilvus.log import get_logger
 from kmilvus.msgstream import channels, dispatcher
 from kmilvus.msgstream.dispatcher import Dispatcher, Target
+from kmilvus.msgstream.errors import MsgStreamError, StreamGapError
 from kmilvus.msgstream.message import (
     H_CHUNK,
     H_CHUNK_ID,
     H_CHUNK_START,
+    H_TS,
     H_TYPE,
     Msg,
     MsgPosition,
+    MsgType,
     from_nats,
     nats_headers,
 )
+from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.retry import Backoff
 
 log = get_logger(__name__)
@@ -61,6 +75,7 @@ ACK_WINDOW = 1024  # publish_many awaits acks this many messages behind its send
 HEARTBEAT = 2.0  # consumer idle heartbeat; 3 missed → recreate the consumer
 DUPLICATE_WINDOW = 120.0  # Nats-Msg-Id dedup window (seconds)
 MAX_OPEN_GROUPS = 256  # split messages being reassembled at once (abandoned ones are dropped)
+_TICK = str(int(MsgType.TimeTick))  # a time tick's K-Type header
 _H_MSG_ID = api.Header.MSG_ID.value
 _H_STATUS = api.Header.STATUS.value
 _H_DESCRIPTION = api.Header.DESCRIPTION.value
@@ -71,26 +86,23 @@ _SMALL_HDRS = 16 * 1024  # header bytes assumed without measuring them
 YIELD_BYTES = 64 * 1024  # after queueing a message this large, let nats-py's flusher write it
 
 
-class MsgStreamError(RuntimeError):
-    """A publish was rejected by JetStream (or, as AckTimeoutError, never acknowledged)."""
-
-
 class AckTimeoutError(MsgStreamError):
     """No ack arrived: the message may or may not be stored (e.g. written to a dying
     connection). Re-publishing is only safe with a msg_id."""
 
 
 class MsgStream:
-    """A NATS connection bound to one cluster's DML stream."""
+    """A NATS connection bound to one cluster's DML streams (one per pchannel)."""
 
     def __init__(self, nc: NATS, cluster: str, max_message_bytes: int) -> None:
         self.nc = nc
         # In-flight cap well above publish_many's 2 windows, so only a stuck server blocks it.
         self.js = nc.jetstream(timeout=10.0, publish_async_max_pending=65536)
         self.cluster = cluster
-        self.stream = channels.stream_name(cluster)
         self.max_message_bytes = max_message_bytes
         self._subjects: dict[str, str] = {}
+        self._streams: dict[str, str] = {}  # channel → its pchannel's stream
+        self._ensured: set[str] = set()  # streams known to exist
         self._consumers: set[Consumer] = set()
         self._dispatchers: dict[tuple[str, str], Dispatcher] = {}  # (pchannel, name) → shared consumer
         # A dispatcher hands an idle vchannel a tick at most this often (0: every tick).
@@ -155,17 +167,32 @@ class MsgStream:
                 disconnected_cb=on_disconnect,
                 reconnected_cb=on_reconnect,
             )
-            await self._ensure_stream()
+            await self.js.account_info()  # JetStream is enabled (streams are made on first use)
         except BaseException:  # includes the caller's timeout cancelling an endless first connect
             self._closing = True
             await nc.close()
             raise
         return self
 
-    async def _ensure_stream(self) -> None:
+    def stream_of(self, channel: str) -> str:
+        """The stream of a vchannel's or pchannel's messages (its pchannel's)."""
+        s = self._streams.get(channel)
+        if s is None:
+            s = self._streams[channel] = channels.stream_name(self.cluster, channels.pchannel_or_self(channel))
+        return s
+
+    async def ensure(self, channel: str) -> str:
+        """The channel's stream, created if it does not exist yet."""
+        name = self.stream_of(channel)
+        if name not in self._ensured:
+            await self._ensure_stream(name, channels.pchannel_or_self(channel))
+            self._ensured.add(name)
+        return name
+
+    async def _ensure_stream(self, name: str, pchannel: str) -> None:
         config = api.StreamConfig(
-            name=self.stream,
-            subjects=channels.stream_subjects(self.cluster),
+            name=name,
+            subjects=channels.stream_subjects(self.cluster, pchannel),
             retention=api.RetentionPolicy.LIMITS,
             discard=api.DiscardPolicy.OLD,
             storage=api.StorageType.FILE,
@@ -175,7 +202,7 @@ class MsgStream:
             allow_direct=True,  # direct get reads back parts of split messages
         )
         try:
-            await self.js.stream_info(self.stream)
+            await self.js.stream_info(name)
             return
         except nats.js.errors.NotFoundError:
             pass
@@ -183,9 +210,13 @@ class MsgStream:
             await self.js.add_stream(config)
         except nats.js.errors.BadRequestError as e:
             try:  # created concurrently by another process?
-                await self.js.stream_info(self.stream)
+                await self.js.stream_info(name)
             except nats.js.errors.NotFoundError:
-                raise e from None
+                raise MsgStreamError(
+                    f"cannot create stream {name} for {config.subjects}: {e} (an older kmilvus kept the "
+                    f"cluster's messages in one stream, KMILVUS_{self.cluster}_DML; positions in it do not "
+                    "carry over: such a cluster is not upgraded in place)"
+                ) from e
 
     def subject(self, channel: str) -> str:
         """A vchannel's subject, or a pchannel's ticks' (cached: computed once per channel)."""
@@ -198,27 +229,33 @@ class MsgStream:
         return Producer(self)
 
     async def consume(self, channel: str, *, after_seq: int = 0, name: str | None = None) -> Consumer:
-        """A consumer of one channel's subject (a vchannel's messages, or a pchannel's ticks)
-        from the first message with stream seq > `after_seq`; components use `dispatch`.
+        """A consumer of one channel's messages (a vchannel's, or a pchannel's ticks) from the
+        first message with stream seq > `after_seq`; components use `dispatch`.
 
         `name` prefixes the server-side consumer name (a random suffix keeps it unique)."""
-        return await self.consume_subject(self.subject(channel), after_seq=after_seq, name=name, label=channel)
+        return await self.consume_pchannel(
+            channels.pchannel_or_self(channel),
+            after_seq=after_seq,
+            name=name,
+            label=channel,
+            channel_of={self.subject(channel): channel}.get,
+        )
 
-    async def consume_subject(
+    async def consume_pchannel(
         self,
-        subject: str,
+        pchannel: str,
         *,
         after_seq: int = 0,
         name: str | None = None,
         label: str = "",
-        channel_of: Callable[[str], str | None] | None = None,
+        channel_of: Callable[[str], str | None],
     ) -> Consumer:
-        """A consumer of `subject` (wildcards allowed). Each message's position names
-        `channel_of(its subject)`, and a message it maps to None is skipped undecoded; without
-        `channel_of`, every position names `label`."""
+        """A consumer of a pchannel's stream. Each message's position names `channel_of(its
+        subject)`, and a message it maps to None is skipped undecoded. `label` names the
+        consumer (its description: `consumer_names` finds it by it)."""
         if after_seq < 0:
             raise ValueError("after_seq must be >= 0")
-        c = Consumer(self, subject, label or subject, after_seq, name, channel_of)
+        c = Consumer(self, pchannel, label or pchannel, after_seq, name, channel_of)
         await c._start()
         self._consumers.add(c)
         return c
@@ -228,32 +265,58 @@ class MsgStream:
         the one consumer of the pchannel that the component `name` shares (msgdispatcher)."""
         return await dispatcher.dispatch(self, vchannel, after_seq=after_seq, name=name)
 
-    async def purge(self, channel: str, *, before_seq: int | None = None, keep: int | None = None) -> None:
-        """Remove `channel`'s messages with seq < `before_seq`, or all but the last `keep`
-        (all of them when neither is given)."""
-        if before_seq is not None and before_seq <= 1:
-            return  # nothing below seq 1 (and nats-py would drop seq=0, purging everything)
-        await self.js.purge_stream(self.stream, seq=before_seq, subject=self.subject(channel), keep=keep)
+    async def purge(self, pchannel: str, *, before_seq: int) -> None:
+        """Remove every message of `pchannel` with seq < `before_seq`.
 
-    async def consumer_names(self, channel: str | None = None) -> list[str]:
-        """Server-side consumers on the stream; when `channel` is given, only those filtered on
-        it: a vchannel's own subject, or (a pchannel) the pchannel's shared consumers."""
-        if channel is None:
-            subject = None
-        elif channels.is_vchannel(channel):
-            subject = self.subject(channel)
-        else:
-            subject = channels.pchannel_filter(self.cluster, channel)
+        By sequence over the pchannel's whole stream, never by subject: whatever a server
+        version does with the consumers of a purged subject, a consumer already past
+        `before_seq` is not moved, and one behind it sees the jump (`StreamGapError`). The
+        caller guarantees that no reader still needs what goes (DataCoord's `StreamTrimmer`)."""
+        if before_seq <= 1:
+            return  # nothing below seq 1 (and nats-py would drop seq=0, purging everything)
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await self.js.purge_stream(self.stream_of(pchannel), seq=before_seq)
+
+    async def stream_seqs(self, pchannel: str) -> tuple[int, int] | None:
+        """(first, last) stream seq stored for `pchannel`; None if its stream does not exist."""
+        try:
+            info = await self.js.stream_info(self.stream_of(pchannel))
+        except nats.js.errors.NotFoundError:
+            return None
+        return info.state.first_seq, info.state.last_seq
+
+    async def _cluster_streams(self) -> list[str]:
+        """Every stream of this cluster on the server (made by any process)."""
+        prefix = channels.cluster_subjects_prefix(self.cluster)
         names: list[str] = []
         offset = 0
         while True:
-            page = await self.js.consumers_info(self.stream, offset=offset)
-            for ci in page:
-                if subject is None or ci.config.filter_subject == subject:
-                    names.append(ci.name)
+            page = await self.js.streams_info(offset=offset)
+            for si in page:
+                if si.config.name and any(s.startswith(prefix) for s in si.config.subjects or ()):
+                    names.append(si.config.name)
             offset += len(page)
             if not page or len(page) < 256:
                 return names
+
+    async def consumer_names(self, channel: str | None = None) -> list[str]:
+        """Server-side consumers of the cluster's streams; when `channel` is given, only those
+        reading for it: a vchannel's own (catching up), or a pchannel's shared ones."""
+        streams = await self._cluster_streams() if channel is None else [self.stream_of(channel)]
+        label = None if channel is None else _description(channel)
+        names: list[str] = []
+        for stream in streams:
+            offset = 0
+            while True:
+                try:
+                    page = await self.js.consumers_info(stream, offset=offset)
+                except nats.js.errors.NotFoundError:
+                    break
+                names += [ci.name for ci in page if label is None or ci.config.description == label]
+                offset += len(page)
+                if not page or len(page) < 256:
+                    break
+        return names
 
     async def delete_consumers(self, vchannel: str) -> int:
         """Delete every server-side consumer on `vchannel` (e.g. left by a DataNode that died);
@@ -261,23 +324,13 @@ class MsgStream:
         names = await self.consumer_names(vchannel)
         for name in names:
             with contextlib.suppress(nats.js.errors.NotFoundError):
-                await self.js.delete_consumer(self.stream, name)
+                await self.js.delete_consumer(self.stream_of(vchannel), name)
         return len(names)
 
     async def last_seq(self, vchannel: str) -> int:
         """The stream seq of `vchannel`'s last message, 0 if it has none."""
         try:
-            raw = await self.js.get_msg(self.stream, subject=self.subject(vchannel), direct=True)
-        except nats.js.errors.NotFoundError:
-            return 0
-        return raw.seq or 0
-
-    async def next_seq(self, channel: str, after_seq: int) -> int:
-        """The stream seq of `channel`'s first stored message after `after_seq`, 0 if none."""
-        try:
-            raw = await self.js.get_msg(
-                self.stream, seq=after_seq + 1, subject=self.subject(channel), next=True, direct=True
-            )
+            raw = await self.js.get_msg(self.stream_of(vchannel), subject=self.subject(vchannel), direct=True)
         except nats.js.errors.NotFoundError:
             return 0
         return raw.seq or 0
@@ -295,9 +348,11 @@ class MsgStream:
         return await self.nc.subscribe(subject, cb=on_msg)
 
     async def delete_stream(self) -> None:
-        """Delete the cluster's stream and every consumer on it (tests, teardown)."""
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            await self.js.delete_stream(self.stream)
+        """Delete the cluster's streams and every consumer on them (tests, teardown)."""
+        for name in await self._cluster_streams():
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await self.js.delete_stream(name)
+            self._ensured.discard(name)
 
     async def close(self) -> None:
         """Close open consumers (deleting them server-side), flush and disconnect."""
@@ -353,6 +408,8 @@ class Producer:
         # copy of every payload, hence the `type: ignore[arg-type]` on publish_async below.
         s = self._s
         js = s.js
+        if s._streams.get(vchannel) not in s._ensured:
+            await s.ensure(vchannel)
         subject = s.subject(vchannel)
         headers = nats_headers(msg)
         if msg_id:
@@ -392,6 +449,7 @@ class Producer:
             if i == 0:
                 # Later parts record part 0's seq; one round trip per multi-MB message.
                 start = (await _wait_acks(s, [[fut]]))[0]
+                await afailpoint("producer.split.after_first_part")  # others' messages land here
             futs.append(fut)
         return futs
 
@@ -437,34 +495,43 @@ async def _wait_acks(stream: MsgStream, pending: list[list[asyncio.Future[api.Pu
 
 
 class _Group:
-    """The parts received so far of one split message."""
+    """The parts received so far of one split message, of `channel`, at timestamp `ts`."""
 
-    __slots__ = ("n", "parts")
+    __slots__ = ("channel", "n", "parts", "ts")
 
-    def __init__(self, n: int, parts: list[bytes]) -> None:
+    def __init__(self, n: int, parts: list[bytes], channel: str, ts: int) -> None:
         self.n = n
         self.parts = parts
+        self.channel = channel
+        self.ts = ts
+
+
+def _description(channel: str) -> str:
+    """A consumer's server-side description: what `consumer_names(channel)` finds it by."""
+    return f"kmilvus {channel}"
 
 
 class Consumer:
-    """Ordered consumer of one subject filter; async-iterate it, or `next()` / `next_batch()`.
+    """Ordered consumer of one pchannel's stream; async-iterate it, or `next()` / `next_batch()`.
 
     Yields `Msg` with `.position` = (channel, stream seq, timestamp); resuming with
-    `after_seq=position.seq` continues with exactly the next message.
+    `after_seq=position.seq` continues with exactly the next message. Messages whose subject
+    `channel_of` maps to None are read (the sequence check needs every one) but not decoded.
     """
 
     def __init__(
         self,
         stream: MsgStream,
-        subject: str,
+        pchannel: str,
         label: str,
         after_seq: int,
         name: str | None,
-        channel_of: Callable[[str], str | None] | None = None,
+        channel_of: Callable[[str], str | None],
     ) -> None:
         self._s = stream
         self.label = label  # what logs name it by: its vchannel, or a shared consumer's pchannel
-        self.subject = subject
+        self.pchannel = pchannel
+        self._all = channels.pchannel_filter(stream.cluster, pchannel)  # every subject of the stream
         self._channel_of = channel_of
         self._prefix = channels.token(name) if name else "kmc"
         self._sseq = after_seq  # last stream seq processed (NATS message level, parts included)
@@ -477,6 +544,7 @@ class Consumer:
         self._sub: Subscription | None = None
         self.consumer_name: str | None = None
         self._groups: dict[str, _Group] = {}
+        self._error: StreamGapError | None = None  # raised by the next read (a batch ended before it)
         self._closed = False
 
     @property
@@ -488,10 +556,23 @@ class Consumer:
         """Stream seq of the last NATS message processed (the resume point after a restart)."""
         return self._sseq
 
+    def open_channels(self) -> frozenset[str]:
+        """Channels with a split message begun and not complete yet."""
+        return frozenset(g.channel for g in self._groups.values())
+
     # -- server side consumer ------------------------------------------------------------------
 
     async def _start(self) -> None:
         nc = self._s.nc
+        stream = await self._s.ensure(self.pchannel)
+        last = (await self._s.js.stream_info(stream)).state.last_seq
+        if last < self._sseq:
+            # The stream ends before a position read from it: it lost messages (made anew, or
+            # its server's store lost). Waiting there would skip every new message up to it.
+            raise MsgStreamError(
+                f"{self.label}: resuming after seq {self._sseq}, but stream {stream} ends at {last}: "
+                "messages the position was read from are gone"
+            )
         buf: collections.deque[NatsMsg] = collections.deque()
         wake = self._wake
 
@@ -506,9 +587,8 @@ class Consumer:
         start = self._sseq + 1
         config = api.ConsumerConfig(
             name=f"{self._prefix}-{uuid.uuid4().hex[:12]}",
-            description=f"kmilvus {self.label}",
+            description=_description(self.label),
             deliver_subject=inbox,
-            filter_subject=self.subject,
             ack_policy=api.AckPolicy.NONE,
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE if start > 1 else api.DeliverPolicy.ALL,
             opt_start_seq=start if start > 1 else None,
@@ -519,7 +599,7 @@ class Consumer:
             num_replicas=1,
         )
         try:
-            info = await self._s.js.add_consumer(self._s.stream, config)
+            info = await self._s.js.add_consumer(stream, config)
         except BaseException:
             await _quietly(sub.unsubscribe())
             raise
@@ -534,7 +614,7 @@ class Consumer:
             await _quietly(sub.unsubscribe())
         old.clear()  # delivery loops holding the old buffer see it empty and re-read self._buf
         if name is not None and self._s.nc.is_connected:
-            await _quietly(self._s.js.delete_consumer(self._s.stream, name))
+            await _quietly(self._s.js.delete_consumer(self._s.stream_of(self.pchannel), name))
 
     async def _restart(self, why: str) -> None:
         """Recreate the server-side consumer from the last stream seq processed."""
@@ -573,7 +653,11 @@ class Consumer:
         return msg
 
     async def next(self, timeout: float | None = None) -> Msg | None:
-        """The next message, or None if none arrived within `timeout` seconds (or closed)."""
+        """The next message, or None if none arrived within `timeout` seconds (or closed).
+        Raises `StreamGapError` where messages were purged before they were read."""
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -591,17 +675,21 @@ class Consumer:
 
     async def next_batch(self, max_msgs: int = 4096, timeout: float | None = None) -> list[Msg]:
         """Everything already buffered (at most `max_msgs`), waiting up to `timeout` for the
-        first message; [] on timeout or when closed."""
+        first message; [] on timeout or when closed. A gap ends the batch before it (the next
+        call raises)."""
         first = await self.next(timeout)
         if first is None:
             return []
         out = [first]
         buf = self._buf
-        while buf and len(out) < max_msgs:
-            msg = await self._process(buf.popleft())
-            if msg is not None:
-                out.append(msg)
-            buf = self._buf  # a restart swaps the buffer
+        try:
+            while buf and len(out) < max_msgs:
+                msg = await self._process(buf.popleft())
+                if msg is not None:
+                    out.append(msg)
+                buf = self._buf  # a restart swaps the buffer
+        except StreamGapError as e:
+            self._error = e
         return out
 
     async def _wait(self, timeout: float | None) -> None:
@@ -645,8 +733,13 @@ class Consumer:
         self._dseq = dseq
         if sseq <= self._sseq:
             return None  # already delivered (defensive: a restart overlapping)
+        if self._sseq and sseq != self._sseq + 1 and not await self._jumped_over_purged(m, sseq, dseq):
+            await self._restart(f"stream seq jumped {self._sseq} -> {sseq} over stored messages")
+            return None
         self._sseq = sseq
-        channel = self.label if self._channel_of is None else self._channel_of(m.subject)
+        if headers is not None and self._groups and headers.get(H_TYPE) == _TICK:
+            self._drop_abandoned(int(headers[H_TS]))
+        channel = self._channel_of(m.subject)
         if channel is None:
             return None  # not a channel this consumer serves
         if headers is None or H_TYPE not in headers:
@@ -655,8 +748,37 @@ class Consumer:
         if H_CHUNK not in headers:
             msg = from_nats(headers, m.data)
             msg.position = MsgPosition(channel_name=channel, seq=sseq, timestamp=msg.timestamp)
+            if self._groups:
+                msg.incomplete = self.open_channels()
             return msg
         return await self._part(headers, m.data, sseq, channel, m.subject)
+
+    async def _jumped_over_purged(self, m: NatsMsg, sseq: int, dseq: int) -> bool:
+        """The stream seq jumped from the last one processed to `sseq`: False if a message in
+        between is still stored (the server skipped it: re-read from there); else raise
+        `StreamGapError`, keeping `m` to be delivered by the next read."""
+        try:
+            raw = await self._get_next(self._sseq + 1, self._all)
+            stored = raw.seq or sseq
+        except nats.js.errors.NotFoundError:
+            stored = sseq  # purged meanwhile too
+        if stored < sseq:
+            return False
+        log.error("messages purged before they were read", channel=self.label, after_seq=self._sseq, next_seq=sseq)
+        self._buf.appendleft(m)
+        self._dseq = dseq - 1
+        err = StreamGapError(self.label, self._sseq, sseq)
+        self._sseq = sseq - 1  # read on from `m`: the reader decides what the gap means
+        raise err
+
+    def _drop_abandoned(self, tick_ts: int) -> None:
+        """A tick promises every message older than it is in the stream before it: a split
+        message older than the tick and still incomplete was abandoned by its producer (whose
+        publish failed, so none of its rows were acknowledged)."""
+        for cid, g in list(self._groups.items()):
+            if g.ts < tick_ts:
+                log.warning("dropping abandoned split message", channel=g.channel, chunk_id=cid, parts=len(g.parts))
+                del self._groups[cid]
 
     async def _control(self, m: NatsMsg, headers: dict[str, str]) -> None:
         status = headers[_H_STATUS]
@@ -684,13 +806,13 @@ class Consumer:
                 oldest = next(iter(groups))
                 log.warning("dropping incomplete split message", vchannel=channel, chunk_id=oldest)
                 del groups[oldest]
-            g = groups[cid] = _Group(n, [data])
+            g = groups[cid] = _Group(n, [data], channel, int(headers[H_TS]))
         else:
             g = groups.get(cid)
             if g is None or len(g.parts) != i:
                 if g is not None and i < len(g.parts):
                     return None  # a re-published duplicate part
-                g = await self._recover(cid, i, n, headers, sseq, subject)
+                g = await self._recover(cid, i, n, headers, sseq, subject, channel)
                 if g is None:
                     return None
             g.parts.append(data)
@@ -703,21 +825,22 @@ class Consumer:
 
     async def _get_next(self, seq: int, subject: str) -> Any:
         """The subject's first stored message with seq >= `seq`; retried through a NATS outage
-        (giving up would skip the parts, and with them acknowledged rows)."""
+        (giving up would skip messages, and with them acknowledged rows)."""
         backoff = Backoff(0.1, 2.0)
+        stream = self._s.stream_of(self.pchannel)
         while True:
             try:
-                return await self._s.js.get_msg(self._s.stream, seq=seq, subject=subject, next=True, direct=True)
+                return await self._s.js.get_msg(stream, seq=seq, subject=subject, next=True, direct=True)
             except nats.js.errors.NotFoundError:
                 raise
             except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as e:
                 if self._closed:
                     raise
-                log.warning("reading back a split message failed; retrying", channel=self.label, seq=seq, error=repr(e))
+                log.warning("reading back from the stream failed; retrying", channel=self.label, seq=seq, error=repr(e))
                 await backoff.sleep()
 
     async def _recover(
-        self, cid: str, i: int, n: int, headers: dict[str, str], sseq: int, subject: str
+        self, cid: str, i: int, n: int, headers: dict[str, str], sseq: int, subject: str, channel: str
     ) -> _Group | None:
         """Read back parts 0..i-1 of a split message whose start precedes our resume point."""
         self._groups.pop(cid, None)
@@ -736,6 +859,9 @@ class Consumer:
                 parts.append(raw.data or b"")
             seq = raw.seq + 1
         if len(parts) != i:
+            if start and await self._purged(start):
+                # Its first parts were acknowledged with the rest: purged, they are lost here.
+                raise StreamGapError(self.label, start - 1, sseq + 1)
             log.warning(
                 "skipping orphan part of a split message",
                 channel=self.label,
@@ -744,8 +870,16 @@ class Consumer:
                 seq=sseq,
             )
             return None
-        g = self._groups[cid] = _Group(n, parts)
+        g = self._groups[cid] = _Group(n, parts, channel, int(headers[H_TS]))
         return g
+
+    async def _purged(self, seq: int) -> bool:
+        """Whether the message at `seq` was removed from the stream."""
+        try:
+            raw = await self._get_next(seq, self._all)
+        except nats.js.errors.NotFoundError:
+            return True
+        return bool(raw.seq != seq)
 
 
 async def _quietly(aw: Awaitable[Any]) -> None:

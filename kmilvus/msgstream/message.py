@@ -44,13 +44,18 @@ class MsgType(enum.IntEnum):
 
 @dataclass(slots=True)
 class Msg:
-    """One logical stream message. `position` is set on consumed messages only."""
+    """One logical stream message. `position` is set on consumed messages only.
+
+    `incomplete` (consumed time ticks only): the channels with a split message whose first part
+    came before this tick and whose last part has not come yet. Such a tick must not become
+    their resume point: a checkpoint there would let a purge remove the earlier parts."""
 
     type: MsgType
     timestamp: int
     payload: bytes | memoryview = b""
     headers: dict[str, str] = field(default_factory=dict)
     position: MsgPosition | None = None
+    incomplete: frozenset[str] = frozenset()
 
     def get_int(self, name: str, default: int | None = None) -> int | None:
         """An integer header (segment id, collection id, num rows...), or `default`."""

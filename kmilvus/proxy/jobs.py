@@ -3,6 +3,8 @@
     utility.do_bulk_insert(name, files=[...])     → Import                → [job ID]
     utility.get_bulk_insert_state(task_id)         → GetImportState
     utility.list_bulk_insert_tasks(limit, name)    → ListImportTasks
+    bulk_writer.bulk_import / get_import_progress / list_import_jobs (the RESTful API's
+    jobs/import routes)                            → ImportV2 / GetImportProgress / ListImports
     Collection.compact() / MilvusClient.compact()  → ManualCompaction       → compaction ID
     get_compaction_state / wait_for_compaction_completed → GetCompactionState
     get_compaction_plans / get_compaction_tasks    → GetCompactionStateWithPlans
@@ -13,11 +15,12 @@ DataCoord runs the jobs (Spark); the Proxy resolves names and translates its job
 from __future__ import annotations
 
 import json
+import time
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus.log import get_logger
-from kmilvus.proto import data_coord_pb2
+from kmilvus.proto import data_coord_pb2, internal_pb2
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_PARTITION
 
@@ -25,6 +28,52 @@ log = get_logger(__name__)
 MB = 1024 * 1024
 MAX_TARGET_SIZE_MB = (2**63 - 1) // MB
 TS = common_pb2.CompactionTaskState
+
+
+IS = common_pb2.ImportState
+JS = internal_pb2.ImportJobState
+# A job's state as Milvus 2.4+ names it (ImportJobState) for the RESTful API.
+JOB_STATES = {
+    IS.ImportPending: JS.Pending,
+    IS.ImportStarted: JS.Importing,
+    IS.ImportPersisted: JS.Importing,
+    IS.ImportFlushed: JS.Importing,
+    IS.ImportCompleted: JS.Completed,
+    IS.ImportFailed: JS.Failed,
+    IS.ImportFailedAndCleaned: JS.Failed,
+}
+
+
+def progress_percent(job: data_coord_pb2.ImportJob) -> int:
+    """How far a job is, in percent, from the phase its last progress event names."""
+    if job.state == common_pb2.ImportCompleted:
+        return 100
+    try:
+        progress = json.loads(job.progress) if job.progress else {}
+    except ValueError:
+        progress = {}
+    return {"inspected": 10, "counted": 30, "validated": 50, "written": 90}.get(progress.get("phase", ""), 0)
+
+
+def job_phase(job: data_coord_pb2.ImportJob) -> str:
+    try:
+        return str((json.loads(job.progress) if job.progress else {}).get("phase", ""))
+    except ValueError:
+        return ""
+
+
+def _time_text(unix_seconds: int) -> str:
+    """Milvus' import times: RFC 3339 in UTC, empty until they happen."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_seconds)) if unix_seconds else ""
+
+
+def job_id_of(raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise merr.MilvusError(
+            merr.IMPORT_FAILED, f"parse job id failed, err=strconv.ParseInt: parsing {raw!r}: invalid syntax"
+        ) from None
 
 
 def import_state(job: data_coord_pb2.ImportJob) -> milvus_pb2.GetImportStateResponse:
@@ -38,25 +87,17 @@ def import_state(job: data_coord_pb2.ImportJob) -> milvus_pb2.GetImportStateResp
         segment_ids=list(job.segmentIDs),
         create_ts=job.create_ts,
     )
-    try:
-        progress = json.loads(job.progress) if job.progress else {}
-    except ValueError:
-        progress = {}
-    if job.state == common_pb2.ImportCompleted:
-        percent = 100
-    else:
-        percent = {"inspected": 10, "counted": 30, "validated": 50, "written": 90}.get(progress.get("phase", ""), 0)
     infos = {
         "files": ",".join(job.files),
         "collection": job.collection_name,
         "partition": job.partition_name,
         "failed_reason": job.reason,
-        "progress_percent": str(percent),
+        "progress_percent": str(progress_percent(job)),
         "spark_state": job.spark_state,
         "spark_application": job.app_name,
         "expected_rows": str(job.expected_rows),
         "input_bytes": str(job.input_bytes),
-        "phase": str(progress.get("phase", "")),
+        "phase": job_phase(job),
     }
     if job.complete_ts:
         infos["persist_cost"] = str(max(0, job.complete_ts - job.create_ts))
@@ -101,33 +142,106 @@ class ProxyJobsMixin:
     """MilvusService RPCs for bulk import and compaction (a base class of Proxy)."""
 
     # ---------------------------------------------------------------------------- import
-    @merr.rpc(milvus_pb2.ImportResponse)
-    async def Import(self, req: milvus_pb2.ImportRequest, context=None):
-        meta = await self.meta_cache.get(req.db_name, req.collection_name)
-        part_id = meta.partition(req.partition_name)
-        if not req.files:
+    async def _import(self, db: str, collection: str, partition: str, files: list[str], options) -> int:
+        meta = await self.meta_cache.get(db, collection)
+        part_id = meta.partition(partition)
+        if not files:
             raise merr.invalid("import requires at least one file")
         resp = await self.datacoord.Import(
             data_coord_pb2.ImportJobRequest(
                 collectionID=meta.id,
                 partitionID=part_id,
                 collection_name=meta.name,
-                partition_name=req.partition_name or DEFAULT_PARTITION,
+                partition_name=partition or DEFAULT_PARTITION,
                 schema=meta.schema.SerializeToString(),
                 vchannels=meta.vchannels,
-                files=list(req.files),
-                options=list(req.options),
+                files=files,
+                options=list(options),
             )
         )
         merr.check(resp.status)
-        log.info("bulk import accepted", collection=meta.name, job=resp.jobID, files=len(req.files))
-        return milvus_pb2.ImportResponse(tasks=[resp.jobID])
+        log.info("bulk import accepted", collection=meta.name, job=resp.jobID, files=len(files))
+        return resp.jobID
+
+    @merr.rpc(milvus_pb2.ImportResponse)
+    async def Import(self, req: milvus_pb2.ImportRequest, context=None):
+        job = await self._import(req.db_name, req.collection_name, req.partition_name, list(req.files), req.options)
+        return milvus_pb2.ImportResponse(tasks=[job])
+
+    @merr.rpc(internal_pb2.ImportResponse)
+    async def ImportV2(self, req: internal_pb2.ImportRequest, context=None):
+        """Milvus 2.4+'s import: each ImportFile is one file here (Milvus' numpy imports, one file
+        per field, are not supported: kmilvus reads Parquet, JSON and CSV)."""
+        if not req.files:
+            raise merr.MilvusError(merr.IMPORT_FAILED, "import request is empty")
+        files = []
+        for f in req.files:
+            if len(f.paths) != 1:
+                raise merr.MilvusError(
+                    merr.IMPORT_FAILED,
+                    f"import failed: each file entry must name exactly one Parquet, JSON or CSV file, "
+                    f"got {len(f.paths)} paths {list(f.paths)[:4]} (numpy imports are not supported)",
+                )
+            files.append(f.paths[0])
+        job = await self._import(req.db_name, req.collection_name, req.partition_name, files, req.options)
+        return internal_pb2.ImportResponse(jobID=str(job))
+
+    async def _import_job(self, job_id: int) -> data_coord_pb2.ImportJob:
+        resp = await self.datacoord.GetImportJob(data_coord_pb2.GetImportJobRequest(jobID=job_id))
+        merr.check(resp.status)
+        return resp.job
+
+    @merr.rpc(internal_pb2.GetImportProgressResponse)
+    async def GetImportProgress(self, req: internal_pb2.GetImportProgressRequest, context=None):
+        job = await self._import_job(job_id_of(req.jobID))
+        state = JOB_STATES.get(job.state, JS.Pending)
+        done = _time_text(job.complete_ts) if state in (JS.Completed, JS.Failed) else ""
+        imported = job.row_count if state == JS.Completed else 0
+        total = job.expected_rows or job.row_count
+        resp = internal_pb2.GetImportProgressResponse(
+            state=state,
+            reason=job.reason,
+            progress=progress_percent(job),
+            collection_name=job.collection_name,
+            complete_time=done,
+            imported_rows=imported,
+            total_rows=total,
+            start_time=_time_text(job.create_ts),
+        )
+        state_name = internal_pb2.ImportJobState.Name(state)
+        for f in job.files:
+            resp.task_progresses.add(
+                file_name=f, progress=resp.progress, state=state_name, complete_time=done, reason=job.reason
+            )
+        return resp
+
+    @merr.rpc(internal_pb2.ListImportsResponse)
+    async def ListImports(self, req: internal_pb2.ListImportsRequest, context=None):
+        """The jobs of one collection, or of every collection of the request's database."""
+        if req.collection_name:
+            colls = {(await self.meta_cache.get(req.db_name, req.collection_name)).id}
+        else:
+            shown = await self.rootcoord.ShowCollections(milvus_pb2.ShowCollectionsRequest(db_name=req.db_name))
+            merr.check(shown.status)
+            colls = set(shown.collection_ids)
+        resp = await self.datacoord.ListImportJobs(
+            data_coord_pb2.ListImportJobsRequest(collectionID=next(iter(colls)) if len(colls) == 1 else 0)
+        )
+        merr.check(resp.status)
+        out = internal_pb2.ListImportsResponse()
+        for j in resp.jobs:
+            if j.collectionID not in colls:
+                continue
+            out.jobIDs.append(str(j.jobID))
+            out.states.append(JOB_STATES.get(j.state, JS.Pending))
+            out.reasons.append(j.reason)
+            out.progresses.append(progress_percent(j))
+            out.collection_names.append(j.collection_name)
+        return out
 
     @merr.rpc(milvus_pb2.GetImportStateResponse)
     async def GetImportState(self, req: milvus_pb2.GetImportStateRequest, context=None):
-        resp = await self.datacoord.GetImportJob(data_coord_pb2.GetImportJobRequest(jobID=req.task))
-        merr.check(resp.status)
-        return import_state(resp.job)
+        return import_state(await self._import_job(req.task))
 
     @merr.rpc(milvus_pb2.ListImportTasksResponse)
     async def ListImportTasks(self, req: milvus_pb2.ListImportTasksRequest, context=None):

@@ -6,6 +6,7 @@
     utility.load_state / MilvusClient.get_load_state     → GetLoadState
     utility.loading_progress                             → GetLoadingProgress
     Collection.get_replicas()                            → GetReplicas
+    MilvusClient.list_loaded_segments / utility.get_query_segment_info → GetQuerySegmentInfo
 
 QueryCoord does the work; the Proxy resolves names to IDs.
 """
@@ -15,7 +16,8 @@ from __future__ import annotations
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
-from kmilvus.proto import internal_pb2, query_coord_pb2
+from kmilvus.proto import internal_pb2, query_coord_pb2, query_node_pb2
+from kmilvus.proxy import read_path
 from kmilvus.util import merr
 
 
@@ -117,4 +119,36 @@ class ProxyLoadMixin:
             replica.shard_replicas.add(
                 leaderID=leader.nodeID, dm_channel_name=leader.vchannel, node_ids=[leader.nodeID]
             )
+        return out
+
+    @merr.rpc(milvus_pb2.GetQuerySegmentInfoResponse)
+    async def GetQuerySegmentInfo(self, req: milvus_pb2.GetQuerySegmentInfoRequest, context=None):
+        """The sealed segments the QueryNodes serve (Milvus' QueryCoord GetSegmentInfo over its
+        distribution: growing data is not listed), with their index and memory."""
+        meta = await self.meta_cache.get(req.dbName, req.collectionName)
+        nodes, _ = await read_path.serving_nodes(self, meta)
+        indexes = {
+            i.index.fieldID: (i.index.index_name, i.index.indexID) for i in await read_path.index_infos(self, meta)
+        }
+        out = milvus_pb2.GetQuerySegmentInfoResponse()
+        for node_id in sorted(nodes):
+            dist = await self.registry.client(roles.QUERYNODE, node_id).GetDataDistribution(
+                query_node_pb2.GetDataDistributionRequest(collectionID=meta.id)
+            )
+            merr.check(dist.status)
+            for s in dist.segments:
+                name, index_id = next((indexes[f] for f in s.indexed_fieldIDs if f in indexes), ("", 0))
+                out.infos.add(
+                    segmentID=s.segmentID,
+                    collectionID=s.collectionID,
+                    partitionID=s.partitionID,
+                    mem_size=s.memory_bytes,
+                    num_rows=s.num_rows,
+                    index_name=name,
+                    indexID=index_id,
+                    nodeID=node_id,
+                    nodeIds=[node_id],
+                    state=common_pb2.SegmentState.Sealed,
+                    level=common_pb2.SegmentLevel.L1,
+                )
         return out

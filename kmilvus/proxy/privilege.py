@@ -164,6 +164,39 @@ class ProxySecurity:
             "permission",
         )
 
+    async def admit(self, method: str, request, md: dict[str, str]) -> str:
+        """Authenticate and authorize one call of `method` (auth on) — the one check the gRPC
+        interceptor and the RESTful API both run. A refusal is counted and audited, then raised
+        as `Denied`; a check that fails inside is refused as UNAVAILABLE."""
+        user = ""
+        try:
+            user = await self.authenticate(md)
+            await self.authorize(user, method, request, md)
+        except Denied as d:
+            metrics.SECURITY_DENIED.labels(method, d.reason).inc()
+            audit("denied", user=_cut(user) or "-", rpc=method, object=_object_of(method, request), result=d.reason)
+            raise
+        except Exception:
+            log.warning("security check failed", rpc=method, exc_info=True)
+            metrics.SECURITY_DENIED.labels(method, "check_failed").inc()
+            raise Denied(
+                grpc.StatusCode.UNAVAILABLE, "auth check failure, due to occurs inner error", "check_failed"
+            ) from None
+        return user
+
+    @staticmethod
+    def audit_call(method: str, request, user: str, resp) -> None:
+        """Record a call of an AUDITED method with its result."""
+        if method in AUDITED:
+            code = _result_code(resp)
+            audit(
+                "call",
+                user=_cut(user) or "-",
+                rpc=method,
+                object=_object_of(method, request),
+                result="ok" if code == 0 else f"error:{code}",
+            )
+
 
 def _result_code(resp) -> int:
     status = resp if isinstance(resp, common_pb2.Status) else getattr(resp, "status", None)
@@ -202,34 +235,12 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):
         async def guarded(request, context):
             user = ""
             if sec.cfg.auth:
-                md = _metadata(context)
                 try:
-                    user = await sec.authenticate(md)
-                    await sec.authorize(user, method, request, md)
+                    user = await sec.admit(method, request, _metadata(context))
                 except Denied as d:
-                    metrics.SECURITY_DENIED.labels(method, d.reason).inc()
-                    audit(
-                        "denied",
-                        user=_cut(user) or "-",
-                        rpc=method,
-                        object=_object_of(method, request),
-                        result=d.reason,
-                    )
                     await context.abort(d.code, d.message)
-                except Exception:
-                    log.warning("security check failed", rpc=method, exc_info=True)
-                    metrics.SECURITY_DENIED.labels(method, "check_failed").inc()
-                    await context.abort(grpc.StatusCode.UNAVAILABLE, "auth check failure, due to occurs inner error")
             resp = await inner(request, context)
-            if method in AUDITED:
-                code = _result_code(resp)
-                audit(
-                    "call",
-                    user=_cut(user) or "-",
-                    rpc=method,
-                    object=_object_of(method, request),
-                    result="ok" if code == 0 else f"error:{code}",
-                )
+            sec.audit_call(method, request, user, resp)
             return resp
 
         return grpc.unary_unary_rpc_method_handler(

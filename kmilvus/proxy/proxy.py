@@ -19,8 +19,9 @@ from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc, security_pb2_grpc
 from kmilvus.proxy.alter import ProxyAlterMixin
 from kmilvus.proxy.credentials import ProxyCredentialsMixin
-from kmilvus.proxy.databases import ProxyDatabasesMixin
+from kmilvus.proxy.databases import DB_METADATA_KEY, ProxyDatabasesMixin
 from kmilvus.proxy.delete import ProxyDeleteMixin
+from kmilvus.proxy.hybrid_search import ProxyHybridSearchMixin
 from kmilvus.proxy.index import ProxyIndexMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
@@ -30,6 +31,7 @@ from kmilvus.proxy.partitions import ProxyPartitionsMixin
 from kmilvus.proxy.privilege import ProxyRbacMixin, ProxySecurity
 from kmilvus.proxy.query import ProxyQueryMixin
 from kmilvus.proxy.search import ProxySearchMixin
+from kmilvus.proxy.search_iterator import SearchIterators
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
@@ -57,6 +59,7 @@ class Proxy(
     ProxyPartitionsMixin,
     ProxyLoadMixin,
     ProxySearchMixin,
+    ProxyHybridSearchMixin,
     ProxyQueryMixin,
     milvus_pb2_grpc.MilvusServiceServicer,
     proxy_pb2_grpc.ProxyServicer,
@@ -84,6 +87,7 @@ class Proxy(
         self.dd_queue = DdTaskQueue()
         self.dm_queue = DmTaskQueue()
         self._tasks = BackgroundTasks()
+        self.search_iterators = SearchIterators()
 
     async def start(self) -> None:
         # Report a first tick before serving: RootCoord must count this producer before any of
@@ -131,6 +135,13 @@ class Proxy(
     # Connection and health -----------------------------------------------------------------
     @merr.rpc(milvus_pb2.ConnectResponse)
     async def Connect(self, req, context=None):
+        """Milvus refuses to connect to a database that does not exist (the client's `dbname`
+        metadata; none names `default`): a client is never served another database."""
+        db_name = next((v for k, v in _metadata(context) if k == DB_METADATA_KEY and v), DEFAULT_DB)
+        dbs = await self.rootcoord.ListDatabases(milvus_pb2.ListDatabasesRequest())
+        merr.check(dbs.status)
+        if db_name not in dbs.db_names:
+            raise merr.MilvusError(merr.DATABASE_NOT_FOUND, f"database not found[database={db_name}]")
         resp = milvus_pb2.ConnectResponse(identifier=self.server_id)
         info = resp.server_info
         info.build_tags = SERVER_VERSION
@@ -238,7 +249,7 @@ class Proxy(
         finally:
             self.pending_insert_bytes -= size
 
-    # Flush (seed 000) ----------------------------------------------------------------------
+    # Flush (docs/architecture/flush.md) ----------------------------------------------------
     @merr.rpc(milvus_pb2.FlushResponse)
     async def Flush(self, req, context=None):
         return await self._dd(FlushTask(self, req))
@@ -296,10 +307,17 @@ class Proxy(
 
     @merr.rpc()
     async def ReleaseDQLMessageStream(self, req, context=None):
-        """Seed 001 §14: stop serving queries of the collection (this Proxy holds no DQL streams
+        """Stop serving queries of the collection (docs/architecture/drop.md; this Proxy holds no DQL streams
         yet, so dropping its cached meta is all there is to release)."""
         self.meta_cache.remove("", coll_id=req.collectionID)
         return merr.success()
+
+
+def _metadata(context) -> tuple:
+    """A gRPC call's invocation metadata (none for an in-process call)."""
+    if context is None or not hasattr(context, "invocation_metadata"):
+        return ()
+    return tuple(context.invocation_metadata() or ())
 
 
 def hide_dynamic_field(resp: milvus_pb2.DescribeCollectionResponse) -> milvus_pb2.DescribeCollectionResponse:
@@ -329,8 +347,8 @@ class _CallTask(Task):
 
 
 class DropCollectionTask(Task):
-    """Seed 001 §3: PreExecute checks the name, Execute asks RootCoord, PostExecute drops the
-    collection from this Proxy's meta cache."""
+    """PreExecute checks the name, Execute asks RootCoord, PostExecute drops the
+    collection from this Proxy's meta cache (docs/architecture/drop.md)."""
 
     name = "DropCollectionTask"
 
@@ -350,7 +368,7 @@ class DropCollectionTask(Task):
 
 
 class FlushTask(Task):
-    """Seed 000 §2-3: PreExecute and PostExecute do nothing; Execute asks DataCoord to seal."""
+    """PreExecute and PostExecute do nothing; Execute asks DataCoord to seal (docs/architecture/flush.md)."""
 
     name = "FlushTask"
 

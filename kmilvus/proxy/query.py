@@ -4,30 +4,77 @@ Arrow (primary-key order when paginated)."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
 from kmilvus.proto import query_node_pb2
-from kmilvus.proxy import read_path
+from kmilvus.proxy import read_path, search_util
 from kmilvus.querynode import reduce
 from kmilvus.util import merr, typeutil
 
 DT = schema_pb2.DataType
 COUNT = "count(*)"
-MAX_WINDOW = 16384  # Milvus' quotaAndLimits.limits.maxQueryResultWindow
 
 
-def _param(params: dict[str, str], key: str) -> int | None:
+@dataclass
+class QueryParams:
+    """A query's params as Milvus' parseQueryParams reads them."""
+
+    limit: int | None = None  # None: no limit
+    offset: int = 0
+    iterator: bool = False
+    reduce_stop_for_best: bool = False
+    ignore_growing: bool = False
+
+
+def _bool(params: dict[str, str], key: str, what: str) -> bool:
     raw = params.get(key)
-    if raw is None or raw == "":
-        return None
+    if raw is None:
+        return False
+    if raw not in search_util.GO_BOOLS:
+        raise merr.invalid(f"{what}: invalid parameter[expected=true or false][actual={raw}]")
+    return search_util.GO_BOOLS[raw]
+
+
+def parse_query_params(req: milvus_pb2.QueryRequest, meta) -> QueryParams:
+    """Every query param honoured or refused (search_util's tables), with Milvus' texts."""
+    params = search_util.request_params(req, search_util.QUERY)
+    qp = QueryParams()
+    raw = params.get("ignore_growing")
+    if raw is not None:
+        if raw not in search_util.GO_BOOLS:
+            raise merr.invalid("parse search growing failed: invalid parameter")
+        qp.ignore_growing = search_util.GO_BOOLS[raw]
+    qp.reduce_stop_for_best = _bool(params, "reduce_stop_for_best", "value for reduce_stop_for_best is invalid")
+    qp.iterator = _bool(params, "iterator", "value for iterator field is invalid")
+    if "collection_id" in params:
+        try:
+            coll_id = int(params["collection_id"], 0)
+        except ValueError:
+            raise merr.invalid(
+                "value for collection id is invalid: invalid parameter[expected=int value for collection_id]"
+                "[actual=collection_id]"
+            ) from None
+        if coll_id > 0 and coll_id != meta.id:
+            raise merr.invalid(
+                "Input collection id is not consistent to collectionID in the context,"
+                "alias or database may have changed: invalid parameter"
+            )
+    if "limit" in params:
+        qp.limit = _int(params, "limit")
+        qp.offset = _int(params, "offset") if "offset" in params else 0
+        search_util.check_query_window(qp.offset, qp.limit)
+    return qp
+
+
+def _int(params: dict[str, str], key: str) -> int:
     try:
-        return int(json.loads(raw))
-    except (ValueError, TypeError):
-        raise merr.invalid(f"{key} [{raw}] is invalid, should be an integer") from None
+        return int(params[key], 0)
+    except ValueError:
+        raise merr.MilvusError(merr.UNEXPECTED, f"{key} [{params[key]}] is invalid") from None
 
 
 class ProxyQueryMixin:
@@ -52,19 +99,15 @@ class ProxyQueryMixin:
     @merr.rpc(milvus_pb2.QueryResults)
     async def Query(self, req: milvus_pb2.QueryRequest, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
-        params = {kv.key: kv.value for kv in req.query_params}
-        limit, offset = _param(params, "limit"), _param(params, "offset") or 0
+        qp = parse_query_params(req, meta)
         names = [n.strip() for n in req.output_fields]
         count = any(n.lower() == COUNT for n in names)
         if count and len(names) > 1:
             raise merr.invalid("count entities with pagination is not allowed")
+        read_path.check_expr(meta, req.expr, req.expr_template_values)
+        limit, offset = qp.limit, qp.offset
         if not req.expr.strip() and not count and limit is None:
             raise merr.invalid("empty expression should be used with limit")
-        if limit is not None and (limit <= 0 or offset < 0 or limit + offset > MAX_WINDOW):
-            raise merr.invalid(
-                f"invalid max query result window, (offset+limit) should be in range [1, {MAX_WINDOW}], "
-                f"but got {(limit or 0) + offset}"
-            )
         out_ids: list[int] = []
         out_names: list[str] = []
         if not count:
@@ -74,7 +117,7 @@ class ProxyQueryMixin:
                 out_names.insert(0, meta.pk.name)
         nodes, loaded = await read_path.serving_nodes(self, meta)
         parts = read_path.partition_ids(meta, list(req.partition_names), loaded)
-        ts = await read_path.guarantee_ts(self, meta, req)
+        ts, mvcc = await read_path.read_timestamps(self, meta, req, qp.iterator)
         ttl_ts = await read_path.collection_ttl_ts(self, meta)
         qreq = query_node_pb2.QueryRequest(
             collectionID=meta.id,
@@ -85,7 +128,11 @@ class ProxyQueryMixin:
             limit=-1 if limit is None else limit + offset,
             partitionIDs=parts,
             count=count,
+            ignore_growing=qp.ignore_growing,
+            mvcc_ts=mvcc,
         )
+        for name, value in req.expr_template_values.items():
+            qreq.expr_template_values[name].CopyFrom(value)
 
         async def one(node, chans):
             r = query_node_pb2.QueryRequest()
@@ -94,7 +141,7 @@ class ProxyQueryMixin:
             return await node.Query(r)
 
         results = await read_path.fan_out(self, nodes, one)
-        out = milvus_pb2.QueryResults(collection_name=meta.name, session_ts=ts)
+        out = milvus_pb2.QueryResults(collection_name=meta.name, session_ts=mvcc or ts)
         if count:
             fd = out.fields_data.add(type=DT.Int64, field_name=COUNT)
             fd.scalars.long_data.data.append(sum(r.count for r in results))

@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus import components as roles
-from kmilvus.proto import query_coord_pb2
+from kmilvus.parser import parse, template_values
+from kmilvus.proto import data_coord_pb2, query_coord_pb2
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.util import merr, typeutil
 from kmilvus.util.ttl import expire_before, ttl_seconds
@@ -43,6 +44,32 @@ async def guarantee_ts(proxy, meta: CollectionMeta, req) -> int:
             await proxy.report_tick_now()
         return ts
     return 1
+
+
+async def read_timestamps(proxy, meta: CollectionMeta, req, iterator: bool = False) -> tuple[int, int]:
+    """(guarantee ts, MVCC ts) of a read. An iterator's pages read one snapshot (Milvus pins the
+    MVCC timestamp): the first page takes a fresh timestamp and answers it as `session_ts`, which
+    pymilvus sends back as the guarantee timestamp of every later page. A plain read has no
+    snapshot (MVCC ts 0: every row consumed when it runs)."""
+    if iterator and req.guarantee_timestamp > 0:
+        return req.guarantee_timestamp, req.guarantee_timestamp
+    ts = await guarantee_ts(proxy, meta, req)
+    if not iterator:
+        return ts, 0
+    snap = await proxy.tso.alloc()
+    await proxy.report_tick_now(meta.vchannels)
+    return max(ts, snap), snap
+
+
+def check_expr(meta: CollectionMeta, expr: str, templates) -> None:
+    """Parse a filter in the Proxy, as Milvus does before any QueryNode sees it: an invalid
+    expression answers Milvus' "failed to create query plan" (code 1100)."""
+    if not expr or not expr.strip():
+        return
+    try:
+        parse(expr, meta.schema, template_values(templates))
+    except merr.MilvusError as exc:
+        raise merr.invalid(f"failed to create query plan: {exc.message}: invalid parameter") from None
 
 
 async def collection_ttl_ts(proxy, meta: CollectionMeta) -> int:
@@ -83,6 +110,19 @@ def output_fields(meta: CollectionMeta, names, *, with_vectors: bool = True) -> 
         else:
             raise merr.MilvusError(merr.FIELD_NOT_FOUND, f"field {name} not exist")
     return ids, shown
+
+
+async def index_infos(proxy, meta: CollectionMeta) -> list:
+    """DataCoord's index meta of the collection (IndexInfo per index; none: no index). DataCoord
+    is looked up at call time: in a standalone it is the in-process component (a read-only call,
+    no gRPC round trip on every search), elsewhere its remote client."""
+    resp = await proxy.registry.client(roles.DATACOORD).DescribeIndex(
+        data_coord_pb2.DescribeIndexRequest(collectionID=meta.id, without_progress=True)
+    )
+    if resp.status.code == merr.INDEX_NOT_FOUND[0]:
+        return []
+    merr.check(resp.status)
+    return list(resp.infos)
 
 
 async def serving_nodes(proxy, meta: CollectionMeta) -> tuple[dict[int, list[str]], list[int]]:

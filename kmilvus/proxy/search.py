@@ -1,55 +1,34 @@
-"""Search (MilvusService.Search): validate as Milvus does, fan the request out to the QueryNodes
-serving the collection's channels at the guarantee timestamp of its consistency level, and merge
-their top-k (Arrow tables) into pymilvus' SearchResultData."""
+"""Search (MilvusService.Search): parse and check the request as Milvus' proxy does
+(search_util.py), fan one field search out to the QueryNodes serving the collection's channels at
+the guarantee timestamp of its consistency level, merge their answers (Arrow tables; top-k, or by
+group) and shape pymilvus' SearchResultData. A hybrid search (hybrid_search.py) runs several of
+the same field searches and fuses them; a rerank function (rerank.py) applies to a plain search
+too; a search iterator page (search_iterator.py) is a field search past the previous page."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
-from kmilvus import components as roles
-from kmilvus.proto import data_coord_pb2, query_node_pb2
-from kmilvus.proxy import read_path
-from kmilvus.querynode import reduce, vector_search
+from kmilvus.proto import query_node_pb2
+from kmilvus.proxy import read_path, rerank, search_util
+from kmilvus.proxy.search_util import SearchInfo
+from kmilvus.querynode import groupby, reduce, vector_search
 from kmilvus.util import merr, typeutil
 
 DT = schema_pb2.DataType
-TOPK_LIMIT = 16384  # Milvus' quotaAndLimits.limits.topK
 PH = common_pb2.PlaceholderType
 
 
-def _int_param(params: dict[str, str], key: str, default: int) -> int:
-    raw = params.get(key)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(json.loads(raw))
-    except (ValueError, TypeError):
-        raise merr.invalid(f"{key} [{raw}] is invalid, it should be an integer") from None
-
-
-def _anns_field(meta, params: dict[str, str]) -> schema_pb2.FieldSchema:
-    vectors = [f for f in meta.schema.fields if f.data_type == DT.FloatVector]
-    name = params.get("anns_field", "")
-    if name:
-        f = next((f for f in vectors if f.name == name), None)
-        if f is None:
-            raise merr.MilvusError(
-                merr.FIELD_NOT_FOUND, f"failed to get field schema by name: fieldName({name}) not found"
-            )
-        return f
-    if len(vectors) != 1:
-        raise merr.invalid("multiple anns_fields exist, please specify a anns_field in search_params")
-    return vectors[0]
-
-
-def query_vectors(req: milvus_pb2.SearchRequest, field: schema_pb2.FieldSchema) -> np.ndarray:
+def query_vectors(placeholder_group: bytes, field: schema_pb2.FieldSchema) -> np.ndarray:
     """The placeholder group's vectors as an (nq, dim) float32 array, each checked against the
     field's dim."""
-    group = common_pb2.PlaceholderGroup.FromString(req.placeholder_group)
+    group = common_pb2.PlaceholderGroup.FromString(placeholder_group)
     if not group.placeholders:
         raise merr.invalid("the search request has no query vectors")
     ph = group.placeholders[0]
@@ -76,7 +55,9 @@ def keep_after_offset(table: pa.Table, offset: int) -> pa.Table:
     return table.filter(pa.array(rank >= offset))
 
 
-def result_data(meta, table: pa.Table, nq: int, limit: int, round_decimal: int, out_ids, out_names):
+def result_data(
+    meta, table: pa.Table, nq: int, limit: int, round_decimal: int, out_ids, out_names, group_field=None
+) -> schema_pb2.SearchResultData:
     res = schema_pb2.SearchResultData(num_queries=nq, top_k=limit, primary_field_name=meta.pk.name)
     res.output_fields.extend(out_names)
     n = table.num_rows
@@ -100,49 +81,140 @@ def result_data(meta, table: pa.Table, nq: int, limit: int, round_decimal: int, 
         fd = typeutil.array_to_field_data(f, col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
         fd.is_dynamic = f.is_dynamic
         res.fields_data.append(fd)
+    if group_field is not None:
+        # Milvus answers each hit's group value beside the hits, named and typed as the field.
+        col = table.column(groupby.GROUP) if n else pa.array([], typeutil.arrow_type(group_field))
+        res.group_by_field_value.CopyFrom(typeutil.array_to_field_data(group_field, col))
     return res
+
+
+@dataclass
+class FieldSearch:
+    """One vector field's search, prepared by the Proxy: a plain search, or one request of a
+    hybrid search."""
+
+    info: SearchInfo
+    queries: np.ndarray
+    expr: str = ""
+    templates: Mapping[str, schema_pb2.TemplateValue] = field(default_factory=dict)
+    metric: str = "L2"
+
+    @property
+    def larger_is_closer(self) -> bool:
+        return vector_search.larger_is_closer(self.metric)
+
+
+@dataclass
+class ReadScope:
+    """Where and as of when a read runs: serving nodes, partitions, timestamps, outputs."""
+
+    nodes: dict[int, list[str]]
+    partitions: list[int]
+    guarantee_ts: int
+    ttl_ts: int
+    mvcc_ts: int = 0
+    out_ids: list[int] = field(default_factory=list)
 
 
 class ProxySearchMixin:
     @merr.rpc(milvus_pb2.SearchResults)
     async def Search(self, req: milvus_pb2.SearchRequest, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
-        params = {kv.key: kv.value for kv in req.search_params}
-        field = _anns_field(meta, params)
-        limit = _int_param(params, "topk", 10)
-        offset = _int_param(params, "offset", 0)
-        round_decimal = _int_param(params, "round_decimal", -1)
-        if limit <= 0 or limit > TOPK_LIMIT:
-            raise merr.invalid(f"topk [{limit}] is invalid, should be in range [1, {TOPK_LIMIT}], but got {limit}")
-        if offset < 0 or offset + limit > TOPK_LIMIT:
-            raise merr.invalid(
-                f"invalid max query result window, (offset+limit) should be in range [1, {TOPK_LIMIT}], "
-                f"but got {offset + limit}"
-            )
-        if round_decimal != -1 and not 0 <= round_decimal <= 6:
-            raise merr.invalid(f"round_decimal {round_decimal} is invalid, should be -1 or an integer in range [0, 6]")
-        metric = await self.search_metric(meta, field, params.get("metric_type", ""))
-        queries = query_vectors(req, field)
-        nodes, loaded = await read_path.serving_nodes(self, meta)
-        parts = read_path.partition_ids(meta, list(req.partition_names), loaded)
+        params = search_util.request_params(req, search_util.SEARCH)
+        fs = await self.prepare_field_search(meta, params, req.placeholder_group, req.dsl, req.expr_template_values)
+        search_util.search_request_nq(req, len(fs.queries))
+        info = fs.info
+        fusion = None
+        if req.HasField("function_score"):
+            if info.iterator:
+                raise merr.invalid("Range search do not support rerank: invalid parameter")
+            fusion = rerank.from_function_score(req.function_score, meta.schema)
+            if not fusion.supports_group and info.group.field is not None:
+                raise merr.invalid("Current rerank does not support grouping search: invalid parameter")
         out_ids, out_names = read_path.output_fields(meta, list(req.output_fields))
-        ts = await read_path.guarantee_ts(self, meta, req)
+        scope = await self.read_scope(meta, req, list(req.partition_names), out_ids, info.iterator)
+        if fusion is not None:
+            scope.out_ids = out_ids + [f for f in fusion.input_fields if f not in out_ids]
+        bound = self.search_iterators.bound(info.iterator_v2, fs.larger_is_closer)
+        merged = await self.run_field_search(meta, fs, scope, bound)
+        group_field = info.group.field
+        nq = len(fs.queries)
+        if fusion is not None:
+            window = rerank.Window(
+                info.limit,
+                info.offset,
+                info.round_decimal,
+                info.group.size,
+                info.group.strict,
+                grouped=bool(group_field),
+            )
+            merged = rerank.fuse(fusion, [merged], [fs.metric], window)
+        elif group_field is not None:
+            merged = groupby.merge_groups(merged, info.limit, info.group.size, fs.larger_is_closer, info.offset)
+        else:
+            merged = keep_after_offset(merged, info.offset)
+        data = result_data(meta, merged, nq, info.limit, info.round_decimal, out_ids, out_names, group_field)
+        if info.iterator_v2 is not None:
+            token, last = self.search_iterators.advance(info.iterator_v2, merged)
+            data.search_iterator_v2_results.token = token
+            data.search_iterator_v2_results.last_bound = last
+        session_ts = scope.mvcc_ts or scope.guarantee_ts
+        return milvus_pb2.SearchResults(results=data, collection_name=meta.name, session_ts=session_ts)
+
+    async def prepare_field_search(
+        self, meta, params: dict[str, str], placeholder_group: bytes, expr: str, templates, rank=None
+    ) -> FieldSearch:
+        """Parse one field search's params (Milvus' parseSearchInfo), its vectors and filter, and
+        resolve its metric from the field's index."""
+        info = search_util.parse_search_info(meta.schema, params, rank)
+        if info.collection_id and info.collection_id != meta.id:
+            raise merr.invalid(
+                f"collection id:{info.collection_id} in the request is not consistent to that in the search context,"
+                f"alias or database may have been changed: {meta.id}: invalid parameter"
+            )
+        queries = query_vectors(placeholder_group, info.field)
+        read_path.check_expr(meta, expr, templates)
+        metric = await self.search_metric(meta, info.field, info.metric)
+        return FieldSearch(info, queries, expr, templates, metric)
+
+    async def read_scope(self, meta, req, partition_names: list[str], out_ids: list[int], iterator: bool) -> ReadScope:
+        nodes, loaded = await read_path.serving_nodes(self, meta)
+        parts = read_path.partition_ids(meta, partition_names, loaded)
+        ts, mvcc = await read_path.read_timestamps(self, meta, req, iterator)
         ttl_ts = await read_path.collection_ttl_ts(self, meta)
-        extra = params.get("params") or "{}"
+        return ReadScope(nodes, parts, ts, ttl_ts, mvcc, list(out_ids))
+
+    async def run_field_search(
+        self, meta, fs: FieldSearch, scope: ReadScope, bound: query_node_pb2.IteratorBound | None = None
+    ) -> pa.Table:
+        """One field search on every serving node, merged: per query the best `topk` hits (or
+        groups), best first — the offset is still in (the caller drops it)."""
+        info = fs.info
         qreq = query_node_pb2.SearchRequest(
             collectionID=meta.id,
-            guarantee_ts=ts,
-            collection_ttl_ts=ttl_ts,
-            vectors=queries.tobytes(),
-            nq=len(queries),
-            topk=offset + limit,
-            metric_type=metric,
-            params=extra,
-            expr=req.dsl,
-            output_fieldIDs=out_ids,
-            partitionIDs=parts,
-            anns_fieldID=field.fieldID,
+            guarantee_ts=scope.guarantee_ts,
+            collection_ttl_ts=scope.ttl_ts,
+            vectors=fs.queries.tobytes(),
+            nq=len(fs.queries),
+            topk=info.topk,
+            metric_type=fs.metric,
+            params=json.dumps(info.params),
+            expr=fs.expr,
+            output_fieldIDs=scope.out_ids,
+            partitionIDs=scope.partitions,
+            anns_fieldID=info.field.fieldID,
+            ignore_growing=info.ignore_growing,
+            mvcc_ts=scope.mvcc_ts,
         )
+        for name, value in fs.templates.items():
+            qreq.expr_template_values[name].CopyFrom(value)
+        if info.group.field is not None:
+            qreq.group_by_fieldID = info.group.field.fieldID
+            qreq.group_size = info.group.size
+            qreq.strict_group_size = info.group.strict
+        if bound is not None:
+            qreq.iterator_bound.CopyFrom(bound)
+        qreq.iterator_v2 = info.iterator_v2 is not None
 
         async def one(node, chans):
             r = query_node_pb2.SearchRequest()
@@ -150,35 +222,22 @@ class ProxySearchMixin:
             r.vchannels.extend(chans)
             return await node.Search(r)
 
-        results = await read_path.fan_out(self, nodes, one)
+        results = await read_path.fan_out(self, scope.nodes, one)
         tables = [reduce.from_ipc(r.arrow) for r in results if r.arrow]
         tables = [t for t in tables if t.num_rows]
-        if len(tables) == 1:  # one QueryNode's answer is merged already (top-k per query, best first)
-            merged = keep_after_offset(tables[0], offset)
-        elif tables:
-            merged = reduce.merge_topk(
-                pa.concat_tables(tables, promote_options="default"),
-                offset + limit,
-                vector_search.larger_is_closer(metric),
-            )
-            merged = keep_after_offset(merged, offset)
-        else:
-            merged = reduce.empty_search_result()
-        data = result_data(meta, merged, len(queries), limit, round_decimal, out_ids, out_names)
-        return milvus_pb2.SearchResults(results=data, collection_name=meta.name, session_ts=ts)
+        if not tables:
+            return reduce.empty_search_result()
+        if len(tables) == 1:  # one QueryNode's answer is merged already
+            return tables[0]
+        merged = pa.concat_tables(tables, promote_options="default")
+        if info.group.field is not None:
+            return groupby.merge_groups(merged, info.topk, info.group.size, fs.larger_is_closer)
+        return reduce.merge_topk(merged, info.topk, fs.larger_is_closer)
 
     async def vector_indexes(self, meta) -> dict[int, dict[str, str]]:
-        """{vector field ID: its index params} (DataCoord's index meta). DataCoord is looked up
-        at call time: in a standalone it is the in-process component (a read-only call, no gRPC
-        round trip on every search), elsewhere its remote client."""
-        datacoord = self.registry.client(roles.DATACOORD)
-        resp = await datacoord.DescribeIndex(
-            data_coord_pb2.DescribeIndexRequest(collectionID=meta.id, without_progress=True)
-        )
-        if resp.status.code == merr.INDEX_NOT_FOUND[0]:
-            return {}
-        merr.check(resp.status)
-        return {i.index.fieldID: {kv.key: kv.value for kv in i.index.index_params} for i in resp.infos}
+        """{vector field ID: its index params} (DataCoord's index meta)."""
+        infos = await read_path.index_infos(self, meta)
+        return {i.index.fieldID: {kv.key: kv.value for kv in i.index.index_params} for i in infos}
 
     async def search_metric(self, meta, field, requested: str) -> str:
         """The metric of the field's index; a request naming another one is refused, as Milvus."""

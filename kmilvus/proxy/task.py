@@ -1,4 +1,4 @@
-"""Proxy tasks (seed 000 §2, seed 001 §2): PreExecute → Execute → PostExecute, WaitToFinish.
+"""Proxy tasks (Milvus' task interface): PreExecute → Execute → PostExecute, WaitToFinish.
 
 DDL and Flush go through `DdTaskQueue` one at a time, in arrival order, so a Flush never
 overtakes the CreateCollection before it; inserts go through `DmTaskQueue`, which runs them

@@ -1,4 +1,4 @@
-"""QueryCoord: which collections are loaded; releases them on drop (seed 001 §12-15)."""
+"""QueryCoord: which collections are loaded; releases them on drop (docs/architecture/read-path.md)."""
 
 from kmilvus.querycoord.query_coord import QueryCoord
 

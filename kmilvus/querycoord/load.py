@@ -8,6 +8,8 @@
   segments to the node of their channel; dropped segments are released there.
 - every `CHECK_INTERVAL` the live QueryNode sessions are compared with the assignment; a channel
   of a node whose session expired moves to a live node (with its segments), recorded in one put.
+- every `CHANNEL_CHECK_INTERVAL` each node is asked which channels it serves: one it no longer
+  serves (its delegator read behind the stream's retention and stopped) is watched again.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kmilvus.util.tasks import BackgroundTasks, stopping
 
 log = get_logger(__name__)
 CHECK_INTERVAL = 1.0
+CHANNEL_CHECK_INTERVAL = 2.0
 LOADED_PREFIX = "querycoord-meta/loaded/"
 SegmentState = common_pb2.SegmentState
 
@@ -54,6 +57,7 @@ class LoadManager:
         for coll_id in self.loads:  # a new leader: nodes that already serve a channel answer at once
             self._start_job(coll_id)
         self._tasks.every(lambda: CHECK_INTERVAL, self.check_nodes, "querycoord-check-nodes")
+        self._tasks.every(lambda: CHANNEL_CHECK_INTERVAL, self.check_channels, "querycoord-check-channels")
         self._tasks.every(lambda: CHECK_INTERVAL, self.check_indexes, "querycoord-check-indexes")
         self._follow()
 
@@ -255,6 +259,32 @@ class LoadManager:
                     await self._save(info)
                     moved.append(coll_id)
         for coll_id in moved:
+            self._start_job(coll_id)
+
+    async def check_channels(self) -> None:
+        """Watch again the channels a node says it does not serve (any more)."""
+        again: set[int] = set()
+        for coll_id, info in list(self.loads.items()):
+            by_node: dict[int, list[str]] = {}
+            for ch in self.served.get(coll_id, set()):
+                by_node.setdefault(info.channel_nodes[ch], []).append(ch)
+            for node_id, chans in by_node.items():
+                try:
+                    rsp = await self.node(node_id).GetDataDistribution(
+                        query_node_pb2.GetDataDistributionRequest(collectionID=coll_id)
+                    )
+                    merr.check(rsp.status)
+                except Exception:  # noqa: BLE001 - a node away: check_nodes moves its channels
+                    continue
+                serving = {c.vchannel for c in rsp.channels if c.consuming}
+                for ch in chans:
+                    if ch not in serving and self.loads.get(coll_id) is info and info.channel_nodes[ch] == node_id:
+                        log.warning(
+                            "query node no longer serves a channel: watching it again", channel=ch, node=node_id
+                        )
+                        self.served.get(coll_id, set()).discard(ch)
+                        again.add(coll_id)
+        for coll_id in again:
             self._start_job(coll_id)
 
     # Indexes ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """QueryCoord: which collections are loaded and which QueryNode serves each of their DML channels
-(`load.LoadManager`), and seed 001's ReleaseCollectionTask: tell every Proxy to stop serving the
-collection (through RootCoord's ReleaseDQLMessageStream), free it on the QueryNodes and remove its
-loaded-state meta."""
+(`load.LoadManager`), and Milvus' ReleaseCollectionTask (docs/architecture/drop.md): tell every
+Proxy to stop serving the collection (through RootCoord's ReleaseDQLMessageStream), free it on
+the QueryNodes and remove its loaded-state meta."""
 
 from __future__ import annotations
 

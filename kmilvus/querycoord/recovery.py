@@ -79,7 +79,6 @@ async def watch_request(
         d = internal_pb2.L0Deltalog.FromString(raw_l0)
         if d.channel == vchannel and (not partitions or d.partitionID == ALL_PARTITIONS or d.partitionID in partitions):
             req.l0_deltalogs.append(d)
-    seek = cp.seq
     for s in await segments_of(datacoord, coll_id):
         if s.insert_channel != vchannel:
             continue
@@ -90,9 +89,9 @@ async def watch_request(
             req.flushed_segmentIDs.append(s.ID)
             req.sealed_segments.append(await load_info(kv, datacoord, s))
         else:
-            info = await load_info(kv, datacoord, s)
-            req.unflushed_segments.append(info)
-            if info.binlog_paths and s.dml_position.seq:
-                seek = min(seek, s.dml_position.seq)
-    req.seek_position.CopyFrom(internal_pb2.MsgPosition(channel_name=vchannel, seq=seek, timestamp=cp.timestamp))
+            req.unflushed_segments.append(await load_info(kv, datacoord, s))
+    # From the checkpoint: the stream keeps what follows it (datacoord.stream_trimmer), and the
+    # rows of unflushed segments before it are in their binlogs (read above), later ones are
+    # skipped by their dml_position.
+    req.seek_position.CopyFrom(cp)
     return req

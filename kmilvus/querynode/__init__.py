@@ -1,4 +1,4 @@
-"""QueryNode: loaded segments, delegated DML channels, Search and Query (issue 14)."""
+"""QueryNode: loaded segments, delegated DML channels, Search and Query (docs/architecture/read-path.md)."""
 
 from kmilvus.querynode.query_node import QueryNode
 

@@ -5,6 +5,13 @@ from the channel's checkpoint, keeps the rows of segments not flushed yet as gro
 Handoff: once the sealed copy of a segment is loaded (`QueryNode.LoadSegments`), its growing
 copy is dropped and later stream messages of that segment are skipped, in one step of the event
 loop — a search sees either copy, never both and never neither.
+
+Behind the stream's retention: a delegator that reads the channel more than the retention time
+after the DataNodes (or starts reading that long after its channel's logs were listed) finds
+messages purged before it read them (`StreamGapError`) — a delete among them would be lost to its
+reads. It stops serving (`lost`: reads of the channel fail, never answer without the delete) and
+QueryCoord watches the channel again: the new watch lists the segments and their delta logs as
+they are now, where everything purged already is.
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.datanode.flowgraph import read_ipc
 from kmilvus.log import get_logger
-from kmilvus.msgstream import MsgStream, MsgType
+from kmilvus.msgstream import MsgStream, MsgType, StreamGapError
+from kmilvus.msgstream.reader import ChannelReader
 from kmilvus.proto import query_node_pb2
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.segments import GrowingSegment
@@ -45,8 +53,9 @@ class ChannelDelegator:
         self.versions = KeyVersions()  # older versions of keys held twice are hidden like deletes
         self.serviceable_ts = 0
         self.dropped = False
+        self.lost = False  # messages were purged before it read them: it no longer serves
         self.changed = asyncio.Condition()
-        self._consumer = None
+        self._consumer: ChannelReader | None = None
         self._task: asyncio.Task | None = None
 
     @property
@@ -54,8 +63,10 @@ class ChannelDelegator:
         return sum(g.nbytes for g in self.growing.values())
 
     async def start(self) -> None:
-        self._consumer = await self.stream.dispatch(self.vchannel, after_seq=self.seek, name=self.consumer_name)
-        self._task = asyncio.create_task(self._run(), name=f"delegator-{self.vchannel}")
+        reader = ChannelReader(self.stream, self.vchannel, self.seek, self.consumer_name)
+        await reader.start()
+        self._consumer = reader
+        self._task = asyncio.create_task(self._run(reader), name=f"delegator-{self.vchannel}")
 
     async def stop(self) -> None:
         """Stop consuming, delete the server-side consumer and free the growing data."""
@@ -82,7 +93,7 @@ class ChannelDelegator:
 
     @property
     def consuming(self) -> bool:
-        return self._consumer is not None
+        return self._consumer is not None and not self.lost
 
     def add_growing(self, seg_id: int, partition_id: int, table, deltas=None) -> None:
         """Rows of an unflushed segment read from its binlogs (before the stream resumes)."""
@@ -96,50 +107,57 @@ class ChannelDelegator:
         self.skip.add(seg_id)
         self.growing.pop(seg_id, None)
 
-    async def _run(self) -> None:
+    async def _run(self, reader: ChannelReader) -> None:
         try:
-            async for msg in self._consumer:
-                t = msg.type
-                if t == MsgType.Insert:
-                    seg = int(msg.headers["segment"])
-                    if seg in self.skip or msg.position.seq <= self.persisted_upto.get(seg, 0):
-                        continue
-                    g = self.growing.get(seg)
-                    if g is None:
-                        part = int(msg.headers.get("partition", 0))
-                        g = self.growing[seg] = GrowingSegment(seg, part, self.schema)
-                    g.add(read_ipc(msg.payload))
-                elif t == MsgType.Delete:
-                    batch = read_ipc(msg.payload)
-                    self.add_deletes(
-                        int(msg.headers.get("partition", ALL_PARTITIONS)),
-                        deltalog.pk_numpy(batch.column(deltalog.PK)),
-                        batch.column(deltalog.TS).to_numpy(zero_copy_only=False),
-                    )
-                elif t == MsgType.TimeTick:
-                    self.serviceable_ts = msg.timestamp
-                    async with self.changed:
-                        self.changed.notify_all()
-                elif t == MsgType.DropCollection:
-                    self.dropped = True
-                    self.growing.clear()
-                    async with self.changed:
-                        self.changed.notify_all()
-                    break
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.error("delegator failed", channel=self.vchannel, exc_info=True)
-            raise
+            await reader.run(self._handle)
+        except StreamGapError as gap:
+            log.warning("delegator behind the stream's retention: the channel is to be watched again", error=str(gap))
+            self.lost = True
+            self.growing.clear()
+            async with self.changed:
+                self.changed.notify_all()
+
+    async def _handle(self, msg) -> bool:
+        t = msg.type
+        if t == MsgType.Insert:
+            seg = int(msg.headers["segment"])
+            if seg in self.skip or msg.position.seq <= self.persisted_upto.get(seg, 0):
+                return False
+            g = self.growing.get(seg)
+            if g is None:
+                part = int(msg.headers.get("partition", 0))
+                g = self.growing[seg] = GrowingSegment(seg, part, self.schema)
+            g.add(read_ipc(msg.payload))
+        elif t == MsgType.Delete:
+            batch = read_ipc(msg.payload)
+            self.add_deletes(
+                int(msg.headers.get("partition", ALL_PARTITIONS)),
+                deltalog.pk_numpy(batch.column(deltalog.PK)),
+                batch.column(deltalog.TS).to_numpy(zero_copy_only=False),
+            )
+        elif t == MsgType.TimeTick:
+            self.serviceable_ts = msg.timestamp
+            async with self.changed:
+                self.changed.notify_all()
+        elif t == MsgType.DropCollection:
+            self.dropped = True
+            self.growing.clear()
+            async with self.changed:
+                self.changed.notify_all()
+            return True
+        return False
 
     async def wait_serviceable(self, ts: int, timeout: float) -> bool:
-        """True once every message with a timestamp below `ts` has been consumed."""
+        """True once every message with a timestamp below `ts` has been consumed; False after
+        `timeout`, or once the delegator is `lost`."""
+        if self.lost:
+            return False
         if self.serviceable_ts >= ts or self.dropped:
             return True
         async with self.changed:
             try:
                 async with asyncio.timeout(timeout):  # not wait_for: it may swallow a cancel (3.11)
-                    await self.changed.wait_for(lambda: self.serviceable_ts >= ts or self.dropped)
+                    await self.changed.wait_for(lambda: self.serviceable_ts >= ts or self.dropped or self.lost)
             except TimeoutError:
                 return False
-        return True
+        return not self.lost

@@ -36,17 +36,23 @@ class DeleteSet:
             if not self._pks:
                 self._reduced = (np.array([], dtype=np.int64), np.array([], dtype=np.int64))
             else:
-                pks, ts = np.concatenate(self._pks), np.concatenate(self._ts)
-                order = np.lexsort((ts, pks))
-                pks, ts = pks[order], ts[order]
-                last = np.ones(len(pks), dtype=bool)
-                last[:-1] = pks[1:] != pks[:-1]
-                self._reduced = (pks[last], ts[last])
+                self._reduced = _newest_per_key(np.concatenate(self._pks), np.concatenate(self._ts))
         return self._reduced
 
-    def deleted(self, pks: np.ndarray, row_ts: np.ndarray) -> np.ndarray | None:
-        """A bool per row: deleted by this set (None when nothing is)."""
+    def reduced_as_of(self, mvcc_ts: int) -> tuple[np.ndarray, np.ndarray]:
+        """`reduced()` of the deletes at or before `mvcc_ts` (a snapshot read; not cached: only
+        snapshot reads, the iterators', ask)."""
         keys, newest = self.reduced()
+        if not len(newest) or int(newest.max()) <= mvcc_ts:
+            return keys, newest
+        pks, ts = np.concatenate(self._pks), np.concatenate(self._ts)
+        early = ts <= mvcc_ts
+        return _newest_per_key(pks[early], ts[early])
+
+    def deleted(self, pks: np.ndarray, row_ts: np.ndarray, mvcc_ts: int = 0) -> np.ndarray | None:
+        """A bool per row: deleted by this set (None when nothing is); with `mvcc_ts`, by its
+        deletes at or before that timestamp."""
+        keys, newest = self.reduced_as_of(mvcc_ts) if mvcc_ts else self.reduced()
         if len(keys) == 0 or len(pks) == 0:
             return None
         if keys.dtype.kind != pks.dtype.kind:
@@ -55,6 +61,14 @@ class DeleteSet:
         idx[idx == len(keys)] = 0
         hit = (keys[idx] == pks) & (newest[idx] > row_ts)
         return hit if hit.any() else None
+
+
+def _newest_per_key(pks: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((ts, pks))
+    pks, ts = pks[order], ts[order]
+    last = np.ones(len(pks), dtype=bool)
+    last[:-1] = pks[1:] != pks[:-1]
+    return pks[last], ts[last]
 
 
 def pk_and_ts(table, pk_field: int) -> tuple[np.ndarray, np.ndarray]:

@@ -55,6 +55,9 @@ class Filter:
         return keep
 
 
-def compile_filter(expr: str, schema: schema_pb2.CollectionSchema, expire_before: int = 0) -> Filter:
+def compile_filter(
+    expr: str, schema: schema_pb2.CollectionSchema, expire_before: int = 0, values: dict[str, Any] | None = None
+) -> Filter:
+    """`values`: the request's expression template values (`{name}` in `expr`)."""
     expr = (expr or "").strip()
-    return Filter(expr, parse(expr, schema) if expr else None, int(expire_before))
+    return Filter(expr, parse(expr, schema, values) if expr else None, int(expire_before))

@@ -5,7 +5,6 @@ timestamp (Milvus' querynodev2, with the delegator and its workers in one proces
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -15,15 +14,18 @@ from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 from kmilvus import components as roles
 from kmilvus.config import Config
 from kmilvus.log import get_logger
+from kmilvus.parser import template_values
 from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
-from kmilvus.querynode import reduce, vector_search
+from kmilvus.querynode import reduce
 from kmilvus.querynode.delegator import ChannelDelegator
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
+from kmilvus.querynode.search_plan import plan_from_request
 from kmilvus.querynode.segments import SegmentData
 from kmilvus.storage import deltalog
 from kmilvus.storage.binlog import read_binlogs
 from kmilvus.util import memory, merr, typeutil
+from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.timetick import demand_tick
 
 log = get_logger(__name__)
@@ -37,21 +39,25 @@ class LoadedCollection:
     sealed: dict[int, SegmentData] = field(default_factory=dict)
     channel_of: dict[int, str] = field(default_factory=dict)  # sealed segment → its DML channel
     channels: dict[str, ChannelDelegator] = field(default_factory=dict)
+    # Segments never to be served again: compacted into another, or dropped. A load prepared
+    # before that (a QueryCoord's index check or feed catch-up) arrives late and is ignored.
+    retired: set[int] = field(default_factory=set)
 
     @property
     def pk_field(self) -> int:
         return typeutil.primary_field(self.schema).fieldID
 
-    def segments(self, vchannels, partitions) -> list[tuple[SegmentData, tuple[DeleteSet, ...]]]:
-        """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`),
-        each with its channel's deletes that apply to it."""
+    def segments(self, vchannels, partitions, growing: bool = True) -> list[tuple[SegmentData, tuple[DeleteSet, ...]]]:
+        """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`; none
+        without `growing`: Milvus' ignore_growing), each with its channel's deletes that apply
+        to it."""
         parts = set(partitions)
         segs = []
         for s in self.sealed.values():
             if not parts or s.partition_id in parts:
                 d = self.channels.get(self.channel_of.get(s.segment_id, ""))
                 segs.append((s, d.deletes_of(s.partition_id) if d is not None else ()))
-        for ch in vchannels:
+        for ch in vchannels if growing else ():
             d = self.channels[ch]
             segs += [
                 (g.data(), d.deletes_of(g.partition_id))
@@ -126,6 +132,11 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             await asyncio.to_thread(memory.release)
         return seg
 
+    def _deltas_of(self, info: query_node_pb2.SegmentLoadInfo) -> DeleteSet:
+        deltas = DeleteSet()
+        self._read_deltas(deltas, info)
+        return deltas
+
     def _read_deltas(self, deltas: DeleteSet, info: query_node_pb2.SegmentLoadInfo) -> None:
         for key in info.delta_paths:
             t = deltalog.read_delta_log(self.store, key)
@@ -163,7 +174,11 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         self._add_indexes(seg, self._index_files(info, have=seg.indexes))
 
     def _install(self, coll: LoadedCollection, data: SegmentData, info: query_node_pb2.SegmentLoadInfo) -> None:
-        """Sealed copy in, growing copy and compaction sources out — in one synchronous step."""
+        """Sealed copy in, growing copy and compaction sources out — in one synchronous step. A
+        retired segment (its compacted target is in) is not installed: its rows would show twice."""
+        if data.segment_id in coll.retired:
+            return
+        coll.retired.update(info.compaction_from)
         coll.sealed[data.segment_id] = data
         coll.channel_of[data.segment_id] = info.insert_channel
         for d in coll.channels.values():
@@ -178,8 +193,12 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     async def WatchDmChannels(self, req: query_node_pb2.WatchDmChannelsRequest, context=None):
         async with self._lock:
             coll = self._collection(req.collectionID, req.schema)
-            if req.vchannel in coll.channels:
+            old = coll.channels.get(req.vchannel)
+            if old is not None and not old.lost:
                 return merr.success()
+            if old is not None:  # reloaded: it read behind the stream's retention
+                await old.stop()
+                del coll.channels[req.vchannel]
             name = f"{self.cfg.cluster}-qn{self.server_id}"
             d = ChannelDelegator(self.stream, name, req)
             for part, pks, ts in await asyncio.to_thread(self._read_l0, req):
@@ -189,11 +208,16 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                     data = await self._read(coll, info)
                     d.add_growing(info.segmentID, info.partitionID, data.table, data.deltas)
             for info in req.sealed_segments:
-                if info.segmentID not in coll.sealed:
+                have = coll.sealed.get(info.segmentID)
+                if have is None and info.segmentID not in coll.retired:
                     self._install(coll, await self._read(coll, info), info)
+                elif have is not None and old is not None:
+                    # Deletes the lost delegator did not read are in delta logs committed since.
+                    have.deltas = await asyncio.to_thread(self._deltas_of, info)
                 d.skip.add(info.segmentID)
             d.skip.update(coll.sealed)
             coll.channels[req.vchannel] = d
+            await afailpoint("querynode.watch.before_consume")  # its logs were listed; not reading yet
             await d.start()
         log.info("channel watched", channel=req.vchannel, node=self.server_id, sealed=len(req.sealed_segments))
         return merr.success()
@@ -209,6 +233,8 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                 if any(f not in have.indexes for f in info.index_fieldIDs):  # an index finished
                     await asyncio.to_thread(self._read_indexes, have, info)
                 continue
+            if info.segmentID in coll.retired:
+                continue  # compacted away or dropped since the QueryCoord prepared this load
             data = await self._read(coll, info)
             if self.collections.get(req.collectionID) is coll:
                 self._install(coll, data, info)
@@ -218,6 +244,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     async def ReleaseSegments(self, req: query_node_pb2.ReleaseSegmentsRequest, context=None):
         coll = self.collections.get(req.collectionID)
         if coll is not None:
+            coll.retired.update(req.segmentIDs)
             for seg in req.segmentIDs:
                 coll.sealed.pop(seg, None)
                 coll.channel_of.pop(seg, None)
@@ -271,7 +298,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     # Reads ----------------------------------------------------------------------------------
     async def _serviceable(self, coll_id: int, vchannels, guarantee_ts: int, timeout_ms: int) -> LoadedCollection:
         coll = self.collections.get(coll_id)
-        if coll is None or any(ch not in coll.channels for ch in vchannels):
+        if coll is None or any(ch not in coll.channels or coll.channels[ch].lost for ch in vchannels):
             raise merr.MilvusError(
                 merr.CHANNEL_NOT_FOUND, f"channel not available[collection={coll_id}] on querynode {self.server_id}"
             )
@@ -295,39 +322,24 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc(query_node_pb2.SearchResults)
     async def Search(self, req: query_node_pb2.SearchRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
-        flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts)
-        params = json.loads(req.params) if req.params else {}
         await coll.refresh_versions()
-        queries = np.frombuffer(req.vectors, dtype="<f4").reshape(req.nq, -1)
-        segments = coll.segments(req.vchannels, req.partitionIDs)
-        metric = vector_search.check_metric(req.metric_type)
-        radius = params.get("radius")
-        range_filter = params.get("range_filter")
-        table = await asyncio.to_thread(
-            reduce.search_segments,
-            segments,
-            queries,
-            int(req.topk),
-            metric,
-            req.anns_fieldID,
-            coll.pk_field,
-            list(req.output_fieldIDs),
-            flt,
-            None if radius is None else float(radius),
-            None if range_filter is None else float(range_filter),
-            params,
-        )
+        plan = plan_from_request(req, coll.schema, coll.pk_field)
+        segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
+        table = await asyncio.to_thread(reduce.search_segments, segments, plan)
         return query_node_pb2.SearchResults(arrow=reduce.to_ipc(table))
 
     @merr.rpc(query_node_pb2.RetrieveResults)
     async def Query(self, req: query_node_pb2.QueryRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
-        flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts)
+        values = template_values(req.expr_template_values) if req.expr else None
+        flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts, values)
         await coll.refresh_versions()
-        segments = coll.segments(req.vchannels, req.partitionIDs)
+        segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
         outputs = [] if req.count else list(req.output_fieldIDs)
         limit = 0 if req.count else req.limit  # count(*) builds no rows
-        table, count = await asyncio.to_thread(reduce.retrieve_segments, segments, coll.pk_field, outputs, flt, limit)
+        table, count = await asyncio.to_thread(
+            reduce.retrieve_segments, segments, coll.pk_field, outputs, flt, limit, req.mvcc_ts
+        )
         resp = query_node_pb2.RetrieveResults(count=count)
         if table is not None and not req.count:
             resp.arrow = reduce.to_ipc(table)

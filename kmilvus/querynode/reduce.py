@@ -14,8 +14,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kmilvus.querynode import vector_search
+from kmilvus.querynode import groupby, vector_search
 from kmilvus.querynode.filter import Filter
+from kmilvus.querynode.search_plan import SearchPlan
 from kmilvus.querynode.segments import SegmentData
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="segment-search")
@@ -61,10 +62,11 @@ def merge_topk(table: pa.Table, k: int, larger: bool) -> pa.Table:
     return table.take(pa.array(keep))
 
 
-def _alive(seg: SegmentData, deletes, flt: Filter) -> np.ndarray | None:
-    """Rows the filter keeps and no delete removed (None: all)."""
+def _alive(seg: SegmentData, deletes, flt: Filter, mvcc_ts: int = 0) -> np.ndarray | None:
+    """Rows the filter keeps and no delete removed (None: all); with `mvcc_ts`, as of that
+    timestamp (later rows invisible, later deletes not applied)."""
     keep = flt.mask(seg.table, seg.pk_rows)
-    alive = seg.alive(deletes)
+    alive = seg.alive_at(deletes, mvcc_ts) if mvcc_ts else seg.alive(deletes)
     if alive is None:
         return keep
     return alive if keep is None else keep & alive
@@ -82,56 +84,149 @@ def _topk_from_ranges(lims: np.ndarray, d: np.ndarray, o: np.ndarray, nq: int, k
     return out_d, out_i
 
 
-def search_segments(
-    segments: list[tuple[SegmentData, object]],
-    queries: np.ndarray,
-    k: int,
-    metric: str,
-    anns_field: int,
-    pk_field: int,
-    output_ids: list[int],
-    flt: Filter,
-    radius: float | None = None,
-    range_filter: float | None = None,
-    params: dict | None = None,
-) -> pa.Table:
-    """Top-k per query over `segments` (each searched in a thread: faiss and BLAS release the
+def _segment_topk(seg: SegmentData, plan: SearchPlan, valid: np.ndarray | None, k: int):
+    """(distances, offsets) nq × k, best first, -1 where no row: through the segment's index of
+    the field when it has one, its raw vectors exactly otherwise (None: no such vectors). `k`
+    may exceed the plan's topk (group-by): the index then searches wider. An iterator page
+    searches every stored vector (`VectorIndex.exhaustive`): a row an approximate search missed
+    before the page's bound would never come back."""
+    index = seg.indexes.get(plan.anns_field)
+    if index is not None:
+        if plan.radius is not None:
+            lims, dd, oo = index.range_search(plan.queries, plan.radius, plan.range_filter, plan.params, valid)
+            return _topk_from_ranges(lims, dd, oo, plan.nq, k)
+        k = min(k, seg.num_rows)
+        if plan.iterating:
+            return index.exhaustive(plan.queries, k, valid)
+        if k > plan.topk:
+            return index.candidates(plan.queries, k, plan.topk, plan.params, valid)
+        return index.search(plan.queries, k, plan.params, valid)
+    base = seg.vectors.get(plan.anns_field)
+    if base is None:
+        return None
+    return vector_search.search(
+        base,
+        plan.queries,
+        k,
+        plan.metric,
+        valid=valid,
+        radius=plan.radius,
+        range_filter=plan.range_filter,
+        base_sq=seg.sq_norms.get(plan.anns_field),
+    )
+
+
+def _excluded(seg: SegmentData, plan: SearchPlan, valid: np.ndarray | None) -> np.ndarray | None:
+    """`valid` without the rows an iterator page must not repeat (primary keys at its bound)."""
+    if plan.bound is None or not len(plan.bound.excluded):
+        return valid
+    keys = plan.bound.excluded
+    if keys.dtype.kind in "iu" and seg.int64_pks() is not None:
+        hit = np.zeros(seg.num_rows, dtype=bool)
+        hit[seg.pk_rows(keys)] = True
+    else:
+        col = seg.table.column(str(plan.pk_field))
+        hit = np.asarray(pc.is_in(col, value_set=pa.array(keys.tolist(), col.type)).to_numpy(zero_copy_only=False))
+    mask = ~hit
+    return mask if valid is None else valid & mask
+
+
+def _grow(k: int, limit: int) -> int:
+    return min(limit, max(k * 4, k + 1))
+
+
+def _past_bound(seg: SegmentData, plan: SearchPlan, valid: np.ndarray | None, n: int):
+    """An iterator page: the best `topk` rows not closer than the page's bound. Candidates are
+    fetched best first in growing batches until enough lie past the bound (or none are left)."""
+    assert plan.bound is not None
+    floor = plan.bound.closeness_floor(plan.larger_is_closer)
+    k = min(n, max(plan.topk * 2, 16))
+    while True:
+        got = _segment_topk(seg, plan, valid, k)
+        if got is None:
+            return None
+        d, i = got
+        ok = (i >= 0) & ((d <= floor) if plan.larger_is_closer else (d >= floor))
+        if k >= n or bool((ok.sum(axis=1) >= plan.topk).all()):
+            break
+        k = _grow(k, n)
+    # keep the qualifying candidates, packed to the left (order preserved)
+    rank = np.cumsum(ok, axis=1) - 1
+    out_d = np.full((plan.nq, plan.topk), np.nan, dtype=np.float32)
+    out_i = np.full((plan.nq, plan.topk), -1, dtype=np.int64)
+    take = ok & (rank < plan.topk)
+    rows = np.nonzero(take)
+    out_d[rows[0], rank[take]] = d[take]
+    out_i[rows[0], rank[take]] = i[take]
+    return out_d, out_i
+
+
+def _grouped(seg: SegmentData, plan: SearchPlan, valid: np.ndarray | None, n: int):
+    """Group-by over one segment (`groupby.select_in_segment`): candidates are fetched best first
+    in growing batches until every query's walk stops or the segment is exhausted. Returns
+    (distances, offsets) with the rows not kept set to -1, and the group values' column."""
+    assert plan.group is not None
+    col = seg.table.column(str(plan.group.field_id))
+    k = min(n, max(plan.topk * plan.group.size, plan.topk))
+    while True:
+        got = _segment_topk(seg, plan, valid, k)
+        if got is None:
+            return None
+        d, i = got
+        slot = i >= 0
+        taken = col.take(pa.array(np.where(slot, i, 0).ravel()))
+        code, ngroups = groupby.codes(taken)
+        kept, done = groupby.select_in_segment(
+            i, code.reshape(i.shape), ngroups, plan.topk, plan.group.size, plan.group.strict
+        )
+        if k >= n or bool(done.all()):
+            break
+        k = _grow(k, n)
+    return d, np.where(kept, i, -1)
+
+
+def _search_segment(seg: SegmentData, deletes, plan: SearchPlan) -> pa.Table | None:
+    """One segment's hits for the plan: "nq", "score", "pk", the group value for a group-by
+    search, then output fields by ID."""
+    if seg.num_rows == 0:
+        return None
+    valid = _excluded(seg, plan, _alive(seg, deletes, plan.filter, plan.mvcc_ts))
+    if valid is not None and not valid.any():
+        return None
+    n = seg.num_rows if valid is None else int(valid.sum())
+    if plan.group is not None:
+        got = _grouped(seg, plan, valid, n)
+    elif plan.bound is not None:
+        got = _past_bound(seg, plan, valid, n)
+    else:
+        got = _segment_topk(seg, plan, valid, plan.topk)
+    if got is None:
+        return None
+    d, i = got
+    hit = i >= 0
+    q_idx = np.nonzero(hit)[0].astype(np.int32)
+    offs = i[hit]
+    cols = {"nq": pa.array(q_idx), "score": pa.array(d[hit].astype(np.float32))}
+    cols.update(_output_columns(seg, offs, plan.pk_field, plan.output_ids))
+    if plan.group is not None:
+        cols[groupby.GROUP] = seg.table.column(str(plan.group.field_id)).take(pa.array(offs, pa.int64()))
+    return pa.table(cols)
+
+
+def merge_search(table: pa.Table, plan: SearchPlan) -> pa.Table:
+    """Hits of several segments (or nodes) reduced to the plan's answer: top-k per query, or the
+    reduce by group."""
+    if plan.group is not None:
+        return groupby.merge_groups(table, plan.topk, plan.group.size, plan.larger_is_closer)
+    return merge_topk(table, plan.topk, plan.larger_is_closer)
+
+
+def search_segments(segments: list[tuple[SegmentData, object]], plan: SearchPlan) -> pa.Table:
+    """The plan's answer over `segments` (each searched in a thread: faiss and BLAS release the
     GIL): a segment's index when it has one for the field, its raw vectors exactly otherwise."""
 
     def one(item) -> pa.Table | None:
-        seg, deletes = item
-        if seg.num_rows == 0:
-            return None
-        valid = _alive(seg, deletes, flt)
-        if valid is not None and not valid.any():
-            return None
-        index = seg.indexes.get(anns_field)
-        if index is not None:
-            if radius is not None:
-                lims, dd, oo = index.range_search(queries, radius, range_filter, params, valid)
-                d, i = _topk_from_ranges(lims, dd, oo, len(queries), k)
-            else:
-                d, i = index.search(queries, min(k, seg.num_rows), params, valid)
-        else:
-            base = seg.vectors.get(anns_field)
-            if base is None:
-                return None
-            d, i = vector_search.search(
-                base,
-                queries,
-                k,
-                metric,
-                valid=valid,
-                radius=radius,
-                range_filter=range_filter,
-                base_sq=seg.sq_norms.get(anns_field),
-            )
-        hit = i >= 0
-        q_idx = np.nonzero(hit)[0].astype(np.int32)
-        offs = i[hit]
-        cols = {"nq": pa.array(q_idx), "score": pa.array(d[hit].astype(np.float32))}
-        cols.update(_output_columns(seg, offs, pk_field, output_ids))
-        return pa.table(cols)
+        return _search_segment(item[0], item[1], plan)
 
     # The largest segment is searched in this (already a worker) thread, and so is every small
     # one (growing data): a hand-over to the pool and back costs more than searching a few
@@ -143,10 +238,9 @@ def search_segments(
     parts = [t for t in found if t is not None]
     if not parts:
         return empty_search_result()
-    if len(parts) == 1:  # one segment's hits: already at most k per query, by query, best first
+    if len(parts) == 1 and plan.group is None:  # one segment's hits: at most k per query, best first
         return parts[0]
-    table = pa.concat_tables(parts, promote_options="default")
-    return merge_topk(table, k, vector_search.larger_is_closer(metric))
+    return merge_search(pa.concat_tables(parts, promote_options="default"), plan)
 
 
 def empty_search_result() -> pa.Table:
@@ -165,16 +259,22 @@ def newest_rows(table: pa.Table) -> pa.Table:
 
 
 def retrieve_segments(
-    segments: list[tuple[SegmentData, object]], pk_field: int, output_ids: list[int], flt: Filter, limit: int
+    segments: list[tuple[SegmentData, object]],
+    pk_field: int,
+    output_ids: list[int],
+    flt: Filter,
+    limit: int,
+    mvcc_ts: int = 0,
 ) -> tuple[pa.Table | None, int]:
     """(rows matching `flt` with "pk", output fields and "__ts", count of matching rows); with
-    `limit` ≥ 0 the rows are the `limit` smallest primary keys (stable pagination, as Milvus)."""
+    `limit` ≥ 0 the rows are the `limit` smallest primary keys (stable pagination, as Milvus);
+    with `mvcc_ts`, as of that timestamp (a query iterator's snapshot)."""
     parts = []
     count = 0
     for seg, deletes in segments:
         if seg.num_rows == 0:
             continue
-        m = _alive(seg, deletes, flt)
+        m = _alive(seg, deletes, flt, mvcc_ts)
         offs = np.arange(seg.num_rows) if m is None else np.nonzero(m)[0]
         count += len(offs)
         if len(offs) and (limit != 0 or output_ids):

@@ -154,6 +154,18 @@ class SegmentData:
         self._alive = (version, mask)
         return mask
 
+    def alive_at(self, channel_deletes: Sequence[DeleteSet], mvcc_ts: int) -> np.ndarray:
+        """A bool per row as of `mvcc_ts` (Milvus' MVCC read): inserted at or before it and not
+        deleted by a delete at or before it."""
+        pks, row_ts = self.keys_and_ts()
+        visible = row_ts <= mvcc_ts
+        for dels in (self.deltas, *channel_deletes):
+            if len(dels):
+                d = dels.deleted(pks, row_ts, mvcc_ts)
+                if d is not None:
+                    visible &= ~d
+        return visible
+
 
 class GrowingSegment:
     """Batches of one segment consumed from the stream; its SegmentData is rebuilt lazily after

@@ -1,4 +1,4 @@
-"""RootCoord: TSO, global IDs, collection meta and DDL (seed 001), time-tick sync."""
+"""RootCoord: TSO, global IDs, collection meta and DDL, time-tick sync (docs/architecture/index.md)."""
 
 from kmilvus.rootcoord.root_coord import RootCoord
 

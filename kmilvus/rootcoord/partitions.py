@@ -2,10 +2,10 @@
 ShowPartitions), with Milvus' codes and messages.
 
 A partition lives in its collection's CollectionInfo; its ID is allocated like any ID. The
-partition DDL travels on the collection's vchannels (seed 002), so every DataNode's DDNode sees
+partition DDL travels on the collection's vchannels (docs/architecture/ddl-flush.md), so every DataNode's DDNode sees
 it in order with the inserts and keeps it for the DDL binlogs of the next manual flush.
 
-DropPartition follows the DropCollection flow (seed 001) at partition scope: the collection
+DropPartition follows the DropCollection flow (docs/architecture/drop.md) at partition scope: the collection
 meta without the partition and a resumable task record are ONE etcd transaction; then the
 DropPartition message goes onto the channels (the DataNodes discard the partition's buffers),
 every Proxy's cache entry is invalidated, and DataCoord removes the partition's segments,

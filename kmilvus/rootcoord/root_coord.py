@@ -95,7 +95,6 @@ class RootCoord(
             self._live_pchannels,
             self.cfg.time_tick_interval,
             idle_interval=self.cfg.time_tick_idle_interval,
-            trim=lambda ch: self.stream.purge(ch, keep=1),
         )
         # Proxies alive from before a restart may have inserts in flight: hear from them first.
         self.tt_sync.expect(set(await list_sessions(self.kv, roles.PROXY)), wait=2 * self.cfg.session_ttl)
@@ -286,14 +285,12 @@ class RootCoord(
                     Cmp.exists(keys.database_key(info.db_name or DEFAULT_DB)),
                 ],
             )
-            if not ok:
-                for v in info.virtual_channel_names:
-                    await self.stream.purge(v)
+            if not ok:  # the DDL published stays until its pchannel is trimmed past it
                 raise MilvusError_dup(info.schema.name)
             self._cache(info)
 
     async def _publish_ddl(self, info: internal_pb2.CollectionInfo, ts: int, msg_type: MsgType, msg) -> None:
-        """DDL goes onto the collection's own vchannels, in order with its DML (DESIGN.md)."""
+        """DDL goes onto the collection's own vchannels, in order with its DML (docs/architecture/ddl-flush.md)."""
         msg.base.msg_type = int(msg_type)
         msg.base.timestamp = ts
         payload = msg.SerializeToString()
@@ -358,7 +355,7 @@ class RootCoord(
         dropping = await self.kv.get(keys.drop_task_key(req.collectionID)) is not None
         return root_coord_pb2.GetDropStateResponse(exists=req.collectionID in self.collections, dropping=dropping)
 
-    # DropCollection (seed 001) -------------------------------------------------------------
+    # DropCollection (docs/architecture/drop.md) --------------------------------------------
     @merr.rpc()
     async def DropCollection(self, req: milvus_pb2.DropCollectionRequest, context=None):
         """DropCollectionReqTask: TSO first, ONE meta transaction, then the broadcast steps."""
@@ -399,7 +396,7 @@ class RootCoord(
         return merr.success()
 
     async def _broadcast_drop(self, info: internal_pb2.CollectionInfo) -> None:
-        """Seed 001 §8-11: DropCollection onto the msgstream, release, invalidate every Proxy."""
+        """DropCollection onto the msgstream, release, invalidate every Proxy (docs/architecture/drop.md)."""
         async with self.ticks.publishing() as ts:
             await self._publish_ddl(
                 info,
@@ -409,7 +406,7 @@ class RootCoord(
                     db_name=info.db_name, collectionName=info.schema.name, collectionID=info.ID
                 ),
             )
-        # ReleaseCollection on QueryCoord does not block the caller (seed 001 §10).
+        # ReleaseCollection on QueryCoord does not block the caller (as in Milvus).
         self._spawn(self._release(info), f"release-{info.ID}")
         await self._invalidate_proxies(info)
 
@@ -458,7 +455,7 @@ class RootCoord(
 
     @merr.rpc()
     async def ReleaseDQLMessageStream(self, req, context=None):
-        """Seed 001 §14: QueryCoord asks RootCoord to redirect this to every Proxy."""
+        """QueryCoord asks RootCoord to redirect this to every Proxy (docs/architecture/drop.md)."""
         proxies = await self.registry.clients(roles.PROXY)
         results = await asyncio.gather(
             *(p.ReleaseDQLMessageStream(req) for p in proxies.values()), return_exceptions=True

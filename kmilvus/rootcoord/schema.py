@@ -75,6 +75,8 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
             )
         if f.is_primary_key:
             pks.append(f)
+            if f.is_partition_key:  # Milvus' validatePartitionKey
+                raise MilvusError(merr.UNEXPECTED, "the partition key field must not be primary field")
         if fieldtypes.is_vector(f.data_type):
             has_vector = True
         if f.data_type in DIM_VECTORS:

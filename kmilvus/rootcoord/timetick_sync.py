@@ -14,12 +14,16 @@ another producer's report lets it (a lagging Proxy still holds it back: the prom
 Nothing is published on demand unless something was flushed or a read must wait.
 
 Idle channels tick slowly: a tick on a vchannel nothing was published on lately carries no news
-for its consumers, and at 1,000 collections publishing every tick on every vchannel saturated
-the machine (issue 16). A channel a producer reported publishing on (`mark_active`, from the
+for its consumers, and with many collections publishing every tick on every vchannel saturates
+the machine (docs/architecture/time-ticks.md). A channel a producer reported publishing on (`mark_active`, from the
 Proxies' reports and RootCoord's own DDL) gets every tick for `active_for` seconds; any other
 channel at most every `idle_interval` seconds. Whoever needs a tick on an idle channel sooner
 asks for it (`demand`): a flush (through the Proxy that ran it) and a QueryNode whose read waits
 for a channel's serviceable time. The promise of a tick is unchanged; only its cadence differs.
+
+Old ticks are not trimmed here: a purge of the tick subject moved the consumers that also read
+the pchannel's data on some nats-server versions. A pchannel's stream is purged as a whole, by
+sequence, below what its readers still need (DataCoord's `StreamTrimmer`), ticks with the rest.
 
 Idle producers: a Proxy with nothing in flight reports `idle` and then stays quiet; it is left
 out of the minimum until it asks for a timestamp to publish with (`allocating`, called before
@@ -32,7 +36,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from kmilvus import metrics
 from kmilvus.log import get_logger
@@ -54,8 +58,6 @@ class TimeTickSync:
         *,
         idle_interval: float = 0.0,
         active_for: float = 1.0,
-        trim: Callable[[str], Awaitable[object]] | None = None,
-        trim_every: float = 30.0,
     ):
         self.producer = producer
         self.own = own
@@ -85,11 +87,6 @@ class TimeTickSync:
         self.on_demand = 0  # ticks published on demand (channels × publishes)
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
-        # Old ticks are no use to anyone (the newest covers them): `trim(channel)` drops all but
-        # the last of a channel's ticks, every `trim_every` seconds.
-        self.trim = trim
-        self.trim_every = trim_every
-        self._trimmed_at = time.monotonic()
 
     def expect(self, source_ids: set[int], wait: float) -> None:
         """After a restart: wait (at most `wait` s) for these live producers' first reports."""
@@ -224,20 +221,11 @@ class TimeTickSync:
         while True:
             try:
                 await self.publish()
-                if time.monotonic() - self._trimmed_at >= self.trim_every:
-                    await self.trim_old_ticks()
             except (Exception, asyncio.CancelledError) as exc:  # keep ticking through transient failures
                 if stopping(exc):
                     raise
                 log.warning("time tick publish failed", error=str(exc))
             await asyncio.sleep(self.interval)
-
-    async def trim_old_ticks(self) -> None:
-        """Drop all but the newest tick of every channel (the stream would keep them all)."""
-        self._trimmed_at = time.monotonic()
-        if self.trim is not None:
-            for ch in list(self.sent):
-                await self.trim(ch)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="timetick-sync")

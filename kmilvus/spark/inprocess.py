@@ -1,7 +1,7 @@
 """Small jobs without a JVM: the job code run in a thread of this process, and the router that
 sends each application to it or to Spark by the size of its input.
 
-A cold `spark-submit` costs ~20 s before the first row moves; a 10,000-row import needs well
+A cold `spark-submit` costs seconds of JVM start before the first row moves; a 10,000-row import needs well
 under a second of work. `InProcessRunner` runs the SAME job package (`kmilvus_jobs`) through the
 same `common.execute` — same validation, binlog writer, manifest, events and failure reports —
 on pyarrow record batches (`importer.run_local`, `compactor.run_local`), in a thread so the

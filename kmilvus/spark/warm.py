@@ -1,5 +1,5 @@
 """Jobs above the in-process limit on a warm local Spark: one long-lived driver, not one
-`spark-submit` (and one JVM start, ~20 s here) per job.
+`spark-submit` (and one JVM start) per job.
 
 `WarmSparkRunner` starts `spark-operator/jobs/warm_driver.py` — a Python child holding one
 SparkSession `local[N]` — on the first job, hands it each job as a JSON line on its stdin, and

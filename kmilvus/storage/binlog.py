@@ -8,27 +8,21 @@ are named by their bare log ID (no extension); a segment directory reads back wi
 
 Float vectors are `fixed_size_list<float32, dim>` in memory and `fixed_size_binary(4·dim)` on
 disk, Milvus' own Parquet type for them: a Parquet list pays a repetition and a definition level
-per float, ≈2× the write time and ≈4× the read time of the same bytes as one fixed-size value
-(`bench/bench_storage.py --compare`). `to_storage` / `from_storage` convert without copying, and
-the field's metadata (`LIST_SIZE_META`) says what a column was, so any reader turns it back
-without the collection's schema; binlogs written as lists before still read as they are.
+per float, which costs far more time to write and to read than the same bytes as one
+fixed-size value. `to_storage` / `from_storage` convert without copying, and the field's
+metadata (`LIST_SIZE_META`) says what a column was, so any reader turns it back without the
+collection's schema; binlogs written as lists before still read as they are.
 
-Encoding, chosen with `bench/bench_storage.py --compare` on a 2-core machine (200k-row chunks
-of int64 pk, 128-dim float vector, varchar(64), row id, ts; best of 3; 2026-11-26):
-
-    chosen (below)              ≈860 MB/s write   ≈4700 MB/s read   103.6 MB
-    the vector as list<float>   ≈420 MB/s         ≈1150 MB/s        104.6 MB
-    everything zstd             ≈530 MB/s         ≈1600 MB/s         92.6 MB
-    everything snappy (default) ≈940 MB/s         ≈5800 MB/s        105.0 MB
-    everything uncompressed     ≈1100 MB/s        ≈6900 MB/s        111.3 MB
+Encoding, chosen with `bench/bench_storage.py --compare` (the figures are in
+docs/benchmarks/index.md):
 
 - vector columns (float vectors as bytes, and binary / 16-bit vectors): uncompressed, no
-  dictionary, no statistics. Float embeddings barely compress (zstd saves ≈10 % of the vector
-  bytes) and compressing them halves the write rate.
+  dictionary, no statistics. Float embeddings barely compress, and compressing them halves the
+  write rate.
 - every other column: zstd (level 1) with dictionary encoding and min/max statistics: the
   smallest scalar columns at no measurable cost (they are a few % of the bytes).
-- row groups of ≈64 MiB (≈120k rows at dim 128): ≈1.8× faster (multithreaded) reads than one
-  row group per file, and no slower to write.
+- row groups of about 64 MiB: reads of several row groups run on several threads, and writing
+  them is no slower than one row group per file.
 """
 
 from __future__ import annotations
@@ -325,8 +319,8 @@ def write_ddl_binlogs(
     msg_types: list[int],
     payloads: list[bytes],
 ) -> tuple[str, str]:
-    """Seed 002's DDL binlog pair: `.../ts/{ts_idx}` (ts) and `.../ddl/{ddl_idx}` (ts, type,
-    payload). Returns (ts_key, ddl_key)."""
+    """The DDL binlog pair (docs/architecture/ddl-flush.md): `.../ts/{ts_idx}` (ts) and
+    `.../ddl/{ddl_idx}` (ts, type, payload). Returns (ts_key, ddl_key)."""
     if not len(timestamps) == len(msg_types) == len(payloads):
         raise ValueError(
             f"DDL binlog columns differ in length: {len(timestamps)} timestamps, "

@@ -46,9 +46,10 @@ def write_delta_log(store: ObjectStore, key: str, pks: pa.Array, ts: pa.Array) -
 
 
 def sorted_unique(keys: np.ndarray) -> np.ndarray:
-    """Sorted distinct keys, without np.unique: numpy 2.4's took ~8.8 s for 1M int64 keys on a
-    loaded 2-core machine, a sort ~16 ms. A stable sort (timsort) of a concatenation of sorted
-    runs merges them in linear time; then drop each key equal to its predecessor."""
+    """Sorted distinct keys, without np.unique: numpy 2.4's hash-based unique is orders of
+    magnitude slower than a sort for int64 keys (docs/benchmarks/index.md). A stable sort
+    (timsort) of a concatenation of sorted runs merges them in linear time; then drop each key
+    equal to its predecessor."""
     keys = np.sort(keys, kind="stable")
     if len(keys) < 2:
         return keys

@@ -1,4 +1,4 @@
-"""Object keys of everything a collection owns (DESIGN.md "Storage layout", seed 002).
+"""Object keys of everything a collection owns (docs/architecture/storage.md).
 
     insert_log/{collectionID}/{partitionID}/{segmentID}/{logID}   Parquet, all fields of a flush chunk
     data_definition_log/{collectionID}/ts/{idx}                   Parquet: ts

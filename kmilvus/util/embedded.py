@@ -32,7 +32,18 @@ class MissingBinaryError(RuntimeError):
 SEARCH_DIRS = ["/usr/sbin", "/usr/bin", "/usr/local/bin"]
 
 
+def binary_env(name: str) -> str:
+    """The environment variable naming a server binary to use instead of the one on PATH
+    (`KMILVUS_NATS_SERVER`, `KMILVUS_ETCD`): tests and standalone run against a pinned build."""
+    return "KMILVUS_" + name.upper().replace("-", "_")
+
+
 def find_binary(name: str) -> str:
+    pinned = os.environ.get(binary_env(name))
+    if pinned:
+        if not os.access(pinned, os.X_OK):
+            raise MissingBinaryError(f"{binary_env(name)}={pinned} is not an executable file")
+        return pinned
     found = shutil.which(name) or next((p for d in SEARCH_DIRS if os.access(p := f"{d}/{name}", os.X_OK)), None)
     if not found:
         pkg = _DEBIAN_PACKAGE.get(name, name)
@@ -158,9 +169,9 @@ def start_etcd(
         purl,
         "--initial-cluster",
         f"kmilvus={purl}",
-        # One member: raft ticks cost CPU at every heartbeat even when nothing happens (10 ms
-        # kept etcd at 2 % of a core while idle; 50 ms: 0.6 %), and the election at start is
-        # one tick (etcd advances the rest), so it still answers within ~0.2 s.
+        # One member: raft ticks cost CPU at every heartbeat even when nothing happens (a 10 ms
+        # heartbeat kept an idle etcd measurably busy: docs/benchmarks/index.md), and the election
+        # at start is one tick (etcd advances the rest), so it still answers quickly.
         "--heartbeat-interval",
         "50",
         "--election-timeout",

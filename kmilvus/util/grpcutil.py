@@ -69,6 +69,14 @@ def _generated_servicers(cls: type) -> list[type]:
     return [b for b in cls.__mro__ if b.__name__.endswith("Servicer") and b.__module__.endswith("_pb2_grpc")]
 
 
+def implements(servicer: Any, name: str) -> bool:
+    """Whether the servicer's class builds RPC `name` (a generated base method is not built)."""
+    fn = getattr(type(servicer), name, None)
+    if fn is None:
+        return False
+    return not any(vars(base).get(name) is fn for base in _generated_servicers(type(servicer)))
+
+
 def answer_unimplemented_quietly(servicer: Any) -> None:
     """Answer every RPC the servicer does not implement with UNIMPLEMENTED, logged as one debug
     line and counted (`kmilvus_rpc_unimplemented_total`).

@@ -24,6 +24,7 @@ SERVICE_NOT_READY = (1, EC.NotReadyServe)
 SERVICE_UNAVAILABLE = (2, EC.UnexpectedError)
 SERVICE_INTERNAL = (5, EC.UnexpectedError)
 RATE_LIMIT = (8, EC.RateLimit)
+SERVICE_UNIMPLEMENTED = (10, EC.UnexpectedError)
 COLLECTION_NOT_FOUND = (100, EC.CollectionNotExists)
 COLLECTION_NOT_LOADED = (101, EC.UnexpectedError)
 COLLECTION_ILLEGAL_SCHEMA = (105, EC.IllegalArgument)
@@ -52,7 +53,17 @@ FIELD_INVALID_NAME = (1701, EC.IllegalArgument)
 DIMENSION_INVALID = (1100, EC.IllegalDimension)
 COLLECTION_NAME_INVALID = (1100, EC.IllegalCollectionName)
 IMPORT_FAILED = (2100, EC.UnexpectedError)
+# The RESTful API's own (Milvus' "high-level restful api related" errors, 1800-1806).
+NEED_AUTHENTICATE = (1800, EC.UnexpectedError)
+INCORRECT_PARAMETER_FORMAT = (1801, EC.UnexpectedError)
+MISSING_REQUIRED_PARAMETERS = (1802, EC.UnexpectedError)
+MARSHAL_COLLECTION_SCHEMA = (1803, EC.UnexpectedError)
+INVALID_INSERT_DATA = (1804, EC.UnexpectedError)
+INVALID_SEARCH_RESULT = (1805, EC.UnexpectedError)
+CHECK_PRIMARY_KEY = (1806, EC.UnexpectedError)
+TIMEOUT = (10001, EC.UnexpectedError)  # Milvus' TimeoutCode: a request past its deadline
 COMPACTION_FAILED = (2300, EC.UnexpectedError)
+SEGCORE_UNSUPPORTED = (2003, EC.UnexpectedError)  # segcore's ErrorCode::Unsupported, passed through
 
 
 class MilvusError(Exception):

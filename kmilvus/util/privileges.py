@@ -72,20 +72,38 @@ def _field_name(msg_desc, number: int) -> str:
     return f.name if f is not None else ""
 
 
-def _build_table() -> dict[str, Rule]:
+def _rule(msg_desc) -> Rule | None:
     ext = common_pb2.privilege_ext_obj
+    opts = msg_desc.GetOptions()
+    if not opts.HasExtension(ext):
+        return None
+    e = opts.Extensions[ext]
+    return Rule(
+        object_type=common_pb2.ObjectType.Name(e.object_type),
+        privilege=common_pb2.ObjectPrivilege.Name(e.object_privilege),
+        name_field=_field_name(msg_desc, e.object_name_index),
+        names_field=_field_name(msg_desc, e.object_name_indexs),
+    )
+
+
+# The Proxy's bulk-import RPCs of the RESTful API are not MilvusService methods: Milvus checks
+# them through milvus.proto's placeholder messages (same field names as their requests).
+_PLACEHOLDERS = {
+    "ImportV2": "ImportAuthPlaceholder",
+    "GetImportProgress": "GetImportProgressAuthPlaceholder",
+    "ListImports": "ListImportsAuthPlaceholder",
+}
+
+
+def _build_table() -> dict[str, Rule]:
     table: dict[str, Rule] = {}
     for method in milvus_pb2.DESCRIPTOR.services_by_name["MilvusService"].methods:
-        opts = method.input_type.GetOptions()
-        if not opts.HasExtension(ext):
-            continue
-        e = opts.Extensions[ext]
-        table[method.name] = Rule(
-            object_type=common_pb2.ObjectType.Name(e.object_type),
-            privilege=common_pb2.ObjectPrivilege.Name(e.object_privilege),
-            name_field=_field_name(method.input_type, e.object_name_index),
-            names_field=_field_name(method.input_type, e.object_name_indexs),
-        )
+        if (rule := _rule(method.input_type)) is not None:
+            table[method.name] = rule
+    messages = milvus_pb2.DESCRIPTOR.message_types_by_name
+    for method, placeholder in _PLACEHOLDERS.items():
+        if placeholder in messages and (rule := _rule(messages[placeholder])) is not None:
+            table[method] = rule
     return table
 
 
@@ -138,6 +156,7 @@ AUDITED = frozenset(
         "DropDatabase",
         "AlterDatabase",
         "Import",
+        "ImportV2",
         "ManualCompaction",
         "CreateCredential",
         "UpdateCredential",

@@ -1,7 +1,7 @@
 """Background loops that outlive transient etcd and NATS failures.
 
 A coordinator's session watch that ends on one `ConnectionFailedError` leaves its process up but
-deaf (issue 11, defect 6: RootCoord's `watch-proxies` died for good on an etcd restart). Every
+deaf (RootCoord's `watch-proxies` once died for good on an etcd restart). Every
 long-running task runs its body under `supervise`: a failure is logged and the body runs again
 after a capped exponential backoff; only cancellation (or the body returning) ends it.
 """

@@ -1,4 +1,4 @@
-"""Producer-side time-tick bookkeeping (DESIGN.md "The stream").
+"""Producer-side time-tick bookkeeping (docs/architecture/time-ticks.md).
 
 A producer's tick T promises that every message it will still publish has ts >= T and that all
 earlier ones were acknowledged by JetStream. So a publish registers its timestamp *in the same

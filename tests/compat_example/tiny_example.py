@@ -1,7 +1,7 @@
 # A tiny pymilvus program in the style of pymilvus' examples (address localhost:19530), for
-# tests/test_compat.py: it creates a collection, inserts, flushes, then calls hybrid_search,
-# which kmilvus answers UNIMPLEMENTED (HybridSearch is not built).
-from pymilvus import AnnSearchRequest, DataType, MilvusClient, RRFRanker
+# tests/test_compat.py: it creates a collection, inserts, flushes, searches, then calls
+# run_analyzer, which kmilvus answers UNIMPLEMENTED (RunAnalyzer is not built).
+from pymilvus import DataType, MilvusClient
 
 client = MilvusClient("http://localhost:19530")
 schema = MilvusClient.create_schema()
@@ -10,6 +10,5 @@ schema.add_field("vec", DataType.FLOAT_VECTOR, dim=4)
 client.create_collection("tiny", schema=schema)
 client.insert("tiny", [{"id": 1, "vec": [0.1, 0.2, 0.3, 0.4]}])
 client.flush("tiny")
-req = AnnSearchRequest(data=[[0.1, 0.2, 0.3, 0.4]], anns_field="vec", param={}, limit=1)
-client.hybrid_search("tiny", [req], RRFRanker(), limit=1)
-print("searched")
+print(client.run_analyzer("tokens of a text"))
+print("analyzed")

@@ -40,7 +40,7 @@ Parquet inputs that need nothing of Spark SQL (`local_route_refusal`: no extra c
 `$meta`, no sparse vectors as JSON text) skip steps 2 and 5's frames: Spark schedules tasks of
 row groups, and each task reads its row groups with pyarrow and feeds them to a `BinlogWriter`
 (`write_row_groups`), so no row passes through the JVM (Spark's Parquet reader and its Arrow
-conversion cost ≈2× the whole job otherwise).
+conversion would cost more than the whole job).
 
 `run_local(spec)` is the in-process route for small Parquet imports (no Spark, no JVM): the SAME
 `write_row_groups` over every row group in one thread; steps 1, 3, 4 and 6 are the same
