@@ -663,3 +663,29 @@ def test_a_key_written_twice_is_read_once_in_its_newest_version(node, client):
     client.release_collection("twice2")
     client.load_collection("twice2")
     check("released and loaded")
+
+
+def test_deletes_of_a_partition_loaded_later_stay_deleted(node, client):
+    """A partition loaded after its channel's delegator started (load_partitions again) gets the
+    deletes committed before the delegator started: it holds every partition's L0 delta logs."""
+    client.create_collection("later", schema=_schema())
+    client.create_partition("later", "p1")
+    client.create_partition("later", "p2")
+    index = client.prepare_index_params()
+    index.add_index("vec", index_type="FLAT", metric_type="L2")
+    client.create_index("later", index)
+    client.insert("later", _rows(range(100)), partition_name="p2")
+    client.flush("later")
+    client.delete("later", ids=list(range(10)), partition_name="p2")
+    client.flush("later")
+    client.insert("later", _rows(range(100, 110)), partition_name="p1")  # the checkpoint passes the deletes
+    client.flush("later")
+    client.load_partitions("later", ["p1"])
+    assert _visible(client, "later", range(110)) == set(range(100, 110))
+    client.load_partitions("later", ["p1", "p2"])
+
+    def served() -> set[int] | None:
+        ids = _visible(client, "later", range(110))
+        return ids if ids & set(range(10, 100)) else None  # p2's segment loaded
+
+    assert wait_until(served, timeout=90, what="p2's rows served") == set(range(10, 110))

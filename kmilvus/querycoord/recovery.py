@@ -14,7 +14,6 @@ from kmilvus.meta import EtcdKV
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2, query_node_pb2
 from kmilvus.util import merr
-from kmilvus.util.constants import ALL_PARTITIONS
 
 SegmentState = common_pb2.SegmentState
 LIVE = (SegmentState.Growing, SegmentState.Sealed, SegmentState.Flushing, SegmentState.Flushed)
@@ -74,10 +73,11 @@ async def watch_request(
     cp = internal_pb2.MsgPosition.FromString(raw) if raw else internal_pb2.MsgPosition(channel_name=vchannel)
     req = query_node_pb2.WatchDmChannelsRequest(collectionID=coll_id, schema=schema, vchannel=vchannel)
     # Read after the checkpoint: every Delete up to it is in one of these (DataCoord commits L0
-    # logs with the checkpoint that passes them); the stream brings the rest.
+    # logs with the checkpoint that passes them); the stream brings the rest. Every partition's:
+    # a partition loaded later is served by the same delegator.
     for _, raw_l0 in await kv.get_prefix(keys.l0_deltalog_prefix(coll_id)):
         d = internal_pb2.L0Deltalog.FromString(raw_l0)
-        if d.channel == vchannel and (not partitions or d.partitionID == ALL_PARTITIONS or d.partitionID in partitions):
+        if d.channel == vchannel:
             req.l0_deltalogs.append(d)
     for s in await segments_of(datacoord, coll_id):
         if s.insert_channel != vchannel:
