@@ -238,6 +238,7 @@ async def converge(rt: Runtime, body) -> Outcome:
             collection_name=t.name,
             schema=schema.SerializeToString(),
             shards_num=shards,
+            num_partitions=spec.get("numPartitions", 0),
             consistency_level=CONSISTENCY[spec.get("consistencyLevel", DEFAULT_CONSISTENCY)],
             properties=[
                 common_pb2.KeyValuePair(key=R.PROP_MANAGED_BY, value="operator"),

@@ -98,6 +98,31 @@ def target(spec: dict, meta_name: str) -> Target:
     return Target(spec.get("database") or DEFAULT_DB, spec.get("name") or default_name(meta_name))
 
 
+def _partition_key_problems(spec: dict, fields: list) -> list[str]:
+    """The CRD's partition key rules (RootCoord checks Milvus' own ones again on create)."""
+    problems = []
+    keys = [f for f in fields if isinstance(f, dict) and f.get("isPartitionKey")]
+    if len(keys) > 1:
+        problems.append("at most one field can be the partition key (isPartitionKey)")
+    for f in keys:
+        if f.get("dataType") not in ("Int64", "VarChar") or f.get("isPrimaryKey") or f.get("nullable"):
+            problems.append(
+                f"field {short(f.get('name'))}: a partition key must be a non-nullable Int64 or VarChar field "
+                "other than the primary key"
+            )
+    n = spec.get("numPartitions")
+    if n is not None:
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_PARTITIONS + 1:
+            problems.append(f"spec.numPartitions must be an integer in [1, {MAX_PARTITIONS + 1}], got {short(n)}")
+        if not keys:
+            problems.append("numPartitions only applies with a partition key field")
+    if keys and spec.get("partitions"):
+        problems.append(
+            "a collection with a partition key declares no partitions (they are _default_0, _default_1, ...)"
+        )
+    return problems
+
+
 def _partition_problems(parts) -> list[str]:
     if not isinstance(parts, list):
         return ["spec.partitions must be a list of partition names"]
@@ -120,6 +145,7 @@ SPEC_TYPES = {
     "description": str,
     "partitions": list,
     "shardsNum": int,
+    "numPartitions": int,
     "consistencyLevel": str,
     "deletionPolicy": str,
     "load": bool,
@@ -131,6 +157,7 @@ FIELD_TYPES = {
     "description": str,
     "isPrimaryKey": bool,
     "autoID": bool,
+    "isPartitionKey": bool,
     "elementType": str,
     "maxCapacity": int,
     "nullable": bool,
@@ -299,6 +326,7 @@ def check_spec(spec: dict, meta_name: str, *, indexes: bool = True) -> list[str]
     fields = spec.get("fields")
     if not isinstance(fields, list) or not fields:
         return [*problems, "spec.fields must list at least one field"]
+    problems += _partition_key_problems(spec, fields)
     if len(fields) > MAX_FIELDS:
         problems.append(f"spec.fields has {len(fields)} fields; at most {MAX_FIELDS} are allowed")
     names: list[str] = []
@@ -399,6 +427,7 @@ def to_schema(spec: dict, meta_name: str) -> schema_pb2.CollectionSchema:
             data_type=DATA_TYPES[f["dataType"]],
             is_primary_key=bool(f.get("isPrimaryKey")),
             autoID=bool(f.get("autoID")),
+            is_partition_key=bool(f.get("isPartitionKey")),
             description=f.get("description", ""),
         )
         if "dim" in f:
@@ -430,6 +459,7 @@ def representable(schema: schema_pb2.CollectionSchema) -> schema_pb2.CollectionS
             data_type=f.data_type,
             is_primary_key=f.is_primary_key,
             autoID=f.autoID,
+            is_partition_key=f.is_partition_key,
             description=f.description,
             element_type=f.element_type,
             nullable=f.nullable,
@@ -496,6 +526,8 @@ def spec_from_collection(desc) -> dict:
             out["isPrimaryKey"] = True
         if f.autoID:
             out["autoID"] = True
+        if f.is_partition_key:
+            out["isPartitionKey"] = True
         if f.description:
             out["description"] = f.description
         for kv in f.type_params:
@@ -518,6 +550,8 @@ def spec_from_collection(desc) -> dict:
     }
     if desc.schema.description:
         spec["description"] = desc.schema.description
+    if any(f.is_partition_key for f in desc.schema.fields):
+        spec["numPartitions"] = desc.num_partitions
     return spec
 
 

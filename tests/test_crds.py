@@ -14,6 +14,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from pymilvus.grpc_gen import milvus_pb2
 
 from controllers.schema import (
     DT,
@@ -90,6 +91,17 @@ def collection(**spec) -> dict:
     }
     base.update(spec)
     return {"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", "metadata": {"name": "c"}, "spec": base}
+
+
+# `tag` is the partition key: rows hash to _default_0 … _default_{numPartitions-1}.
+KEYED = collection(
+    fields=[
+        {"name": "id", "dataType": "Int64", "isPrimaryKey": True},
+        {"name": "vec", "dataType": "FloatVector", "dim": 128},
+        {"name": "tag", "dataType": "VarChar", "maxLength": 64, "isPartitionKey": True},
+    ],
+    numPartitions=8,
+)
 
 
 def with_field(i: int, **changes) -> dict:
@@ -224,6 +236,19 @@ def test_examples_validate(path):
         to_schema(doc["spec"], doc["metadata"]["name"])
 
 
+def test_a_partition_key_collection():
+    """isPartitionKey / numPartitions: valid for the CRD, in the schema RootCoord gets, and mirrored
+    back from an existing collection."""
+    assert validate("Collection", KEYED) == [] and check_spec(KEYED["spec"], "c") == []
+    schema = to_schema(KEYED["spec"], "c")
+    assert [f.name for f in schema.fields if f.is_partition_key] == ["tag"]
+    desc = milvus_pb2.DescribeCollectionResponse(collection_name="c", num_partitions=8, shards_num=1)
+    desc.schema.CopyFrom(schema)
+    back = spec_from_collection(desc)
+    assert back["numPartitions"] == 8 and back["fields"][2]["isPartitionKey"] is True
+    assert validate("Collection", collection(numPartitions=2000, fields=KEYED["spec"]["fields"]))
+
+
 def test_a_good_collection_validates():
     assert validate("Collection", collection()) == []
     assert validate("Collection", collection(partitions=["p1", "p2"])) == []
@@ -339,6 +364,16 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
             "index names must be unique (name defaults to fieldName)",
         ),
         (
+            collection(fields=[*KEYED["spec"]["fields"], {"name": "k", "dataType": "Int64", "isPartitionKey": True}]),
+            "at most one field can be the partition key (isPartitionKey)",
+        ),
+        (with_field(0, isPartitionKey=True), "a partition key must be a non-nullable Int64 or VarChar field"),
+        (collection(numPartitions=4), "numPartitions only applies with a partition key field"),
+        (
+            collection(partitions=["p1"], fields=KEYED["spec"]["fields"]),
+            "a collection with a partition key declares no partitions",
+        ),
+        (
             collection(indexes=[{"fieldName": "vec"}, {"name": "other", "fieldName": "vec"}]),
             "one index per field (Milvus builds one index per vector field)",
         ),
@@ -360,6 +395,10 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
         "index-on-unknown-field",
         "duplicate-index-name",
         "two-indexes-on-a-field",
+        "two-partition-keys",
+        "partition-key-on-the-primary-key",
+        "num-partitions-without-a-key",
+        "partitions-with-a-key",
     ],
 )
 def test_cel_covered_cases_caught_by_the_controller(bad, expect):
@@ -385,6 +424,10 @@ def test_every_cel_rule_has_a_controller_check():
         "an index's fieldName must name a field of spec.fields",
         "index names must be unique (name defaults to fieldName)",
         "one index per field (Milvus builds one index per vector field)",
+        "at most one field can be the partition key (isPartitionKey)",
+        "numPartitions only applies with a partition key field",
+        "a collection with a partition key declares no partitions (they are _default_0, _default_1, ...)",
+        "a partition key must be a non-nullable Int64 or VarChar field other than the primary key",
     }
     immutability = set()
     messages = set()
@@ -392,7 +435,7 @@ def test_every_cel_rule_has_a_controller_check():
         for r in node.get("x-kubernetes-validations", []):
             (immutability if "oldSelf" in r["rule"] else messages).add(" ".join(r["message"].split()))
     assert messages == covered
-    assert len(immutability) == 4  # name, database, shardsNum, fields: the controller refuses edits too
+    assert len(immutability) == 5  # name, database, shardsNum, numPartitions, fields: the controller refuses edits too
 
 
 def test_duplicate_field_names_rejected():

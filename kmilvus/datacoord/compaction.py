@@ -35,8 +35,9 @@ from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus.datacoord.job_lifecycle import JobLifecycle, JobPort, b64, manifest_binlogs
 from kmilvus.datacoord.meta import Segment, SegmentState
+from kmilvus.datacoord.remover import Decide
 from kmilvus.log import get_logger
-from kmilvus.meta import Cmp, Op
+from kmilvus.meta import Cmp, FencedError, Op, Snapshot
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2
 from kmilvus.spark import application
@@ -285,6 +286,8 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                     raise merr.MilvusError(merr.COMPACTION_FAILED, f"plan {plan.planID} is missing from the manifest")
                 sources = await self._swap(job, plan, out)
                 collected += sources
+            except FencedError:
+                raise  # not the leader: the plan stays as etcd has it, for the successor
             except merr.MilvusError as exc:
                 plan.state = TS.CompactionTaskStateFailed
                 plan.reason = exc.message
@@ -340,7 +343,10 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 f"sources {src_rows}",
             )
         ops: list[Op] = []
-        compares = [Cmp.exists(keys.compaction_job_key(coll, job.compactionID))]
+        compares = [
+            Cmp.exists(keys.compaction_job_key(coll, job.compactionID)),
+            Cmp.missing(keys.dropped_partition_key(coll, part)),  # DropPartition writes it first
+        ]
         new: list[Segment] = []
         dml = max(
             (s.info.dml_position for s in sources if s.info.HasField("dml_position")),
@@ -420,7 +426,10 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 f"than one transaction takes ({self.cfg.etcd_max_txn_ops})",
             )
         async with self.service.collection_lock(coll):
-            ok = not port.dropping(coll) and await port.kv.txn(ops, compares)
+            job_key = keys.compaction_job_key(coll, job.compactionID)
+            ok = not port.dropping(coll) and await port.kv.commit(
+                ops, compares, proof=job_key, name="datacoord.compaction.swap"
+            )
             if not ok:
                 plan.state = TS.CompactionTaskStateExecuting
                 raise merr.MilvusError(
@@ -444,16 +453,17 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
 
     # ------------------------------------------------------------------------ failure / GC
     async def _remove_targets(self, job, plan) -> None:
-        for sid in plan.targets:
-            if sid in self.port.meta.segments:
-                continue  # registered: never delete a live segment's files
-            await self.port.store.delete_prefix(paths.segment_prefix(job.collectionID, plan.partitionID, sid))
+        """A failed plan's targets — only those etcd does not know (a live segment keeps its files)."""
+        await self.port.remover.remove_segments(
+            [(job.collectionID, plan.partitionID, sid) for sid in plan.targets], why="compaction plan failed"
+        )
 
-    async def clean_files(self, job: data_coord_pb2.CompactionJob) -> None:
+    def outputs(self, job: data_coord_pb2.CompactionJob) -> list[tuple[int, int, int]]:
         """The targets of every plan not done (a swapped plan's targets are live segments)."""
-        for plan in job.plans:
-            if plan.state not in PLAN_DONE:
-                await self._remove_targets(job, plan)
+        return [(job.collectionID, p.partitionID, t) for p in job.plans if p.state not in PLAN_DONE for t in p.targets]
+
+    def writes_into(self, job: data_coord_pb2.CompactionJob, part: int) -> bool:
+        return any(p.partitionID == part and p.state not in PLAN_DONE for p in job.plans)
 
     def record_failure(self, job: data_coord_pb2.CompactionJob, reason: str) -> None:
         for plan in job.plans:
@@ -473,9 +483,6 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             if segs is None:
                 segs = [s for s in port.meta.segments.values() if s.info.state == SegmentState.Dropped]
             n, gone = 0, []
-            # A source's delta logs carried over to a target stay where they are: keep their files.
-            live = (x for x in port.meta.segments.values() if x.info.state != SegmentState.Dropped)
-            referenced = {b.log_path for x in live for b in x.deltalogs.values()}
             for s in segs:
                 i = s.info
                 if i.state != SegmentState.Dropped or port.dropping(i.collectionID):
@@ -483,11 +490,20 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 cp = port.meta.checkpoints.get(i.insert_channel)
                 if i.HasField("dml_position") and (cp is None or cp.seq < i.dml_position.seq):
                     continue
-                for b in [*s.binlogs.values(), *s.deltalogs.values(), *s.statslogs.values()]:
-                    if b.log_path and b.log_path not in referenced:
-                        await port.store.delete(b.log_path)
-                await port.store.delete_prefix(paths.segment_prefix(i.collectionID, i.partitionID, i.ID))
-                await port.store.delete_prefix(paths.segment_stats_prefix(i.collectionID, i.partitionID, i.ID))
+                seg_key = keys.segment_key(i.collectionID, i.partitionID, i.ID)
+                files = [b.log_path for b in [*s.binlogs.values(), *s.deltalogs.values(), *s.statslogs.values()]]
+                files += [
+                    paths.segment_prefix(i.collectionID, i.partitionID, i.ID),
+                    paths.segment_stats_prefix(i.collectionID, i.partitionID, i.ID),
+                ]
+                if not await port.remover.remove(
+                    filter(None, files),
+                    keys=[seg_key],
+                    prefixes=[keys.deltalog_prefix(i.collectionID)],
+                    decide=_dropped_in_etcd(seg_key, i.ID, keys.deltalog_prefix(i.collectionID)),
+                    why="compacted segment",
+                ):
+                    continue  # etcd does not hold it Dropped: memory was wrong, nothing collected
                 async with self.service.collection_lock(i.collectionID):
                     await port.kv.txn(
                         [Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID))]
@@ -517,3 +533,22 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             if plans:
                 out.append(await self.trigger(coll, manual=False))
         return out
+
+
+def _dropped_in_etcd(seg_key: str, seg_id: int, deltalog_prefix: str) -> Decide:
+    """Files of a segment etcd holds as Dropped (or no longer holds at all), but for delta logs
+    another segment refers to (a source's delta logs carried over to a compaction target stay
+    where they are)."""
+
+    def decide(snap: Snapshot, targets: list[str]) -> list[str]:
+        raw = snap.get(seg_key)
+        if raw is not None and internal_pb2.SegmentInfo.FromString(raw).state != SegmentState.Dropped:
+            return []
+        kept = {
+            internal_pb2.Binlog.FromString(v).log_path
+            for k, v in snap.under(deltalog_prefix)
+            if int(k.rsplit("/", 2)[1]) != seg_id
+        }
+        return [t for t in targets if t not in kept]
+
+    return decide

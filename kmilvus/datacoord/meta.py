@@ -376,6 +376,7 @@ class SegmentMeta:
         ]
         ops += [Op.delete_prefix(p) for p in keys.segment_log_prefixes(coll_id)]
         ops.append(Op.delete_prefix(keys.l0_deltalog_prefix(coll_id)))
+        ops.append(Op.delete_prefix(keys.dropped_partition_prefix(coll_id)))
         for ch in vchannels:
             ops += [
                 Op.delete(keys.channel_checkpoint_key(ch)),
@@ -393,21 +394,42 @@ class SegmentMeta:
             self.stored_checkpoints.pop(ch, None)
         await self.notify(*gone, removed=True)
 
-    async def drop_partition_meta(self, coll_id: int, part_id: int) -> list[Segment]:
-        """Every segment and binlog key of one partition, and its L0 delta logs, in one
-        transaction. The DDL binlog meta stays: DDL belongs to the collection, not to the segment
-        that carried it."""
+    async def drop_partition_meta(self, coll_id: int, part_id: int, max_ops: int = 128) -> list[Segment]:
+        """Every segment key of one partition, its insert, delta and stats log keys — the
+        segments as etcd lists them (memory may miss one) — and its L0 delta logs. In one
+        transaction when it fits in `max_ops` (etcd's --max-txn-ops); else the log keys go in
+        several and the segment keys last, so an interrupted drop is found again and finished by
+        its retry. The DDL binlog meta stays: DDL belongs to the collection, not to the segment
+        that carried it. Under the write lock: an L0 save checks the dropped partitions under it."""
         async with self.write_lock:
+            prefix = keys.partition_segment_prefix(coll_id, part_id)
+            seg_ids = {int(k.rsplit("/", 1)[1]) for k, _ in await self.kv.get_prefix(prefix, keys_only=True)}
             gone = [s for s in self.by_collection(coll_id) if s.info.partitionID == part_id]
-            l0 = [i for i, d in self.l0.get(coll_id, {}).items() if d.partitionID == part_id]
-            ops = [Op.delete_prefix(f"{keys.segment_prefix(coll_id)}{part_id}/")]
-            ops += [Op.delete_prefix(keys.binlog_prefix(coll_id, s.id)) for s in gone]
-            ops += [Op.delete(keys.l0_deltalog_key(coll_id, i)) for i in l0]
-            await self.kv.txn(ops)
+            seg_ids.update(s.id for s in gone)
+            logs = [
+                Op.delete_prefix(p)
+                for sid in sorted(seg_ids)
+                for p in (
+                    keys.binlog_prefix(coll_id, sid),
+                    keys.deltalog_prefix(coll_id, sid),
+                    keys.statslog_prefix(coll_id, sid),
+                )
+            ]
+            logs += [
+                Op.delete(k)
+                for k, raw in await self.kv.get_prefix(keys.l0_deltalog_prefix(coll_id))
+                if internal_pb2.L0Deltalog.FromString(raw).partitionID == part_id
+            ]
+            step = max(1, max_ops - 1)
+            while len(logs) > step:
+                await self.kv.txn(logs[:step])
+                logs = logs[step:]
+            await self.kv.txn([*logs, Op.delete_prefix(prefix)])
             for s in gone:
                 self.segments.pop(s.id, None)
-            for i in l0:
-                self.l0.get(coll_id, {}).pop(i, None)
+            l0 = self.l0.get(coll_id, {})
+            for i in [i for i, d in l0.items() if d.partitionID == part_id]:
+                del l0[i]
         await self.notify(*gone, removed=True)
         return gone
 

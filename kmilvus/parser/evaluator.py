@@ -9,8 +9,9 @@ null as false. So `meta["k"] > 1` and `not (meta["k"] > 1)` are both false on ro
 from __future__ import annotations
 
 import re
-from collections.abc import MutableMapping
-from typing import Any
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +22,9 @@ from kmilvus.parser import plan as P
 from kmilvus.parser.jsonpath import JsonValues, at_path, list_get, read_column
 from kmilvus.util import merr
 from kmilvus.util.merr import MilvusError
+
+if TYPE_CHECKING:
+    from kmilvus.index.text_index import TextIndex
 
 DT = schema_pb2.DataType
 
@@ -37,15 +41,38 @@ _WANT = {P.STRING: "string", P.BOOL: "bool"}
 
 
 JsonCache = MutableMapping[tuple[int, bool], JsonValues]
+TextIndexOf = Callable[[int, str], "TextIndex"]
 
 
-def evaluate(plan: P.Plan, data: pa.Table | pa.RecordBatch, json_cache: JsonCache | None = None) -> pa.BooleanArray:
+class ColumnIndex(Protocol):
+    """A scalar index over one field of `data` (kmilvus/index/scalar_index.py): each lookup answers
+    like the scan (null where the row is null) or None when it cannot (the evaluator then scans)."""
+
+    def equal_any(self, values: Sequence[Any]) -> pa.Array | None: ...
+    def contains_all(self, values: Sequence[Any]) -> pa.Array | None: ...
+    def compare(self, op: str, value: Any) -> pa.Array | None: ...
+    def compare_all(self, terms: Sequence[tuple[str, Any]]) -> pa.Array | None: ...
+    def prefix(self, p: str) -> pa.Array | None: ...
+
+
+def evaluate(
+    plan: P.Plan,
+    data: pa.Table | pa.RecordBatch,
+    json_cache: JsonCache | None = None,
+    indexes: Mapping[int, ColumnIndex] | None = None,
+    text_index: TextIndexOf | None = None,
+) -> pa.BooleanArray:
     """One boolean per row of `data`: whether it matches `plan`.
 
     `json_cache`: parsed JSON columns of `data`, kept by a caller that evaluates the same
     immutable data again (a QueryNode, per sealed segment); parsing is most of a JSON filter's cost.
+    `indexes`: scalar indexes over fields of `data` by field ID (a sealed segment's); a term, a
+    comparison with a literal, a prefix `like` or an `array_contains*` on an indexed field is
+    answered by its index instead of a scan of the column, with the same result.
+    `text_index(field ID, analyzer params)`: the text-match index of a field of `data` (a
+    segment's); without it `text_match` / `phrase_match` tokenize the column (a scan).
     """
-    out = _Context(data, json_cache).predicate(plan.predicate)
+    out = _Context(data, json_cache, indexes, text_index).predicate(plan.predicate)
     out = pc.fill_null(out, False)
     if isinstance(out, pa.ChunkedArray):
         out = out.combine_chunks()
@@ -94,14 +121,20 @@ def _scatter(full: pa.Array, rows: pa.Array, part: pa.Array) -> pa.Array:
 _WILDCARD = re.compile(r"(?<!\\)[%_]")
 
 
+def _like_parts(pattern: str) -> tuple[bool, bool, str | None]:
+    """(leading %, trailing %, the literal between them or None when it has wildcards)."""
+    lead = pattern.startswith("%")
+    trail = pattern.endswith("%") and not pattern.endswith("\\%") and len(pattern) > 1
+    core = pattern[1 if lead else 0 : len(pattern) - 1 if trail else len(pattern)]
+    if _WILDCARD.search(core) is not None:
+        return lead, trail, None
+    return lead, trail, re.sub(r"\\(.)", r"\1", core)
+
+
 def _like(values: pa.Array, pattern: str) -> pa.Array:
     """Milvus' LIKE: prefix%, %suffix, %infix% and exact take the fast kernels, the rest match_like."""
-    inner = pattern
-    lead = inner.startswith("%")
-    trail = inner.endswith("%") and not inner.endswith("\\%") and len(inner) > 1
-    core = inner[1 if lead else 0 : len(inner) - 1 if trail else len(inner)]
-    if _WILDCARD.search(core) is None:
-        literal = re.sub(r"\\(.)", r"\1", core)
+    lead, trail, literal = _like_parts(pattern)
+    if literal is not None:
         if lead and trail:
             return pc.match_substring(values, literal)
         if lead:
@@ -112,9 +145,24 @@ def _like(values: pa.Array, pattern: str) -> pa.Array:
     return pc.match_like(values, pattern)
 
 
+@dataclass(frozen=True, eq=False)
+class _IndexRange:
+    """Several comparisons of one field already answered by its index (see `_index_ranges`)."""
+
+    hit: pa.Array
+
+
 class _Context:
-    def __init__(self, data: pa.Table | pa.RecordBatch, json_cache: JsonCache | None = None):
+    def __init__(
+        self,
+        data: pa.Table | pa.RecordBatch,
+        json_cache: JsonCache | None = None,
+        indexes: Mapping[int, ColumnIndex] | None = None,
+        text_index: TextIndexOf | None = None,
+    ):
         self.data = data
+        self.indexes = indexes or {}
+        self.text_index = text_index
         self.n = data.num_rows
         self.names = set(data.schema.names)
         self._json: JsonCache = {} if json_cache is None else json_cache
@@ -181,7 +229,74 @@ class _Context:
 
     # -- predicates ---------------------------------------------------------------------------
 
+    # -- the index path ------------------------------------------------------------------------
+
+    def _index_of(self, node: P.Predicate) -> ColumnIndex | None:
+        """The scalar index that can answer `node` (a whole field, not a JSON path or an element)."""
+        if not self.indexes:
+            return None
+        col = getattr(node, "column", None) or getattr(node, "value", None) or getattr(node, "left", None)
+        if not isinstance(col, P.Column) or col.path or col.data_type == DT.JSON:
+            return None
+        if isinstance(node, P.Compare) and not isinstance(node.right, P.Literal):
+            return None
+        return self.indexes.get(col.field_id)
+
+    def indexed(self, node: P.Predicate) -> pa.Array | None:
+        """`node` answered by an index, or None (no index, or one that cannot answer it)."""
+        index = self._index_of(node)
+        if index is None:
+            return None
+        if isinstance(node, P.Compare):
+            assert isinstance(node.right, P.Literal)
+            return index.compare(node.op, node.right.value)
+        if isinstance(node, P.Term):
+            hit = index.equal_any(node.values)
+            return None if hit is None else pc.invert(hit) if node.negate else hit
+        if isinstance(node, P.Like):
+            lead, trail, literal = _like_parts(node.pattern)
+            if literal == "" and lead:  # `%`: every string
+                return index.prefix("")
+            if literal is None or lead:
+                return None
+            return index.prefix(literal) if trail else index.compare("==", literal)
+        if isinstance(node, P.Contains):
+            return index.contains_all(node.values) if node.mode == "all" else index.equal_any(node.values)
+        return None
+
+    def _index_ranges(self, children: tuple[P.Predicate, ...]) -> tuple[P.Predicate, ...]:
+        """Comparisons of one indexed field with literals under an `and` (`a < x and x <= b`, what
+        `a < x <= b` parses to) become one `_IndexRange`: a single lookup of the index."""
+        groups: dict[int, list[P.Compare]] = {}
+        for c in children:
+            if isinstance(c, P.Compare) and c.op != "!=" and self._index_of(c) is not None:
+                groups.setdefault(c.left.field_id, []).append(c)  # type: ignore[union-attr]
+        merged = {fid: cs for fid, cs in groups.items() if len(cs) > 1}
+        if not merged:
+            return children
+        rest: list[P.Predicate] = [c for c in children if not any(c in cs for cs in merged.values())]
+        hits = []
+        for fid, cs in merged.items():
+            hit = self.indexes[fid].compare_all([(c.op, c.right.value) for c in cs])  # type: ignore[union-attr]
+            if hit is None:
+                rest.extend(cs)
+            else:
+                hits.append(hit)
+        if not hits:
+            return tuple(rest)
+        both = hits[0]
+        for h in hits[1:]:
+            both = pc.and_kleene(both, h)
+        # One, and first: it is over every row, so it must not fall in a narrowed tail.
+        return (_IndexRange(both), *rest)
+
     def predicate(self, node: P.Predicate) -> pa.Array:
+        if isinstance(node, _IndexRange):
+            return node.hit
+        if isinstance(node, (P.Compare, P.Term, P.Like, P.Contains)):
+            hit = self.indexed(node)
+            if hit is not None:
+                return hit
         if isinstance(node, P.Const):
             return pa.array(np.full(self.n, node.value, dtype=bool))
         if isinstance(node, P.Compare):
@@ -205,6 +320,8 @@ class _Context:
             return self.contains(node)
         if isinstance(node, P.Exists):
             return pa.array(self.json(node.column, exact=True).present())
+        if isinstance(node, P.TextMatch):
+            return self.text_match(node)
         if isinstance(node, P.IsNull):
             col = node.column
             if col.data_type == DT.JSON and col.path:
@@ -216,9 +333,28 @@ class _Context:
             return pc.invert(null) if node.negate else null
         raise MilvusError(merr.SERVICE_INTERNAL, f"cannot evaluate {type(node).__name__}")
 
+    def text_match(self, node: P.TextMatch) -> pa.Array:
+        """From the segment's text index, or one built from the column here (growing data)."""
+        if self.text_index is not None:
+            index = self.text_index(node.column.field_id, node.analyzer)
+        else:
+            from kmilvus.analyzer import build
+            from kmilvus.index.text_index import TextIndex
+
+            index = TextIndex.build(self.column(node.column), build(node.analyzer))
+        if node.phrase:
+            return pa.array(index.phrase(node.tokens, node.slop))
+        return pa.array(index.match([t for t, _ in node.tokens], node.min_should_match))
+
     def conjunction(self, children: tuple[P.Predicate, ...]) -> pa.Array:
         """`and` of `children`, left to right; once few rows can still match, the rest is
-        evaluated on those rows only (a selective `id in [..]` spares parsing a JSON column)."""
+        evaluated on those rows only (a selective `id in [..]` spares parsing a JSON column).
+        Children an index answers go first (`and` is commutative in three-valued logic too)."""
+        if self.indexes:
+            children = self._index_ranges(children)
+            children = tuple(
+                sorted(children, key=lambda c: not isinstance(c, _IndexRange) and self._index_of(c) is None)
+            )
         out = self.predicate(children[0])
         for i, child in enumerate(children[1:], start=1):
             alive = pc.fill_null(out, True)  # true or null: the rows `and` may still need
@@ -238,11 +374,17 @@ class _Context:
         assert isinstance(col, P.Column)
         if col.data_type != DT.JSON:
             arr = self.value(col)
+            values = list(node.values)
             if pa.types.is_integer(arr.type):
                 arr, vtype = arr.cast(pa.int64()), pa.int64()
+            elif pa.types.is_floating(arr.type):
+                # is_in hashes, and -0.0 hashes apart from 0.0: `x + 0.0` makes every zero +0.0,
+                # so `in` agrees with `==` (and with Milvus, whose hash sets see one zero).
+                arr, vtype = pc.add(arr.cast(pa.float64()), 0.0), pa.float64()
+                values = [float(v) + 0.0 for v in values]
             else:
                 vtype = arr.type
-            return _keep_nulls(arr, pc.is_in(arr, value_set=pa.array(list(node.values), type=vtype)))
+            return _keep_nulls(arr, pc.is_in(arr, value_set=pa.array(values, type=vtype)))
         jv = self.json(col)
         matched = np.zeros(self.n, dtype=bool)
         groups: dict[str, list[Any]] = {}

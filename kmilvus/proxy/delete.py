@@ -19,7 +19,8 @@ import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus.msgstream import Msg, MsgType
-from kmilvus.proxy.insert import InsertTask, ipc_bytes
+from kmilvus.proxy import partial_update, partition_key
+from kmilvus.proxy.insert import InsertTask, fill_function_outputs, ipc_bytes
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.task import Task
 from kmilvus.storage import deltalog
@@ -71,6 +72,7 @@ class DeleteTask(Task):
 
         req = self.req
         self.meta = meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
+        partition_key.refuse_named(meta, req.partition_name, merr.UNEXPECTED)
         if req.partition_name:
             self.partition = meta.partition(req.partition_name)  # the delete applies there only
         if not req.expr.strip():
@@ -104,10 +106,22 @@ class UpsertTask(InsertTask):
     name = "UpsertTask"
 
     async def pre_execute(self) -> None:
-        meta = await self.proxy.meta_cache.get(self.req.db_name, self.req.collection_name)
+        req = self.req
+        meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
         if meta.pk.autoID:
             raise merr.invalid(f"upsert can not assign primary field data when auto id enabled {meta.pk.name}")
+        if req.partial_update and req.field_ops:
+            raise merr.invalid("field_ops of a partial update are not supported by this server")
         await super().pre_execute()
+
+    async def columns_of(self, n: int) -> dict[int, pa.Array]:
+        """A partial update's columns are the given ones over the stored rows."""
+        if not self.req.partial_update:
+            return await super().columns_of(n)
+        given = typeutil.fields_data_to_columns(self.meta.schema, self.req.fields_data, n, partial=True)
+        columns = await partial_update.merge(self.proxy, self.meta, given, n)
+        await fill_function_outputs(self.meta.schema, columns)
+        return columns
 
     async def execute(self) -> None:
         meta, n, proxy = self.meta, self.req.num_rows, self.proxy
@@ -119,8 +133,10 @@ class UpsertTask(InsertTask):
         async with proxy.ticks.publishing(meta.vchannels) as ts:
             batch = typeutil.columns_to_record_batch(meta.schema, self.columns, row_ids, ts)
             # As Milvus: the old rows go in the upsert's partition (a key in another partition
-            # stays there, and reads return the newest version of a key).
-            deletes = delete_messages(meta, keys, ts, self.partition_id, proxy.cfg.max_message_bytes)
+            # stays there, and reads return the newest version of a key); with a partition key
+            # the old row may sit in another partition than the new one: all of them.
+            part = ALL_PARTITIONS if partition_key.key_field(meta.schema) is not None else self.partition_id
+            deletes = delete_messages(meta, keys, ts, part, proxy.cfg.max_message_bytes)
             inserts = await self._route(batch, shards, ts)
             await proxy.producer.publish_many(deletes + inserts)
             if not await proxy.session_valid():

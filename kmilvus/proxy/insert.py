@@ -3,13 +3,17 @@ Arrow IPC payloads on JetStream. Columnar throughout; numpy for IDs and hashing.
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import metrics
+from kmilvus.function import bm25
 from kmilvus.msgstream import Msg, MsgType
 from kmilvus.proto import data_coord_pb2
+from kmilvus.proxy import partition_key
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.task import Task
 from kmilvus.util import merr, typeutil
@@ -46,6 +50,12 @@ def estimate_fields_data_bytes(fields_data) -> int:
     return total
 
 
+async def fill_function_outputs(schema: schema_pb2.CollectionSchema, columns: dict[int, pa.Array]) -> None:
+    """The schema's BM25 functions fill their output fields (kmilvus.function), off the loop."""
+    if bm25.bm25_functions(schema):
+        await asyncio.to_thread(bm25.fill_outputs, schema, columns)
+
+
 class InsertTask(Task):
     name = "InsertTask"
 
@@ -60,11 +70,13 @@ class InsertTask(Task):
     async def pre_execute(self) -> None:
         req, cfg = self.req, self.proxy.cfg
         self.meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
-        self.partition_id = self.meta.partition(req.partition_name)
+        partition_key.refuse_named(self.meta, req.partition_name)
+        if partition_key.key_field(self.meta.schema) is None:
+            self.partition_id = self.meta.partition(req.partition_name)
         n = req.num_rows
         if n <= 0:
             raise merr.invalid("num_rows should be greater than 0")
-        self.columns = typeutil.fields_data_to_columns(self.meta.schema, req.fields_data, n)
+        self.columns = await self.columns_of(n)
         # The Arrow columns are the payload; their size costs nothing to read, unlike a 5 MB
         # message's ByteSize().
         size = sum(c.nbytes for c in self.columns.values())
@@ -74,6 +86,12 @@ class InsertTask(Task):
                 f"insert request size {size} bytes exceeds the limit of {cfg.max_insert_bytes} "
                 f"bytes (proxy.maxInsertSize); split it into smaller batches",
             )
+
+    async def columns_of(self, n: int) -> dict[int, pa.Array]:
+        """The request's columns, checked, with the schema's functions' outputs filled."""
+        columns = typeutil.fields_data_to_columns(self.meta.schema, self.req.fields_data, n)
+        await fill_function_outputs(self.meta.schema, columns)
+        return columns
 
     async def execute(self) -> None:
         meta, n, proxy = self.meta, self.req.num_rows, self.proxy
@@ -96,6 +114,7 @@ class InsertTask(Task):
                 )
         metrics.INSERTED_ROWS.inc(n)
         metrics.INSERTED_BYTES.inc(batch.nbytes)
+        metrics.PROXY_INSERT_VECTORS.labels(str(proxy.server_id)).inc(n)
         self.result = milvus_pb2.MutationResult(
             IDs=typeutil.primary_keys_to_ids(pk, keys), insert_cnt=n, timestamp=ts, succ_index=range(n)
         )
@@ -103,38 +122,45 @@ class InsertTask(Task):
     async def _route(self, batch: pa.RecordBatch, shards: np.ndarray, ts: int) -> list[tuple[str, Msg]]:
         """Split rows by shard, ask DataCoord for segment quotas, and cut IPC payloads."""
         meta, cfg = self.meta, self.proxy.cfg
-        per_shard: list[tuple[str, np.ndarray]] = []
-        if len(meta.vchannels) == 1:
-            per_shard.append((meta.vchannels[0], None))
+        per_shard: list[tuple[str, np.ndarray | None, int]] = []  # (vchannel, rows or all, partition)
+        parts = partition_key.route(meta, self.columns)  # a partition per row in partition key mode
+        if len(meta.vchannels) == 1 and parts is None:
+            per_shard.append((meta.vchannels[0], None, self.partition_id))
         else:
-            order = np.argsort(shards, kind="stable")
-            bounds = np.searchsorted(shards[order], np.arange(len(meta.vchannels) + 1))
-            for i, ch in enumerate(meta.vchannels):
-                idx = order[bounds[i] : bounds[i + 1]]
+            # Rows grouped by (shard, partition) in one stable sort.
+            if parts is None:
+                group = shards
+            else:
+                kinds, slot = np.unique(parts, return_inverse=True)
+                group = shards * len(kinds) + slot
+            order = np.argsort(group, kind="stable")
+            cut = np.flatnonzero(np.diff(group[order])) + 1
+            for idx in np.split(order, cut):
                 if len(idx):
-                    per_shard.append((ch, idx))
+                    part_id = self.partition_id if parts is None else int(parts[idx[0]])
+                    per_shard.append((meta.vchannels[int(shards[idx[0]])], idx, part_id))
         req = data_coord_pb2.AssignSegmentIDRequest(nodeID=self.proxy.server_id, peer_role="proxy")
-        for ch, idx in per_shard:
+        for ch, idx, part_id in per_shard:
             req.segmentIDRequests.add(
                 count=batch.num_rows if idx is None else len(idx),
                 channel_name=ch,
                 collectionID=meta.id,
-                partitionID=self.partition_id,
+                partitionID=part_id,
                 timestamp=ts,
             )
         await afailpoint("proxy.insert.before_assign")
         resp = await self.proxy.datacoord.AssignSegmentID(req)
         merr.check(resp.status)
-        by_channel: dict[str, list] = {}
+        by_channel: dict[tuple[str, int], list] = {}
         for a in resp.segIDAssignments:
-            by_channel.setdefault(a.channel_name, []).append(a)
+            by_channel.setdefault((a.channel_name, a.partitionID), []).append(a)
         items: list[tuple[str, Msg]] = []
         row_bytes = max(1, batch.nbytes // max(1, batch.num_rows))
         chunk_rows = max(1, cfg.max_message_bytes // row_bytes)
-        for ch, idx in per_shard:
+        for ch, idx, part_id in per_shard:
             part = batch if idx is None else batch.take(pa.array(idx))
             offset = 0
-            for a in by_channel.get(ch, []):
+            for a in by_channel.get((ch, part_id), []):
                 seg_rows = part.slice(offset, a.count)
                 offset += a.count
                 for start in range(0, seg_rows.num_rows, chunk_rows):
@@ -148,7 +174,7 @@ class InsertTask(Task):
                                 ipc_bytes(chunk),
                                 {
                                     "collection": str(meta.id),
-                                    "partition": str(self.partition_id),
+                                    "partition": str(part_id),
                                     "segment": str(a.segID),
                                     "rows": str(chunk.num_rows),
                                 },

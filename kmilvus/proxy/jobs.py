@@ -21,6 +21,7 @@ from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2, internal_pb2
+from kmilvus.proxy import partition_key
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_PARTITION
 
@@ -144,6 +145,15 @@ class ProxyJobsMixin:
     # ---------------------------------------------------------------------------- import
     async def _import(self, db: str, collection: str, partition: str, files: list[str], options) -> int:
         meta = await self.meta_cache.get(db, collection)
+        if partition_key.key_field(meta.schema) is not None:
+            # Milvus routes imported rows by key hash; the import job writes one partition's
+            # segments, so refuse rather than place rows where Milvus would not.
+            why = (
+                "not allow to set partition name for collection with partition key"
+                if partition
+                else "bulk import into a partition key collection is not supported by kmilvus yet"
+            )
+            raise merr.MilvusError(merr.IMPORT_FAILED, f"{why}: importing data failed")
         part_id = meta.partition(partition)
         if not files:
             raise merr.invalid("import requires at least one file")

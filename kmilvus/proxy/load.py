@@ -17,7 +17,8 @@ from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
 from kmilvus.proto import internal_pb2, query_coord_pb2, query_node_pb2
-from kmilvus.proxy import read_path
+from kmilvus.proxy import partition_key, read_path
+from kmilvus.proxy.system import DEFAULT_RESOURCE_GROUP
 from kmilvus.util import merr
 
 
@@ -50,6 +51,7 @@ class ProxyLoadMixin:
 
     @merr.rpc()
     async def LoadPartitions(self, req, context=None):
+        partition_key.refuse_ddl(await self.meta_cache.get(req.db_name, req.collection_name), "load partitions")
         return await self._load(req, list(req.partition_names))
 
     @merr.rpc()
@@ -60,6 +62,7 @@ class ProxyLoadMixin:
     @merr.rpc()
     async def ReleasePartitions(self, req, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
+        partition_key.refuse_ddl(meta, "release partitions")
         parts = [meta.partition(n) for n in req.partition_names]
         return await self.querycoord.ReleasePartitions(
             query_coord_pb2.ReleasePartitionsRequest(collectionID=meta.id, partitionIDs=parts)
@@ -112,7 +115,12 @@ class ProxyLoadMixin:
         resp = await self.querycoord.GetShardLeaders(query_coord_pb2.GetShardLeadersRequest(collectionID=coll_id))
         merr.check(resp.status)
         out = milvus_pb2.GetReplicasResponse()
-        replica = out.replicas.add(replicaID=resp.replicaID, collectionID=coll_id, partition_ids=resp.partitionIDs)
+        replica = out.replicas.add(
+            replicaID=resp.replicaID,
+            collectionID=coll_id,
+            partition_ids=resp.partitionIDs,
+            resource_group_name=DEFAULT_RESOURCE_GROUP,  # the one group kmilvus has (kmilvus.proxy.system)
+        )
         nodes = sorted({leader.nodeID for leader in resp.leaders})
         replica.node_ids.extend(nodes)
         for leader in resp.leaders:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus.proto import data_coord_pb2
+from kmilvus.proxy import partition_key
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
 
@@ -23,11 +24,14 @@ def _check(req) -> None:
 class ProxyPartitionsMixin:
     @merr.rpc()
     async def CreatePartition(self, req: milvus_pb2.CreatePartitionRequest, context=None):
+        _check(req)
+        partition_key.refuse_ddl(await self.meta_cache.get(req.db_name, req.collection_name), "create partition")
         return await self._dd_call(lambda: self.rootcoord.CreatePartition(req), pre=lambda: _check(req))
 
     @merr.rpc()
     async def DropPartition(self, req: milvus_pb2.DropPartitionRequest, context=None):
         _check(req)
+        partition_key.refuse_ddl(await self.meta_cache.get(req.db_name, req.collection_name), "drop partition")
         await self.check_partition_released(req)  # kmilvus.proxy.load: Milvus refuses a loaded one
         status = await self._dd_call(lambda: self.rootcoord.DropPartition(req), pre=lambda: _check(req))
         self.meta_cache.remove(req.db_name, req.collection_name)

@@ -116,7 +116,7 @@ class ProxyQueryMixin:
                 out_ids.insert(0, meta.pk.fieldID)
                 out_names.insert(0, meta.pk.name)
         nodes, loaded = await read_path.serving_nodes(self, meta)
-        parts = read_path.partition_ids(meta, list(req.partition_names), loaded)
+        parts = read_path.partition_ids(meta, list(req.partition_names), loaded, req.expr, req.expr_template_values)
         ts, mvcc = await read_path.read_timestamps(self, meta, req, qp.iterator)
         ttl_ts = await read_path.collection_ttl_ts(self, meta)
         qreq = query_node_pb2.QueryRequest(

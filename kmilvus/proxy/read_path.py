@@ -11,6 +11,7 @@ from pymilvus.grpc_gen import common_pb2, schema_pb2
 from kmilvus import components as roles
 from kmilvus.parser import parse, template_values
 from kmilvus.proto import data_coord_pb2, query_coord_pb2
+from kmilvus.proxy import partition_key
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.util import merr, typeutil
 from kmilvus.util.ttl import expire_before, ttl_seconds
@@ -147,10 +148,13 @@ async def fan_out(proxy, nodes: dict[int, list[str]], call: Callable[[object, li
     return results
 
 
-def partition_ids(meta: CollectionMeta, names, loaded: list[int]) -> list[int]:
-    """The partitions a request reads: the named ones (each must be loaded) or every loaded one."""
+def partition_ids(meta: CollectionMeta, names, loaded: list[int], expr: str = "", templates=None) -> list[int]:
+    """The partitions a request reads: the named ones (each must be loaded) or every loaded one
+    — in partition key mode none may be named and a filter pinning the key narrows them
+    (kmilvus/proxy/partition_key.py)."""
+    partition_key.refuse_named(meta, names)
     if not names:
-        return loaded
+        return partition_key.prune(meta, expr, loaded, templates)
     out = [meta.partition(n) for n in names]
     if loaded:
         missing = [n for n, p in zip(names, out, strict=True) if p not in loaded]

@@ -16,7 +16,7 @@ from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.parser import template_values
 from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
-from kmilvus.querynode import reduce
+from kmilvus.querynode import bm25, reduce
 from kmilvus.querynode.delegator import ChannelDelegator
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
@@ -24,7 +24,7 @@ from kmilvus.querynode.search_plan import plan_from_request
 from kmilvus.querynode.segments import SegmentData
 from kmilvus.storage import deltalog
 from kmilvus.storage.binlog import read_binlogs
-from kmilvus.util import memory, merr, typeutil
+from kmilvus.util import memory, merr, metricsinfo, typeutil
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.timetick import demand_tick
 
@@ -66,6 +66,17 @@ class LoadedCollection:
             ]
         return segs
 
+    def channel_segments(self, vchannel: str) -> list[tuple[SegmentData, tuple[DeleteSet, ...], bool]]:
+        """Every loaded segment of one channel, sealed and growing (whatever a request's
+        partitions), with the deletes that apply to it and whether it is growing: what its BM25
+        statistics cover."""
+        d = self.channels.get(vchannel)
+        sealed = [s for s in self.sealed.values() if self.channel_of.get(s.segment_id) == vchannel]
+        out = [(s, d.deletes_of(s.partition_id) if d is not None else (), False) for s in sealed]
+        if d is not None:
+            out += [(g.data(), d.deletes_of(g.partition_id), True) for g in d.growing.values() if g.rows]
+        return out
+
     @property
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.sealed.values()) + sum(d.nbytes for d in self.channels.values())
@@ -99,6 +110,10 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         """Release everything (the node's session was lost: QueryCoord moved its work)."""
         for coll_id in list(self.collections):
             await self._release(coll_id)
+
+    @merr.rpc(milvus_pb2.GetMetricsResponse)
+    async def GetMetrics(self, req, context=None):
+        return await metricsinfo.self_metrics(self, req, {})
 
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
@@ -151,14 +166,17 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         return out
 
     def _index_files(self, info: query_node_pb2.SegmentLoadInfo, have: Collection[int] = ()) -> dict[int, tuple]:
-        """{field ID: (VectorIndex, file size)} of the segment's finished index files not in `have`."""
+        """{field ID: (VectorIndex or ScalarIndex, file size)} of the segment's finished index
+        files not in `have`."""
         from kmilvus import index as kindex
+        from kmilvus.index import scalar_index
 
         out = {}
         for key, fid in zip(info.index_paths, info.index_fieldIDs, strict=True):
             if fid not in have and fid not in out:
                 data = self.store.filesystem.open_input_file(self.store.path(key)).readall()
-                out[fid] = (kindex.load(data), len(data))
+                ix = scalar_index.load(data) if scalar_index.is_scalar_index_file(data) else kindex.load(data)
+                out[fid] = (ix, len(data))
         return out
 
     def _add_indexes(self, seg: SegmentData, indexes: dict[int, tuple]) -> None:
@@ -324,8 +342,11 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
         await coll.refresh_versions()
         plan = plan_from_request(req, coll.schema, coll.pk_field)
-        segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
-        table = await asyncio.to_thread(reduce.search_segments, segments, plan)
+        if plan.metric == bm25.METRIC:
+            table = await asyncio.to_thread(bm25.search_channels, coll, req, plan)
+        else:
+            segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
+            table = await asyncio.to_thread(reduce.search_segments, segments, plan)
         return query_node_pb2.SearchResults(arrow=reduce.to_ipc(table))
 
     @merr.rpc(query_node_pb2.RetrieveResults)

@@ -10,6 +10,7 @@ import re
 
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
+from kmilvus.function import schema as functions
 from kmilvus.util import fieldtypes, merr
 from kmilvus.util.merr import MilvusError
 from kmilvus.util.typeutil import DYNAMIC_FIELD_NAME, SUPPORTED_TYPES, type_param
@@ -128,6 +129,7 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
         )
     if not has_vector:
         raise MilvusError(merr.PARAMETER_INVALID, "schema does not contain vector field")
+    functions.validate_functions(schema)
 
 
 def _check_max_length(f: schema_pb2.FieldSchema, max_varchar: int, collection: str = "") -> None:
@@ -232,6 +234,7 @@ def normalize(schema: schema_pb2.CollectionSchema, autoid_hint: bool = False) ->
         if f.is_primary_key and (schema.autoID or autoid_hint):
             f.autoID = True
     out.autoID = any(f.autoID for f in out.fields if f.is_primary_key)
+    functions.bind(out)
     return out
 
 
@@ -245,6 +248,7 @@ def same_schema(a: schema_pb2.CollectionSchema, b: schema_pb2.CollectionSchema) 
                 f.data_type,
                 f.is_primary_key,
                 f.autoID,
+                f.is_partition_key,
                 sorted((kv.key, kv.value) for kv in f.type_params),
                 f.element_type,
                 f.nullable,
@@ -258,3 +262,41 @@ def same_schema(a: schema_pb2.CollectionSchema, b: schema_pb2.CollectionSchema) 
 
 def consistency_level_name(level: int) -> str:
     return common_pb2.ConsistencyLevel.Name(level)
+
+
+DEFAULT_PARTITIONS_WITH_PARTITION_KEY = 16  # Milvus 2.5's common.DefaultPartitionsWithPartitionKey
+
+
+def check_partition_key(schema: schema_pb2.CollectionSchema, num_partitions: int, max_partitions: int) -> int:
+    """Milvus' validatePartitionKey (the key on the primary key: `validate_schema`): at most one
+    partition key, not nullable, Int64 or VarChar; `num_partitions` only with a key, 1..max (default 16). Returns
+    how many partitions the collection gets (0: no partition key, one `_default` partition)."""
+    key = None
+    for f in schema.fields:
+        if not f.is_partition_key:
+            continue
+        if key is not None:
+            raise MilvusError(
+                merr.UNEXPECTED, f"there are more than one partition key, field name = {key.name}, {f.name}"
+            )
+        if f.nullable:
+            raise MilvusError(merr.PARAMETER_INVALID, "partition key field not support nullable: invalid parameter")
+        if f.data_type not in (DT.Int64, DT.VarChar):
+            raise MilvusError(merr.UNEXPECTED, "the data type of partition key should be Int64 or VarChar")
+        if num_partitions < 0:
+            raise MilvusError(
+                merr.UNEXPECTED, "the specified partitions should be greater than 0 if partition key is used"
+            )
+        if num_partitions > max_partitions:
+            raise MilvusError(
+                merr.PARAMETER_INVALID,
+                f"partition number ({num_partitions}) exceeds max configuration ({max_partitions}): invalid parameter",
+            )
+        key = f
+    if key is None:
+        if num_partitions:
+            raise MilvusError(
+                merr.UNEXPECTED, "num_partitions should only be specified with partition key field enabled"
+            )
+        return 0
+    return num_partitions or min(DEFAULT_PARTITIONS_WITH_PARTITION_KEY, max_partitions)
