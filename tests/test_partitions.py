@@ -36,8 +36,9 @@ def partition_ids(node, coll_id: int) -> dict[str, int]:
 
 
 def partition_pks(node, coll_id: int, part_id: int) -> list[int]:
-    """Every primary key in the binlogs of one partition's segments, sorted."""
-    segs = [s for s in segments(node, coll_id) if s.partitionID == part_id]
+    """Every primary key in the binlogs of one partition's live segments, sorted (a compaction's
+    Dropped sources are being collected: their files may be half gone)."""
+    segs = [s for s in segments(node, coll_id) if s.partitionID == part_id and s.state != common_pb2.Dropped]
     tables = [binlog.read_segment(node.node.store, coll_id, part_id, s.ID) for s in segs]
     return sorted(pk for t in tables for pk in t.column("100").to_pylist())
 

@@ -222,7 +222,9 @@ class ChannelManager:
             info.seek_position.CopyFrom(cp)
         del info.unflushed_segments[:]
         del info.flushed_segmentIDs[:]
-        del info.pk_sources[:]
+        l0 = self.meta.l0_positions.get(ch)
+        if l0 is not None:
+            info.l0_position.CopyFrom(l0)
         for s in self.meta.by_channel(ch):
             if s.info.state in (SegmentState.Flushed,):
                 info.flushed_segmentIDs.append(s.id)
@@ -230,14 +232,6 @@ class ChannelManager:
                 info.dropped_segmentIDs.append(s.id)
             else:
                 info.unflushed_segments.append(s.info)
-            if s.info.state != SegmentState.Dropped:
-                info.pk_sources.add(
-                    segmentID=s.id,
-                    partitionID=s.info.partitionID,
-                    stats_log_paths=[b.log_path for _, b in sorted(s.statslogs.items())],
-                    binlog_paths=[] if s.statslogs else [b.log_path for _, b in sorted(s.binlogs.items())],
-                    delta_position=s.info.delta_position,
-                )
         return info
 
     async def unwatch(self, channels: list[str], drop: bool) -> None:

@@ -517,15 +517,34 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 f"channel {req.channel} is not watched by node {req.nodeID} "
                 f"(watch version {req.watch_version}) any more",
             )
+        if not req.segmentID:
+            await self._save_l0(req)
+            return merr.success()
         seg = await self.meta.save_binlog_paths(req, self.channels.watch_guard(req.channel) if req.channel else None)
         if req.flushed:
             log.info("segment flushed", segment=seg.id, rows=seg.info.num_of_rows, binlogs=seg.info.binlog_count)
             if seg.info.num_of_rows == 0:
                 await self.meta.remove_segment(seg)  # an empty segment leaves nothing behind
+        self._checkpoint_committed(req)
+        return merr.success()
+
+    def _checkpoint_committed(self, req: internal_pb2.SaveBinlogPathsRequest) -> None:
         if req.checkpoint.seq:
             self._dirty_cps.add(req.checkpoint.channel_name)
             self._store_due.add(req.checkpoint.channel_name)
-        return merr.success()
+
+    async def _save_l0(self, req: internal_pb2.SaveBinlogPathsRequest) -> None:
+        """A channel's L0 delta logs (SaveBinlogPaths of no segment). Those of a partition
+        dropped meanwhile are not committed: their files go instead (nothing else removes them)."""
+        if not req.channel:
+            raise merr.invalid("L0 delta logs need their channel")
+        coll = req.collectionID
+        refused = await self.meta.save_l0(
+            req, self.channels.watch_guard(req.channel), lambda d: (coll, d.partitionID) not in self.dropped_partitions
+        )
+        for d in refused:
+            await self.store.delete(d.binlog.log_path)
+        self._checkpoint_committed(req)
 
     @merr.rpc()
     async def ReportDataNodeTtMsgs(self, req, context=None):

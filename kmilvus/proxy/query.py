@@ -84,14 +84,15 @@ def _int(params: dict[str, str], key: str) -> int:
 
 
 class ProxyQueryMixin:
-    async def primary_keys_matching(self, meta, expr: str) -> pa.Array:
-        """The primary keys of every row `expr` matches, read at a fresh timestamp (Delete by
-        expression, as Milvus: query, then delete)."""
+    async def primary_keys_matching(self, meta, expr: str, partition_names=()) -> pa.Array:
+        """The primary keys of every row `expr` matches (in `partition_names`, or all), read at
+        a fresh timestamp (Delete by expression, as Milvus: query, then delete)."""
         req = milvus_pb2.QueryRequest(
             db_name=meta.db,
             collection_name=meta.name,
             expr=expr,
             output_fields=[meta.pk.name],
+            partition_names=list(partition_names),
             consistency_level=common_pb2.ConsistencyLevel.Strong,
         )
         resp = await self.Query(req)
@@ -156,7 +157,7 @@ class ProxyQueryMixin:
             return out
         tables = [reduce.from_ipc(r.arrow) for r in results if r.arrow]
         tables = [t for t in tables if t.num_rows]
-        table = pa.concat_tables(tables, promote_options="default") if tables else None
+        table = reduce.newest_rows(pa.concat_tables(tables, promote_options="default")) if tables else None
         if table is not None and limit is not None:
             ranked = orderby.sort_indices(table, order) if order else pc.sort_indices(table.column("pk"))
             table = table.take(ranked.slice(offset, limit))

@@ -1,6 +1,7 @@
 """What a QueryNode needs to serve one DML channel (Milvus' DataCoord GetRecoveryInfo): the
 channel's flushed segments with their binlog paths, its unflushed segments (rows written under
-buffer pressure are read from binlogs, the rest from the stream), and where to resume the stream.
+buffer pressure are read from binlogs, the rest from the stream), its L0 delta logs (the deletes
+before the checkpoint), and where to resume the stream.
 
 Segments come from DataCoord's public RPC; binlog paths and the channel checkpoint are read from
 the keys DataCoord commits them under (read only — DataCoord alone writes them)."""
@@ -76,6 +77,13 @@ async def watch_request(
     raw = await kv.get(keys.channel_checkpoint_key(vchannel))
     cp = internal_pb2.MsgPosition.FromString(raw) if raw else internal_pb2.MsgPosition(channel_name=vchannel)
     req = query_node_pb2.WatchDmChannelsRequest(collectionID=coll_id, schema=schema, vchannel=vchannel)
+    # Read after the checkpoint: every Delete up to it is in one of these (DataCoord commits L0
+    # logs with the checkpoint that passes them); the stream brings the rest. Every partition's:
+    # a partition loaded later is served by the same delegator.
+    for _, raw_l0 in await kv.get_prefix(keys.l0_deltalog_prefix(coll_id)):
+        d = internal_pb2.L0Deltalog.FromString(raw_l0)
+        if d.channel == vchannel:
+            req.l0_deltalogs.append(d)
     for s in await segments_of(datacoord, coll_id):
         if s.insert_channel != vchannel:
             continue

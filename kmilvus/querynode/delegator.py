@@ -33,7 +33,9 @@ from kmilvus.msgstream.reader import ChannelReader
 from kmilvus.proto import internal_pb2, query_node_pb2
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.segments import GrowingSegment
+from kmilvus.querynode.versions import KeyVersions
 from kmilvus.storage import deltalog
+from kmilvus.util.constants import ALL_PARTITIONS
 
 log = get_logger(__name__)
 
@@ -56,7 +58,10 @@ class ChannelDelegator:
         # Rows of an unflushed segment up to this seq are in its binlogs (written under pressure).
         self.persisted_upto: dict[int, int] = {s.segmentID: s.dml_position.seq for s in req.unflushed_segments}
         self.growing: dict[int, GrowingSegment] = {}
-        self.deletes = DeleteSet()  # every Delete consumed on the channel (applied to all its segments)
+        # The channel's deletes by partition (-1: every partition): its L0 delta logs, then every
+        # Delete consumed; they apply to every segment of the channel (and partition).
+        self.deletes: dict[int, DeleteSet] = {}
+        self.versions = KeyVersions()  # older versions of keys held twice are hidden like deletes
         self.serviceable_ts = 0
         self.dropped = False
         # Partitions dropped on the channel (the collection's delegators share one set).
@@ -87,7 +92,17 @@ class ChannelDelegator:
                 await self._consumer.close()
             self._consumer = None
         self.growing.clear()
-        self.deletes = DeleteSet()
+        self.deletes = {}
+        self.versions = KeyVersions()
+
+    def add_deletes(self, partition: int, pks, ts) -> None:
+        self.deletes.setdefault(partition, DeleteSet()).add(pks, ts)
+
+    def deletes_of(self, partition: int) -> tuple[DeleteSet, ...]:
+        """The deletes that apply to a segment of `partition`, and the shadows of older versions
+        (as of the last `KeyVersions.refresh`)."""
+        own = tuple(d for p in (ALL_PARTITIONS, partition) if (d := self.deletes.get(p)) is not None)
+        return (*own, self.versions.shadows)
 
     @property
     def consuming(self) -> bool:
@@ -138,8 +153,11 @@ class ChannelDelegator:
             g.add(read_ipc(msg.payload))
         elif t == MsgType.Delete:
             batch = read_ipc(msg.payload)
-            pks = deltalog.pk_numpy(batch.column(deltalog.PK))
-            self.deletes.add(pks, batch.column(deltalog.TS).to_numpy(zero_copy_only=False))
+            self.add_deletes(
+                int(msg.headers.get("partition", ALL_PARTITIONS)),
+                deltalog.pk_numpy(batch.column(deltalog.PK)),
+                batch.column(deltalog.TS).to_numpy(zero_copy_only=False),
+            )
         elif t == MsgType.TimeTick:
             self.serviceable_ts = msg.timestamp
             async with self.changed:

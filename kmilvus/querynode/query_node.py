@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+import numpy as np
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
@@ -49,36 +50,49 @@ class LoadedCollection:
     def pk_field(self) -> int:
         return typeutil.primary_field(self.schema).fieldID
 
-    def segments(self, vchannels, partitions, growing: bool = True) -> list[tuple[SegmentData, DeleteSet | None]]:
+    def segments(self, vchannels, partitions, growing: bool = True) -> list[tuple[SegmentData, tuple[DeleteSet, ...]]]:
         """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`; none
-        without `growing`: Milvus' ignore_growing), each with the deletes consumed on its channel."""
+        without `growing`: Milvus' ignore_growing), each with its channel's deletes that apply
+        to it."""
         parts = set(partitions)
         dropped = self.dropped_partitions
         segs = []
         for s in self.sealed.values():
             if (not parts or s.partition_id in parts) and s.partition_id not in dropped:
                 d = self.channels.get(self.channel_of.get(s.segment_id, ""))
-                segs.append((s, d.deletes if d is not None else None))
+                segs.append((s, d.deletes_of(s.partition_id) if d is not None else ()))
         for ch in vchannels if growing else ():
             d = self.channels[ch]
             segs += [
-                (g.data(), d.deletes) for g in d.growing.values() if g.rows and (not parts or g.partition_id in parts)
+                (g.data(), d.deletes_of(g.partition_id))
+                for g in d.growing.values()
+                if g.rows and (not parts or g.partition_id in parts)
             ]
         return segs
 
-    def channel_segments(self, vchannel: str) -> list[tuple[SegmentData, DeleteSet | None, bool]]:
+    def channel_segments(self, vchannel: str) -> list[tuple[SegmentData, tuple[DeleteSet, ...], bool]]:
         """Every loaded segment of one channel, sealed and growing (whatever a request's
-        partitions), with its deletes and whether it is growing: what its BM25 statistics cover."""
+        partitions), with the deletes that apply to it and whether it is growing: what its BM25
+        statistics cover."""
         d = self.channels.get(vchannel)
-        deletes = d.deletes if d is not None else None
-        out = [(s, deletes, False) for s in self.sealed.values() if self.channel_of.get(s.segment_id) == vchannel]
+        sealed = [s for s in self.sealed.values() if self.channel_of.get(s.segment_id) == vchannel]
+        out = [(s, d.deletes_of(s.partition_id) if d is not None else (), False) for s in sealed]
         if d is not None:
-            out += [(g.data(), deletes, True) for g in d.growing.values() if g.rows]
+            out += [(g.data(), d.deletes_of(g.partition_id), True) for g in d.growing.values() if g.rows]
         return out
 
     @property
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.sealed.values()) + sum(d.nbytes for d in self.channels.values())
+
+    async def refresh_versions(self) -> None:
+        """Bring each delegated channel's shadows of older key versions up to date (a worker
+        thread does the work, when there is any) before a read takes its segments."""
+        for ch, d in list(self.channels.items()):
+            sealed = {sid: s for sid, s in self.sealed.items() if self.channel_of.get(sid) == ch}
+            growing = {gid: list(g.batches) for gid, g in d.growing.items()}
+            if d.versions.stale(sealed, growing):
+                await asyncio.to_thread(d.versions.refresh, sealed, growing, self.pk_field)
 
 
 class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
@@ -147,6 +161,14 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             t = deltalog.read_delta_log(self.store, key)
             deltas.add(deltalog.pk_numpy(t.column(deltalog.PK)), t.column(deltalog.TS).to_numpy())
 
+    def _read_l0(self, req: query_node_pb2.WatchDmChannelsRequest) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """The channel's L0 delta logs: (partition, keys, timestamps) of each."""
+        out = []
+        for d in req.l0_deltalogs:
+            t = deltalog.read_delta_log(self.store, d.binlog.log_path)
+            out.append((d.partitionID, deltalog.pk_numpy(t.column(deltalog.PK)), t.column(deltalog.TS).to_numpy()))
+        return out
+
     def _index_files(self, info: query_node_pb2.SegmentLoadInfo, have: Collection[int] = ()) -> dict[int, tuple]:
         """{field ID: (VectorIndex or ScalarIndex, file size)} of the segment's finished index
         files not in `have`."""
@@ -201,6 +223,8 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                 del coll.channels[req.vchannel]
             name = f"{self.cfg.cluster}-qn{self.server_id}"
             d = ChannelDelegator(self.stream, name, req, coll.dropped_partitions)
+            for part, pks, ts in await asyncio.to_thread(self._read_l0, req):
+                d.add_deletes(part, pks, ts)
             for info in req.unflushed_segments:
                 if info.binlog_paths:
                     data = await self._read(coll, info)
@@ -337,6 +361,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc(query_node_pb2.SearchResults)
     async def Search(self, req: query_node_pb2.SearchRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
+        await coll.refresh_versions()
         plan = plan_from_request(req, coll.schema, coll.pk_field)
         if plan.metric == bm25.METRIC:
             table = await asyncio.to_thread(bm25.search_channels, coll, req, plan)
@@ -350,6 +375,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
         values = template_values(req.expr_template_values) if req.expr else None
         flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts, values)
+        await coll.refresh_versions()
         segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
         outputs = [] if req.count else list(req.output_fieldIDs)
         limit = 0 if req.count else req.limit  # count(*) builds no rows

@@ -8,7 +8,7 @@ load a field whose index "has raw data"): outputs are read back from the index."
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +52,7 @@ class SegmentData:
     _keys: tuple[np.ndarray, np.ndarray] | None = None
     _pks: np.ndarray | bool | None = None  # int64_pks; False: not Int64
     _pk_order: tuple[np.ndarray, np.ndarray | None] | None = None  # (sorted int64 pks, their rows)
-    _alive: tuple[tuple[int, int], np.ndarray | None] | None = None
+    _alive: tuple[tuple, np.ndarray | None] | None = None
 
     @classmethod
     def build(
@@ -166,34 +166,38 @@ class SegmentData:
         pos = np.arange(int(counts.sum()), dtype=np.int64) + starts
         return pos if order is None else order[pos]
 
-    def alive(self, channel_deletes: DeleteSet | None) -> np.ndarray | None:
-        """A bool per row: not deleted by its delta logs nor by the channel's deletes (None:
-        every row is alive). Cached until either set changes."""
-        version = (self.deltas.version, channel_deletes.version if channel_deletes is not None else -1)
+    def keys_and_ts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Primary keys (as deletes compare them) and row timestamps, converted once (a segment
+        without rows may have no columns at all: an emptied compaction target)."""
+        if self._keys is None:
+            empty = self.num_rows == 0
+            self._keys = (np.array([], np.int64),) * 2 if empty else pk_and_ts(self.table, self.pk_field)
+        return self._keys
+
+    def alive(self, channel_deletes: Sequence[DeleteSet] = ()) -> np.ndarray | None:
+        """A bool per row: not deleted by its delta logs nor by the channel's deletes that apply
+        to it (None: every row is alive). Cached until one of the sets changes."""
+        version = (self.deltas.version, tuple((id(d), d.version) for d in channel_deletes))
         if self._alive is not None and self._alive[0] == version:
             return self._alive[1]
         dead = None
-        for dels in (self.deltas, channel_deletes):
-            if dels is None or not len(dels):
+        for dels in (self.deltas, *channel_deletes):
+            if not len(dels):
                 continue
-            if self._keys is None:
-                self._keys = pk_and_ts(self.table, self.pk_field)
-            d = dels.deleted(*self._keys)
+            d = dels.deleted(*self.keys_and_ts())
             if d is not None:
                 dead = d if dead is None else dead | d
         mask = None if dead is None else ~dead
         self._alive = (version, mask)
         return mask
 
-    def alive_at(self, channel_deletes: DeleteSet | None, mvcc_ts: int) -> np.ndarray:
+    def alive_at(self, channel_deletes: Sequence[DeleteSet], mvcc_ts: int) -> np.ndarray:
         """A bool per row as of `mvcc_ts` (Milvus' MVCC read): inserted at or before it and not
         deleted by a delete at or before it."""
-        if self._keys is None:
-            self._keys = pk_and_ts(self.table, self.pk_field)
-        pks, row_ts = self._keys
+        pks, row_ts = self.keys_and_ts()
         visible = row_ts <= mvcc_ts
-        for dels in (self.deltas, channel_deletes):
-            if dels is not None and len(dels):
+        for dels in (self.deltas, *channel_deletes):
+            if len(dels):
                 d = dels.deleted(pks, row_ts, mvcc_ts)
                 if d is not None:
                     visible &= ~d
