@@ -231,6 +231,10 @@ def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx
         str(args.read_qps_seconds),
         "--read-dataset",
         args.read_dataset,
+        "--read-clients",
+        args.read_clients,
+        "--read-client-python",
+        python if args.read_own_clients else args.kmilvus_python,
     ]
     if parquet:
         argv += ["--bulk", str(parquet)]
@@ -439,6 +443,12 @@ def main(argv=None) -> int:
     ap.add_argument("--read-rows", type=int, default=100_000, help="read path: flushed rows (1000000 for 1M)")
     ap.add_argument("--read-searches", type=int, default=300)
     ap.add_argument("--read-qps-seconds", type=float, default=5.0)
+    ap.add_argument("--read-clients", default="1,8", help="read path: client process counts")
+    ap.add_argument(
+        "--read-own-clients",
+        action="store_true",
+        help="read path: each system's searches by its own venv's pymilvus (default: kmilvus' pymilvus 3.0 for all)",
+    )
     ap.add_argument(
         "--read-dataset",
         default="random",

@@ -1241,6 +1241,8 @@ def run_main(args) -> None:
                 "searches": args.read_searches,
                 "qps_seconds": args.read_qps_seconds,
                 "dataset": args.read_dataset,
+                "client_python": args.read_client_python,
+                "clients": tuple(int(x) for x in args.read_clients.split(",")),
             },
         )
         res["startup_s"] = getattr(server, "startup_s", None)
@@ -1288,6 +1290,12 @@ def main(argv=None) -> None:
         default="random",
         help="read path: random, or a real set of bench/readpath.py's DATASETS (e.g. glove-50)",
     )
+    r.add_argument(
+        "--read-client-python",
+        default=None,
+        help="read path: the Python whose pymilvus drives the searches (default: this one)",
+    )
+    r.add_argument("--read-clients", default="1,8", help="read path: client process counts, comma-separated")
     r.add_argument("--uri", default=None)
     r.add_argument("--storage-dir", default=None, help="with --uri: the server's storage root")
     r.add_argument("--kmilvus-bin", default=None)
