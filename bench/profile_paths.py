@@ -131,6 +131,23 @@ def _frame(f: str) -> str:
     return FRAME_LINE.sub(")", f.strip())
 
 
+# Frames every sample of the event loop shares (the loop, click, the entry points): not a cost.
+ROOT_FRAMES = re.compile(
+    r"\((asyncio/(base_events|runners|events)|click/core|kmilvus/(cli|standalone)|trace_standalone|threading"
+    r"|concurrent/futures/thread)\.py\)$"
+)
+
+
+def _package(frame: str) -> str:
+    """The package (or kmilvus sub-package) a frame's file belongs to."""
+    m = re.search(r"\(([^()]*)\)$", frame)
+    path = m.group(1) if m else frame
+    parts = path.split("/")
+    if parts[0] == "kmilvus" and len(parts) > 2:
+        return "/".join(parts[:2])
+    return parts[0] if len(parts) > 1 else path
+
+
 def shares(raw: str, top: int = 25) -> dict:
     """py-spy raw (collapsed) stacks → sample shares per thread, inclusive per function (once per
     stack) and self (the leaf frame)."""
@@ -138,6 +155,7 @@ def shares(raw: str, top: int = 25) -> dict:
     by_thread: collections.Counter = collections.Counter()
     incl: collections.Counter = collections.Counter()
     leaf: collections.Counter = collections.Counter()
+    pkg: collections.Counter = collections.Counter()
     for line in raw.splitlines():
         stack, _, n = line.rpartition(" ")
         if not stack or not n.isdigit():
@@ -149,15 +167,18 @@ def shares(raw: str, top: int = 25) -> dict:
         total += c
         by_thread[thread] += c
         for f in set(frames):
-            incl[f] += c
+            if not ROOT_FRAMES.search(f):
+                incl[f] += c
         if frames:
             leaf[frames[-1]] += c
+            pkg[_package(frames[-1])] += c
     pct = (lambda k: round(100 * k / total, 1)) if total else (lambda k: 0.0)
     return {
         "samples": total,
         "threads": {t: pct(c) for t, c in by_thread.most_common(8)},
         "inclusive": [(f, pct(c)) for f, c in incl.most_common(top)],
         "self": [(f, pct(c)) for f, c in leaf.most_common(top)],
+        "self_by_package": [(f, pct(c)) for f, c in pkg.most_common(12)],
     }
 
 
@@ -349,6 +370,7 @@ def profile_table(prof: dict, n: int = 12) -> list[str]:
     if "error" in prof:
         return [f"py-spy failed: {prof['error']}"]
     rows = [f"py-spy: {prof['samples']} samples; threads: {prof['threads']}", ""]
+    rows += [f"self time by package: {prof.get('self_by_package')}", ""]
     rows += ["| inclusive | % | self (leaf) | % |", "|---|---|---|---|"]
     for (fi, pi), (fs, ps) in zip(prof["inclusive"][:n], prof["self"][:n], strict=False):
         rows.append(f"| `{fi}` | {pi} | `{fs}` | {ps} |")

@@ -105,9 +105,11 @@ def _make_call(spec: dict, host: str, port: int, tag: str):
 
         return call
     flt = spec.get("filter") or ""
+    per_query = bool(spec.get("per_query_filter"))  # each query: {"vector": [...], "filter": "..."}
 
     def call(q):
-        res = client.search(name, [q], filter=flt, limit=limit, search_params=params, anns_field=field, **extra)
+        v, f = (q["vector"], q["filter"]) if per_query else (q, flt)
+        res = client.search(name, [v], filter=f, limit=limit, search_params=params, anns_field=field, **extra)
         return [h["id"] for h in res[0]]
 
     return call

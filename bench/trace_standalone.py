@@ -96,6 +96,12 @@ STAGES = [
     "kmilvus.proxy.proxy:Proxy.InvalidateCollectionMetaCache",
     "kmilvus.meta.etcdkv:EtcdKV.txn",
     "kmilvus.allocator.allocator:TimestampAllocator.alloc",
+    "kmilvus.proxy.proxy:Proxy._dd",
+    "kmilvus.proxy.proxy:Proxy._dd_call",
+    "kmilvus.proxy.task:DdTaskQueue.enqueue",
+    "kmilvus.proxy.task:DmTaskQueue.enqueue",
+    "kmilvus.proxy.proxy:Proxy.primary_keys_matching",
+    "kmilvus.components:Registry.clients",
     "kmilvus.proxy.proxy:Proxy.GetCollectionStatistics",
     "kmilvus.datacoord.data_coord:DataCoord.GetCollectionStatistics",
 ]
@@ -169,7 +175,8 @@ def _interceptor():
             handler = await continuation(details)
             if handler is None or handler.unary_unary is None:
                 return handler
-            method = details.method.rsplit("/", 1)[-1]
+            service, _, method = details.method.lstrip("/").partition("/")
+            method = f"{service.rsplit('.', 1)[-1]}/{method}"  # e.g. MilvusService/Search, RootCoord/DropCollection
             events: list = []
             trace = {"method": method, "t_recv": t_recv, "events": events}
             deser, ser, behavior = handler.request_deserializer, handler.response_serializer, handler.unary_unary
@@ -221,6 +228,19 @@ def _patch_server_factory() -> None:
     grpc.aio.server = server
 
 
+def _patch_remote_clients() -> None:
+    """A call to another component through its gRPC client (a loopback hop even in one process
+    when the caller holds a RemoteClient) is a stage too: `remote <role>.<RPC>`."""
+    from kmilvus.util.grpcutil import RemoteClient
+
+    orig = RemoteClient.__getattr__
+
+    def getattr_timed(self, name: str):
+        return _timed(f"remote {self.role}.{name}", orig(self, name))
+
+    RemoteClient.__getattr__ = getattr_timed
+
+
 def dump(path: str) -> int:
     with _lock:
         traces = list(_done)
@@ -230,16 +250,28 @@ def dump(path: str) -> int:
 
 
 def summarise(traces: list[dict], method: str) -> dict:
-    """Per-stage medians over the traces of `method`: start offset from receipt, duration, and
-    how often the stage ran per call; plus total server time and the time outside every stage
-    nested directly in the handler."""
-    ts = [t for t in traces if t["method"] == method and "t_end" in t]
+    """Per-stage medians over the traces of MilvusService/`method`: start offset from receipt,
+    duration, and how often the stage ran per call; plus the total server time. Internal RPCs
+    served while a call ran (another component's gRPC server in this process: `served <RPC>`)
+    count as its stages — exact for one client at a time."""
+    ts = [t for t in traces if t["method"] == f"MilvusService/{method}" and "t_end" in t]
     if not ts:
         return {"calls": 0}
+    inner = sorted(
+        (t for t in traces if not t["method"].startswith("MilvusService/") and "t_end" in t),
+        key=lambda t: t["t_recv"],
+    )
     stages: dict[str, dict[str, list[float]]] = {}
     for t in ts:
         seen: dict[str, float] = {}
-        for name, s, e in t["events"]:
+        served = []
+        for i in inner:
+            if t["t_recv"] <= i["t_recv"] and i["t_end"] <= t["t_end"]:
+                served.append((f"served {i['method']}", i["t_recv"], i["t_end"]))
+                served += [(f"{i['method']}: {n}", a, b) for n, a, b in i["events"] if not n.startswith("grpc.")]
+        events = t["events"] + served
+        t["events"] = events
+        for name, s, e in events:
             d = stages.setdefault(name, {"start": [], "dur": [], "count": []})
             if name not in seen:
                 d["start"].append(s - t["t_recv"])
@@ -273,6 +305,7 @@ def main() -> None:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     _patch_server_factory()
+    _patch_remote_clients()
     missing = install()
     if missing:
         print(f"trace_standalone: not found (not timed): {missing}", file=sys.stderr, flush=True)
