@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 
 import numpy as np
 import searchload
@@ -60,8 +61,10 @@ def _rrf(lists: list[list[int]], k: int = RRF_K, limit: int = TOPK) -> list[int]
 
 
 def _err(exc: BaseException) -> str:
+    """The server's own answer, short: pymilvus' `(code=..., message=...)` when it has one."""
     msg = str(exc).replace("\n", " ")
-    return f"n/a: {msg[:160]}"
+    m = re.search(r"code=(\d+), message=(.*?)\)>?$", msg)
+    return f"n/a: {m.group(2)[:110]} (code {m.group(1)})" if m else f"n/a: {msg[:120]}"
 
 
 def run(

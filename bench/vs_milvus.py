@@ -638,6 +638,7 @@ def main(argv=None) -> int:
                 f"{first['kmilvus'].get('pymilvus', '?')}; Milvus {first['milvus'].get('server_version', '?')} "
                 "(PyPI `milvus`, embedded etcd + rocksmq + local storage) "
                 f"driven by pymilvus {first['milvus'].get('pymilvus', '?')}"
+                + (" (read path: set-up only; see client below)" if args.read and not args.read_own_clients else "")
             ),
         ]
         + (
