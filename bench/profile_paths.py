@@ -138,6 +138,14 @@ ROOT_FRAMES = re.compile(
 )
 
 
+# Leaves that mean "waiting", not working: the event loop in epoll, a worker thread or lease
+# keeper blocked on its queue or condition, gRPC's poller thread (in C below Thread.run).
+IDLE_LEAVES = re.compile(
+    r"^(EpollSelector\.select|Condition\.wait|Event\.wait|_worker|Thread\.run|Thread\._bootstrap_inner|sleep)"
+    r" \((selectors|threading|concurrent/futures/thread|asyncio/tasks|time)\.py\)$"
+)
+
+
 def _package(frame: str) -> str:
     """The package (or kmilvus sub-package) a frame's file belongs to."""
     m = re.search(r"\(([^()]*)\)$", frame)
@@ -149,9 +157,9 @@ def _package(frame: str) -> str:
 
 
 def shares(raw: str, top: int = 25) -> dict:
-    """py-spy raw (collapsed) stacks → sample shares per thread, inclusive per function (once per
-    stack) and self (the leaf frame)."""
-    total = 0
+    """py-spy raw (collapsed) stacks → shares of the BUSY samples (idle leaves left out, counted
+    apart) per thread, inclusive per function (once per stack) and self (the leaf frame)."""
+    total, idle = 0, 0
     by_thread: collections.Counter = collections.Counter()
     incl: collections.Counter = collections.Counter()
     leaf: collections.Counter = collections.Counter()
@@ -164,6 +172,9 @@ def shares(raw: str, top: int = 25) -> dict:
         frames = [_frame(f) for f in stack.split(";")]
         thread = next((f for f in frames[:2] if f.startswith("thread")), "?")
         frames = [f for f in frames if not f.startswith(("thread", "process"))]
+        if frames and IDLE_LEAVES.match(frames[-1]):
+            idle += c
+            continue
         total += c
         by_thread[thread] += c
         for f in set(frames):
@@ -175,6 +186,7 @@ def shares(raw: str, top: int = 25) -> dict:
     pct = (lambda k: round(100 * k / total, 1)) if total else (lambda k: 0.0)
     return {
         "samples": total,
+        "idle_samples": idle,
         "threads": {t: pct(c) for t, c in by_thread.most_common(8)},
         "inclusive": [(f, pct(c)) for f, c in incl.most_common(top)],
         "self": [(f, pct(c)) for f, c in leaf.most_common(top)],
@@ -265,7 +277,8 @@ def scenario_insert(srv: TracedStandalone, seconds: float, spy_dir: Path) -> dic
                 "rows_per_s": rows / sum(lat),
                 "client_cpu_per_call_s": client_cpu / len(lat),
             },
-            "server": trace_standalone.summarise(srv.traces(), "Insert"),
+            "server": trace_standalone.summarise(traces := srv.traces(), "Insert"),
+            "traces": traces,
             "profile": prof,
         }
     finally:
@@ -293,7 +306,8 @@ def scenario_delete(srv: TracedStandalone, seconds: float, spy_dir: Path) -> dic
         prof = spy.stop()
         return {
             "client": {"calls": len(lat), "p50_s": statistics.median(lat), "keys_per_s": 1000 * len(lat) / sum(lat)},
-            "server": trace_standalone.summarise(srv.traces(), "Delete"),
+            "server": trace_standalone.summarise(traces := srv.traces(), "Delete"),
+            "traces": traces,
             "profile": prof,
         }
     finally:
@@ -347,6 +361,7 @@ def scenario_ddl(srv: TracedStandalone, count: int, rows: int, spy_dir: Path) ->
                 "client": {"calls": len(lat), "p50_s": statistics.median(lat), "max_s": max(lat)},
                 "server": trace_standalone.summarise(tr, method),
                 "other_rpcs": sorted(collections.Counter(t["method"] for t in tr).items()),
+                "traces": tr,
             }
         out["profile_all_three"] = prof
         return out
@@ -359,17 +374,27 @@ def scenario_ddl(srv: TracedStandalone, count: int, rows: int, spy_dir: Path) ->
 
 
 def stage_table(server: dict) -> list[str]:
-    rows = ["| stage | starts at (median) | takes (median) | per request |", "|---|---|---|---|"]
+    rows = [
+        "| stage | starts at (median) | takes (median) | times per call | in % of calls |",
+        "|---|---|---|---|---|",
+    ]
     for name, s in server.get("stages", {}).items():
         start = "" if s["start_median_s"] is None else f"{s['start_median_s'] * 1e3:.3f} ms"
-        rows.append(f"| `{name}` | {start} | {s['dur_median_s'] * 1e3:.3f} ms | {s['per_call']:.2g} |")
+        rows.append(
+            f"| `{name}` | {start} | {s['dur_median_s'] * 1e3:.3f} ms | {s['per_call']:.2g} "
+            f"| {100 * s['in_calls']:.0f} |"
+        )
     return rows
 
 
 def profile_table(prof: dict, n: int = 12) -> list[str]:
     if "error" in prof:
         return [f"py-spy failed: {prof['error']}"]
-    rows = [f"py-spy: {prof['samples']} samples; threads: {prof['threads']}", ""]
+    rows = [
+        f"py-spy: {prof['samples']} busy samples ({prof.get('idle_samples')} idle left out); "
+        f"threads: {prof['threads']}",
+        "",
+    ]
     rows += [f"self time by package: {prof.get('self_by_package')}", ""]
     rows += ["| inclusive | % | self (leaf) | % |", "|---|---|---|---|"]
     for (fi, pi), (fs, ps) in zip(prof["inclusive"][:n], prof["self"][:n], strict=False):

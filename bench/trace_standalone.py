@@ -268,8 +268,14 @@ def summarise(traces: list[dict], method: str) -> dict:
         for i in inner:
             if t["t_recv"] <= i["t_recv"] and i["t_end"] <= t["t_end"]:
                 served.append((f"served {i['method']}", i["t_recv"], i["t_end"]))
-                served += [(f"{i['method']}: {n}", a, b) for n, a, b in i["events"] if not n.startswith("grpc.")]
-        events = t["events"] + served
+                served += [
+                    (f"{i['method']}: {n}", a, b)
+                    for n, a, b in i["events"]
+                    if not n.startswith("grpc.") and a < i["t_end"]
+                ]
+        # A task the handler spawned inherits its trace; what it does after the answer is not
+        # the call's (a drop's resumable tail, an allocator's refill).
+        events = [e for e in t["events"] if e[1] < t["t_end"]] + served
         t["events"] = events
         for name, s, e in events:
             d = stages.setdefault(name, {"start": [], "dur": [], "count": []})
