@@ -137,3 +137,25 @@ def orm(node):
     connections.connect(alias, uri=node.uri)
     yield alias
     connections.disconnect(alias)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory):
+    """A real Kubernetes control plane for the session (tests/controlplane.py): the pinned etcd,
+    kube-apiserver, kube-controller-manager and kube-scheduler, the test a cluster admin."""
+    from tests.controlplane import start_control_plane
+
+    cp = start_control_plane(tmp_path_factory.mktemp("kubernetes"))
+    yield cp
+    cp.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_node(control_plane, tmp_path_factory):
+    """One Node of this machine that runs the pods bound to it (tests/nodeagent.py)."""
+    from tests.nodeagent import NodeAgent
+
+    agent = NodeAgent(control_plane, "kmilvus-node-0", tmp_path_factory.mktemp("node")).start()
+    control_plane.kubectl("wait", "--for=condition=Ready", "node/kmilvus-node-0", "--timeout=60s")
+    yield agent
+    agent.stop()

@@ -8,6 +8,7 @@ import asyncio
 import time
 
 import pytest
+from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus import components as roles
 from kmilvus.datacoord.meta import SegmentState
@@ -551,7 +552,8 @@ async def test_the_once_a_second_passes_see_exactly_the_unflushed_segments(coord
     assert b not in c.dc.meta.segments
     c2 = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
     assert {s.id for s in c.dc.meta.unflushed((SegmentState.Growing,))} == {c2}
-    await c.dc.DropCollection(data_coord_pb2.DropCollectionRequest(collectionID=coll))
+    merr.check(await c.rc.DropCollection(milvus_pb2.DropCollectionRequest(collection_name="c")))
+    await eventually(lambda: not c.dc.meta.by_collection(coll), what="DataCoord's part of the drop")
     check()
     assert c.dc.meta.unflushed((SegmentState.Growing, SegmentState.Sealed)) == []
 

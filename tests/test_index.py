@@ -218,3 +218,223 @@ def test_check_search_params():
         P.check_search_params("FLAT", 16385, {})
     with pytest.raises(MilvusError, match="nprobe"):
         P.check_search_params("IVF_SQ8", 10, {"nprobe": 0})
+
+
+# ------------------------------------------------------------------- binary, sparse, PQ, SCANN
+
+
+def test_check_index_params_per_vector_type():
+    def on(dt, params, dim=DIM):
+        return check(params, dt=dt, dim=dim)
+
+    sparse = on(DT.SparseFloatVector, {"index_type": "SPARSE_WAND", "drop_ratio_build": "0.1"})
+    assert sparse == {
+        "index_type": "SPARSE_WAND",
+        "metric_type": "IP",
+        "drop_ratio_build": "0.1",
+        "data_type": "SparseFloatVector",
+    }  # no dim for a sparse field; the metric defaults to IP
+    assert on(DT.BinaryVector, {"index_type": "BIN_FLAT"})["metric_type"] == "HAMMING"
+    assert on(DT.Float16Vector, {"index_type": "IVF_PQ", "nlist": 8, "m": 4})["data_type"] == "Float16Vector"
+    assert P.user_params(sparse) == {
+        "index_type": "SPARSE_WAND",
+        "metric_type": "IP",
+        "params": '{"drop_ratio_build": 0.1}',
+    }
+    for dt, params, message, code in [
+        (DT.SparseFloatVector, {"index_type": "IVF_FLAT", "nlist": 8}, "SparseFloatVector can't build", 1100),
+        (DT.BinaryVector, {"index_type": "FLAT"}, "BinaryVector can't build with this index FLAT", 1100),
+        (DT.BFloat16Vector, {"index_type": "BIN_FLAT"}, "BFloat16Vector can't build", 1100),
+        (DT.SparseFloatVector, {"index_type": "SPARSE_WAND", "metric_type": "L2"}, "only IP is the supported", 1100),
+        (
+            DT.SparseFloatVector,
+            {"index_type": "SPARSE_WAND", "drop_ratio_build": "x"},
+            "invalid drop_ratio_build",
+            1100,
+        ),
+        (
+            DT.BinaryVector,
+            {"index_type": "BIN_IVF_FLAT", "metric_type": "SUPERSTRUCTURE", "nlist": 4},
+            "[HAMMING JACCARD]",
+            65535,
+        ),
+        (DT.FloatVector, {"index_type": "IVF_PQ", "nlist": 8, "m": 0}, "invalid `m`: 0", 65535),
+        (DT.FloatVector, {"index_type": "SCANN", "nlist": 8, "with_raw_data": "maybe"}, "invalid with_raw_data", 65535),
+    ]:
+        with pytest.raises(MilvusError) as e:
+            on(dt, params)
+        assert message in e.value.message and e.value.code == code, (params, e.value.message)
+
+
+def test_search_and_range_params():
+    assert P.check_search_params("SCANN", 10, {}) == {"nprobe": 8, "reorder_k": 10}
+    assert P.check_search_params("BIN_IVF_FLAT", 10, {"nprobe": 3}) == {"nprobe": 3}
+    assert P.check_search_params("SPARSE_WAND", 10, {"drop_ratio_search": 0.5}) == {
+        "drop_ratio_search": 0.5,
+        "refine_factor": 10,
+    }
+    with pytest.raises(MilvusError, match=r"should be in range \[0.000000, 1.000000\)"):
+        P.check_search_params("SPARSE_INVERTED_INDEX", 10, {"drop_ratio_search": 1})
+    assert P.check_range_params("IP", {"nprobe": 3}) is None
+    assert P.check_range_params("HAMMING", {"radius": 10, "range_filter": 2}) == (10.0, 2.0)
+    assert P.check_range_params("COSINE", {"radius": 0.5}) == (0.5, None)
+    with pytest.raises(MilvusError, match="range_filter must be greater than radius for IP/COSINE"):
+        P.check_range_params("IP", {"radius": 0.5, "range_filter": 0.5})
+    with pytest.raises(MilvusError, match="range_filter must be less than radius for L2/HAMMING/JACCARD"):
+        P.check_range_params("JACCARD", {"radius": 0.2, "range_filter": 0.3})
+    with pytest.raises(MilvusError, match="must pass numpy type for radius"):
+        P.check_range_params("L2", {"radius": "1"})
+    with pytest.raises(MilvusError, match="Superstructure not support range_search"):
+        P.check_range_params("SUPERSTRUCTURE", {"radius": 1})
+
+
+def _sparse(rng, n: int, dims: int = 300) -> kindex.SparseRows:
+    counts = rng.integers(1, 25, n)
+    idx = np.concatenate([np.sort(rng.choice(dims, c, replace=False)) for c in counts]).astype(np.uint32)
+    indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    return kindex.SparseRows(indptr, idx, rng.random(len(idx), dtype=np.float32) + 0.01)
+
+
+def _dense_of(rows: kindex.SparseRows, dims: int = 300) -> np.ndarray:
+    out = np.zeros((len(rows), dims), np.float32)
+    out[rows.row_ids(), rows.indices] = rows.values
+    return out
+
+
+@pytest.mark.parametrize("index_type", ["SPARSE_INVERTED_INDEX", "SPARSE_WAND"])
+def test_sparse_index_scores_inner_product_and_round_trips(index_type):
+    rng = np.random.default_rng(4)
+    rows = _sparse(rng, 800)
+    idx = kindex.load(kindex.build(rows, index_type, "IP", {"drop_ratio_build": "0.3"}).data)
+    assert (idx.num_rows, idx.holds_raw) == (800, True)
+    q = rows.take(np.array([3, 9, 700]))
+    want = _dense_of(q) @ _dense_of(rows).T
+    d, o = idx.search(q, 10)
+    assert np.array_equal(o, np.argsort(-want, axis=1, kind="stable")[:, :10])
+    np.testing.assert_allclose(d, np.sort(want, axis=1)[:, ::-1][:, :10], rtol=1e-5)
+    valid = np.ones(800, bool)
+    valid[9] = False
+    assert 9 not in idx.search(q, 10, valid=valid)[1]
+    col = idx.raw_column(np.array([9, 3]))  # the stored rows, read back as the binlog's map column
+    assert col.to_pylist()[0] == list(
+        zip(rows.take(np.array([9])).indices.tolist(), rows.take(np.array([9])).values.tolist(), strict=True)
+    )
+    # drop_ratio_search: candidates from the pruned query, scores from the whole one.
+    d2, o2 = idx.search(q, 10, {"drop_ratio_search": 0.5, "refine_factor": 3})
+    hit = o2 >= 0
+    np.testing.assert_allclose(d2[hit], want[np.nonzero(hit)[0], o2[hit]], rtol=1e-5)
+    lims, rd, ro = idx.range_search(q, 0.5, float(want[0].max()) - 1e-3)
+    assert set(ro[lims[0] : lims[1]]) == set(np.flatnonzero((want[0] > 0.5) & (want[0] <= want[0].max() - 1e-3)))
+    assert np.all(np.diff(rd[lims[0] : lims[1]]) <= 0)
+
+
+@pytest.mark.parametrize("metric", ["HAMMING", "JACCARD"])
+@pytest.mark.parametrize("index_type", ["BIN_FLAT", "BIN_IVF_FLAT"])
+def test_binary_index_distances_and_round_trip(index_type, metric):
+    rng = np.random.default_rng(6)
+    codes = rng.integers(0, 256, (1500, 8), dtype=np.uint8)
+    idx = kindex.load(kindex.build(codes, index_type, metric, {"nlist": "32"}).data)
+    assert (idx.num_rows, idx.dim, idx.holds_raw) == (1500, 64, True)
+    d, o = idx.search(codes[:4], 5, {"nprobe": 32})  # every list probed: exact
+    bits = np.unpackbits(codes, axis=1).astype(bool)
+    q = bits[:4, None, :]
+    inter, union = (q & bits[None]).sum(-1), (q | bits[None]).sum(-1)
+    truth = (q ^ bits[None]).sum(-1) if metric == "HAMMING" else 1 - inter / union
+    np.testing.assert_allclose(d, np.sort(truth, axis=1)[:, :5], rtol=1e-6)
+    assert list(o[:, 0]) == [0, 1, 2, 3]
+    assert idx.raw_column(np.array([7])).to_pylist() == [codes[7].tobytes()]
+    valid = np.ones(1500, bool)
+    valid[:2] = False
+    assert set(idx.search(codes[:2], 3, {"nprobe": 32}, valid)[1].ravel()) & {0, 1} == set()
+
+
+def test_quantized_dense_indexes_and_small_segments():
+    rng = np.random.default_rng(8)
+    base = rng.random((3000, DIM), dtype=np.float32)
+    truth = exact(base, base[:50], 10, "L2")
+    for index_type, params, search in [
+        ("IVF_PQ", {"nlist": "16", "m": "8", "nbits": "8"}, {"nprobe": 16}),
+        ("SCANN", {"nlist": "16"}, {"nprobe": 16, "reorder_k": 100}),
+    ]:
+        idx = kindex.load(kindex.build(base, index_type, "L2", params).data)
+        _, o = idx.search(base[:50], 10, search)
+        rec = np.mean([len(set(g) & set(t)) / 10 for g, t in zip(o, truth, strict=True)])
+        assert rec >= (0.9 if index_type == "SCANN" else 0.5), (index_type, rec)
+        assert not idx.holds_raw  # quantized: a loaded segment keeps its column
+        lims, d, _ = idx.range_search(base[:2], 4.0, 1e-6, search)
+        assert len(lims) == 3 and np.all((d < 4.0) & (d >= 1e-6))
+    tiny = kindex.load(kindex.build(base[:40], "IVF_PQ", "L2", {"nlist": "64", "m": "4", "nbits": "8"}).data)
+    assert list(tiny.search(base[:3], 1, {"nprobe": 64})[1][:, 0]) == [0, 1, 2]  # too few rows for PQ: kept exact
+
+
+def test_half_precision_vectors_widen_exactly():
+    from kmilvus.index import vectors as kvectors
+
+    x = np.random.default_rng(2).random((5, 4), dtype=np.float32)
+    f16 = x.astype(np.float16)
+    bf16 = (x.view(np.uint32) >> 16).astype(np.uint16)
+    assert np.array_equal(kvectors.half_to_float32(f16.view(np.uint8), DT.Float16Vector), f16.astype(np.float32))
+    widened = kvectors.half_to_float32(bf16.view(np.uint8), DT.BFloat16Vector)
+    assert np.array_equal(widened, (bf16.astype(np.uint32) << 16).view(np.float32))
+    rows = _sparse(np.random.default_rng(3), 7)
+    back = kvectors.decode(kvectors.encode(rows), 7, DT.SparseFloatVector)
+    assert np.array_equal(back.indptr, rows.indptr) and np.array_equal(back.values, rows.values)
+
+
+@pytest.mark.parametrize(
+    ("index_type", "metric", "params"),
+    [
+        ("IVF_FLAT", "L2", {"nlist": "32"}),
+        ("HNSW", "IP", {"M": "8", "efConstruction": "32"}),
+        ("IVF_PQ", "L2", {"nlist": "16", "m": "8", "nbits": "4"}),
+        ("SCANN", "COSINE", {"nlist": "16"}),
+        ("BIN_IVF_FLAT", "HAMMING", {"nlist": "32"}),
+        ("BIN_FLAT", "JACCARD", {}),
+        ("SPARSE_INVERTED_INDEX", "IP", {}),
+        ("SPARSE_WAND", "IP", {}),
+    ],
+)
+def test_candidates_and_exhaustive_of_every_kind(index_type, metric, params):
+    """What group-by and the search iterator ask of an index, for every kind: `candidates` finds
+    more rows than the user's top-k (the knobs checked against top-k, then widened: nprobe 1
+    still reaches them), `exhaustive` ranks every stored row by its stored vector (SCANN by the
+    raw vectors it refines with), each valid row once."""
+    rng = np.random.default_rng(12)
+    n = 600
+    valid = np.ones(n, bool)
+    valid[::7] = False
+    if index_type.startswith("BIN"):
+        vectors = rng.integers(0, 256, (n, 8), dtype=np.uint8)
+        queries = vectors[:2]
+        bits = np.unpackbits(vectors, axis=1).astype(bool)
+        q = bits[:2, None, :]
+        inter, union = (q & bits[None]).sum(-1), (q | bits[None]).sum(-1)
+        truth = (q ^ bits[None]).sum(-1) if metric == "HAMMING" else 1 - inter / union
+        search = {"nprobe": 1}
+    elif index_type.startswith("SPARSE"):
+        vectors = _sparse(rng, n)
+        queries = vectors.take(np.array([0, 1]))
+        truth = -(_dense_of(queries) @ _dense_of(vectors).T)
+        search = {"refine_factor": 2}
+    else:
+        vectors = rng.random((n, DIM), dtype=np.float32)
+        queries = vectors[:2]
+        b, qq = (kindex.normalize(vectors), kindex.normalize(queries)) if metric == "COSINE" else (vectors, queries)
+        truth = ((qq[:, None, :] - b[None]) ** 2).sum(-1) if metric == "L2" else -(qq @ b.T)
+        search = {"ef": 10} if index_type == "HNSW" else {"nprobe": 1}
+    idx = kindex.load(kindex.build(vectors, index_type, metric, params).data)
+    # truth: every row's score, smaller is closer; sparse: only rows sharing a dimension score
+    reachable = valid & (truth != 0) if index_type.startswith("SPARSE") else np.broadcast_to(valid, truth.shape)
+    _, o = idx.candidates(queries, 200, 10, search, valid)
+    assert np.all((o >= 0).sum(axis=1) >= np.minimum(150, reachable.sum(axis=1)))
+    assert not set(o[o >= 0].tolist()) - set(np.flatnonzero(valid).tolist())
+    d, o = idx.exhaustive(queries, n, valid)
+    for i in range(2):
+        got = o[i][o[i] >= 0]
+        assert len(got) == len(set(got.tolist())) and set(got.tolist()) == set(np.flatnonzero(reachable[i]).tolist())
+        closeness = -d[i][o[i] >= 0] if metric in ("IP", "COSINE") else d[i][o[i] >= 0]
+        assert np.all(np.diff(closeness) >= -1e-5)  # in the metric's order
+        if index_type != "IVF_PQ":  # exact scores (IVF_PQ ranks by its quantized ones)
+            np.testing.assert_allclose(closeness, np.sort(truth[i][reachable[i]]), rtol=1e-4, atol=1e-5)
+    with pytest.raises(MilvusError):  # the user's top-k is still checked
+        idx.candidates(queries, 200, 0, search)

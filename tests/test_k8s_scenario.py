@@ -11,7 +11,6 @@ binlogs, stream consumers, Segments and SparkApplications gone."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import os
 import signal
@@ -30,14 +29,12 @@ from pymilvus import MilvusClient, connections, utility
 
 from controllers import resources as R
 from controllers.kube import KubeClient
-from kmilvus.meta import EtcdKV, catalog
 from kmilvus.msgstream import MsgStream, pchannel_of
-from kmilvus.storage import paths
-from kmilvus.storage.objectstore import ObjectStore
 from kmilvus.util.embedded import free_port
 from tests.test_chart import NS as RELEASE_NS
 from tests.test_chart import RELEASE, by_kind, render
 from tests.test_controllers import COLL, FLUSH, SEGS, cond, obj
+from tests.test_kubernetes import assert_collection_gone, chart_values, s3_secret
 from tests.test_operator_rbac import (  # noqa: F401
     ACCOUNT,
     ADMIN_TOKEN,
@@ -55,15 +52,6 @@ pytestmark = [pytest.mark.kmock(cls=RBACKMock), pytest.mark.timeout(900), pytest
 ROOT = Path(__file__).resolve().parents[1]
 NS = "default"
 DIM = 128
-
-
-def secret(ns: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "s3-creds", "namespace": ns},
-        "data": {"access": base64.b64encode(b"testing").decode(), "secret": base64.b64encode(b"testing").decode()},
-    }
 
 
 def rows(start: int, n: int) -> list[dict]:
@@ -86,25 +74,9 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(
     declare(kmock)
     port = free_port()
     storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
-    docs = render(
-        {
-            "cluster": root,
-            "operator": {"watchNamespaces": [NS], "healthPort": free_port(), "metricsPort": free_port()},
-            "externalEtcd": {"endpoint": etcd_endpoint},
-            "externalNats": {"url": nats_url},
-            "storage": {
-                "uri": storage_uri,
-                "existingSecret": "s3-creds",
-                "accessKeyIdKey": "access",
-                "secretAccessKeyKey": "secret",
-            },
-            "proxy": {"port": port, "metricsPort": free_port()},
-            "datanode": {"metricsPort": free_port()},
-            # Small jobs would run in the operator process: this test follows SparkApplications.
-            "spark": {"inProcessMaxMB": 0},
-        }
-    )
-    users = [secret(RELEASE_NS), secret(NS)]  # `kubectl create secret` where pods and jobs run
+    # Small jobs would run in the operator process: this test follows SparkApplications.
+    docs = render({**chart_values(root, etcd_endpoint, nats_url, storage_uri, port), "spark": {"inProcessMaxMB": 0}})
+    users = [s3_secret(RELEASE_NS), s3_secret(NS)]  # `kubectl create secret` where pods and jobs run
     kmock.authorizer = auth = Authorizer(docs, ACCOUNT, RELEASE_NS)
 
     async def admin_login():
@@ -242,15 +214,7 @@ async def test_collection_lifecycle_as_kubernetes_runs_it(
             "its SparkApplications to go",
         )
         assert all(p.poll() is None for p in procs)
-        kv = await EtcdKV.connect([etcd_endpoint], f"{root}/meta")
-        try:
-            for prefix in catalog.collection_owned_prefixes(cid, vchannels):
-                assert not await kv.get_prefix(prefix), prefix
-        finally:
-            await kv.close()
-        store = ObjectStore.from_uri(storage_uri)
-        for prefix in (paths.insert_log_prefix(cid), paths.ddl_prefix(cid), paths.stats_log_prefix(cid)):
-            assert await asyncio.to_thread(store.list_sync, prefix) == [], prefix
+        await assert_collection_gone(etcd_endpoint, root, storage_uri, cid, vchannels)
         try:  # the DataNode process's consumers of the collection's channels are gone too
 
             async def consumers_gone() -> bool:

@@ -34,6 +34,7 @@ from tests.kmock_compat import KMockCompat, declare_crds
 from tests.test_chart import NS as RELEASE_NS
 from tests.test_chart import RELEASE, by_kind, render
 from tests.test_controllers import COLL, FLUSH, SEGS, cfg, cond, obj, operators, start_operator  # noqa: F401
+from tests.test_kubernetes import chart_values
 from tests.util import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,20 +285,7 @@ async def test_proxy_and_datanode_run_from_their_rendered_pod_specs(
     monkeypatch.setenv("KMILVUS_TEST_ONLY", "the test's own environment")
     port = free_port()
     storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
-    values = {
-        "cluster": root,
-        "operator": {"watchNamespaces": [NS]},
-        "externalEtcd": {"endpoint": etcd_endpoint},
-        "externalNats": {"url": nats_url},
-        "storage": {
-            "uri": storage_uri,
-            "existingSecret": "s3-creds",
-            "accessKeyIdKey": "access",
-            "secretAccessKeyKey": "secret",
-        },
-        "proxy": {"port": port, "metricsPort": free_port()},
-        "datanode": {"metricsPort": free_port()},
-    }
+    values = chart_values(root, etcd_endpoint, nats_url, storage_uri, port)
     docs = render(values)
     user = [
         {
@@ -406,20 +394,7 @@ async def test_operator_process_from_its_pod_spec(
     the rendered RBAC: the example Collection → Ready, a FlushRequest → Completed, delete → gone."""
     monkeypatch.setenv("KMILVUS_TEST_ONLY", "the test's own environment")
     storage_uri = f"s3://kmilvus-{uuid.uuid4().hex[:8]}/data?endpoint={moto_endpoint}"
-    docs = render(
-        {
-            "cluster": root,
-            "operator": {"watchNamespaces": [NS], "healthPort": free_port(), "metricsPort": free_port()},
-            "externalEtcd": {"endpoint": etcd_endpoint},
-            "externalNats": {"url": nats_url},
-            "storage": {
-                "uri": storage_uri,
-                "existingSecret": "s3-creds",
-                "accessKeyIdKey": "access",
-                "secretAccessKeyKey": "secret",
-            },
-        }
-    )
+    docs = render(chart_values(root, etcd_endpoint, nats_url, storage_uri, free_port()))
     user = [
         {
             "apiVersion": "v1",

@@ -136,13 +136,55 @@ def test_missing_binary_is_a_one_line_error_naming_the_debian_package(monkeypatc
     from kmilvus.util import embedded
 
     monkeypatch.setattr(embedded, "SEARCH_DIRS", [])
+    monkeypatch.setattr(embedded, "pinned_dir", lambda: tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(MissingBinaryError) as err:
         find_binary("nats-server")
-    assert str(err.value) == "nats-server not found: install it with `apt-get install nats-server`"
+    assert str(err.value) == (
+        "nats-server not found: run `./dev setup` or install it with `apt-get install nats-server`"
+    )
     result = CliRunner().invoke(cli.main, ["standalone", "--data-dir", str(tmp_path / "d")])
     assert result.exit_code == 1
-    assert result.output.strip() == "Error: etcd not found: install it with `apt-get install etcd-server`"
+    assert result.output.strip() == (
+        "Error: etcd not found: run `./dev setup` or install it with `apt-get install etcd-server`"
+    )
+
+
+def test_the_pinned_build_comes_before_the_path(monkeypatch, tmp_path):
+    """`./dev setup` links the pinned etcd / nats-server next to the virtualenv's Python; a
+    Debian package on PATH (older: etcd 3.4, nats-server 2.9) is only the fallback."""
+    from kmilvus.util import embedded
+
+    pinned, on_path = tmp_path / "venv-bin", tmp_path / "usr-bin"
+    for d in (pinned, on_path):
+        d.mkdir()
+    for name in ("etcd", "nats-server"):
+        (on_path / name).write_text("#!/bin/sh\n")
+        (on_path / name).chmod(0o755)
+    monkeypatch.setattr(embedded, "pinned_dir", lambda: pinned)
+    monkeypatch.setenv("PATH", str(on_path))
+    assert find_binary("etcd") == str(on_path / "etcd")
+    (pinned / "etcd").write_text("#!/bin/sh\n")
+    (pinned / "etcd").chmod(0o755)
+    assert find_binary("etcd") == str(pinned / "etcd")
+    assert find_binary("nats-server") == str(on_path / "nats-server")
+
+
+def test_the_embedded_servers_are_the_pinned_versions():
+    """The set-up built the pinned etcd and nats-server (tools/versions.env) and they are the
+    ones kmilvus starts."""
+    from kmilvus.util import embedded
+
+    pins = dict(
+        line.split("=", 1)
+        for line in (Path(__file__).resolve().parents[1] / "tools/versions.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    etcd = subprocess.run([find_binary("etcd"), "--version"], capture_output=True, text=True, check=True).stdout
+    assert f"etcd Version: {pins['ETCD_VERSION'].lstrip('v')}" in etcd.splitlines()
+    nats = subprocess.run([find_binary("nats-server"), "--version"], capture_output=True, text=True, check=True)
+    assert nats.stdout.strip() == f"nats-server: {pins['NATS_SERVER_VERSION']}"
+    assert find_binary("etcd") == str(embedded.pinned_dir() / "etcd")
 
 
 def test_prometheus_metrics_are_exposed(tmp_path):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 from collections.abc import Callable
 
@@ -49,3 +51,84 @@ def load_indexed(client, node, name: str, field: str, rows: int, index_type: str
         coll_id = client.describe_collection(name)["collection_id"]
         loaded = node.component("querynode").collections[coll_id]
         wait_until(lambda: all(s.indexes for s in loaded.sealed.values()), 60, what="indexes loaded")
+
+
+class TcpRelay:
+    """A loopback TCP relay to a real server (etcd): `cut()` closes every connection through it
+    and refuses new ones — the process behind it is isolated from the server, as by a network
+    partition; `restore()` listens again on the same port."""
+
+    def __init__(self, target: str):
+        import socket
+
+        host, _, port = target.removeprefix("http://").rpartition(":")
+        self.target = (host or "127.0.0.1", int(port))
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self._conns: list = []
+        self._listener = None
+        self._lock = threading.Lock()
+        self.restore()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def restore(self) -> None:
+        import socket
+
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen()
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        import socket
+
+        with self._lock:
+            listener, self._listener = self._listener, None
+            conns, self._conns = self._conns, []
+        if listener is not None:
+            listener.close()
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+            c.close()
+
+    def _accept(self, listener) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._listener is not listener:
+                    client.close()
+                    server.close()
+                    return
+                self._conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst) -> None:
+        import socket
+
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)

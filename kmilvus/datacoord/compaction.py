@@ -30,8 +30,9 @@ from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus.datacoord.job_lifecycle import JobLifecycle, JobPort, b64, manifest_binlogs
 from kmilvus.datacoord.meta import Segment, SegmentState
+from kmilvus.datacoord.remover import Decide
 from kmilvus.log import get_logger
-from kmilvus.meta import Cmp, Op
+from kmilvus.meta import Cmp, FencedError, Op, Snapshot
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2
 from kmilvus.spark import application
@@ -276,6 +277,8 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                     raise merr.MilvusError(merr.COMPACTION_FAILED, f"plan {plan.planID} is missing from the manifest")
                 sources = await self._swap(job, plan, out)
                 collected += sources
+            except FencedError:
+                raise  # not the leader: the plan stays as etcd has it, for the successor
             except merr.MilvusError as exc:
                 plan.state = TS.CompactionTaskStateFailed
                 plan.reason = exc.message
@@ -313,7 +316,10 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 f"sources {src_rows}",
             )
         ops: list[Op] = []
-        compares = [Cmp.exists(keys.compaction_job_key(coll, job.compactionID))]
+        compares = [
+            Cmp.exists(keys.compaction_job_key(coll, job.compactionID)),
+            Cmp.missing(keys.dropped_partition_key(coll, part)),  # DropPartition writes it first
+        ]
         new: list[Segment] = []
         dml = max(
             (s.info.dml_position for s in sources if s.info.HasField("dml_position")),
@@ -387,7 +393,10 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 f"than one transaction takes ({self.cfg.etcd_max_txn_ops})",
             )
         async with self.service.collection_lock(coll):
-            ok = not port.dropping(coll) and await port.kv.txn(ops, compares)
+            job_key = keys.compaction_job_key(coll, job.compactionID)
+            ok = not port.dropping(coll) and await port.kv.commit(
+                ops, compares, proof=job_key, name="datacoord.compaction.swap"
+            )
             if not ok:
                 plan.state = TS.CompactionTaskStateExecuting
                 raise merr.MilvusError(
@@ -410,16 +419,17 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
 
     # ------------------------------------------------------------------------ failure / GC
     async def _remove_targets(self, job, plan) -> None:
-        for sid in plan.targets:
-            if sid in self.port.meta.segments:
-                continue  # registered: never delete a live segment's files
-            await self.port.store.delete_prefix(paths.segment_prefix(job.collectionID, plan.partitionID, sid))
+        """A failed plan's targets — only those etcd does not know (a live segment keeps its files)."""
+        await self.port.remover.remove_segments(
+            [(job.collectionID, plan.partitionID, sid) for sid in plan.targets], why="compaction plan failed"
+        )
 
-    async def clean_files(self, job: data_coord_pb2.CompactionJob) -> None:
+    def outputs(self, job: data_coord_pb2.CompactionJob) -> list[tuple[int, int, int]]:
         """The targets of every plan not done (a swapped plan's targets are live segments)."""
-        for plan in job.plans:
-            if plan.state not in PLAN_DONE:
-                await self._remove_targets(job, plan)
+        return [(job.collectionID, p.partitionID, t) for p in job.plans if p.state not in PLAN_DONE for t in p.targets]
+
+    def writes_into(self, job: data_coord_pb2.CompactionJob, part: int) -> bool:
+        return any(p.partitionID == part and p.state not in PLAN_DONE for p in job.plans)
 
     def record_failure(self, job: data_coord_pb2.CompactionJob, reason: str) -> None:
         for plan in job.plans:
@@ -446,11 +456,16 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 cp = port.meta.checkpoints.get(i.insert_channel)
                 if i.HasField("dml_position") and (cp is None or cp.seq < i.dml_position.seq):
                     continue
-                for b in [*s.binlogs.values(), *s.deltalogs.values(), *s.statslogs.values()]:
-                    if b.log_path:
-                        await port.store.delete(b.log_path)
-                await port.store.delete_prefix(paths.segment_prefix(i.collectionID, i.partitionID, i.ID))
-                await port.store.delete_prefix(paths.segment_stats_prefix(i.collectionID, i.partitionID, i.ID))
+                seg_key = keys.segment_key(i.collectionID, i.partitionID, i.ID)
+                files = [b.log_path for b in [*s.binlogs.values(), *s.deltalogs.values(), *s.statslogs.values()]]
+                files += [
+                    paths.segment_prefix(i.collectionID, i.partitionID, i.ID),
+                    paths.segment_stats_prefix(i.collectionID, i.partitionID, i.ID),
+                ]
+                if not await port.remover.remove(
+                    filter(None, files), keys=[seg_key], decide=_dropped_in_etcd(seg_key), why="compacted segment"
+                ):
+                    continue  # etcd does not hold it Dropped: memory was wrong, nothing collected
                 async with self.service.collection_lock(i.collectionID):
                     await port.kv.txn(
                         [Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID))]
@@ -480,3 +495,15 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             if plans:
                 out.append(await self.trigger(coll, manual=False))
         return out
+
+
+def _dropped_in_etcd(seg_key: str) -> Decide:
+    """Files of a segment etcd holds as Dropped (or no longer holds at all)."""
+
+    def decide(snap: Snapshot, targets: list[str]) -> list[str]:
+        raw = snap.get(seg_key)
+        if raw is None or internal_pb2.SegmentInfo.FromString(raw).state == SegmentState.Dropped:
+            return targets
+        return []
+
+    return decide

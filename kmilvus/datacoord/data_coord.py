@@ -28,6 +28,7 @@ from kmilvus.datacoord.job_lifecycle import JobPort
 from kmilvus.datacoord.jobs import DataCoordJobsRPCs, JobService
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
 from kmilvus.datacoord.partitions import DataCoordPartitionsMixin
+from kmilvus.datacoord.remover import FencedRemover
 from kmilvus.datacoord.segment_manager import SegmentManager
 from kmilvus.datacoord.stream_trimmer import StreamTrimmer
 from kmilvus.log import get_logger
@@ -35,7 +36,7 @@ from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import channels as chan
 from kmilvus.proto import data_coord_pb2, data_coord_pb2_grpc, data_node_pb2, internal_pb2
 from kmilvus.storage import paths
-from kmilvus.util import merr
+from kmilvus.util import merr, metricsinfo
 from kmilvus.util.constants import LIVE_SEGMENT_STATES
 from kmilvus.util.tasks import BackgroundTasks
 from kmilvus.util.timetick import demand_tick
@@ -72,8 +73,10 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self.ids = IDAllocator(rootcoord, batch=1000)
         self.meta = SegmentMeta(kv)
         self.segments = SegmentManager(cfg, self.meta, self.ids, self.tso)
+        # Every file deletion is decided on etcd, by the leader only (datacoord/remover.py).
+        self.remover = FencedRemover(kv, store, lambda: self.leader_check())
         self.channels = ChannelManager(kv, self.meta, registry, on_assigned=self._channel_moved)
-        self.gc = GarbageCollector(self.meta, store, cfg.gc_tolerance)
+        self.gc = GarbageCollector(self.meta, self.remover, cfg.gc_tolerance, self.channels.collections)
         # Latest DataNodeTtMsg per vchannel, with the watch (node, version) that reported it: a
         # tick decides a flush only while that watch is current (see `_check_flushable`).
         self.ticks: dict[str, tuple[int, int, int]] = {}
@@ -106,7 +109,9 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 schema_of=self.channels.schema_of,
                 rows_per_segment=self.segments.rows_per_segment,
                 dropping=self._dropping.__contains__,
+                partition_dropped=lambda coll, part: (coll, part) in self.dropped_partitions,
                 ttl_of=self._collection_ttl,
+                remover=self.remover,
             )
         )
         self.imports = self.jobs.imports  # shortcuts for in-process callers (tests)
@@ -129,6 +134,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
     # Lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         await self.meta.load()
+        await self._load_dropped_partitions()
         await self.channels.load()
         for info in self.channels.infos.values():
             self.segments.set_schema(info.collectionID, schema_pb2.CollectionSchema.FromString(info.schema))
@@ -136,6 +142,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self._tt_sub = await self.stream.subscribe_core(chan.datanode_tt_subject(self.cfg.cluster), self._on_tt)
         self.channels.start()
         metrics.SEGMENTS.source = self._segment_counts
+        metrics.DATACOORD_SEGMENT_NUM.source = self._segment_counts  # Milvus' name for the same count
         self._tasks.every(CHECKPOINT_PERSIST_EVERY, self._background_step, "datacoord-background")
         self._tasks.every(lambda: self.cfg.gc_interval, self.gc.collect, "datacoord-gc")
         await self.jobs.start()
@@ -144,6 +151,8 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
     async def stop(self) -> None:
         if metrics.SEGMENTS.source == self._segment_counts:
             metrics.SEGMENTS.source = None
+        if metrics.DATACOORD_SEGMENT_NUM.source == self._segment_counts:
+            metrics.DATACOORD_SEGMENT_NUM.source = None
         await self._stop_indexes()
         await self.jobs.stop()
         await self._tasks.stop()
@@ -326,6 +335,13 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         return ts if self.channels.is_current_watch(ch, node, version) else 0
 
     # RPCs ---------------------------------------------------------------------------------
+    @merr.rpc(milvus_pb2.GetMetricsResponse)
+    async def GetMetrics(self, req, context=None):
+        config = {"segment_max_size": float(self.cfg.segment_max_size_mb)}  # Milvus: MB
+        return await metricsinfo.coordinator_metrics(
+            self, req, config, roles.DATANODE, (roles.ROOTCOORD,), cluster_key="connected_data_nodes"
+        )
+
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
         return roles.healthy(self.server_id, self.role)
@@ -447,8 +463,13 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
 
     @merr.rpc()
     async def SaveBinlogPaths(self, req: internal_pb2.SaveBinlogPathsRequest, context=None):
-        if req.collectionID in self._dropping:
+        # A dropped (or dropping) collection or partition is refused before the watch check: its
+        # DataNode then deletes what it wrote at once (a channel moved elsewhere keeps its files
+        # for the new owner's sake, and only the garbage collector would find them).
+        if req.collectionID in self._dropping or req.collectionID not in self.channels.collections():
             raise merr.collection_not_found(req.collectionID)
+        if (req.collectionID, req.partitionID) in self.dropped_partitions:
+            raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
         if req.channel and not self.channels.is_current_watch(req.channel, req.nodeID, req.watch_version):
             raise merr.MilvusError(
                 merr.CHANNEL_NOT_FOUND,
@@ -474,14 +495,17 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
     async def DropCollection(self, req: data_coord_pb2.DropCollectionRequest, context=None):
         """Remove everything the collection owns; each step idempotent, files before meta."""
         coll = req.collectionID
+        if not await self.remover.is_dropped(coll):
+            raise merr.MilvusError(
+                merr.UNEXPECTED, f"collection {coll} still exists: DataCoord removes only what RootCoord dropped"
+            )
         self._dropping.add(coll)
         await self.jobs.cancel_collection(coll)
         try:
             await self._drop_collection_indexes(coll)
             vchans = list(req.channelNames) or self.channels.channels_of(coll)
             await self.channels.unwatch(vchans, drop=True)
-            for prefix in paths.collection_prefixes(coll):
-                await self.store.delete_prefix(prefix)
+            await self.remover.remove_dropped(paths.collection_prefixes(coll), coll)
             for ch in vchans:  # its messages go when their pchannel is trimmed (`_trim_streams`)
                 await self.stream.delete_consumers(ch)
                 self.ticks.pop(ch, None)

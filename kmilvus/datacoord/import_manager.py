@@ -5,11 +5,12 @@
     segment (Flushed), its binlog meta and the job's Completed state in ONE etcd transaction.
 
 A job that fails (bad row, bad file, Spark error, timeout) or is cancelled registers nothing;
-its files (every reserved segment directory) and manifest are removed, and its state says why:
-the file, the row and the reason. Job state lives under `catalog.import_job_key(coll, job)`, so
-DropCollection removes it with the collection; a restarted DataCoord picks unfinished jobs up
-where they were (following the same Spark application when it has a handle). The lifecycle
-itself is `job_lifecycle.JobLifecycle`'s.
+its state says why (the file, the row and the reason), and its files (every reserved segment
+directory etcd does not know) and manifest are removed. A commit whose answer is lost is read
+back from etcd, never taken for a failure. Job state lives under
+`catalog.import_job_key(coll, job)`, so DropCollection removes it with the collection; a
+restarted DataCoord picks unfinished jobs up where they were (following the same Spark
+application when it has a handle). The lifecycle itself is `job_lifecycle.JobLifecycle`'s.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
         coll = req.collectionID
         if port.dropping(coll) or not port.channels_of(coll):
             raise merr.collection_not_found(req.collection_name or coll)
+        if port.partition_dropped(coll, req.partitionID):
+            raise merr.MilvusError(
+                merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name or req.partitionID}]"
+            )
         if not req.files:
             raise merr.invalid("import requires at least one file")
         if bad := infiles.unimportable_fields(schema_pb2.CollectionSchema.FromString(req.schema)):
@@ -160,7 +165,12 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
         vchans = list(job.vchannels) or port.channels_of(coll)
         seg_rows = int(spec["segment_max_rows"])
         ops: list[Op] = []
-        compares = [Cmp.exists(keys.import_job_key(coll, job.jobID))]
+        # The partition must not have been dropped meanwhile: its drop record is compared in
+        # the same transaction (DropPartition writes it before it cancels the partition's jobs).
+        compares = [
+            Cmp.exists(keys.import_job_key(coll, job.jobID)),
+            Cmp.missing(keys.dropped_partition_key(coll, part)),
+        ]
         segs: list[Segment] = []
         total = 0
         for k, m in enumerate(manifest["segments"]):
@@ -216,10 +226,14 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
                 f"etcd transaction takes ({self.cfg.etcd_max_txn_ops} operations): split the files "
                 f"into several imports",
             )
+        job_key = keys.import_job_key(coll, job.jobID)
         async with self.service.collection_lock(coll):
-            if port.dropping(coll) or not await port.kv.txn(ops, compares):
+            if port.dropping(coll) or not await port.kv.commit(
+                ops, compares, proof=job_key, name="datacoord.import.commit"
+            ):
                 raise merr.MilvusError(
-                    merr.IMPORT_FAILED, "the collection was dropped or its segments changed while the import ran"
+                    merr.IMPORT_FAILED,
+                    "the collection or partition was dropped, or its segments changed, while the import ran",
                 )
             for s in segs:
                 port.meta.segments[s.id] = s
@@ -241,10 +255,13 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
         job.segmentIDs[:] = []
         job.row_count = 0
 
-    async def clean_files(self, job: data_coord_pb2.ImportJob) -> None:
-        """Every reserved segment directory (the manifest goes with the lifecycle)."""
-        if job.spec:
-            spec = json.loads(job.spec)
-            coll, part = int(spec["collection_id"]), int(spec["partition_id"])
-            for k in range(int(spec["segment_count"])):
-                await self.port.store.delete_prefix(paths.segment_prefix(coll, part, int(spec["segment_id_start"]) + k))
+    def outputs(self, job: data_coord_pb2.ImportJob) -> list[tuple[int, int, int]]:
+        """Every reserved segment (the manifest goes with the lifecycle)."""
+        if not job.spec:
+            return []
+        spec = json.loads(job.spec)
+        coll, part, start = int(spec["collection_id"]), int(spec["partition_id"]), int(spec["segment_id_start"])
+        return [(coll, part, start + k) for k in range(int(spec["segment_count"]))]
+
+    def writes_into(self, job: data_coord_pb2.ImportJob, part: int) -> bool:
+        return job.partitionID == part

@@ -9,11 +9,13 @@ no DropIndex while the collection is loaded.
 
 from __future__ import annotations
 
-from kmilvus.datacoord.index_meta import FieldIndex, IndexMeta, IndexState, params_of
+from kmilvus.datacoord.index_meta import FieldIndex, IndexMeta, IndexState, SegmentIndex, params_of
 from kmilvus.datacoord.meta import SegmentState
 from kmilvus.indexnode.builder import IndexBuilder
+from kmilvus.meta import Snapshot
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2
+from kmilvus.storage import paths
 from kmilvus.util import merr
 
 MAX_PARALLEL_BUILDS = 1  # 2 cores are shared with everything else; faiss uses OpenMP inside a build
@@ -31,8 +33,35 @@ class DataCoordIndexRPCs:
             self.ids.alloc,
             parallel=MAX_PARALLEL_BUILDS,
             dropping=self._dropping.__contains__,
+            remove_files=self._remove_build_files,
         )
         self.gc.index_meta = self.index_meta
+
+    async def _remove_build_files(self, builds: list[SegmentIndex]) -> list[SegmentIndex]:
+        """The files of each build whose segment or index etcd no longer has (or has deleted),
+        read fenced; returns those builds (the others are live in etcd: memory was stale)."""
+        owner = {
+            paths.index_build_prefix(si.collectionID, si.partitionID, si.segmentID, si.buildID): si for si in builds
+        }
+        colls = sorted({si.collectionID for si in builds})
+
+        def stale(snap: Snapshot, targets: list[str]) -> list[str]:
+            out = []
+            for t in targets:
+                si = owner[t]
+                ix = snap.get(keys.field_index_key(si.collectionID, si.indexID))
+                seg = snap.get(keys.segment_key(si.collectionID, si.partitionID, si.segmentID))
+                if seg is None or ix is None or FieldIndex.FromString(ix).deleted:
+                    out.append(t)
+            return out
+
+        removed = await self.remover.remove(
+            owner,
+            prefixes=[p for c in colls for p in (keys.segment_prefix(c), keys.field_index_prefix(c))],
+            decide=stale,
+            why="index builds",
+        )
+        return [owner[t] for t in removed]
 
     async def _start_indexes(self) -> None:
         await self.index_meta.load()

@@ -4,9 +4,13 @@
     run:    prepare (spec, reserved IDs) → SparkApplication submitted under the concurrency limit
             (handle persisted) → followed to its end (state / progress persisted on change)
             → COMPLETED with a completed manifest: the kind commits its result; anything else:
-            partial files removed, the failure (the manifest's file/row/reason first) recorded
+            the failure (the manifest's file/row/reason first) recorded, then partial files
+            removed — both decided on etcd (a commit whose answer was lost may have applied)
     resume: a restarted DataCoord follows every unfinished job again (by its handle)
-    cancel: DropCollection cancels the monitors, stops and releases the applications
+    cancel: DropCollection cancels the monitors, stops and releases the applications;
+            DropPartition fails the jobs that write into the partition
+    fenced: a DataCoord that lost its leader lock leaves every job as etcd has it (its
+            successor follows them), and deletes nothing
 
 A kind (`ImportManager`, `CompactionManager`) only says what differs: its job message and keys,
 how it prepares a spec, commits a result, records a failure and which files it may have left.
@@ -27,8 +31,9 @@ from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.config import Config
 from kmilvus.datacoord.meta import SegmentMeta
+from kmilvus.datacoord.remover import FencedRemover
 from kmilvus.log import get_logger
-from kmilvus.meta import Cmp, EtcdKV, Op
+from kmilvus.meta import Cmp, EtcdKV, FencedError, Op, Snapshot
 from kmilvus.proto import internal_pb2
 from kmilvus.spark import application
 from kmilvus.spark import files as infiles
@@ -36,7 +41,8 @@ from kmilvus.spark.runner import JobState, JobStatus
 from kmilvus.spark.tracking import follow, manifest_error, read_manifest
 from kmilvus.storage import ObjectStore, paths
 from kmilvus.util import merr
-from kmilvus.util.tasks import cancel_and_wait
+from kmilvus.util.retry import Backoff
+from kmilvus.util.tasks import cancel_and_wait, stopping
 
 if TYPE_CHECKING:
     from kmilvus.datacoord.jobs import JobService
@@ -61,7 +67,9 @@ class JobPort:
     schema_of: Callable[[int], schema_pb2.CollectionSchema | None]
     rows_per_segment: Callable[[int, schema_pb2.CollectionSchema], int]
     dropping: Callable[[int], bool]  # a DropCollection is under way
+    partition_dropped: Callable[[int, int], bool]  # (collection, partition) dropped or being dropped
     ttl_of: Callable[[int], Awaitable[int]]  # the collection's TTL in seconds (0: none), from RootCoord
+    remover: FencedRemover  # every file deletion goes through it
 
 
 def manifest_key(coll: int, kind: str, job_id: int) -> str:
@@ -127,8 +135,13 @@ class JobLifecycle(Generic[J]):
         """Register what a completed job made; a MilvusError fails the job instead."""
         raise NotImplementedError
 
-    async def clean_files(self, job: J) -> None:
-        """Remove every file the job may have written (it failed, nothing of it is registered)."""
+    def outputs(self, job: J) -> list[tuple[int, int, int]]:
+        """(collection, partition, segment) of every segment the job may have written and not
+        registered yet: what a failure removes (each only if etcd does not know it)."""
+        raise NotImplementedError
+
+    def writes_into(self, job: J, part: int) -> bool:
+        """Whether the unfinished job would register segments in partition `part`."""
         raise NotImplementedError
 
     def record_failure(self, job: J, reason: str) -> None:
@@ -228,6 +241,10 @@ class JobLifecycle(Generic[J]):
             if job.handle and (self.kill_on_cancel or not runner.outlives_coordinator(json.loads(job.handle))):
                 await asyncio.shield(self._cancel_handle(job.handle))
             raise
+        except FencedError as exc:
+            # Not the leader any more: etcd keeps the job as it was, and the successor follows it
+            # (and commits it). Failing it here would delete what the successor registers.
+            log.warning("job left to the new leader", kind=self.kind, job=self.job_id(job), error=exc.message)
         except infiles.ImportError_ as exc:
             await self.fail(job, "; ".join(p.message() for p in exc.problems[:5]))
         except merr.MilvusError as exc:
@@ -267,20 +284,64 @@ class JobLifecycle(Generic[J]):
             await self.save(job)
 
     async def fail(self, job: J, reason: str) -> None:
-        """Remove every file the job may have written, then record why it failed."""
-        await self.clean_files(job)
-        await self._delete_manifest(job)
+        """Record why the job failed, then remove what it may have written — both decided on
+        etcd, never on memory alone: a commit whose answer was lost may have registered the
+        job's outputs. A job etcd already holds as finished is taken as it is there; one whose
+        key is gone went with its collection (whose drop removes its files). Not the leader: the
+        job is left as etcd has it, for the successor. etcd or storage away: tried again."""
+        outputs = self.outputs(job)  # before the failure marks every plan done
+        backoff = Backoff(0.5, 10.0)
+        while True:
+            try:
+                await self._fail(job, reason, outputs)
+                return
+            except FencedError as exc:
+                log.warning("job left to the new leader", kind=self.kind, job=self.job_id(job), error=exc.message)
+                return
+            except (Exception, asyncio.CancelledError) as exc:  # every step is idempotent
+                if stopping(exc):
+                    raise
+                log.warning(
+                    "recording a job's failure failed; retrying", kind=self.kind, job=self.job_id(job), error=repr(exc)
+                )
+                await backoff.sleep()
+
+    async def _fail(self, job: J, reason: str, outputs: list[tuple[int, int, int]]) -> None:
+        key = self.key(job.collectionID, self.job_id(job))
+        raw = (await self.port.kv.snapshot([key])).get(key)
+        if raw is None:
+            log.info("failed job's collection is gone", kind=self.kind, job=self.job_id(job))
+            return
+        stored = self.message.FromString(raw)
+        if self.finished(stored):
+            # Finished meanwhile (a commit whose answer was lost); what a failure recorded
+            # earlier did not remove, the garbage collector does (no unfinished job reserves it).
+            job.CopyFrom(stored)
+            log.warning("job already finished in etcd; kept as it is there", kind=self.kind, job=self.job_id(job))
+            return
         self.record_failure(job, reason[:MAX_REASON])
         job.complete_ts = int(time.time())
-        await self.save(job)
+        if not await self.port.kv.txn([Op.put(key, job.SerializeToString())], [Cmp.value_eq(key, raw)]):
+            job.CopyFrom(stored)
+            log.warning("job changed in etcd meanwhile; left as it is there", kind=self.kind, job=self.job_id(job))
+            return
         self.on_finished(job)
+        await self.port.remover.remove_segments(outputs, why=f"{self.kind} failed")
+        await self._delete_manifest(job)
         log.warning("job failed", kind=self.kind, job=self.job_id(job), collection=job.collectionID, reason=job.reason)
 
     async def _delete_manifest(self, job: J) -> None:
+        """The manifest of a job etcd holds as finished (or whose collection is gone)."""
+        key = self.key(job.collectionID, self.job_id(job))
+
+        def finished(snap: Snapshot, targets: list[str]) -> list[str]:
+            raw = snap.get(key)
+            return targets if raw is None or self.finished(self.message.FromString(raw)) else []
+
         try:
-            await self.port.store.delete(self.manifest_key(job))
-        except FileNotFoundError:
-            pass
+            await self.port.remover.remove([self.manifest_key(job)], keys=[key], decide=finished, why="job manifest")
+        except FencedError:
+            raise
         except Exception:  # a stray manifest is removed with its collection
             log.warning("manifest not deleted", kind=self.kind, job=self.job_id(job), exc_info=True)
 
@@ -313,4 +374,16 @@ class JobLifecycle(Generic[J]):
             await self._release_handle(j.handle)
             self.jobs.pop(self.job_id(j), None)
             self.on_finished(j)
+        return len(jobs)
+
+    async def cancel_partition(self, coll: int, part: int) -> int:
+        """DropPartition: stop every unfinished job that writes into the partition and fail it
+        (its outputs removed). Returns how many there were."""
+        jobs = [j for j in self.of_collection(coll) if not self.finished(j) and self.writes_into(j, part)]
+        await self.cancel_tasks([self.job_id(j) for j in jobs])
+        for j in jobs:
+            await self._cancel_handle(j.handle)
+            if not self.finished(j):
+                await self.fail(j, f"partition {part} was dropped")
+            await self._release_handle(j.handle)
         return len(jobs)

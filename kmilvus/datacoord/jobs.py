@@ -117,6 +117,18 @@ class JobService:
         if imports or compactions:
             log.info("collection jobs cancelled", collection=coll, imports=imports, compactions=compactions)
 
+    async def cancel_partition(self, coll: int, part: int) -> None:
+        """DropPartition: fail every unfinished job writing into the partition (imports into it,
+        compactions with a plan in it) and remove its outputs. A commit already under way
+        finishes first (the lock), and one after the partition's drop record is refused by it."""
+        async with self.collection_lock(coll):
+            imports = await self.imports.cancel_partition(coll, part)
+            compactions = await self.compactions.cancel_partition(coll, part)
+        if imports or compactions:
+            log.info(
+                "partition jobs cancelled", collection=coll, partition=part, imports=imports, compactions=compactions
+            )
+
 
 class DataCoordJobsRPCs:
     """DataCoord's import and compaction RPCs, answered by its `jobs` service."""
@@ -156,9 +168,8 @@ class DataCoordJobsRPCs:
     @merr.rpc(data_coord_pb2.GetCompactionJobsResponse)
     async def GetCompactionJobs(self, req: data_coord_pb2.GetCompactionJobsRequest, context=None):
         if req.compactionID:
+            # An unknown ID has no tasks: Milvus' summaryCompactionState calls that Completed.
             job = self.jobs.compactions.jobs.get(req.compactionID)
-            if job is None:
-                raise merr.MilvusError(merr.COMPACTION_FAILED, f"compaction {req.compactionID} not found")
-            return data_coord_pb2.GetCompactionJobsResponse(jobs=[job])
+            return data_coord_pb2.GetCompactionJobsResponse(jobs=[job] if job is not None else [])
         jobs = sorted(self.jobs.compactions.of_collection(req.collectionID), key=lambda j: j.compactionID)
         return data_coord_pb2.GetCompactionJobsResponse(jobs=jobs)

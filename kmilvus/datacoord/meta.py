@@ -313,6 +313,7 @@ class SegmentMeta:
             Op.delete_prefix(keys.segment_index_prefix(coll_id)),
         ]
         ops += [Op.delete_prefix(p) for p in keys.segment_log_prefixes(coll_id)]
+        ops.append(Op.delete_prefix(keys.dropped_partition_prefix(coll_id)))
         for ch in vchannels:
             ops += [Op.delete(keys.channel_checkpoint_key(ch)), Op.delete(keys.channel_watch_key(ch))]
         await self.kv.txn(ops)
@@ -324,13 +325,30 @@ class SegmentMeta:
             self.stored_checkpoints.pop(ch, None)
         await self.notify(*gone, removed=True)
 
-    async def drop_partition_meta(self, coll_id: int, part_id: int) -> list[Segment]:
-        """Every segment and binlog key of one partition, in one transaction. The DDL binlog
+    async def drop_partition_meta(self, coll_id: int, part_id: int, max_ops: int = 128) -> list[Segment]:
+        """Every segment key of one partition and its insert, delta and stats log keys — the
+        segments as etcd lists them (memory may miss one). In one transaction when it fits in
+        `max_ops` (etcd's --max-txn-ops); else the log keys go in several and the segment keys
+        last, so an interrupted drop is found again and finished by its retry. The DDL binlog
         meta stays: DDL belongs to the collection, not to the segment that carried it."""
+        prefix = keys.partition_segment_prefix(coll_id, part_id)
+        seg_ids = {int(k.rsplit("/", 1)[1]) for k, _ in await self.kv.get_prefix(prefix, keys_only=True)}
         gone = [s for s in self.by_collection(coll_id) if s.info.partitionID == part_id]
-        ops = [Op.delete_prefix(f"{keys.segment_prefix(coll_id)}{part_id}/")]
-        ops += [Op.delete_prefix(keys.binlog_prefix(coll_id, s.id)) for s in gone]
-        await self.kv.txn(ops)
+        seg_ids.update(s.id for s in gone)
+        logs = [
+            Op.delete_prefix(p)
+            for sid in sorted(seg_ids)
+            for p in (
+                keys.binlog_prefix(coll_id, sid),
+                keys.deltalog_prefix(coll_id, sid),
+                keys.statslog_prefix(coll_id, sid),
+            )
+        ]
+        step = max(1, max_ops - 1)
+        while len(logs) > step:
+            await self.kv.txn(logs[:step])
+            logs = logs[step:]
+        await self.kv.txn([*logs, Op.delete_prefix(prefix)])
         for s in gone:
             self.segments.pop(s.id, None)
         await self.notify(*gone, removed=True)

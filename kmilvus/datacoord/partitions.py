@@ -1,15 +1,20 @@
 """DataCoord's partition RPCs: remove a dropped partition's data (the DataCoord step of
 RootCoord's DropPartition flow) and count a partition's flushed rows.
 
-Files go before the meta that points at them; each step is idempotent, so RootCoord's drop
-task may repeat the call after a crash. A DataNode still flushing a segment of the partition is
-refused by SaveBinlogPaths (segment not found) and deletes what it wrote.
+The partition is first recorded as dropped in etcd (`catalog.dropped_partition_key`): an import
+or a compaction that commits into it afterwards is refused by that key's compare, in the same
+transaction as its commit; its jobs are then cancelled (their outputs removed), and its files go
+before the meta that points at them. Each step is idempotent, so RootCoord's drop task may
+repeat the call after a crash. A DataNode still flushing a segment of the partition is refused
+by SaveBinlogPaths (segment not found) and deletes what it wrote.
 """
 
 from __future__ import annotations
 
 from kmilvus.datacoord.meta import SegmentState
 from kmilvus.log import get_logger
+from kmilvus.meta import Cmp, Op
+from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2
 from kmilvus.storage import paths
 from kmilvus.util import merr
@@ -18,7 +23,7 @@ log = get_logger(__name__)
 
 
 class DataCoordPartitionsMixin:
-    """Needs DataCoord's `meta`, `store`, `_assign_lock` and `dropped_partitions`."""
+    """Needs DataCoord's `cfg`, `kv`, `meta`, `remover`, `jobs`, `_assign_lock` and `dropped_partitions`."""
 
     dropped_partitions: set[tuple[int, int]]
 
@@ -27,14 +32,28 @@ class DataCoordPartitionsMixin:
         if (coll_id, part_id) in self.dropped_partitions:
             raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={part_id}]")
 
+    async def _load_dropped_partitions(self) -> None:
+        for key, _ in await self.kv.get_prefix(keys.DROPPED_PARTITION_PREFIX, keys_only=True):
+            coll, part = key.rsplit("/", 2)[-2:]
+            self.dropped_partitions.add((int(coll), int(part)))
+
     @merr.rpc()
     async def DropPartition(self, req: data_coord_pb2.DropPartitionRequest, context=None):
         coll, part = req.collectionID, req.partitionID
+        if not await self.remover.is_dropped(coll, part):
+            raise merr.MilvusError(
+                merr.UNEXPECTED, f"partition {part} still exists: DataCoord removes only what RootCoord dropped"
+            )
         async with self._assign_lock:
             self.dropped_partitions.add((coll, part))
-        for prefix in paths.partition_prefixes(coll, part):
-            await self.store.delete_prefix(prefix)
-        gone = await self.meta.drop_partition_meta(coll, part)
+        # Kept until the collection goes (its drop removes the key; none is written once
+        # RootCoord dropped the whole collection, whose drop cancels every job anyway).
+        await self.kv.txn(
+            [Op.put(keys.dropped_partition_key(coll, part), b"")], [Cmp.exists(keys.collection_key(coll))]
+        )
+        await self.jobs.cancel_partition(coll, part)
+        await self.remover.remove_dropped(paths.partition_prefixes(coll, part), coll, part)
+        gone = await self.meta.drop_partition_meta(coll, part, self.cfg.etcd_max_txn_ops)
         log.info("partition data dropped", collection=coll, partition=part, segments=len(gone))
         return merr.success()
 

@@ -20,7 +20,7 @@ from kmilvus.log import get_logger
 from kmilvus.msgstream import channels as chan
 from kmilvus.proto import data_coord_pb2, data_node_pb2_grpc, internal_pb2
 from kmilvus.storage import binlog, deltalog, paths
-from kmilvus.util import merr
+from kmilvus.util import merr, metricsinfo
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.retry import Backoff, supervise
 from kmilvus.util.tasks import stopping
@@ -151,6 +151,11 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         log.warning("dropped every channel", node=self.server_id)
 
     # RPCs -----------------------------------------------------------------------------------
+    @merr.rpc(milvus_pb2.GetMetricsResponse)
+    async def GetMetrics(self, req, context=None):
+        config = {"flush_insert_buffer_size": self.cfg.insert_buffer_size_mb * 1024 * 1024}
+        return await metricsinfo.self_metrics(self, req, config)
+
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
         return roles.healthy(self.server_id, self.role)
@@ -303,6 +308,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             info = infos[0]
             metrics.BINLOG_BYTES.inc(info.size)
             metrics.BINLOG_ROWS.inc(info.entries_num)
+            metrics.DATANODE_FLUSHED_ROWS.labels(str(self.server_id), "streaming").inc(info.entries_num)
             req.binlogs.add(
                 logID=log_id,
                 entries_num=info.entries_num,

@@ -1,9 +1,11 @@
 """Vector indexes (knowhere's role): build per segment, serialize, load, search.
 
 A shared building block for the IndexNode (build), DataCoord (param checks) and the QueryNode
-(load and search); it imports no component.
+(load and search); it imports no component. Dense vectors go to faiss (vector_index), binary
+vectors to binary_index, sparse vectors to sparse_index; vectors converts stored and wire forms.
 """
 
+from kmilvus.index.base import IndexFile
 from kmilvus.index.params import (
     AUTOINDEX,
     COSINE,
@@ -19,7 +21,7 @@ from kmilvus.index.params import (
     check_search_params,
 )
 from kmilvus.index.vector_index import (
-    IndexFile,
+    AnyIndex,
     VectorIndex,
     abuild,
     aload,
@@ -29,6 +31,7 @@ from kmilvus.index.vector_index import (
     load,
     normalize,
 )
+from kmilvus.index.vectors import SparseRows
 
 __all__ = [
     "AUTOINDEX",
@@ -41,7 +44,9 @@ __all__ = [
     "IVF_SQ8",
     "L2",
     "METRICS",
+    "AnyIndex",
     "IndexFile",
+    "SparseRows",
     "VectorIndex",
     "abuild",
     "aload",

@@ -1,42 +1,42 @@
-"""Vector indexes on faiss: build a segment's index, serialize it, load it, search it.
+"""Vector indexes: build a segment's index, serialize it, load it, search it.
+
+Dense vectors (float32, and float16 / bfloat16 widened to float32) are indexed with faiss
+(`VectorIndex`: FLAT, IVF_FLAT, IVF_SQ8, IVF_PQ, SCANN, HNSW); binary vectors by
+`binary_index.BinaryIndex` (BIN_FLAT, BIN_IVF_FLAT) and sparse vectors by
+`sparse_index.SparseInvertedIndex` (SPARSE_INVERTED_INDEX, SPARSE_WAND). All three answer the same
+calls: `search`, `range_search`, `holds_raw` / `raw_column`, `serialize`; `create` and `load`
+pick the kind from the vectors or the file.
 
 Milvus' semantics: L2 answers SQUARED L2 distances, ascending; IP and COSINE answer similarities,
-descending (COSINE = IP over normalized vectors). A segment without an index (growing data) is
-searched brute force through the same `VectorIndex` (a FLAT one over its raw vectors).
-Offsets are row positions in the segment as built; a result slot with no row has offset -1.
-faiss releases the GIL while it builds and searches: the async variants run it in a thread.
+descending (COSINE = IP over normalized vectors); HAMMING and JACCARD are distances, ascending.
+A segment without an index (growing data) is searched brute force through the same classes (FLAT,
+BIN_FLAT, SPARSE_INVERTED_INDEX over its raw vectors). Offsets are row positions in the segment
+as built; a result slot with no row has offset -1. faiss and scipy release the GIL while they
+build and search: the async variants run them in a thread.
+
+SCANN is faiss' IVF with 4-bit fast-scan PQ over pairs of dimensions (knowhere's ScaNN: sub_dim
+2), its candidates re-ranked on the raw vectors (`with_raw_data`, default true; `reorder_k`
+candidates, default k). IVF_PQ is faiss' IndexIVFPQ (m sub-quantizers of nbits). A segment too
+small to train a product quantizer (fewer rows than 2^nbits centroids) keeps its vectors in IVF
+lists uncompressed: exact within the probed lists, never worse than the quantized index.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import faiss
 import numpy as np
+import pyarrow as pa
 
-from kmilvus.index import fileformat
+from kmilvus.index import base
 from kmilvus.index import params as P
-
-MAGIC = b"KMIDX1\0\0"  # kmilvus/index/fileformat.py's envelope
-
-
-@dataclass
-class IndexFile:
-    """A built index: the bytes to store (header + faiss serialization) and its meta."""
-
-    data: bytes
-    index_type: str
-    metric_type: str
-    params: dict[str, str] = field(default_factory=dict)
-    dim: int = 0
-    num_rows: int = 0
-
-    @property
-    def serialized_size(self) -> int:
-        return len(self.data)
+from kmilvus.index.base import AsyncSearch, IndexFile
+from kmilvus.index.binary_index import BinaryIndex
+from kmilvus.index.sparse_index import SparseInvertedIndex
+from kmilvus.index.vectors import SparseRows, Vectors
 
 
 def _metric(metric_type: str) -> int:
@@ -62,14 +62,20 @@ def _new_index(index_type: str, metric_type: str, dim: int, num_rows: int, param
         index = faiss.IndexHNSWFlat(dim, int(params["M"]), metric)
         index.hnsw.efConstruction = int(params["efConstruction"])
         return index
-    if index_type in (P.IVF_FLAT, P.IVF_SQ8) and num_rows > 0:
+    if index_type in (P.IVF_FLAT, P.IVF_SQ8, P.IVF_PQ, P.SCANN) and num_rows > 0:
         # A segment smaller than nlist is clustered into as many lists as it has rows.
         nlist = max(1, min(int(params["nlist"]), num_rows))
         quantizer = faiss.IndexFlat(dim, metric)
-        if index_type == P.IVF_FLAT:
+        nbits = int(params.get("nbits", P.DEFAULT_NBITS)) if index_type == P.IVF_PQ else 4
+        if index_type == P.IVF_FLAT or (index_type in (P.IVF_PQ, P.SCANN) and num_rows < 1 << nbits):
             index = faiss.IndexIVFFlat(quantizer, dim, nlist, metric)
-        else:
+        elif index_type == P.IVF_SQ8:
             index = faiss.IndexIVFScalarQuantizer(quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, metric)
+        elif index_type == P.IVF_PQ:
+            index = faiss.IndexIVFPQ(quantizer, dim, nlist, int(params["m"]), nbits, metric)
+            index.pq.cp.min_points_per_centroid = 1
+        else:
+            return _scann(dim, nlist, metric, params)
         index.cp.min_points_per_centroid = 1  # no warning spam for small segments
         return index
     return faiss.IndexFlat(dim, metric)
@@ -85,8 +91,20 @@ def _selector(valid: np.ndarray | None) -> dict[str, Any]:
     return {"sel": sel}
 
 
-class VectorIndex:
-    """A searchable index over one segment's vectors (row offsets 0..num_rows-1)."""
+def _scann(dim: int, nlist: int, metric: int, params: Mapping[str, str]) -> Any:
+    """IVF + 4-bit fast-scan PQ of dim/2 sub-quantizers, refined on the raw vectors."""
+    base = faiss.IndexIVFPQFastScan(faiss.IndexFlat(dim, metric), dim, nlist, dim // 2, 4, metric)
+    base.cp.min_points_per_centroid = 1
+    base.pq.cp.min_points_per_centroid = 1
+    if params.get("with_raw_data", "true").lower() == "false":
+        return base
+    return faiss.IndexRefineFlat(base)  # faiss' wrapper keeps a reference to the base
+
+
+class VectorIndex(AsyncSearch):
+    """A searchable faiss index over one segment's dense vectors (row offsets 0..num_rows-1)."""
+
+    kind = P.DENSE
 
     def __init__(self, index: Any, index_type: str, metric_type: str, params: Mapping[str, str] | None = None):
         self.index = index
@@ -105,10 +123,12 @@ class VectorIndex:
     @property
     def holds_raw(self) -> bool:
         """Whether the index stores the inserted vectors exactly (Milvus' "has raw data"): flat
-        storage, and not COSINE (whose index holds the vectors normalized). Then a loaded
-        segment needs no raw copy of the column beside it."""
+        storage of float32 vectors, and not COSINE (whose index holds the vectors normalized).
+        Then a loaded segment needs no raw copy of the column beside it. A float16 / bfloat16
+        field's index holds them widened: its column stays, in its own type."""
         flat = isinstance(self.index, faiss.IndexFlat | faiss.IndexHNSWFlat | faiss.IndexIVFFlat)
-        return flat and self.metric_type != P.COSINE
+        float32 = self.params.get(P.DATA_TYPE, "FloatVector") == "FloatVector"
+        return flat and float32 and self.metric_type != P.COSINE
 
     def reconstruct(self, offsets: np.ndarray) -> np.ndarray:
         """The stored vectors of rows `offsets`, (n, dim) float32 (an IVF index needs its
@@ -118,26 +138,41 @@ class VectorIndex:
             return np.empty((0, self.dim), np.float32)
         return self.index.reconstruct_batch(keys)
 
+    def raw_column(self, offsets: np.ndarray) -> pa.Array:
+        """Rows `offsets` as the binlog's fixed_size_list<float32> column (`holds_raw` only)."""
+        return pa.FixedSizeListArray.from_arrays(pa.array(self.reconstruct(offsets).reshape(-1)), self.dim)
+
     def _queries(self, queries: np.ndarray) -> np.ndarray:
         q = _as_matrix(queries, self.dim)
         if q.shape[1] != self.dim:
             raise ValueError(f"query dim {q.shape[1]} != index dim {self.dim}")
         return normalize(q) if self.metric_type == P.COSINE else q
 
+    def _ivf(self) -> Any:
+        """The IVF index the search probes (SCANN's base under its refinement), or None."""
+        index = self.index
+        if isinstance(index, faiss.IndexRefine):
+            index = faiss.downcast_index(index.base_index)
+        return index if isinstance(index, faiss.IndexIVF) else None
+
     def _search_parameters(
         self, k: int, search_params: Mapping[str, object], valid: np.ndarray | None, widen: int = 0
     ) -> Any:
         knobs = P.check_search_params(self.index_type, k, search_params)
-        if widen > k:  # more candidates than the user's top-k: search as wide as they need
-            if "ef" in knobs:
-                knobs["ef"] = max(knobs["ef"], widen)
-            if "nprobe" in knobs and isinstance(self.index, faiss.IndexIVF):
-                knobs["nprobe"] = min(int(self.index.nlist), knobs["nprobe"] * -(-widen // k))
+        ivf = self._ivf()
+        knobs = base.widen(knobs, widen, k, int(ivf.nlist) if ivf is not None else 0)
         kwargs = _selector(valid)
         if isinstance(self.index, faiss.IndexHNSW) and "ef" in knobs:
-            return faiss.SearchParametersHNSW(efSearch=knobs["ef"], **kwargs)
-        if isinstance(self.index, faiss.IndexIVF) and "nprobe" in knobs:
-            return faiss.SearchParametersIVF(nprobe=knobs["nprobe"], **kwargs)
+            return faiss.SearchParametersHNSW(efSearch=int(knobs["ef"]), **kwargs)
+        if isinstance(self.index, faiss.IndexRefine):
+            # SCANN: `reorder_k` fast-scan candidates re-ranked on the raw vectors.
+            probe = faiss.SearchParametersIVF(nprobe=int(knobs["nprobe"]), **kwargs)
+            ratio = max(1.0, knobs.get("reorder_k", k) / max(k, 1))
+            params = faiss.IndexRefineSearchParameters(k_factor=ratio, base_index_params=probe, **kwargs)
+            params.referenced_base = probe  # the SWIG object does not keep its base params alive
+            return params
+        if ivf is not None and "nprobe" in knobs:
+            return faiss.SearchParametersIVF(nprobe=int(knobs["nprobe"]), **kwargs)
         return faiss.SearchParameters(**kwargs) if kwargs else None
 
     def search(
@@ -178,13 +213,16 @@ class VectorIndex:
     def exhaustive(self, queries: np.ndarray, k: int, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k over every stored vector (a search iterator's pages: each row once, in order):
         an IVF index probes all its lists, an HNSW index is searched through its flat storage
-        (the graph may not reach every row), a flat index is exhaustive already."""
+        (the graph may not reach every row), SCANN through the raw vectors it refines with,
+        a flat index is exhaustive already."""
         q = self._queries(queries)
         if self.num_rows == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
         kwargs = _selector(valid)
         if isinstance(self.index, faiss.IndexHNSW):
             return faiss.downcast_index(self.index.storage).search(q, k, params=faiss.SearchParameters(**kwargs))
+        if isinstance(self.index, faiss.IndexRefine):
+            return faiss.downcast_index(self.index.refine_index).search(q, k, params=faiss.SearchParameters(**kwargs))
         if isinstance(self.index, faiss.IndexIVF):
             return self.index.search(q, k, params=faiss.SearchParametersIVF(nprobe=int(self.index.nlist), **kwargs))
         return self.index.search(q, k, params=faiss.SearchParameters(**kwargs) if kwargs else None)
@@ -218,25 +256,32 @@ class VectorIndex:
         new_lims = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         return new_lims, d[order], o[order].astype(np.int64)
 
-    async def asearch(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
-        return await asyncio.to_thread(self.search, *args, **kwargs)
-
-    async def arange_search(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return await asyncio.to_thread(self.range_search, *args, **kwargs)
-
     def serialize(self) -> IndexFile:
-        meta = {"index_type": self.index_type, "metric_type": self.metric_type, "params": self.params}
-        data = fileformat.pack(MAGIC, meta) + faiss.serialize_index(self.index).tobytes()
+        meta = {"kind": P.DENSE, "index_type": self.index_type, "metric_type": self.metric_type, "params": self.params}
+        data = base.pack(meta, faiss.serialize_index(self.index).tobytes())
         return IndexFile(data, self.index_type, self.metric_type, self.params, self.dim, self.num_rows)
 
 
-def create(
-    vectors: np.ndarray, index_type: str, metric_type: str, params: Mapping[str, str] | None = None
-) -> VectorIndex:
-    """Build an in-memory index over `vectors` (row i = offset i). `params` are a FieldIndex's
-    checked params (AUTOINDEX is resolved here); FLAT needs none."""
-    flat = P.build_params({**(params or {}), P.INDEX_TYPE: index_type})
+AnyIndex = VectorIndex | BinaryIndex | SparseInvertedIndex
+
+
+def kind_of(vectors: Vectors) -> str:
+    if isinstance(vectors, SparseRows):
+        return P.SPARSE
+    return P.BINARY if vectors.dtype == np.uint8 else P.DENSE
+
+
+def create(vectors: Vectors, index_type: str, metric_type: str, params: Mapping[str, str] | None = None) -> AnyIndex:
+    """Build an in-memory index over `vectors` (row i = offset i): a dense float32 matrix, a
+    packed binary (uint8) matrix or `SparseRows`. `params` are a FieldIndex's checked params
+    (AUTOINDEX is resolved here for the vectors' kind); FLAT needs none."""
+    kind = kind_of(vectors)
+    flat = P.build_params({**(params or {}), P.INDEX_TYPE: index_type}, kind)
     index_type = flat[P.INDEX_TYPE]
+    if isinstance(vectors, SparseRows):
+        return SparseInvertedIndex.build(vectors, index_type, metric_type, flat)
+    if kind == P.BINARY:
+        return BinaryIndex.build(vectors, index_type, metric_type, flat)
     x = _as_matrix(vectors)
     if metric_type == P.COSINE:
         x = normalize(x)
@@ -248,32 +293,39 @@ def create(
     return VectorIndex(index, index_type, metric_type, flat)
 
 
-def brute_force(vectors: np.ndarray, metric_type: str) -> VectorIndex:
+_EXACT = {P.DENSE: P.FLAT, P.BINARY: P.BIN_FLAT, P.SPARSE: P.SPARSE_INVERTED_INDEX}
+
+
+def brute_force(vectors: Vectors, metric_type: str, params: Mapping[str, str] | None = None) -> AnyIndex:
     """Raw vectors searched exactly (growing data, segments too small to index)."""
-    return create(vectors, P.FLAT, metric_type)
+    return create(vectors, _EXACT[kind_of(vectors)], metric_type, params)
 
 
-def build(vectors: np.ndarray, index_type: str, metric_type: str, params: Mapping[str, str] | None = None) -> IndexFile:
+def build(vectors: Vectors, index_type: str, metric_type: str, params: Mapping[str, str] | None = None) -> IndexFile:
     """Build and serialize: the bytes an IndexNode writes to object storage."""
     return create(vectors, index_type, metric_type, params).serialize()
 
 
 async def abuild(
-    vectors: np.ndarray, index_type: str, metric_type: str, params: Mapping[str, str] | None = None
+    vectors: Vectors, index_type: str, metric_type: str, params: Mapping[str, str] | None = None
 ) -> IndexFile:
     return await asyncio.to_thread(build, vectors, index_type, metric_type, params)
 
 
-def load(data: bytes | memoryview) -> VectorIndex:
+def load(data: bytes | memoryview) -> AnyIndex:
     """Deserialize what `build` wrote."""
-    meta, body = fileformat.unpack(data, MAGIC, "index")
-    raw = np.frombuffer(body, dtype=np.uint8)
-    index = faiss.deserialize_index(raw)
+    meta, payload = base.unpack(data)
+    kind = meta.get("kind", P.DENSE)
+    if kind == P.BINARY:
+        return BinaryIndex.from_arrays(meta, base.unpack_arrays(meta["arrays"], payload))
+    if kind == P.SPARSE:
+        return SparseInvertedIndex.from_arrays(meta, base.unpack_arrays(meta["arrays"], payload))
+    index = faiss.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
     vi = VectorIndex(index, meta["index_type"], meta["metric_type"], meta["params"])
     if vi.holds_raw and isinstance(index, faiss.IndexIVF) and index.direct_map.type == faiss.DirectMap.NoMap:
         index.make_direct_map()  # row → (list, slot), so that outputs can be read back (8 B/row)
     return vi
 
 
-async def aload(data: bytes | memoryview) -> VectorIndex:
+async def aload(data: bytes | memoryview) -> AnyIndex:
     return await asyncio.to_thread(load, data)

@@ -8,8 +8,10 @@ overwritten); a SegmentIndex whose segment is gone (compacted away and collected
 whose index was dropped loses its files, then its key. It runs when a segment changes, when an
 index is created or dropped, and on a timer.
 
-A build reads only the indexed column (vector or scalar) of the segment's insert binlogs (log-ID order = the row
-offsets a QueryNode loads), builds with faiss (or kmilvus.index.scalar_index) in a thread, writes
+A build reads only the indexed column (vector or scalar) of the segment's insert binlogs (log-ID
+order = the row offsets a QueryNode loads), converts a vector column as its type says
+(kmilvus.index.vectors: dense vectors as float32, binary as packed bits, sparse as rows of pairs),
+builds it (or a kmilvus.index.scalar_index) in a thread, writes
 `index_files/{coll}/{part}/{seg}/{buildID}/index`, then commits the SegmentIndex Finished in one
 transaction guarded on the segment and the index still existing.
 """
@@ -20,13 +22,14 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-import numpy as np
+from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus import index as kindex
 from kmilvus.datacoord.index_meta import FieldIndex, IndexMeta, IndexState, SegmentIndex, params_of
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
 from kmilvus.index import params as P
 from kmilvus.index import scalar_index, scalar_params
+from kmilvus.index import vectors as kvectors
 from kmilvus.log import get_logger
 from kmilvus.meta import catalog as keys
 from kmilvus.storage import binlog, paths
@@ -39,11 +42,10 @@ RECONCILE_EVERY = 2.0  # seconds; changes also wake it at once
 MIN_PASS_INTERVAL = 0.2
 
 
-def vectors_of(column, dim: int) -> np.ndarray:
-    """A FixedSizeList<float32> column as an [n, dim] matrix, without per-row Python."""
-    chunks = [c.flatten().to_numpy(zero_copy_only=False) for c in column.chunks]
-    flat = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
-    return flat.astype(np.float32, copy=False).reshape(-1, dim)
+def vectors_of(column, params: dict[str, str]):
+    """The column as the index takes it, by the field's type kept with the index's params."""
+    data_type = schema_pb2.DataType.Value(params.get(P.DATA_TYPE, "FloatVector"))
+    return kvectors.from_arrow(column, data_type, int(params.get(P.DIM, 0)))
 
 
 class IndexBuilder:
@@ -56,7 +58,11 @@ class IndexBuilder:
         *,
         parallel: int = 1,
         dropping: Callable[[int], bool] = lambda coll: False,
+        remove_files: Callable[[list[SegmentIndex]], Awaitable[list[SegmentIndex]]],
     ):
+        """`remove_files`: deletes the files of those builds etcd says are garbage (their
+        segment or index gone), returns them — DataCoord's fenced remover, not memory."""
+        self.remove_files = remove_files
         self.meta = meta
         self.index_meta = index_meta
         self.store = store
@@ -139,10 +145,7 @@ class IndexBuilder:
                 stale.append(si)
         if stale:
             await self.cancel([(si.segmentID, si.indexID) for si in stale])
-            for si in stale:
-                await self.store.delete_prefix(
-                    paths.index_build_prefix(si.collectionID, si.partitionID, si.segmentID, si.buildID)
-                )
+            stale = await self.remove_files(stale)  # etcd may still have what memory lost
         gone = {(si.segmentID, si.indexID) for si in stale}
         built = {iid for (sid, iid) in self.index_meta.segment_indexes if (sid, iid) not in gone}
         dropped = [ix for ix in self.index_meta.indexes.values() if ix.deleted and ix.indexID not in built]
@@ -175,7 +178,7 @@ class IndexBuilder:
                 if scalar_params.is_scalar_build(params):  # kmilvus/index/scalar_index.py
                     built = await scalar_index.abuild(column, params)
                 else:
-                    vectors = vectors_of(column, int(params[P.DIM]))
+                    vectors = vectors_of(column, params)
                     built = await kindex.abuild(vectors, params[P.INDEX_TYPE], params[P.METRIC_TYPE], params)
                 key = paths.index_file_key(i.collectionID, i.partitionID, i.ID, build_id)
                 await self.store.write(key, built.data)
@@ -197,6 +200,6 @@ class IndexBuilder:
                 await asyncio.to_thread(memory.release)
             if not await self.index_meta.save_build(si, seg_key):
                 # Dropped while building: nothing refers to the files; remove them now.
-                await self.store.delete_prefix(paths.index_build_prefix(i.collectionID, i.partitionID, i.ID, build_id))
+                await self.remove_files([si])
                 return
             log.info("segment index built", segment=i.ID, index=ix.index_name, rows=si.num_rows, bytes=size)

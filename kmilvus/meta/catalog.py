@@ -65,6 +65,25 @@ def segment_prefix(coll_id: int | None = None) -> str:
     return "datacoord-meta/s/" if coll_id is None else f"datacoord-meta/s/{coll_id}/"
 
 
+def partition_segment_prefix(coll_id: int, part_id: int) -> str:
+    """Every segment key of one partition."""
+    return f"datacoord-meta/s/{coll_id}/{part_id}/"
+
+
+def dropped_partition_key(coll_id: int, part_id: int) -> str:
+    """A partition DataCoord dropped (or is dropping): commits into it compare this key missing,
+    so an import or compaction that finishes after DropPartition registers nothing. Partition
+    IDs are never reused; the key goes with its collection."""
+    return f"{DROPPED_PARTITION_PREFIX}{coll_id}/{part_id}"
+
+
+DROPPED_PARTITION_PREFIX = "datacoord-meta/dropped-partition/"
+
+
+def dropped_partition_prefix(coll_id: int) -> str:
+    return f"{DROPPED_PARTITION_PREFIX}{coll_id}/"
+
+
 def binlog_key(coll_id: int, seg_id: int, log_id: int) -> str:
     """`{prefix}/{collectionID}/{segmentID}/{idx}` (docs/architecture/storage.md)."""
     return f"datacoord-meta/binlog/{coll_id}/{seg_id}/{log_id}"
@@ -183,6 +202,7 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
         loaded_collection_key(coll_id),
         import_job_prefix(coll_id),
         compaction_job_prefix(coll_id),
+        dropped_partition_prefix(coll_id),
         field_index_prefix(coll_id),
         segment_index_prefix(coll_id),
         *[channel_checkpoint_key(v) for v in vchannels],
@@ -195,6 +215,7 @@ CREDENTIAL_USER_PREFIX = "root-coord/credential/users/"
 ROLE_PREFIX = "root-coord/credential/roles/"
 USER_ROLE_PREFIX = "root-coord/credential/user-role-mapping/"
 GRANT_PREFIX = "root-coord/credential/grantee-privileges/"
+PRIVILEGE_GROUP_PREFIX = "root-coord/credential/privilege-groups/"  # name → JSON list of privileges
 
 
 def credential_user_key(username: str) -> str:
@@ -217,3 +238,7 @@ def grant_key(role: str, object_type: str, db: str, object_name: str, privilege:
 
 def grant_prefix(role: str) -> str:
     return f"{GRANT_PREFIX}{role}/"
+
+
+def privilege_group_key(name: str) -> str:
+    return PRIVILEGE_GROUP_PREFIX + name

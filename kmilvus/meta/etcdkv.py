@@ -21,6 +21,9 @@ from aetcd.utils import prefix_range_end
 
 from kmilvus.log import get_logger
 from kmilvus.util import merr
+from kmilvus.util.failpoint import failpoint
+from kmilvus.util.retry import Backoff
+from kmilvus.util.tasks import stopping
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -71,6 +74,20 @@ class Cmp:
     @staticmethod
     def mod_revision(key: str, rev: int) -> Cmp:
         return Cmp("mod_rev", key, rev)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Keys read together at one etcd revision (`EtcdKV.snapshot`)."""
+
+    revision: int
+    values: dict[str, bytes]  # relative key → value, for every key found
+
+    def get(self, key: str) -> bytes | None:
+        return self.values.get(key)
+
+    def under(self, prefix: str) -> list[tuple[str, bytes]]:
+        return sorted((k, v) for k, v in self.values.items() if k.startswith(prefix))
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,17 +237,7 @@ class EtcdKV:
         """Apply all `ops` atomically iff every compare holds; returns whether it applied.
 
         On a fenced KV the leader key is one more compare; when that one fails, FencedError."""
-        req = etcdrpc.TxnRequest()
-        fence = self._fence
-        if fence is not None:
-            cmp = req.compare.add()
-            cmp.key, cmp.target, cmp.result, cmp.value = (
-                fence.key,
-                etcdrpc.Compare.VALUE,
-                etcdrpc.Compare.EQUAL,
-                fence.value,
-            )
-            req.failure.add().request_range.key = fence.key
+        req = self._fenced_request()
         for c in compares:
             cmp = req.compare.add()
             cmp.key = self._k(c.key)
@@ -259,11 +266,89 @@ class EtcdKV:
             else:
                 raise ValueError(op.kind)
         resp = await self._txn(req)
+        self._check_fence(resp)
+        return bool(resp.succeeded)
+
+    async def commit(self, ops: Iterable[Op], compares: Iterable[Cmp] = (), *, proof: str, name: str) -> bool:
+        """`txn` for a commit whose outcome must be known. When etcd's answer is lost (the
+        connection dropped or timed out after the request went out) the transaction may or may
+        not have applied, and acting on either guess loses data (cleaning up files it registered,
+        or treating as done what is not). So the outcome is read back: `proof` is the key of one
+        put in `ops` whose value nothing else writes; etcd holding that value means it applied.
+        Otherwise the commit is sent again (its compares make a repeat safe), until etcd answers.
+        FencedError and a refusal by the compares are answered as `txn` answers them."""
+        ops, compares = list(ops), list(compares)
+        expected = next(op.value for op in ops if op.kind == "put" and op.key == proof)
+        backoff = Backoff(0.1, 2.0)
+        uncertain = False
+        while True:
+            try:
+                applied = await self.txn(ops, compares)
+                failpoint(f"{name}.answer_lost")  # tests: it applied, and its answer is lost
+            except FencedError:
+                raise
+            except (Exception, asyncio.CancelledError) as exc:
+                if stopping(exc):
+                    raise
+                log.warning("commit outcome unknown: reading it back", commit=name, error=repr(exc))
+                uncertain = True
+                if await self._read_back(proof, backoff) == expected:
+                    return True
+                await backoff.sleep()
+                continue
+            if applied or not uncertain:
+                return applied
+            # Refused after a lost answer: the lost attempt may be what changed the compared keys.
+            return await self._read_back(proof, backoff) == expected
+
+    async def _read_back(self, key: str, backoff: Backoff) -> bytes | None:
+        """`get`, retried until etcd answers."""
+        while True:
+            try:
+                return await self.get(key)
+            except Exception as exc:  # noqa: BLE001 - etcd away: the outcome is still unknown
+                log.warning("reading a commit's outcome failed; retrying", key=key, error=repr(exc))
+                await backoff.sleep()
+
+    async def snapshot(self, keys: Iterable[str] = (), prefixes: Iterable[str] = ()) -> Snapshot:
+        """`keys` and everything under `prefixes`, read at ONE revision (one transaction). On a
+        fenced KV the read is fenced like a write: it answers only while this process holds the
+        lock (else FencedError), so a decision taken from it is the leader's, on what etcd said
+        at that revision — not on a memory that a successor may have made stale."""
+        req = self._fenced_request()
+        for key in keys:
+            req.success.add().request_range.key = self._k(key)
+        for prefix in prefixes:
+            rng = req.success.add().request_range
+            rng.key = self._k(prefix)
+            rng.range_end = prefix_range_end(self._k(prefix))
+        resp = await self._txn(req)
+        self._check_fence(resp)
+        values = {self._rel(kv.key): kv.value for r in resp.responses for kv in r.response_range.kvs}
+        return Snapshot(int(resp.header.revision), values)
+
+    def _fenced_request(self) -> etcdrpc.TxnRequest:
+        """A transaction that applies only while the fence (if any) holds; when it does not,
+        its failure branch reads the leader key, for `_check_fence`."""
+        req = etcdrpc.TxnRequest()
+        fence = self._fence
+        if fence is not None:
+            cmp = req.compare.add()
+            cmp.key, cmp.target, cmp.result, cmp.value = (
+                fence.key,
+                etcdrpc.Compare.VALUE,
+                etcdrpc.Compare.EQUAL,
+                fence.value,
+            )
+            req.failure.add().request_range.key = fence.key
+        return req
+
+    def _check_fence(self, resp: etcdrpc.TxnResponse) -> None:
+        fence = self._fence
         if not resp.succeeded and fence is not None:
             kvs = resp.responses[0].response_range.kvs
             if not kvs or kvs[0].value != fence.value:
                 raise FencedError(f"not the leader any more ({fence.key.decode()})")
-        return bool(resp.succeeded)
 
     @_handle_errors
     async def _txn(self, req: etcdrpc.TxnRequest) -> etcdrpc.TxnResponse:

@@ -19,8 +19,8 @@ import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus.msgstream import Msg, MsgType
-from kmilvus.proxy import partition_key
-from kmilvus.proxy.insert import InsertTask, ipc_bytes
+from kmilvus.proxy import partial_update, partition_key
+from kmilvus.proxy.insert import InsertTask, fill_function_outputs, ipc_bytes
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.task import Task
 from kmilvus.storage import deltalog
@@ -107,10 +107,22 @@ class UpsertTask(InsertTask):
     name = "UpsertTask"
 
     async def pre_execute(self) -> None:
-        meta = await self.proxy.meta_cache.get(self.req.db_name, self.req.collection_name)
+        req = self.req
+        meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
         if meta.pk.autoID:
             raise merr.invalid(f"upsert can not assign primary field data when auto id enabled {meta.pk.name}")
+        if req.partial_update and req.field_ops:
+            raise merr.invalid("field_ops of a partial update are not supported by this server")
         await super().pre_execute()
+
+    async def columns_of(self, n: int) -> dict[int, pa.Array]:
+        """A partial update's columns are the given ones over the stored rows."""
+        if not self.req.partial_update:
+            return await super().columns_of(n)
+        given = typeutil.fields_data_to_columns(self.meta.schema, self.req.fields_data, n, partial=True)
+        columns = await partial_update.merge(self.proxy, self.meta, given, n)
+        await fill_function_outputs(self.meta.schema, columns)
+        return columns
 
     async def execute(self) -> None:
         meta, n, proxy = self.meta, self.req.num_rows, self.proxy

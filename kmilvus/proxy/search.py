@@ -15,35 +15,24 @@ import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
+from kmilvus.index import params as index_params
+from kmilvus.index import vectors as kvectors
 from kmilvus.proto import query_node_pb2
-from kmilvus.proxy import read_path, rerank, search_util
+from kmilvus.proxy import full_text, read_path, rerank, search_util
 from kmilvus.proxy.search_util import SearchInfo
-from kmilvus.querynode import groupby, reduce, vector_search
+from kmilvus.querynode import bm25, groupby, reduce, vector_search
 from kmilvus.util import merr, typeutil
 
 DT = schema_pb2.DataType
-PH = common_pb2.PlaceholderType
 
 
-def query_vectors(placeholder_group: bytes, field: schema_pb2.FieldSchema) -> np.ndarray:
-    """The placeholder group's vectors as an (nq, dim) float32 array, each checked against the
-    field's dim."""
+def query_vectors(placeholder_group: bytes, field: schema_pb2.FieldSchema) -> kvectors.Vectors:
+    """The placeholder group's vectors as the field's index takes them (kmilvus.index.vectors),
+    checked against the field's type and dim as Milvus' proxy checks them."""
     group = common_pb2.PlaceholderGroup.FromString(placeholder_group)
     if not group.placeholders:
         raise merr.invalid("the search request has no query vectors")
-    ph = group.placeholders[0]
-    dim = typeutil.dim_of(field)
-    if ph.type != PH.FloatVector:
-        raise merr.invalid(
-            f"vector type must be the same, field {field.name} - type FloatVector, search info type {PH.Name(ph.type)}"
-        )
-    for v in ph.values:
-        if len(v) != dim * 4:
-            raise merr.MilvusError(
-                merr.PARAMETER_INVALID,
-                f"the dim ({len(v) // 4}) of field data({field.name}) is not equal to schema dim ({dim})",
-            )
-    return np.frombuffer(b"".join(ph.values), dtype="<f4").reshape(len(ph.values), dim)
+    return kvectors.from_placeholder(group.placeholders[0], field)
 
 
 def keep_after_offset(table: pa.Table, offset: int) -> pa.Table:
@@ -94,7 +83,7 @@ class FieldSearch:
     hybrid search."""
 
     info: SearchInfo
-    queries: np.ndarray
+    queries: kvectors.Vectors
     expr: str = ""
     templates: Mapping[str, schema_pb2.TemplateValue] = field(default_factory=dict)
     metric: str = "L2"
@@ -172,9 +161,17 @@ class ProxySearchMixin:
                 f"collection id:{info.collection_id} in the request is not consistent to that in the search context,"
                 f"alias or database may have been changed: {meta.id}: invalid parameter"
             )
-        queries = query_vectors(placeholder_group, info.field)
         read_path.check_expr(meta, expr, templates)
         metric = await self.search_metric(meta, info.field, info.metric)
+        index_params.check_range_params(metric, info.params)
+        if metric == bm25.METRIC:  # text in, term frequencies out (kmilvus/proxy/full_text.py)
+            queries = full_text.query_rows(meta.schema, info.field, placeholder_group, params.get("analyzer_name"))
+            index = (await self.vector_indexes(meta)).get(info.field.fieldID, {})
+            info.params[bm25.K1], info.params[bm25.B] = bm25.bm25_params(index, info.params)
+        else:
+            if "analyzer_name" in params:
+                raise merr.invalid(f"analyzer_name is only for a BM25 function's output field, not {info.field.name}")
+            queries = query_vectors(placeholder_group, info.field)
         return FieldSearch(info, queries, expr, templates, metric)
 
     async def read_scope(self, meta, req, partition_names: list[str], out_ids: list[int], iterator: bool) -> ReadScope:
@@ -196,7 +193,7 @@ class ProxySearchMixin:
             collectionID=meta.id,
             guarantee_ts=scope.guarantee_ts,
             collection_ttl_ts=scope.ttl_ts,
-            vectors=fs.queries.tobytes(),
+            vectors=kvectors.encode(fs.queries),
             nq=len(fs.queries),
             topk=info.topk,
             metric_type=fs.metric,
@@ -245,6 +242,12 @@ class ProxySearchMixin:
         """The metric of the field's index; a request naming another one is refused, as Milvus."""
         index = (await self.vector_indexes(meta)).get(field.fieldID, {})
         have = index.get("metric_type", "").upper()
+        if index_params.is_bm25_output(meta.schema, field):
+            have = bm25.METRIC  # a BM25 function's field scores with BM25, index or not
         if requested and have and requested.upper() != have:
             raise merr.invalid(f"metric type not match: invalid parameter[expected={have}][actual={requested}]")
-        return vector_search.check_metric(requested or have or "L2")
+        # Without an index: L2 for dense vectors (as before), Milvus' default for binary / sparse.
+        kind = index_params.vector_kind(field.data_type)
+        default = "L2" if kind == index_params.DENSE else index_params.default_metric(field.data_type)
+        metric = vector_search.check_metric(requested or have or default)
+        return metric if metric == bm25.METRIC else index_params.check_search_metric(field.data_type, metric)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
-from kmilvus.util import merr
+from kmilvus.util import fieldtypes, merr
 
 DT = schema_pb2.DataType
 TOPK_LIMIT = 16384  # Milvus' quotaAndLimits.limits.topK
@@ -47,6 +47,7 @@ SEARCH_HONOURED = frozenset(
         "search_iter_batch_size",
         "search_iter_last_bound",
         "search_iter_id",
+        "analyzer_name",  # a multi-analyzer BM25 field's analyzer for the query text
     }
 )
 SEARCH_REFUSED = {
@@ -55,7 +56,6 @@ SEARCH_REFUSED = {
     "json_path": "search group by a JSON path",
     "json_type": "search group by a JSON path",
     "strict_cast": "search group by a JSON path",
-    "analyzer_name": "full text search",
     "timezone": "Timestamptz fields",
     "time_fields": "Timestamptz fields",
     "cluster_id": "cross-cluster routing",
@@ -375,7 +375,7 @@ def _ignore_growing(params: Mapping[str, str]) -> bool:
 
 
 def anns_field(schema: schema_pb2.CollectionSchema, params: Mapping[str, str]) -> schema_pb2.FieldSchema:
-    vectors = [f for f in schema.fields if f.data_type == DT.FloatVector]
+    vectors = [f for f in schema.fields if fieldtypes.is_vector(f.data_type)]
     name = params.get("anns_field", "")
     if name:
         f = next((f for f in vectors if f.name == name), None)

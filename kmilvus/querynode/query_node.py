@@ -15,7 +15,7 @@ from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.parser import template_values
 from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
-from kmilvus.querynode import reduce
+from kmilvus.querynode import bm25, reduce
 from kmilvus.querynode.delegator import ChannelDelegator
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
@@ -23,7 +23,7 @@ from kmilvus.querynode.search_plan import plan_from_request
 from kmilvus.querynode.segments import SegmentData
 from kmilvus.storage import deltalog
 from kmilvus.storage.binlog import read_binlogs
-from kmilvus.util import memory, merr, typeutil
+from kmilvus.util import memory, merr, metricsinfo, typeutil
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.timetick import demand_tick
 
@@ -62,6 +62,16 @@ class LoadedCollection:
             ]
         return segs
 
+    def channel_segments(self, vchannel: str) -> list[tuple[SegmentData, DeleteSet | None, bool]]:
+        """Every loaded segment of one channel, sealed and growing (whatever a request's
+        partitions), with its deletes and whether it is growing: what its BM25 statistics cover."""
+        d = self.channels.get(vchannel)
+        deletes = d.deletes if d is not None else None
+        out = [(s, deletes, False) for s in self.sealed.values() if self.channel_of.get(s.segment_id) == vchannel]
+        if d is not None:
+            out += [(g.data(), deletes, True) for g in d.growing.values() if g.rows]
+        return out
+
     @property
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.sealed.values()) + sum(d.nbytes for d in self.channels.values())
@@ -86,6 +96,10 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         """Release everything (the node's session was lost: QueryCoord moved its work)."""
         for coll_id in list(self.collections):
             await self._release(coll_id)
+
+    @merr.rpc(milvus_pb2.GetMetricsResponse)
+    async def GetMetrics(self, req, context=None):
+        return await metricsinfo.self_metrics(self, req, {})
 
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
@@ -303,8 +317,11 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     async def Search(self, req: query_node_pb2.SearchRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
         plan = plan_from_request(req, coll.schema, coll.pk_field)
-        segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
-        table = await asyncio.to_thread(reduce.search_segments, segments, plan)
+        if plan.metric == bm25.METRIC:
+            table = await asyncio.to_thread(bm25.search_channels, coll, req, plan)
+        else:
+            segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
+            table = await asyncio.to_thread(reduce.search_segments, segments, plan)
         return query_node_pb2.SearchResults(arrow=reduce.to_ipc(table))
 
     @merr.rpc(query_node_pb2.RetrieveResults)

@@ -73,18 +73,21 @@ def _segment_topk(seg: SegmentData, plan: SearchPlan, valid: np.ndarray | None, 
     the field when it has one, its raw vectors exactly otherwise (None: no such vectors). `k`
     may exceed the plan's topk (group-by): the index then searches wider. An iterator page
     searches every stored vector (`VectorIndex.exhaustive`): a row an approximate search missed
-    before the page's bound would never come back."""
-    index = seg.indexes.get(plan.anns_field)
+    before the page's bound would never come back. Binary and sparse vectors without an index
+    are searched through an exact kmilvus.index index over them (`SegmentData.index_for`)."""
+    index = seg.index_for(plan.anns_field, plan.metric)
     if index is not None:
+        # BM25: the document side of the score (kmilvus/querynode/bm25.py) as the index's hook.
+        hook = {} if plan.scorer is None else {"scorer": plan.scorer}
         if plan.radius is not None:
-            lims, dd, oo = index.range_search(plan.queries, plan.radius, plan.range_filter, plan.params, valid)
+            lims, dd, oo = index.range_search(plan.queries, plan.radius, plan.range_filter, plan.params, valid, **hook)
             return _topk_from_ranges(lims, dd, oo, plan.nq, k)
         k = min(k, seg.num_rows)
         if plan.iterating:
-            return index.exhaustive(plan.queries, k, valid)
+            return index.exhaustive(plan.queries, k, valid, **hook)
         if k > plan.topk:
-            return index.candidates(plan.queries, k, plan.topk, plan.params, valid)
-        return index.search(plan.queries, k, plan.params, valid)
+            return index.candidates(plan.queries, k, plan.topk, plan.params, valid, **hook)
+        return index.search(plan.queries, k, plan.params, valid, **hook)
     base = seg.vectors.get(plan.anns_field)
     if base is None:
         return None

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus.index import vectors as kvectors
 from kmilvus.parser import template_values
 from kmilvus.proto import query_node_pb2
 from kmilvus.querynode import vector_search
 from kmilvus.querynode.filter import Filter, compile_filter
+from kmilvus.querynode.segments import field_type
 
 
 @dataclass
@@ -44,7 +47,7 @@ class IteratorBound:
 @dataclass
 class SearchPlan:
     anns_field: int
-    queries: np.ndarray  # nq × dim float32
+    queries: kvectors.Vectors  # nq × dim float32 (dense), nq × dim/8 uint8 (binary) or SparseRows
     topk: int
     metric: str
     filter: Filter
@@ -57,6 +60,7 @@ class SearchPlan:
     bound: IteratorBound | None = None
     mvcc_ts: int = 0  # 0: every consumed row, no snapshot
     iterating: bool = False  # a search iterator's page: exact over what the index stores
+    scorer: Any = None  # BM25: a sparse index's document-value hook (kmilvus/querynode/bm25.py)
 
     @property
     def nq(self) -> int:
@@ -87,7 +91,7 @@ def plan_from_request(
         bound = IteratorBound(float(b.bound), float(b.tolerance), excluded)
     return SearchPlan(
         anns_field=req.anns_fieldID,
-        queries=np.frombuffer(req.vectors, dtype="<f4").reshape(req.nq, -1),
+        queries=kvectors.decode(req.vectors, req.nq, field_type(schema, req.anns_fieldID)),
         topk=int(req.topk),
         metric=vector_search.check_metric(req.metric_type),
         filter=flt,

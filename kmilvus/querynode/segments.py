@@ -1,6 +1,8 @@
 """A QueryNode's data: sealed segments read from their binlogs and growing segments fed by the
 stream, both held as Arrow tables (columns by field ID, as in the binlogs) plus each vector
-field without an index as one contiguous float32 numpy array — converted once, never per row.
+field without an index ready to search exactly — converted once, never per row: a dense field
+(float32, float16 and bfloat16 widened) as one contiguous float32 numpy array, a binary or sparse
+field as an exact kmilvus.index searcher over its raw vectors (BIN_FLAT, SPARSE_INVERTED_INDEX).
 A sealed segment whose index stores the raw vectors keeps no column of them (Milvus 2.3 does not
 load a field whose index "has raw data"): outputs are read back from the index."""
 
@@ -14,22 +16,18 @@ import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus import index as kindex
+from kmilvus.index import params as P
+from kmilvus.index import vectors as kvectors
 from kmilvus.querynode.deletes import DeleteSet, pk_and_ts
 from kmilvus.storage.deltalog import sorted_unique
+from kmilvus.util import typeutil
 
 DT = schema_pb2.DataType
 
 
-def vector_field_ids(schema: schema_pb2.CollectionSchema) -> list[int]:
-    return [f.fieldID for f in schema.fields if f.data_type == DT.FloatVector]
-
-
-def to_matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
-    """A fixed_size_list<float32, dim> column as an (n, dim) contiguous float32 array."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    flat = col.flatten()
-    return np.ascontiguousarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
+def field_type(schema: schema_pb2.CollectionSchema, field_id: int) -> int:
+    return next((f.data_type for f in schema.fields if f.fieldID == field_id), DT.FloatVector)
 
 
 @dataclass
@@ -41,10 +39,14 @@ class SegmentData:
     table: pa.Table
     vectors: dict[int, np.ndarray] = field(default_factory=dict)
     sq_norms: dict[int, np.ndarray] = field(default_factory=dict)
-    indexes: dict[int, Any] = field(default_factory=dict)  # field ID → kmilvus.index.VectorIndex
+    indexes: dict[int, Any] = field(default_factory=dict)  # field ID → its loaded kmilvus.index index
     # field ID → kmilvus.index.scalar_index.ScalarIndex (also in `indexes`): the filter's index path
     scalar_indexes: dict[int, Any] = field(default_factory=dict)
+    raw: dict[int, Any] = field(default_factory=dict)  # binary / sparse field ID → its kmilvus.index vectors
+    _exact: dict[tuple[int, str], Any] = field(default_factory=dict)  # (field, metric) → brute force
     deltas: DeleteSet = field(default_factory=DeleteSet)  # its delta logs
+    # field ID → kmilvus.index.text_index.TextIndex: loaded with a sealed segment, else built here
+    text_indexes: dict[int, Any] = field(default_factory=dict)
     index_bytes: int = 0  # serialized size of the loaded indexes (≈ their memory)
     pk_field: int = 0
     _keys: tuple[np.ndarray, np.ndarray] | None = None
@@ -65,12 +67,30 @@ class SegmentData:
         pk = next(f.fieldID for f in schema.fields if f.is_primary_key)
         seg = cls(segment_id, partition_id, table, pk_field=pk)
         for f in schema.fields:
-            if f.data_type == DT.FloatVector and f.fieldID not in indexed and str(f.fieldID) in table.column_names:
-                dim = next(int(p.value) for p in f.type_params if p.key == "dim")
-                m = to_matrix(table.column(str(f.fieldID)), dim)
-                seg.vectors[f.fieldID] = m
-                seg.sq_norms[f.fieldID] = np.einsum("ij,ij->i", m, m)
+            kind = P.vector_kind(f.data_type)
+            if kind is None or f.fieldID in indexed or str(f.fieldID) not in table.column_names:
+                continue
+            dim = typeutil.dim_of(f) if kind != P.SPARSE else 0
+            vecs = kvectors.from_arrow(table.column(str(f.fieldID)), f.data_type, dim)
+            if kind == P.DENSE:
+                assert isinstance(vecs, np.ndarray)
+                seg.vectors[f.fieldID] = vecs
+                seg.sq_norms[f.fieldID] = np.einsum("ij,ij->i", vecs, vecs)
+            else:
+                seg.raw[f.fieldID] = vecs
         return seg
+
+    def index_for(self, field_id: int, metric: str) -> Any:
+        """What searches `field_id` through kmilvus.index: its loaded index, or (binary, sparse)
+        an exact one over its raw vectors for `metric`, made once; None: a dense field searched
+        as a float32 matrix (or no such vectors)."""
+        index = self.indexes.get(field_id)
+        if index is not None or field_id not in self.raw:
+            return index
+        key = (field_id, metric)
+        if key not in self._exact:
+            self._exact[key] = kindex.brute_force(self.raw[field_id], metric)
+        return self._exact[key]
 
     @property
     def num_rows(self) -> int:
@@ -90,6 +110,8 @@ class SegmentData:
             self.scalar_indexes[field_id] = index
         self.vectors.pop(field_id, None)
         self.sq_norms.pop(field_id, None)
+        self.raw.pop(field_id, None)
+        self._exact = {k: v for k, v in self._exact.items() if k[0] != field_id}
         name = str(field_id)
         if index.holds_raw and name in self.table.column_names:
             self.table = self.table.drop_columns([name])
@@ -102,8 +124,19 @@ class SegmentData:
         index = self.indexes.get(int(name)) if name.isdigit() else None
         if index is None or not index.holds_raw:
             return None
-        vecs = index.reconstruct(offsets.to_numpy(zero_copy_only=False))
-        return pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1)), index.dim)
+        return index.raw_column(offsets.to_numpy(zero_copy_only=False))
+
+    def text_index(self, field_id: int, analyzer_params: str) -> Any:
+        """The field's text-match index: the one loaded with the segment, or (growing data, a
+        segment loaded before its index was built) one built from the column once."""
+        index = self.text_indexes.get(field_id)
+        if index is None or index.num_rows != self.num_rows:
+            from kmilvus.analyzer import build
+            from kmilvus.index.text_index import TextIndex
+
+            index = TextIndex.build(self.table.column(str(field_id)), build(analyzer_params))
+            self.text_indexes[field_id] = index
+        return index
 
     def int64_pks(self) -> np.ndarray | None:
         """The Int64 primary keys as numpy, converted once (None: VarChar keys); result rows take

@@ -1,18 +1,18 @@
-"""Vector search over one segment's vectors, behind one function the index package replaces.
-
-Until `kmilvus.index` (faiss) lands, every segment is searched exactly: distances are one matrix
-product in numpy (BLAS releases the GIL, so segments run in threads), top-k by argpartition.
-Distances are Milvus': L2 = squared Euclidean (smaller is closer), IP = inner product and
-COSINE = cosine similarity (larger is closer).
+"""Exact search over a segment's dense vectors without an index (growing data, segments not
+indexed yet): distances are one matrix product in numpy (BLAS releases the GIL, so segments run
+in threads), top-k by argpartition. Distances are Milvus': L2 = squared Euclidean (smaller is
+closer), IP = inner product and COSINE = cosine similarity (larger is closer). Binary and sparse
+vectors without an index are searched exactly through kmilvus.index (SegmentData.index_for).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from kmilvus.index import params as P
 from kmilvus.util import merr
 
-METRICS = ("L2", "IP", "COSINE")
+METRICS = P.ALL_METRICS
 _QUERY_CHUNK = 1 << 24  # distance-matrix elements computed at once (64 MiB of float32)
 
 
@@ -24,7 +24,7 @@ def check_metric(metric: str) -> str:
 
 
 def larger_is_closer(metric: str) -> bool:
-    return metric != "L2"
+    return P.larger_is_closer(metric)
 
 
 def normalize(x: np.ndarray) -> np.ndarray:

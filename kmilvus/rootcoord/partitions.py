@@ -9,12 +9,11 @@ DropPartition follows the DropCollection flow (docs/architecture/drop.md) at par
 meta without the partition and a resumable task record are ONE etcd transaction; then the
 DropPartition message goes onto the channels (the DataNodes discard the partition's buffers),
 every Proxy's cache entry is invalidated, and DataCoord removes the partition's segments,
-binlogs and delta logs; the task record goes last, and a restarted RootCoord finishes it.
+binlogs and delta logs; the task record goes last. The running RootCoord drives that tail to
+its end (`drop_tasks`), a restarted one resumes it.
 """
 
 from __future__ import annotations
-
-import asyncio
 
 from pymilvus.grpc_gen import milvus_pb2
 
@@ -24,11 +23,12 @@ from kmilvus.meta import Cmp, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.msgstream import MsgType
 from kmilvus.proto import data_coord_pb2, internal_pb2
+from kmilvus.rootcoord.drop_tasks import DropTask
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.tso import physical_ms
 from kmilvus.util import merr
-from kmilvus.util.constants import DEFAULT_PARTITION
-from kmilvus.util.failpoint import failpoint
+from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
+from kmilvus.util.failpoint import afailpoint, failpoint
 from kmilvus.util.merr import MilvusError
 
 log = get_logger(__name__)
@@ -83,25 +83,52 @@ class PartitionMixin:
             current = self._get(req.db_name, req.collection_name)
             part = next((p for p in current.partitions if p.partitionName == req.partition_name), None)
             if part is None:
-                return merr.success()  # Milvus: dropping a non-existent partition succeeds
-            task = internal_pb2.DropPartitionTask(drop_time=await self.tso.alloc())
-            task.collection.CopyFrom(current)
-            task.partition.CopyFrom(part)
-            info = internal_pb2.CollectionInfo()
-            info.CopyFrom(current)
-            del info.partitions[:]
-            info.partitions.extend(p for p in current.partitions if p.partitionID != part.partitionID)
-            # One transaction: the collection without the partition, the drop's remaining steps.
-            task_key = keys.drop_partition_task_key(info.ID, part.partitionID)
-            await self._commit_collection(info, [Op.put(task_key, task.SerializeToString())])
-            failpoint("rootcoord.drop_partition.after_meta_txn")
-            self._cache(info)
-            await self._broadcast_drop_partition(task)
-        self._spawn(self._finish_drop_partition(task, broadcast=False), f"drop-partition-{part.partitionID}")
+                pending = self.drops.pending(_name_of(current, req.partition_name))
+                if pending is None:
+                    return merr.success()  # Milvus: dropping a non-existent partition succeeds
+            else:
+                pending = await self._drop_partition_meta(current, part)
+                await pending.broadcast()  # in the lock, as the DDL it is
+        # A retry whose first call failed after the meta change: done once the broadcast is.
+        await pending.broadcast()
         return merr.success()
+
+    async def _drop_partition_meta(
+        self, current: internal_pb2.CollectionInfo, part: internal_pb2.PartitionInfo
+    ) -> DropTask:
+        """The partition drop's ONE meta transaction (under the DDL lock); returns its tail,
+        which the running RootCoord drives from now on."""
+        task = internal_pb2.DropPartitionTask(drop_time=await self.tso.alloc())
+        task.collection.CopyFrom(current)
+        task.partition.CopyFrom(part)
+        info = internal_pb2.CollectionInfo()
+        info.CopyFrom(current)
+        del info.partitions[:]
+        info.partitions.extend(p for p in current.partitions if p.partitionID != part.partitionID)
+        # One transaction: the collection without the partition, the drop's remaining steps.
+        task_key = keys.drop_partition_task_key(info.ID, part.partitionID)
+        await self._commit_collection(info, [Op.put(task_key, task.SerializeToString())])
+        failpoint("rootcoord.drop_partition.after_meta_txn")
+        self._cache(info)
+        return self._start_partition_drop(task)
+
+    def _start_partition_drop(self, task: internal_pb2.DropPartitionTask) -> DropTask:
+        coll, part = task.collection, task.partition
+        return self.drops.start(
+            _name_of(coll, part.partitionName),
+            DropTask(
+                self.kv,
+                keys.drop_partition_task_key(coll.ID, part.partitionID),
+                "partition",
+                f"{coll.schema.name}.{part.partitionName} ({part.partitionID})",
+                lambda: self._broadcast_drop_partition(task),
+                lambda: self._drop_partition_data(task),
+            ),
+        )
 
     async def _broadcast_drop_partition(self, task: internal_pb2.DropPartitionTask) -> None:
         """DropPartition onto the collection's channels, then every Proxy forgets the collection."""
+        await afailpoint("rootcoord.drop_partition.broadcast")
         info = task.collection
         async with self.ticks.publishing() as ts:
             await self._publish_ddl(
@@ -109,37 +136,23 @@ class PartitionMixin:
             )
         await self._invalidate_proxies(info)
 
-    async def _finish_drop_partition(self, task: internal_pb2.DropPartitionTask, broadcast: bool = True) -> None:
-        """The resumable tail of a partition drop: every step idempotent; the task key goes last."""
-        if broadcast:
-            await self._broadcast_drop_partition(task)
-        coll, part = task.collection.ID, task.partition.partitionID
-        datacoord = self.registry.client(roles.DATACOORD)
-        for attempt in range(100):
-            try:
-                merr.check(
-                    await datacoord.DropPartition(
-                        data_coord_pb2.DropPartitionRequest(
-                            collectionID=coll,
-                            partitionID=part,
-                            channelNames=task.collection.virtual_channel_names,
-                        )
-                    )
+    async def _drop_partition_data(self, task: internal_pb2.DropPartitionTask) -> None:
+        """After the broadcast: DataCoord removes the partition's data (idempotent)."""
+        merr.check(
+            await self.registry.client(roles.DATACOORD).DropPartition(
+                data_coord_pb2.DropPartitionRequest(
+                    collectionID=task.collection.ID,
+                    partitionID=task.partition.partitionID,
+                    channelNames=task.collection.virtual_channel_names,
                 )
-                break
-            except Exception as exc:  # noqa: BLE001 - retry; a restart resumes from etcd anyway
-                log.warning("datacoord drop partition failed; retrying", id=part, error=str(exc))
-                await asyncio.sleep(min(0.1 * (attempt + 1), 2))
-        else:
-            return
-        await self.kv.delete(keys.drop_partition_task_key(coll, part))
-        log.info("partition dropped", collection=task.collection.schema.name, partition=task.partition.partitionName)
+            )
+        )
 
     async def _resume_partition_drops(self) -> None:
         for _, raw in await self.kv.get_prefix(keys.DROP_PARTITION_TASK_PREFIX):
             task = internal_pb2.DropPartitionTask.FromString(raw)
             log.warning("resuming interrupted partition drop", partition=task.partition.partitionName)
-            await self._finish_drop_partition(task)
+            self._start_partition_drop(task)
 
     @merr.rpc(milvus_pb2.BoolResponse)
     async def HasPartition(self, req: milvus_pb2.HasPartitionRequest, context=None):
@@ -174,3 +187,9 @@ def _partition_msg(cls, info: internal_pb2.CollectionInfo, part: internal_pb2.Pa
         collectionID=info.ID,
         partitionID=part.partitionID,
     )
+
+
+def _name_of(info: internal_pb2.CollectionInfo, partition: str) -> tuple[str, ...]:
+    """What a pending partition drop is found by: the collection's database, name and ID (a
+    collection dropped and created again under its name does not inherit it) and the partition."""
+    return ("partition", info.db_name or DEFAULT_DB, info.schema.name, str(info.ID), partition)

@@ -1,9 +1,10 @@
 """RootCoord (Milvus' internal/rootcoord).
 
-Owns the TSO, global IDs and collection meta; runs DDL: CreateCollection and the seed-001
-DropCollection flow (`DropCollectionReqTask`), each meta change one etcd transaction. DDL
-messages go onto the collection's own vchannels so every flowgraph sees them in order with its
-DML. The drop's remaining steps are recorded in etcd and resumed after a crash.
+Owns the TSO, global IDs and collection meta; runs DDL: CreateCollection and the
+DropCollection flow (`DropCollectionReqTask`, docs/architecture/drop.md), each meta change one
+etcd transaction. DDL messages go onto the collection's own vchannels so every flowgraph sees
+them in order with its DML. The drop's remaining steps are recorded in etcd and driven to their end by the running
+RootCoord (`drop_tasks`), or by the next one after a crash.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
+from kmilvus import metrics
 from kmilvus.allocator import TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.log import get_logger
@@ -26,14 +28,16 @@ from kmilvus.rootcoord.aliases import AliasMixin
 from kmilvus.rootcoord.alter import AlterMixin, check_collection_property
 from kmilvus.rootcoord.credentials import CredentialMixin
 from kmilvus.rootcoord.databases import DatabaseMixin
+from kmilvus.rootcoord.drop_tasks import DropTask, DropTasks
 from kmilvus.rootcoord.partitions import PartitionMixin
+from kmilvus.rootcoord.privilege_groups import PrivilegeGroupMixin
 from kmilvus.rootcoord.rbac import RbacMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
-from kmilvus.util import merr
+from kmilvus.util import merr, metricsinfo
 from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
-from kmilvus.util.failpoint import failpoint
+from kmilvus.util.failpoint import afailpoint, failpoint
 from kmilvus.util.retry import supervise
 from kmilvus.util.tasks import BackgroundTasks
 from kmilvus.util.timetick import TickSource
@@ -50,6 +54,7 @@ class RootCoord(
     AlterMixin,
     CredentialMixin,
     RbacMixin,
+    PrivilegeGroupMixin,
     DatabaseMixin,
     PartitionMixin,
     root_coord_pb2_grpc.RootCoordServicer,
@@ -75,6 +80,7 @@ class RootCoord(
         self.tt_sync: TimeTickSync | None = None
         self._ddl_lock = asyncio.Lock()
         self._tasks = BackgroundTasks()
+        self.drops = DropTasks(self._spawn)
         self.leader_check: Callable[[], Awaitable[bool]] = _leader_unknown  # Node sets its lock's check
 
     # Lifecycle ---------------------------------------------------------------------------
@@ -82,6 +88,7 @@ class RootCoord(
         await self.tso.initialize()
         await self.ids.initialize()
         await self._load_databases()
+        metrics.ROOTCOORD_COLLECTION_NUM.source = self._collection_counts
         for _, raw in await self.kv.get_prefix(keys.COLLECTION_PREFIX):
             info = internal_pb2.CollectionInfo.FromString(raw)
             self._cache(info)
@@ -110,13 +117,23 @@ class RootCoord(
         for _, raw in await self.kv.get_prefix(keys.DROP_TASK_PREFIX):
             info = internal_pb2.CollectionInfo.FromString(raw)
             log.warning("resuming interrupted drop", collection=info.schema.name, id=info.ID)
-            await self._finish_drop(info)
+            self._start_drop(info)
         await self._resume_partition_drops()
 
     async def stop(self) -> None:
+        if metrics.ROOTCOORD_COLLECTION_NUM.source == self._collection_counts:
+            metrics.ROOTCOORD_COLLECTION_NUM.source = None
         if self.tt_sync:
             await self.tt_sync.stop()
         await self._tasks.stop()
+
+    def _collection_counts(self) -> dict[str, int]:
+        """Collections by database, for a scrape (metrics thread: `list` copies in one step)."""
+        counts = dict.fromkeys(list(self.databases), 0) if hasattr(self, "databases") else {}
+        for c in list(self.collections.values()):
+            db = c.db_name or DEFAULT_DB
+            counts[db] = counts.get(db, 0) + 1
+        return counts
 
     def _spawn(self, coro, name: str) -> asyncio.Task:
         return self._tasks.spawn(coro, name)
@@ -193,6 +210,13 @@ class RootCoord(
         ticked only every `time_tick_idle_interval`)."""
         await self.tt_sync.demand(list(req.channels), req.timestamp)
         return merr.success()
+
+    @merr.rpc(milvus_pb2.GetMetricsResponse)
+    async def GetMetrics(self, req, context=None):
+        config = {"max_database_num": self.cfg.max_database_num, "max_partition_num": self.cfg.max_partition_num}
+        return await metricsinfo.coordinator_metrics(
+            self, req, config, None, (roles.QUERYCOORD, roles.DATACOORD), cluster_key="self"
+        )
 
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):
@@ -376,38 +400,61 @@ class RootCoord(
             coll_id = self.names.get((db, req.collection_name))
             if coll_id is None and (db, req.collection_name) in self.aliases:
                 raise merr.MilvusError(merr.UNEXPECTED, f"cannot drop the collection via alias = {req.collection_name}")
+            name = ("collection", db, req.collection_name)
             if coll_id is None:
-                return merr.success()  # dropping an unknown name succeeds, as in Milvus
-            if aliases := self.aliases_of(coll_id):
-                raise merr.MilvusError(
-                    merr.UNEXPECTED,
-                    f"unable to drop the collection [{req.collection_name}] because "
-                    f"it has associated aliases [{' '.join(aliases)}], please remove "
-                    f"all aliases before dropping the collection",
-                )
-            info = internal_pb2.CollectionInfo()
-            info.CopyFrom(self.collections[coll_id])
-            info.drop_time = await self.tso.alloc()
-            info.state = internal_pb2.CollectionInfo.Dropping
-            # One transaction: schema/partitions gone, the drop's remaining steps recorded.
-            ok = await self.kv.txn(
-                [
-                    Op.delete(keys.collection_key(coll_id)),
-                    Op.delete(keys.collection_name_key(db, req.collection_name)),
-                    Op.put(keys.drop_task_key(coll_id), info.SerializeToString()),
-                ],
-                [Cmp.exists(keys.collection_key(coll_id))],
-            )
-            if not ok:
-                raise merr.MilvusError(merr.SERVICE_INTERNAL, f"collection {req.collection_name} changed during drop")
-            failpoint("rootcoord.drop.after_meta_txn")
-            self._uncache(info)
-            await self._broadcast_drop(info)
-        self._spawn(self._finish_drop(info, broadcast=False), f"drop-{coll_id}")
+                pending = self.drops.pending(name)
+                if pending is None:
+                    return merr.success()  # dropping an unknown name succeeds, as in Milvus
+            else:
+                pending = await self._drop_meta(db, req.collection_name, coll_id)
+                await pending.broadcast()  # in the lock, as the DDL it is
+        # A retry whose first call failed after the meta change: done once the broadcast is.
+        await pending.broadcast()
         return merr.success()
+
+    async def _drop_meta(self, db: str, name: str, coll_id: int) -> DropTask:
+        """The drop's ONE meta transaction (under the DDL lock); returns its tail, which the
+        running RootCoord drives from now on."""
+        if aliases := self.aliases_of(coll_id):
+            raise merr.MilvusError(
+                merr.UNEXPECTED,
+                f"unable to drop the collection [{name}] because "
+                f"it has associated aliases [{' '.join(aliases)}], please remove "
+                f"all aliases before dropping the collection",
+            )
+        info = internal_pb2.CollectionInfo()
+        info.CopyFrom(self.collections[coll_id])
+        info.drop_time = await self.tso.alloc()
+        info.state = internal_pb2.CollectionInfo.Dropping
+        # One transaction: schema/partitions gone, the drop's remaining steps recorded.
+        ok = await self.kv.txn(
+            [
+                Op.delete(keys.collection_key(coll_id)),
+                Op.delete(keys.collection_name_key(db, name)),
+                Op.put(keys.drop_task_key(coll_id), info.SerializeToString()),
+            ],
+            [Cmp.exists(keys.collection_key(coll_id))],
+        )
+        if not ok:
+            raise merr.MilvusError(merr.SERVICE_INTERNAL, f"collection {name} changed during drop")
+        failpoint("rootcoord.drop.after_meta_txn")
+        self._uncache(info)
+        return self._start_drop(info)
+
+    def _start_drop(self, info: internal_pb2.CollectionInfo) -> DropTask:
+        task = DropTask(
+            self.kv,
+            keys.drop_task_key(info.ID),
+            "collection",
+            f"{info.db_name or DEFAULT_DB}.{info.schema.name} ({info.ID})",
+            lambda: self._broadcast_drop(info),
+            lambda: self._drop_data(info),
+        )
+        return self.drops.start(("collection", info.db_name or DEFAULT_DB, info.schema.name), task)
 
     async def _broadcast_drop(self, info: internal_pb2.CollectionInfo) -> None:
         """DropCollection onto the msgstream, release, invalidate every Proxy (docs/architecture/drop.md)."""
+        await afailpoint("rootcoord.drop.broadcast")
         async with self.ticks.publishing() as ts:
             await self._publish_ddl(
                 info,
@@ -423,10 +470,13 @@ class RootCoord(
 
     async def _release(self, info: internal_pb2.CollectionInfo) -> None:
         try:
-            qc = self.registry.client(roles.QUERYCOORD)
-            merr.check(await qc.ReleaseCollection(internal_pb2.ReleaseCollectionRequest(collectionID=info.ID)))
-        except Exception as exc:  # noqa: BLE001 - retried by the drop task on restart
+            await self._release_or_raise(info)
+        except Exception as exc:  # noqa: BLE001 - the drop task releases again until it succeeds
             log.warning("release collection failed", id=info.ID, error=str(exc))
+
+    async def _release_or_raise(self, info: internal_pb2.CollectionInfo) -> None:
+        qc = self.registry.client(roles.QUERYCOORD)
+        merr.check(await qc.ReleaseCollection(internal_pb2.ReleaseCollectionRequest(collectionID=info.ID)))
 
     async def _invalidate_proxies(self, info: internal_pb2.CollectionInfo) -> None:
         req = internal_pb2.InvalidateCollMetaCacheRequest(
@@ -440,29 +490,15 @@ class RootCoord(
             if isinstance(r, BaseException):
                 log.warning("invalidate meta cache failed", proxy=sid, error=str(r))
 
-    async def _finish_drop(self, info: internal_pb2.CollectionInfo, broadcast: bool = True) -> None:
-        """The resumable tail of a drop: every step idempotent; the task key goes last."""
-        if broadcast:
-            await self._broadcast_drop(info)
-        await self._release(info)
+    async def _drop_data(self, info: internal_pb2.CollectionInfo) -> None:
+        """After the broadcast: QueryCoord releases, DataCoord removes the data (both idempotent)."""
+        await self._release_or_raise(info)
         datacoord = self.registry.client(roles.DATACOORD)
-        for attempt in range(100):
-            try:
-                merr.check(
-                    await datacoord.DropCollection(
-                        data_coord_pb2.DropCollectionRequest(
-                            collectionID=info.ID, channelNames=info.virtual_channel_names
-                        )
-                    )
-                )
-                break
-            except Exception as exc:  # noqa: BLE001 - retry; a restart resumes from etcd anyway
-                log.warning("datacoord drop failed; retrying", id=info.ID, error=str(exc))
-                await asyncio.sleep(min(0.1 * (attempt + 1), 2))
-        else:
-            return
-        await self.kv.delete(keys.drop_task_key(info.ID))
-        log.info("collection dropped", id=info.ID, collection=info.schema.name)
+        merr.check(
+            await datacoord.DropCollection(
+                data_coord_pb2.DropCollectionRequest(collectionID=info.ID, channelNames=info.virtual_channel_names)
+            )
+        )
 
     @merr.rpc()
     async def ReleaseDQLMessageStream(self, req, context=None):

@@ -98,6 +98,28 @@ def segment_delta_prefix(coll: int, part: int, seg: int) -> str:
     return f"{DELTA_LOG}/{int(coll)}/{int(part)}/{int(seg)}/"
 
 
+def segment_file_prefixes(coll: int, part: int, seg: int) -> list[str]:
+    """Every prefix under which one segment's files live (insert, stats and delta logs, index
+    files): delete these and nothing of the segment is left."""
+    return [
+        segment_prefix(coll, part, seg),
+        segment_stats_prefix(coll, part, seg),
+        segment_delta_prefix(coll, part, seg),
+        index_files_prefix(coll, part, seg),
+    ]
+
+
+def parse_segment_file_key(key: str) -> tuple[str, int, int, int] | None:
+    """`{root}/{coll}/{part}/{seg}/...` of a segment's file → (root, coll, part, seg); None for
+    any other key (a job's manifest under `stats_log/{coll}/_jobs/`, a DDL binlog)."""
+    parts = key.split("/")
+    if len(parts) < 5 or parts[0] not in (INSERT_LOG, STATS_LOG, DELTA_LOG, INDEX_FILES):
+        return None
+    if not (parts[1].isdigit() and parts[2].isdigit() and parts[3].isdigit()):
+        return None
+    return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+
+
 def collection_prefixes(coll: int) -> list[str]:
     """Every prefix under which a collection's files live: delete these and nothing is left."""
     return [

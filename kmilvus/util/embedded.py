@@ -14,6 +14,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -33,21 +34,32 @@ SEARCH_DIRS = ["/usr/sbin", "/usr/bin", "/usr/local/bin"]
 
 
 def binary_env(name: str) -> str:
-    """The environment variable naming a server binary to use instead of the one on PATH
-    (`KMILVUS_NATS_SERVER`, `KMILVUS_ETCD`): tests and standalone run against a pinned build."""
+    """The environment variable naming a server binary to use instead of the pinned one
+    (`KMILVUS_NATS_SERVER`, `KMILVUS_ETCD`): tests run against another build, e.g. Debian's."""
     return "KMILVUS_" + name.upper().replace("-", "_")
 
 
+def pinned_dir() -> Path:
+    """Where `./dev setup` (tools/build.sh) links the pinned etcd, nats-server, Kubernetes and
+    helm builds: the bin directory of the Python that runs kmilvus (the checkout's .venv)."""
+    return Path(sys.executable).parent
+
+
 def find_binary(name: str) -> str:
-    pinned = os.environ.get(binary_env(name))
-    if pinned:
-        if not os.access(pinned, os.X_OK):
-            raise MissingBinaryError(f"{binary_env(name)}={pinned} is not an executable file")
-        return pinned
+    """The binary the environment names, else the pinned build if the set-up made one, else the
+    first on PATH (a Debian package's)."""
+    named = os.environ.get(binary_env(name))
+    if named:
+        if not os.access(named, os.X_OK):
+            raise MissingBinaryError(f"{binary_env(name)}={named} is not an executable file")
+        return named
+    pinned = pinned_dir() / name
+    if os.access(pinned, os.X_OK):
+        return str(pinned)
     found = shutil.which(name) or next((p for d in SEARCH_DIRS if os.access(p := f"{d}/{name}", os.X_OK)), None)
     if not found:
         pkg = _DEBIAN_PACKAGE.get(name, name)
-        raise MissingBinaryError(f"{name} not found: install it with `apt-get install {pkg}`")
+        raise MissingBinaryError(f"{name} not found: run `./dev setup` or install it with `apt-get install {pkg}`")
     return found
 
 

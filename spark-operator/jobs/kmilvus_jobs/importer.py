@@ -290,6 +290,13 @@ def json_frame(spark, i: int, f, schema, fields):
                 F.lit(f"the primary key '{pk.name}' is auto-generated (autoID): the file must not provide it"),
             )
         )
+    for out in (fl for fl in schema.fields if fl.is_function_output):
+        conds.append(
+            (
+                F.array_contains(keys, out.name),
+                F.lit(f"the field '{out.name}' is output by function, no need to provide"),
+            )
+        )
     dyn = typeutil.dynamic_field(schema)
     values = []
     if dyn is None:

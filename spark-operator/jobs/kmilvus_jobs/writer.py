@@ -317,9 +317,13 @@ class BinlogWriter:
                 raise RowProblem(i, None, err[i].as_py())
         cols = {}
         for f in self.fields:
-            if f.is_primary_key and f.autoID:
+            if (f.is_primary_key and f.autoID) or f.is_function_output:
                 continue
             cols[f.fieldID] = check_and_convert(f, batch.column(str(f.fieldID)), tu)
+        if self.schema.functions:
+            from kmilvus.function import bm25  # the BM25 function fills its output, as an insert's
+
+            bm25.fill_outputs(self.schema, cols)
         g = _as_array(batch.column("__g")).to_numpy()
         row_ids = g + int(self.ctx["row_id_start"])
         if self.pk.autoID:
