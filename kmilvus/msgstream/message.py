@@ -34,12 +34,14 @@ class MsgType(enum.IntEnum):
 
     CreateCollection = 100
     DropCollection = 101
+    TruncateCollection = 119
     CreatePartition = 200
     DropPartition = 201
     Insert = 400
     Delete = 401
     TimeTick = 1200
     DataNodeTt = 1208
+    AddCollectionField = 1900
 
 
 @dataclass(slots=True)

@@ -50,6 +50,18 @@ class LoadedCollection:
     def pk_field(self) -> int:
         return typeutil.primary_field(self.schema).fieldID
 
+    def update_schema(self, schema: schema_pb2.CollectionSchema) -> None:
+        """A newer schema (a field was added; an older one changes nothing): every loaded row,
+        sealed or growing, reads the added field from now on (its default, else null)."""
+        if schema.version <= self.schema.version:
+            return
+        self.schema = schema
+        for s in self.sealed.values():
+            s.conform(schema)
+        for d in self.channels.values():
+            d.adopt_schema(schema)
+        log.info("collection schema updated", collection=self.id, version=schema.version)
+
     def segments(self, vchannels, partitions, growing: bool = True) -> list[tuple[SegmentData, tuple[DeleteSet, ...]]]:
         """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`; none
         without `growing`: Milvus' ignore_growing), each with its channel's deletes that apply
@@ -127,7 +139,20 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         c = self.collections.get(coll_id)
         if c is None:
             c = self.collections[coll_id] = LoadedCollection(coll_id, schema_pb2.CollectionSchema.FromString(schema))
+        else:
+            c.update_schema(schema_pb2.CollectionSchema.FromString(schema))
         return c
+
+    async def _schema_at(self, coll: LoadedCollection, version: int) -> None:
+        """The schema a Proxy planned a read with (`version`): a node that has not read the
+        AddCollectionField broadcast yet (or missed it) asks RootCoord, the schema's owner."""
+        if coll.schema.version >= version:
+            return
+        resp = await self.registry.client(roles.ROOTCOORD).DescribeCollection(
+            milvus_pb2.DescribeCollectionRequest(collectionID=coll.id)
+        )
+        merr.check(resp.status)
+        coll.update_schema(resp.schema)
 
     async def _read(self, coll: LoadedCollection, info: query_node_pb2.SegmentLoadInfo) -> SegmentData:
         """Index files, binlogs (one Arrow read, without the vector columns an index holds),
@@ -200,6 +225,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         retired segment (its compacted target is in) is not installed: its rows would show twice."""
         if data.segment_id in coll.retired or data.partition_id in coll.dropped_partitions:
             return
+        data.conform(coll.schema)  # a field added while it was being read
         coll.retired.update(info.compaction_from)
         coll.sealed[data.segment_id] = data
         coll.channel_of[data.segment_id] = info.insert_channel
@@ -222,7 +248,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                 await old.stop()
                 del coll.channels[req.vchannel]
             name = f"{self.cfg.cluster}-qn{self.server_id}"
-            d = ChannelDelegator(self.stream, name, req, coll.dropped_partitions)
+            d = ChannelDelegator(self.stream, name, req, coll.dropped_partitions, coll.update_schema)
             for part, pks, ts in await asyncio.to_thread(self._read_l0, req):
                 d.add_deletes(part, pks, ts)
             for info in req.unflushed_segments:
@@ -361,6 +387,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc(query_node_pb2.SearchResults)
     async def Search(self, req: query_node_pb2.SearchRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
+        await self._schema_at(coll, req.schema_version)
         await coll.refresh_versions()
         plan = plan_from_request(req, coll.schema, coll.pk_field)
         if plan.metric == bm25.METRIC:
@@ -373,6 +400,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc(query_node_pb2.RetrieveResults)
     async def Query(self, req: query_node_pb2.QueryRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
+        await self._schema_at(coll, req.schema_version)
         values = template_values(req.expr_template_values) if req.expr else None
         flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts, values)
         await coll.refresh_versions()

@@ -32,6 +32,7 @@ from kmilvus.rootcoord.drop_tasks import DropTask, DropTasks
 from kmilvus.rootcoord.partitions import PartitionMixin
 from kmilvus.rootcoord.privilege_groups import PrivilegeGroupMixin
 from kmilvus.rootcoord.rbac import RbacMixin
+from kmilvus.rootcoord.schema_changes import SchemaChangeMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
@@ -52,6 +53,7 @@ async def _leader_unknown() -> bool:
 class RootCoord(
     AliasMixin,
     AlterMixin,
+    SchemaChangeMixin,
     CredentialMixin,
     RbacMixin,
     PrivilegeGroupMixin,
