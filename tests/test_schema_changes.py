@@ -293,3 +293,53 @@ def test_binlogs_written_before_a_field_read_it_as_the_schema_says(tmp_path):
     col = binlog.read_column(store, ["insert_log/1/2/3/10", "insert_log/1/2/3/11"], "102", missing)
     assert typeutil.conform_column(field, col).to_pylist() == [3, 3, 3, 3, 7, 3]
     assert typeutil.added_field(new, 101) is None and typeutil.added_field(new, 100) is None
+
+
+# -- collection functions ---------------------------------------------------------------------------
+
+
+def test_collection_function_changes_are_refused_as_milvus_2_6_refuses_them(client):
+    """BM25 is the only function kmilvus runs, and Milvus 2.6 adds, alters and drops none on an
+    existing collection (its output would lack the rows written before); other function types are
+    refused as at create time. Nothing changes."""
+    from pymilvus import Function, FunctionType
+
+    from tests.test_full_text import bm25_schema
+
+    client.create_collection("b", schema=bm25_schema(client))
+    bm25 = Function(
+        name="bm25", function_type=FunctionType.BM25, input_field_names=["text"], output_field_names="sparse"
+    )
+    other = Function(
+        name="bm25", function_type=FunctionType.TEXTEMBEDDING, input_field_names=["text"], output_field_names="sparse"
+    )
+    cases = [
+        (lambda: client.add_collection_function("b", bm25), "currently does not support adding BM25 function"),
+        (
+            lambda: client.add_collection_function("b", other),
+            "function type TextEmbedding is not supported by this server",
+        ),
+        (lambda: client.alter_collection_function("b", "bm25", bm25), "currently does not support alter BM25 function"),
+        (
+            lambda: client.alter_collection_function("b", "bm25", other),
+            "currently does not support alter BM25 function",
+        ),
+        (lambda: client.alter_collection_function("b", "x", other), "invalid function config, name not match"),
+        (lambda: client.drop_collection_function("b", "bm25"), "currently does not support dropping BM25 function"),
+    ]
+    for call, message in cases:
+        with pytest.raises(MilvusException) as err:
+            call()
+        assert err.value.code == 1100 and message in err.value.message, message
+    missing = Function(
+        name="gone", function_type=FunctionType.TEXTEMBEDDING, input_field_names=["text"], output_field_names="sparse"
+    )
+    with pytest.raises(MilvusException, match="function gone not found"):
+        client.alter_collection_function("b", "gone", missing)
+    client.drop_collection_function("b", "gone")  # Milvus: dropping a function the collection has not is a no-op
+    with pytest.raises(MilvusException) as err:
+        client.add_collection_function("nosuch", other)
+    assert err.value.code == 100
+    desc = client.describe_collection("b")
+    assert [f["name"] for f in desc["functions"]] == ["bm25"]
+    assert client.insert("b", [{"id": 1, "text": "still filled"}])["insert_count"] == 1
