@@ -343,3 +343,69 @@ def test_collection_function_changes_are_refused_as_milvus_2_6_refuses_them(clie
     desc = client.describe_collection("b")
     assert [f["name"] for f in desc["functions"]] == ["bm25"]
     assert client.insert("b", [{"id": 1, "text": "still filled"}])["insert_count"] == 1
+
+
+# -- TruncateCollection -----------------------------------------------------------------------------
+
+
+def _files(node, coll_id: int, root: str = "insert_log") -> list[str]:
+    return [k for k, _ in node.node.store.list_sync(f"{root}/{coll_id}/")]
+
+
+def test_truncate_removes_every_row_and_keeps_the_collection(node, client):
+    """Milvus 2.6's TruncateCollection: flushed, growing and deleted rows of every partition go,
+    their segments and files with them; schema, partitions, indexes and the load stay, and rows
+    written afterwards are kept."""
+    _docs(client)
+    client.create_partition("d", "p2")
+    client.insert("d", [_doc(i) for i in range(5)])
+    client.insert("d", [_doc(i) for i in range(100, 103)], partition_name="p2")
+    client.flush("d")
+    client.delete("d", ids=[1])
+    client.insert("d", [_doc(i) for i in range(5, 8)])  # growing
+    desc = client.describe_collection("d")
+    coll_id = desc["collection_id"]
+    assert _files(node, coll_id)
+    client.truncate_collection("d")
+    assert client.query("d", "", output_fields=["count(*)"])[0]["count(*)"] == 0
+    assert client.search("d", [[0.0, 1.0]], limit=5)[0] == []
+    assert client.get_collection_stats("d")["row_count"] == 0
+    assert _files(node, coll_id) == []  # every insert binlog removed, through the fenced remover
+    segs = node.call(node.node.kv.get_prefix(f"datacoord-meta/s/{coll_id}/", keys_only=True))
+    assert segs == []
+    after = client.describe_collection("d")
+    assert [f["name"] for f in after["fields"]] == [f["name"] for f in desc["fields"]]
+    assert client.list_partitions("d") == ["_default", "p2"] and client.list_indexes("d") == ["vec"]
+    assert client.get_load_state("d")["state"].name == "Loaded"
+
+    client.insert("d", [_doc(20), _doc(21)])
+    client.insert("d", [_doc(120)], partition_name="p2")
+    assert _ids(client, "id >= 0") == [20, 21, 120]
+    client.flush("d")
+    client.release_collection("d")
+    client.load_collection("d")
+    assert _ids(client, "id >= 0") == [20, 21, 120]
+    assert client.get_collection_stats("d")["row_count"] == 3
+
+
+def test_an_interrupted_truncate_is_finished_and_its_retry_waits_for_it(node, client):
+    from kmilvus.util import failpoint
+
+    _docs(client)
+    client.insert("d", [_doc(i) for i in range(6)])
+    client.flush("d")
+    coll_id = client.describe_collection("d")["collection_id"]
+    with failpoint.activate("rootcoord.truncate.broadcast=raise(1)"):
+        with pytest.raises(MilvusException):
+            client.truncate_collection("d")  # the task record is in etcd: RootCoord finishes it
+        wait_until(
+            lambda: node.call(node.node.kv.get(f"root-coord/truncate-task/{coll_id}")) is None,
+            60,
+            what="the truncate finished in the background",
+        )
+    client.truncate_collection("d")  # nothing left: a new truncate of an empty collection
+    assert client.query("d", "", output_fields=["count(*)"])[0]["count(*)"] == 0
+    assert _files(node, coll_id) == []
+    with pytest.raises(MilvusException) as err:
+        client.truncate_collection("nosuch")
+    assert err.value.code == 100

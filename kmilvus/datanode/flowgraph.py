@@ -199,7 +199,9 @@ class FlowGraph:
         elif t == MsgType.TimeTick:
             self.tick = pos
             await self.node.report_tt(self, msg.timestamp, self.checkpoint())
-        elif t in (MsgType.CreateCollection, MsgType.CreatePartition):
+        elif t in (MsgType.CreateCollection, MsgType.CreatePartition, MsgType.TruncateCollection):
+            # A truncate's rows are flushed by the flush that took its timestamp, then DataCoord
+            # drops their segments: the flowgraph keeps the DDL only.
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
         elif t == MsgType.AddCollectionField:
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)

@@ -1,7 +1,7 @@
 """The Proxy's collection-alteration RPCs (AlterCollection, AlterCollectionField,
-RenameCollection, AddCollectionField and the collection-function RPCs): DDL tasks forwarded to
-RootCoord, which checks them and invalidates every Proxy's cached meta of the collection before
-it answers."""
+RenameCollection, AddCollectionField, the collection-function RPCs, TruncateCollection): DDL
+tasks forwarded to RootCoord, which checks them and invalidates every Proxy's cached meta of the
+collection before it answers."""
 
 from __future__ import annotations
 
@@ -40,3 +40,7 @@ class ProxyAlterMixin:
     @merr.rpc()
     async def DropCollectionFunction(self, req: milvus_pb2.DropCollectionFunctionRequest, context=None):
         return await self._dd_call(lambda: self.rootcoord.DropCollectionFunction(req))
+
+    @merr.rpc(milvus_pb2.TruncateCollectionResponse)
+    async def TruncateCollection(self, req: milvus_pb2.TruncateCollectionRequest, context=None):
+        return await self._dd_call(lambda: self.rootcoord.TruncateCollection(req))

@@ -19,7 +19,9 @@ inserts are not kept. The dropped partitions are shared by the collection's dele
 sealed segments are not read either until QueryCoord releases them.
 
 AddCollectionField is read the same way: the new schema goes to the whole loaded collection
-(its sealed segments and every delegator's growing rows read the added field from then on).
+(its sealed segments and every delegator's growing rows read the added field from then on). So
+is TruncateCollection: rows older than its timestamp are hidden from every read of the collection
+(growing segments holding nothing newer are dropped at once).
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ class ChannelDelegator:
         req: query_node_pb2.WatchDmChannelsRequest,
         dropped_partitions: set[int] | None = None,
         on_schema: Callable[[schema_pb2.CollectionSchema], None] | None = None,
+        on_truncate: Callable[[int], None] | None = None,
     ):
-        """`on_schema`: called with a newer schema read on the channel (a field was added)."""
+        """`on_schema`: called with a newer schema read on the channel (a field was added);
+        `on_truncate`: with the truncate timestamp of a TruncateCollection read on it."""
         self.stream = stream
         self.consumer_name = consumer_name
         self.vchannel = req.vchannel
@@ -73,6 +77,7 @@ class ChannelDelegator:
         # Partitions dropped on the channel (the collection's delegators share one set).
         self.dropped_partitions = dropped_partitions if dropped_partitions is not None else set()
         self.on_schema = on_schema
+        self.on_truncate = on_truncate
         self.lost = False  # messages were purged before it read them: it no longer serves
         self.changed = asyncio.Condition()
         self._consumer: ChannelReader | None = None
@@ -186,6 +191,12 @@ class ChannelDelegator:
                     self.on_schema(schema)
                 else:
                     self.adopt_schema(schema)
+        elif t == MsgType.TruncateCollection:
+            before = internal_pb2.TruncateCollectionMsg.FromString(bytes(msg.payload)).truncate_ts
+            for seg in [s for s, g in self.growing.items() if g.max_ts() < before]:
+                self.seal(seg)  # every row of it is truncated; later rows of it are skipped too
+            if self.on_truncate is not None:
+                self.on_truncate(before)
         elif t == MsgType.DropCollection:
             self.dropped = True
             self.growing.clear()

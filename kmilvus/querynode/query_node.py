@@ -45,6 +45,9 @@ class LoadedCollection:
     # Partitions a DropPartition on a channel dropped (its delegators share the set): their
     # sealed segments are neither read nor loaded, before QueryCoord releases them.
     dropped_partitions: set[int] = field(default_factory=set)
+    # TruncateCollection read on a channel: rows older than this are no longer read (hybrid ts),
+    # before DataCoord drops their segments and QueryCoord releases them.
+    truncated_before: int = 0
 
     @property
     def pk_field(self) -> int:
@@ -61,6 +64,16 @@ class LoadedCollection:
         for d in self.channels.values():
             d.adopt_schema(schema)
         log.info("collection schema updated", collection=self.id, version=schema.version)
+
+    def truncate(self, before: int) -> None:
+        """TruncateCollection: rows older than `before` are hidden from every read from now on."""
+        if before > self.truncated_before:
+            self.truncated_before = before
+            log.info("collection truncated", collection=self.id, before=before)
+
+    def expire_before(self, ttl_ts: int) -> int:
+        """A read's cutoff: rows older are not read (the TTL's, or a truncate's)."""
+        return max(ttl_ts, self.truncated_before)
 
     def segments(self, vchannels, partitions, growing: bool = True) -> list[tuple[SegmentData, tuple[DeleteSet, ...]]]:
         """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`; none
@@ -248,7 +261,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                 await old.stop()
                 del coll.channels[req.vchannel]
             name = f"{self.cfg.cluster}-qn{self.server_id}"
-            d = ChannelDelegator(self.stream, name, req, coll.dropped_partitions, coll.update_schema)
+            d = ChannelDelegator(self.stream, name, req, coll.dropped_partitions, coll.update_schema, coll.truncate)
             for part, pks, ts in await asyncio.to_thread(self._read_l0, req):
                 d.add_deletes(part, pks, ts)
             for info in req.unflushed_segments:
@@ -388,6 +401,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     async def Search(self, req: query_node_pb2.SearchRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
         await self._schema_at(coll, req.schema_version)
+        req.collection_ttl_ts = coll.expire_before(req.collection_ttl_ts)
         await coll.refresh_versions()
         plan = plan_from_request(req, coll.schema, coll.pk_field)
         if plan.metric == bm25.METRIC:
@@ -402,7 +416,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
         await self._schema_at(coll, req.schema_version)
         values = template_values(req.expr_template_values) if req.expr else None
-        flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts, values)
+        flt = compile_filter(req.expr, coll.schema, coll.expire_before(req.collection_ttl_ts), values)
         await coll.refresh_versions()
         segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
         outputs = [] if req.count else list(req.output_fieldIDs)

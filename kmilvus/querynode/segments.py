@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus import index as kindex
@@ -24,6 +25,7 @@ from kmilvus.storage.deltalog import sorted_unique
 from kmilvus.util import typeutil
 
 DT = schema_pb2.DataType
+TIMESTAMP = str(typeutil.TIMESTAMP_FIELD)
 
 
 def field_type(schema: schema_pb2.CollectionSchema, field_id: int) -> int:
@@ -226,6 +228,10 @@ class GrowingSegment:
         """A newer schema: the rows are read with its fields from now on."""
         self.schema = schema
         self._data = None
+
+    def max_ts(self) -> int:
+        """The timestamp of its newest row (0: none)."""
+        return max((pc.max(b.column(TIMESTAMP)).as_py() or 0 for b in self.batches if b.num_rows), default=0)
 
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
         self.batches.append(batch)
