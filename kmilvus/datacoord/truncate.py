@@ -1,6 +1,6 @@
 """DataCoord's part of TruncateCollection (Milvus' DropSegmentsByTime): drop every segment that
 holds rows from before the truncate timestamp, and the L0 delta logs that end before it
-(docs/architecture/schema-changes.md).
+(the flow: kmilvus/rootcoord/truncate.py).
 
 RootCoord's truncate first asks `Flush`, whose timestamp becomes the truncate timestamp: every
 segment that may hold an older row is sealed then (a Growing one by the flush, one an insert

@@ -203,9 +203,9 @@ class FlowGraph:
             # A truncate's rows are flushed by the flush that took its timestamp, then DataCoord
             # drops their segments: the flowgraph keeps the DDL only.
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
-        elif t == MsgType.AddCollectionField:
+        elif t == MsgType.AlterCollection:
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
-            self.adopt_schema(internal_pb2.AddCollectionFieldMsg.FromString(bytes(msg.payload)).schema)
+            self.adopt_schema(internal_pb2.AlterCollectionMsg.FromString(bytes(msg.payload)).schema)
         elif t == MsgType.DropPartition:
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
             self.drop_partition(internal_pb2.DropPartitionMsg.FromString(bytes(msg.payload)).partitionID)

@@ -34,6 +34,7 @@ class MsgType(enum.IntEnum):
 
     CreateCollection = 100
     DropCollection = 101
+    AlterCollection = 111
     TruncateCollection = 119
     CreatePartition = 200
     DropPartition = 201
@@ -41,7 +42,6 @@ class MsgType(enum.IntEnum):
     Delete = 401
     TimeTick = 1200
     DataNodeTt = 1208
-    AddCollectionField = 1900
 
 
 @dataclass(slots=True)

@@ -18,10 +18,10 @@ channel from its checkpoint, before them): the partition's growing rows go, and 
 inserts are not kept. The dropped partitions are shared by the collection's delegators, so its
 sealed segments are not read either until QueryCoord releases them.
 
-AddCollectionField is read the same way: the new schema goes to the whole loaded collection
-(its sealed segments and every delegator's growing rows read the added field from then on). So
-is TruncateCollection: rows older than its timestamp are hidden from every read of the collection
-(growing segments holding nothing newer are dropped at once).
+A schema change (AlterCollection: a field added) is read the same way: the new schema goes to the
+whole loaded collection (its sealed segments and every delegator's growing rows read the added
+field from then on). So is TruncateCollection: rows older than its timestamp are hidden from
+every read of the collection (growing segments holding nothing newer are dropped at once).
 """
 
 from __future__ import annotations
@@ -183,8 +183,8 @@ class ChannelDelegator:
                 self.changed.notify_all()
         elif t == MsgType.DropPartition:
             self.drop_partition(internal_pb2.DropPartitionMsg.FromString(bytes(msg.payload)).partitionID)
-        elif t == MsgType.AddCollectionField:
-            raw = internal_pb2.AddCollectionFieldMsg.FromString(bytes(msg.payload)).schema
+        elif t == MsgType.AlterCollection:
+            raw = internal_pb2.AlterCollectionMsg.FromString(bytes(msg.payload)).schema
             schema = schema_pb2.CollectionSchema.FromString(raw)
             if schema.version > self.schema.version:
                 if self.on_schema is not None:

@@ -16,7 +16,7 @@ from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.parser import template_values
 from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
-from kmilvus.querynode import bm25, orderby, reduce
+from kmilvus.querynode import bm25, mmap, orderby, reduce
 from kmilvus.querynode.delegator import ChannelDelegator
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
@@ -158,7 +158,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
 
     async def _schema_at(self, coll: LoadedCollection, version: int) -> None:
         """The schema a Proxy planned a read with (`version`): a node that has not read the
-        AddCollectionField broadcast yet (or missed it) asks RootCoord, the schema's owner."""
+        schema's broadcast yet (or missed it) asks RootCoord, the schema's owner."""
         if coll.schema.version >= version:
             return
         resp = await self.registry.client(roles.ROOTCOORD).DescribeCollection(
@@ -178,6 +178,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             if raw and any(ix.num_rows != table.num_rows for ix, _ in indexes.values()):
                 table = read_binlogs(self.store, list(info.binlog_paths))  # an index is ignored below
             usable = [f for f, (ix, _) in indexes.items() if ix.num_rows == table.num_rows]
+            table = mmap.map_columns(table, mmap.mapped_fields(coll.schema))  # mmap.enabled fields
             seg = SegmentData.build(info.segmentID, info.partitionID, table, coll.schema, usable)
             self._read_deltas(seg.deltas, info)
             self._add_indexes(seg, indexes)

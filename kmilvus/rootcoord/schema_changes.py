@@ -1,17 +1,17 @@
 """Schema changes in RootCoord: Milvus 2.6's AddCollectionField and its collection-function RPCs
 (AddCollectionFunction, AlterCollectionFunction, DropCollectionFunction), with Milvus' rules and
-messages (docs/architecture/schema-changes.md).
+messages.
 
 AddCollectionField rewrites the collection's meta in ONE etcd transaction — the schema with the
 new field under the next field ID and its `version` one higher — then broadcasts the new schema
-on the collection's vchannels (an `AddCollectionField` message, in order with its DML: the
+on the collection's vchannels (an `AlterCollection` message, in order with its DML: the
 DataNodes' flowgraphs and the QueryNodes' delegators adopt it there) and invalidates every
 Proxy's cache before it answers. Rows written before the field read as its default value, else
 null, wherever they are read (`typeutil.conform`). A reader never depends on the broadcast
 arriving: a Proxy names the schema version it planned a read with, and a QueryNode still behind
-it asks RootCoord (`QueryNode._schema_at`); DataCoord and QueryCoord ask RootCoord for the
-schema when they hand a channel or a job out. So a broadcast lost after the commit delays no
-one, and the call still succeeds (the change is durable).
+it asks RootCoord (`QueryNode._schema_at`); DataCoord asks RootCoord for the schema when it
+hands a channel to a DataNode, plans a compaction or builds an index. So a broadcast lost after
+the commit delays no one, and the call still succeeds (the change is durable).
 
 Functions: BM25 is the only function kmilvus runs, and Milvus 2.6 refuses to add, alter or drop
 one on an existing collection (its output field would lack the rows written before); any other
@@ -67,7 +67,7 @@ class SchemaChangeMixin:
     async def _broadcast_schema(self, info: internal_pb2.CollectionInfo) -> None:
         """The committed schema onto the collection's vchannels. Best effort: a consumer that
         misses it catches up from RootCoord (see the module's docstring)."""
-        msg = internal_pb2.AddCollectionFieldMsg(
+        msg = internal_pb2.AlterCollectionMsg(
             db_name=info.db_name,
             collection_name=info.schema.name,
             dbID=info.dbID,
@@ -77,7 +77,7 @@ class SchemaChangeMixin:
         try:
             await afailpoint("rootcoord.add_field.broadcast")
             async with self.ticks.publishing() as ts:
-                await self._publish_ddl(info, ts, MsgType.AddCollectionField, msg)
+                await self._publish_ddl(info, ts, MsgType.AlterCollection, msg)
         except Exception as exc:  # noqa: BLE001 - readers and watches ask RootCoord instead
             log.warning("schema broadcast failed", collection=info.schema.name, error=repr(exc))
 

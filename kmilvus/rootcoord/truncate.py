@@ -1,5 +1,5 @@
 """TruncateCollection in RootCoord (Milvus 2.6): every row goes, the collection stays — its
-schema, partitions, indexes, properties and load state (docs/architecture/schema-changes.md).
+schema, partitions, indexes, properties and load state.
 
 The drop flow (`drop_tasks`) at row scope:
 
