@@ -263,6 +263,8 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                 del coll.channels[req.vchannel]
             name = f"{self.cfg.cluster}-qn{self.server_id}"
             d = ChannelDelegator(self.stream, name, req, coll.dropped_partitions, coll.update_schema, coll.truncate)
+            if coll.schema.version > d.schema.version:
+                d.adopt_schema(coll.schema)  # the node learnt a newer schema than this watch carries
             for part, pks, ts in await asyncio.to_thread(self._read_l0, req):
                 d.add_deletes(part, pks, ts)
             for info in req.unflushed_segments:
