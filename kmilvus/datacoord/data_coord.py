@@ -551,7 +551,8 @@ class DataCoord(
             req, self.channels.watch_guard(req.channel), lambda d: (coll, d.partitionID) not in self.dropped_partitions
         )
         for d in refused:
-            await self.store.delete(d.binlog.log_path)
+            with contextlib.suppress(OSError):  # storage away: the collector removes what no meta names
+                await self.store.delete(d.binlog.log_path)
         self._checkpoint_committed(req)
 
     @merr.rpc()

@@ -293,7 +293,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                 return False  # the channel went elsewhere: its new owner replays this data (files: as above)
             await backoff.sleep()
         for key in written:
-            await self.store.delete(key)
+            with contextlib.suppress(OSError):  # storage away: the collector removes what no meta names
+                await self.store.delete(key)
         log.warning("binlogs discarded", segment=seg, files=len(written))
         return True
 
