@@ -288,7 +288,7 @@ def test_chart_crds_are_copies_of_crds_dir():
         # crds/ holds no CRDs yet: the chart carries its own best version of all three.
         assert {k for g, k in chart_crds() if g == "kmilvus.io"} == {"Collection", "FlushRequest", "Segment"}
         return
-    hint = "run charts/kmilvus/hack/sync-crds.sh"
+    hint = "run python tools/gen_crds.py"
     for f in repo_files:
         copy = CHART / "crds" / f.name
         assert copy.is_file(), f"charts/kmilvus/crds/{f.name} missing ({hint})"
