@@ -372,7 +372,7 @@ def validate(model: type[Model], data: Any, where: str = "spec") -> Checked:
 def _problem(where: str, loc: tuple[Any, ...], data: Any, message: str) -> str:
     path = _path(where, loc)
     label = _item_label(data, loc)
-    if message.startswith(("must", "is ", "has ", "'", "\"")):
+    if message.startswith(("must", "is ", "has ", "'", '"')):
         return f"{path}{label} {message}"
     return f"{path}{label}: {message}"
 
