@@ -8,7 +8,8 @@ A kind's spec and status are pydantic models (`controllers.v1alpha1`). From them
   with `__rules__` or to a field with `extensions(...)`), list types and printer columns;
 - the operator's validation of an object (`validate`), which checks what the API server checks,
   in the same order: the structural schema (pydantic, strict: a string is not a number), then —
-  unless a value has the wrong type, which blocks them as it does on the API server — the
+  unless a value has the wrong type or is not in its enum, which blocks them as it does on the
+  API server — the
   defaults, the list-type uniqueness and the CEL rules of that same schema, evaluated by a CEL
   interpreter (PyPI common-expression-language: the Rust `cel` crate). A rule is written once,
   in CEL; the operator reports its message for the path the API server would name
@@ -42,9 +43,12 @@ PATTERN_HELP = {
 # JSON schema types in plain words (messages say "must be an integer, got '2'").
 _TYPE_WORDS = {"string": "a string", "integer": "an integer", "boolean": "a boolean", "array": "a list"}
 _TYPE_WORDS |= {"object": "an object", "number": "a number"}
-# pydantic error types that mean "wrong JSON type": like the API server, CEL rules are not run then.
+# pydantic error types that mean "wrong JSON type".
 _TYPE_ERRORS = {"null", "int_type", "string_type", "bool_type", "list_type", "dict_type", "float_type"}
 _TYPE_ERRORS |= {"model_type", "model_attributes_type", "int_or_string"}
+# Errors after which the API server runs no CEL rule (a wrong type, or a value not in an enum:
+# "some validation rules were not checked because the object was invalid"): the operator neither.
+_BLOCKING = _TYPE_ERRORS | {"enum", "literal_error"}
 
 
 @dataclass(frozen=True)
@@ -361,7 +365,7 @@ def validate(model: type[Model], data: Any, where: str = "spec") -> Checked:
         obj = None
         for err in exc.errors(include_url=False):
             loc = tuple(err["loc"])
-            if err["type"] in _TYPE_ERRORS:
+            if err["type"] in _BLOCKING:
                 blocked = True
             problems.append(_problem(where, loc, data, _message(err, _node_at(schema, loc))))
     if not blocked:

@@ -230,10 +230,13 @@ class CollectionSpec(Model):
 
     __rules__ = (
         Rule(
-            f"{PK_COUNT} == 1",
-            "exactly one field must be the primary key (isPrimaryKey)",
-            message_expression="'exactly one field must be the primary key (isPrimaryKey), found ' + "
-            f"string({PK_COUNT})",
+            f"self.fields.exists(f, {IS_PK.replace('self.', 'f.')})",
+            "exactly one field must be the primary key (isPrimaryKey), found none",
+            field_path=".fields",
+        ),
+        Rule(
+            f"{PK_COUNT} <= 1",
+            "exactly one field must be the primary key (isPrimaryKey), found several",
             field_path=".fields",
         ),
         Rule(

@@ -197,7 +197,8 @@ def test_collection_crd_details():
     assert f["name"]["pattern"] == "^[A-Za-z_][A-Za-z0-9_]*$" and f["name"]["maxLength"] == 255
     assert spec["properties"]["deletionPolicy"]["enum"] == ["Delete", "Retain"]
     rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
-    assert "self.fields.filter(f, has(f.isPrimaryKey) && f.isPrimaryKey).size() == 1" in rules
+    assert "self.fields.exists(f, (has(f.isPrimaryKey) && f.isPrimaryKey))" in rules
+    assert "self.fields.filter(f, has(f.isPrimaryKey) && f.isPrimaryKey).size() <= 1" in rules
     assert spec["properties"]["fields"]["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"
     status = schema("Collection")["properties"]["status"]["properties"]
     assert {
@@ -346,7 +347,7 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
             with_field(2, dataType="Int64", maxLength=None, isPrimaryKey=True),
             "exactly one field must be the primary key",
         ),
-        (with_field(0, isPrimaryKey=False), "exactly one field must be the primary key (isPrimaryKey), found 0"),
+        (with_field(0, isPrimaryKey=False), "exactly one field must be the primary key (isPrimaryKey), found none"),
         (collection(fields=[{"name": "id", "dataType": "Int64", "isPrimaryKey": True}]), "needs a vector field"),
         (with_field(1, dim=None), "a dense vector field needs dim"),
         (with_field(0, dim=8), "dim only applies to dense vector"),
@@ -411,7 +412,8 @@ def test_cel_covered_cases_caught_by_the_controller(bad, expect):
 def test_every_cel_rule_has_a_controller_check():
     """Each CEL message of the Collection CRD is exercised by a case above (keep them in step)."""
     covered = {
-        "exactly one field must be the primary key (isPrimaryKey)",
+        "exactly one field must be the primary key (isPrimaryKey), found none",
+        "exactly one field must be the primary key (isPrimaryKey), found several",
         "a collection needs a vector field",
         "a dense vector field needs dim",
         "dim only applies to dense vector fields",
@@ -590,11 +592,16 @@ def test_problems_name_the_path_as_the_api_server_does(spec, problem):
 
 
 def test_wrong_types_block_the_cel_rules_as_on_the_api_server():
-    """A value of the wrong JSON type is reported alone: rules over it would only add noise."""
+    """A value of the wrong JSON type (or not in its enum) is reported alone, as the API server
+    does: rules over it would only add noise."""
     spec = {"fields": "id:Int64", "shardsNum": "2"}
     assert check_spec(spec, "c") == [
         "spec.shardsNum must be an integer, got '2'",
         "spec.fields must be a list, got 'id:Int64'",
+    ]
+    assert check_spec(with_field(1, dataType="FloatVectr")["spec"], "c") == [
+        "spec.fields[1].dataType must be one of Bool, Int8, Int16, Int32, Int64, Float, Double, VarChar, JSON, Array, "
+        "FloatVector, BinaryVector, Float16Vector, BFloat16Vector, SparseFloatVector, got 'FloatVectr'"
     ]
     # A value out of range does not block them: both are reported, as kubectl shows both.
     problems = check_spec(with_field(0, isPrimaryKey=False, dim=0)["spec"], "c")
