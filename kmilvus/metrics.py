@@ -69,3 +69,68 @@ DROP_RETRIES = Counter(
 SECURITY_DENIED = Counter(
     "kmilvus_proxy_denied_total", "Calls refused by authentication or privilege checks.", ["method", "reason"]
 )
+
+
+# ------------------------------------------------------------------- Milvus' own series names
+# The series Milvus' Grafana dashboard queries (Milvus' pkg/metrics: names, labels, millisecond
+# buckets), exported where kmilvus has the same quantity (docs/operations/metrics.md). Milvus'
+# Go client exposes a counter under its bare name (`milvus_proxy_req_count`); prometheus_client
+# would add `_total`, so these counters are kept as monotonic gauges under Milvus' exact names.
+MILVUS_BUCKETS = tuple(float(2**i) for i in range(18))  # prometheus.ExponentialBuckets(1, 2, 18), ms
+TOTAL, SUCCESS, FAIL = "total", "success", "fail"  # Milvus' status label values
+
+PROXY_REQ_COUNT = Gauge("milvus_proxy_req_count", "count of operation executed", ["node_id", "function_name", "status"])
+PROXY_REQ_LATENCY = Histogram(
+    "milvus_proxy_req_latency", "latency of each request", ["node_id", "function_name"], buckets=MILVUS_BUCKETS
+)
+PROXY_SQ_LATENCY = Histogram(
+    "milvus_proxy_sq_latency", "latency of search or query successfully", ["node_id", "query_type"],
+    buckets=MILVUS_BUCKETS,
+)  # fmt: skip
+PROXY_MUTATION_LATENCY = Histogram(
+    "milvus_proxy_mutation_latency", "latency of insert or delete successfully", ["node_id", "msg_type"],
+    buckets=MILVUS_BUCKETS,
+)  # fmt: skip
+PROXY_INSERT_VECTORS = Gauge(
+    "milvus_proxy_insert_vectors_count", "counter of vectors successfully inserted", ["node_id"]
+)
+PROXY_SEARCH_VECTORS = Gauge(
+    "milvus_proxy_search_vectors_count", "counter of vectors successfully searched", ["node_id"]
+)
+ROOTCOORD_DDL_REQ_COUNT = Gauge(
+    "milvus_rootcoord_ddl_req_count", "count of DDL operations", ["function_name", "status"]
+)
+DATANODE_FLUSHED_ROWS = Gauge(
+    "milvus_datanode_flushed_data_rows", "num of rows flushed to storage", ["node_id", "data_source"]
+)
+ROOTCOORD_COLLECTION_NUM = _CountedWhenScraped("milvus_rootcoord_collection_num", "number of collections", "db_name")
+REGISTRY.register(ROOTCOORD_COLLECTION_NUM)
+DATACOORD_SEGMENT_NUM = _CountedWhenScraped("milvus_datacoord_segment_num", "number of segments", "segment_state")
+REGISTRY.register(DATACOORD_SEGMENT_NUM)
+
+_QUERY_TYPES = {"Search": "search", "HybridSearch": "search", "Query": "query"}
+_MSG_TYPES = {"Insert": "insert", "Delete": "delete", "Upsert": "upsert"}
+
+
+def observe_milvus_rpc(role: str, node_id: int, method: str, request, ok: bool, seconds: float) -> None:
+    """One answered Milvus API call, as Milvus' Proxy (ProxyFunctionCall, ProxyReqLatency, and the
+    search/query and mutation latencies of successful calls) and RootCoord (RootCoordDDLReqCounter)
+    count it. Called by the RPC wrapper for MilvusService methods only."""
+    status = SUCCESS if ok else FAIL
+    if role == "rootcoord":
+        ROOTCOORD_DDL_REQ_COUNT.labels(method, TOTAL).inc()
+        ROOTCOORD_DDL_REQ_COUNT.labels(method, status).inc()
+        return
+    node = str(node_id)
+    ms = seconds * 1000
+    PROXY_REQ_COUNT.labels(node, method, TOTAL).inc()
+    PROXY_REQ_COUNT.labels(node, method, status).inc()
+    PROXY_REQ_LATENCY.labels(node, method).observe(ms)
+    if not ok:
+        return
+    if method in _QUERY_TYPES:
+        PROXY_SQ_LATENCY.labels(node, _QUERY_TYPES[method]).observe(ms)
+        if method == "Search":
+            PROXY_SEARCH_VECTORS.labels(node).inc(getattr(request, "nq", 0))
+    elif method in _MSG_TYPES:
+        PROXY_MUTATION_LATENCY.labels(node, _MSG_TYPES[method]).observe(ms)

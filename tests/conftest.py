@@ -151,7 +151,7 @@ def control_plane(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def node(control_plane, tmp_path_factory):
+def kube_node(control_plane, tmp_path_factory):
     """One Node of this machine that runs the pods bound to it (tests/nodeagent.py)."""
     from tests.nodeagent import NodeAgent
 

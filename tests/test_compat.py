@@ -19,7 +19,7 @@ def test_tiny_example_fails_at_an_rpc_not_built():
     outcome = compat.run_one(TINY, timeout=120)
     assert not outcome.passed
     assert outcome.category == "not built", outcome
-    assert outcome.call.startswith("tiny_example.py:13 run_analyzer"), outcome
+    assert outcome.call.startswith("tiny_example.py:14 get_replicate_configuration"), outcome
     assert "UNIMPLEMENTED" in outcome.code + outcome.why or "not implemented" in outcome.why.lower(), outcome
     text = compat.table([outcome, compat.Outcome("ok.py", True, 0.1)])
     assert "| tiny_example.py | FAIL" in text and "| ok.py | pass |" in text

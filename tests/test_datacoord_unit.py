@@ -457,10 +457,11 @@ async def test_a_new_owner_is_sent_flush_segments_only_after_its_own_tick(coords
 
     persist = c.dc.channels._persist
 
-    async def persist_then_check(ch_: str) -> None:  # the background step runs meanwhile
-        await persist(ch_)
+    async def persist_then_check(ch_: str) -> bool:  # the background step runs meanwhile
+        ok = await persist(ch_)
         if c.dc.channels.node_of(ch_) == NODE + 1:
             await c.dc._check_flushable()
+        return ok
 
     c.dc.channels._persist = persist_then_check
     await old.session.stop()  # the owner is gone; a new DataNode takes the channel over

@@ -293,3 +293,34 @@ def test_parquet_of_scalar_types_with_nullable_and_default_fields(spark, tmp_pat
     assert t.column(by["score"]).to_pylist() == [0.5, 2.0, 0.5]
     assert t.column(by["rank"]).to_pylist() == [None, None, None]
     assert t.schema.field(by["rank"]).nullable and t.schema.field(by["rank"]).type == pa.int64()
+
+
+def test_import_fills_a_bm25_field_as_insert_does(spark, tmp_path, node, client):
+    """A BM25 function's output is the server's: the import computes it from the text column
+    (binlogs equal to insert + flush), and a file that carries it is refused as Milvus does."""
+    from pymilvus import Function, FunctionType
+
+    schema = client.create_schema()
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    english = {"type": "english"}
+    schema.add_field("text", DataType.VARCHAR, max_length=200, enable_analyzer=True, analyzer_params=english)
+    schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    schema.add_function(
+        Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["text"], output_field_names="sparse")
+    )
+    client.create_collection("docs", schema=schema)
+    rows = [{"id": i, "text": f"Document {i}: running dogs and {'cats ' * (i % 3)}jumping foxes"} for i in range(12)]
+    client.insert("docs", rows)
+    client.flush("docs")
+    pb = _schema_pb(node, "docs")
+    f = tmp_path / "docs.json"
+    f.write_text(json.dumps(rows))
+    m, err = _run_import(spark, _spec(tmp_path, [f], pb, segment_max_rows=100))
+    assert err is None, err
+    _assert_same_rows(_imported(tmp_path, m), _read(node, client, "docs"), pb)
+
+    bad = tmp_path / "with_sparse.json"
+    bad.write_text(json.dumps([{**r, "sparse": {"1": 1.0}} for r in rows]))
+    m, err = _run_import(spark, _spec(tmp_path, [bad], pb, segment_max_rows=100, manifest_key="m2.json"))
+    assert m is None, m
+    assert "the field 'sparse' is output by function, no need to provide" in str(err), err

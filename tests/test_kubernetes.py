@@ -69,7 +69,7 @@ def rows(start: int, n: int) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------ the control plane
-def test_the_control_plane_is_the_pinned_kubernetes(control_plane, node):
+def test_the_control_plane_is_the_pinned_kubernetes(control_plane, kube_node):
     v = json.loads(control_plane.kubectl("version", "-o", "json").stdout)
     assert v["serverVersion"]["gitVersion"] == pins()["KUBERNETES_VERSION"]
     assert v["clientVersion"]["gitVersion"] == pins()["KUBERNETES_VERSION"]
@@ -80,7 +80,7 @@ def test_the_control_plane_is_the_pinned_kubernetes(control_plane, node):
     assert n is not None and cond(n, "Ready")["status"] == "True"
 
 
-def test_a_pod_gets_what_its_spec_gives_and_nothing_more(control_plane, node, tmp_path):
+def test_a_pod_gets_what_its_spec_gives_and_nothing_more(control_plane, kube_node, tmp_path):
     """Env from a Secret and the downward API, a mounted ConfigMap and the service-account token
     at their paths, readiness from the probe; the pod's token is its ServiceAccount's (RBAC)."""
     cp = control_plane
@@ -146,7 +146,7 @@ def test_a_pod_gets_what_its_spec_gives_and_nothing_more(control_plane, node, tm
     }
     cp.kubectl("apply", "-f", "-", input=json.dumps(pod))
     waited = cp.kubectl("-n", ns, "wait", "--for=condition=Ready", "pod/probe", "--timeout=60s", check=False)
-    assert waited.returncode == 0, waited.stderr + pod_logs(node, ns, "probe")
+    assert waited.returncode == 0, waited.stderr + pod_logs(kube_node, ns, "probe")
     import urllib.request
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/out.json", timeout=5) as r:
@@ -163,7 +163,7 @@ def test_a_pod_gets_what_its_spec_gives_and_nothing_more(control_plane, node, tm
         "root_writable": False,
     }
     cp.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=120s")
-    assert not [p for p in node.pods.values() if p.ns == ns]
+    assert not [p for p in kube_node.pods.values() if p.ns == ns]
 
 
 # ------------------------------------------------------------------------------ validation
@@ -282,7 +282,7 @@ def chart_values(root: str, etcd_endpoint: str, nats_url: str, storage_uri: str,
 
 
 async def test_helm_install_to_uninstall(
-    control_plane, node, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path, monkeypatch
+    control_plane, kube_node, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path, monkeypatch
 ):
     cp = control_plane
     monkeypatch.setenv("KMILVUS_TEST_ONLY", "the test's own environment")
@@ -296,7 +296,7 @@ async def test_helm_install_to_uninstall(
 
     def helm(*args: str) -> str:
         out = cp.helm(*args, check=False)
-        assert out.returncode == 0, out.stderr + pod_logs(node, RELEASE_NS, RELEASE)
+        assert out.returncode == 0, out.stderr + pod_logs(kube_node, RELEASE_NS, RELEASE)
         return out.stdout
 
     out = helm("install", RELEASE, str(CHART), "-n", RELEASE_NS, "-f", str(tmp_path / "values.yaml"),
@@ -306,17 +306,17 @@ async def test_helm_install_to_uninstall(
         notes = out.split("NOTES:", 1)[1]
         assert f"kubectl -n {RELEASE_NS} port-forward svc/{RELEASE}-milvus 19530:19530" in notes
         assert 'MilvusClient(uri="http://127.0.0.1:19530")' in notes
-        await _scenario(cp, node, helm, values, storage_uri, etcd_endpoint, root, tmp_path, port)
+        await _scenario(cp, kube_node, helm, values, storage_uri, etcd_endpoint, root, tmp_path, port)
     finally:
         cp.helm("uninstall", RELEASE, "-n", RELEASE_NS, "--wait", "--timeout", "3m", check=False)
     # Nothing left of the release: no workloads, no pods, no RBAC objects.
     left = cp.kubectl("get", "all,roles,rolebindings,serviceaccounts,configmaps", "-A", "-l",
                       f"app.kubernetes.io/instance={RELEASE}", "-o", "name").stdout.split()  # fmt: skip
     assert left == []
-    assert not [p for p in node.pods.values() if p.ns == RELEASE_NS]
+    assert not [p for p in kube_node.pods.values() if p.ns == RELEASE_NS]
 
 
-async def _scenario(cp, node, helm, values, storage_uri, etcd_endpoint, root, tmp_path, port) -> None:
+async def _scenario(cp, kube_node, helm, values, storage_uri, etcd_endpoint, root, tmp_path, port) -> None:
     for crd in ("collections", "flushrequests", "segments"):
         cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}.kmilvus.io", "--timeout=60s")
     pods = json.loads(cp.kubectl("-n", RELEASE_NS, "get", "pods", "-o", "json").stdout)["items"]
@@ -341,7 +341,7 @@ async def _scenario(cp, node, helm, values, storage_uri, etcd_endpoint, root, tm
     # The example Collection, as a user applies it → Ready (kubectl wait: GitOps tools do the same).
     cp.kubectl("apply", "-f", str(ROOT / "crds/examples/collection.yaml"))
     waited = cp.kubectl("-n", NS, "wait", "--for=condition=Ready", "collection/docs", "--timeout=180s", check=False)
-    assert waited.returncode == 0, waited.stderr + pod_logs(node, RELEASE_NS, "kmilvus-operator")
+    assert waited.returncode == 0, waited.stderr + pod_logs(kube_node, RELEASE_NS, "kmilvus-operator")
     o = get(cp, "collection", "docs")
     assert o["status"]["observedGeneration"] == o["metadata"]["generation"]  # kstatus: current
     assert cond(o, "Reconciling").get("status", "False") == "False"
@@ -424,11 +424,11 @@ async def _scenario(cp, node, helm, values, storage_uri, etcd_endpoint, root, tm
     await eventually(lambda: not get(cp, "segments")["items"], 60, "the Segments to go (garbage collector)")
     await assert_collection_gone(etcd_endpoint, root, storage_uri, cid, vchannels)
     # Not one request of the operator was refused.
-    assert "Forbidden" not in pod_logs(node, RELEASE_NS, f"{RELEASE}-operator", tail=10**7)
+    assert "Forbidden" not in pod_logs(kube_node, RELEASE_NS, f"{RELEASE}-operator", tail=10**7)
 
 
 def test_the_operator_runs_as_a_user_the_image_does_not_know(
-    control_plane, node, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path
+    control_plane, kube_node, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path
 ):
     """OpenShift's restricted policy runs pods as an arbitrary UID that the image's passwd lacks:
     kopf then names its peering identity from POD_ID, not from the user name it cannot look up."""
@@ -445,7 +445,7 @@ def test_the_operator_runs_as_a_user_the_image_does_not_know(
     try:
         out = cp.helm("install", release, str(CHART), "-n", ns, "-f", str(tmp_path / "values.yaml"),
                       "--wait", "--timeout", "2m", check=False)  # fmt: skip
-        assert out.returncode == 0, out.stderr + pod_logs(node, ns, f"{release}-operator")
+        assert out.returncode == 0, out.stderr + pod_logs(kube_node, ns, f"{release}-operator")
     finally:
         cp.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "2m", check=False)
         cp.kubectl("delete", "namespace", ns, "--wait=false")

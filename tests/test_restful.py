@@ -239,6 +239,22 @@ def test_entities_upsert_delete(rest, entities):
     assert got == [{"id": "7"}]
 
 
+def test_flush_and_compaction_routes(rest, entities):
+    """collections/flush answers once flushed (Milvus' waitForFlush); compact and
+    get_compaction_state answer as gRPC; a compaction nobody started is Completed, as in Milvus."""
+    client = entities
+    assert ok(rest, "/collections/flush", {"collectionName": "ents"}) == {}
+    assert client.get_collection_stats("ents")["row_count"] == 80
+    job = ok(rest, "/collections/compact", {"collectionName": "ents"})["compactionID"]
+    assert job > 0
+    state = ok(rest, "/collections/get_compaction_state", {"jobID": job})
+    assert state["compactionID"] == job and state["state"] in ("Executing", "Completed")
+    unknown = ok(rest, "/collections/get_compaction_state", {"jobID": 12345})
+    assert unknown["state"] == "Completed" == client.get_compaction_state(12345)
+    refused = post(rest, "/collections/compact", {"collectionName": "ents", "isClustering": True})
+    assert refused["code"] == 1100 and "mix compaction" in refused["message"]
+
+
 def test_partitions_indexes_aliases(rest, entities):
     client = entities
     c = {"collectionName": "ents"}

@@ -424,18 +424,18 @@ def test_unlisted_rpcs_are_refused_to_non_admins_and_admins_may_do_anything(secu
     creds = grpc.ssl_channel_credentials(root_certificates=Path(certs["ca"]).read_bytes())
     opts = [("grpc.ssl_target_name_override", "localhost")]
 
-    def run_analyzer(token: str) -> grpc.RpcError:
+    def get_replicate_info(token: str) -> grpc.RpcError:
         with grpc.secure_channel(f"127.0.0.1:{p1}", creds, options=opts) as ch:
             md = (("authorization", base64.b64encode(token.encode()).decode()),)
             with pytest.raises(grpc.RpcError) as err:
-                milvus_pb2_grpc.MilvusServiceStub(ch).RunAnalyzer(
-                    milvus_pb2.RunAnalyzerRequest(), metadata=md, timeout=10
+                milvus_pb2_grpc.MilvusServiceStub(ch).GetReplicateInfo(
+                    milvus_pb2.GetReplicateInfoRequest(), metadata=md, timeout=10
                 )
             return err.value
 
-    assert run_analyzer("dave:dave-pw-1").code() == grpc.StatusCode.PERMISSION_DENIED
+    assert get_replicate_info("dave:dave-pw-1").code() == grpc.StatusCode.PERMISSION_DENIED
     root.grant_role("dave", "admin")
-    assert run_analyzer("dave:dave-pw-1").code() == grpc.StatusCode.UNIMPLEMENTED  # allowed; not built
+    assert get_replicate_info("dave:dave-pw-1").code() == grpc.StatusCode.UNIMPLEMENTED  # allowed; not built
     dave = _client(p1, certs, token="dave:dave-pw-1")
     dave.create_collection("by_admin", schema=_schema())
     dave.drop_collection("by_admin")

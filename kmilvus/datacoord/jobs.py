@@ -168,9 +168,8 @@ class DataCoordJobsRPCs:
     @merr.rpc(data_coord_pb2.GetCompactionJobsResponse)
     async def GetCompactionJobs(self, req: data_coord_pb2.GetCompactionJobsRequest, context=None):
         if req.compactionID:
+            # An unknown ID has no tasks: Milvus' summaryCompactionState calls that Completed.
             job = self.jobs.compactions.jobs.get(req.compactionID)
-            if job is None:
-                raise merr.MilvusError(merr.COMPACTION_FAILED, f"compaction {req.compactionID} not found")
-            return data_coord_pb2.GetCompactionJobsResponse(jobs=[job])
+            return data_coord_pb2.GetCompactionJobsResponse(jobs=[job] if job is not None else [])
         jobs = sorted(self.jobs.compactions.of_collection(req.collectionID), key=lambda j: j.compactionID)
         return data_coord_pb2.GetCompactionJobsResponse(jobs=jobs)

@@ -164,7 +164,9 @@ def _allowed(kind: str) -> tuple[str, ...]:
     return {DENSE: DENSE_INDEXES, BINARY: BINARY_INDEXES, SPARSE: SPARSE_INDEXES}[kind]
 
 
-def check_index_params(params: Mapping[str, str], field: schema_pb2.FieldSchema, dim: int) -> dict[str, str]:
+def check_index_params(
+    params: Mapping[str, str], field: schema_pb2.FieldSchema, dim: int, bm25: bool = False
+) -> dict[str, str]:
     """Validate a vector index's flat params (index_type, metric_type, nlist, M, ...) for `field`.
 
     Returns the params as stored: metric defaulted per data type, `dim` filled from the schema
@@ -192,11 +194,11 @@ def check_index_params(params: Mapping[str, str], field: schema_pb2.FieldSchema,
         )
     if field.data_type != DT.FloatVector:
         out[DATA_TYPE] = typeutil.type_name(field.data_type)
-    out.setdefault(METRIC_TYPE, default_metric(field.data_type))
+    out.setdefault(METRIC_TYPE, BM25 if bm25 else default_metric(field.data_type))
     out[METRIC_TYPE] = metric = out[METRIC_TYPE].upper()
     checked = build_params(out, kind)
     if kind == SPARSE:
-        _check_sparse(field, metric, checked)
+        _check_sparse(field, metric, checked, bm25)
         return out
     out[DIM] = str(dim)
     checked[DIM] = str(dim)
@@ -260,12 +262,18 @@ def _check_binary(checked: dict[str, str], metric: str) -> None:
         _int_in(checked, "nlist", MIN_NLIST, MAX_NLIST)
 
 
-def _check_sparse(field: schema_pb2.FieldSchema, metric: str, checked: Mapping[str, str]) -> None:
-    """Milvus 2.5's createIndexTask and sparseFloatVectorBaseChecker."""
-    if metric == BM25:
+def _check_sparse(field: schema_pb2.FieldSchema, metric: str, checked: Mapping[str, str], bm25: bool) -> None:
+    """Milvus 2.5's createIndexTask and sparseFloatVectorBaseChecker; a BM25 function's output
+    field (`bm25`) scores with BM25 only, with knowhere's bm25_k1 in [0, 3] and bm25_b in [0, 1]."""
+    if metric == BM25 and not bm25:
         # A BM25 function's output field scores with BM25; no other field may.
         raise _invalid("only BM25 Function output field support BM25 metric type")
-    if metric not in SPARSE_METRICS:
+    if bm25:
+        if metric != BM25:
+            raise _invalid(f"BM25 function output field only supports the BM25 metric type, got {metric}")
+        for key, hi in (("bm25_k1", 3.0), ("bm25_b", 1.0)):
+            _float_in(checked, key, 0.0, hi)
+    elif metric not in SPARSE_METRICS:
         raise _index_params_invalid("only IP is the supported metric type for sparse index")
     raw = checked.get("drop_ratio_build")
     if raw is not None:
@@ -288,7 +296,26 @@ def check_field_index(
         return field, scalar_params.check_scalar_index(flat, field)
     kind = vector_kind(field.data_type)
     dim = typeutil.dim_of(field) if kind in (DENSE, BINARY) else 0
-    return field, check_index_params({k: str(v) for k, v in params.items()}, field, dim)
+    bm25 = is_bm25_output(schema, field)
+    return field, check_index_params({k: str(v) for k, v in params.items()}, field, dim, bm25)
+
+
+def is_bm25_output(schema: schema_pb2.CollectionSchema, field: schema_pb2.FieldSchema) -> bool:
+    """The output field of one of the schema's BM25 functions (kmilvus/function)."""
+    return field.data_type == DT.SparseFloatVector and any(
+        fn.type == schema_pb2.FunctionType.BM25 and field.name in fn.output_field_names for fn in schema.functions
+    )
+
+
+def _float_in(params: Mapping[str, str], key: str, lo: float, hi: float) -> None:
+    if key not in params:
+        return
+    try:
+        value = float(params[key])
+    except ValueError:
+        value = float("nan")
+    if not lo <= value <= hi:
+        raise _index_params_invalid(f"param '{key}' ({params[key]}) should be in range [{lo:f}, {hi:f}]")
 
 
 def user_params(checked: Mapping[str, str]) -> dict[str, str]:

@@ -145,14 +145,18 @@ class SparseInvertedIndex(AsyncSearch):
         topk: int,
         search_params: Mapping[str, object] | None = None,
         valid: np.ndarray | None = None,
+        scorer: DocScorer | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """`search` for `k` candidates where the user asked for `topk` (group-by, iterator
         pages): the knobs checked against `topk`; the scoring reaches every row already."""
-        return self._top(queries, k, P.check_search_params(self.index_type, topk, search_params or {}), valid)
+        knobs = P.check_search_params(self.index_type, topk, search_params or {})
+        return self._top(queries, k, knobs, valid, scorer)
 
-    def exhaustive(self, queries: SparseRows, k: int, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def exhaustive(
+        self, queries: SparseRows, k: int, valid: np.ndarray | None = None, scorer: DocScorer | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by the whole query (no drop_ratio_search): a search iterator's pages."""
-        return self._top(queries, k, {"drop_ratio_search": 0.0, "refine_factor": 1}, valid)
+        return self._top(queries, k, {"drop_ratio_search": 0.0, "refine_factor": 1}, valid, scorer)
 
     def _top(
         self,

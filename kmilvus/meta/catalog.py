@@ -133,6 +133,23 @@ def segment_log_prefixes(coll_id: int, seg_id: int | None = None) -> list[str]:
     ]
 
 
+def l0_deltalog_key(coll_id: int, log_id: int) -> str:
+    """One L0 delta log of a collection (L0Deltalog proto: its channel, partition and file)."""
+    return f"{l0_deltalog_prefix(coll_id)}{log_id}"
+
+
+def l0_deltalog_prefix(coll_id: int | None = None) -> str:
+    return "datacoord-meta/l0-deltalog/" if coll_id is None else f"datacoord-meta/l0-deltalog/{coll_id}/"
+
+
+def l0_position_key(vchannel: str) -> str:
+    """The last Delete of a vchannel its committed L0 delta logs cover (MsgPosition)."""
+    return f"{L0_POSITION_PREFIX}{vchannel}"
+
+
+L0_POSITION_PREFIX = "datacoord-meta/l0-position/"
+
+
 def channel_checkpoint_key(vchannel: str) -> str:
     return f"datacoord-meta/channel-cp/{vchannel}"
 
@@ -199,6 +216,7 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
         ddl_binlog_prefix(coll_id),
         deltalog_prefix(coll_id),
         statslog_prefix(coll_id),
+        l0_deltalog_prefix(coll_id),
         loaded_collection_key(coll_id),
         import_job_prefix(coll_id),
         compaction_job_prefix(coll_id),
@@ -207,6 +225,7 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
         segment_index_prefix(coll_id),
         *[channel_checkpoint_key(v) for v in vchannels],
         *[channel_watch_key(v) for v in vchannels],
+        *[l0_position_key(v) for v in vchannels],
     ]
 
 
@@ -215,6 +234,7 @@ CREDENTIAL_USER_PREFIX = "root-coord/credential/users/"
 ROLE_PREFIX = "root-coord/credential/roles/"
 USER_ROLE_PREFIX = "root-coord/credential/user-role-mapping/"
 GRANT_PREFIX = "root-coord/credential/grantee-privileges/"
+PRIVILEGE_GROUP_PREFIX = "root-coord/credential/privilege-groups/"  # name → JSON list of privileges
 
 
 def credential_user_key(username: str) -> str:
@@ -237,3 +257,7 @@ def grant_key(role: str, object_type: str, db: str, object_name: str, privilege:
 
 def grant_prefix(role: str) -> str:
     return f"{GRANT_PREFIX}{role}/"
+
+
+def privilege_group_key(name: str) -> str:
+    return PRIVILEGE_GROUP_PREFIX + name

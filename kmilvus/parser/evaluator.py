@@ -9,9 +9,9 @@ null as false. So `meta["k"] > 1` and `not (meta["k"] > 1)` are both false on ro
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +22,9 @@ from kmilvus.parser import plan as P
 from kmilvus.parser.jsonpath import JsonValues, at_path, list_get, read_column
 from kmilvus.util import merr
 from kmilvus.util.merr import MilvusError
+
+if TYPE_CHECKING:
+    from kmilvus.index.text_index import TextIndex
 
 DT = schema_pb2.DataType
 
@@ -38,6 +41,7 @@ _WANT = {P.STRING: "string", P.BOOL: "bool"}
 
 
 JsonCache = MutableMapping[tuple[int, bool], JsonValues]
+TextIndexOf = Callable[[int, str], "TextIndex"]
 
 
 class ColumnIndex(Protocol):
@@ -56,6 +60,7 @@ def evaluate(
     data: pa.Table | pa.RecordBatch,
     json_cache: JsonCache | None = None,
     indexes: Mapping[int, ColumnIndex] | None = None,
+    text_index: TextIndexOf | None = None,
 ) -> pa.BooleanArray:
     """One boolean per row of `data`: whether it matches `plan`.
 
@@ -64,8 +69,10 @@ def evaluate(
     `indexes`: scalar indexes over fields of `data` by field ID (a sealed segment's); a term, a
     comparison with a literal, a prefix `like` or an `array_contains*` on an indexed field is
     answered by its index instead of a scan of the column, with the same result.
+    `text_index(field ID, analyzer params)`: the text-match index of a field of `data` (a
+    segment's); without it `text_match` / `phrase_match` tokenize the column (a scan).
     """
-    out = _Context(data, json_cache, indexes).predicate(plan.predicate)
+    out = _Context(data, json_cache, indexes, text_index).predicate(plan.predicate)
     out = pc.fill_null(out, False)
     if isinstance(out, pa.ChunkedArray):
         out = out.combine_chunks()
@@ -151,9 +158,11 @@ class _Context:
         data: pa.Table | pa.RecordBatch,
         json_cache: JsonCache | None = None,
         indexes: Mapping[int, ColumnIndex] | None = None,
+        text_index: TextIndexOf | None = None,
     ):
         self.data = data
         self.indexes = indexes or {}
+        self.text_index = text_index
         self.n = data.num_rows
         self.names = set(data.schema.names)
         self._json: JsonCache = {} if json_cache is None else json_cache
@@ -311,6 +320,8 @@ class _Context:
             return self.contains(node)
         if isinstance(node, P.Exists):
             return pa.array(self.json(node.column, exact=True).present())
+        if isinstance(node, P.TextMatch):
+            return self.text_match(node)
         if isinstance(node, P.IsNull):
             col = node.column
             if col.data_type == DT.JSON and col.path:
@@ -321,6 +332,19 @@ class _Context:
                 null = pc.is_null(self.column(col))
             return pc.invert(null) if node.negate else null
         raise MilvusError(merr.SERVICE_INTERNAL, f"cannot evaluate {type(node).__name__}")
+
+    def text_match(self, node: P.TextMatch) -> pa.Array:
+        """From the segment's text index, or one built from the column here (growing data)."""
+        if self.text_index is not None:
+            index = self.text_index(node.column.field_id, node.analyzer)
+        else:
+            from kmilvus.analyzer import build
+            from kmilvus.index.text_index import TextIndex
+
+            index = TextIndex.build(self.column(node.column), build(node.analyzer))
+        if node.phrase:
+            return pa.array(index.phrase(node.tokens, node.slop))
+        return pa.array(index.match([t for t, _ in node.tokens], node.min_should_match))
 
     def conjunction(self, children: tuple[P.Predicate, ...]) -> pa.Array:
         """`and` of `children`, left to right; once few rows can still match, the rest is

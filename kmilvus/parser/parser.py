@@ -14,8 +14,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow as pa
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus.analyzer import build
+from kmilvus.analyzer import fields as af
 from kmilvus.parser import plan as P
 from kmilvus.parser.tokenizer import (
     BOOL,
@@ -78,6 +81,7 @@ _FUNCTIONS = {
     "json_contains_any": "any",
     "array_length": "length",
 }
+_TEXT_FUNCTIONS = {"text_match", "TEXT_MATCH", "phrase_match", "PHRASE_MATCH"}  # Plan.g4's spellings
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _NUMERIC = (P.INT, P.FLOAT)
 
@@ -294,6 +298,8 @@ class _Parser:
 
     def call(self, name_tok: Token) -> Node:
         name = name_tok.value
+        if name in _TEXT_FUNCTIONS:
+            return self.text_match(name.lower())
         func = _FUNCTIONS.get(name) or (_FUNCTIONS.get(name.lower()) if name.isupper() else None)
         if func is None:
             raise self._syntax(name_tok, f"function {name} not found")
@@ -339,6 +345,60 @@ class _Parser:
                     ) from None
             values = tuple(cast)
         return P.Contains(column, tuple(values), func)
+
+    def text_match(self, func: str) -> Node:
+        """`text_match(field, 'query'[, minimum_should_match=N])` / `phrase_match(field, 'query'[,
+        slop])` (Plan.g4's TextMatch / PhraseMatch): the field is an identifier, the query a string."""
+        self._expect("(")
+        ident = self._next()
+        if ident.kind != IDENT:
+            raise self._mismatched(ident, "Identifier")
+        column = self.schema.column(ident.value)
+        self._expect(",")
+        query = self._next()
+        if query.kind != STRING:
+            raise self._mismatched(query, "StringLiteral")
+        phrase = func == "phrase_match"
+        field = self.schema.by_name.get(column.name)
+        if column.kind != P.STRING or field is None:
+            raise ExprError(f"{'phrase' if phrase else 'text'} match operation on non-string is unsupported")
+        if not af.enable_match(field):
+            raise ExprError(f'field "{ident.value}" does not enable match')
+        minimum, slop = 1, 0
+        if self.tok.kind == OP and self.tok.text == ",":
+            self._next()
+            if phrase:
+                start = self.tok
+                value = self.expression(0)
+                text = self._slice(start)
+                if not isinstance(value, P.Literal) or type(value.value) is not int:
+                    raise ExprError(
+                        '"slop" should be a const integer expression with "uint32" value. '
+                        f'"slop" expression passed: {text}'
+                    )
+                slop = value.value
+                if slop < 0:
+                    raise ExprError(f'"slop" should not be a negative interger. "slop" passed: {text}')
+                if slop > 0xFFFFFFFF:
+                    raise ExprError(f'"slop" exceeds the range of "uint32". "slop" expression passed: {text}')
+            else:
+                key = self._next()
+                if key.kind != IDENT or key.value != "minimum_should_match":
+                    raise self._mismatched(key, "'minimum_should_match'")
+                self._expect("=")
+                value_tok = self._next()
+                if value_tok.kind != INT:
+                    raise self._mismatched(value_tok, "IntegerConstant")
+                minimum = value_tok.value
+                if minimum < 1:
+                    raise ExprError(f"minimum_should_match should be >= 1, got {minimum}")
+                if minimum > 1000:
+                    raise ExprError(f"minimum_should_match should be <= 1000, got {minimum}")
+        self._expect(")")
+        analyzer = af.analyzer_params(field) or ""
+        toks = build(analyzer).analyze(pa.array([query.value], pa.large_string()))
+        tokens = tuple(zip(toks.text.to_pylist(), toks.position.tolist(), strict=True))
+        return P.TextMatch(column, query.value, tokens, analyzer, minimum, phrase, slop)
 
     def unary(self, tok: Token, child: Node) -> Node:
         op = tok.value

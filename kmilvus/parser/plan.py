@@ -152,6 +152,22 @@ class IsNull:
 
 
 @dataclass(frozen=True)
+class TextMatch:
+    """`text_match(field, "query")` (rows with at least `min_should_match` of the query's
+    tokens) or, with `phrase`, `phrase_match(field, "query", slop)` (the tokens in order, at most
+    `slop` positions apart). `tokens`: the query through the field's analyzer, with positions;
+    `analyzer`: the field's analyzer params (a scan tokenizes the column with them)."""
+
+    column: Column
+    query: str
+    tokens: tuple[tuple[str, int], ...]
+    analyzer: str = ""
+    min_should_match: int = 1
+    phrase: bool = False
+    slop: int = 0
+
+
+@dataclass(frozen=True)
 class And:
     children: tuple[Predicate, ...]
 
@@ -173,7 +189,7 @@ class Const:
     value: bool
 
 
-Predicate = Compare | Term | Like | Contains | Exists | IsNull | And | Or | Not | Const
+Predicate = Compare | Term | Like | Contains | Exists | IsNull | TextMatch | And | Or | Not | Const
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,7 @@ _OPERATORS = (
     ",",
     "{",
     "}",
+    "=",  # text_match(..., minimum_should_match=N) only
 )
 _CANONICAL_OP = {"&&": "and", "||": "or", "!": "not"}
 

@@ -3,11 +3,14 @@ Arrow IPC payloads on JetStream. Columnar throughout; numpy for IDs and hashing.
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import metrics
+from kmilvus.function import bm25
 from kmilvus.msgstream import Msg, MsgType
 from kmilvus.proto import data_coord_pb2
 from kmilvus.proxy import partition_key
@@ -47,6 +50,12 @@ def estimate_fields_data_bytes(fields_data) -> int:
     return total
 
 
+async def fill_function_outputs(schema: schema_pb2.CollectionSchema, columns: dict[int, pa.Array]) -> None:
+    """The schema's BM25 functions fill their output fields (kmilvus.function), off the loop."""
+    if bm25.bm25_functions(schema):
+        await asyncio.to_thread(bm25.fill_outputs, schema, columns)
+
+
 class InsertTask(Task):
     name = "InsertTask"
 
@@ -67,7 +76,7 @@ class InsertTask(Task):
         n = req.num_rows
         if n <= 0:
             raise merr.invalid("num_rows should be greater than 0")
-        self.columns = typeutil.fields_data_to_columns(self.meta.schema, req.fields_data, n)
+        self.columns = await self.columns_of(n)
         # The Arrow columns are the payload; their size costs nothing to read, unlike a 5 MB
         # message's ByteSize().
         size = sum(c.nbytes for c in self.columns.values())
@@ -77,6 +86,12 @@ class InsertTask(Task):
                 f"insert request size {size} bytes exceeds the limit of {cfg.max_insert_bytes} "
                 f"bytes (proxy.maxInsertSize); split it into smaller batches",
             )
+
+    async def columns_of(self, n: int) -> dict[int, pa.Array]:
+        """The request's columns, checked, with the schema's functions' outputs filled."""
+        columns = typeutil.fields_data_to_columns(self.meta.schema, self.req.fields_data, n)
+        await fill_function_outputs(self.meta.schema, columns)
+        return columns
 
     async def execute(self) -> None:
         meta, n, proxy = self.meta, self.req.num_rows, self.proxy
@@ -99,6 +114,7 @@ class InsertTask(Task):
                 )
         metrics.INSERTED_ROWS.inc(n)
         metrics.INSERTED_BYTES.inc(batch.nbytes)
+        metrics.PROXY_INSERT_VECTORS.labels(str(proxy.server_id)).inc(n)
         self.result = milvus_pb2.MutationResult(
             IDs=typeutil.primary_keys_to_ids(pk, keys), insert_cnt=n, timestamp=ts, succ_index=range(n)
         )

@@ -18,6 +18,7 @@ from pymilvus.grpc_gen import common_pb2, milvus_pb2
 from kmilvus import components as roles
 from kmilvus.proto import internal_pb2, query_coord_pb2, query_node_pb2
 from kmilvus.proxy import partition_key, read_path
+from kmilvus.proxy.system import DEFAULT_RESOURCE_GROUP
 from kmilvus.util import merr
 
 
@@ -114,7 +115,12 @@ class ProxyLoadMixin:
         resp = await self.querycoord.GetShardLeaders(query_coord_pb2.GetShardLeadersRequest(collectionID=coll_id))
         merr.check(resp.status)
         out = milvus_pb2.GetReplicasResponse()
-        replica = out.replicas.add(replicaID=resp.replicaID, collectionID=coll_id, partition_ids=resp.partitionIDs)
+        replica = out.replicas.add(
+            replicaID=resp.replicaID,
+            collectionID=coll_id,
+            partition_ids=resp.partitionIDs,
+            resource_group_name=DEFAULT_RESOURCE_GROUP,  # the one group kmilvus has (kmilvus.proxy.system)
+        )
         nodes = sorted({leader.nodeID for leader in resp.leaders})
         replica.node_ids.extend(nodes)
         for leader in resp.leaders:

@@ -24,6 +24,7 @@ from kmilvus.config import Config
 from kmilvus.log import audit, get_logger
 from kmilvus.proto import security_pb2
 from kmilvus.proxy.credentials import CredentialCache
+from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.privileges import (
@@ -85,11 +86,12 @@ class PolicyCache:
     def permitted(self, roles: Iterable[str], object_type: str, db: str, name: str, privilege: str) -> bool:
         g = self.grants
         for role in roles:
-            if (role, GLOBAL, db, ANY, PRIVILEGE_ALL) in g:
-                return True
-            for n in (name, ANY):
-                if (role, object_type, db, n, privilege) in g or (role, object_type, db, n, PRIVILEGE_ALL) in g:
+            for d in (db, ANY):  # a grant on database `*` holds in every database (RBAC v2)
+                if (role, GLOBAL, d, ANY, PRIVILEGE_ALL) in g:
                     return True
+                for n in (name, ANY):
+                    if (role, object_type, d, n, privilege) in g or (role, object_type, d, n, PRIVILEGE_ALL) in g:
+                        return True
         return False
 
 
@@ -270,37 +272,56 @@ def current_user(context) -> str:
     return parse_authorization(_metadata(context).get("authorization", ""))[0]
 
 
+def _to_rootcoord(name: str, response_type=None):
+    """A Proxy RPC that RootCoord answers as it is: the interceptor has checked the caller."""
+
+    async def forward(self, req, context=None):
+        return await getattr(self.rootcoord, name)(req)
+
+    forward.__name__ = forward.__qualname__ = name
+    return merr.rpc(response_type)(forward)
+
+
 class ProxyRbacMixin:
     """The role and privilege RPCs: checked by the interceptor, executed by RootCoord."""
 
-    @merr.rpc()
-    async def CreateRole(self, req, context=None):
-        return await self.rootcoord.CreateRole(req)
-
-    @merr.rpc()
-    async def DropRole(self, req, context=None):
-        return await self.rootcoord.DropRole(req)
-
-    @merr.rpc()
-    async def OperateUserRole(self, req, context=None):
-        return await self.rootcoord.OperateUserRole(req)
-
-    @merr.rpc(milvus_pb2.SelectRoleResponse)
-    async def SelectRole(self, req, context=None):
-        return await self.rootcoord.SelectRole(req)
-
-    @merr.rpc(milvus_pb2.SelectUserResponse)
-    async def SelectUser(self, req, context=None):
-        return await self.rootcoord.SelectUser(req)
+    CreateRole = _to_rootcoord("CreateRole")
+    DropRole = _to_rootcoord("DropRole")
+    OperateUserRole = _to_rootcoord("OperateUserRole")
+    SelectRole = _to_rootcoord("SelectRole", milvus_pb2.SelectRoleResponse)
+    SelectUser = _to_rootcoord("SelectUser", milvus_pb2.SelectUserResponse)
+    SelectGrant = _to_rootcoord("SelectGrant", milvus_pb2.SelectGrantResponse)
+    CreatePrivilegeGroup = _to_rootcoord("CreatePrivilegeGroup")
+    DropPrivilegeGroup = _to_rootcoord("DropPrivilegeGroup")
+    ListPrivilegeGroups = _to_rootcoord("ListPrivilegeGroups", milvus_pb2.ListPrivilegeGroupsResponse)
+    OperatePrivilegeGroup = _to_rootcoord("OperatePrivilegeGroup")
 
     @merr.rpc()
     async def OperatePrivilege(self, req: milvus_pb2.OperatePrivilegeRequest, context=None):
         req.entity.grantor.user.name = current_user(context) or req.entity.grantor.user.name or ROOT_USER
         return await self.rootcoord.OperatePrivilege(req)
 
-    @merr.rpc(milvus_pb2.SelectGrantResponse)
-    async def SelectGrant(self, req, context=None):
-        return await self.rootcoord.SelectGrant(req)
+    @merr.rpc()
+    async def OperatePrivilegeV2(self, req: milvus_pb2.OperatePrivilegeV2Request, context=None):
+        """Milvus' proxy: check the names (`*` = every database / collection), then RootCoord's
+        OperatePrivilege with version "v2" on object Global, the collection as object name."""
+        if req.type not in (milvus_pb2.Grant, milvus_pb2.Revoke):
+            raise merr.invalid(f"invalid operate privilege type: {req.type}")
+        if not req.grantor.privilege.name:
+            raise merr.invalid("the privilege name is empty")
+        req.db_name = req.db_name or DEFAULT_DB  # Milvus' fillDatabase: the client's database or default
+        for value, what in ((req.db_name, "database"), (req.collection_name, "collection")):
+            if value != ANY:
+                validate_name(value, what)
+        v1 = milvus_pb2.OperatePrivilegeRequest(type=req.type, version="v2")
+        e = v1.entity
+        e.role.name = req.role.name
+        e.object.name = GLOBAL
+        e.object_name = req.collection_name
+        e.db_name = req.db_name
+        e.grantor.privilege.name = req.grantor.privilege.name
+        e.grantor.user.name = current_user(context) or req.grantor.user.name or ROOT_USER
+        return await self.rootcoord.OperatePrivilege(v1)
 
     # Internal service (called by RootCoord) ---------------------------------------------
     @merr.rpc()

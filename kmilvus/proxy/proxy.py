@@ -16,8 +16,9 @@ from kmilvus import components as roles
 from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.log import get_logger
-from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc, security_pb2_grpc
+from kmilvus.proto import data_coord_pb2, internal_pb2, proxy_pb2_grpc, query_coord_pb2, security_pb2_grpc
 from kmilvus.proxy.alter import ProxyAlterMixin
+from kmilvus.proxy.analyzer import ProxyAnalyzerMixin
 from kmilvus.proxy.credentials import ProxyCredentialsMixin
 from kmilvus.proxy.databases import DB_METADATA_KEY, ProxyDatabasesMixin
 from kmilvus.proxy.delete import ProxyDeleteMixin
@@ -32,15 +33,16 @@ from kmilvus.proxy.privilege import ProxyRbacMixin, ProxySecurity
 from kmilvus.proxy.query import ProxyQueryMixin
 from kmilvus.proxy.search import ProxySearchMixin
 from kmilvus.proxy.search_iterator import SearchIterators
+from kmilvus.proxy.system import ProxySystemMixin
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
+from kmilvus.util.metricsinfo import SERVER_VERSION
 from kmilvus.util.tasks import BackgroundTasks
 from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
-SERVER_VERSION = "v2.3.5"  # the Milvus API level kmilvus implements
 IDLE_REPORT_EVERY = 1.0  # seconds between an idle Proxy's reports (busy: every tick interval)
 
 
@@ -49,6 +51,7 @@ async def _always() -> bool:
 
 
 class Proxy(
+    ProxyAnalyzerMixin,
     ProxyDeleteMixin,
     ProxyJobsMixin,
     ProxyAlterMixin,
@@ -61,6 +64,7 @@ class Proxy(
     ProxySearchMixin,
     ProxyHybridSearchMixin,
     ProxyQueryMixin,
+    ProxySystemMixin,
     milvus_pb2_grpc.MilvusServiceServicer,
     proxy_pb2_grpc.ProxyServicer,
     security_pb2_grpc.ProxySecurityServicer,
@@ -206,7 +210,28 @@ class Proxy(
 
     @merr.rpc(milvus_pb2.ShowCollectionsResponse)
     async def ShowCollections(self, req, context=None):
-        return await self.rootcoord.ShowCollections(req)
+        resp = await self.rootcoord.ShowCollections(req)
+        if req.type != milvus_pb2.ShowType.InMemory:
+            return resp
+        return await self._loaded_only(resp)
+
+    async def _loaded_only(self, shown: milvus_pb2.ShowCollectionsResponse) -> milvus_pb2.ShowCollectionsResponse:
+        """Milvus' showCollectionsTask for type InMemory: only the collections QueryCoord has
+        loaded (or is loading), with their load percentage and whether they serve queries."""
+        out = milvus_pb2.ShowCollectionsResponse()
+        for i, coll_id in enumerate(shown.collection_ids):
+            state = await self.querycoord.GetLoadState(query_coord_pb2.GetLoadStateRequest(collectionID=coll_id))
+            merr.check(state.status)
+            if state.state == common_pb2.LoadState.LoadStateNotLoad:
+                continue
+            out.collection_names.append(shown.collection_names[i])
+            out.collection_ids.append(coll_id)
+            out.created_timestamps.append(shown.created_timestamps[i])
+            out.created_utc_timestamps.append(shown.created_utc_timestamps[i])
+            out.shards_num.append(shown.shards_num[i])
+            out.inMemory_percentages.append(state.progress)
+            out.query_service_available.append(state.state == common_pb2.LoadState.LoadStateLoaded)
+        return out
 
     # Aliases (RootCoord invalidates every Proxy's cache entry of the alias before answering)
     @merr.rpc()

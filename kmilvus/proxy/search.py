@@ -18,9 +18,9 @@ from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 from kmilvus.index import params as index_params
 from kmilvus.index import vectors as kvectors
 from kmilvus.proto import query_node_pb2
-from kmilvus.proxy import read_path, rerank, search_util
+from kmilvus.proxy import full_text, read_path, rerank, search_util
 from kmilvus.proxy.search_util import SearchInfo
-from kmilvus.querynode import groupby, reduce, vector_search
+from kmilvus.querynode import bm25, groupby, reduce, vector_search
 from kmilvus.util import merr, typeutil
 
 DT = schema_pb2.DataType
@@ -161,10 +161,17 @@ class ProxySearchMixin:
                 f"collection id:{info.collection_id} in the request is not consistent to that in the search context,"
                 f"alias or database may have been changed: {meta.id}: invalid parameter"
             )
-        queries = query_vectors(placeholder_group, info.field)
         read_path.check_expr(meta, expr, templates)
         metric = await self.search_metric(meta, info.field, info.metric)
         index_params.check_range_params(metric, info.params)
+        if metric == bm25.METRIC:  # text in, term frequencies out (kmilvus/proxy/full_text.py)
+            queries = full_text.query_rows(meta.schema, info.field, placeholder_group, params.get("analyzer_name"))
+            index = (await self.vector_indexes(meta)).get(info.field.fieldID, {})
+            info.params[bm25.K1], info.params[bm25.B] = bm25.bm25_params(index, info.params)
+        else:
+            if "analyzer_name" in params:
+                raise merr.invalid(f"analyzer_name is only for a BM25 function's output field, not {info.field.name}")
+            queries = query_vectors(placeholder_group, info.field)
         return FieldSearch(info, queries, expr, templates, metric)
 
     async def read_scope(self, meta, req, partition_names: list[str], out_ids: list[int], iterator: bool) -> ReadScope:
@@ -235,11 +242,12 @@ class ProxySearchMixin:
         """The metric of the field's index; a request naming another one is refused, as Milvus."""
         index = (await self.vector_indexes(meta)).get(field.fieldID, {})
         have = index.get("metric_type", "").upper()
+        if index_params.is_bm25_output(meta.schema, field):
+            have = bm25.METRIC  # a BM25 function's field scores with BM25, index or not
         if requested and have and requested.upper() != have:
             raise merr.invalid(f"metric type not match: invalid parameter[expected={have}][actual={requested}]")
         # Without an index: L2 for dense vectors (as before), Milvus' default for binary / sparse.
         kind = index_params.vector_kind(field.data_type)
         default = "L2" if kind == index_params.DENSE else index_params.default_metric(field.data_type)
-        return index_params.check_search_metric(
-            field.data_type, vector_search.check_metric(requested or have or default)
-        )
+        metric = vector_search.check_metric(requested or have or default)
+        return metric if metric == bm25.METRIC else index_params.check_search_metric(field.data_type, metric)

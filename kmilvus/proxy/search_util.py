@@ -47,6 +47,7 @@ SEARCH_HONOURED = frozenset(
         "search_iter_batch_size",
         "search_iter_last_bound",
         "search_iter_id",
+        "analyzer_name",  # a multi-analyzer BM25 field's analyzer for the query text
     }
 )
 SEARCH_REFUSED = {
@@ -55,7 +56,6 @@ SEARCH_REFUSED = {
     "json_path": "search group by a JSON path",
     "json_type": "search group by a JSON path",
     "strict_cast": "search group by a JSON path",
-    "analyzer_name": "full text search",
     "timezone": "Timestamptz fields",
     "time_fields": "Timestamptz fields",
     "cluster_id": "cross-cluster routing",
@@ -78,9 +78,10 @@ RANK_HONOURED = frozenset(
 )
 RANK_REFUSED = {"cluster_id": "cross-cluster routing"}
 # query_params keys of MilvusService.Query
-QUERY_HONOURED = frozenset({"limit", "offset", "collection_id", "iterator", "reduce_stop_for_best", "ignore_growing"})
+QUERY_HONOURED = frozenset(
+    {"limit", "offset", "collection_id", "iterator", "reduce_stop_for_best", "ignore_growing", "order_by_fields"}
+)
 QUERY_REFUSED = {
-    "order_by_fields": "query ordered by fields",
     "group_by_fields": "query group by and aggregation",
     "timezone": "Timestamptz fields",
     "time_fields": "Timestamptz fields",

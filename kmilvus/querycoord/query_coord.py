@@ -12,7 +12,7 @@ from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.proto import internal_pb2, query_coord_pb2, query_coord_pb2_grpc
 from kmilvus.querycoord.load import LoadManager
-from kmilvus.util import merr
+from kmilvus.util import merr, metricsinfo
 
 log = get_logger(__name__)
 
@@ -31,6 +31,12 @@ class QueryCoord(query_coord_pb2_grpc.QueryCoordServicer):
 
     async def stop(self) -> None:
         await self.loads.stop()
+
+    @merr.rpc(milvus_pb2.GetMetricsResponse)
+    async def GetMetrics(self, req, context=None):
+        return await metricsinfo.coordinator_metrics(
+            self, req, {}, roles.QUERYNODE, (roles.ROOTCOORD, roles.DATACOORD), cluster_key="connected_nodes"
+        )
 
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.parser import Plan, evaluate, parse
+from kmilvus.parser.evaluator import TextIndexOf
 from kmilvus.util.typeutil import TIMESTAMP_FIELD
 
 
@@ -43,16 +44,18 @@ class Filter:
         table: Any,
         pk_rows: Callable[[np.ndarray], np.ndarray] | None = None,
         indexes: Mapping[int, Any] | None = None,
+        text_index: TextIndexOf | None = None,
     ) -> np.ndarray | None:
         """`pk_rows(values)`: the row offsets holding these primary keys (used for `pk_in`);
-        `indexes`: the segment's scalar indexes by field ID, which the evaluator asks first."""
+        `indexes`: the segment's scalar indexes by field ID, which the evaluator asks first;
+        `text_index`: the segment's text-match indexes (SegmentData.text_index)."""
         keep = None
         values = self.pk_in if pk_rows is not None else None
         if values is not None and pk_rows is not None:
             keep = np.zeros(table.num_rows, dtype=bool)
             keep[pk_rows(values)] = True
         elif self.plan is not None:
-            m = evaluate(self.plan, table, indexes=indexes)
+            m = evaluate(self.plan, table, indexes=indexes, text_index=text_index)
             keep = np.asarray(m.to_numpy(zero_copy_only=False), dtype=bool)
         if self.expire_before:
             ts = table.column(str(TIMESTAMP_FIELD))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from pymilvus.grpc_gen import schema_pb2
@@ -59,6 +60,7 @@ class SearchPlan:
     bound: IteratorBound | None = None
     mvcc_ts: int = 0  # 0: every consumed row, no snapshot
     iterating: bool = False  # a search iterator's page: exact over what the index stores
+    scorer: Any = None  # BM25: a sparse index's document-value hook (kmilvus/querynode/bm25.py)
 
     @property
     def nq(self) -> int:

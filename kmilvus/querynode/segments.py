@@ -8,7 +8,7 @@ load a field whose index "has raw data"): outputs are read back from the index."
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,12 +45,14 @@ class SegmentData:
     raw: dict[int, Any] = field(default_factory=dict)  # binary / sparse field ID → its kmilvus.index vectors
     _exact: dict[tuple[int, str], Any] = field(default_factory=dict)  # (field, metric) → brute force
     deltas: DeleteSet = field(default_factory=DeleteSet)  # its delta logs
+    # field ID → kmilvus.index.text_index.TextIndex: loaded with a sealed segment, else built here
+    text_indexes: dict[int, Any] = field(default_factory=dict)
     index_bytes: int = 0  # serialized size of the loaded indexes (≈ their memory)
     pk_field: int = 0
     _keys: tuple[np.ndarray, np.ndarray] | None = None
     _pks: np.ndarray | bool | None = None  # int64_pks; False: not Int64
     _pk_order: tuple[np.ndarray, np.ndarray | None] | None = None  # (sorted int64 pks, their rows)
-    _alive: tuple[tuple[int, int], np.ndarray | None] | None = None
+    _alive: tuple[tuple, np.ndarray | None] | None = None
 
     @classmethod
     def build(
@@ -124,6 +126,18 @@ class SegmentData:
             return None
         return index.raw_column(offsets.to_numpy(zero_copy_only=False))
 
+    def text_index(self, field_id: int, analyzer_params: str) -> Any:
+        """The field's text-match index: the one loaded with the segment, or (growing data, a
+        segment loaded before its index was built) one built from the column once."""
+        index = self.text_indexes.get(field_id)
+        if index is None or index.num_rows != self.num_rows:
+            from kmilvus.analyzer import build
+            from kmilvus.index.text_index import TextIndex
+
+            index = TextIndex.build(self.table.column(str(field_id)), build(analyzer_params))
+            self.text_indexes[field_id] = index
+        return index
+
     def int64_pks(self) -> np.ndarray | None:
         """The Int64 primary keys as numpy, converted once (None: VarChar keys); result rows take
         their keys from it with one fancy index instead of an Arrow `take` call."""
@@ -152,34 +166,38 @@ class SegmentData:
         pos = np.arange(int(counts.sum()), dtype=np.int64) + starts
         return pos if order is None else order[pos]
 
-    def alive(self, channel_deletes: DeleteSet | None) -> np.ndarray | None:
-        """A bool per row: not deleted by its delta logs nor by the channel's deletes (None:
-        every row is alive). Cached until either set changes."""
-        version = (self.deltas.version, channel_deletes.version if channel_deletes is not None else -1)
+    def keys_and_ts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Primary keys (as deletes compare them) and row timestamps, converted once (a segment
+        without rows may have no columns at all: an emptied compaction target)."""
+        if self._keys is None:
+            empty = self.num_rows == 0
+            self._keys = (np.array([], np.int64),) * 2 if empty else pk_and_ts(self.table, self.pk_field)
+        return self._keys
+
+    def alive(self, channel_deletes: Sequence[DeleteSet] = ()) -> np.ndarray | None:
+        """A bool per row: not deleted by its delta logs nor by the channel's deletes that apply
+        to it (None: every row is alive). Cached until one of the sets changes."""
+        version = (self.deltas.version, tuple((id(d), d.version) for d in channel_deletes))
         if self._alive is not None and self._alive[0] == version:
             return self._alive[1]
         dead = None
-        for dels in (self.deltas, channel_deletes):
-            if dels is None or not len(dels):
+        for dels in (self.deltas, *channel_deletes):
+            if not len(dels):
                 continue
-            if self._keys is None:
-                self._keys = pk_and_ts(self.table, self.pk_field)
-            d = dels.deleted(*self._keys)
+            d = dels.deleted(*self.keys_and_ts())
             if d is not None:
                 dead = d if dead is None else dead | d
         mask = None if dead is None else ~dead
         self._alive = (version, mask)
         return mask
 
-    def alive_at(self, channel_deletes: DeleteSet | None, mvcc_ts: int) -> np.ndarray:
+    def alive_at(self, channel_deletes: Sequence[DeleteSet], mvcc_ts: int) -> np.ndarray:
         """A bool per row as of `mvcc_ts` (Milvus' MVCC read): inserted at or before it and not
         deleted by a delete at or before it."""
-        if self._keys is None:
-            self._keys = pk_and_ts(self.table, self.pk_field)
-        pks, row_ts = self._keys
+        pks, row_ts = self.keys_and_ts()
         visible = row_ts <= mvcc_ts
-        for dels in (self.deltas, channel_deletes):
-            if dels is not None and len(dels):
+        for dels in (self.deltas, *channel_deletes):
+            if len(dels):
                 d = dels.deleted(pks, row_ts, mvcc_ts)
                 if d is not None:
                     visible &= ~d

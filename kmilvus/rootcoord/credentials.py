@@ -36,13 +36,13 @@ class CredentialMixin:
     """Needs `kv`, `cfg`, `registry`."""
 
     async def _init_credentials(self) -> None:
-        """Milvus' initRbac: the root user (password from KMILVUS_ROOT_PASSWORD, set on first
-        start only), the built-in roles and the public role's default grants, in one txn."""
-        if not self.cfg.auth and not self.cfg.root_password:
-            return
+        """Milvus' initRbac: the built-in roles and the public role's default grants (always, as
+        Milvus), and the root user (password from KMILVUS_ROOT_PASSWORD, set on first start
+        only; with auth off and no password there is no root: kmilvus has no default password),
+        in one txn."""
         ops: list[Op] = []
         root_key = keys.credential_user_key(ROOT_USER)
-        if await self.kv.get(root_key) is None:
+        if (self.cfg.auth or self.cfg.root_password) and await self.kv.get(root_key) is None:
             if not self.cfg.root_password:
                 raise RuntimeError("KMILVUS_ROOT_PASSWORD is required when auth is on")
             hashed = await asyncio.to_thread(hash_password, self.cfg.root_password.get_secret_value())

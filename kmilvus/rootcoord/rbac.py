@@ -21,11 +21,12 @@ from kmilvus.rootcoord.credentials import _broadcast
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.privileges import (
+    ANY,
     BUILTIN_ROLES,
     OBJECT_TYPES,
     VALID_PRIVILEGES,
-    name_for_api,
     name_for_metastore,
+    privilege_name_for_api,
 )
 
 log = get_logger(__name__)
@@ -49,7 +50,7 @@ def _split_grant_key(key: str) -> tuple[str, str, str, str, str]:
 
 
 class RbacMixin:
-    """Needs `kv`, `registry`."""
+    """Needs `kv`, `registry`, and PrivilegeGroupMixin (v2 grants, group expansion)."""
 
     async def _notify_policy(self, op: str) -> None:
         await _broadcast(self.registry, "RefreshPolicyInfoCache", security_pb2.RefreshPolicyInfoCacheRequest(op=op))
@@ -161,12 +162,19 @@ class RbacMixin:
             )
         if not _OBJECT_NAME.match(e.object_name):
             raise merr.invalid(f"invalid object name {e.object_name!r}")
-        privilege = name_for_metastore(e.grantor.privilege.name)
-        if privilege not in VALID_PRIVILEGES[obj_type]:
-            raise merr.invalid(f"not found the privilege name[{e.grantor.privilege.name}] from the object[{obj_type}]")
         validate_entity_name(e.role.name, "role")
         db = e.db_name or DEFAULT_DB
-        validate_entity_name(db, "database")
+        if req.version == "v2":  # a privilege or a group, on a database and collection (`*`: every one)
+            obj_type, privilege = await self.resolve_v2_grant(e)
+            if db != ANY:
+                validate_entity_name(db, "database")
+        else:
+            privilege = name_for_metastore(e.grantor.privilege.name)
+            if privilege not in VALID_PRIVILEGES[obj_type]:
+                raise merr.invalid(
+                    f"not found the privilege name[{e.grantor.privilege.name}] from the object[{obj_type}]"
+                )
+            validate_entity_name(db, "database")
         role_key = keys.role_key(e.role.name)
         key = keys.grant_key(e.role.name, obj_type, db, e.object_name, privilege)
         if req.type == milvus_pb2.Grant:
@@ -194,22 +202,22 @@ class RbacMixin:
                 continue
             if e.object_name and name != e.object_name:
                 continue
-            if e.db_name and gdb != db:
-                continue
+            if e.db_name and ANY not in (e.db_name, gdb) and gdb != db:
+                continue  # `*` asked or granted matches every database (Milvus' ListGrant)
             g = resp.entities.add(object_name=name, db_name=gdb)
             g.role.name = role
             g.object.name = obj_type
             g.grantor.user.name = raw.decode()
-            g.grantor.privilege.name = name_for_api(privilege)
+            g.grantor.privilege.name = privilege_name_for_api(privilege)
         return resp
 
     @merr.rpc(security_pb2.ListPolicyResponse)
     async def ListPolicy(self, req, context=None):
         resp = security_pb2.ListPolicyResponse(roles=await self._roles())
-        for key, raw in await self.kv.get_prefix(keys.GRANT_PREFIX):
-            role, obj_type, db, name, privilege = _split_grant_key(key)
+        stored = [(*_split_grant_key(key), raw.decode()) for key, raw in await self.kv.get_prefix(keys.GRANT_PREFIX)]
+        for role, obj_type, db, name, privilege, grantor in await self.expand_groups(stored):
             resp.grants.add(
-                role=role, object_type=obj_type, db_name=db, object_name=name, privilege=privilege, grantor=raw.decode()
+                role=role, object_type=obj_type, db_name=db, object_name=name, privilege=privilege, grantor=grantor
             )
         for user, rs in (await self._user_roles()).items():
             resp.user_roles.add(username=user, roles=sorted(rs))

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
+from kmilvus import metrics
 from kmilvus.allocator import TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.log import get_logger
@@ -29,11 +30,12 @@ from kmilvus.rootcoord.credentials import CredentialMixin
 from kmilvus.rootcoord.databases import DatabaseMixin
 from kmilvus.rootcoord.drop_tasks import DropTask, DropTasks
 from kmilvus.rootcoord.partitions import PartitionMixin
+from kmilvus.rootcoord.privilege_groups import PrivilegeGroupMixin
 from kmilvus.rootcoord.rbac import RbacMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
-from kmilvus.util import merr
+from kmilvus.util import merr, metricsinfo
 from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
 from kmilvus.util.failpoint import afailpoint, failpoint
 from kmilvus.util.retry import supervise
@@ -52,6 +54,7 @@ class RootCoord(
     AlterMixin,
     CredentialMixin,
     RbacMixin,
+    PrivilegeGroupMixin,
     DatabaseMixin,
     PartitionMixin,
     root_coord_pb2_grpc.RootCoordServicer,
@@ -85,6 +88,7 @@ class RootCoord(
         await self.tso.initialize()
         await self.ids.initialize()
         await self._load_databases()
+        metrics.ROOTCOORD_COLLECTION_NUM.source = self._collection_counts
         for _, raw in await self.kv.get_prefix(keys.COLLECTION_PREFIX):
             info = internal_pb2.CollectionInfo.FromString(raw)
             self._cache(info)
@@ -109,7 +113,13 @@ class RootCoord(
     async def _recover(self) -> None:
         datacoord = self.registry.client(roles.DATACOORD)
         for info in list(self.collections.values()):
-            await self._watch_channels(datacoord, info)
+            if info.ID not in self.collections:
+                continue  # dropped meanwhile
+            try:
+                await self._watch_channels(datacoord, info)
+            except merr.MilvusError as exc:
+                if exc.code != merr.COLLECTION_NOT_FOUND[0]:
+                    raise  # DataCoord watches nothing of a dropped collection: done with it
         for _, raw in await self.kv.get_prefix(keys.DROP_TASK_PREFIX):
             info = internal_pb2.CollectionInfo.FromString(raw)
             log.warning("resuming interrupted drop", collection=info.schema.name, id=info.ID)
@@ -117,9 +127,19 @@ class RootCoord(
         await self._resume_partition_drops()
 
     async def stop(self) -> None:
+        if metrics.ROOTCOORD_COLLECTION_NUM.source == self._collection_counts:
+            metrics.ROOTCOORD_COLLECTION_NUM.source = None
         if self.tt_sync:
             await self.tt_sync.stop()
         await self._tasks.stop()
+
+    def _collection_counts(self) -> dict[str, int]:
+        """Collections by database, for a scrape (metrics thread: `list` copies in one step)."""
+        counts = dict.fromkeys(list(self.databases), 0) if hasattr(self, "databases") else {}
+        for c in list(self.collections.values()):
+            db = c.db_name or DEFAULT_DB
+            counts[db] = counts.get(db, 0) + 1
+        return counts
 
     def _spawn(self, coro, name: str) -> asyncio.Task:
         return self._tasks.spawn(coro, name)
@@ -196,6 +216,13 @@ class RootCoord(
         ticked only every `time_tick_idle_interval`)."""
         await self.tt_sync.demand(list(req.channels), req.timestamp)
         return merr.success()
+
+    @merr.rpc(milvus_pb2.GetMetricsResponse)
+    async def GetMetrics(self, req, context=None):
+        config = {"max_database_num": self.cfg.max_database_num, "max_partition_num": self.cfg.max_partition_num}
+        return await metricsinfo.coordinator_metrics(
+            self, req, config, None, (roles.QUERYCOORD, roles.DATACOORD), cluster_key="self"
+        )
 
     @merr.rpc(milvus_pb2.ComponentStates)
     async def GetComponentStates(self, req, context=None):

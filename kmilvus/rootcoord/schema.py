@@ -10,6 +10,7 @@ import re
 
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
+from kmilvus.function import schema as functions
 from kmilvus.util import fieldtypes, merr
 from kmilvus.util.merr import MilvusError
 from kmilvus.util.typeutil import DYNAMIC_FIELD_NAME, SUPPORTED_TYPES, type_param
@@ -128,6 +129,7 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
         )
     if not has_vector:
         raise MilvusError(merr.PARAMETER_INVALID, "schema does not contain vector field")
+    functions.validate_functions(schema)
 
 
 def _check_max_length(f: schema_pb2.FieldSchema, max_varchar: int, collection: str = "") -> None:
@@ -232,6 +234,7 @@ def normalize(schema: schema_pb2.CollectionSchema, autoid_hint: bool = False) ->
         if f.is_primary_key and (schema.autoID or autoid_hint):
             f.autoID = True
     out.autoID = any(f.autoID for f in out.fields if f.is_primary_key)
+    functions.bind(out)
     return out
 
 

@@ -166,9 +166,14 @@ def resolve(uri: str, storage_uri: str, options: dict | None = None) -> InputFil
 
 
 def importable_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.FieldSchema]:
-    """The fields an input file must carry: every user field but an autoID primary key and the
-    dynamic field (`$meta`, built by the import from the row's extra keys / columns)."""
-    return [f for f in typeutil.user_fields(schema) if not (f.is_primary_key and f.autoID) and not f.is_dynamic]
+    """The fields an input file must carry: every user field but an autoID primary key, a
+    function's output (the import fills it) and the dynamic field (`$meta`, built by the import
+    from the row's extra keys / columns)."""
+    return [
+        f
+        for f in typeutil.user_fields(schema)
+        if not (f.is_primary_key and f.autoID) and not f.is_dynamic and not f.is_function_output
+    ]
 
 
 # The field types the import job reads (all kmilvus stores); the others are refused up front.
@@ -295,6 +300,8 @@ def _column_problems(uri: str, names: list[str], schema: schema_pb2.CollectionSc
             continue
         elif f is None:
             out.append(Problem(uri, f"column '{n}' is not a field of collection {schema.name}", field=n))
+        elif f.is_function_output:  # Milvus' import message
+            out.append(Problem(uri, f"the field '{n}' is output by function, no need to provide", field=n))
         elif f.is_primary_key and f.autoID:
             out.append(
                 Problem(uri, f"the primary key '{n}' is auto-generated (autoID): the file must not provide it", field=n)

@@ -12,12 +12,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pymilvus.grpc_gen import common_pb2
+from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus.log import get_logger
 
 log = get_logger(__name__)
 EC = common_pb2.ErrorCode
+# The Milvus API's methods: those calls are counted under Milvus' metric names (kmilvus.metrics).
+MILVUS_METHODS = frozenset(milvus_pb2.DESCRIPTOR.services_by_name["MilvusService"].methods_by_name)
 
 # (merr code, legacy ErrorCode)
 SERVICE_NOT_READY = (1, EC.NotReadyServe)
@@ -127,9 +129,24 @@ def rpc(response_type: Any | None = None, *, status_field: str = "status"):
         @functools.wraps(fn)
         async def inner(self, request, context=None):
             started = time.perf_counter()
+            counted = method in MILVUS_METHODS and getattr(self, "role", "") in ("proxy", "rootcoord")
             try:
-                return await fn(self, request, context)
+                resp = await fn(self, request, context)
+                if response_type is not None and resp is not None:
+                    # Milvus answers merr.Success() — a status that is present, not absent:
+                    # clients other than pymilvus (the Node.js SDK) read `status.error_code`.
+                    getattr(resp, status_field).SetInParent()
+                if counted:
+                    st = resp if response_type is None else getattr(resp, status_field)
+                    metrics.observe_milvus_rpc(
+                        self.role, getattr(self, "server_id", 0), method, request, ok(st), time.perf_counter() - started
+                    )
+                return resp
             except Exception as exc:  # every failure goes back as a status
+                if counted:
+                    metrics.observe_milvus_rpc(
+                        self.role, getattr(self, "server_id", 0), method, request, False, time.perf_counter() - started
+                    )
                 status = status_of(exc)
                 metrics.RPC_FAILURES.labels(getattr(self, "role", "?"), method, str(status.code)).inc()
                 if not isinstance(exc, MilvusError):

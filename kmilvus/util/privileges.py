@@ -39,6 +39,7 @@ AUTHENTICATED_ONLY = frozenset(
         "CheckHealth",
         "GetComponentStates",
         "AllocTimestamp",
+        "RunAnalyzer",  # Milvus checks no privilege on it (its request names no object)
         "ListDatabases",
         "HasCollection",
         "ShowCollections",
@@ -168,3 +169,68 @@ AUDITED = frozenset(
         "OperatePrivilegeV2",
     }
 )
+
+
+# ------------------------------------------------------------------------ privilege groups (RBAC v2)
+# Milvus' built-in privilege groups (pkg/util/constant.go), in API names; each level's groups
+# widen the one before. A group grant is stored under its metastore name (`PrivilegeGroup<Name>`)
+# and expanded into its privileges when the policy is listed, so a change to a custom group is in
+# force for every role that holds it.
+GROUP_PREFIX = "PrivilegeGroup"
+_COLLECTION_RO = (
+    "Query", "Search", "IndexDetail", "GetFlushState", "GetLoadState", "GetLoadingProgress", "HasPartition",
+    "ShowPartitions", "DescribeCollection", "DescribeAlias", "GetStatistics", "ListAliases",
+)  # fmt: skip
+_COLLECTION_RW = (*_COLLECTION_RO, "Load", "Release", "Insert", "Delete", "Upsert", "Import", "Flush", "Compaction",
+                  "LoadBalance", "CreateIndex", "DropIndex", "CreatePartition", "DropPartition")  # fmt: skip
+_DATABASE_RO = ("ShowCollections", "DescribeDatabase")
+_DATABASE_RW = (*_DATABASE_RO, "AlterDatabase")
+_CLUSTER_RO = ("ListDatabases", "SelectOwnership", "SelectUser", "DescribeResourceGroup", "ListResourceGroups",
+               "ListPrivilegeGroups")  # fmt: skip
+_CLUSTER_RW = (*_CLUSTER_RO, "FlushAll", "TransferNode", "TransferReplica", "UpdateResourceGroups")
+BUILTIN_PRIVILEGE_GROUPS: dict[str, tuple[str, ...]] = {
+    "ClusterReadOnly": _CLUSTER_RO,
+    "ClusterReadWrite": _CLUSTER_RW,
+    "ClusterAdmin": (*_CLUSTER_RW, "BackupRBAC", "RestoreRBAC", "CreateDatabase", "DropDatabase", "CreateOwnership",
+                     "DropOwnership", "ManageOwnership", "CreateResourceGroup", "DropResourceGroup", "UpdateUser",
+                     "RenameCollection", "CreatePrivilegeGroup", "DropPrivilegeGroup", "OperatePrivilegeGroup"),
+    "DatabaseReadOnly": _DATABASE_RO,
+    "DatabaseReadWrite": _DATABASE_RW,
+    "DatabaseAdmin": (*_DATABASE_RW, "CreateCollection", "DropCollection"),
+    "CollectionReadOnly": _COLLECTION_RO,
+    "CollectionReadWrite": _COLLECTION_RW,
+    "CollectionAdmin": (*_COLLECTION_RW, "CreateAlias", "DropAlias"),
+}  # fmt: skip
+CLUSTER, DATABASE = "Cluster", "Database"  # Milvus' PrivilegeLevel names (Collection is COLLECTION)
+
+
+def privilege_level(privilege: str) -> str:
+    """Milvus' GetPrivilegeLevel: the narrowest admin group holding an API privilege name."""
+    for level, group in ((CLUSTER, "ClusterAdmin"), (DATABASE, "DatabaseAdmin"), (COLLECTION, "CollectionAdmin")):
+        if privilege in BUILTIN_PRIVILEGE_GROUPS[group]:
+            return level
+    return ""
+
+
+def is_privilege(name: str) -> bool:
+    """A single privilege Milvus defines (API name, e.g. `Insert`); groups are not."""
+    return PREFIX + name in common_pb2.ObjectPrivilege.DESCRIPTOR.values_by_name and not name.startswith("Group")
+
+
+def object_type_of(privilege: str) -> str:
+    """Milvus' GetObjectType: the object type whose privileges include `privilege` (API name);
+    Global for the rest (groups too)."""
+    stored = name_for_metastore(privilege)
+    for t in (COLLECTION, USER):
+        if stored in VALID_PRIVILEGES[t] and stored != PRIVILEGE_ALL:
+            return t
+    return GLOBAL
+
+
+def group_for_metastore(name: str) -> str:
+    return GROUP_PREFIX + name
+
+
+def privilege_name_for_api(stored: str) -> str:
+    """A stored grant's privilege as SelectGrant answers it: `PrivilegeGroupX` → `X`, `PrivilegeInsert` → `Insert`."""
+    return stored[len(GROUP_PREFIX) :] if stored.startswith(GROUP_PREFIX) else name_for_api(stored)

@@ -501,6 +501,7 @@ def fields_data_to_columns(
     num_rows: int,
     *,
     validate_json: bool = True,
+    partial: bool = False,
 ) -> dict[int, pa.Array]:
     """Insert payload → {field ID: Arrow array}, validated as Milvus' proxy does.
 
@@ -508,6 +509,8 @@ def fields_data_to_columns(
     an autoID primary key must not be supplied (the caller fills it with allocated IDs).
     With a dynamic field, pymilvus packs each row's extra keys into one `$meta` JSON column
     (`is_dynamic`); a request without it gets `{}` per row, as Milvus' proxy fills it.
+    A function's output field must not be given (kmilvus.function fills it afterwards); with
+    `partial` (a partial-update upsert) only the given fields are returned.
     """
     by_name = {f.name: f for f in user_fields(schema)}
     by_id = {f.fieldID: f for f in user_fields(schema)}
@@ -528,14 +531,21 @@ def fields_data_to_columns(
             raise MilvusError(
                 merr.PARAMETER_INVALID, f"can not assign primary field data when auto id enabled {field.name}"
             )
+        if field.is_function_output:
+            raise MilvusError(
+                merr.PARAMETER_INVALID,
+                f"the field {field.name} is the output of a function: the server fills it, it cannot be given",
+            )
         if field.fieldID in columns:
             raise MilvusError(merr.PARAMETER_INVALID, f"duplicated field name {field.name} found")
         columns[field.fieldID] = field_data_to_array(fd, field, num_rows, validate_json=validate_json)
         if dynamic is not None and field.fieldID == dynamic.fieldID:
             _check_dynamic_values(schema, columns[field.fieldID])
-    if dynamic is not None and dynamic.fieldID not in columns:
+    if dynamic is not None and dynamic.fieldID not in columns and not partial:
         columns[dynamic.fieldID] = empty_objects(num_rows)
     for field in by_id.values():
+        if partial or field.is_function_output:
+            continue  # a partial update's other fields are the stored row's; functions fill theirs
         if field.fieldID not in columns and not (field.is_primary_key and field.autoID):
             filler = fieldtypes.missing_column(field, arrow_type(field), num_rows)
             if filler is not None:

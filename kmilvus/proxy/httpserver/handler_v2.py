@@ -548,6 +548,43 @@ class HandlersV2:
         cls = milvus_pb2.ReleaseCollectionRequest
         return await self._on_collection(call, req.collectionName, "ReleaseCollection", cls)
 
+    async def flush(self, call: Call, req: r.CollectionNameReq):
+        """Flush, then wait until flushed (Milvus' waitForFlush: GetFlushState on the segments
+        and flush timestamp the Flush answered; kmilvus' GetFlushState waits server-side)."""
+        name = req.collectionName
+        resp = await self.invoke(call, "Flush", milvus_pb2.FlushRequest(db_name=call.db, collection_names=[name]))
+        if name not in resp.coll_flush_ts:
+            raise RestError(merr.SERVICE_INTERNAL, f"failed to get flush timestamp for collection {name}")
+        state = milvus_pb2.GetFlushStateRequest(
+            db_name=call.db,
+            collection_name=name,
+            segmentIDs=resp.coll_segIDs[name].data,
+            flush_ts=resp.coll_flush_ts[name],
+        )
+        while not (await self.invoke(call, "GetFlushState", state)).flushed:
+            pass
+        return ok()
+
+    async def compact(self, call: Call, req: r.CompactReq):
+        request = milvus_pb2.ManualCompactionRequest(
+            db_name=call.db, collection_name=req.collectionName, majorCompaction=req.isClustering
+        )
+        resp = await self.invoke(call, "ManualCompaction", request)
+        return ok({"compactionID": resp.compactionID})
+
+    async def compaction_state(self, call: Call, req: r.CompactionStateReq):
+        request = milvus_pb2.GetCompactionStateRequest(compactionID=req.jobID)
+        resp = await self.invoke(call, "GetCompactionState", request)
+        return ok(
+            {
+                "compactionID": req.jobID,
+                "state": common_pb2.CompactionState.Name(resp.state),
+                "executingPlanNumber": resp.executingPlanNo,
+                "timeoutPlanNumber": resp.timeoutPlanNo,
+                "completedPlanNumber": resp.completedPlanNo,
+            }
+        )
+
     # ------------------------------------------------------------------------ entities
     async def query(self, call: Call, req: r.QueryReqV2):
         q = milvus_pb2.QueryRequest(

@@ -327,6 +327,21 @@ class ImportReq(Req):
     options: dict[str, str] = Field(default_factory=dict)
 
 
+class CompactReq(Req):
+    REQUIRED = ("collectionName",)
+    dbName: str = ""
+    collectionName: str = ""
+    isClustering: bool = False
+
+
+class CompactionStateReq(Req):
+    REQUIRED = ("jobID",)
+    jobID: int = 0
+
+    def db(self) -> str:
+        return ""
+
+
 class JobIDReq(Req):
     REQUIRED = ("jobId",)
     jobId: str = ""
