@@ -51,8 +51,19 @@ def schema(kind: str) -> dict:
     return version["schema"]["openAPIV3Schema"]
 
 
+def _int_or_string(validator, enabled, instance, node):
+    """x-kubernetes-int-or-string, which the API server enforces and jsonschema does not know."""
+    if enabled and (isinstance(instance, bool) or not isinstance(instance, int | str)):
+        yield jsonschema.ValidationError(f"{instance!r} is not an integer or a string")
+
+
+# Draft 7 plus the one Kubernetes extension that restricts a value's type. List-type uniqueness
+# (x-kubernetes-list-type) is not run here: the operator's checks of it are asserted below.
+CRDValidator = jsonschema.validators.extend(jsonschema.Draft7Validator, {"x-kubernetes-int-or-string": _int_or_string})
+
+
 def validate(kind: str, obj: dict) -> list[str]:
-    v = jsonschema.Draft7Validator(schema(kind))
+    v = CRDValidator(schema(kind))
     return sorted(e.message for e in v.iter_errors(obj))
 
 
@@ -306,6 +317,7 @@ def test_declared_indexes_checked_as_the_proxy_checks_create_index():
         (collection(indexes=[{"fieldName": "vec", "indexType": "DISKANN"}]), "is not one of"),
         (collection(indexes=[{"fieldName": "vec", "metricType": "HAMMING"}]), "is not one of"),
         (collection(indexes=[{"indexType": "FLAT"}]), "'fieldName' is a required property"),
+        (collection(indexes=[{"fieldName": "vec", "params": {"M": [16]}}]), "[16] is not an integer or a string"),
         (
             {"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", "metadata": {}, "spec": {}},
             "'fields' is a required property",
@@ -329,6 +341,7 @@ def test_declared_indexes_checked_as_the_proxy_checks_create_index():
         "bad-index-type",
         "bad-metric-type",
         "index-without-field",
+        "param-neither-int-nor-string",
         "no-fields-key",
     ],
 )
