@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar
 
@@ -111,7 +111,7 @@ class Model(BaseModel):
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
-        schema = handler(core_schema)
+        schema: dict[str, Any] = handler(core_schema)
         target = handler.resolve_ref_schema(schema)
         target.pop("title", None)
         if cls.__doc__ and cls.__doc__ is not Model.__doc__:
@@ -272,7 +272,8 @@ def _structural(model: type[Model]) -> dict[str, Any]:
             out[key] = value
         return out
 
-    return conv(schema)
+    out: dict[str, Any] = conv(schema)
+    return out
 
 
 def structural(model: type[Model]) -> dict[str, Any]:
@@ -312,9 +313,10 @@ def _range(node: dict[str, Any]) -> str:
     return f">= {lo}" if lo is not None else f"<= {hi}"
 
 
-def _message(err: dict[str, Any], node: dict[str, Any]) -> str:
+def _message(err: Mapping[str, Any], node: dict[str, Any]) -> str:
     """A pydantic error in the words of the CRD's schema (the node the error is at)."""
-    kind, value = err["type"], err.get("input")
+    kind: str = err["type"]
+    value: Any = err.get("input")
     if kind in _TYPE_ERRORS:
         if kind == "int_or_string":
             return f"must be an integer or a string, got {short(value)}"

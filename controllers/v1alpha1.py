@@ -103,7 +103,7 @@ DEFAULT_VALUE_TYPES: dict[str, tuple[type, ...]] = {
     "Double": (int, float),
     "VarChar": (str,),
 }
-DEFAULT_VALUE_RANGES = {
+DEFAULT_VALUE_RANGES: dict[str, tuple[float, float]] = {
     "Int8": (-(2**7), 2**7 - 1),
     "Int16": (-(2**15), 2**15 - 1),
     "Int32": (-(2**31), 2**31 - 1),
@@ -191,8 +191,9 @@ class FieldSpec(Model):
             raise ValueError(f"a {self.data_type} field cannot have a defaultValue")
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             raise ValueError(f"defaultValue {short(value)} is not a {self.data_type}")
-        lo, hi = DEFAULT_VALUE_RANGES.get(self.data_type, (None, None))
-        if lo is not None and not lo <= value <= hi:
+        bounds, number = DEFAULT_VALUE_RANGES.get(self.data_type), self.default_value  # a number if bounded
+        if bounds is not None and not bounds[0] <= number <= bounds[1]:
+            lo, hi = bounds
             raise ValueError(f"defaultValue {short(value)} is out of range for {self.data_type} [{lo:g}, {hi:g}]")
         return self
 
