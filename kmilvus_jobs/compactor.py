@@ -74,21 +74,29 @@ def _layout(spec: dict):
     return files, plans, acc
 
 
-def binlog_batches(storage_uri: str, files: list[dict], plans: list[dict], columns: list[str], indexes):
+def binlog_batches(storage_uri: str, files: list[dict], plans: list[dict], columns: list[str], indexes, schema=None):
     """Source binlogs `indexes` (into `files`) read by pyarrow, decoded, with `__g` and `__seg`:
-    (plan index, record batch) pairs."""
+    (plan index, record batch) pairs. A binlog written before a field was added reads it as
+    the collection's `schema` says (its default, else null)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from kmilvus.storage import ObjectStore, binlog
+    from kmilvus.util import typeutil
 
     store = ObjectStore.from_uri(storage_uri)
     for t in indexes:
         f = files[t]
         p = plans[f["plan"]]
-        table = pq.read_table(store.path(f["key"]), filesystem=store.filesystem, columns=columns)
-        table = binlog.from_storage(table).combine_chunks()
+        with store.filesystem.open_input_file(store.path(f["key"])) as src:
+            pf = pq.ParquetFile(src)
+            have = set(pf.schema_arrow.names)
+            table = pf.read(columns=[c for c in columns if c in have])
+        table = binlog.from_storage(table)
+        if schema is not None:
+            table = typeutil.conform(table, schema)
+        table = table.combine_chunks()
         n = table.num_rows
         g = np.arange(f["offset"], f["offset"] + n, dtype=np.int64)
         seg = p["base"] + np.minimum(p["targets"] - 1, (g - p["start"]) // p["per"])
@@ -274,7 +282,8 @@ def write_binlogs(ctx: dict, writer: BinlogWriter, indexes, cancelled=lambda: Fa
     from kmilvus_jobs.importer import Cancelled
 
     deleted = 0
-    batches = binlog_batches(ctx["storage_uri"], ctx["files"], ctx["plans"], ctx["columns"], indexes)
+    schema = decode_schema(ctx["writer"]["schema"])
+    batches = binlog_batches(ctx["storage_uri"], ctx["files"], ctx["plans"], ctx["columns"], indexes, schema)
     for plan, batch in prefetched(batches):
         if cancelled():
             raise Cancelled("cancelled")

@@ -665,6 +665,42 @@ def test_a_key_written_twice_is_read_once_in_its_newest_version(node, client):
     check("released and loaded")
 
 
+def test_an_upsert_into_a_partition_replaces_the_row_there(node, client):
+    """The delete half of an upsert goes to the upsert's partition, as in Milvus (a chaos run
+    reported it going to `_default`'s): a key upserted twice in "p1" is read once, in its newest
+    version — with both versions growing, the old one flushed, both flushed, and after release
+    and load — and the upserts' deletes are p1's L0 delta logs (in `_default`'s, p1's
+    compaction would keep the old rows)."""
+    client.create_collection("upp", schema=_schema())
+    coll = _coll_id(client, "upp")
+    client.create_partition("upp", "p1")
+    _indexed_and_loaded(client, "upp")
+    client.upsert("upp", _rows([8], tag="old"), partition_name="p1")
+    client.flush("upp")
+    client.upsert("upp", _rows([7], tag="old"), partition_name="p1")
+    client.upsert("upp", _rows([7, 8], tag="new"), partition_name="p1")
+
+    def read(parts: list[str]) -> list[tuple[int, str]]:
+        got = client.query(
+            "upp", filter="id in [7, 8]", output_fields=["tag"], partition_names=parts, consistency_level="Strong"
+        )
+        return sorted((r["id"], r["tag"]) for r in got)
+
+    def check(when: str) -> None:
+        assert read(["p1"]) == read([]) == [(7, "new7"), (8, "new8")], when
+        assert read(["_default"]) == [], when
+
+    check("growing")
+    client.flush("upp")
+    check("flushed")
+    parts = {p.partitionName: p.partitionID for p in node.component("rootcoord").collections[coll].partitions}
+    wait_until(lambda: _deltas(node, coll).num_rows == 4, what="the upserts' 4 deletes in delta logs")
+    assert {d.partitionID for d in node.component("datacoord").meta.l0[coll].values()} == {parts["p1"]}
+    client.release_collection("upp")
+    client.load_collection("upp")
+    check("released and loaded")
+
+
 def test_deletes_of_a_partition_loaded_later_stay_deleted(node, client):
     """A partition loaded after its channel's delegator started (load_partitions again) gets the
     deletes committed before the delegator started: it holds every partition's L0 delta logs."""

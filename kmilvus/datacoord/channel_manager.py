@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from pymilvus.grpc_gen import schema_pb2
+from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
@@ -113,9 +113,26 @@ class ChannelManager:
         """Every collection with a watched channel."""
         return set(self._of_collection)
 
+    async def current_schema(self, coll_id: int) -> schema_pb2.CollectionSchema | None:
+        """The collection's schema as RootCoord has it now (a field may have been added since
+        its channels were watched: what a DataNode is handed and a job or an index build reads
+        by must have it); None once RootCoord no longer has the collection. Also kept for
+        `schema_of`."""
+        resp = await self.registry.client(roles.ROOTCOORD).DescribeCollection(
+            milvus_pb2.DescribeCollectionRequest(collectionID=coll_id)
+        )
+        if resp.status.code == merr.COLLECTION_NOT_FOUND[0]:
+            return None
+        merr.check(resp.status)
+        known = self.schema_of(coll_id)
+        if known is not None and resp.schema.version > known.version:
+            self._schemas[coll_id] = resp.schema
+        return resp.schema
+
     def schema_of(self, coll_id: int) -> schema_pb2.CollectionSchema | None:
-        """The collection's schema as its channels were watched with (None: not watched).
-        Parsed once: policy passes ask for every collection's (a watch never changes it)."""
+        """The collection's schema as its channels were watched with, or a newer one seen by
+        `current_schema` (None: not watched). Parsed once: policy passes ask for every
+        collection's."""
         if coll_id not in self._schemas:
             self._schemas[coll_id] = next(
                 (
@@ -207,8 +224,11 @@ class ChannelManager:
         read here, or will be refused by its watch compare. Read without the lock, a save
         committed in etcd but not yet applied in memory is missing from the watch, and the new
         owner replays its rows into a second binlog (duplicates found by bench/chaos.py)."""
+        schema = await self.current_schema(self.infos[ch].collectionID)
         async with self.meta.write_lock:
             info = self._watch_info(ch)
+        if schema is not None:
+            info.schema = schema.SerializeToString()
         client = self.registry.client(roles.DATANODE, node)
         merr.check(await client.WatchDmChannels(data_node_pb2.WatchDmChannelsRequest(channels=[info])))
         log.info("channel assigned", channel=ch, node=node)

@@ -219,7 +219,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
     # ------------------------------------------------------------------------ prepare
     async def prepare(self, job: data_coord_pb2.CompactionJob) -> dict:
         port, coll = self.port, job.collectionID
-        schema = self.schema_of(coll)
+        schema = await port.current_schema(coll)  # with every field added since the watch
         if schema is None:
             raise merr.collection_not_found(coll)
         plans = []

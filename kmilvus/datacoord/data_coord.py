@@ -31,6 +31,7 @@ from kmilvus.datacoord.partitions import DataCoordPartitionsMixin
 from kmilvus.datacoord.remover import FencedRemover
 from kmilvus.datacoord.segment_manager import SegmentManager
 from kmilvus.datacoord.stream_trimmer import StreamTrimmer
+from kmilvus.datacoord.truncate import DataCoordTruncateMixin
 from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import channels as chan
@@ -58,7 +59,13 @@ async def _leader_unknown() -> bool:
     return True
 
 
-class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs, data_coord_pb2_grpc.DataCoordServicer):
+class DataCoord(
+    DataCoordJobsRPCs,
+    DataCoordPartitionsMixin,
+    DataCoordTruncateMixin,
+    DataCoordIndexRPCs,
+    data_coord_pb2_grpc.DataCoordServicer,
+):
     role = roles.DATACOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, store, registry: roles.Registry, server_id: int = 0):
@@ -108,6 +115,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 channels_of=self.channels.channels_of,
                 collections=self.channels.collections,
                 schema_of=self.channels.schema_of,
+                current_schema=self.channels.current_schema,
                 rows_per_segment=self.segments.rows_per_segment,
                 dropping=self._dropping.__contains__,
                 partition_dropped=lambda coll, part: (coll, part) in self.dropped_partitions,

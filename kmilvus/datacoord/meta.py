@@ -411,39 +411,66 @@ class SegmentMeta:
         segments as etcd lists them (memory may miss one) — and its L0 delta logs. In one
         transaction when it fits in `max_ops` (etcd's --max-txn-ops); else the log keys go in
         several and the segment keys last, so an interrupted drop is found again and finished by
-        its retry. The DDL binlog meta stays: DDL belongs to the collection, not to the segment
-        that carried it. Under the write lock: an L0 save checks the dropped partitions under it."""
+        its retry. Under the write lock: an L0 save checks the dropped partitions under it."""
         async with self.write_lock:
             prefix = keys.partition_segment_prefix(coll_id, part_id)
             seg_ids = {int(k.rsplit("/", 1)[1]) for k, _ in await self.kv.get_prefix(prefix, keys_only=True)}
             gone = [s for s in self.by_collection(coll_id) if s.info.partitionID == part_id]
             seg_ids.update(s.id for s in gone)
-            logs = [
-                Op.delete_prefix(p)
-                for sid in sorted(seg_ids)
-                for p in (
-                    keys.binlog_prefix(coll_id, sid),
-                    keys.deltalog_prefix(coll_id, sid),
-                    keys.statslog_prefix(coll_id, sid),
-                )
-            ]
-            logs += [
-                Op.delete(k)
+            l0 = [
+                k
                 for k, raw in await self.kv.get_prefix(keys.l0_deltalog_prefix(coll_id))
                 if internal_pb2.L0Deltalog.FromString(raw).partitionID == part_id
             ]
-            step = max(1, max_ops - 1)
-            while len(logs) > step:
-                await self.kv.txn(logs[:step])
-                logs = logs[step:]
-            await self.kv.txn([*logs, Op.delete_prefix(prefix)])
+            await self._delete_logs_then(coll_id, seg_ids, l0, [Op.delete_prefix(prefix)], max_ops)
             for s in gone:
                 self.segments.pop(s.id, None)
-            l0 = self.l0.get(coll_id, {})
-            for i in [i for i, d in l0.items() if d.partitionID == part_id]:
-                del l0[i]
+            mem = self.l0.get(coll_id, {})
+            for i in [i for i, d in mem.items() if d.partitionID == part_id]:
+                del mem[i]
         await self.notify(*gone, removed=True)
         return gone
+
+    async def drop_segments_meta(
+        self, coll_id: int, segs: list[Segment], l0_ids: list[int], max_ops: int = 128
+    ) -> None:
+        """Every key of these segments (their insert, delta and stats log keys, then the segment
+        keys) and of these L0 delta logs: TruncateCollection's removal of the rows before its
+        timestamp. In as few transactions as `max_ops` allows, segment keys last: an interrupted
+        drop leaves segments that are found and dropped again by its retry."""
+        async with self.write_lock:
+            l0 = [keys.l0_deltalog_key(coll_id, i) for i in l0_ids]
+            last = [Op.delete(keys.segment_key(coll_id, s.info.partitionID, s.id)) for s in segs]
+            await self._delete_logs_then(coll_id, {s.id for s in segs}, l0, last, max_ops)
+            for s in segs:
+                self.segments.pop(s.id, None)
+            mem = self.l0.get(coll_id, {})
+            for i in l0_ids:
+                mem.pop(i, None)
+        await self.notify(*segs, removed=True)
+
+    async def _delete_logs_then(
+        self, coll_id: int, seg_ids: set[int], l0_keys: list[str], last: list[Op], max_ops: int
+    ) -> None:
+        """Delete the segments' insert, delta and stats log keys and the L0 delta log keys, then
+        `last`, in order, `max_ops` (etcd's --max-txn-ops) at most per transaction. The DDL
+        binlog meta stays: DDL belongs to the collection, not to the segment that carried it."""
+        ops = [
+            Op.delete_prefix(p)
+            for sid in sorted(seg_ids)
+            for p in (
+                keys.binlog_prefix(coll_id, sid),
+                keys.deltalog_prefix(coll_id, sid),
+                keys.statslog_prefix(coll_id, sid),
+            )
+        ]
+        ops += [Op.delete(k) for k in l0_keys]
+        ops += last
+        step = max(1, max_ops)
+        while len(ops) > step:
+            await self.kv.txn(ops[:step])
+            ops = ops[step:]
+        await self.kv.txn(ops)
 
     async def remove_segment(self, seg: Segment) -> None:
         i = seg.info

@@ -21,7 +21,7 @@ from kmilvus.log import get_logger
 from kmilvus.msgstream import channels as chan
 from kmilvus.proto import data_coord_pb2, data_node_pb2_grpc, internal_pb2
 from kmilvus.storage import binlog, deltalog, paths
-from kmilvus.util import merr, metricsinfo
+from kmilvus.util import merr, metricsinfo, typeutil
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.retry import Backoff, supervise
 from kmilvus.util.tasks import stopping
@@ -321,7 +321,9 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             key = paths.insert_log_key(coll, part, seg, log_id)
             # The insert binlog and the stats log are written at the same time (each is fsynced:
             # a flush waits for the slower one, not for both one after the other).
-            writes = [binlog.awrite_insert_binlog(self.store, key, buf.batches)]
+            # Rows buffered before a field was added get it as readers see them (default or null).
+            table = typeutil.conform(binlog.as_table(buf.batches), fg.schema)
+            writes = [binlog.awrite_insert_binlog(self.store, key, table)]
             if fg.pk_field is not None:
                 stats_id = await self.ids.alloc()
                 stats_key = paths.stats_log_key(coll, part, seg, stats_id)
@@ -339,8 +341,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             metrics.BINLOG_ROWS.inc(info.entries_num)
             metrics.DATANODE_FLUSHED_ROWS.labels(str(self.server_id), "streaming").inc(info.entries_num)
             req.binlogs.append(_binlog(log_id, key, info))
-            for f in [0, 1, *[f.fieldID for f in fg.schema.fields]]:
-                req.field2BinlogPaths.add(ID=f, Paths=[key])
+            for f in table.column_names:
+                req.field2BinlogPaths.add(ID=int(f), Paths=[key])
             if fg.pk_field is not None:
                 sinfo = infos[1]
                 written.append(stats_key)

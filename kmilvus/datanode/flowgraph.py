@@ -199,8 +199,13 @@ class FlowGraph:
         elif t == MsgType.TimeTick:
             self.tick = pos
             await self.node.report_tt(self, msg.timestamp, self.checkpoint())
-        elif t in (MsgType.CreateCollection, MsgType.CreatePartition):
+        elif t in (MsgType.CreateCollection, MsgType.CreatePartition, MsgType.TruncateCollection):
+            # A truncate's rows are flushed by the flush that took its timestamp, then DataCoord
+            # drops their segments: the flowgraph keeps the DDL only.
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
+        elif t == MsgType.AlterCollection:
+            self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
+            self.adopt_schema(internal_pb2.AlterCollectionMsg.FromString(bytes(msg.payload)).schema)
         elif t == MsgType.DropPartition:
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
             self.drop_partition(internal_pb2.DropPartitionMsg.FromString(bytes(msg.payload)).partitionID)
@@ -208,6 +213,14 @@ class FlowGraph:
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
             self.dropped = True
             log.info("flowgraph saw DropCollection", channel=self.vchannel)
+
+    def adopt_schema(self, raw: bytes) -> None:
+        """A newer schema (a field was added): buffered rows without the field are written with
+        it as the readers see them (`typeutil.conform`). An older one (a replay) changes nothing."""
+        schema = schema_pb2.CollectionSchema.FromString(raw)
+        if schema.version > self.schema.version:
+            self.schema = schema
+            log.info("flowgraph adopted a new schema", channel=self.vchannel, version=schema.version)
 
     def drop_partition(self, part: int) -> None:
         """Discard the partition's buffers; its segments are never flushed from here on (DataCoord

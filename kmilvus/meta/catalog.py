@@ -54,6 +54,14 @@ def drop_partition_task_key(coll_id: int, part_id: int) -> str:
 
 DROP_PARTITION_TASK_PREFIX = "root-coord/drop-partition-task/"
 
+
+def truncate_task_key(coll_id: int) -> str:
+    """A TruncateCollection in progress (TruncateTask): its steps are resumed from here."""
+    return f"{TRUNCATE_TASK_PREFIX}{coll_id}"
+
+
+TRUNCATE_TASK_PREFIX = "root-coord/truncate-task/"
+
 # DataCoord ------------------------------------------------------------------------------
 
 
@@ -211,6 +219,7 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
         collection_key(coll_id),
         drop_task_key(coll_id),
         f"{DROP_PARTITION_TASK_PREFIX}{coll_id}/",
+        truncate_task_key(coll_id),
         segment_prefix(coll_id),
         binlog_prefix(coll_id),
         ddl_binlog_prefix(coll_id),

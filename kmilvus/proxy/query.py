@@ -138,6 +138,7 @@ class ProxyQueryMixin:
             ignore_growing=qp.ignore_growing,
             mvcc_ts=mvcc,
             order_by=[f.to_proto() for f in order],
+            schema_version=meta.schema.version,
         )
         for name, value in req.expr_template_values.items():
             qreq.expr_template_values[name].CopyFrom(value)

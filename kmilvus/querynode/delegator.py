@@ -17,12 +17,18 @@ DropPartition is read on the channel in order with the inserts before it (a load
 channel from its checkpoint, before them): the partition's growing rows go, and its later
 inserts are not kept. The dropped partitions are shared by the collection's delegators, so its
 sealed segments are not read either until QueryCoord releases them.
+
+A schema change (AlterCollection: a field added) is read the same way: the new schema goes to the
+whole loaded collection (its sealed segments and every delegator's growing rows read the added
+field from then on). So is TruncateCollection: rows older than its timestamp are hidden from
+every read of the collection (growing segments holding nothing newer are dropped at once).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from pymilvus.grpc_gen import schema_pb2
 
@@ -47,7 +53,11 @@ class ChannelDelegator:
         consumer_name: str,
         req: query_node_pb2.WatchDmChannelsRequest,
         dropped_partitions: set[int] | None = None,
+        on_schema: Callable[[schema_pb2.CollectionSchema], None] | None = None,
+        on_truncate: Callable[[int], None] | None = None,
     ):
+        """`on_schema`: called with a newer schema read on the channel (a field was added);
+        `on_truncate`: with the truncate timestamp of a TruncateCollection read on it."""
         self.stream = stream
         self.consumer_name = consumer_name
         self.vchannel = req.vchannel
@@ -66,6 +76,8 @@ class ChannelDelegator:
         self.dropped = False
         # Partitions dropped on the channel (the collection's delegators share one set).
         self.dropped_partitions = dropped_partitions if dropped_partitions is not None else set()
+        self.on_schema = on_schema
+        self.on_truncate = on_truncate
         self.lost = False  # messages were purged before it read them: it no longer serves
         self.changed = asyncio.Condition()
         self._consumer: ChannelReader | None = None
@@ -120,6 +132,13 @@ class ChannelDelegator:
         self.skip.add(seg_id)
         self.growing.pop(seg_id, None)
 
+    def adopt_schema(self, schema: schema_pb2.CollectionSchema) -> None:
+        """A newer schema (`LoadedCollection.update_schema` calls this on every delegator):
+        growing rows are read with its fields."""
+        self.schema = schema
+        for g in self.growing.values():
+            g.adopt(schema)
+
     def drop_partition(self, part: int) -> None:
         """The partition's growing rows go; its later inserts are skipped."""
         self.dropped_partitions.add(part)
@@ -164,6 +183,20 @@ class ChannelDelegator:
                 self.changed.notify_all()
         elif t == MsgType.DropPartition:
             self.drop_partition(internal_pb2.DropPartitionMsg.FromString(bytes(msg.payload)).partitionID)
+        elif t == MsgType.AlterCollection:
+            raw = internal_pb2.AlterCollectionMsg.FromString(bytes(msg.payload)).schema
+            schema = schema_pb2.CollectionSchema.FromString(raw)
+            if schema.version > self.schema.version:
+                if self.on_schema is not None:
+                    self.on_schema(schema)
+                else:
+                    self.adopt_schema(schema)
+        elif t == MsgType.TruncateCollection:
+            before = internal_pb2.TruncateCollectionMsg.FromString(bytes(msg.payload)).truncate_ts
+            for seg in [s for s, g in self.growing.items() if g.max_ts() < before]:
+                self.seal(seg)  # every row of it is truncated; later rows of it are skipped too
+            if self.on_truncate is not None:
+                self.on_truncate(before)
         elif t == MsgType.DropCollection:
             self.dropped = True
             self.growing.clear()

@@ -16,7 +16,7 @@ from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.parser import template_values
 from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
-from kmilvus.querynode import bm25, orderby, reduce
+from kmilvus.querynode import bm25, mmap, orderby, reduce
 from kmilvus.querynode.delegator import ChannelDelegator
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
@@ -45,10 +45,35 @@ class LoadedCollection:
     # Partitions a DropPartition on a channel dropped (its delegators share the set): their
     # sealed segments are neither read nor loaded, before QueryCoord releases them.
     dropped_partitions: set[int] = field(default_factory=set)
+    # TruncateCollection read on a channel: rows older than this are no longer read (hybrid ts),
+    # before DataCoord drops their segments and QueryCoord releases them.
+    truncated_before: int = 0
 
     @property
     def pk_field(self) -> int:
         return typeutil.primary_field(self.schema).fieldID
+
+    def update_schema(self, schema: schema_pb2.CollectionSchema) -> None:
+        """A newer schema (a field was added; an older one changes nothing): every loaded row,
+        sealed or growing, reads the added field from now on (its default, else null)."""
+        if schema.version <= self.schema.version:
+            return
+        self.schema = schema
+        for s in self.sealed.values():
+            s.conform(schema)
+        for d in self.channels.values():
+            d.adopt_schema(schema)
+        log.info("collection schema updated", collection=self.id, version=schema.version)
+
+    def truncate(self, before: int) -> None:
+        """TruncateCollection: rows older than `before` are hidden from every read from now on."""
+        if before > self.truncated_before:
+            self.truncated_before = before
+            log.info("collection truncated", collection=self.id, before=before)
+
+    def expire_before(self, ttl_ts: int) -> int:
+        """A read's cutoff: rows older are not read (the TTL's, or a truncate's)."""
+        return max(ttl_ts, self.truncated_before)
 
     def segments(self, vchannels, partitions, growing: bool = True) -> list[tuple[SegmentData, tuple[DeleteSet, ...]]]:
         """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`; none
@@ -127,7 +152,20 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         c = self.collections.get(coll_id)
         if c is None:
             c = self.collections[coll_id] = LoadedCollection(coll_id, schema_pb2.CollectionSchema.FromString(schema))
+        else:
+            c.update_schema(schema_pb2.CollectionSchema.FromString(schema))
         return c
+
+    async def _schema_at(self, coll: LoadedCollection, version: int) -> None:
+        """The schema a Proxy planned a read with (`version`): a node that has not read the
+        schema's broadcast yet (or missed it) asks RootCoord, the schema's owner."""
+        if coll.schema.version >= version:
+            return
+        resp = await self.registry.client(roles.ROOTCOORD).DescribeCollection(
+            milvus_pb2.DescribeCollectionRequest(collectionID=coll.id)
+        )
+        merr.check(resp.status)
+        coll.update_schema(resp.schema)
 
     async def _read(self, coll: LoadedCollection, info: query_node_pb2.SegmentLoadInfo) -> SegmentData:
         """Index files, binlogs (one Arrow read, without the vector columns an index holds),
@@ -140,6 +178,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             if raw and any(ix.num_rows != table.num_rows for ix, _ in indexes.values()):
                 table = read_binlogs(self.store, list(info.binlog_paths))  # an index is ignored below
             usable = [f for f, (ix, _) in indexes.items() if ix.num_rows == table.num_rows]
+            table = mmap.map_columns(table, mmap.mapped_fields(coll.schema))  # mmap.enabled fields
             seg = SegmentData.build(info.segmentID, info.partitionID, table, coll.schema, usable)
             self._read_deltas(seg.deltas, info)
             self._add_indexes(seg, indexes)
@@ -200,6 +239,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         retired segment (its compacted target is in) is not installed: its rows would show twice."""
         if data.segment_id in coll.retired or data.partition_id in coll.dropped_partitions:
             return
+        data.conform(coll.schema)  # a field added while it was being read
         coll.retired.update(info.compaction_from)
         coll.sealed[data.segment_id] = data
         coll.channel_of[data.segment_id] = info.insert_channel
@@ -222,7 +262,9 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                 await old.stop()
                 del coll.channels[req.vchannel]
             name = f"{self.cfg.cluster}-qn{self.server_id}"
-            d = ChannelDelegator(self.stream, name, req, coll.dropped_partitions)
+            d = ChannelDelegator(self.stream, name, req, coll.dropped_partitions, coll.update_schema, coll.truncate)
+            if coll.schema.version > d.schema.version:
+                d.adopt_schema(coll.schema)  # the node learnt a newer schema than this watch carries
             for part, pks, ts in await asyncio.to_thread(self._read_l0, req):
                 d.add_deletes(part, pks, ts)
             for info in req.unflushed_segments:
@@ -361,6 +403,8 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc(query_node_pb2.SearchResults)
     async def Search(self, req: query_node_pb2.SearchRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
+        await self._schema_at(coll, req.schema_version)
+        req.collection_ttl_ts = coll.expire_before(req.collection_ttl_ts)
         await coll.refresh_versions()
         plan = plan_from_request(req, coll.schema, coll.pk_field)
         if plan.metric == bm25.METRIC:
@@ -373,8 +417,9 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc(query_node_pb2.RetrieveResults)
     async def Query(self, req: query_node_pb2.QueryRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
+        await self._schema_at(coll, req.schema_version)
         values = template_values(req.expr_template_values) if req.expr else None
-        flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts, values)
+        flt = compile_filter(req.expr, coll.schema, coll.expire_before(req.collection_ttl_ts), values)
         await coll.refresh_versions()
         segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
         outputs = [] if req.count else list(req.output_fieldIDs)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus import index as kindex
@@ -24,6 +25,7 @@ from kmilvus.storage.deltalog import sorted_unique
 from kmilvus.util import typeutil
 
 DT = schema_pb2.DataType
+TIMESTAMP = str(typeutil.TIMESTAMP_FIELD)
 
 
 def field_type(schema: schema_pb2.CollectionSchema, field_id: int) -> int:
@@ -63,9 +65,10 @@ class SegmentData:
         schema: schema_pb2.CollectionSchema,
         indexed: Collection[int] = (),
     ):
-        """`indexed`: vector fields searched through an index (no float32 matrix is made)."""
+        """`indexed`: vector fields searched through an index (no float32 matrix is made).
+        Rows written before a field was added get it as the schema reads it (`typeutil.conform`)."""
         pk = next(f.fieldID for f in schema.fields if f.is_primary_key)
-        seg = cls(segment_id, partition_id, table, pk_field=pk)
+        seg = cls(segment_id, partition_id, typeutil.conform(table, schema), pk_field=pk)
         for f in schema.fields:
             kind = P.vector_kind(f.data_type)
             if kind is None or f.fieldID in indexed or str(f.fieldID) not in table.column_names:
@@ -79,6 +82,11 @@ class SegmentData:
             else:
                 seg.raw[f.fieldID] = vecs
         return seg
+
+    def conform(self, schema: schema_pb2.CollectionSchema) -> None:
+        """A field was added to the collection: the rows read it as the schema says (their
+        default, else null), one column appended — keys, vectors and indexes stay."""
+        self.table = typeutil.conform(self.table, schema)
 
     def index_for(self, field_id: int, metric: str) -> Any:
         """What searches `field_id` through kmilvus.index: its loaded index, or (binary, sparse)
@@ -215,6 +223,15 @@ class GrowingSegment:
         self.nbytes = 0
         self.deltas = DeleteSet()  # delta logs written for it before it was flushed
         self._data: SegmentData | None = None
+
+    def adopt(self, schema: schema_pb2.CollectionSchema) -> None:
+        """A newer schema: the rows are read with its fields from now on."""
+        self.schema = schema
+        self._data = None
+
+    def max_ts(self) -> int:
+        """The timestamp of its newest row (0: none)."""
+        return max((pc.max(b.column(TIMESTAMP)).as_py() or 0 for b in self.batches if b.num_rows), default=0)
 
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
         self.batches.append(batch)
