@@ -123,6 +123,7 @@ class Deployment:
         port = free_port()
         argv = [exe, "run", *roles, "--etcd-endpoint", self.etcd_endpoint, "--nats-url", self.nats.endpoint]
         argv += ["--storage-uri", self.storage_uri, "--cluster", CLUSTER, "--port", str(port)]
+        argv += ["--http-port", "0"]  # two Proxies on one host: the RESTful API on any free port
         p = Proc(name, roles, argv, {**SETTINGS, **os.environ}, self.work / f"{name}.log", port)
         self.procs[name] = p
         return p

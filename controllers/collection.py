@@ -98,204 +98,244 @@ async def describe(co: CoordinatorClient, t: Target | None = None, *, collection
 
 async def converge(rt: Runtime, body) -> Outcome:
     """Compare the resource with RootCoord and converge; returns the status to write."""
-    name, ns, uid, gen = _meta(body)
-    spec = _spec(body)
-    old = dict(body.get("status") or {})
-    conds = list(old.get("conditions") or [])
-    out = Outcome()
+    return await Convergence(rt, body).run()
 
-    def cond(ctype: str, ok: bool, reason: str, msg: str) -> bool:
-        nonlocal conds
-        conds, transitioned = conditions.set_condition(conds, ctype, ok, reason, msg, gen)
+
+class Convergence:
+    """One pass over a Collection resource, in named steps, each idempotent (a pass that stops
+    anywhere — an error, a restart — is simply run again): check the spec, check the identity,
+    then keep, adopt or create the collection, then its partitions, indexes, load state and
+    status. A step that decides the pass is over returns False; `out` then holds the result."""
+
+    def __init__(self, rt: Runtime, body):
+        self.rt, self.body = rt, body
+        self.name, self.ns, self.uid, self.gen = _meta(body)
+        self.spec = _spec(body)
+        self.old = dict(body.get("status") or {})
+        self.conds = list(self.old.get("conditions") or [])
+        self.out = Outcome()
+        self.live = bool(self.old.get("collectionID")) and self.old.get("phase") == "Ready"
+        self.created_by = self.old.get("createdBy")
+        self.declared: list[DeclaredIndex] | None = None
+        self.index_error: SpecError | None = None
+
+    async def run(self) -> Outcome:
+        if not self.check_spec():
+            return self.out
+        self.co = await self.rt.coordinators()
+        if not await self.check_identity():
+            return self.out
+        desc = await describe(self.co, self.t)
+        known_id = self.old.get("collectionID")
+        if desc is not None and desc.collectionID == known_id:
+            self.keep(desc)
+        elif desc is not None:
+            if not await self.adopt(desc):
+                return self.out
+        else:
+            desc = await self.create(known_id)
+            if desc is None:
+                return self.out
+        await self.sync(desc)
+        return self.out
+
+    # ---------------------------------------------------------------------------- outcomes
+    def cond(self, ctype: str, ok: bool, reason: str, msg: str) -> bool:
+        self.conds, transitioned = conditions.set_condition(self.conds, ctype, ok, reason, msg, self.gen)
         return transitioned
 
-    # 1. The spec alone: an invalid one never reaches etcd.
-    try:
-        schema = to_schema(spec, name)
-    except SpecError as exc:
-        msg = f"invalid Collection spec: {exc}"
-        if old.get("collectionID") and old.get("phase") == "Ready":
-            # An edit of a live collection's spec: refused; the collection keeps serving.
-            if cond("SchemaSynced", False, exc.reason, msg + "; the collection keeps its schema"):
-                out.events.append(("Warning", exc.reason, msg))
-            out.status = {"conditions": conds, "observedGeneration": gen}
-            return out
-        if cond("Ready", False, exc.reason, msg):
-            out.events.append(("Warning", exc.reason, msg))
-        out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
-        return out
-    live = bool(old.get("collectionID")) and old.get("phase") == "Ready"
-    try:
-        declared = declared_indexes(spec, schema)
-        index_error = None
-    except SpecError as exc:
-        declared, index_error = None, exc
-        msg = f"invalid spec.indexes: {exc}"
-        if not live:  # nothing is created from a spec with a bad index
-            if cond("Ready", False, exc.reason, msg):
-                out.events.append(("Warning", exc.reason, msg))
-            out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
-            return out
-        if cond("IndexesSynced", False, exc.reason, msg + "; no index was created or dropped"):
-            out.events.append(("Warning", exc.reason, msg))
-    t = target(spec, name)
-    shards = spec.get("shardsNum", 1)
-    co = await rt.coordinators()
-    known_id = old.get("collectionID")
-    created_by = old.get("createdBy")
-    if known_id:
-        # spec.name / spec.database are immutable too: never create a second collection for a rename.
-        mine = await describe(co, collection_id=known_id)
-        if mine is not None and (mine.db_name or "default", mine.collection_name) != t.key:
-            msg = (
-                f"this resource manages collection {mine.collection_name} (ID {known_id}) in database "
-                f"{mine.db_name or 'default'}; spec.name and spec.database cannot change (now {t.name} in "
-                f"{t.database}). Revert the change, or create a new Collection."
-            )
-            if cond("SchemaSynced", False, "NameImmutable", msg):
-                out.events.append(("Warning", "NameChangeRefused", msg))
-            out.status = {"conditions": conds, "observedGeneration": gen}
-            return out
-    desc = await describe(co, t)
+    def warn(self, ctype: str, reason: str, msg: str, event_reason: str | None = None, event: str = "") -> None:
+        """A False condition, and a Warning event (`event`, else the condition's message) when it is new."""
+        if self.cond(ctype, False, reason, msg):
+            self.out.events.append(("Warning", event_reason or reason, event or msg))
 
-    if desc is not None and desc.collectionID == known_id:
-        # 2a. Ours already: the schema is immutable.
-        if not same_schema(schema, desc.schema) or desc.shards_num != shards:
-            diff = schema_diff(schema, desc.schema)
-            if desc.shards_num != shards:
-                diff = "; ".join(
-                    p
-                    for p in (diff if diff != "no field differs" else "", f"shardsNum {desc.shards_num} -> {shards}")
-                    if p
-                )
+    def fail(self, reason: str, msg: str) -> bool:
+        """Ready=False, phase Failed: nothing (more) is done for this spec."""
+        self.warn("Ready", reason, msg)
+        self.out.status = {"phase": "Failed", "conditions": self.conds, "observedGeneration": self.gen}
+        return False
+
+    def refuse(self, reason: str, msg: str, event_reason: str | None = None, event: str = "") -> bool:
+        """SchemaSynced=False: an edit is refused, the collection keeps serving as it is."""
+        self.warn("SchemaSynced", reason, msg, event_reason, event)
+        self.out.status = {"conditions": self.conds, "observedGeneration": self.gen}
+        return False
+
+    # ---------------------------------------------------------------------------- steps
+    def check_spec(self) -> bool:
+        """The spec alone: an invalid one never reaches etcd. A bad index stops a new collection;
+        for a live one it is reported (IndexesSynced) and everything else goes on."""
+        try:
+            self.schema = to_schema(self.spec, self.name)
+        except SpecError as exc:
+            msg = f"invalid Collection spec: {exc}"
+            if self.live:
+                return self.refuse(exc.reason, msg + "; the collection keeps its schema", event=msg)
+            return self.fail(exc.reason, msg)
+        try:
+            self.declared = declared_indexes(self.spec, self.schema)
+        except SpecError as exc:
+            self.index_error = exc
+            msg = f"invalid spec.indexes: {exc}"
+            if not self.live:  # nothing is created from a spec with a bad index
+                return self.fail(exc.reason, msg)
+            self.warn("IndexesSynced", exc.reason, msg + "; no index was created or dropped", event=msg)
+        self.t = target(self.spec, self.name)
+        self.shards = self.spec.get("shardsNum", 1)
+        return True
+
+    async def check_identity(self) -> bool:
+        """spec.name / spec.database are immutable too: never a second collection for a rename."""
+        known_id = self.old.get("collectionID")
+        if not known_id:
+            return True
+        mine = await describe(self.co, collection_id=known_id)
+        if mine is None or (mine.db_name or "default", mine.collection_name) == self.t.key:
+            return True
+        msg = (
+            f"this resource manages collection {mine.collection_name} (ID {known_id}) in database "
+            f"{mine.db_name or 'default'}; spec.name and spec.database cannot change (now {self.t.name} in "
+            f"{self.t.database}). Revert the change, or create a new Collection."
+        )
+        return self.refuse("NameImmutable", msg, "NameChangeRefused")
+
+    def _differs(self, desc) -> bool:
+        return not same_schema(self.schema, desc.schema) or desc.shards_num != self.shards
+
+    def keep(self, desc) -> None:
+        """Ours already: the schema is immutable (a change is refused, the collection serves on)."""
+        if self._differs(desc):
+            diff = schema_diff(self.schema, desc.schema)
+            if desc.shards_num != self.shards:
+                shards = f"shardsNum {desc.shards_num} -> {self.shards}"
+                diff = shards if diff == "no field differs" else f"{diff}; {shards}"
             msg = (
-                f"the schema of collection {t.name} cannot change ({diff}): Milvus does not support "
+                f"the schema of collection {self.t.name} cannot change ({diff}): Milvus does not support "
                 "altering a collection schema, so it keeps the schema it was created with. Revert the "
                 "change, or create a new Collection."
             )
-            if cond("SchemaSynced", False, "SchemaImmutable", msg):
-                out.events.append(("Warning", "SchemaChangeRefused", msg))
-        elif not conditions.is_true(conds, "SchemaSynced"):
-            was_refused = conditions.get(conds, "SchemaSynced") is not None
-            cond("SchemaSynced", True, "InSync", "the spec matches the collection's schema")
+            self.warn("SchemaSynced", "SchemaImmutable", msg, "SchemaChangeRefused")
+        elif not conditions.is_true(self.conds, "SchemaSynced"):
+            was_refused = conditions.get(self.conds, "SchemaSynced") is not None
+            self.cond("SchemaSynced", True, "InSync", "the spec matches the collection's schema")
             if was_refused:
-                out.events.append(("Normal", "SchemaInSync", f"the spec matches collection {t.name}'s schema again"))
-        if not conditions.is_true(conds, "Ready"):
-            cond("Ready", True, "Ready", f"collection {t.name} (ID {desc.collectionID}) exists")
-    elif desc is not None:
-        # 2b. It exists but is not ours yet: adopt it when it is the same collection.
+                msg = f"the spec matches collection {self.t.name}'s schema again"
+                self.out.events.append(("Normal", "SchemaInSync", msg))
+        if not conditions.is_true(self.conds, "Ready"):
+            self.cond("Ready", True, "Ready", f"collection {self.t.name} (ID {desc.collectionID}) exists")
+
+    async def adopt(self, desc) -> bool:
+        """It exists but is not ours yet: adopt it when it is the same collection."""
+        t = self.t
         owner = _prop(desc, R.PROP_OWNER)
-        if owner and not owner.endswith("/" + uid) and await _owner_exists(rt, owner):
-            msg = (
+        if owner and not owner.endswith("/" + self.uid) and await _owner_exists(self.rt, owner):
+            return self.fail(
+                "NameConflict",
                 f"collection {t.name} in database {t.database} belongs to Collection {owner.rsplit('/', 1)[0]}; "
-                "two resources cannot manage one collection"
+                "two resources cannot manage one collection",
             )
-            if cond("Ready", False, "NameConflict", msg):
-                out.events.append(("Warning", "NameConflict", msg))
-            out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
-            return out
-        if not same_schema(schema, desc.schema) or desc.shards_num != shards:
-            diff = schema_diff(schema, desc.schema)
-            if desc.shards_num != shards:
-                diff += f"; shardsNum {desc.shards_num} in Milvus, {shards} in the spec"
-            msg = (
+        if self._differs(desc):
+            diff = schema_diff(self.schema, desc.schema)
+            if desc.shards_num != self.shards:
+                diff += f"; shardsNum {desc.shards_num} in Milvus, {self.shards} in the spec"
+            return self.fail(
+                "SchemaConflict",
                 f"a collection named {t.name} already exists in database {t.database} with a different "
-                f"schema ({diff}); it was not adopted"
+                f"schema ({diff}); it was not adopted",
             )
-            if cond("Ready", False, "SchemaConflict", msg):
-                out.events.append(("Warning", "SchemaConflict", msg))
-            out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
-            return out
-        created_by = "sdk" if _is_sdk(body) or _prop(desc, R.PROP_MANAGED_BY) != "operator" else "operator"
+        sdk = _is_sdk(self.body) or _prop(desc, R.PROP_MANAGED_BY) != "operator"
+        self.created_by = "sdk" if sdk else "operator"
         msg = f"adopted existing collection {t.name} (ID {desc.collectionID})"
-        cond("Ready", True, "Adopted", msg)
-        cond("SchemaSynced", True, "InSync", "the spec matches the collection's schema")
-        out.events.append(("Normal", "Adopted", msg))
-        rt.stats.inc("adopted")
-    else:
-        # 2c. Missing.
-        if _is_sdk(body):
+        self.cond("Ready", True, "Adopted", msg)
+        self.cond("SchemaSynced", True, "InSync", "the spec matches the collection's schema")
+        self.out.events.append(("Normal", "Adopted", msg))
+        self.rt.stats.inc("adopted")
+        return True
+
+    async def create(self, known_id):
+        """Missing: created through RootCoord (again, if it was lost), or — an SDK mirror whose
+        collection was dropped through the Milvus API — the resource follows it. Returns the new
+        collection's description, or None when the pass is over."""
+        t, out = self.t, self.out
+        if _is_sdk(self.body):
             out.delete_resource = True  # dropped through the SDK: the mirror follows
-            out.events.append(
-                ("Normal", "DroppedBySDK", f"collection {t.name} (ID {known_id}) was dropped through the Milvus API")
-            )
-            return out
+            msg = f"collection {t.name} (ID {known_id}) was dropped through the Milvus API"
+            out.events.append(("Normal", "DroppedBySDK", msg))
+            return None
         if known_id:
-            out.events.append(
-                (
-                    "Warning",
-                    "CollectionLost",
-                    f"collection {t.name} (ID {known_id}) no longer exists in Milvus; creating it again",
-                )
-            )
+            msg = f"collection {t.name} (ID {known_id}) no longer exists in Milvus; creating it again"
+            out.events.append(("Warning", "CollectionLost", msg))
         if t.database != DEFAULT_DB:
             try:
-                await co.ensure_database(t.database)  # spec.database is declarative too
+                await self.co.ensure_database(t.database)  # spec.database is declarative too
             except merr.MilvusError as exc:
                 raise kopf.TemporaryError(f"CreateDatabase {t.database}: {exc.message}", delay=1) from None
-        req = milvus_pb2.CreateCollectionRequest(
-            db_name=t.database,
-            collection_name=t.name,
-            schema=schema.SerializeToString(),
-            shards_num=shards,
-            num_partitions=spec.get("numPartitions", 0),
-            consistency_level=CONSISTENCY[spec.get("consistencyLevel", DEFAULT_CONSISTENCY)],
-            properties=[
-                common_pb2.KeyValuePair(key=R.PROP_MANAGED_BY, value="operator"),
-                common_pb2.KeyValuePair(key=R.PROP_OWNER, value=f"{ns}/{name}/{uid}"),
-            ],
-        )
-        st = await co.create_collection(req)
+        st = await self.co.create_collection(self._create_request())
         if not merr.ok(st):
-            if st.error_code == common_pb2.IllegalArgument or st.code in (
-                merr.PARAMETER_INVALID[0],
-                merr.COLLECTION_ILLEGAL_SCHEMA[0],
-            ):
-                msg = f"Milvus refused the collection: {st.reason}"
-                if cond("Ready", False, "CreateFailed", msg):
-                    out.events.append(("Warning", "CreateFailed", msg))
-                out.status = {"phase": "Failed", "conditions": conds, "observedGeneration": gen}
-                return out
+            refused = (merr.PARAMETER_INVALID[0], merr.COLLECTION_ILLEGAL_SCHEMA[0])
+            if st.error_code == common_pb2.IllegalArgument or st.code in refused:
+                self.fail("CreateFailed", f"Milvus refused the collection: {st.reason}")
+                return None
             raise kopf.TemporaryError(f"CreateCollection {t.name}: {st.reason}", delay=1)
-        desc = await describe(co, t)
+        desc = await describe(self.co, t)
         if desc is None:
             raise kopf.TemporaryError(f"collection {t.name} vanished right after its creation", delay=1)
-        created_by = "operator"
+        self.created_by = "operator"
         msg = (
             f"created collection {t.name} (ID {desc.collectionID}) with {desc.shards_num} shard(s): "
             f"{', '.join(desc.virtual_channel_names)}"
         )
-        cond("Ready", True, "Created", msg)
-        cond("SchemaSynced", True, "InSync", "the spec matches the collection's schema")
+        self.cond("Ready", True, "Created", msg)
+        self.cond("SchemaSynced", True, "InSync", "the spec matches the collection's schema")
         out.events.append(("Normal", "Created", msg))
-        rt.stats.inc("created")
+        self.rt.stats.inc("created")
+        return desc
 
-    out.status = {
-        "phase": "Ready",
-        "collectionID": desc.collectionID,
-        "database": t.database,
-        "name": t.name,
-        "vchannels": list(desc.virtual_channel_names),
-        "createdBy": created_by or ("sdk" if _is_sdk(body) else "operator"),
-        "observedGeneration": gen,
-        "conditions": conds,
-    }
-    out.status["partitions"] = await sync_partitions(co, t, spec, desc.collectionID, out.events)
-    if "rows" not in old:
-        out.status["rows"] = 0
-    if "segments" not in old:
-        out.status["segments"] = {"growing": 0, "sealed": 0, "flushing": 0, "flushed": 0, "total": 0}
-    want_load = spec.get("load")
-    if want_load is True:  # LoadCollection needs the declared indexes first
-        out.status["indexes"] = await sync_indexes(co, desc, declared, cond, out.events)
-    if want_load is not None:
-        out.status["load"] = await converge_load(co, desc, bool(want_load), out.events)
-    if want_load is not True:  # after a release, so that undeclared indexes can be dropped
-        out.status["indexes"] = await sync_indexes(co, desc, declared, cond, out.events)
-    if declared is None and index_error is None and conditions.get(conds, "IndexesSynced") is not None:
-        cond("IndexesSynced", True, "NotDeclared", "spec.indexes is not set: indexes are left to the Milvus API")
-    out.status["conditions"] = conds
-    return out
+    def _create_request(self) -> milvus_pb2.CreateCollectionRequest:
+        return milvus_pb2.CreateCollectionRequest(
+            db_name=self.t.database,
+            collection_name=self.t.name,
+            schema=self.schema.SerializeToString(),
+            shards_num=self.shards,
+            num_partitions=self.spec.get("numPartitions", 0),
+            consistency_level=CONSISTENCY[self.spec.get("consistencyLevel", DEFAULT_CONSISTENCY)],
+            properties=[
+                common_pb2.KeyValuePair(key=R.PROP_MANAGED_BY, value="operator"),
+                common_pb2.KeyValuePair(key=R.PROP_OWNER, value=f"{self.ns}/{self.name}/{self.uid}"),
+            ],
+        )
+
+    async def sync(self, desc) -> None:
+        """The collection exists and is ours: partitions, indexes and load state as the spec
+        declares them, and the status."""
+        status = self.out.status = {
+            "phase": "Ready",
+            "collectionID": desc.collectionID,
+            "database": self.t.database,
+            "name": self.t.name,
+            "vchannels": list(desc.virtual_channel_names),
+            "createdBy": self.created_by or ("sdk" if _is_sdk(self.body) else "operator"),
+            "observedGeneration": self.gen,
+            "conditions": self.conds,
+        }
+        status["partitions"] = await sync_partitions(self.co, self.t, self.spec, desc.collectionID, self.out.events)
+        if "rows" not in self.old:
+            status["rows"] = 0
+        if "segments" not in self.old:
+            status["segments"] = {"growing": 0, "sealed": 0, "flushing": 0, "flushed": 0, "total": 0}
+        want_load = self.spec.get("load")
+        if want_load is True:  # LoadCollection needs the declared indexes first
+            status["indexes"] = await sync_indexes(self.co, desc, self.declared, self.cond, self.out.events)
+        if want_load is not None:
+            status["load"] = await converge_load(self.co, desc, bool(want_load), self.out.events)
+        if want_load is not True:  # after a release, so that undeclared indexes can be dropped
+            status["indexes"] = await sync_indexes(self.co, desc, self.declared, self.cond, self.out.events)
+        declared_none = self.declared is None and self.index_error is None
+        if declared_none and conditions.get(self.conds, "IndexesSynced") is not None:
+            self.cond(
+                "IndexesSynced", True, "NotDeclared", "spec.indexes is not set: indexes are left to the Milvus API"
+            )
+        status["conditions"] = self.conds
 
 
 def _index_desc(params: dict) -> str:
@@ -313,57 +353,9 @@ async def sync_indexes(co: CoordinatorClient, desc, declared: list[DeclaredIndex
     try:
         have = {ix.name: ix for ix in await co.describe_indexes(cid)}
         if declared is not None:
-            problems: list[tuple[str, str]] = []
-            wanted = {d.name: d for d in declared}
-            field_ids = {f.name: f.fieldID for f in desc.schema.fields}
-            undeclared = [n for n in have if n not in wanted]
-            loaded = bool(undeclared) and (await co.load_state(cid))[0] != "NotLoad"
-            if undeclared and loaded:
-                problems.append(
-                    (
-                        "ReleaseRequired",
-                        f"index(es) {', '.join(undeclared)} are not in spec.indexes, but Milvus drops an index "
-                        "only while the collection is released: set spec.load to false to drop them",
-                    )
-                )
-            elif undeclared:
-                for n in undeclared:
-                    await co.drop_index(cid, n)
-                    events.append(("Normal", "IndexDropped", f"dropped index {n} of collection {desc.collection_name}"))
-                    del have[n]
-            created = False
-            for d in declared:
-                cur = have.get(d.name)
-                if cur is None:
-                    other = next((h for h in have.values() if h.field_id == field_ids[d.field]), None)
-                    if other is not None:
-                        problems.append(
-                            (
-                                "IndexConflict",
-                                f"field {d.field} already has index {other.name}; Milvus builds one index per "
-                                f"field, so index {d.name} waits until {other.name} is dropped",
-                            )
-                        )
-                        continue
-                    await co.create_index(desc, d.field, d.params, d.name)
-                    created = True
-                    events.append(
-                        (
-                            "Normal",
-                            "IndexCreated",
-                            f"created index {d.name} on field {d.field} ({_index_desc(d.params)})",
-                        )
-                    )
-                elif cur.field_id != field_ids[d.field] or cur.params != d.params:
-                    problems.append(
-                        (
-                            "IndexParamsImmutable",
-                            f"index {d.name} exists as {_index_desc(cur.params)}, spec.indexes declares "
-                            f"{_index_desc(d.params)}: Milvus cannot change an index in place. To rebuild it, "
-                            "release the collection (spec.load: false), remove the index from spec.indexes "
-                            "(it is dropped), then declare it again",
-                        )
-                    )
+            problems = await _drop_undeclared(co, desc, declared, have, events)
+            created, conflicts = await _create_declared(co, desc, declared, have, events)
+            problems += conflicts
             if created:
                 have = {ix.name: ix for ix in await co.describe_indexes(cid)}
             if problems:
@@ -374,6 +366,61 @@ async def sync_indexes(co: CoordinatorClient, desc, declared: list[DeclaredIndex
                 events.append(("Normal", "IndexesInSync", f"the indexes of {desc.collection_name} match spec.indexes"))
     except merr.MilvusError as exc:
         raise kopf.TemporaryError(f"indexes of {desc.collection_name}: {exc.message}", delay=2) from None
+    return _index_status(desc, have)
+
+
+async def _drop_undeclared(co: CoordinatorClient, desc, declared, have: dict, events) -> list[tuple[str, str]]:
+    """Drop the indexes spec.indexes does not list (Milvus drops one only while the collection is
+    released: a loaded one is a problem to report). `have` loses the dropped ones."""
+    wanted = {d.name for d in declared}
+    undeclared = [n for n in have if n not in wanted]
+    if not undeclared:
+        return []
+    if (await co.load_state(desc.collectionID))[0] != "NotLoad":
+        msg = (
+            f"index(es) {', '.join(undeclared)} are not in spec.indexes, but Milvus drops an index only while "
+            "the collection is released: set spec.load to false to drop them"
+        )
+        return [("ReleaseRequired", msg)]
+    for n in undeclared:
+        await co.drop_index(desc.collectionID, n)
+        events.append(("Normal", "IndexDropped", f"dropped index {n} of collection {desc.collection_name}"))
+        del have[n]
+    return []
+
+
+async def _create_declared(co: CoordinatorClient, desc, declared, have: dict, events) -> tuple[bool, list]:
+    """Create the declared indexes that are missing; (whether one was created, the problems:
+    a field indexed under another name, an index whose params differ)."""
+    field_ids = {f.name: f.fieldID for f in desc.schema.fields}
+    created, problems = False, []
+    for d in declared:
+        cur = have.get(d.name)
+        other = next((h for h in have.values() if h.field_id == field_ids[d.field]), None)
+        if cur is None and other is not None:
+            msg = (
+                f"field {d.field} already has index {other.name}; Milvus builds one index per field, so index "
+                f"{d.name} waits until {other.name} is dropped"
+            )
+            problems.append(("IndexConflict", msg))
+        elif cur is None:
+            await co.create_index(desc, d.field, d.params, d.name)
+            created = True
+            msg = f"created index {d.name} on field {d.field} ({_index_desc(d.params)})"
+            events.append(("Normal", "IndexCreated", msg))
+        elif cur.field_id != field_ids[d.field] or cur.params != d.params:
+            msg = (
+                f"index {d.name} exists as {_index_desc(cur.params)}, spec.indexes declares "
+                f"{_index_desc(d.params)}: Milvus cannot change an index in place. To rebuild it, release the "
+                "collection (spec.load: false), remove the index from spec.indexes (it is dropped), then "
+                "declare it again"
+            )
+            problems.append(("IndexParamsImmutable", msg))
+    return created, problems
+
+
+def _index_status(desc, have: dict) -> list[dict]:
+    """status.indexes: each index with its build progress (DataCoord's DescribeIndex)."""
     names = {f.fieldID: f.name for f in desc.schema.fields}
     out = []
     for ix in sorted(have.values(), key=lambda i: i.name):

@@ -18,19 +18,18 @@ import time
 
 import kopf
 
-from controllers import conditions, metrics
+from controllers import conditions, crd, metrics
 from controllers import resources as R
 from controllers.collection import describe
 from controllers.kube import NotFound
-from controllers.schema import DEFAULT_DB, NAME_RE, Target, is_type, short
-from kmilvus.rootcoord import schema as schemautil
+from controllers.schema import DEFAULT_DB, Target, is_type
+from controllers.v1alpha1 import FlushRequestSpec
 from kmilvus.util import merr
 from kmilvus.util.constants import LIVE_SEGMENT_STATES
 
 log = logging.getLogger("kmilvus.operator.flush")
 TERMINAL = ("Completed", "Failed")
 LIVE = LIVE_SEGMENT_STATES
-MAX_FLUSH_NAMES = 256  # the CRD's maxItems
 TTL_MAX = 10 * 365 * 86400  # a larger ttlSecondsAfterFinished means never (and stays a finite time)
 
 
@@ -163,42 +162,14 @@ class FlushRun:
             await self.write(delta)
 
 
-def _valid_name(n) -> bool:
-    return isinstance(n, str) and bool(NAME_RE.match(n)) and len(n) <= schemautil.MAX_NAME_LENGTH
-
-
 def check_flush_spec(spec) -> tuple[list[str], str, list[str]]:
-    """(problems, database, collection names) of a FlushRequest spec; what the CRD's schema would
-    have refused is a problem here too (no API server validation is assumed)."""
-    if spec is None:
-        spec = {}
-    if not isinstance(spec, dict):
-        return [f"spec must be an object, got {short(spec)}"], DEFAULT_DB, []
-    problems = []
-    db = spec.get("database", DEFAULT_DB)
-    if not _valid_name(db):
-        problems.append(f"spec.database {short(db)} is not a valid database name")
-    raw = spec.get("collectionNames")
-    names: list[str] = []
-    if not isinstance(raw, list) or not raw:
-        problems.append(f"spec.collectionNames must list valid collection names, got {short(raw)}")
-    elif len(raw) > MAX_FLUSH_NAMES:
-        problems.append(f"spec.collectionNames lists {len(raw)} names; at most {MAX_FLUSH_NAMES} are allowed")
-    else:
-        bad = [n for n in raw if not _valid_name(n)]
-        if bad:
-            problems.append(
-                "spec.collectionNames must list valid collection names; invalid: " + ", ".join(map(short, bad))
-            )
-        elif len(set(raw)) < len(raw):  # a set in the CRD (x-kubernetes-list-type)
-            problems.append("spec.collectionNames lists a collection twice")
-        else:
-            names = list(raw)
-    if "ttlSecondsAfterFinished" in spec and ttl_seconds(spec) is None:
-        problems.append(
-            f"spec.ttlSecondsAfterFinished must be an integer >= 0, got {short(spec['ttlSecondsAfterFinished'])}"
-        )
-    return problems, db if isinstance(db, str) else DEFAULT_DB, names
+    """(problems, database, collection names) of a FlushRequest spec, checked against the CRD's
+    model (`controllers.v1alpha1.FlushRequestSpec`: no API server validation is assumed)."""
+    checked = crd.validate(FlushRequestSpec, {} if spec is None else spec)
+    if checked.model is None:
+        db = spec.get("database") if isinstance(spec, dict) else None
+        return checked.problems, db if isinstance(db, str) else DEFAULT_DB, []
+    return [], checked.model.database, list(checked.model.collection_names)
 
 
 def ttl_seconds(spec) -> int | None:

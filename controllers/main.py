@@ -25,7 +25,7 @@ import click
 
 from kmilvus import __version__
 from kmilvus import log as klog
-from kmilvus.config import Config
+from kmilvus.config import Config, ConfigError
 
 
 @dataclass
@@ -71,7 +71,10 @@ def run(args: OperatorArgs) -> int:
 
     klog.setup(args.log_level)
     logging.getLogger("kopf").setLevel(logging.getLogger().level or logging.WARNING)
-    cfg = make_config(args)
+    try:
+        cfg = make_config(args)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_host)
     opts = Options(

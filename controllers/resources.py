@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
+from controllers import v1alpha1
+from controllers.crd import GROUP, VERSION
 from controllers.kube import Resource
 
-GROUP = "kmilvus.io"
-VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-COLLECTION = Resource(GROUP, VERSION, "collections", "Collection")
-FLUSHREQUEST = Resource(GROUP, VERSION, "flushrequests", "FlushRequest")
-SEGMENT = Resource(GROUP, VERSION, "segments", "Segment")
+# The kinds' names come from their definitions (controllers/v1alpha1.py), as the CRDs' do.
+COLLECTION = Resource(GROUP, VERSION, v1alpha1.COLLECTION.plural, v1alpha1.COLLECTION.kind)
+FLUSHREQUEST = Resource(GROUP, VERSION, v1alpha1.FLUSHREQUEST.plural, v1alpha1.FLUSHREQUEST.kind)
+SEGMENT = Resource(GROUP, VERSION, v1alpha1.SEGMENT.plural, v1alpha1.SEGMENT.kind)
 EVENT = Resource("", "v1", "events", "Event")
 CLUSTER_PEERING = Resource("kopf.dev", "v1", "clusterkopfpeerings", "ClusterKopfPeering", namespaced=False)
 PEERING = Resource("kopf.dev", "v1", "kopfpeerings", "KopfPeering")
 
 # kopf resource selectors (group, version, plural).
-COLLECTIONS = (GROUP, VERSION, "collections")
-FLUSHREQUESTS = (GROUP, VERSION, "flushrequests")
-SEGMENTS = (GROUP, VERSION, "segments")
+COLLECTIONS = (GROUP, VERSION, COLLECTION.plural)
+FLUSHREQUESTS = (GROUP, VERSION, FLUSHREQUEST.plural)
+SEGMENTS = (GROUP, VERSION, SEGMENT.plural)
 
 # On Collection resources.
 ANN_CREATED_BY = "kmilvus.io/created-by"  # "sdk" on resources mirrored from pymilvus

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from kmilvus import __version__, log
-from kmilvus.config import Config
+from kmilvus.config import Config, ConfigError
 from kmilvus.util.embedded import MissingBinaryError
 
 
@@ -80,7 +80,7 @@ def standalone(
     from kmilvus.standalone import run_standalone
 
     log.setup(log_level)
-    cfg = Config.from_env(
+    cfg = _config(
         proxy_port=port,
         proxy_host=host,
         metrics_port=metrics_port,
@@ -143,7 +143,7 @@ def run(
     from kmilvus.standalone import run_role
 
     log.setup(log_level)
-    cfg = Config.from_env(
+    cfg = _config(
         etcd_endpoints=[etcd_endpoint],
         nats_url=nats_url,
         storage_uri=storage_uri,
@@ -161,6 +161,14 @@ def run(
     _check_security(cfg, runs_rootcoord="rootcoord" in roles)
     _serve_metrics(cfg)
     sys.exit(run_role(cfg, tuple(roles)))
+
+
+def _config(**flags) -> Config:
+    """Config.from_env with the command's flags; an invalid setting is a usage error."""
+    try:
+        return Config.from_env(**flags)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _check_security(cfg: Config, runs_rootcoord: bool) -> None:

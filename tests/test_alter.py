@@ -139,3 +139,53 @@ def test_rename_moves_the_name_and_keeps_the_data(node, client):
         client.rename_collection("nosuch", "x")
     assert "collection not found[collection=nosuch]" in err.value.message
     assert client.describe_collection("new")["collection_id"] == coll_id
+
+
+def _mapping_of(address: int) -> str:
+    """The /proc/self/maps line of the mapping holding `address` ("" when none does)."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= address < hi:
+                return line.strip()
+    return ""
+
+
+def test_alter_field_mmap_maps_its_data_and_is_refused_while_loaded(node, client):
+    """Milvus' field-level `mmap.enabled` (also spelt `mmap_enabled`) is honoured: a loaded
+    sealed segment's data of the field lives in a memory-mapped file, not in the heap; Milvus
+    refuses to change it while the collection is loaded, and refuses keys it does not alter."""
+    client.create_collection("c", schema=_schema(client))
+    params = client.prepare_index_params()
+    params.add_index(field_name="vec", index_type="FLAT", metric_type="L2")
+    client.create_index("c", params)
+    client.alter_collection_field("c", field_name="title", field_params={"mmap_enabled": True})
+    client.alter_collection_field("c", field_name="title", field_params={"field.description": "the title"})
+    title = next(f for f in client.describe_collection("c")["fields"] if f["name"] == "title")
+    assert title["params"]["mmap_enabled"] is True and title["description"] == "the title"
+    client.insert("c", _rows(0, 50, title="mapped"))
+    client.flush("c")
+    client.load_collection("c")
+    coll_id = client.describe_collection("c")["collection_id"]
+    (seg,) = node.component("querynode").collections[coll_id].sealed.values()
+    fid = {f.name: f.fieldID for f in node.component("querynode").collections[coll_id].schema.fields}
+    mapped = _mapping_of(seg.table.column(str(fid["title"])).chunks[0].buffers()[-1].address)
+    assert "kmilvus-mmap" in mapped and "(deleted)" in mapped, mapped
+    assert "kmilvus-mmap" not in _mapping_of(seg.table.column(str(fid["id"])).chunks[0].buffers()[-1].address)
+    assert {r["title"] for r in client.query("c", "id >= 0", output_fields=["title"])} == {"mapped"}
+    assert len(client.query("c", 'title == "mapped"', output_fields=["id"])) == 50
+
+    for props in ({"mmap.enabled": False}, {"mmap_enabled": False}):
+        with pytest.raises(MilvusException) as err:
+            client.alter_collection_field("c", field_name="title", field_params=props)
+        assert err.value.code == 104
+        assert "can not alter collection field properties if collection loaded" in err.value.message
+    with pytest.raises(MilvusException) as err:
+        client.alter_collection_field("c", field_name="title", field_params={"analyzer_params": "{}"})
+    assert err.value.code == 1100
+    assert "analyzer_params does not allow update in collection field param" in err.value.message
+    client.release_collection("c")
+    client.alter_collection_field("c", field_name="title", field_params={"mmap.enabled": False})
+    client.load_collection("c")
+    (seg,) = node.component("querynode").collections[coll_id].sealed.values()
+    assert "kmilvus-mmap" not in _mapping_of(seg.table.column(str(fid["title"])).chunks[0].buffers()[-1].address)

@@ -152,3 +152,23 @@ def test_an_import_resolved_late_counts_only_where_nothing_touched_it():
     m = replay(recs, {"c": BASE})["c"]
     assert m.state[:4].tolist() == [LIVE, LIVE, MAYBE, MAYBE]
     assert m.maybe[2] == {None, int(row_values(2, np.array([BASE + 2]))[0])}
+
+
+def test_the_files_are_read_as_reads_return_them_newest_version_minus_deletes_of_its_partition():
+    """bench/ops_check.newest_live: a key stored twice counts once, in its newest version (an
+    older one stays hidden even where the newest is deleted); a delete applies to rows of its
+    partition (-1: every one) older than it. The chaos checker reads the files this way."""
+    from ops_check import newest_live
+
+    pks = np.array([1, 1, 2, 3, 3, 4], np.int64)
+    ts = np.array([10, 20, 10, 10, 30, 10], np.int64)
+    part = np.array([7, 7, 7, 7, 8, 8], np.int64)
+    deletes = [
+        (np.array([2], np.int64), np.array([15], np.int64), 7),  # deletes key 2 in partition 7
+        (np.array([4], np.int64), np.array([15], np.int64), 7),  # key 4 is in partition 8: stays
+        (np.array([3], np.int64), np.array([40], np.int64), 8),  # the newest 3; the older stays hidden
+        (np.array([1], np.int64), np.array([15], np.int64), -1),  # older than key 1's newest row
+    ]
+    keep = newest_live(pks, ts, part, deletes)
+    assert keep.tolist() == [False, True, False, False, False, True]
+    assert not newest_live(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), deletes).any()

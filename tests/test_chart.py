@@ -18,6 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kmilvus import __version__
 from kmilvus.util.embedded import find_binary
 
 # kubernetes-validate re-reads its (large) JSON schemas on every call; memoise the reads.
@@ -289,7 +290,7 @@ def test_chart_crds_are_copies_of_crds_dir():
         # crds/ holds no CRDs yet: the chart carries its own best version of all three.
         assert {k for g, k in chart_crds() if g == "kmilvus.io"} == {"Collection", "FlushRequest", "Segment"}
         return
-    hint = "run charts/kmilvus/hack/sync-crds.sh"
+    hint = "run python tools/gen_crds.py"
     for f in repo_files:
         copy = CHART / "crds" / f.name
         assert copy.is_file(), f"charts/kmilvus/crds/{f.name} missing ({hint})"
@@ -637,7 +638,7 @@ def test_spark_driver_rbac():
         for e in one(docs, "Deployment", f"{RELEASE}-operator")["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["KMILVUS_SPARK_SERVICE_ACCOUNT"] == "kmilvus-spark"
-    assert env["KMILVUS_SPARK_IMAGE"] == "kmilvus/kmilvus-spark:0.1.0"
+    assert env["KMILVUS_SPARK_IMAGE"] == f"kmilvus/kmilvus-spark:{__version__}"
 
 
 def _operator_config(docs, monkeypatch):
@@ -690,7 +691,7 @@ def test_spark_applications_get_what_the_chart_provides(name, monkeypatch):
     assert cfg.spark_runner == "sparkapplication" and cfg.spark_namespace in served
     app = application.from_config("import", {"job_id": 1, "collection_id": 2}, "kmilvus-import-2-1", cfg)
     spec = app["spec"]
-    assert spec["image"] == "kmilvus/kmilvus-spark:0.1.0" and spec["imagePullPolicy"] == "IfNotPresent"
+    assert spec["image"] == f"kmilvus/kmilvus-spark:{__version__}" and spec["imagePullPolicy"] == "IfNotPresent"
     assert spec["sparkVersion"] == application.SPARK_VERSION
     account = spec["driver"]["serviceAccount"]
     for ns in served:

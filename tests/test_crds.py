@@ -1,7 +1,8 @@
-"""crds/: the CustomResourceDefinitions are valid apiextensions.k8s.io/v1 objects with structural
-schemas; the examples validate against them; invalid instances are rejected by the openAPIV3Schema
-(checked with jsonschema) — and what only the CEL rules catch (jsonschema cannot run CEL) is caught
-by the controller's own validation, rule by rule."""
+"""crds/: the CustomResourceDefinitions are generated from the models of controllers/v1alpha1.py
+(tools/gen_crds.py; a committed file that differs fails here), are valid apiextensions.k8s.io/v1
+objects with structural schemas; the examples validate against them; invalid instances are
+rejected by the openAPIV3Schema (checked with jsonschema) — and what only the CEL rules catch
+(jsonschema cannot run CEL) is caught by the controller, which evaluates those same rules."""
 
 from __future__ import annotations
 
@@ -50,18 +51,10 @@ def schema(kind: str) -> dict:
     return version["schema"]["openAPIV3Schema"]
 
 
-def _list_type(validator, list_type, instance, node):
-    """The API server's `x-kubernetes-list-type`: a `set` holds each value once, a `map` each
-    combination of its `x-kubernetes-list-map-keys` once (its words: "Duplicate value")."""
-    if not isinstance(instance, list) or list_type not in ("set", "map"):
-        return
-    keys = node.get("x-kubernetes-list-map-keys") or []
-    seen = []
-    for item in instance:
-        key = [item.get(k) for k in keys] if list_type == "map" and isinstance(item, dict) else item
-        if key in seen:
-            yield jsonschema.ValidationError(f"Duplicate value: {key!r}")
-        seen.append(key)
+def _int_or_string(validator, enabled, instance, node):
+    """x-kubernetes-int-or-string, which the API server enforces and jsonschema does not know."""
+    if enabled and (isinstance(instance, bool) or not isinstance(instance, int | str)):
+        yield jsonschema.ValidationError(f"{instance!r} is not an integer or a string")
 
 
 def _int64(checker, instance) -> bool:
@@ -69,16 +62,18 @@ def _int64(checker, instance) -> bool:
     return jsonschema.Draft7Validator.TYPE_CHECKER.is_type(instance, "integer") and -(2**63) <= instance < 2**63
 
 
-KubeValidator = jsonschema.validators.extend(
+# Draft 7 plus the one Kubernetes extension that restricts a value's type, integers as int64.
+# List-type uniqueness (x-kubernetes-list-type) is not run here: the operator's checks of it are
+# asserted below.
+CRDValidator = jsonschema.validators.extend(
     jsonschema.Draft7Validator,
-    {"x-kubernetes-list-type": _list_type},
+    {"x-kubernetes-int-or-string": _int_or_string},
     type_checker=jsonschema.Draft7Validator.TYPE_CHECKER.redefine("integer", _int64),
 )
 
 
 def validate(kind: str, obj: dict) -> list[str]:
-    """What the CRD's structural schema refuses (CEL rules not run), as jsonschema says it."""
-    v = KubeValidator(schema(kind))
+    v = CRDValidator(schema(kind))
     return sorted(e.message for e in v.iter_errors(obj))
 
 
@@ -223,7 +218,8 @@ def test_collection_crd_details():
     assert f["name"]["pattern"] == "^[A-Za-z_][A-Za-z0-9_]*$" and f["name"]["maxLength"] == 255
     assert spec["properties"]["deletionPolicy"]["enum"] == ["Delete", "Retain"]
     rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
-    assert "self.fields.filter(f, has(f.isPrimaryKey) && f.isPrimaryKey).size() == 1" in rules
+    assert "self.fields.exists(f, (has(f.isPrimaryKey) && f.isPrimaryKey))" in rules
+    assert "self.fields.filter(f, has(f.isPrimaryKey) && f.isPrimaryKey).size() <= 1" in rules
     assert spec["properties"]["fields"]["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"
     status = schema("Collection")["properties"]["status"]["properties"]
     assert {
@@ -303,7 +299,7 @@ def test_declared_indexes_checked_as_the_proxy_checks_create_index():
         ({"fieldName": "vec", "indexType": "IVF_FLAT", "params": {"nlist": 0}}, "nlist out of range: [1, 65536]"),
         ({"fieldName": "vec", "indexType": "HNSW", "params": {"M": 100, "efConstruction": 64}}, "M out of range"),
         ({"fieldName": "tag", "indexType": "FLAT"}, "can't build flat in not vector type."),
-        ({"fieldName": "vec", "params": {"M": True}}, "params must map names to integers or strings"),
+        ({"fieldName": "vec", "params": {"M": True}}, "spec.indexes[0].params.M must be an integer or a string"),
     ]:
         spec["indexes"] = [bad]
         with pytest.raises(SpecError, match=re.escape(expect)) as err:
@@ -328,11 +324,10 @@ def test_declared_indexes_checked_as_the_proxy_checks_create_index():
         (collection(fields=[]), "should be non-empty"),
         (with_field(1, dataType=None), "'dataType' is a required property"),
         (collection(partitions=["p1", "1p"]), "does not match"),
-        (collection(partitions=["p1", "p1"]), "Duplicate value: 'p1'"),  # x-kubernetes-list-type: set
-        (with_field(2, name="vec"), "Duplicate value: ['vec']"),  # a map keyed by name
         (collection(indexes=[{"fieldName": "vec", "indexType": "DISKANN"}]), "is not one of"),
         (collection(indexes=[{"fieldName": "vec", "metricType": "HAMMING"}]), "is not one of"),
         (collection(indexes=[{"indexType": "FLAT"}]), "'fieldName' is a required property"),
+        (collection(indexes=[{"fieldName": "vec", "params": {"M": [16]}}]), "[16] is not an integer or a string"),
         (
             {"apiVersion": "kmilvus.io/v1alpha1", "kind": "Collection", "metadata": {}, "spec": {}},
             "'fields' is a required property",
@@ -353,11 +348,10 @@ def test_declared_indexes_checked_as_the_proxy_checks_create_index():
         "no-fields",
         "no-datatype",
         "bad-partition-name",
-        "duplicate-partition",
-        "duplicate-field",
         "bad-index-type",
         "bad-metric-type",
         "index-without-field",
+        "param-neither-int-nor-string",
         "no-fields-key",
     ],
 )
@@ -376,7 +370,7 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
             with_field(2, dataType="Int64", maxLength=None, isPrimaryKey=True),
             "exactly one field must be the primary key",
         ),
-        (with_field(0, isPrimaryKey=False), "exactly one field must be the primary key, found 0"),
+        (with_field(0, isPrimaryKey=False), "exactly one field must be the primary key (isPrimaryKey), found none"),
         (collection(fields=[{"name": "id", "dataType": "Int64", "isPrimaryKey": True}]), "needs a vector field"),
         (with_field(1, dim=None), "a dense vector field needs dim"),
         (with_field(0, dim=8), "dim only applies to dense vector"),
@@ -387,6 +381,8 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
         (with_field(2, dataType="Array", maxLength=None), "an Array field needs elementType and maxCapacity"),
         (with_field(2, dataType="Int64", maxLength=None, maxCapacity=4), "only apply to Array fields"),
         (with_field(1, nullable=True), "a primary key or a vector field cannot be nullable"),
+        # x-kubernetes-list-type: set (the API server refuses duplicates; jsonschema does not know it)
+        (collection(partitions=["p1", "p1"]), "spec.partitions: duplicate value(s) 'p1'"),
         (collection(indexes=[{"fieldName": "nope"}]), "an index's fieldName must name a field of spec.fields"),
         (
             collection(indexes=[{"fieldName": "vec"}, {"name": "vec", "fieldName": "tag"}]),
@@ -420,6 +416,7 @@ def test_invalid_collections_rejected_by_the_openapi_schema(bad, expect):
         "array-without-element",
         "capacity-on-int",
         "nullable-vector",
+        "duplicate-partition",
         "index-on-unknown-field",
         "duplicate-index-name",
         "two-indexes-on-a-field",
@@ -436,9 +433,10 @@ def test_cel_covered_cases_caught_by_the_controller(bad, expect):
 
 
 def test_every_cel_rule_has_a_controller_check():
-    """Each CEL message of the Collection CRD corresponds to a case above (keep them in step)."""
+    """Each CEL message of the Collection CRD is exercised by a case above (keep them in step)."""
     covered = {
-        "exactly one field must be the primary key (isPrimaryKey)",
+        "exactly one field must be the primary key (isPrimaryKey), found none",
+        "exactly one field must be the primary key (isPrimaryKey), found several",
         "a collection needs a vector field",
         "a dense vector field needs dim",
         "dim only applies to dense vector fields",
@@ -468,7 +466,7 @@ def test_every_cel_rule_has_a_controller_check():
 
 def test_duplicate_field_names_rejected():
     bad = with_field(2, name="vec", dataType="Int32", maxLength=None)
-    assert any("duplicated field name" in p for p in check_spec(bad["spec"], "c"))
+    assert "spec.fields: duplicate name value(s) 'vec'" in check_spec(bad["spec"], "c")
 
 
 def test_flushrequest_instances():
@@ -573,3 +571,70 @@ def test_k8s_names_for_mirrored_collections():
     assert a.startswith("docs-") and b.startswith("docs-") and a != b
     assert k8s_name("db1", "docs").startswith("db1.docs-")
     assert len(k8s_name("default", "x" * 255)) <= 253
+
+
+# One definition -----------------------------------------------------------------------------------
+def test_committed_crds_are_generated_from_the_models():
+    """crds/*.yaml, charts/kmilvus/crds/ and operator/crds.yaml are what tools/gen_crds.py writes
+    from controllers/v1alpha1.py: edit the models, then run `python tools/gen_crds.py`."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_crds.py"), "--check"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def test_the_index_types_are_the_cores():
+    """The CRD enumerates what kmilvus.index.params accepts (no second list to keep in step)."""
+    from kmilvus.index import params
+
+    ix = schema("Collection")["properties"]["spec"]["properties"]["indexes"]["items"]["properties"]
+    assert ix["indexType"]["enum"] == list(params.INDEX_TYPES)
+    assert ix["metricType"]["enum"] == list(params.METRICS)
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        (collection(shardsNum=17)["spec"], "spec.shardsNum must be in [1, 16], got 17"),
+        (collection(shardsNum="2")["spec"], "spec.shardsNum must be an integer, got '2'"),
+        (collection(load="yes")["spec"], "spec.load must be a boolean, got 'yes'"),
+        (collection(description=None)["spec"], "spec.description must be a string, got None"),
+        (with_field(1, dim=None)["spec"], "spec.fields[1] (vec): a dense vector field needs dim"),
+        (with_field(2, dataType="Text")["spec"], "spec.fields[2].dataType must be one of Bool, Int8,"),
+        (with_field(0, name="1id")["spec"], "spec.fields[0].name '1id' is not a valid Milvus name"),
+        (collection(indexes=[{"fieldName": "nope"}])["spec"], "spec.indexes: an index's fieldName must name a field"),
+        ({"fields": []}, "spec.fields must list at least 1"),
+        ({}, "spec.fields is required"),
+    ],
+)
+def test_problems_name_the_path_as_the_api_server_does(spec, problem):
+    assert any(p.startswith(problem) for p in check_spec(spec, "c")), check_spec(spec, "c")
+
+
+def test_wrong_types_block_the_cel_rules_as_on_the_api_server():
+    """A value of the wrong JSON type (or not in its enum) is reported alone, as the API server
+    does: rules over it would only add noise."""
+    spec = {"fields": "id:Int64", "shardsNum": "2"}
+    assert check_spec(spec, "c") == [
+        "spec.shardsNum must be an integer, got '2'",
+        "spec.fields must be a list, got 'id:Int64'",
+    ]
+    assert check_spec(with_field(1, dataType="FloatVectr")["spec"], "c") == [
+        "spec.fields[1].dataType must be one of Bool, Int8, Int16, Int32, Int64, Float, Double, VarChar, JSON, Array, "
+        "FloatVector, BinaryVector, Float16Vector, BFloat16Vector, SparseFloatVector, got 'FloatVectr'"
+    ]
+    # A value out of range does not block them: both are reported, as kubectl shows both.
+    problems = check_spec(with_field(0, isPrimaryKey=False, dim=0)["spec"], "c")
+    assert any("exactly one field must be the primary key" in p for p in problems), problems
+    assert any("spec.fields[0].dim must be in [1, 32768], got 0" in p for p in problems), problems
+
+
+def test_a_metadata_name_that_is_no_milvus_name_needs_spec_name():
+    assert check_spec(collection()["spec"], "1st-docs") == [
+        "spec.name '1st_docs' (from metadata.name) is not a valid Milvus name: 1-255 characters, a letter or "
+        "underscore first, then letters, digits and underscores; set spec.name"
+    ]
+    assert check_spec(collection(name="docs")["spec"], "1st-docs") == []

@@ -11,6 +11,7 @@ from kmilvus.config import Config
 from kmilvus.datacoord.meta import Segment, SegmentMeta
 from kmilvus.datacoord.segment_manager import SegmentManager
 from kmilvus.meta import EtcdKV
+from kmilvus.meta import catalog as keys
 from kmilvus.proto import internal_pb2
 
 State = common_pb2.SegmentState
@@ -159,6 +160,7 @@ async def test_a_collections_channels_and_schema_are_found_without_reading_other
     cm.nodes.add(0)  # no DataNode to hand channels to: watch() only registers them
     cm.rebalance = _nothing  # type: ignore[method-assign]
     for coll in (1, 2, 3):
+        await kv.put(keys.collection_key(coll), b"")  # RootCoord has them: a watch is committed
         for shard in (0, 1):
             await cm.watch(info(coll, shard))
     for shard in (0, 1):

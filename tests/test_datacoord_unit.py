@@ -13,6 +13,7 @@ from pymilvus.grpc_gen import milvus_pb2
 from kmilvus import components as roles
 from kmilvus.datacoord.meta import SegmentState
 from kmilvus.meta import catalog as keys
+from kmilvus.msgstream import pchannel_of
 from kmilvus.proto import data_coord_pb2, internal_pb2
 from kmilvus.sessionutil import Session
 from kmilvus.util import merr
@@ -457,10 +458,11 @@ async def test_a_new_owner_is_sent_flush_segments_only_after_its_own_tick(coords
 
     persist = c.dc.channels._persist
 
-    async def persist_then_check(ch_: str) -> None:  # the background step runs meanwhile
-        await persist(ch_)
+    async def persist_then_check(ch_: str) -> bool:  # the background step runs meanwhile
+        ok = await persist(ch_)
         if c.dc.channels.node_of(ch_) == NODE + 1:
             await c.dc._check_flushable()
+        return ok
 
     c.dc.channels._persist = persist_then_check
     await old.session.stop()  # the owner is gone; a new DataNode takes the channel over
@@ -482,13 +484,13 @@ async def test_a_new_owner_is_sent_flush_segments_only_after_its_own_tick(coords
 # Idle cost: what a quiet channel's ticks make DataCoord do --------------------------------
 
 
-def _purges_of(c: Coords, monkeypatch, channel: str) -> list[int | None]:
-    """Record every purge of `channel`'s subject (the purge itself still runs)."""
+def _purges_of(c: Coords, monkeypatch, pchannel: str) -> list[int | None]:
+    """Record every purge of `pchannel`'s stream (the purge itself still runs)."""
     seen: list[int | None] = []
     purge = c.dc.stream.purge
 
     async def recording(ch, **kw):
-        if ch == channel:
+        if ch == pchannel:
             seen.append(kw.get("before_seq"))
         return await purge(ch, **kw)
 
@@ -497,35 +499,44 @@ def _purges_of(c: Coords, monkeypatch, channel: str) -> list[int | None]:
 
 
 async def test_an_idle_channels_ticks_neither_purge_its_stream_nor_rewrite_its_checkpoint_every_pass(
-    coords, monkeypatch
+    etcd_endpoint, nats_url, root, tmp_path, monkeypatch
 ):
-    """A tick moves an idle channel's checkpoint past nothing but ticks: its subject has nothing
-    to purge, and storing every advance would be a write per channel per tick (thousands a
-    minute at 1,000 collections). The first checkpoint is stored at once; later tick-only
-    advances at most once per `TICK_CHECKPOINT_STORE_AFTER` (Milvus' updateChanCPInterval), and a
-    SaveBinlogPaths (data now in binlogs) stores the newest checkpoint and purges up to it."""
-    c = coords
-    coll, (ch, _) = await _watched_collection(c)
-    purges = _purges_of(c, monkeypatch, ch)
-    await c.dc.handle_tt(_tt(ch, 7, 700))
-    await c.dc._background_step()
-    assert (s := await _stored_checkpoint(c, ch)) is not None and (s.seq, s.timestamp) == (7, 700)
-    for seq in (9, 11):
-        await c.dc.handle_tt(_tt(ch, seq, seq * 100))
+    """A tick moves an idle channel's checkpoint past nothing but ticks, and storing every
+    advance would be a write per channel per tick (thousands a minute at 1,000 collections).
+    The first checkpoint is stored at once; later tick-only advances at most once per
+    `TICK_CHECKPOINT_STORE_AFTER` (Milvus' updateChanCPInterval), and a SaveBinlogPaths (data now
+    in binlogs) stores the newest checkpoint at once. The pchannel's stream is purged below the
+    stored checkpoints only (once they held for `stream_retention_seconds`: 0 here, so each
+    stored checkpoint is purged below at the next pass), so a tick-only advance that is not
+    stored purges nothing either, and a point is purged below once."""
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage", stream_retention_seconds=0.0)
+    c = await Coords.start(cfg)
+    try:
+        coll, (ch, other) = await _watched_collection(c)
+        assert pchannel_of(other) != pchannel_of(ch)  # `other` holds no purge of ch's pchannel back
+        purges = _purges_of(c, monkeypatch, pchannel_of(ch))
+        await c.dc.handle_tt(_tt(ch, 7, 700))
         await c.dc._background_step()
-    assert (s := await _stored_checkpoint(c, ch)) is not None and (s.seq, s.timestamp) == (7, 700)
-    assert c.dc.meta.checkpoints[ch].seq == 11  # in memory: GetFlushState reads this one
-    assert purges == []
+        assert (s := await _stored_checkpoint(c, ch)) is not None and (s.seq, s.timestamp) == (7, 700)
+        assert purges == [8]
+        for seq in (9, 11):
+            await c.dc.handle_tt(_tt(ch, seq, seq * 100))
+            await c.dc._background_step()
+        assert (s := await _stored_checkpoint(c, ch)) is not None and (s.seq, s.timestamp) == (7, 700)
+        assert c.dc.meta.checkpoints[ch].seq == 11  # in memory: GetFlushState reads this one
+        assert purges == [8]
 
-    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
-    resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
-    merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 20, resp.flush_ts + 1, rows=3)))
-    await c.dc.handle_tt(_tt(ch, 22, resp.flush_ts + 2))
-    await c.dc._background_step()
-    assert (s := await _stored_checkpoint(c, ch)) is not None and s.seq == 22
-    assert purges == [23]
-    await c.dc._background_step()
-    assert purges == [23]  # once
+        sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+        resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+        merr.check(await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 20, resp.flush_ts + 1, rows=3)))
+        await c.dc.handle_tt(_tt(ch, 22, resp.flush_ts + 2))
+        await c.dc._background_step()
+        assert (s := await _stored_checkpoint(c, ch)) is not None and s.seq == 22
+        assert purges == [8, 23]
+        await c.dc._background_step()
+        assert purges == [8, 23]  # once
+    finally:
+        await c.stop()
 
 
 async def test_the_once_a_second_passes_see_exactly_the_unflushed_segments(coords):

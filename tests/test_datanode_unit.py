@@ -64,64 +64,6 @@ async def test_a_node_registers_again_through_an_etcd_outage(monkeypatch):
     assert fresh.server_id == comp.server_id == 99 and calls["ids"] == 3
 
 
-def test_primary_key_stats_stay_exact_with_few_chunks():
-    """Each insert message adds a chunk; chunks merge like an LSM tree, so a 1,000-message
-    segment keeps O(log n) chunks (not one merge of everything every few messages) and still
-    answers membership exactly."""
-    import numpy as np
-
-    from kmilvus.datanode.pkstats import PkStats
-
-    st = PkStats()
-    rng = np.random.default_rng(1)
-    keys = rng.permutation(500_000)[:200_000]
-    for part in np.array_split(keys, 1000):
-        st.add(part)
-    assert len(st.chunks) <= 2 * int(np.log2(1000)) + 1
-    assert sum(len(c) for c in st.chunks) == len(np.unique(keys))
-    probe = np.arange(500_000)
-    assert np.array_equal(st.contains(probe), np.isin(probe, keys))
-    assert (st.lo, st.hi) == (keys.min(), keys.max())
-
-
-def test_primary_key_stats_merge_sorted_chunks_without_resorting(monkeypatch):
-    """Merging two chunks that are already sorted and unique must not hash or sort their keys
-    from scratch (np.union1d / np.unique of everything): on numpy 2.x that took ~6 s for 960k
-    keys on this machine, on the event loop the Proxy shares, so inserts waited behind it
-    (py-spy during 8 clients: np.union1d in PkStats.add was the standalone's top cost). Only
-    the new message's keys may go through np.unique."""
-    import numpy as np
-
-    from kmilvus.datanode import pkstats
-
-    seen: list[int] = []
-    real_unique = np.unique
-
-    def unique(a, *args, **kwargs):
-        seen.append(len(a))
-        return real_unique(a, *args, **kwargs)
-
-    def union1d(*_a, **_k):
-        raise AssertionError("np.union1d re-sorts both chunks")
-
-    monkeypatch.setattr(pkstats.np, "unique", unique)
-    monkeypatch.setattr(pkstats.np, "union1d", union1d)
-    for make in (lambda a: a.astype(np.int64), lambda a: np.char.add("k", a.astype(str))):
-        st = pkstats.PkStats()
-        rng = np.random.default_rng(2)
-        keys = make(rng.integers(0, 50_000, 40_000))  # duplicates within and across messages
-        seen.clear()
-        for part in np.array_split(keys, 64):
-            st.add(part)
-        assert max(seen, default=0) <= -(-len(keys) // 64)
-        ref = np.unique(keys)
-        assert np.array_equal(np.unique(np.concatenate(st.chunks)), ref)
-        assert all(np.all(c[1:] > c[:-1]) for c in st.chunks)  # each chunk sorted, unique
-        probe = make(np.arange(60_000))
-        assert np.array_equal(st.contains(probe), np.isin(probe, keys))
-        assert (st.lo, st.hi) == (ref[0], ref[-1])
-
-
 def _committing(monkeypatch, save):
     """A DataNode (its write step only) whose SaveBinlogPaths is `save`, and one final write."""
     from kmilvus.datanode import data_node as dn
@@ -133,7 +75,7 @@ def _committing(monkeypatch, save):
     async def no_wait(self) -> None:
         await asyncio.sleep(0)
 
-    fg = types.SimpleNamespace(vchannel="ch", checkpoint=lambda exclude: internal_pb2.MsgPosition())
+    fg = types.SimpleNamespace(vchannel="ch", checkpoint=lambda exclude: internal_pb2.MsgPosition(), abandoned=False)
     node = types.SimpleNamespace(flowgraphs={"ch": fg}, datacoord=types.SimpleNamespace(SaveBinlogPaths=save))
     node._owns = lambda f: DataNode._owns(node, f)
     node._write_files = write_files
@@ -185,7 +127,10 @@ async def test_one_ticks_reports_go_to_datacoord_in_one_message(nats_url, root):
     sub = await stream.subscribe_core(datanode_tt_subject(root), lambda data: _append(got, data))
     registry = types.SimpleNamespace(client=lambda role: None)
     node = DataNode(Config(cluster=root), stream, None, registry, server_id=3)
-    fgs = [types.SimpleNamespace(vchannel=f"{root}-dml_0_{i}v0", watch_version=1, stale_deletes=list) for i in range(3)]
+    fgs = [
+        types.SimpleNamespace(vchannel=f"{root}-dml_0_{i}v0", watch_version=1, l0_due=lambda force=False: False)
+        for i in range(3)
+    ]
     for i, fg in enumerate(fgs):
         await node.report_tt(fg, 100, internal_pb2.MsgPosition(channel_name=fg.vchannel, seq=10 + i))
     await stream.nc.flush()

@@ -340,7 +340,9 @@ def test_a_failed_channel_watch_is_retried_without_a_node_event(node_factory, tm
     """Found by chaos: a DataNode taking a channel over could not read a flushed segment's
     stats log (collected meanwhile); DataCoord logged "watch channel failed" and retried only on
     the next DataNode session event. In a quiet cluster there is none: the channel stayed
-    without a node and every later flush waited forever. A failed watch is retried by itself."""
+    without a node and every later flush waited forever. A failed watch is retried by itself.
+    (A watch reads no stats log any more: the new owner's watch fails at a failpoint until the
+    test lets it through.)"""
     node = node_factory(roles=COORDS_AND_PROXY)
     dn1 = ProcessNode(node.cfg, ("datanode",), tmp_path / "dn1.log").start(wait_for="component started")
     alias = "w" + uuid.uuid4().hex[:6]
@@ -351,15 +353,13 @@ def test_a_failed_channel_watch_is_retried_without_a_node_event(node_factory, tm
         coll_id = coll.describe()["collection_id"]
         coll.insert(list(batch(0, 1_000)))
         coll.flush(timeout=60)
-        stats = [p for p in (tmp_path / "storage").rglob(f"stats_log/{coll_id}/*/*/*") if p.is_file()]
-        assert stats, "the flushed segment has a stats log"
-        for p in stats:  # unreadable while the new owner watches the channel
-            p.rename(p.with_name(p.name + ".away"))
-        dn2 = ProcessNode(node.cfg, ("datanode",), tmp_path / "dn2.log").start(wait_for="component started")
+        watch_ok = tmp_path / "watch-ok"
+        dn2 = ProcessNode(node.cfg, ("datanode",), tmp_path / "dn2.log").start(
+            wait_for="component started", failpoints=f"datanode.watch=fail({watch_ok})"
+        )
         dn1.kill()
         wait_until(lambda: _log_has(tmp_path / "dn2.log", "rpc failed"), timeout=60, what="the failed watch")
-        for p in stats:
-            p.with_name(p.name + ".away").rename(p)
+        watch_ok.touch()
         coll.insert(list(batch(1_000, 1_000)))
         coll.flush(timeout=60)
         _check_exactly_once(node, coll, coll_id, list(range(2_000)))

@@ -462,3 +462,87 @@ async def test_an_import_commit_into_a_dropped_partition_is_refused_by_etcd(coor
     assert c.dc.imports.jobs[job_id].state == IS.ImportFailed
     assert not await c.kv.get_prefix(keys.partition_segment_prefix(coll, part))
     assert not await c.store.list(paths.partition_prefix(coll, part))
+
+
+# ------------------------------------------------- channel watches racing DropCollection (chaos)
+
+
+async def _drop_done(c: Coords, coll: int) -> None:
+    async def finished() -> bool:
+        return await c.kv.get(keys.drop_task_key(coll)) is None
+
+    await eventually(finished, what="the drop to finish")
+
+
+async def test_a_channel_watch_arriving_after_drop_collection_registers_nothing(coords):
+    """Found by chaos: a WatchChannels sent before DropCollection (RootCoord's start-up re-watch
+    of the collections it knew, a create's watch) that DataCoord handles after the drop wrote
+    the channels' watch keys again and handed them to a DataNode; a restarted DataCoord loaded
+    and assigned them again. The watch record is committed only while the collection exists."""
+    c = coords
+    desc = await c.create_collection("c", shards=2)
+    coll, vchans = desc.collectionID, list(desc.virtual_channel_names)
+    dn = await watched_by_a_datanode(c, vchans, 9)
+    info = internal_pb2.CollectionInfo()
+    info.CopyFrom(c.rc.collections[coll])  # as the re-watch holds it
+    merr.check(await c.rc.DropCollection(milvus_pb2.DropCollectionRequest(collection_name="c")))
+    await _drop_done(c, coll)
+    assert not any(ch in dn.watches for ch in vchans)  # unwatched by the drop
+    late = await c.dc.WatchChannels(
+        data_coord_pb2.WatchChannelsRequest(
+            collectionID=coll,
+            channelNames=vchans,
+            schema=info.schema.SerializeToString(),
+            partitionID=info.partitions[0].partitionID,
+        )
+    )
+    assert late.code == merr.COLLECTION_NOT_FOUND[0], late
+    await c.dc.channels.rebalance()
+    assert not any(ch in dn.watches for ch in vchans), "a dropped collection's channel was watched again"
+    assert await _owned(c, coll, vchans) == []
+    assert not any(ch in c.dc.channels.infos for ch in vchans)
+    await dn.session.stop()
+
+
+async def test_channel_reassignment_after_the_collection_is_dropped_assigns_nothing(coords):
+    """Found by chaos: DataCoord kept retrying a channel's watch (its DataNode gone) while the
+    collection was dropped; before DataCoord's part of the drop ran, the retry handed the channel
+    to another DataNode and wrote its watch key. A reassignment is committed only while the
+    collection exists, and the drop then leaves nothing."""
+    c = coords
+    desc = await c.create_collection("c", shards=2)
+    coll, vchans = desc.collectionID, list(desc.virtual_channel_names)
+    dn = await watched_by_a_datanode(c, vchans, 9)
+    with failpoint.activate("rootcoord.drop.broadcast=raise"):  # DataCoord's part waits
+        first = await c.rc.DropCollection(milvus_pb2.DropCollectionRequest(collection_name="c"))
+        assert first.code != 0
+        assert await c.kv.get(keys.collection_key(coll)) is None  # RootCoord's meta: dropped
+        await dn.session.stop()  # the channels' DataNode is gone: they are orphans
+        await eventually(lambda: 9 not in c.dc.channels.nodes, what="DataCoord to see the DataNode gone")
+        other = await watched_by_a_datanode(c, [], 10)
+        await eventually(lambda: 10 in c.dc.channels.nodes, what="DataCoord to see the new DataNode")
+        await c.dc.channels.rebalance()
+        assert not any(ch in other.watches for ch in vchans), "a dropped collection's channel was reassigned"
+    merr.check(await c.rc.DropCollection(milvus_pb2.DropCollectionRequest(collection_name="c")))
+    await _drop_done(c, coll)
+    assert await _owned(c, coll, vchans) == []
+    assert not any(ch in other.watches for ch in vchans)
+    await other.session.stop()
+
+
+async def test_a_datanode_refuses_to_watch_a_channel_of_a_dropped_collection(coords):
+    """The DataNode side of the same race: a watch of a dropped collection's channel (sent by a
+    DataCoord that did not know yet) starts no flowgraph."""
+    from kmilvus.datanode.data_node import DataNode
+    from kmilvus.proto import data_node_pb2
+
+    c = coords
+    desc = await c.create_collection("c", shards=1)
+    coll, ch = desc.collectionID, desc.virtual_channel_names[0]
+    watch = c.dc.channels._watch_info(ch)
+    merr.check(await c.rc.DropCollection(milvus_pb2.DropCollectionRequest(collection_name="c")))
+    await _drop_done(c, coll)
+    dn = DataNode(c.cfg, c.stream, c.store, c.registry, 11)
+    resp = await dn.WatchDmChannels(data_node_pb2.WatchDmChannelsRequest(channels=[watch]))
+    assert resp.code == merr.COLLECTION_NOT_FOUND[0], resp
+    assert ch not in dn.flowgraphs

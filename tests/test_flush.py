@@ -391,3 +391,35 @@ def test_garbage_collector_removes_unreferenced_binlogs_only(node_factory):
     assert sorted(k for k, _ in node.call(store.list(prefix))) == committed
     assert c.get_collection_stats("gc")["row_count"] == 300
     c.close()
+
+
+def test_flush_state_demands_the_tick_an_idle_channel_waits_for(node_factory):
+    """Found by chaos: flushes took 60–120 s although their segments were flushed in a second.
+    GetFlushState waits for every channel checkpoint to pass the flush timestamp; an idle
+    channel is ticked only every `vchannel_idle_tick_interval`, and only the Flush itself asked
+    for a tick. When DataCoord restarts between Flush and GetFlushState (its checkpoints are the
+    stored ones: a checkpoint only ticks moved is stored once a minute) nothing asks again, and
+    the idle shard's checkpoint stays behind until its idle tick. With the idle ticks an hour
+    apart, the flush must still complete: GetFlushState demands the tick it waits for."""
+    idle = {"vchannel_idle_tick_interval": 3600, "time_tick_idle_interval": 3600}
+    coords = node_factory(roles=("rootcoord", "datacoord", "querycoord"), **idle)
+    data = node_factory(roles=("datanode", "proxy"), **idle)
+    c = MilvusClient(uri=data.uri)
+    try:
+        c.create_collection("busyidle", schema=bench_schema(), num_shards=2)
+        ids, vecs, tags = batch(0, 1000)
+        c.insert("busyidle", [{"id": i, "vec": v, "tag": t} for i, v, t in zip(ids, vecs, tags, strict=True)])
+        channel = grpc.insecure_channel(data.uri.removeprefix("http://"))
+        stub = milvus_pb2_grpc.MilvusServiceStub(channel)
+        flushed = stub.Flush(milvus_pb2.FlushRequest(collection_names=["busyidle"]))
+        assert flushed.status.code == 0, flushed.status
+        flush_ts = flushed.coll_flush_ts["busyidle"]
+        segs = list(flushed.coll_segIDs["busyidle"].data)
+        coords.stop()  # a coordinator restart between the Flush and its GetFlushState
+        coords = node_factory(roles=("rootcoord", "datacoord", "querycoord"), **idle)
+        req = milvus_pb2.GetFlushStateRequest(segmentIDs=segs, flush_ts=flush_ts, collection_name="busyidle")
+        wait_until(lambda: stub.GetFlushState(req).flushed, timeout=60, interval=0.5, what="the flush to complete")
+        assert c.get_collection_stats("busyidle")["row_count"] == 1000
+        channel.close()
+    finally:
+        c.close()

@@ -170,6 +170,15 @@ INVALID = [
         {"name": "a", "dataType": "Int64", "isPrimaryKey": True},
         {"name": "v", "dataType": "FloatVectr", "dim": 4}]},
      'Unsupported value: "FloatVectr"'),
+    ("an index on no field", {"fields": [
+        {"name": "a", "dataType": "Int64", "isPrimaryKey": True},
+        {"name": "v", "dataType": "FloatVector", "dim": 4}], "indexes": [{"fieldName": "w"}]},
+     "an index's fieldName must name a field of spec.fields"),
+    ("a partition key and partitions", {"fields": [
+        {"name": "a", "dataType": "Int64", "isPrimaryKey": True},
+        {"name": "k", "dataType": "VarChar", "maxLength": 8, "isPartitionKey": True},
+        {"name": "v", "dataType": "FloatVector", "dim": 4}], "partitions": ["p1"]},
+     "a collection with a partition key declares no partitions"),
 ]  # fmt: skip
 
 
@@ -184,6 +193,16 @@ def test_the_api_server_refuses_invalid_collections(crds, what, spec, message):
     out = crds.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(body), check=False)
     assert out.returncode != 0 and message in out.stderr, out.stderr
     assert 'The Collection "bad" is invalid' in out.stderr
+    # The operator evaluates the same CEL rules (controllers/crd.py): where the API server reports
+    # a rule, the operator's problem names the same path and says the same words.
+    from controllers.schema import check_spec
+
+    problems = check_spec(spec, "bad")
+    assert any(message in p for p in problems) or message.startswith("Unsupported value"), problems
+    for p in problems:
+        path, _, words = p.partition(": ")
+        if words and " (" not in path:  # a rule on a list or the spec: `spec.fields: exactly one ...`
+            assert f"{path}: Invalid value" in out.stderr and words in out.stderr, (p, out.stderr)
 
 
 def test_the_schema_is_immutable_on_the_api_server(crds):

@@ -13,6 +13,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kmilvus import __version__
+
 # kubernetes-validate re-reads its (large) JSON schemas on every call; memoise the reads.
 if not hasattr(kubernetes_validate.utils.schema_contents, "cache_info"):
     kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
@@ -145,7 +147,7 @@ def test_workloads_are_hardened_and_configured(built):
             assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
             assert sc["capabilities"] == {"drop": ["ALL"]}
             assert c["livenessProbe"] and c["readinessProbe"]
-            assert c["image"] == "kmilvus/kmilvus:0.1.0"
+            assert c["image"] == f"kmilvus/kmilvus:{__version__}"
             assert {"configMapRef": {"name": "kmilvus-config"}} in c["envFrom"]
             env = {e["name"]: e for e in c["env"]}
             assert env["KMILVUS_INTERNAL_HOST"]["value"] == "$(POD_IP)"
@@ -220,7 +222,7 @@ def test_crd_copies_match_crds_dir():
     copies = _crd_docs([OPERATOR / "crds.yaml"])
     assert set(copies) == {"collections.kmilvus.io", "flushrequests.kmilvus.io", "segments.kmilvus.io"}
     repo = _crd_docs(sorted(CRDS.glob("*.yaml"))) if CRDS.is_dir() else {}
-    hint = "run charts/kmilvus/hack/sync-crds.sh"
+    hint = "run python tools/gen_crds.py"
     if repo:
         assert copies == repo, f"operator/crds.yaml differs from crds/*.yaml ({hint})"
     # the chart's copies and the operator's are the same CRDs either way

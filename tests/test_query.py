@@ -147,3 +147,118 @@ def test_delete_by_any_expression(loaded):
     assert res["delete_count"] == 10
     assert c.query("q", filter='name like "alice-%" and id < 30') == []
     assert c.query("q", filter="", output_fields=["count(*)"])[0]["count(*)"] == 740
+
+
+def _shop(client: MilvusClient) -> list[dict]:
+    """A collection with sortable fields over two flushed segments and growing rows: price has
+    repeats and nulls, rating has many ties."""
+    schema = MilvusClient.create_schema()
+    schema.add_field("pk", DataType.INT64, is_primary=True)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=DIM)
+    schema.add_field("category", DataType.VARCHAR, max_length=16)
+    schema.add_field("price", DataType.DOUBLE, nullable=True)
+    schema.add_field("rating", DataType.INT32)
+    schema.add_field("sale", DataType.BOOL)
+    schema.add_field("meta", DataType.JSON)
+    index = client.prepare_index_params()
+    index.add_index("vec", index_type="FLAT", metric_type="L2")
+    client.create_collection("shop", schema=schema, index_params=index, consistency_level="Strong")
+    rng = np.random.default_rng(7)
+    data = [
+        {
+            "pk": i,
+            "vec": rng.random(DIM, dtype=np.float32),
+            "category": ["books", "food", "toys", "garden"][int(rng.integers(4))],
+            "price": None if i % 11 == 0 else float(rng.integers(0, 40)) / 4,
+            "rating": int(rng.integers(1, 6)),
+            "sale": bool(i % 3 == 0),
+            "meta": {"i": i},
+        }
+        for i in range(300)
+    ]
+    client.insert("shop", data[:120])
+    client.flush("shop")
+    client.insert("shop", data[120:240])
+    client.flush("shop")
+    client.load_collection("shop")
+    client.insert("shop", data[240:])  # growing
+    return data
+
+
+def _expect(data: list[dict], keys: list[tuple[str, bool, bool]], where=lambda r: True) -> list[int]:
+    """The pks in ORDER BY order, each key (field, ascending, nulls first), ties by pk."""
+    rows = [r for r in data if where(r)]
+    for field, asc, nulls_first in reversed(keys):  # least significant first; sorts are stable
+        present = sorted((r for r in rows if r[field] is not None), key=lambda r: r[field], reverse=not asc)
+        nulls = [r for r in rows if r[field] is None]
+        rows = nulls + present if nulls_first else present + nulls
+    return [r["pk"] for r in rows]
+
+
+def _pks(res) -> list[int]:
+    return [r["pk"] for r in res]
+
+
+def test_query_order_by(client):
+    """Milvus 2.6's query ORDER BY (the `order_by_fields` query param pymilvus' `order_by`
+    sends): rows sorted by the fields (asc, desc; nulls last ascending and first descending, or
+    as `:nulls_first` / `:nulls_last` say), over flushed and growing segments, with limit and
+    offset, the sort field shown or not; equal keys in primary key order."""
+    data = _shop(client)
+    got = client.query("shop", filter="", output_fields=["price"], limit=10, order_by=["price:asc"])
+    assert _pks(got) == _expect(data, [("price", True, False), ("pk", True, False)])[:10]
+    assert [r["price"] for r in got] == sorted(r["price"] for r in got)
+    got = client.query("shop", filter="", output_fields=["price"], limit=10, order_by=["price:desc"])
+    assert _pks(got) == _expect(data, [("price", False, True), ("pk", True, False)])[:10]
+    assert all(r["price"] is None for r in got[:5])  # DESC: nulls first
+    keys = [("rating", False, True), ("price", True, False), ("pk", True, False)]
+    for offset, limit in ((0, 20), (20, 20), (290, 20)):
+        got = client.query(
+            "shop",
+            filter="pk >= 0",
+            output_fields=["rating", "price"],
+            limit=limit,
+            offset=offset,
+            order_by=["rating:desc", "price:asc"],
+        )
+        assert _pks(got) == _expect(data, keys)[offset : offset + limit]
+    got = client.query(
+        "shop",
+        filter="rating >= 3",
+        output_fields=["category"],
+        limit=15,
+        order_by=["category", "price:desc:nulls_last"],
+    )
+    assert (
+        _pks(got)
+        == _expect(
+            data, [("category", True, False), ("price", False, False), ("pk", True, False)], lambda r: r["rating"] >= 3
+        )[:15]
+    )
+    assert "price" not in got[0]  # a sort field not asked for is not shown
+    got = client.query("shop", filter="", output_fields=["sale"], limit=5, order_by=["sale:desc", "pk:desc"])
+    assert _pks(got) == sorted((r["pk"] for r in data if r["sale"]), reverse=True)[:5]
+    got = client.query("shop", filter="", output_fields=["price"], limit=3, order_by=["price:asc:nulls_first"])
+    assert _pks(got) == [0, 11, 22]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"order_by": ["price:asc"]}, "ORDER BY requires explicit limit"),
+        (
+            {"order_by": ["price:up"], "limit": 3},
+            "invalid order direction 'up' for field 'price', must be 'asc' or 'desc'",
+        ),
+        ({"order_by": ["nope"], "limit": 3}, "order_by field 'nope' does not exist in collection schema"),
+        ({"order_by": ["vec"], "limit": 3}, "order_by field 'vec' has type FloatVector which is not sortable"),
+        ({"order_by": ["meta"], "limit": 3}, "order_by field 'meta' has type JSON which is not sortable"),
+        ({"order_by": ["price:asc:nulls_middle"], "limit": 3}, "invalid null ordering 'nulls_middle'"),
+        ({"order_by_fields": "price:asc", "limit": 3, "iterator": "True"}, "ORDER BY with iterator is not supported"),
+    ],
+)
+def test_query_order_by_refused_as_milvus(client, kwargs, needle):
+    _shop(client)
+    with pytest.raises(MilvusException) as e:
+        client.query("shop", filter="pk >= 0", output_fields=["price"], **kwargs)
+    assert e.value.code == 1100 and needle in e.value.message, e.value

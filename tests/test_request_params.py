@@ -50,6 +50,7 @@ HONOURED_BY = {
     "radius": "test_hybrid_search.py",
     "range_filter": "test_hybrid_search.py",
     "page_retain_order": "test_request_params.py",
+    "order_by_fields": "test_query.py",
 }
 # What a honoured key is named in the test that shows it, when not by itself.
 SPELLED = {

@@ -64,7 +64,7 @@ def operator_settings(docs: list[dict]) -> dict:
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    return {f: getattr(cfg, f) for f in cfg.__dataclass_fields__ if f.startswith("spark_")}
+    return {f: getattr(cfg, f) for f in Config.model_fields if f.startswith("spark_")}
 
 
 @pytest.mark.parametrize("broken", ["secret-missing", "secret-key-missing", "account-missing", "account-unbound"])

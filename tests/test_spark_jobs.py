@@ -8,7 +8,6 @@ import base64
 import csv
 import json
 import os
-import shutil
 import sys
 import time
 import uuid
@@ -398,13 +397,9 @@ def _get_or_create(builder):
 @pytest.fixture(scope="module")
 def spark(moto_endpoint, tmp_path_factory):
     # moto first: its AWS_* variables must be in the environment the Spark workers inherit.
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [JOBS_DIR] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    )
+    # The workers run this virtualenv's Python, where kmilvus_jobs is installed with kmilvus.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if JOBS_DIR not in sys.path:
-        sys.path.insert(0, JOBS_DIR)
     from pyspark.sql import SparkSession
 
     builder = (
@@ -416,12 +411,6 @@ def spark(moto_endpoint, tmp_path_factory):
     )
     s = _get_or_create(builder)
     s.sparkContext.setLogLevel("ERROR")
-    # Ship the job package to the Python workers explicitly: a JVM started earlier in this
-    # process (another test's SparkSession) would not see the PYTHONPATH set above.
-    archive = shutil.make_archive(
-        str(tmp_path_factory.mktemp("pyfiles") / "kmilvus_jobs"), "zip", JOBS_DIR, "kmilvus_jobs"
-    )
-    s.sparkContext.addPyFile(archive)
     yield s
     s.stop()
 

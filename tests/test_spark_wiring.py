@@ -40,7 +40,7 @@ def test_application_from_settings(monkeypatch):
     for pod in ("driver", "executor"):
         env = s[pod]["env"]
         assert [e for e in env if e["name"].startswith("AWS_")] == want
-        assert {"name": "PYTHONPATH", "value": application.IMAGE_JOBS_DIR} in env
+        assert not [e for e in env if e["name"] == "PYTHONPATH"]  # kmilvus_jobs is installed in the image
     assert json.loads(s["arguments"][0]) == SPEC
 
 
@@ -53,8 +53,10 @@ def test_application_defaults_match_the_chart():
 
 
 def test_bad_pull_policy_is_refused():
+    with pytest.raises(ValueError, match="spark_image_pull_policy"):
+        Config(spark_image_pull_policy="Sometimes")
     with pytest.raises(ValueError, match="imagePullPolicy"):
-        application.from_config("import", SPEC, "kmilvus-import-42-3", Config(spark_image_pull_policy="Sometimes"))
+        application.build_application("import", SPEC, name="kmilvus-import-42-3", image_pull_policy="Sometimes")
 
 
 def test_templates_are_package_data(tmp_path):

@@ -20,11 +20,17 @@ from kmilvus.util.embedded import MissingBinaryError, find_binary, free_port
 from tests.flushutil import batch, bench_schema
 
 
-def start_standalone(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, int, Path]:
-    port = free_port()
+def start_standalone(
+    tmp_path: Path, *args: str, env: dict | None = None, port: int | None = None
+) -> tuple[subprocess.Popen, int, Path]:
+    """`kmilvus standalone` on `tmp_path / "data"`; given the `port` of an earlier run there, it
+    restarts that standalone (same cluster, same data). The log is appended to."""
+    port = port or free_port()
     log = tmp_path / "standalone.log"
     exe = Path(sys.executable).with_name("kmilvus")
-    with open(log, "wb") as out:
+    ready = f"kmilvus standalone ready on 127.0.0.1:{port}"
+    seen = log.read_text(errors="replace").count(ready) if log.exists() else 0
+    with open(log, "ab") as out:
         proc = subprocess.Popen(
             [
                 str(exe),
@@ -44,7 +50,7 @@ def start_standalone(tmp_path: Path, *args: str, env: dict | None = None) -> tup
             env={**os.environ, **(env or {})},
         )
     deadline = time.monotonic() + 60
-    while f"kmilvus standalone ready on 127.0.0.1:{port}" not in log.read_text(errors="replace"):
+    while log.read_text(errors="replace").count(ready) <= seen:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise AssertionError("standalone did not become ready:\n" + log.read_text()[-3000:])

@@ -428,6 +428,30 @@ def test_a_process_starts_while_local_storage_is_away(tmp_path):
     assert st.read_sync("a/b") == b"x"
 
 
+def test_a_removal_while_local_storage_is_away_fails_and_removes_later(tmp_path):
+    """Found by chaos: a partition dropped while the storage root was away (replaced by a file)
+    "removed" its files without error — the prefix looked empty — so the drop finished and the
+    files stayed for good. A removal that cannot see the store fails (the drop is retried)."""
+    root = tmp_path / "storage"
+    st = ObjectStore.from_uri(f"file://{root}")
+    st.write_sync("insert_log/1/2/3/44", b"data")
+    st.write_sync("stats_log/1/2/3/45", b"stats")
+    root.rename(tmp_path / "aside")
+    root.write_text("storage is away")
+    with pytest.raises(OSError):
+        st.delete_prefix_sync("insert_log/1/2/")
+    with pytest.raises(OSError):
+        st.delete_sync("stats_log/1/2/3/45")
+    root.unlink()
+    (tmp_path / "aside").rename(root)
+    assert st.list_sync("insert_log/1/2/") == [("insert_log/1/2/3/44", 4)]
+    st.delete_prefix_sync("insert_log/1/2/")
+    st.delete_sync("stats_log/1/2/3/45")
+    assert st.walk_sync() == []
+    st.delete_prefix_sync("insert_log/9/")  # nothing there, storage present: done
+    st.delete_sync("insert_log/9/1")
+
+
 def test_stats_log_keys_sorted_unique_without_np_unique(tmp_path, monkeypatch):
     """A segment's stats log holds its distinct primary keys, sorted. np.unique is not used:
     numpy 2.4's is far slower than a sort for int64 keys, and the stats log is written when a

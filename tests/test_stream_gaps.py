@@ -160,11 +160,11 @@ async def test_a_tick_between_the_parts_of_a_split_message_is_no_resume_point(ms
     await tw.close()
 
 
-async def test_a_catch_up_ending_inside_a_split_message_reads_it_to_its_end(ms, root):
-    """A vchannel added behind its pchannel's shared consumer catches up alone up to where the
-    shared one was; when that point falls between the parts of one of its split messages, the
-    shared consumer never saw the first part, and a tick it hands out before the last part must
-    not reach the vchannel (as above): the catch-up reads the message to its end instead."""
+async def _catching_up_inside_a_split_message(ms, root):
+    """Targets of two vchannels of a pchannel, `tv` added while the shared consumer (reading for
+    `tw`) is past the first part of a split message of tv's vchannel: tv catches up on
+    (0, part 0] alone. `rest()` publishes a tick between the parts, the last part and a tick
+    after it, and returns their seqs."""
     v, w = vch(root, 1), vch(root, 2)
     p0 = pchannel_of(v)
     await ms.ensure(v)
@@ -173,14 +173,53 @@ async def test_a_catch_up_ending_inside_a_split_message_reads_it_to_its_end(ms, 
     tw = await ms.dispatch(w, after_seq=a0.seq, name="dn")
     t5 = await ms.producer().publish(p0, Msg(MsgType.TimeTick, 5))
     assert (await tw.next(5)).position.seq == t5  # the shared consumer is past part 0
-    tv = await ms.dispatch(v, name="dn")  # catches up on (0, part 0] alone
-    t6 = await ms.producer().publish(p0, Msg(MsgType.TimeTick, 6))  # between the parts
-    a1 = await ms.js.publish(s1, d1, headers={**h1, H_CHUNK_START: str(a0.seq)})
-    t11 = await ms.producer().publish(p0, Msg(MsgType.TimeTick, 11))
+    tv = await ms.dispatch(v, name="dn")
+
+    async def rest() -> tuple[int, int, int]:
+        t6 = await ms.producer().publish(p0, Msg(MsgType.TimeTick, 6))
+        a1 = await ms.js.publish(s1, d1, headers={**h1, H_CHUNK_START: str(a0.seq)})
+        t11 = await ms.producer().publish(p0, Msg(MsgType.TimeTick, 11))
+        assert t6 < a1.seq < t11
+        return t6, a1.seq, t11
+
+    return tv, tw, rest
+
+
+async def test_a_catch_up_ending_inside_a_split_message_reads_it_to_its_end(ms, root):
+    """A vchannel added behind its pchannel's shared consumer catches up alone up to where the
+    shared one was; when that point falls between the parts of one of its split messages, the
+    shared consumer never saw the first part, and a tick it hands out before the last part must
+    not reach the vchannel (as above): the catch-up reads the message to its end instead."""
+    tv, tw, rest = await _catching_up_inside_a_split_message(ms, root)
+    _, a1, t11 = await rest()
     got = [await tv.next(5) for _ in range(2)]
-    assert [(m.type, m.position.seq) for m in got] == [(MsgType.Insert, a1.seq), (MsgType.TimeTick, t11)]
-    assert bytes(got[0].payload) == b"aabb" and t6 < a1.seq
+    assert [(m.type, m.position.seq) for m in got] == [(MsgType.Insert, a1), (MsgType.TimeTick, t11)]
+    assert bytes(got[0].payload) == b"aabb"
     assert await tv.next(0.2) is None
+    await tv.close()
+    await tw.close()
+
+
+async def test_a_split_message_the_shared_consumer_hands_out_after_a_catch_up_is_read_once(ms, root, tmp_path):
+    """As above, but the shared consumer hands out what it read only after the catch-up ended
+    (it reads the split message's first part back from the stream first, so under load it comes
+    late): its copies of the message and of the tick between the parts were read alone already
+    and are dropped, not read a second time."""
+    tv, tw, rest = await _catching_up_inside_a_split_message(ms, root)
+    go = tmp_path / "go"
+    failpoint.enable("dispatcher.deliver", f"wait({go})")  # the shared consumer reads, holds it
+    try:
+        t6, a1, t11 = await rest()
+        got = await tv.next(5)
+        assert (got.type, got.position.seq, bytes(got.payload)) == (MsgType.Insert, a1, b"aabb")
+        assert await tv.next(0) is None  # the catch-up is over; nothing handed out yet
+    finally:
+        failpoint.disable("dispatcher.deliver")
+        go.touch()
+    later, gaps = await read_until(tv, t11)
+    assert [(m.type, m.position.seq) for m in later] == [(MsgType.TimeTick, t11)] and not gaps
+    assert await tv.next(0.2) is None
+    assert [m.position.seq for m in (await read_until(tw, t11))[0]] == [t6, t11]
     await tv.close()
     await tw.close()
 

@@ -1,10 +1,10 @@
 """mkdocs hooks (mkdocs.yml `hooks:`): the parts of the docs that are read from the code at build
 time, so they cannot drift from it.
 
-- `<!-- generated:config -->` in a page becomes the table of every setting of
-  `kmilvus.config.Config`: name, environment variable, type, default, and the field's comments in
-  `kmilvus/config.py` (the comment block above a field and the one at its end; a
-  `# --- Title ---` line starts a section).
+- `<!-- generated:config -->` in a page becomes the tables of every setting of
+  `kmilvus.config.Config`, one per section (`kmilvus.config.SECTIONS`: the section's docstring is
+  its title and introduction): environment variable, type, default and the field's docstring.
+  A secret's default is never shown.
 - `<!-- generated:cli COMMAND -->` becomes the options of `kmilvus standalone`, `kmilvus run` or
   `kmilvus-operator`, from their click definitions.
 - `bench/results/` is served under `benchmarks/results/` (the pages link the measurements and
@@ -13,18 +13,15 @@ time, so they cannot drift from it.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import io
 import re
-import tokenize
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIG_SOURCE = ROOT / "kmilvus" / "config.py"
 RESULTS = ROOT / "bench" / "results"
-SECTION = re.compile(r"^#\s*---\s*(?P<title>.+?)\s*---\s*$")
 MARKER = re.compile(r"<!--\s*generated:(?P<what>[\w-]+)(?P<arg>[^>]*?)\s*-->")
 
 
@@ -37,43 +34,64 @@ class Setting:
     section: str
 
 
-def config_settings(source: Path = CONFIG_SOURCE) -> list[Setting]:
-    """Every field of `Config`, in source order, with its section and its comments."""
+def _type_name(annotation: Any) -> str:
+    """int, float, bool, str, secret, list, or one of the values of a Literal."""
+    from pydantic import SecretStr
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _type_name(typing.get_args(annotation)[0])
+    if origin is typing.Literal:
+        return " | ".join(f"`{v}`" for v in typing.get_args(annotation))
+    if origin is list:
+        return "list"
+    if annotation is SecretStr:
+        return "secret"
+    if isinstance(annotation, type) and not isinstance(annotation, types.GenericAlias):
+        return annotation.__name__
+    return str(annotation)
+
+
+def _bounds(metadata: list[Any]) -> str:
+    """A field's range from its annotated_types constraints: " ≥ 0", " in [0, 65535]"."""
+    lo = hi = None
+    for m in metadata:
+        for attr, sign in (("ge", "≥"), ("gt", ">")):
+            if getattr(m, attr, None) is not None:
+                lo = (sign, getattr(m, attr))
+        for attr, sign in (("le", "≤"), ("lt", "<")):
+            if getattr(m, attr, None) is not None:
+                hi = (sign, getattr(m, attr))
+    if lo and hi and lo[0] == "≥" and hi[0] == "≤":
+        return f" in [{lo[1]}, {hi[1]}]"
+    return "".join(f" {sign} {value}" for sign, value in filter(None, (lo, hi)))
+
+
+def config_settings() -> list[Setting]:
+    """Every field of `Config`, section by section, with its docstring."""
     from kmilvus.config import Config
 
-    text = source.read_text()
-    comments: dict[int, str] = {}
-    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-        if tok.type == tokenize.COMMENT:
-            comments[tok.start[0]] = tok.string
-    lines = text.splitlines()
-    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "Config")
-    fields = {f.name: f for f in dataclasses.fields(Config)}
-    out, section = [], ""
-    for node in cls.body:
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
-        above: list[str] = []
-        n = node.lineno - 1
-        while n >= 1 and lines[n - 1].strip().startswith("#"):
-            above.insert(0, lines[n - 1].strip())
-            n -= 1
-        for i, line in enumerate(above):
-            if m := SECTION.match(line):
-                section = m["title"]
-                above = above[i + 1 :]  # a block starts after its section's title
-        doc = [line.lstrip("#").strip() for line in above]
-        end = comments.get(node.end_lineno or node.lineno)
-        if end is not None and not lines[(node.end_lineno or node.lineno) - 1].strip().startswith("#"):
-            doc.append(end.lstrip("#").strip())
-        f = fields[node.target.id]
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = None
-        out.append(Setting(f.name, str(f.type), default, " ".join(doc), section))
+    out = []
+    for section in Config.sections:
+        title = (section.__doc__ or "").strip().partition("\n")[0]
+        for name in section.__annotations__:
+            f = Config.model_fields[name]
+            secret = _type_name(f.annotation) == "secret"
+            default = "" if secret else f.get_default(call_default_factory=True)
+            doc = " ".join((f.description or "").split())
+            kind = _type_name(f.annotation) + _bounds(f.metadata)
+            out.append(Setting(name, kind, default, doc, title.strip()))
+    return out
+
+
+def config_sections() -> dict[str, str]:
+    """Section title → its introduction."""
+    from kmilvus.config import Config
+
+    out = {}
+    for section in Config.sections:
+        title, _, intro = (section.__doc__ or "").strip().partition("\n")
+        out[title.strip()] = " ".join(intro.split())
     return out
 
 
@@ -94,17 +112,15 @@ def _default(value: Any) -> str:
 def config_markdown() -> str:
     parts: list[str] = []
     section = None
+    intros = config_sections()
     for s in config_settings():
         if s.section != section:
             section = s.section
-            parts += [
-                "",
-                f"### {section or 'Settings'}",
-                "",
-                "| variable | type | default | meaning |",
-                "|---|---|---|---|",
-            ]
-        kind = "comma-separated list" if s.type.startswith("list") else s.type
+            parts += ["", f"### {section}", ""]
+            if intros.get(section):
+                parts += [intros[section], ""]
+            parts += ["| variable | type | default | meaning |", "|---|---|---|---|"]
+        kind = "comma-separated list" if s.type == "list" else s.type.replace("|", "\\|")
         parts.append(f"| `KMILVUS_{s.name.upper()}` | {kind} | {_default(s.default)} | {_cell(s.doc)} |")
     return "\n".join(parts).strip() + "\n"
 

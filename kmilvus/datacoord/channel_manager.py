@@ -5,6 +5,12 @@ channel's info); when a DataNode's session disappears its channels go to the rem
 which resume them from the channel checkpoint. Every assignment bumps the channel's watch
 version: DataCoord accepts time ticks and binlogs for a channel only from its current watch
 (node and version), so a DataNode that was paused or cut off while its channel moved is fenced.
+
+A watch record is committed only while its collection exists (one transaction comparing
+RootCoord's collection key): a watch or reassignment racing DropCollection (RootCoord's start-up
+re-watch of the collections it knew, a retry of a failed watch) cannot write a dropped
+collection's channel back after DataCoord's part of the drop removed it, and no node is asked
+to watch it (docs/architecture/drop.md).
 """
 
 from __future__ import annotations
@@ -12,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from pymilvus.grpc_gen import schema_pb2
+from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
 from kmilvus.datacoord.meta import SegmentMeta, SegmentState
 from kmilvus.log import get_logger
-from kmilvus.meta import Cmp, EtcdKV
+from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_node_pb2, internal_pb2
 from kmilvus.sessionutil import list_sessions, watch_sessions
@@ -65,15 +71,19 @@ class ChannelManager:
     async def stop(self) -> None:
         await self._tasks.stop()
 
-    async def _persist(self, ch: str) -> None:
-        rec = {
-            "node": self.assign[ch],
-            "version": self.versions.get(ch, 0),
-            "info": self.infos[ch].SerializeToString().hex(),
-        }
+    async def _persist(self, ch: str) -> bool:
+        """Commit the channel's watch record while its collection exists; False (nothing
+        written) once RootCoord dropped it."""
+        info = self.infos[ch]
+        rec = {"node": self.assign[ch], "version": self.versions.get(ch, 0), "info": info.SerializeToString().hex()}
         raw = json.dumps(rec).encode()
-        await self.kv.put(keys.channel_watch_key(ch), raw)
+        if not await self.kv.txn(
+            [Op.put(keys.channel_watch_key(ch), raw)], [Cmp.exists(keys.collection_key(info.collectionID))]
+        ):
+            log.info("channel of a dropped collection: not watched", channel=ch, collection=info.collectionID)
+            return False
         self.records[ch] = raw
+        return True
 
     async def _watch_nodes(self) -> None:
         first = True
@@ -103,9 +113,26 @@ class ChannelManager:
         """Every collection with a watched channel."""
         return set(self._of_collection)
 
+    async def current_schema(self, coll_id: int) -> schema_pb2.CollectionSchema | None:
+        """The collection's schema as RootCoord has it now (a field may have been added since
+        its channels were watched: what a DataNode is handed and a job or an index build reads
+        by must have it); None once RootCoord no longer has the collection. Also kept for
+        `schema_of`."""
+        resp = await self.registry.client(roles.ROOTCOORD).DescribeCollection(
+            milvus_pb2.DescribeCollectionRequest(collectionID=coll_id)
+        )
+        if resp.status.code == merr.COLLECTION_NOT_FOUND[0]:
+            return None
+        merr.check(resp.status)
+        known = self.schema_of(coll_id)
+        if known is not None and resp.schema.version > known.version:
+            self._schemas[coll_id] = resp.schema
+        return resp.schema
+
     def schema_of(self, coll_id: int) -> schema_pb2.CollectionSchema | None:
-        """The collection's schema as its channels were watched with (None: not watched).
-        Parsed once: policy passes ask for every collection's (a watch never changes it)."""
+        """The collection's schema as its channels were watched with, or a newer one seen by
+        `current_schema` (None: not watched). Parsed once: policy passes ask for every
+        collection's."""
         if coll_id not in self._schemas:
             self._schemas[coll_id] = next(
                 (
@@ -118,14 +145,17 @@ class ChannelManager:
         return self._schemas[coll_id]
 
     async def watch(self, info: internal_pb2.ChannelWatchInfo) -> None:
-        """Register a new vchannel (idempotent) and hand it to a DataNode if one is alive."""
+        """Register a new vchannel (idempotent) and hand it to a DataNode if one is alive;
+        `collection_not_found` once RootCoord dropped its collection."""
         async with self._lock:
             if info.vchannel not in self.infos:
                 self.infos[info.vchannel] = info
+                self.assign[info.vchannel] = 0
+                if not await self._persist(info.vchannel):
+                    del self.infos[info.vchannel], self.assign[info.vchannel]
+                    raise merr.collection_not_found(info.collectionID)
                 self._of_collection.setdefault(info.collectionID, {})[info.vchannel] = None
                 self._schemas.pop(info.collectionID, None)
-                self.assign[info.vchannel] = 0
-                await self._persist(info.vchannel)
             if not self.nodes:  # the session watch may not have caught up yet
                 self.nodes.update(await list_sessions(self.kv, roles.DATANODE))
         await self.rebalance()
@@ -171,7 +201,8 @@ class ChannelManager:
                 # DataCoord never hands out a version twice.
                 self.versions[ch] = self.versions.get(ch, 0) + 1
                 self.assign[ch] = 0
-                await self._persist(ch)
+                if not await self._persist(ch):
+                    continue  # dropped: DataCoord's part of the drop forgets the channel
                 try:
                     await self._send_watch(node, ch)
                 except Exception as exc:  # noqa: BLE001 - retried by `_retry_orphans`
@@ -179,7 +210,8 @@ class ChannelManager:
                     failed += 1
                     continue
                 self.assign[ch] = node
-                await self._persist(ch)
+                if not await self._persist(ch):
+                    continue  # dropped meanwhile: the node's flowgraph ends at DropCollection
                 if self.on_assigned is not None:
                     self.on_assigned(ch)
         return failed
@@ -192,8 +224,11 @@ class ChannelManager:
         read here, or will be refused by its watch compare. Read without the lock, a save
         committed in etcd but not yet applied in memory is missing from the watch, and the new
         owner replays its rows into a second binlog (duplicates found by bench/chaos.py)."""
+        schema = await self.current_schema(self.infos[ch].collectionID)
         async with self.meta.write_lock:
             info = self._watch_info(ch)
+        if schema is not None:
+            info.schema = schema.SerializeToString()
         client = self.registry.client(roles.DATANODE, node)
         merr.check(await client.WatchDmChannels(data_node_pb2.WatchDmChannelsRequest(channels=[info])))
         log.info("channel assigned", channel=ch, node=node)
@@ -207,7 +242,9 @@ class ChannelManager:
             info.seek_position.CopyFrom(cp)
         del info.unflushed_segments[:]
         del info.flushed_segmentIDs[:]
-        del info.pk_sources[:]
+        l0 = self.meta.l0_positions.get(ch)
+        if l0 is not None:
+            info.l0_position.CopyFrom(l0)
         for s in self.meta.by_channel(ch):
             if s.info.state in (SegmentState.Flushed,):
                 info.flushed_segmentIDs.append(s.id)
@@ -215,14 +252,6 @@ class ChannelManager:
                 info.dropped_segmentIDs.append(s.id)
             else:
                 info.unflushed_segments.append(s.info)
-            if s.info.state != SegmentState.Dropped:
-                info.pk_sources.add(
-                    segmentID=s.id,
-                    partitionID=s.info.partitionID,
-                    stats_log_paths=[b.log_path for _, b in sorted(s.statslogs.items())],
-                    binlog_paths=[] if s.statslogs else [b.log_path for _, b in sorted(s.binlogs.items())],
-                    delta_position=s.info.delta_position,
-                )
         return info
 
     async def unwatch(self, channels: list[str], drop: bool) -> None:

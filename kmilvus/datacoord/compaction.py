@@ -2,15 +2,20 @@
 
     trigger (Compact RPC or the policy) → plans per (partition, channel): sources packed up to
     the target size → CompactionJob (Executing) in etcd → SparkApplication merges each plan's
-    sources into its targets (every row not deleted by the sources' delta logs exactly once; the
-    targets carry no delta logs) and writes a manifest → per plan, ONE etcd
+    sources into its targets (every row not deleted by the sources' delta logs or the channel's
+    L0 delta logs exactly once) and writes a manifest → per plan, ONE etcd
     transaction swaps: targets Flushed (with `compaction_from`), sources Dropped, plan Completed
     → garbage collection deletes the sources' binlog FILES, then the meta that pointed at them.
 
-The swap is guarded on each source's meta being exactly what was planned and on the job key
-still existing (a dropped collection has none), so it applies whole or not at all. Sources are
-reserved while a plan runs (no second compaction takes them). Dropped segments found at start
-(a coordinator that died between swap and collection) are collected then.
+Deletes committed while the job runs are not lost: a channel's new L0 delta logs apply to the
+targets as to any segment of the channel (they keep their rows' timestamps), and a source's
+delta logs the job was not planned with are carried over to the targets in the swap (as
+Milvus does; the files stay where they are, referenced by the targets). The swap reads the
+sources under the meta's write lock, which every SaveBinlogPaths holds, and is guarded on each
+source's stored meta being exactly what it read and on the job key still existing (a dropped
+collection has none), so it applies whole or not at all. Sources are reserved while a plan runs
+(no second compaction takes them). Dropped segments found at start (a coordinator that died
+between swap and collection) are collected then.
 
 Policy (`auto_compaction`): a (partition, channel) with at least `compaction_min_segments`
 flushed segments smaller than `compaction_small_proportion` × the target size is compacted.
@@ -39,6 +44,7 @@ from kmilvus.spark import application
 from kmilvus.storage import paths
 from kmilvus.util import merr, typeutil
 from kmilvus.util import ttl as collection_ttl
+from kmilvus.util.failpoint import afailpoint
 
 if TYPE_CHECKING:
     from kmilvus.datacoord.jobs import JobService
@@ -213,7 +219,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
     # ------------------------------------------------------------------------ prepare
     async def prepare(self, job: data_coord_pb2.CompactionJob) -> dict:
         port, coll = self.port, job.collectionID
-        schema = self.schema_of(coll)
+        schema = await port.current_schema(coll)  # with every field added since the watch
         if schema is None:
             raise merr.collection_not_found(coll)
         plans = []
@@ -234,6 +240,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             n_targets = max(1, math.ceil(p.rows / max(1, job.target_rows)))
             first = await port.alloc_ids(n_targets)
             p.targets[:] = list(range(first, first + n_targets))
+            l0 = port.meta.l0_of(coll, p.channel, p.partitionID)
             plans.append(
                 {
                     "plan_id": p.planID,
@@ -241,6 +248,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                     "channel": p.channel,
                     "target_ids": list(p.targets),
                     "sources": sources,
+                    "l0_deltalogs": [{"key": d.binlog.log_path, "rows": int(d.binlog.entries_num)} for d in l0],
                 }
             )
         reserve = max(1, total)
@@ -265,6 +273,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
     # ------------------------------------------------------------------------ the swap
     async def commit(self, job: data_coord_pb2.CompactionJob, manifest: dict) -> None:
         """Swap each plan (a failed plan leaves its sources as they were), then collect."""
+        await afailpoint("datacoord.compaction.before_swap")  # the job's files are written
         coll = job.collectionID
         by_plan = {int(p["plan_id"]): p for p in manifest["plans"]}
         collected: list[Segment] = []
@@ -299,7 +308,25 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         await self.collect(collected)
 
     async def _swap(self, job, plan, out: dict) -> list[Segment]:
-        """ONE transaction: targets Flushed, sources Dropped, the plan Completed."""
+        """ONE transaction: targets Flushed (with the sources' delta logs the job was not
+        planned with), sources Dropped, the plan Completed. Under the meta's write lock: no
+        delta log of a source commits between reading the sources and the swap."""
+        async with self.port.meta.write_lock:
+            return await self._swap_locked(job, plan, out)
+
+    @staticmethod
+    def _planned_deltalogs(job, plan_id: int) -> set[str]:
+        """The delta-log files of the plan's sources the job applied (its spec)."""
+        spec = json.loads(job.spec) if job.spec else {}
+        return {
+            d["key"]
+            for p in spec.get("plans", [])
+            if int(p["plan_id"]) == plan_id
+            for src in p["sources"]
+            for d in src.get("deltalogs", [])
+        }
+
+    async def _swap_locked(self, job, plan, out: dict) -> list[Segment]:
         port, coll, part = self.port, job.collectionID, plan.partitionID
         sources = [port.meta.segments.get(sid) for sid in plan.sources]
         if any(s is None or s.info.state != SegmentState.Flushed for s in sources):
@@ -331,6 +358,10 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             key=lambda p: p.timestamp,
             default=None,
         )
+        # Delta logs committed to a source after the job was planned (it did not apply them):
+        # every target carries them (a delete of a key a target does not hold changes nothing).
+        planned = self._planned_deltalogs(job, plan.planID)
+        carried = {lid: b for s in sources for lid, b in s.deltalogs.items() if b.log_path not in planned}
         for t in targets:
             sid = int(t["segment_id"])
             if sid not in plan.targets:
@@ -357,10 +388,12 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             if start is not None:
                 info.start_position.CopyFrom(start)
             seg_key = keys.segment_key(coll, part, sid)
+            info.deltalog_count = len(carried)
             ops.append(Op.put(seg_key, info.SerializeToString()))
             compares.append(Cmp.missing(seg_key))
             ops += [Op.put(keys.binlog_key(coll, sid, lid), b.SerializeToString()) for lid, b in binlogs.items()]
-            new.append(Segment(info, binlogs=binlogs, created=time.monotonic()))
+            ops += [Op.put(keys.deltalog_key(coll, sid, lid), b.SerializeToString()) for lid, b in carried.items()]
+            new.append(Segment(info, binlogs=binlogs, deltalogs=dict(carried), created=time.monotonic()))
         # The sources' DDL binlog meta moves to the first target: those files stay referenced.
         ddl = {}
         for s in sources:
@@ -414,6 +447,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             sources=len(sources),
             targets=[t.id for t in new],
             rows=src_rows,
+            carried_deltalogs=len(carried),
         )
         return sources
 
@@ -463,7 +497,11 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                     paths.segment_stats_prefix(i.collectionID, i.partitionID, i.ID),
                 ]
                 if not await port.remover.remove(
-                    filter(None, files), keys=[seg_key], decide=_dropped_in_etcd(seg_key), why="compacted segment"
+                    filter(None, files),
+                    keys=[seg_key],
+                    prefixes=[keys.deltalog_prefix(i.collectionID)],
+                    decide=_dropped_in_etcd(seg_key, i.ID, keys.deltalog_prefix(i.collectionID)),
+                    why="compacted segment",
                 ):
                     continue  # etcd does not hold it Dropped: memory was wrong, nothing collected
                 async with self.service.collection_lock(i.collectionID):
@@ -497,13 +535,20 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         return out
 
 
-def _dropped_in_etcd(seg_key: str) -> Decide:
-    """Files of a segment etcd holds as Dropped (or no longer holds at all)."""
+def _dropped_in_etcd(seg_key: str, seg_id: int, deltalog_prefix: str) -> Decide:
+    """Files of a segment etcd holds as Dropped (or no longer holds at all), but for delta logs
+    another segment refers to (a source's delta logs carried over to a compaction target stay
+    where they are)."""
 
     def decide(snap: Snapshot, targets: list[str]) -> list[str]:
         raw = snap.get(seg_key)
-        if raw is None or internal_pb2.SegmentInfo.FromString(raw).state == SegmentState.Dropped:
-            return targets
-        return []
+        if raw is not None and internal_pb2.SegmentInfo.FromString(raw).state != SegmentState.Dropped:
+            return []
+        kept = {
+            internal_pb2.Binlog.FromString(v).log_path
+            for k, v in snap.under(deltalog_prefix)
+            if int(k.rsplit("/", 2)[1]) != seg_id
+        }
+        return [t for t in targets if t not in kept]
 
     return decide

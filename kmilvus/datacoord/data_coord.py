@@ -31,6 +31,7 @@ from kmilvus.datacoord.partitions import DataCoordPartitionsMixin
 from kmilvus.datacoord.remover import FencedRemover
 from kmilvus.datacoord.segment_manager import SegmentManager
 from kmilvus.datacoord.stream_trimmer import StreamTrimmer
+from kmilvus.datacoord.truncate import DataCoordTruncateMixin
 from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import channels as chan
@@ -58,7 +59,13 @@ async def _leader_unknown() -> bool:
     return True
 
 
-class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs, data_coord_pb2_grpc.DataCoordServicer):
+class DataCoord(
+    DataCoordJobsRPCs,
+    DataCoordPartitionsMixin,
+    DataCoordTruncateMixin,
+    DataCoordIndexRPCs,
+    data_coord_pb2_grpc.DataCoordServicer,
+):
     role = roles.DATACOORD
 
     def __init__(self, cfg: Config, kv: EtcdKV, stream, store, registry: roles.Registry, server_id: int = 0):
@@ -96,6 +103,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         # these and at channels with sealed segments, not at every channel (1,000s of them).
         self._flushing_chans: set[str] = set()
         self._deltas_sent: dict[str, int] = {}  # channel → flush_ts its buffered deletes were asked for
+        self._flush_tick_demanded: dict[str, float] = {}  # channel → when GetFlushState last asked
         self.jobs = JobService(
             JobPort(
                 cfg=cfg,
@@ -107,6 +115,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 channels_of=self.channels.channels_of,
                 collections=self.channels.collections,
                 schema_of=self.channels.schema_of,
+                current_schema=self.channels.current_schema,
                 rows_per_segment=self.segments.rows_per_segment,
                 dropping=self._dropping.__contains__,
                 partition_dropped=lambda coll, part: (coll, part) in self.dropped_partitions,
@@ -394,7 +403,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
         self._flushing_chans.update(chans)
         # Idle vchannels get a tick only now and then: name them in one past the flush, so
         # their checkpoints pass it now (the operator's FlushRequest calls here, not a Proxy).
-        await demand_tick(self.registry.client(roles.ROOTCOORD), chans, flush_ts)
+        await self._demand_ticks(chans, flush_ts, time.monotonic())
         await self._check_flushable(chans)
         return data_coord_pb2.FlushResponse(
             dbID=req.dbID,
@@ -417,12 +426,52 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                     return False
         return True
 
+    async def _demand_flush_ticks(self, segment_ids, flush_ts: int, coll_id: int) -> None:
+        """The tick a waiting flush needs, on the channels still short of it whose current owner
+        has not reported a tick past `flush_ts`: their sealed segments flush once a tick passes
+        the seal, their checkpoints pass `flush_ts` once a tick past it is consumed (then the
+        writes it waits for carry it). Flush asked once; that tick may have reached a DataNode
+        that was replaced since, or a DataCoord that restarted with its stored checkpoints (a
+        checkpoint only ticks moved is stored once a minute) — and an idle channel is ticked
+        only every `vchannel_idle_tick_interval`. At most one demand a second per channel."""
+        lagging = {
+            s.info.insert_channel
+            for sid in segment_ids
+            if (s := self.meta.segments.get(sid)) is not None and s.info.state in LIVE_SEGMENT_STATES
+        }
+        if coll_id:
+            lagging.update(
+                ch
+                for ch in self.channels.channels_of(coll_id)
+                if (cp := self.meta.checkpoints.get(ch)) is None or cp.timestamp < flush_ts
+            )
+            # A restarted DataCoord learns the flush here: what holds a checkpoint back may be
+            # deletes of flushed segments, written on FlushSegments (`_check_flushable`).
+            if flush_ts > self._flush_ts.get(coll_id, 0):
+                self._flush_ts[coll_id] = flush_ts
+            self._flushing_chans.update(lagging)
+        now = time.monotonic()
+        due = sorted(
+            ch
+            for ch in lagging
+            if self._tick(ch) <= flush_ts and now - self._flush_tick_demanded.get(ch, -math.inf) >= 1.0
+        )
+        if due:
+            await self._demand_ticks(due, flush_ts, now)
+
+    async def _demand_ticks(self, chans: list[str], ts: int, now: float) -> None:
+        for ch in chans:
+            self._flush_tick_demanded[ch] = now
+        await demand_tick(self.registry.client(roles.ROOTCOORD), chans, ts)
+
     @merr.rpc(milvus_pb2.GetFlushStateResponse)
     async def GetFlushState(self, req: data_coord_pb2.GetFlushStateRequest, context=None):
         """True when every segment sealed by the flush is Flushed (or gone) and every channel
         checkpoint passed the flush timestamp; waits up to `wait_ms` for that to happen."""
         check = lambda: self._flush_done(req.segmentIDs, req.flush_ts, req.collectionID)  # noqa: E731
         done = check()
+        if not done:
+            await self._demand_flush_ticks(req.segmentIDs, req.flush_ts, req.collectionID)
         if not done and req.wait_ms:
             with contextlib.suppress(asyncio.TimeoutError):
                 async with self.meta.changed:
@@ -476,15 +525,35 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 f"channel {req.channel} is not watched by node {req.nodeID} "
                 f"(watch version {req.watch_version}) any more",
             )
+        if not req.segmentID:
+            await self._save_l0(req)
+            return merr.success()
         seg = await self.meta.save_binlog_paths(req, self.channels.watch_guard(req.channel) if req.channel else None)
         if req.flushed:
             log.info("segment flushed", segment=seg.id, rows=seg.info.num_of_rows, binlogs=seg.info.binlog_count)
             if seg.info.num_of_rows == 0:
                 await self.meta.remove_segment(seg)  # an empty segment leaves nothing behind
+        self._checkpoint_committed(req)
+        return merr.success()
+
+    def _checkpoint_committed(self, req: internal_pb2.SaveBinlogPathsRequest) -> None:
         if req.checkpoint.seq:
             self._dirty_cps.add(req.checkpoint.channel_name)
             self._store_due.add(req.checkpoint.channel_name)
-        return merr.success()
+
+    async def _save_l0(self, req: internal_pb2.SaveBinlogPathsRequest) -> None:
+        """A channel's L0 delta logs (SaveBinlogPaths of no segment). Those of a partition
+        dropped meanwhile are not committed: their files go instead (nothing else removes them)."""
+        if not req.channel:
+            raise merr.invalid("L0 delta logs need their channel")
+        coll = req.collectionID
+        refused = await self.meta.save_l0(
+            req, self.channels.watch_guard(req.channel), lambda d: (coll, d.partitionID) not in self.dropped_partitions
+        )
+        for d in refused:
+            with contextlib.suppress(OSError):  # storage away: the collector removes what no meta names
+                await self.store.delete(d.binlog.log_path)
+        self._checkpoint_committed(req)
 
     @merr.rpc()
     async def ReportDataNodeTtMsgs(self, req, context=None):
@@ -510,6 +579,7 @@ class DataCoord(DataCoordJobsRPCs, DataCoordPartitionsMixin, DataCoordIndexRPCs,
                 await self.stream.delete_consumers(ch)
                 self.ticks.pop(ch, None)
                 self._deltas_sent.pop(ch, None)
+                self._flush_tick_demanded.pop(ch, None)
                 self._dirty_cps.discard(ch)
                 self._cp_stored_at.pop(ch, None)
                 self._store_due.discard(ch)

@@ -10,7 +10,7 @@ stayed so for `tolerance` seconds (a flush in progress commits long before); etc
 
 - an insert, delta or stats log that no binlog meta references, unless its segment is reserved
   by an unfinished import or compaction (their outputs are registered at the end, or removed by
-  the job itself);
+  the job itself); a channel's L0 delta log that no L0 delta log meta references;
 - index files whose build no SegmentIndex records;
 - DDL binlogs of a collection that no longer exists, that no DDL binlog meta references.
 
@@ -47,6 +47,10 @@ class CollectionView:
         self.logs: set[str] = set()
         for prefix in (keys.binlog_prefix(coll), keys.deltalog_prefix(coll), keys.statslog_prefix(coll)):
             self.logs.update(internal_pb2.Binlog.FromString(raw).log_path for _, raw in snap.under(prefix))
+        self.logs.update(
+            internal_pb2.L0Deltalog.FromString(raw).binlog.log_path
+            for _, raw in snap.under(keys.l0_deltalog_prefix(coll))
+        )
         for _, raw in snap.under(keys.ddl_binlog_prefix(coll)):
             d = internal_pb2.DDLBinlogMeta.FromString(raw)
             self.logs.update((d.ddl_binlog_path, d.ts_binlog_path))
@@ -73,6 +77,7 @@ class CollectionView:
             keys.binlog_prefix(coll),
             keys.deltalog_prefix(coll),
             keys.statslog_prefix(coll),
+            keys.l0_deltalog_prefix(coll),
             keys.ddl_binlog_prefix(coll),
             keys.segment_index_prefix(coll),
             keys.import_job_prefix(coll),
@@ -90,6 +95,8 @@ class CollectionView:
     def garbage(self, key: str) -> bool:
         if key.startswith(paths.DDL_LOG + "/"):
             return not self.live and key not in self.logs
+        if paths.parse_l0_delta_log_key(key) is not None:
+            return key not in self.logs
         parsed = paths.parse_segment_file_key(key)
         if parsed is None:
             return False
@@ -117,6 +124,7 @@ class GarbageCollector:
         segs = list(self.meta.segments.values())
         logs = {b.log_path for s in segs for group in (s.binlogs, s.deltalogs, s.statslogs) for b in group.values()}
         logs.update(p for s in segs for d in s.ddl_binlogs.values() for p in (d.ddl_binlog_path, d.ts_binlog_path))
+        logs.update(d.binlog.log_path for l0 in list(self.meta.l0.values()) for d in l0.values())
         builds = {si.buildID for si in self.index_meta.segment_indexes.values()} if self.index_meta else set()
         return logs, builds
 
@@ -133,6 +141,8 @@ class GarbageCollector:
                         out.append((int(parts[1]), key))
                 elif (parsed := paths.parse_segment_file_key(key)) is not None:
                     out.append((parsed[1], key))
+                elif (l0 := paths.parse_l0_delta_log_key(key)) is not None:
+                    out.append((l0[0], key))
         return out
 
     def _proposed(self, key: str, logs: set[str], builds: set[int]) -> bool:

@@ -117,7 +117,9 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
             raise infiles.ImportError_(problems)
         bound = sum(infiles.row_bound(f, schema) for f in inputs)
         seg_rows = port.rows_per_segment(coll, schema)
-        n_seg = max(1, math.ceil(bound / seg_rows))
+        # Rows go to the shard their key hashes to: a segment per shard of each bucket.
+        shards = max(1, len(job.vchannels) or len(port.channels_of(coll)))
+        n_seg = max(1, math.ceil(bound / (seg_rows * shards))) * shards
         reserve = max(1, bound)
         spec = {
             "kind": "import",
@@ -138,6 +140,7 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
             "segment_id_start": await port.alloc_ids(n_seg),
             "segment_count": n_seg,
             "segment_max_rows": seg_rows,
+            "shards": shards,
             "manifest_key": self.manifest_key(job),
         }
         job.spec = json.dumps(spec, sort_keys=True)
@@ -182,7 +185,7 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
                 ID=sid,
                 collectionID=coll,
                 partitionID=part,
-                insert_channel=vchans[k % len(vchans)] if vchans else "",
+                insert_channel=_channel_of(m, k, vchans),
                 num_of_rows=sum(b.entries_num for b in binlogs.values()),
                 state=SegmentState.Flushed,
                 max_row_num=seg_rows,
@@ -214,10 +217,9 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
         done.reason = ""
         done.progress = json.dumps({"phase": "completed", "rows": total})
         pk = typeutil.primary_field(schema_pb2.CollectionSchema.FromString(job.schema))
-        if pk.autoID:
-            done.id_ranges[:] = [
-                x for m in manifest["segments"] for x in (int(m["row_id_from"]), int(m["row_id_to"]) + 1)
-            ]
+        if pk.autoID:  # each bucket's row IDs once (its segments, one per shard, share them)
+            ranges = sorted({(int(m["row_id_from"]), int(m["row_id_to"]) + 1) for m in manifest["segments"]})
+            done.id_ranges[:] = [x for r in ranges for x in r]
         ops.append(Op.put(keys.import_job_key(coll, job.jobID), done.SerializeToString()))
         if len(ops) > self.cfg.etcd_max_txn_ops:
             raise merr.MilvusError(
@@ -265,3 +267,16 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
 
     def writes_into(self, job: data_coord_pb2.ImportJob, part: int) -> bool:
         return job.partitionID == part
+
+
+def _channel_of(m: dict, k: int, vchans: list[str]) -> str:
+    """The vchannel of the manifest's k-th segment: the shard its rows' keys hash to (a job
+    planned before imports were sharded: round robin)."""
+    if not vchans:
+        return ""
+    if "shard" in m:
+        shard = int(m["shard"])
+        if not 0 <= shard < len(vchans):
+            raise merr.MilvusError(merr.IMPORT_FAILED, f"the manifest names shard {shard} of {len(vchans)}")
+        return vchans[shard]
+    return vchans[k % len(vchans)]

@@ -34,6 +34,7 @@ class DataCoordIndexRPCs:
             parallel=MAX_PARALLEL_BUILDS,
             dropping=self._dropping.__contains__,
             remove_files=self._remove_build_files,
+            current_schema=self.channels.current_schema,
         )
         self.gc.index_meta = self.index_meta
 

@@ -65,6 +65,8 @@ class JobPort:
     channels_of: Callable[[int], list[str]]  # a collection's vchannels
     collections: Callable[[], set[int]]  # every watched collection
     schema_of: Callable[[int], schema_pb2.CollectionSchema | None]
+    # RootCoord's schema now (None: gone): what a job reads and writes binlogs by
+    current_schema: Callable[[int], Awaitable[schema_pb2.CollectionSchema | None]]
     rows_per_segment: Callable[[int, schema_pb2.CollectionSchema], int]
     dropping: Callable[[int], bool]  # a DropCollection is under way
     partition_dropped: Callable[[int, int], bool]  # (collection, partition) dropped or being dropped

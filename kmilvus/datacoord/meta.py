@@ -5,6 +5,12 @@ positions, row count, state and the channel checkpoint in ONE transaction, guard
 dropped collection's late flush is refused, never half-applied). Row counts are derived from the
 set of binlogs, so a retried SaveBinlogPaths changes nothing.
 
+A channel's deletes are committed the same way, but to no segment: as L0 delta logs of the
+channel (Milvus' L0 segments, `save_l0`), with the position of the last Delete they cover. A
+delete then needs no knowledge of which segments hold its key — segments imported or compacted
+after it was consumed included: readers and compaction apply a channel's L0 deletes to every
+segment of the channel (and partition) by primary key and timestamp.
+
 Writers of segment state (seal, SaveBinlogPaths) hold `write_lock` across their read, etcd
 transaction and in-memory update, and SaveBinlogPaths updates only the fields it owns on the
 live SegmentInfo: quota grants (`assigned_rows`, `last_expire_time`) happen in memory while a
@@ -14,6 +20,7 @@ transaction is in flight, and a seal must never be undone by a binlog save that 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pymilvus.grpc_gen import common_pb2
@@ -23,6 +30,7 @@ from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import internal_pb2
 from kmilvus.util import merr
+from kmilvus.util.constants import ALL_PARTITIONS
 
 SegmentState = common_pb2.SegmentState
 UNFLUSHED = frozenset((SegmentState.Growing, SegmentState.Sealed))
@@ -115,6 +123,8 @@ class SegmentMeta:
         self.kv = kv
         self.segments = Segments()
         self.checkpoints: dict[str, internal_pb2.MsgPosition] = {}
+        self.l0: dict[int, dict[int, internal_pb2.L0Deltalog]] = {}  # collection → log ID → L0 delta log
+        self.l0_positions: dict[str, internal_pb2.MsgPosition] = {}  # vchannel → last Delete in its L0 logs
         # channel → seq of its checkpoint as stored in etcd (where a new owner resumes): never
         # moves back, and the stream is trimmed below it (datacoord.stream_trimmer)
         self.stored_checkpoints: dict[str, int] = {}
@@ -143,6 +153,11 @@ class SegmentMeta:
             ch = key.rsplit("/", 1)[1]
             self.checkpoints[ch] = internal_pb2.MsgPosition.FromString(raw)
             self.stored_checkpoints[ch] = self.checkpoints[ch].seq
+        for key, raw in await self.kv.get_prefix(keys.l0_deltalog_prefix()):
+            _, _, coll, log_id = key.split("/")
+            self.l0.setdefault(int(coll), {})[int(log_id)] = internal_pb2.L0Deltalog.FromString(raw)
+        for key, raw in await self.kv.get_prefix(keys.L0_POSITION_PREFIX):
+            self.l0_positions[key[len(keys.L0_POSITION_PREFIX) :]] = internal_pb2.MsgPosition.FromString(raw)
 
     async def notify(self, *changed: Segment, removed: bool = False) -> None:
         """Wake waiters on the meta; `changed` segments also go to the change feed."""
@@ -191,6 +206,50 @@ class SegmentMeta:
         """`guard`: a compare the commit also needs (the sender's channel watch still current)."""
         async with self.write_lock:
             return await self._save_binlog_paths(req, guard)
+
+    def l0_of(self, coll_id: int, channel: str, partition: int | None = None) -> list[internal_pb2.L0Deltalog]:
+        """The channel's L0 delta logs (log-ID order); with `partition`, those applying to it
+        (its own and the every-partition ones)."""
+        logs = self.l0.get(coll_id, {})
+        return [
+            d
+            for _, d in sorted(logs.items())
+            if d.channel == channel and (partition is None or d.partitionID in (partition, ALL_PARTITIONS))
+        ]
+
+    async def save_l0(
+        self,
+        req: internal_pb2.SaveBinlogPathsRequest,
+        guard: Cmp | None = None,
+        keep: Callable[[internal_pb2.L0Deltalog], bool] = lambda d: True,
+    ) -> list[internal_pb2.L0Deltalog]:
+        """Commit a channel's L0 delta logs, the position of the last Delete they cover and the
+        channel checkpoint in one transaction (guarded like a segment's save). Logs `keep`
+        refuses (checked under the lock `drop_partition_meta` takes too) are not committed:
+        they are returned, for their files to be deleted."""
+        async with self.write_lock:
+            coll, ch = req.collectionID, req.channel
+            refused = [d for d in req.l0_deltalogs if not keep(d)]
+            logs = [d for d in req.l0_deltalogs if keep(d)]
+            ops = [Op.put(keys.l0_deltalog_key(coll, d.binlog.logID), d.SerializeToString()) for d in logs]
+            cur = self.l0_positions.get(ch)
+            advance = req.HasField("l0_position") and (cur is None or req.l0_position.seq > cur.seq)
+            if advance:
+                ops.append(Op.put(keys.l0_position_key(ch), req.l0_position.SerializeToString()))
+            cp = self._checkpoint_to_store(req)
+            if cp is not None:
+                ops.append(Op.put(keys.channel_checkpoint_key(cp.channel_name), cp.SerializeToString()))
+            if not await self.kv.txn(ops, [guard] if guard is not None else []):
+                raise merr.MilvusError(merr.CHANNEL_NOT_FOUND, f"channel {ch} moved while its deletes were being saved")
+            for d in logs:
+                self.l0.setdefault(coll, {})[d.binlog.logID] = d
+            if advance:
+                self.l0_positions[ch] = req.l0_position
+            if cp is not None:
+                self._advance_checkpoint(cp)
+                self._stored(cp)
+            await self.notify()
+            return refused
 
     def compacted_into(self, seg_id: int) -> Segment | None:
         """The live segment a compaction moved `seg_id`'s rows to (following chained compactions)."""
@@ -248,14 +307,8 @@ class SegmentMeta:
             info.flushed_timestamp = max(info.seal_timestamp, info.dml_position.timestamp)
         seg_key = keys.segment_key(info.collectionID, info.partitionID, info.ID)
         ops.append(Op.put(seg_key, info.SerializeToString()))
-        cp = None
-        if req.HasField("checkpoint") and req.checkpoint.seq:
-            # Never store a checkpoint behind the one in memory (a tick may have moved it, and
-            # stored it, after the DataNode took this one): the stream may be trimmed up to it.
-            cp = req.checkpoint
-            cur = self.checkpoints.get(cp.channel_name)
-            if cur is not None and cur.seq > cp.seq:
-                cp = cur
+        cp = self._checkpoint_to_store(req)
+        if cp is not None:
             ops.append(Op.put(keys.channel_checkpoint_key(cp.channel_name), cp.SerializeToString()))
         if not await self.kv.txn(ops, [Cmp.exists(seg_key)] + ([guard] if guard is not None else [])):
             if guard is not None and await self.kv.get(seg_key) is not None:
@@ -282,6 +335,15 @@ class SegmentMeta:
         await self.notify(seg)
         return seg
 
+    def _checkpoint_to_store(self, req: internal_pb2.SaveBinlogPathsRequest) -> internal_pb2.MsgPosition | None:
+        """The checkpoint a save commits: the request's, never behind the one in memory (a tick
+        may have moved it, and stored it, after the DataNode took this one: the stream may be
+        trimmed up to it)."""
+        if not (req.HasField("checkpoint") and req.checkpoint.seq):
+            return None
+        cur = self.checkpoints.get(req.checkpoint.channel_name)
+        return cur if cur is not None and cur.seq > req.checkpoint.seq else req.checkpoint
+
     def _advance_checkpoint(self, cp: internal_pb2.MsgPosition) -> bool:
         cur = self.checkpoints.get(cp.channel_name)
         if cur is None or cp.seq > cur.seq or (cp.seq == cur.seq and cp.timestamp > cur.timestamp):
@@ -294,12 +356,24 @@ class SegmentMeta:
         return self._advance_checkpoint(cp)
 
     async def persist_checkpoints(self, channels: list[str]) -> None:
+        """Store the channels' checkpoints, each only while its channel's watch record exists:
+        a store racing DropCollection must not write a dropped channel's checkpoint back after
+        the drop removed it (one transaction; per channel when one of them is gone)."""
         cps = [self.checkpoints[ch] for ch in channels if ch in self.checkpoints]
-        if cps:
-            await self.kv.txn(
-                [Op.put(keys.channel_checkpoint_key(cp.channel_name), cp.SerializeToString()) for cp in cps]
-            )
-        for cp in cps:
+        if not cps:
+            return
+
+        def put(cp: internal_pb2.MsgPosition) -> Op:
+            return Op.put(keys.channel_checkpoint_key(cp.channel_name), cp.SerializeToString())
+
+        def watched(cp: internal_pb2.MsgPosition) -> Cmp:
+            return Cmp.exists(keys.channel_watch_key(cp.channel_name))
+
+        if await self.kv.txn([put(cp) for cp in cps], [watched(cp) for cp in cps]):
+            stored = cps
+        else:
+            stored = [cp for cp in cps if await self.kv.txn([put(cp)], [watched(cp)])]
+        for cp in stored:
             self._stored(cp)
 
     def _stored(self, cp: internal_pb2.MsgPosition) -> None:
@@ -313,29 +387,75 @@ class SegmentMeta:
             Op.delete_prefix(keys.segment_index_prefix(coll_id)),
         ]
         ops += [Op.delete_prefix(p) for p in keys.segment_log_prefixes(coll_id)]
+        ops.append(Op.delete_prefix(keys.l0_deltalog_prefix(coll_id)))
         ops.append(Op.delete_prefix(keys.dropped_partition_prefix(coll_id)))
         for ch in vchannels:
-            ops += [Op.delete(keys.channel_checkpoint_key(ch)), Op.delete(keys.channel_watch_key(ch))]
+            ops += [
+                Op.delete(keys.channel_checkpoint_key(ch)),
+                Op.delete(keys.channel_watch_key(ch)),
+                Op.delete(keys.l0_position_key(ch)),
+            ]
         await self.kv.txn(ops)
         gone = self.by_collection(coll_id)
         for s in gone:
             del self.segments[s.id]
+        self.l0.pop(coll_id, None)
         for ch in vchannels:
             self.checkpoints.pop(ch, None)
+            self.l0_positions.pop(ch, None)
             self.stored_checkpoints.pop(ch, None)
         await self.notify(*gone, removed=True)
 
     async def drop_partition_meta(self, coll_id: int, part_id: int, max_ops: int = 128) -> list[Segment]:
-        """Every segment key of one partition and its insert, delta and stats log keys — the
-        segments as etcd lists them (memory may miss one). In one transaction when it fits in
-        `max_ops` (etcd's --max-txn-ops); else the log keys go in several and the segment keys
-        last, so an interrupted drop is found again and finished by its retry. The DDL binlog
-        meta stays: DDL belongs to the collection, not to the segment that carried it."""
-        prefix = keys.partition_segment_prefix(coll_id, part_id)
-        seg_ids = {int(k.rsplit("/", 1)[1]) for k, _ in await self.kv.get_prefix(prefix, keys_only=True)}
-        gone = [s for s in self.by_collection(coll_id) if s.info.partitionID == part_id]
-        seg_ids.update(s.id for s in gone)
-        logs = [
+        """Every segment key of one partition, its insert, delta and stats log keys — the
+        segments as etcd lists them (memory may miss one) — and its L0 delta logs. In one
+        transaction when it fits in `max_ops` (etcd's --max-txn-ops); else the log keys go in
+        several and the segment keys last, so an interrupted drop is found again and finished by
+        its retry. Under the write lock: an L0 save checks the dropped partitions under it."""
+        async with self.write_lock:
+            prefix = keys.partition_segment_prefix(coll_id, part_id)
+            seg_ids = {int(k.rsplit("/", 1)[1]) for k, _ in await self.kv.get_prefix(prefix, keys_only=True)}
+            gone = [s for s in self.by_collection(coll_id) if s.info.partitionID == part_id]
+            seg_ids.update(s.id for s in gone)
+            l0 = [
+                k
+                for k, raw in await self.kv.get_prefix(keys.l0_deltalog_prefix(coll_id))
+                if internal_pb2.L0Deltalog.FromString(raw).partitionID == part_id
+            ]
+            await self._delete_logs_then(coll_id, seg_ids, l0, [Op.delete_prefix(prefix)], max_ops)
+            for s in gone:
+                self.segments.pop(s.id, None)
+            mem = self.l0.get(coll_id, {})
+            for i in [i for i, d in mem.items() if d.partitionID == part_id]:
+                del mem[i]
+        await self.notify(*gone, removed=True)
+        return gone
+
+    async def drop_segments_meta(
+        self, coll_id: int, segs: list[Segment], l0_ids: list[int], max_ops: int = 128
+    ) -> None:
+        """Every key of these segments (their insert, delta and stats log keys, then the segment
+        keys) and of these L0 delta logs: TruncateCollection's removal of the rows before its
+        timestamp. In as few transactions as `max_ops` allows, segment keys last: an interrupted
+        drop leaves segments that are found and dropped again by its retry."""
+        async with self.write_lock:
+            l0 = [keys.l0_deltalog_key(coll_id, i) for i in l0_ids]
+            last = [Op.delete(keys.segment_key(coll_id, s.info.partitionID, s.id)) for s in segs]
+            await self._delete_logs_then(coll_id, {s.id for s in segs}, l0, last, max_ops)
+            for s in segs:
+                self.segments.pop(s.id, None)
+            mem = self.l0.get(coll_id, {})
+            for i in l0_ids:
+                mem.pop(i, None)
+        await self.notify(*segs, removed=True)
+
+    async def _delete_logs_then(
+        self, coll_id: int, seg_ids: set[int], l0_keys: list[str], last: list[Op], max_ops: int
+    ) -> None:
+        """Delete the segments' insert, delta and stats log keys and the L0 delta log keys, then
+        `last`, in order, `max_ops` (etcd's --max-txn-ops) at most per transaction. The DDL
+        binlog meta stays: DDL belongs to the collection, not to the segment that carried it."""
+        ops = [
             Op.delete_prefix(p)
             for sid in sorted(seg_ids)
             for p in (
@@ -344,15 +464,13 @@ class SegmentMeta:
                 keys.statslog_prefix(coll_id, sid),
             )
         ]
-        step = max(1, max_ops - 1)
-        while len(logs) > step:
-            await self.kv.txn(logs[:step])
-            logs = logs[step:]
-        await self.kv.txn([*logs, Op.delete_prefix(prefix)])
-        for s in gone:
-            self.segments.pop(s.id, None)
-        await self.notify(*gone, removed=True)
-        return gone
+        ops += [Op.delete(k) for k in l0_keys]
+        ops += last
+        step = max(1, max_ops)
+        while len(ops) > step:
+            await self.kv.txn(ops[:step])
+            ops = ops[step:]
+        await self.kv.txn(ops)
 
     async def remove_segment(self, seg: Segment) -> None:
         i = seg.info

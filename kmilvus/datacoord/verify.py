@@ -20,6 +20,16 @@ async def committed_binlog_paths(kv: EtcdKV, coll_id: int) -> list[str]:
     return [internal_pb2.Binlog.FromString(raw).log_path for _, raw in await kv.get_prefix(keys.binlog_prefix(coll_id))]
 
 
+async def committed_delete_paths(kv: EtcdKV, coll_id: int) -> list[str]:
+    """Every committed delta log of the collection: its segments' (compaction carries them over)
+    and its channels' L0 delta logs (which name the partition they apply to, -1: all)."""
+    seg = [
+        internal_pb2.Binlog.FromString(raw).log_path for _, raw in await kv.get_prefix(keys.deltalog_prefix(coll_id))
+    ]
+    l0 = await kv.get_prefix(keys.l0_deltalog_prefix(coll_id))
+    return seg + [internal_pb2.L0Deltalog.FromString(raw).binlog.log_path for _, raw in l0]
+
+
 async def committed_primary_keys(kv: EtcdKV, store: ObjectStore, coll_id: int, pk_field: int = 100) -> np.ndarray:
     """Primary keys of every committed binlog of the collection, duplicates included."""
     cols = [

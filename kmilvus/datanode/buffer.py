@@ -58,10 +58,10 @@ class DDLBuffer:
 
 @dataclass
 class DeleteBuffer:
-    """Deletes that hit one segment (Milvus' DelDataBuf): primary keys and their timestamps,
-    written as the segment's next delta log."""
+    """A channel's deletes of one partition (-1: every partition): primary keys and their
+    timestamps, written as the channel's next L0 delta log of that partition."""
 
-    segment_id: int
+    partition_id: int
     pks: list[np.ndarray] = field(default_factory=list)
     tss: list[np.ndarray] = field(default_factory=list)
     rows: int = 0

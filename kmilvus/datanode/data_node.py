@@ -15,12 +15,13 @@ from kmilvus import components as roles
 from kmilvus import metrics
 from kmilvus.allocator import IDAllocator
 from kmilvus.config import Config
+from kmilvus.datanode.buffer import DeleteBuffer
 from kmilvus.datanode.flowgraph import FlowGraph, PendingWrite
 from kmilvus.log import get_logger
 from kmilvus.msgstream import channels as chan
 from kmilvus.proto import data_coord_pb2, data_node_pb2_grpc, internal_pb2
 from kmilvus.storage import binlog, deltalog, paths
-from kmilvus.util import merr, metricsinfo
+from kmilvus.util import merr, metricsinfo, typeutil
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.retry import Backoff, supervise
 from kmilvus.util.tasks import stopping
@@ -105,7 +106,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         if not self._tt_batch:
             asyncio.get_running_loop().call_soon(self._send_tts)
         self._tt_batch.append(msg)
-        self._write_deletes(fg, fg.stale_deletes())
+        self._write_l0(fg)
 
     def _send_tts(self) -> None:
         batch, self._tt_batch = self._tt_batch, []
@@ -120,10 +121,11 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         except Exception as exc:  # noqa: BLE001 - NATS away: the next tick reports the same or newer
             log.warning("time tick report failed", channels=len(batch), error=repr(exc))
 
-    def _write_deletes(self, fg: FlowGraph, segments: list[int]) -> None:
-        """Delta logs of flushed segments, in the background (they hold the checkpoint meanwhile)."""
-        for seg in segments:
-            self._spawn_write(fg, fg.take_deletes(seg), f"delta-{seg}")
+    def _write_l0(self, fg: FlowGraph, force: bool = False) -> None:
+        """The channel's buffered deletes as L0 delta logs, in the background (they hold the
+        checkpoint meanwhile), once due."""
+        if fg.l0_due(force):
+            self._spawn_write(fg, fg.take_l0(), f"l0-{fg.vchannel}")
 
     def _spawn_write(self, fg: FlowGraph, w: PendingWrite, name: str) -> None:
         task = asyncio.create_task(self._write(fg, w), name=name)
@@ -163,19 +165,29 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
     @merr.rpc()
     async def WatchDmChannels(self, req, context=None):
         for info in req.channels:
+            await afailpoint("datanode.watch")
             old = self.flowgraphs.get(info.vchannel)
+            if old is not None and old.watch_version == info.watch_version:
+                continue
+            await self._check_collection(info.collectionID)
             if old is not None:
-                if old.watch_version == info.watch_version:
-                    continue
                 # Reassigned to this node under a new watch: start over from the checkpoint.
                 await old.stop(drop=True)
                 self.flowgraphs.pop(info.vchannel, None)
             fg = FlowGraph(self, info)
-            await asyncio.to_thread(fg.load_stats, self.store)
             await fg.start()
             self.flowgraphs[info.vchannel] = fg
             log.info("watching channel", channel=info.vchannel, after_seq=info.seek_position.seq)
         return merr.success()
+
+    async def _check_collection(self, coll_id: int) -> None:
+        """A watch of a dropped collection's channel starts nothing (Milvus' DataNode asks
+        RootCoord for the collection before it builds a flowgraph): a DataCoord that has not
+        seen the drop yet may still send one."""
+        resp = await self.registry.client(roles.ROOTCOORD).DescribeCollection(
+            milvus_pb2.DescribeCollectionRequest(collectionID=coll_id)
+        )
+        merr.check(resp.status)
 
     @merr.rpc()
     async def UnwatchDmChannels(self, req, context=None):
@@ -193,18 +205,27 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             raise merr.MilvusError(merr.CHANNEL_NOT_FOUND, f"channel not found[channel={req.channel}]")
         for seg in req.segmentIDs:
             self._spawn_write(fg, fg.take(seg, final=True), f"flush-{seg}")
-        self._write_deletes(fg, fg.stale_deletes(force=True))
+        self._write_l0(fg, force=True)
         return merr.success()
 
     # Writing binlogs ------------------------------------------------------------------------
     async def _write(self, fg: FlowGraph, w: PendingWrite) -> None:
-        """Writes of one segment run one at a time, in the order they were taken."""
-        lock = self._seg_locks.setdefault(w.segment_id, asyncio.Lock())
+        """Writes of one segment run one at a time, in the order they were taken; so do a
+        channel's L0 writes (its `l0_position` then never passes a Delete not committed)."""
+        lock = fg.l0_lock if w.l0 is not None else self._seg_locks.setdefault(w.segment_id, asyncio.Lock())
         async with lock:
+            settled = False
             try:
-                await self._write_locked(fg, w)
+                settled = await self._write_locked(fg, w)
             finally:
-                fg.done(w)
+                if settled:
+                    fg.done(w)
+                else:
+                    # Given up uncommitted (the channel left this node, or the node stops): the
+                    # data keeps holding the flowgraph's checkpoint, and no later write of the
+                    # flowgraph commits (its positions could pass this data). The channel's next
+                    # owner replays it from the checkpoint.
+                    fg.abandoned = True
                 if w.final:
                     self._seg_locks.pop(w.segment_id, None)
 
@@ -212,7 +233,9 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         """Whether `fg` still runs here (not unwatched, moved or dropped meanwhile)."""
         return self.flowgraphs.get(fg.vchannel) is fg
 
-    async def _write_locked(self, fg: FlowGraph, w: PendingWrite) -> None:
+    async def _write_locked(self, fg: FlowGraph, w: PendingWrite) -> bool:
+        """Write and commit `w`; whether it is settled (committed, or discarded because its
+        segment or collection was dropped) — False: given up uncommitted."""
         seg, buf, flushed = w.segment_id, w.buf, w.final
         # The buffer is detached from the flowgraph: giving up would drop acknowledged rows. When
         # storage, RootCoord's IDs or etcd are away for a while, keep the data and its hold on the
@@ -228,7 +251,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                     raise  # the node stops (a call cancelled under us is a failure like others)
                 log.warning("binlog write failed; retrying", segment=seg, error=repr(exc))
                 if not self._owns(fg):
-                    return
+                    return False
                 await backoff.sleep()
         await afailpoint("datanode.save.flush" if flushed else "datanode.save.pressure")
         # The checkpoint committed with these binlogs no longer needs THIS write's data; until
@@ -236,6 +259,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         req.checkpoint.CopyFrom(fg.checkpoint(exclude=w.token))
         backoff = Backoff(0.1, 2.0)
         while True:
+            if fg.abandoned:
+                return False  # an earlier write gave up: see `_write`
             try:
                 status = await self.datacoord.SaveBinlogPaths(req)
             except (Exception, asyncio.CancelledError) as exc:  # DataCoord restarting: keep the data, retry
@@ -248,7 +273,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                 if flushed:
                     metrics.FLUSHED_SEGMENTS.inc()
                 log.info("binlogs saved", segment=seg, rows=buf.rows if buf else 0, flushed=flushed)
-                return
+                return True
             if status.code in (merr.SEGMENT_NOT_FOUND[0], merr.COLLECTION_NOT_FOUND[0]):
                 break  # dropped meanwhile: nothing may point at these files, so remove them
             if status.code == merr.CHANNEL_NOT_FOUND[0]:
@@ -262,19 +287,24 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                 if self._owns(fg):
                     self.flowgraphs.pop(fg.vchannel, None)
                     await fg.stop(drop=True)
-                return
+                return False
             log.warning("SaveBinlogPaths failed; retrying", segment=seg, reason=status.reason)
             if not self._owns(fg):
-                return  # the channel went elsewhere: its new owner replays this data (files: as above)
+                return False  # the channel went elsewhere: its new owner replays this data (files: as above)
             await backoff.sleep()
         for key in written:
-            await self.store.delete(key)
+            with contextlib.suppress(OSError):  # storage away: the collector removes what no meta names
+                await self.store.delete(key)
         log.warning("binlogs discarded", segment=seg, files=len(written))
+        return True
 
     async def _write_files(
         self, fg: FlowGraph, w: PendingWrite
     ) -> tuple[internal_pb2.SaveBinlogPathsRequest, list[str]]:
-        """Write the insert binlog and (final writes) the DDL binlogs; the request that commits them."""
+        """Write the insert binlog and (final writes) the DDL binlogs, or the channel's L0 delta
+        logs; the request that commits them."""
+        if w.l0 is not None:
+            return await self._write_l0_files(fg, w.l0)
         seg, buf, ddl, flushed = w.segment_id, w.buf, w.ddl, w.final
         coll, part = fg.collection_id, fg.partition(seg)
         req = internal_pb2.SaveBinlogPathsRequest(
@@ -292,7 +322,9 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             key = paths.insert_log_key(coll, part, seg, log_id)
             # The insert binlog and the stats log are written at the same time (each is fsynced:
             # a flush waits for the slower one, not for both one after the other).
-            writes = [binlog.awrite_insert_binlog(self.store, key, buf.batches)]
+            # Rows buffered before a field was added get it as readers see them (default or null).
+            table = typeutil.conform(binlog.as_table(buf.batches), fg.schema)
+            writes = [binlog.awrite_insert_binlog(self.store, key, table)]
             if fg.pk_field is not None:
                 stats_id = await self.ids.alloc()
                 stats_key = paths.stats_log_key(coll, part, seg, stats_id)
@@ -309,16 +341,9 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             metrics.BINLOG_BYTES.inc(info.size)
             metrics.BINLOG_ROWS.inc(info.entries_num)
             metrics.DATANODE_FLUSHED_ROWS.labels(str(self.server_id), "streaming").inc(info.entries_num)
-            req.binlogs.add(
-                logID=log_id,
-                entries_num=info.entries_num,
-                timestamp_from=info.timestamp_from,
-                timestamp_to=info.timestamp_to,
-                log_path=key,
-                log_size=info.size,
-            )
-            for f in [0, 1, *[f.fieldID for f in fg.schema.fields]]:
-                req.field2BinlogPaths.add(ID=f, Paths=[key])
+            req.binlogs.append(_binlog(log_id, key, info))
+            for f in table.column_names:
+                req.field2BinlogPaths.add(ID=int(f), Paths=[key])
             if fg.pk_field is not None:
                 sinfo = infos[1]
                 written.append(stats_key)
@@ -327,23 +352,6 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                 )
             req.dml_position.start_position.CopyFrom(buf.first)
             req.dml_position.end_position.CopyFrom(buf.end)
-        dels = w.deletes
-        if dels is not None and dels.rows:
-            delta_id = await self.ids.alloc()
-            delta_key = paths.delta_log_key(coll, part, seg, delta_id)
-            pks = np.concatenate(dels.pks)
-            pk_arr = pa.array(pks)
-            dinfo = await deltalog.awrite_delta_log(self.store, delta_key, pk_arr, pa.array(np.concatenate(dels.tss)))
-            written.append(delta_key)
-            req.deltalogs.add(
-                logID=delta_id,
-                entries_num=dinfo.entries_num,
-                timestamp_from=dinfo.timestamp_from,
-                timestamp_to=dinfo.timestamp_to,
-                log_path=delta_key,
-                log_size=dinfo.size,
-            )
-            req.delta_position.CopyFrom(dels.end)
         if ddl is not None and len(ddl):
             ts_idx = await self.ids.alloc(2)
             ts_key, ddl_key = await asyncio.to_thread(
@@ -354,3 +362,36 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             req.ddl_position.start_position.CopyFrom(ddl.start)
             req.ddl_position.end_position.CopyFrom(ddl.end)
         return req, written
+
+    async def _write_l0_files(
+        self, fg: FlowGraph, l0: dict[int, DeleteBuffer]
+    ) -> tuple[internal_pb2.SaveBinlogPathsRequest, list[str]]:
+        """One delta log per partition of the channel's deletes (Milvus' L0 segment), and the
+        request (of no segment) that commits them with the last Delete they cover."""
+        coll = fg.collection_id
+        req = internal_pb2.SaveBinlogPathsRequest(
+            collectionID=coll, channel=fg.vchannel, nodeID=self.server_id, watch_version=fg.watch_version
+        )
+        written: list[str] = []
+        for part, dels in sorted(l0.items()):
+            log_id = await self.ids.alloc()
+            key = paths.l0_delta_log_key(coll, part, log_id)
+            pks, tss = pa.array(np.concatenate(dels.pks)), pa.array(np.concatenate(dels.tss))
+            info = await deltalog.awrite_delta_log(self.store, key, pks, tss)
+            written.append(key)
+            req.l0_deltalogs.add(channel=fg.vchannel, partitionID=part, binlog=_binlog(log_id, key, info))
+            if not req.HasField("l0_position") or dels.end.seq > req.l0_position.seq:
+                req.l0_position.CopyFrom(dels.end)
+        return req, written
+
+
+def _binlog(log_id: int, key: str, info: binlog.BinlogInfo) -> internal_pb2.Binlog:
+    """The meta of a file just written (insert binlog or delta log)."""
+    return internal_pb2.Binlog(
+        logID=log_id,
+        entries_num=info.entries_num,
+        timestamp_from=info.timestamp_from,
+        timestamp_to=info.timestamp_to,
+        log_path=key,
+        log_size=info.size,
+    )

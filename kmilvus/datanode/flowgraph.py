@@ -1,15 +1,17 @@
 """One vchannel's flowgraph (one per vchannel: docs/architecture/ddl-flush.md).
 
 input (JetStream consumer from the checkpoint) → DDNode (DDL of its collection; skips what is
-already persisted) → InsertBufferNode (Arrow batches per segment) → DeleteNode (deletes per
-segment) → time-tick reporting (`DataNodeTtMsg` with the channel checkpoint).
+already persisted) → InsertBufferNode (Arrow batches per segment) → DeleteNode (the channel's
+deletes per partition) → time-tick reporting (`DataNodeTtMsg` with the channel checkpoint).
 
-Deletes (Milvus' DeleteNode): a Delete message waits for the next time tick — by then every
-insert with a smaller timestamp has arrived — and is then split by the primary-key statistics
-(`PkStats`) of the channel's segments into per-segment delete buffers; a key no segment holds is
-dropped, as in Milvus. A segment's deletes are written as a delta log with its next binlog write;
-those of flushed segments once they are `DELTA_SYNC_SECONDS` old or a flush reaches the channel.
-Replayed deletes already in a segment's delta logs (its `delta_position`) are not applied twice.
+Deletes (Milvus 2.4's L0 deletes): a Delete message goes to the channel's delete buffer of its
+partition (-1: every partition), not to the segments that may hold its keys, and is written as
+the channel's L0 delta log once `DELTA_SYNC_SECONDS` old or when a flush reaches the channel. A
+delete so never depends on which segments this flowgraph knows of: segments imported or
+compacted after the watch, or made by another node, get it all the same, because readers and
+compaction apply a channel's L0 deletes to every segment of the channel by key and timestamp.
+L0 writes of a channel commit one at a time, in order, so every Delete up to the committed
+`l0_position` is in a committed L0 delta log, and a replay skips exactly those.
 
 Checkpoint: resuming after `seq` replays every message whose data is not yet in a binlog, and
 every row with ts < `timestamp` is already durable. Replayed messages of segments that are
@@ -38,15 +40,15 @@ from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.config import Config
 from kmilvus.datanode.buffer import DDLBuffer, DeleteBuffer, SegmentBuffer
-from kmilvus.datanode.pkstats import PkStats
 from kmilvus.log import get_logger
 from kmilvus.msgstream import MsgStream, MsgType, StreamGapError
 from kmilvus.msgstream.reader import ChannelReader
 from kmilvus.proto import internal_pb2
 from kmilvus.storage import deltalog
+from kmilvus.util.constants import ALL_PARTITIONS
 
 log = get_logger(__name__)
-DELTA_SYNC_SECONDS = 1.0  # how long deletes of a flushed segment wait for company before a delta log
+DELTA_SYNC_SECONDS = 1.0  # how long deletes wait for company before an L0 delta log
 
 
 class FlowGraphHost(Protocol):
@@ -82,18 +84,7 @@ class PendingWrite:
     buf: SegmentBuffer | None
     ddl: DDLBuffer | None
     final: bool
-    deletes: DeleteBuffer | None = None
-
-
-@dataclass
-class PendingDelete:
-    """A Delete message waiting for the next time tick to be split over segments."""
-
-    pks: np.ndarray
-    ts: np.ndarray
-    partition: int  # -1: every partition
-    pos: internal_pb2.MsgPosition
-    resume: internal_pb2.MsgPosition
+    l0: dict[int, DeleteBuffer] | None = None  # partition → deletes (segment_id 0: an L0 write)
 
 
 class FlowGraph:
@@ -114,34 +105,18 @@ class FlowGraph:
         self.watch_version = info.watch_version
         self.ddl = DDLBuffer()
         self.pk_field = next((f for f in self.schema.fields if f.is_primary_key), None)
-        self.stats: dict[int, PkStats] = {}
-        self.deletes: dict[int, DeleteBuffer] = {}
-        self.delete_since: dict[int, float] = {}
-        self.pending_deletes: list[PendingDelete] = []
-        self.delta_upto: dict[int, int] = {}
-        for src in info.pk_sources:
-            self.partition_of.setdefault(src.segmentID, src.partitionID)
-            self.delta_upto[src.segmentID] = src.delta_position.seq
+        self.l0: dict[int, DeleteBuffer] = {}  # partition (-1: all) → deletes not in an L0 write yet
+        self.l0_since = 0.0  # when the oldest of them arrived (monotonic)
+        self.l0_upto = info.l0_position.seq  # Deletes up to here are in committed L0 delta logs
+        self.l0_lock = asyncio.Lock()  # L0 writes commit one at a time, in the order taken
         seek = info.seek_position
         self.tick = internal_pb2.MsgPosition(channel_name=self.vchannel, seq=seek.seq, timestamp=seek.timestamp)
         self.dropped = False
+        self.abandoned = False  # a write gave up uncommitted: no later write commits (DataNode._write)
         self._consumer: ChannelReader | None = None
         self._task: asyncio.Task | None = None
 
     # Lifecycle ---------------------------------------------------------------------------
-    def load_stats(self, store) -> None:
-        """The primary keys of the channel's persisted segments (blocking: run in a thread)."""
-        if self.pk_field is None:
-            return
-        for src in self.info.pk_sources:
-            st = self.stats.setdefault(src.segmentID, PkStats())
-            if src.stats_log_paths:
-                for key in src.stats_log_paths:
-                    st.add(deltalog.read_pk_column(store, key, deltalog.PK))
-            else:
-                for key in src.binlog_paths:
-                    st.add(deltalog.read_pk_column(store, key, str(self.pk_field.fieldID)))
-
     async def start(self) -> None:
         reader = ChannelReader(
             self.node.stream, self.vchannel, self.tick.seq, f"{self.node.cfg.cluster}-dn{self.node.server_id}"
@@ -170,8 +145,7 @@ class FlowGraph:
     def _discard(self) -> None:
         freed = sum(b.nbytes for b in self.buffers.values())
         self.buffers.clear()
-        self.deletes.clear()
-        self.pending_deletes.clear()
+        self.l0.clear()
         self.ddl = DDLBuffer()
         self.node.release(freed)
 
@@ -220,26 +194,18 @@ class FlowGraph:
                 buf = self.buffers[seg] = SegmentBuffer(seg, part)
             buf.add(batch, pos, self.tick)
             self.node.account(batch.nbytes)
-            if self.pk_field is not None:
-                pks = deltalog.pk_numpy(batch.column(str(self.pk_field.fieldID)))
-                self.stats.setdefault(seg, PkStats()).add(pks)
         elif t == MsgType.Delete:
-            batch = read_ipc(msg.payload)
-            self.pending_deletes.append(
-                PendingDelete(
-                    deltalog.pk_numpy(batch.column(deltalog.PK)),
-                    batch.column(deltalog.TS).to_numpy(zero_copy_only=False).astype(np.int64),
-                    int(msg.headers.get("partition", -1)),
-                    pos,
-                    self.tick,
-                )
-            )
+            self._add_delete(msg)
         elif t == MsgType.TimeTick:
-            self._apply_deletes()
             self.tick = pos
             await self.node.report_tt(self, msg.timestamp, self.checkpoint())
-        elif t in (MsgType.CreateCollection, MsgType.CreatePartition):
+        elif t in (MsgType.CreateCollection, MsgType.CreatePartition, MsgType.TruncateCollection):
+            # A truncate's rows are flushed by the flush that took its timestamp, then DataCoord
+            # drops their segments: the flowgraph keeps the DDL only.
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
+        elif t == MsgType.AlterCollection:
+            self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
+            self.adopt_schema(internal_pb2.AlterCollectionMsg.FromString(bytes(msg.payload)).schema)
         elif t == MsgType.DropPartition:
             self.ddl.add(msg.timestamp, int(t), msg.payload, pos)
             self.drop_partition(internal_pb2.DropPartitionMsg.FromString(bytes(msg.payload)).partitionID)
@@ -248,6 +214,14 @@ class FlowGraph:
             self.dropped = True
             log.info("flowgraph saw DropCollection", channel=self.vchannel)
 
+    def adopt_schema(self, raw: bytes) -> None:
+        """A newer schema (a field was added): buffered rows without the field are written with
+        it as the readers see them (`typeutil.conform`). An older one (a replay) changes nothing."""
+        schema = schema_pb2.CollectionSchema.FromString(raw)
+        if schema.version > self.schema.version:
+            self.schema = schema
+            log.info("flowgraph adopted a new schema", channel=self.vchannel, version=schema.version)
+
     def drop_partition(self, part: int) -> None:
         """Discard the partition's buffers; its segments are never flushed from here on (DataCoord
         removes them and everything already written)."""
@@ -255,51 +229,40 @@ class FlowGraph:
         for seg in [s for s, b in self.buffers.items() if b.partition_id == part]:
             self.skip.add(seg)
             self.node.release(self.buffers.pop(seg).nbytes)
+        self.l0.pop(part, None)
         log.info("flowgraph saw DropPartition", channel=self.vchannel, partition=part)
 
-    def _apply_deletes(self) -> None:
-        """Split the deletes seen since the last tick over the segments holding their keys."""
-        for d in self.pending_deletes:
-            for seg, st in self.stats.items():
-                if d.partition >= 0 and self.partition(seg) != d.partition:
-                    continue
-                if d.pos.seq <= self.delta_upto.get(seg, 0):
-                    continue  # replayed: already in this segment's delta logs
-                mask = st.contains(d.pks)
-                if not mask.any():
-                    continue
-                buf = self.deletes.get(seg)
-                if buf is None:
-                    buf = self.deletes[seg] = DeleteBuffer(seg)
-                    self.delete_since[seg] = time.monotonic()
-                buf.add(d.pks[mask], d.ts[mask], d.pos, d.resume)
-        self.pending_deletes.clear()
+    def _add_delete(self, msg) -> None:
+        """Buffer a Delete for the channel's next L0 delta log (one replayed from before the
+        committed `l0_position` is there already; one of a dropped partition has nothing left)."""
+        part = int(msg.headers.get("partition", ALL_PARTITIONS))
+        if msg.position.seq <= self.l0_upto or part in self.dropped_partitions:
+            return
+        batch = read_ipc(msg.payload)
+        buf = self.l0.get(part)
+        if buf is None:
+            if not self.l0:
+                self.l0_since = time.monotonic()
+            buf = self.l0[part] = DeleteBuffer(part)
+        buf.add(
+            deltalog.pk_numpy(batch.column(deltalog.PK)),
+            batch.column(deltalog.TS).to_numpy(zero_copy_only=False).astype(np.int64),
+            msg.position,
+            self.tick,
+        )
 
-    def stale_deletes(self, force: bool = False) -> list[int]:
-        """Flushed segments whose deletes should be written now (no insert write will carry them)."""
-        now = time.monotonic()
-        return [
-            seg
-            for seg in self.deletes
-            if seg in self.skip
-            and seg not in self.buffers
-            and (force or now - self.delete_since.get(seg, now) >= DELTA_SYNC_SECONDS)
-        ]
+    def l0_due(self, force: bool = False) -> bool:
+        """Whether the buffered deletes should be written now (`DELTA_SYNC_SECONDS` old, or forced)."""
+        return bool(self.l0) and (force or time.monotonic() - self.l0_since >= DELTA_SYNC_SECONDS)
 
-    def take_deletes(self, seg: int) -> PendingWrite:
-        """Detach a segment's deletes alone (a flushed segment's next delta log)."""
+    def take_l0(self) -> PendingWrite:
+        """Detach every buffered delete for one L0 write; they hold the checkpoint under its token."""
         token = next(self._tokens)
-        dels = self._pop_deletes(seg, token)
-        return PendingWrite(token, seg, None, None, False, dels)
-
-    def _pop_deletes(self, seg: int, token: int) -> DeleteBuffer | None:
-        dels = self.deletes.pop(seg, None)
-        self.delete_since.pop(seg, None)
-        if dels is not None:
-            s_seq, s_ts = self.inflight.get(token, (dels.start.seq, dels.min_ts))
-            self.inflight[token] = (min(s_seq, dels.start.seq), min(s_ts, dels.min_ts))
-            self.delta_upto[seg] = dels.end.seq
-        return dels
+        l0, self.l0 = self.l0, {}
+        if l0:
+            starts = [d.start for d in l0.values()]
+            self.inflight[token] = (min(p.seq for p in starts), min(d.min_ts for d in l0.values()))
+        return PendingWrite(token, 0, None, None, False, l0=l0)
 
     def checkpoint(self, exclude: int | None = None) -> internal_pb2.MsgPosition:
         """Where a restart would resume: before every buffered row and every write in flight
@@ -307,10 +270,8 @@ class FlowGraph:
         seq, ts = self.tick.seq, self.tick.timestamp
         for b in self.buffers.values():
             seq, ts = min(seq, b.start.seq), min(ts, b.min_ts)
-        for d in self.deletes.values():
+        for d in self.l0.values():
             seq, ts = min(seq, d.start.seq), min(ts, d.min_ts)
-        for p in self.pending_deletes:
-            seq, ts = min(seq, p.resume.seq), min(ts, p.pos.timestamp)
         for token, (s_seq, s_ts) in self.inflight.items():
             if token != exclude:
                 seq, ts = min(seq, s_seq), min(ts, s_ts)
@@ -335,8 +296,7 @@ class FlowGraph:
         ddl = None
         if final and len(self.ddl) and self.partition(seg) not in self.dropped_partitions:
             ddl, self.ddl = self.ddl, DDLBuffer()
-        dels = self._pop_deletes(seg, token)
-        return PendingWrite(token, seg, buf, ddl, final, dels)
+        return PendingWrite(token, seg, buf, ddl, final)
 
     def partition(self, seg: int) -> int:
         return self.partition_of.get(seg, self.info.partitionID)

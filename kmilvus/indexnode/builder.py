@@ -33,7 +33,7 @@ from kmilvus.index import vectors as kvectors
 from kmilvus.log import get_logger
 from kmilvus.meta import catalog as keys
 from kmilvus.storage import binlog, paths
-from kmilvus.util import memory
+from kmilvus.util import fieldtypes, memory, typeutil
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.tasks import BackgroundTasks
 
@@ -59,10 +59,14 @@ class IndexBuilder:
         parallel: int = 1,
         dropping: Callable[[int], bool] = lambda coll: False,
         remove_files: Callable[[list[SegmentIndex]], Awaitable[list[SegmentIndex]]],
+        current_schema: Callable[[int], Awaitable[schema_pb2.CollectionSchema | None]] | None = None,
     ):
         """`remove_files`: deletes the files of those builds etcd says are garbage (their
-        segment or index gone), returns them — DataCoord's fenced remover, not memory."""
+        segment or index gone), returns them — DataCoord's fenced remover, not memory.
+        `current_schema`: a collection's schema now (what binlogs written before a field was
+        added read as, for an index on that field)."""
         self.remove_files = remove_files
+        self.current_schema = current_schema
         self.meta = meta
         self.index_meta = index_meta
         self.store = store
@@ -154,6 +158,16 @@ class IndexBuilder:
             log.info("index files collected", builds=len(stale), indexes=len(dropped))
 
     # Build --------------------------------------------------------------------------------
+    def _read_column(self, schema: schema_pb2.CollectionSchema | None, logs: list[str], field_id: int):
+        """The indexed column; rows written before the field was added read as the QueryNode
+        reads them (its default, else null)."""
+        field = typeutil.added_field(schema, field_id)
+        if field is None:
+            return binlog.read_column(self.store, logs, str(field_id))
+        kind = typeutil.arrow_type(field)
+        missing = lambda rows: fieldtypes.missing_column(field, kind, rows)  # noqa: E731
+        return typeutil.conform_column(field, binlog.read_column(self.store, logs, str(field_id), missing))
+
     async def _build(self, ix: FieldIndex, seg, previous: SegmentIndex | None) -> None:
         i = seg.info
         seg_key = keys.segment_key(i.collectionID, i.partitionID, i.ID)
@@ -173,7 +187,8 @@ class IndexBuilder:
             try:
                 params = params_of(ix.index_params)
                 logs = [b.log_path for b in seg.binlogs.values()]
-                column = await asyncio.to_thread(binlog.read_column, self.store, logs, str(ix.fieldID))
+                schema = await self.current_schema(i.collectionID) if self.current_schema else None
+                column = await asyncio.to_thread(self._read_column, schema, logs, ix.fieldID)
                 vectors = None
                 if scalar_params.is_scalar_build(params):  # kmilvus/index/scalar_index.py
                     built = await scalar_index.abuild(column, params)

@@ -54,6 +54,14 @@ def drop_partition_task_key(coll_id: int, part_id: int) -> str:
 
 DROP_PARTITION_TASK_PREFIX = "root-coord/drop-partition-task/"
 
+
+def truncate_task_key(coll_id: int) -> str:
+    """A TruncateCollection in progress (TruncateTask): its steps are resumed from here."""
+    return f"{TRUNCATE_TASK_PREFIX}{coll_id}"
+
+
+TRUNCATE_TASK_PREFIX = "root-coord/truncate-task/"
+
 # DataCoord ------------------------------------------------------------------------------
 
 
@@ -133,6 +141,23 @@ def segment_log_prefixes(coll_id: int, seg_id: int | None = None) -> list[str]:
     ]
 
 
+def l0_deltalog_key(coll_id: int, log_id: int) -> str:
+    """One L0 delta log of a collection (L0Deltalog proto: its channel, partition and file)."""
+    return f"{l0_deltalog_prefix(coll_id)}{log_id}"
+
+
+def l0_deltalog_prefix(coll_id: int | None = None) -> str:
+    return "datacoord-meta/l0-deltalog/" if coll_id is None else f"datacoord-meta/l0-deltalog/{coll_id}/"
+
+
+def l0_position_key(vchannel: str) -> str:
+    """The last Delete of a vchannel its committed L0 delta logs cover (MsgPosition)."""
+    return f"{L0_POSITION_PREFIX}{vchannel}"
+
+
+L0_POSITION_PREFIX = "datacoord-meta/l0-position/"
+
+
 def channel_checkpoint_key(vchannel: str) -> str:
     return f"datacoord-meta/channel-cp/{vchannel}"
 
@@ -194,11 +219,13 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
         collection_key(coll_id),
         drop_task_key(coll_id),
         f"{DROP_PARTITION_TASK_PREFIX}{coll_id}/",
+        truncate_task_key(coll_id),
         segment_prefix(coll_id),
         binlog_prefix(coll_id),
         ddl_binlog_prefix(coll_id),
         deltalog_prefix(coll_id),
         statslog_prefix(coll_id),
+        l0_deltalog_prefix(coll_id),
         loaded_collection_key(coll_id),
         import_job_prefix(coll_id),
         compaction_job_prefix(coll_id),
@@ -207,6 +234,7 @@ def collection_owned_prefixes(coll_id: int, vchannels: list[str]) -> list[str]:
         segment_index_prefix(coll_id),
         *[channel_checkpoint_key(v) for v in vchannels],
         *[channel_watch_key(v) for v in vchannels],
+        *[l0_position_key(v) for v in vchannels],
     ]
 
 

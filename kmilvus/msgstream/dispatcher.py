@@ -13,7 +13,8 @@ first catches up on its own: a consumer of its vchannel alone reads (S, P], then
 the target goes on with what the shared consumer delivered after P. Ticks in (S, P] are not
 replayed: the first tick after P covers them (a tick promises everything before it). If P falls
 between the parts of one of the vchannel's split messages, the catch-up reads on to its last
-part and the ticks queued meanwhile are dropped (see `Msg.incomplete`).
+part, and what the shared consumer hands out up to there (queued meanwhile or later: the ticks,
+the message itself) is dropped (see `Msg.incomplete`).
 
 Messages purged before the shared consumer read them (`StreamGapError`) are reported to every
 target that was reading there, at that point of its queue: each reader decides what it means.
@@ -59,7 +60,7 @@ class Target:
     def __init__(self, dispatcher: Dispatcher, vchannel: str, after_seq: int) -> None:
         self._d = dispatcher
         self.vchannel = vchannel
-        self.after = after_seq  # the last seq put here by the shared consumer (deduplicates)
+        self.after = after_seq  # the last seq put here, or read by the catch-up (deduplicates)
         # Messages, and the gap the shared consumer found where it was (raised when reached).
         self._queue: collections.deque[Msg | StreamGapError] = collections.deque()
         self._bytes = 0
@@ -167,6 +168,10 @@ class Target:
             return msg
         self._solo = None
         await solo.close()
+        # What the shared consumer read up to here and has not handed out yet (it read a split
+        # message's first parts back from the stream first, or was just slower) was read alone:
+        # `put` drops it when it comes, as it drops what is queued already.
+        self.after = max(self.after, self.read)
         while self._queue and not isinstance(head := self._queue[0], StreamGapError):
             assert head.position is not None
             if head.position.seq > self.read:
@@ -302,6 +307,7 @@ class Dispatcher:
                 continue
             if not batch and consumer.closed:
                 return  # the stream is closing
+            await afailpoint("dispatcher.deliver")  # read, not handed out yet
             async with self._lock:
                 if consumer is self.consumer:
                     for msg in batch:

@@ -285,7 +285,7 @@ class MsgStream:
             return None
         return info.state.first_seq, info.state.last_seq
 
-    async def _cluster_streams(self) -> list[str]:
+    async def cluster_streams(self) -> list[str]:
         """Every stream of this cluster on the server (made by any process)."""
         prefix = channels.cluster_subjects_prefix(self.cluster)
         names: list[str] = []
@@ -302,7 +302,7 @@ class MsgStream:
     async def consumer_names(self, channel: str | None = None) -> list[str]:
         """Server-side consumers of the cluster's streams; when `channel` is given, only those
         reading for it: a vchannel's own (catching up), or a pchannel's shared ones."""
-        streams = await self._cluster_streams() if channel is None else [self.stream_of(channel)]
+        streams = await self.cluster_streams() if channel is None else [self.stream_of(channel)]
         label = None if channel is None else _description(channel)
         names: list[str] = []
         for stream in streams:
@@ -349,7 +349,7 @@ class MsgStream:
 
     async def delete_stream(self) -> None:
         """Delete the cluster's streams and every consumer on them (tests, teardown)."""
-        for name in await self._cluster_streams():
+        for name in await self.cluster_streams():
             with contextlib.suppress(nats.js.errors.NotFoundError):
                 await self.js.delete_stream(name)
             self._ensured.discard(name)

@@ -34,6 +34,8 @@ class MsgType(enum.IntEnum):
 
     CreateCollection = 100
     DropCollection = 101
+    AlterCollection = 111
+    TruncateCollection = 119
     CreatePartition = 200
     DropPartition = 201
     Insert = 400

@@ -1,6 +1,7 @@
 """The Proxy's collection-alteration RPCs (AlterCollection, AlterCollectionField,
-RenameCollection): DDL tasks forwarded to RootCoord, which invalidates every Proxy's cached meta
-of the collection before it answers."""
+RenameCollection, AddCollectionField, the collection-function RPCs, TruncateCollection): DDL
+tasks forwarded to RootCoord, which checks them and invalidates every Proxy's cached meta of the
+collection before it answers."""
 
 from __future__ import annotations
 
@@ -23,3 +24,23 @@ class ProxyAlterMixin:
     @merr.rpc()
     async def RenameCollection(self, req: milvus_pb2.RenameCollectionRequest, context=None):
         return await self._dd_call(lambda: self.rootcoord.RenameCollection(req))
+
+    @merr.rpc()
+    async def AddCollectionField(self, req: milvus_pb2.AddCollectionFieldRequest, context=None):
+        return await self._dd_call(lambda: self.rootcoord.AddCollectionField(req))
+
+    @merr.rpc()
+    async def AddCollectionFunction(self, req: milvus_pb2.AddCollectionFunctionRequest, context=None):
+        return await self._dd_call(lambda: self.rootcoord.AddCollectionFunction(req))
+
+    @merr.rpc()
+    async def AlterCollectionFunction(self, req: milvus_pb2.AlterCollectionFunctionRequest, context=None):
+        return await self._dd_call(lambda: self.rootcoord.AlterCollectionFunction(req))
+
+    @merr.rpc()
+    async def DropCollectionFunction(self, req: milvus_pb2.DropCollectionFunctionRequest, context=None):
+        return await self._dd_call(lambda: self.rootcoord.DropCollectionFunction(req))
+
+    @merr.rpc(milvus_pb2.TruncateCollectionResponse)
+    async def TruncateCollection(self, req: milvus_pb2.TruncateCollectionRequest, context=None):
+        return await self._dd_call(lambda: self.rootcoord.TruncateCollection(req))

@@ -1,10 +1,10 @@
 """The Proxy's Delete and Upsert (Milvus' deleteTask / upsertTask).
 
-Delete: the expression is parsed (kmilvus.parser) to the primary keys it names — until the read
-path exists only primary-key expressions (`id in [..]`, `id == x`, `or` of those) are accepted —
-and `Delete` messages (Arrow IPC: `pk`, `ts`) are published on the collection's vchannels, routed
-by primary-key hash exactly like inserts. A key that does not exist is accepted (the DataNode
-finds no segment holding it); `delete_count` is the number of keys in the expression.
+Delete: the expression is parsed (kmilvus.parser) to the primary keys it names (any other
+expression is a Strong query for them first), and `Delete` messages (Arrow IPC: `pk`, `ts`) are
+published on the collection's vchannels, routed by primary-key hash exactly like inserts, with
+the partition they apply to (the one named, as Milvus; else -1: every partition). A key that
+does not exist is accepted; `delete_count` is the number of keys in the expression.
 
 Upsert: a delete of the rows' keys plus their insert, both at ONE timestamp and published
 inside one `publishing()` window, so no time tick passes that timestamp before both are in the
@@ -25,10 +25,10 @@ from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.task import Task
 from kmilvus.storage import deltalog
 from kmilvus.util import merr, typeutil
+from kmilvus.util.constants import ALL_PARTITIONS
 from kmilvus.util.hashing import shard_of
 
 DT = schema_pb2.DataType
-ALL_PARTITIONS = -1
 
 
 def delete_messages(
@@ -74,16 +74,15 @@ class DeleteTask(Task):
         self.meta = meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
         partition_key.refuse_named(meta, req.partition_name, merr.UNEXPECTED)
         if req.partition_name:
-            if req.partition_name != "_default":
-                raise merr.MilvusError(merr.PARTITION_NOT_FOUND, f"partition not found[partition={req.partition_name}]")
-            self.partition = meta.partition_id
+            self.partition = meta.partition(req.partition_name)  # the delete applies there only
         if not req.expr.strip():
             raise merr.invalid("expr cannot be empty")
         plan = parse(req.expr, meta.schema)
         pks = plan.primary_keys()
         pk_type = pa.int64() if meta.pk.data_type == DT.Int64 else pa.string()
         if pks is None:  # any other expression: a Strong query finds the keys (kmilvus.proxy.query)
-            self.keys = (await self.proxy.primary_keys_matching(meta, req.expr)).cast(pk_type)
+            parts = [req.partition_name] if req.partition_name else []
+            self.keys = (await self.proxy.primary_keys_matching(meta, req.expr, parts)).cast(pk_type)
         else:
             self.keys = pa.array(pks, pk_type)
 
@@ -133,8 +132,10 @@ class UpsertTask(InsertTask):
         shards = shard_of(keys, len(meta.vchannels))
         async with proxy.ticks.publishing(meta.vchannels) as ts:
             batch = typeutil.columns_to_record_batch(meta.schema, self.columns, row_ids, ts)
-            # A partition key's old row may sit in another partition than the new one: all of them.
-            part = ALL_PARTITIONS if partition_key.key_field(meta.schema) is not None else meta.partition_id
+            # As Milvus: the old rows go in the upsert's partition (a key in another partition
+            # stays there, and reads return the newest version of a key); with a partition key
+            # the old row may sit in another partition than the new one: all of them.
+            part = ALL_PARTITIONS if partition_key.key_field(meta.schema) is not None else self.partition_id
             deletes = delete_messages(meta, keys, ts, part, proxy.cfg.max_message_bytes)
             inserts = await self._route(batch, shards, ts)
             await proxy.producer.publish_many(deletes + inserts)

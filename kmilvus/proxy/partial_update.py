@@ -36,6 +36,7 @@ async def stored_rows(proxy, meta: CollectionMeta, keys: pa.Array, out_ids: list
         output_fieldIDs=out_ids,
         limit=-1,
         partitionIDs=loaded,
+        schema_version=meta.schema.version,
     )
     value = qreq.expr_template_values[KEYS].array_val
     if meta.pk.data_type == DT.Int64:

@@ -1,6 +1,6 @@
 """Query and Get (MilvusService.Query; pymilvus' get(ids) sends `pk in [...]`) and `count(*)`:
 validated as Milvus does, fanned out to the QueryNodes at the guarantee timestamp, merged with
-Arrow (primary-key order when paginated)."""
+Arrow (primary-key order when paginated, or ORDER BY's: kmilvus/querynode/orderby.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
 from kmilvus.proto import query_node_pb2
 from kmilvus.proxy import read_path, search_util
-from kmilvus.querynode import reduce
+from kmilvus.querynode import orderby, reduce
 from kmilvus.util import merr, typeutil
 
 DT = schema_pb2.DataType
@@ -28,6 +28,7 @@ class QueryParams:
     iterator: bool = False
     reduce_stop_for_best: bool = False
     ignore_growing: bool = False
+    order_by: str = ""  # `order_by_fields` as sent ("price:desc,rating:asc")
 
 
 def _bool(params: dict[str, str], key: str, what: str) -> bool:
@@ -67,6 +68,11 @@ def parse_query_params(req: milvus_pb2.QueryRequest, meta) -> QueryParams:
         qp.limit = _int(params, "limit")
         qp.offset = _int(params, "offset") if "offset" in params else 0
         search_util.check_query_window(qp.offset, qp.limit)
+    qp.order_by = params.get("order_by_fields", "").strip()
+    if qp.order_by and qp.limit is None:  # each segment sorts what it keeps: bounded by the limit
+        raise merr.invalid("ORDER BY requires explicit limit: invalid parameter")
+    if qp.order_by and qp.iterator:  # iterators page in primary-key order
+        raise merr.invalid("ORDER BY with iterator is not supported: invalid parameter")
     return qp
 
 
@@ -78,14 +84,15 @@ def _int(params: dict[str, str], key: str) -> int:
 
 
 class ProxyQueryMixin:
-    async def primary_keys_matching(self, meta, expr: str) -> pa.Array:
-        """The primary keys of every row `expr` matches, read at a fresh timestamp (Delete by
-        expression, as Milvus: query, then delete)."""
+    async def primary_keys_matching(self, meta, expr: str, partition_names=()) -> pa.Array:
+        """The primary keys of every row `expr` matches (in `partition_names`, or all), read at
+        a fresh timestamp (Delete by expression, as Milvus: query, then delete)."""
         req = milvus_pb2.QueryRequest(
             db_name=meta.db,
             collection_name=meta.name,
             expr=expr,
             output_fields=[meta.pk.name],
+            partition_names=list(partition_names),
             consistency_level=common_pb2.ConsistencyLevel.Strong,
         )
         resp = await self.Query(req)
@@ -104,6 +111,7 @@ class ProxyQueryMixin:
         if count and len(names) > 1:
             raise merr.invalid("count entities with pagination is not allowed")
         read_path.check_expr(meta, req.expr, req.expr_template_values)
+        order = orderby.parse(qp.order_by, meta.schema) if qp.order_by else []
         limit, offset = qp.limit, qp.offset
         if not req.expr.strip() and not count and limit is None:
             raise merr.invalid("empty expression should be used with limit")
@@ -129,6 +137,8 @@ class ProxyQueryMixin:
             count=count,
             ignore_growing=qp.ignore_growing,
             mvcc_ts=mvcc,
+            order_by=[f.to_proto() for f in order],
+            schema_version=meta.schema.version,
         )
         for name, value in req.expr_template_values.items():
             qreq.expr_template_values[name].CopyFrom(value)
@@ -148,9 +158,10 @@ class ProxyQueryMixin:
             return out
         tables = [reduce.from_ipc(r.arrow) for r in results if r.arrow]
         tables = [t for t in tables if t.num_rows]
-        table = pa.concat_tables(tables, promote_options="default") if tables else None
+        table = reduce.newest_rows(pa.concat_tables(tables, promote_options="default")) if tables else None
         if table is not None and limit is not None:
-            table = table.take(pc.sort_indices(table.column("pk")).slice(offset, limit))
+            ranked = orderby.sort_indices(table, order) if order else pc.sort_indices(table.column("pk"))
+            table = table.take(ranked.slice(offset, limit))
         by_id = {f.fieldID: f for f in meta.schema.fields}
         n = 0 if table is None else table.num_rows
         for fid in out_ids:

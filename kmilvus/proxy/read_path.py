@@ -136,7 +136,13 @@ async def serving_nodes(proxy, meta: CollectionMeta) -> tuple[dict[int, list[str
     nodes: dict[int, list[str]] = {}
     for leader in resp.leaders:
         nodes.setdefault(leader.nodeID, []).append(leader.vchannel)
-    return nodes, list(resp.partitionIDs)
+    loaded = list(resp.partitionIDs)
+    if not loaded and resp.released_partitionIDs:  # loaded whole, some partitions released since
+        released = set(resp.released_partitionIDs)
+        loaded = [p for p in meta.partitions.values() if p not in released]
+        if not loaded:  # never "every partition": a stale cache entry of a collection released since
+            raise merr.MilvusError(merr.COLLECTION_NOT_LOADED, f"collection not loaded[collection={meta.name}]")
+    return nodes, loaded
 
 
 async def fan_out(proxy, nodes: dict[int, list[str]], call: Callable[[object, list[str]], Awaitable]) -> list:

@@ -204,6 +204,7 @@ class ProxySearchMixin:
             anns_fieldID=info.field.fieldID,
             ignore_growing=info.ignore_growing,
             mvcc_ts=scope.mvcc_ts,
+            schema_version=meta.schema.version,
         )
         for name, value in fs.templates.items():
             qreq.expr_template_values[name].CopyFrom(value)

@@ -78,9 +78,10 @@ RANK_HONOURED = frozenset(
 )
 RANK_REFUSED = {"cluster_id": "cross-cluster routing"}
 # query_params keys of MilvusService.Query
-QUERY_HONOURED = frozenset({"limit", "offset", "collection_id", "iterator", "reduce_stop_for_best", "ignore_growing"})
+QUERY_HONOURED = frozenset(
+    {"limit", "offset", "collection_id", "iterator", "reduce_stop_for_best", "ignore_growing", "order_by_fields"}
+)
 QUERY_REFUSED = {
-    "order_by_fields": "query ordered by fields",
     "group_by_fields": "query group by and aggregation",
     "timezone": "Timestamptz fields",
     "time_fields": "Timestamptz fields",

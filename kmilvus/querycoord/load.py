@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 
-from pymilvus.grpc_gen import common_pb2, schema_pb2
+from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
 from kmilvus.coordinator.client import CoordinatorClient
@@ -120,15 +121,10 @@ class LoadManager:
         async with self._lock:
             cur = self.loads.get(req.collectionID)
             if cur is not None:
-                if set(req.partitionIDs) != set(cur.partitionIDs):
-                    merged = (
-                        set(cur.partitionIDs) | set(req.partitionIDs)
-                        if cur.partitionIDs and req.partitionIDs
-                        else set()
-                    )
-                    del cur.partitionIDs[:]
-                    cur.partitionIDs.extend(sorted(merged))
+                if _add_partitions(cur, req.partitionIDs):
                     await self._save(cur)
+                    # The partitions' flushed segments (their growing rows are on the nodes).
+                    self._start_job(req.collectionID)
                 return
             live = await self._live_nodes()
             if not live:
@@ -169,7 +165,7 @@ class LoadManager:
                 node_id = info.channel_nodes[ch]
                 try:
                     req = await recovery.watch_request(
-                        self.kv, self.datacoord, coll_id, info.schema, ch, list(info.partitionIDs)
+                        self.kv, self.datacoord, coll_id, info.schema, ch, functools.partial(_loaded, info)
                     )
                     merr.check(await self.node(node_id).WatchDmChannels(req))
                     if self.loads.get(coll_id) is info and info.channel_nodes[ch] == node_id:
@@ -181,15 +177,21 @@ class LoadManager:
                     await asyncio.sleep(0.5)
 
     async def release(self, coll_id: int, partitions: list[int] | None = None) -> None:
+        """ReleaseCollection, or (`partitions`) Milvus 2.5's ReleasePartitionJob: the loaded
+        partitions among them are released — the whole collection once none is left loaded."""
+        if partitions and coll_id in self.loads:
+            every = await self._partitions_of(coll_id)
+            async with self._lock:
+                info = self.loads.get(coll_id)
+                released = _release_partitions(info, partitions, every) if info is not None else None
+                if released:
+                    await self._save(info)
+            if released:
+                await self._release_on_nodes(coll_id, info, released)
+            if released is not None:
+                return
         async with self._lock:
             info = self.loads.get(coll_id)
-            if partitions and info is not None and info.partitionIDs:
-                left = [p for p in info.partitionIDs if p not in set(partitions)]
-                if left:
-                    del info.partitionIDs[:]
-                    info.partitionIDs.extend(left)
-                    await self._save(info)
-                    return
             job = self._jobs.pop(coll_id, None)
             if job is not None:
                 job.cancel()
@@ -209,11 +211,28 @@ class LoadManager:
             except Exception:  # a dead node holds nothing once it is gone
                 log.warning("release on query node failed", node=n, collection=coll_id, exc_info=True)
 
+    async def _partitions_of(self, coll_id: int) -> list[int]:
+        """The collection's partitions as RootCoord has them now."""
+        resp = await self.registry.client(roles.ROOTCOORD).ShowPartitions(
+            milvus_pb2.ShowPartitionsRequest(collectionID=coll_id)
+        )
+        merr.check(resp.status)
+        return list(resp.partitionIDs)
+
+    async def _release_on_nodes(self, coll_id: int, info: query_coord_pb2.LoadInfo, parts: list[int]) -> None:
+        """The released partitions' sealed segments leave the nodes serving the collection."""
+        req = query_node_pb2.ReleasePartitionsRequest(collectionID=coll_id, partitionIDs=parts)
+        for n in sorted(set(info.channel_nodes.values())):
+            try:
+                merr.check(await self.node(n).ReleasePartitions(req))
+            except Exception:  # a lost node holds nothing once it is gone; reads skip them anyway
+                log.warning("release of partitions on a query node failed", node=n, exc_info=True)
+
     # State ------------------------------------------------------------------------------------
     def state(self, coll_id: int, partitions: list[int]) -> query_coord_pb2.GetLoadStateResponse:
         info = self.loads.get(coll_id)
         LS = common_pb2.LoadState
-        if info is None or (partitions and info.partitionIDs and not set(partitions) <= set(info.partitionIDs)):
+        if info is None or not all(_loaded(info, p) for p in partitions):
             return query_coord_pb2.GetLoadStateResponse(state=LS.LoadStateNotLoad)
         total = len(info.vchannels) or 1
         done = len(self.served.get(coll_id, set()))
@@ -225,7 +244,11 @@ class LoadManager:
         info = self.loads.get(coll_id)
         if info is None:
             raise merr.MilvusError(merr.COLLECTION_NOT_LOADED, f"collection not loaded[collection={coll_id}]")
-        resp = query_coord_pb2.GetShardLeadersResponse(partitionIDs=list(info.partitionIDs), replicaID=info.replicaID)
+        resp = query_coord_pb2.GetShardLeadersResponse(
+            partitionIDs=list(info.partitionIDs),
+            replicaID=info.replicaID,
+            released_partitionIDs=list(info.released_partitionIDs),
+        )
         served = self.served.get(coll_id, set())
         for ch in info.vchannels:
             if ch not in served:
@@ -344,8 +367,6 @@ class LoadManager:
         info = self.loads.get(s.collectionID)
         if info is None or s.insert_channel not in info.channel_nodes:
             return
-        if info.partitionIDs and s.partitionID not in info.partitionIDs:
-            return
         node = self.node(info.channel_nodes[s.insert_channel])
         if removed or s.state == SegmentState.Dropped:
             merr.check(
@@ -353,7 +374,61 @@ class LoadManager:
                     query_node_pb2.ReleaseSegmentsRequest(collectionID=s.collectionID, segmentIDs=[s.ID])
                 )
             )
+        elif not _loaded(info, s.partitionID):
+            if s.state == SegmentState.Flushed:  # its rows are in binlogs: no growing copy kept
+                merr.check(
+                    await node.ReleaseSegments(
+                        query_node_pb2.ReleaseSegmentsRequest(
+                            collectionID=s.collectionID, segmentIDs=[s.ID], streaming_only=True
+                        )
+                    )
+                )
         elif s.state == SegmentState.Flushed:
             req = query_node_pb2.LoadSegmentsRequest(collectionID=s.collectionID, schema=info.schema)
             req.segments.append(await recovery.load_info(self.kv, self.datacoord, s))
             merr.check(await node.LoadSegments(req))
+
+
+# Loaded partitions (Milvus' LoadType): `partitionIDs` lists them (LoadPartitions), or is empty
+# for the whole collection (LoadCollection), new partitions included, less `released_partitionIDs`.
+def _loaded(info: query_coord_pb2.LoadInfo, part: int) -> bool:
+    if info.partitionIDs:
+        return part in info.partitionIDs
+    return part not in info.released_partitionIDs
+
+
+def _add_partitions(info: query_coord_pb2.LoadInfo, parts) -> bool:
+    """A load on top of a loaded collection: LoadCollection (no `parts`) loads every partition,
+    LoadPartitions adds `parts`. Returns whether anything changed."""
+    before = (list(info.partitionIDs), list(info.released_partitionIDs))
+    if not parts:
+        del info.partitionIDs[:]
+        del info.released_partitionIDs[:]
+    elif info.partitionIDs:
+        merged = sorted(set(info.partitionIDs) | set(parts))
+        del info.partitionIDs[:]
+        info.partitionIDs.extend(merged)
+    else:
+        left = [p for p in info.released_partitionIDs if p not in set(parts)]
+        del info.released_partitionIDs[:]
+        info.released_partitionIDs.extend(left)
+    return before != (list(info.partitionIDs), list(info.released_partitionIDs))
+
+
+def _release_partitions(info: query_coord_pb2.LoadInfo, parts, every: list[int]) -> list[int] | None:
+    """Release the loaded ones of `parts` (`every`: the collection's partitions). Returns them;
+    [] when none was loaded; None when no partition would be left loaded (release the collection)."""
+    loaded = list(info.partitionIDs) or [p for p in every if p not in info.released_partitionIDs]
+    doomed = [p for p in loaded if p in set(parts)]
+    if not doomed:
+        return []
+    if len(doomed) == len(loaded):
+        return None
+    if info.partitionIDs:
+        del info.partitionIDs[:]
+        info.partitionIDs.extend(p for p in loaded if p not in set(doomed))
+    else:
+        kept = {p for p in info.released_partitionIDs if p in set(every)}  # dropped ones go
+        del info.released_partitionIDs[:]
+        info.released_partitionIDs.extend(sorted(kept | set(doomed)))
+    return doomed

@@ -1,11 +1,14 @@
 """What a QueryNode needs to serve one DML channel (Milvus' DataCoord GetRecoveryInfo): the
 channel's flushed segments with their binlog paths, its unflushed segments (rows written under
-buffer pressure are read from binlogs, the rest from the stream), and where to resume the stream.
+buffer pressure are read from binlogs, the rest from the stream), its L0 delta logs (the deletes
+before the checkpoint), and where to resume the stream.
 
 Segments come from DataCoord's public RPC; binlog paths and the channel checkpoint are read from
 the keys DataCoord commits them under (read only — DataCoord alone writes them)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from pymilvus.grpc_gen import common_pb2
 
@@ -66,20 +69,28 @@ async def segments_of(datacoord, coll_id: int) -> list[internal_pb2.SegmentInfo]
 
 
 async def watch_request(
-    kv: EtcdKV, datacoord, coll_id: int, schema: bytes, vchannel: str, partitions: list[int]
+    kv: EtcdKV, datacoord, coll_id: int, schema: bytes, vchannel: str, loaded: Callable[[int], bool]
 ) -> query_node_pb2.WatchDmChannelsRequest:
+    """`loaded(partition)`: whether its flushed segments are loaded. Growing rows are kept for
+    every partition (Milvus: partitions are loaded and released without watching again; reads
+    see the loaded ones)."""
     raw = await kv.get(keys.channel_checkpoint_key(vchannel))
     cp = internal_pb2.MsgPosition.FromString(raw) if raw else internal_pb2.MsgPosition(channel_name=vchannel)
     req = query_node_pb2.WatchDmChannelsRequest(collectionID=coll_id, schema=schema, vchannel=vchannel)
+    # Read after the checkpoint: every Delete up to it is in one of these (DataCoord commits L0
+    # logs with the checkpoint that passes them); the stream brings the rest. Every partition's:
+    # a partition loaded later is served by the same delegator.
+    for _, raw_l0 in await kv.get_prefix(keys.l0_deltalog_prefix(coll_id)):
+        d = internal_pb2.L0Deltalog.FromString(raw_l0)
+        if d.channel == vchannel:
+            req.l0_deltalogs.append(d)
     for s in await segments_of(datacoord, coll_id):
         if s.insert_channel != vchannel:
             continue
-        if partitions and s.partitionID not in partitions:
-            req.flushed_segmentIDs.append(s.ID)  # not loaded: never served
-            continue
         if s.state == SegmentState.Flushed:
             req.flushed_segmentIDs.append(s.ID)
-            req.sealed_segments.append(await load_info(kv, datacoord, s))
+            if loaded(s.partitionID):
+                req.sealed_segments.append(await load_info(kv, datacoord, s))
         else:
             req.unflushed_segments.append(await load_info(kv, datacoord, s))
     # From the checkpoint: the stream keeps what follows it (datacoord.stream_trimmer), and the

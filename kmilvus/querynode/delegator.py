@@ -12,12 +12,23 @@ messages purged before it read them (`StreamGapError`) — a delete among them w
 reads. It stops serving (`lost`: reads of the channel fail, never answer without the delete) and
 QueryCoord watches the channel again: the new watch lists the segments and their delta logs as
 they are now, where everything purged already is.
+
+DropPartition is read on the channel in order with the inserts before it (a load resumes the
+channel from its checkpoint, before them): the partition's growing rows go, and its later
+inserts are not kept. The dropped partitions are shared by the collection's delegators, so its
+sealed segments are not read either until QueryCoord releases them.
+
+A schema change (AlterCollection: a field added) is read the same way: the new schema goes to the
+whole loaded collection (its sealed segments and every delegator's growing rows read the added
+field from then on). So is TruncateCollection: rows older than its timestamp are hidden from
+every read of the collection (growing segments holding nothing newer are dropped at once).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from pymilvus.grpc_gen import schema_pb2
 
@@ -25,16 +36,28 @@ from kmilvus.datanode.flowgraph import read_ipc
 from kmilvus.log import get_logger
 from kmilvus.msgstream import MsgStream, MsgType, StreamGapError
 from kmilvus.msgstream.reader import ChannelReader
-from kmilvus.proto import query_node_pb2
+from kmilvus.proto import internal_pb2, query_node_pb2
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.segments import GrowingSegment
+from kmilvus.querynode.versions import KeyVersions
 from kmilvus.storage import deltalog
+from kmilvus.util.constants import ALL_PARTITIONS
 
 log = get_logger(__name__)
 
 
 class ChannelDelegator:
-    def __init__(self, stream: MsgStream, consumer_name: str, req: query_node_pb2.WatchDmChannelsRequest):
+    def __init__(
+        self,
+        stream: MsgStream,
+        consumer_name: str,
+        req: query_node_pb2.WatchDmChannelsRequest,
+        dropped_partitions: set[int] | None = None,
+        on_schema: Callable[[schema_pb2.CollectionSchema], None] | None = None,
+        on_truncate: Callable[[int], None] | None = None,
+    ):
+        """`on_schema`: called with a newer schema read on the channel (a field was added);
+        `on_truncate`: with the truncate timestamp of a TruncateCollection read on it."""
         self.stream = stream
         self.consumer_name = consumer_name
         self.vchannel = req.vchannel
@@ -45,9 +68,16 @@ class ChannelDelegator:
         # Rows of an unflushed segment up to this seq are in its binlogs (written under pressure).
         self.persisted_upto: dict[int, int] = {s.segmentID: s.dml_position.seq for s in req.unflushed_segments}
         self.growing: dict[int, GrowingSegment] = {}
-        self.deletes = DeleteSet()  # every Delete consumed on the channel (applied to all its segments)
+        # The channel's deletes by partition (-1: every partition): its L0 delta logs, then every
+        # Delete consumed; they apply to every segment of the channel (and partition).
+        self.deletes: dict[int, DeleteSet] = {}
+        self.versions = KeyVersions()  # older versions of keys held twice are hidden like deletes
         self.serviceable_ts = 0
         self.dropped = False
+        # Partitions dropped on the channel (the collection's delegators share one set).
+        self.dropped_partitions = dropped_partitions if dropped_partitions is not None else set()
+        self.on_schema = on_schema
+        self.on_truncate = on_truncate
         self.lost = False  # messages were purged before it read them: it no longer serves
         self.changed = asyncio.Condition()
         self._consumer: ChannelReader | None = None
@@ -74,7 +104,17 @@ class ChannelDelegator:
                 await self._consumer.close()
             self._consumer = None
         self.growing.clear()
-        self.deletes = DeleteSet()
+        self.deletes = {}
+        self.versions = KeyVersions()
+
+    def add_deletes(self, partition: int, pks, ts) -> None:
+        self.deletes.setdefault(partition, DeleteSet()).add(pks, ts)
+
+    def deletes_of(self, partition: int) -> tuple[DeleteSet, ...]:
+        """The deletes that apply to a segment of `partition`, and the shadows of older versions
+        (as of the last `KeyVersions.refresh`)."""
+        own = tuple(d for p in (ALL_PARTITIONS, partition) if (d := self.deletes.get(p)) is not None)
+        return (*own, self.versions.shadows)
 
     @property
     def consuming(self) -> bool:
@@ -91,6 +131,20 @@ class ChannelDelegator:
         """The segment's sealed copy is loaded: drop the growing copy, skip its messages."""
         self.skip.add(seg_id)
         self.growing.pop(seg_id, None)
+
+    def adopt_schema(self, schema: schema_pb2.CollectionSchema) -> None:
+        """A newer schema (`LoadedCollection.update_schema` calls this on every delegator):
+        growing rows are read with its fields."""
+        self.schema = schema
+        for g in self.growing.values():
+            g.adopt(schema)
+
+    def drop_partition(self, part: int) -> None:
+        """The partition's growing rows go; its later inserts are skipped."""
+        self.dropped_partitions.add(part)
+        for seg in [s for s, g in self.growing.items() if g.partition_id == part]:
+            self.seal(seg)
+        log.info("delegator saw DropPartition", channel=self.vchannel, partition=part)
 
     async def _run(self, reader: ChannelReader) -> None:
         try:
@@ -111,16 +165,38 @@ class ChannelDelegator:
             g = self.growing.get(seg)
             if g is None:
                 part = int(msg.headers.get("partition", 0))
+                if part in self.dropped_partitions:
+                    self.skip.add(seg)
+                    return False
                 g = self.growing[seg] = GrowingSegment(seg, part, self.schema)
             g.add(read_ipc(msg.payload))
         elif t == MsgType.Delete:
             batch = read_ipc(msg.payload)
-            pks = deltalog.pk_numpy(batch.column(deltalog.PK))
-            self.deletes.add(pks, batch.column(deltalog.TS).to_numpy(zero_copy_only=False))
+            self.add_deletes(
+                int(msg.headers.get("partition", ALL_PARTITIONS)),
+                deltalog.pk_numpy(batch.column(deltalog.PK)),
+                batch.column(deltalog.TS).to_numpy(zero_copy_only=False),
+            )
         elif t == MsgType.TimeTick:
             self.serviceable_ts = msg.timestamp
             async with self.changed:
                 self.changed.notify_all()
+        elif t == MsgType.DropPartition:
+            self.drop_partition(internal_pb2.DropPartitionMsg.FromString(bytes(msg.payload)).partitionID)
+        elif t == MsgType.AlterCollection:
+            raw = internal_pb2.AlterCollectionMsg.FromString(bytes(msg.payload)).schema
+            schema = schema_pb2.CollectionSchema.FromString(raw)
+            if schema.version > self.schema.version:
+                if self.on_schema is not None:
+                    self.on_schema(schema)
+                else:
+                    self.adopt_schema(schema)
+        elif t == MsgType.TruncateCollection:
+            before = internal_pb2.TruncateCollectionMsg.FromString(bytes(msg.payload)).truncate_ts
+            for seg in [s for s, g in self.growing.items() if g.max_ts() < before]:
+                self.seal(seg)  # every row of it is truncated; later rows of it are skipped too
+            if self.on_truncate is not None:
+                self.on_truncate(before)
         elif t == MsgType.DropCollection:
             self.dropped = True
             self.growing.clear()

@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+import numpy as np
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
@@ -15,7 +16,7 @@ from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.parser import template_values
 from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
-from kmilvus.querynode import bm25, reduce
+from kmilvus.querynode import bm25, mmap, orderby, reduce
 from kmilvus.querynode.delegator import ChannelDelegator
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
@@ -41,40 +42,82 @@ class LoadedCollection:
     # Segments never to be served again: compacted into another, or dropped. A load prepared
     # before that (a QueryCoord's index check or feed catch-up) arrives late and is ignored.
     retired: set[int] = field(default_factory=set)
+    # Partitions a DropPartition on a channel dropped (its delegators share the set): their
+    # sealed segments are neither read nor loaded, before QueryCoord releases them.
+    dropped_partitions: set[int] = field(default_factory=set)
+    # TruncateCollection read on a channel: rows older than this are no longer read (hybrid ts),
+    # before DataCoord drops their segments and QueryCoord releases them.
+    truncated_before: int = 0
 
     @property
     def pk_field(self) -> int:
         return typeutil.primary_field(self.schema).fieldID
 
-    def segments(self, vchannels, partitions, growing: bool = True) -> list[tuple[SegmentData, DeleteSet | None]]:
+    def update_schema(self, schema: schema_pb2.CollectionSchema) -> None:
+        """A newer schema (a field was added; an older one changes nothing): every loaded row,
+        sealed or growing, reads the added field from now on (its default, else null)."""
+        if schema.version <= self.schema.version:
+            return
+        self.schema = schema
+        for s in self.sealed.values():
+            s.conform(schema)
+        for d in self.channels.values():
+            d.adopt_schema(schema)
+        log.info("collection schema updated", collection=self.id, version=schema.version)
+
+    def truncate(self, before: int) -> None:
+        """TruncateCollection: rows older than `before` are hidden from every read from now on."""
+        if before > self.truncated_before:
+            self.truncated_before = before
+            log.info("collection truncated", collection=self.id, before=before)
+
+    def expire_before(self, ttl_ts: int) -> int:
+        """A read's cutoff: rows older are not read (the TTL's, or a truncate's)."""
+        return max(ttl_ts, self.truncated_before)
+
+    def segments(self, vchannels, partitions, growing: bool = True) -> list[tuple[SegmentData, tuple[DeleteSet, ...]]]:
         """Sealed segments, then growing segments of `vchannels` (none is both: see `seal`; none
-        without `growing`: Milvus' ignore_growing), each with the deletes consumed on its channel."""
+        without `growing`: Milvus' ignore_growing), each with its channel's deletes that apply
+        to it."""
         parts = set(partitions)
+        dropped = self.dropped_partitions
         segs = []
         for s in self.sealed.values():
-            if not parts or s.partition_id in parts:
+            if (not parts or s.partition_id in parts) and s.partition_id not in dropped:
                 d = self.channels.get(self.channel_of.get(s.segment_id, ""))
-                segs.append((s, d.deletes if d is not None else None))
+                segs.append((s, d.deletes_of(s.partition_id) if d is not None else ()))
         for ch in vchannels if growing else ():
             d = self.channels[ch]
             segs += [
-                (g.data(), d.deletes) for g in d.growing.values() if g.rows and (not parts or g.partition_id in parts)
+                (g.data(), d.deletes_of(g.partition_id))
+                for g in d.growing.values()
+                if g.rows and (not parts or g.partition_id in parts)
             ]
         return segs
 
-    def channel_segments(self, vchannel: str) -> list[tuple[SegmentData, DeleteSet | None, bool]]:
+    def channel_segments(self, vchannel: str) -> list[tuple[SegmentData, tuple[DeleteSet, ...], bool]]:
         """Every loaded segment of one channel, sealed and growing (whatever a request's
-        partitions), with its deletes and whether it is growing: what its BM25 statistics cover."""
+        partitions), with the deletes that apply to it and whether it is growing: what its BM25
+        statistics cover."""
         d = self.channels.get(vchannel)
-        deletes = d.deletes if d is not None else None
-        out = [(s, deletes, False) for s in self.sealed.values() if self.channel_of.get(s.segment_id) == vchannel]
+        sealed = [s for s in self.sealed.values() if self.channel_of.get(s.segment_id) == vchannel]
+        out = [(s, d.deletes_of(s.partition_id) if d is not None else (), False) for s in sealed]
         if d is not None:
-            out += [(g.data(), deletes, True) for g in d.growing.values() if g.rows]
+            out += [(g.data(), d.deletes_of(g.partition_id), True) for g in d.growing.values() if g.rows]
         return out
 
     @property
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.sealed.values()) + sum(d.nbytes for d in self.channels.values())
+
+    async def refresh_versions(self) -> None:
+        """Bring each delegated channel's shadows of older key versions up to date (a worker
+        thread does the work, when there is any) before a read takes its segments."""
+        for ch, d in list(self.channels.items()):
+            sealed = {sid: s for sid, s in self.sealed.items() if self.channel_of.get(sid) == ch}
+            growing = {gid: list(g.batches) for gid, g in d.growing.items()}
+            if d.versions.stale(sealed, growing):
+                await asyncio.to_thread(d.versions.refresh, sealed, growing, self.pk_field)
 
 
 class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
@@ -109,7 +152,20 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         c = self.collections.get(coll_id)
         if c is None:
             c = self.collections[coll_id] = LoadedCollection(coll_id, schema_pb2.CollectionSchema.FromString(schema))
+        else:
+            c.update_schema(schema_pb2.CollectionSchema.FromString(schema))
         return c
+
+    async def _schema_at(self, coll: LoadedCollection, version: int) -> None:
+        """The schema a Proxy planned a read with (`version`): a node that has not read the
+        schema's broadcast yet (or missed it) asks RootCoord, the schema's owner."""
+        if coll.schema.version >= version:
+            return
+        resp = await self.registry.client(roles.ROOTCOORD).DescribeCollection(
+            milvus_pb2.DescribeCollectionRequest(collectionID=coll.id)
+        )
+        merr.check(resp.status)
+        coll.update_schema(resp.schema)
 
     async def _read(self, coll: LoadedCollection, info: query_node_pb2.SegmentLoadInfo) -> SegmentData:
         """Index files, binlogs (one Arrow read, without the vector columns an index holds),
@@ -122,6 +178,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
             if raw and any(ix.num_rows != table.num_rows for ix, _ in indexes.values()):
                 table = read_binlogs(self.store, list(info.binlog_paths))  # an index is ignored below
             usable = [f for f, (ix, _) in indexes.items() if ix.num_rows == table.num_rows]
+            table = mmap.map_columns(table, mmap.mapped_fields(coll.schema))  # mmap.enabled fields
             seg = SegmentData.build(info.segmentID, info.partitionID, table, coll.schema, usable)
             self._read_deltas(seg.deltas, info)
             self._add_indexes(seg, indexes)
@@ -142,6 +199,14 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         for key in info.delta_paths:
             t = deltalog.read_delta_log(self.store, key)
             deltas.add(deltalog.pk_numpy(t.column(deltalog.PK)), t.column(deltalog.TS).to_numpy())
+
+    def _read_l0(self, req: query_node_pb2.WatchDmChannelsRequest) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """The channel's L0 delta logs: (partition, keys, timestamps) of each."""
+        out = []
+        for d in req.l0_deltalogs:
+            t = deltalog.read_delta_log(self.store, d.binlog.log_path)
+            out.append((d.partitionID, deltalog.pk_numpy(t.column(deltalog.PK)), t.column(deltalog.TS).to_numpy()))
+        return out
 
     def _index_files(self, info: query_node_pb2.SegmentLoadInfo, have: Collection[int] = ()) -> dict[int, tuple]:
         """{field ID: (VectorIndex or ScalarIndex, file size)} of the segment's finished index
@@ -172,8 +237,9 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     def _install(self, coll: LoadedCollection, data: SegmentData, info: query_node_pb2.SegmentLoadInfo) -> None:
         """Sealed copy in, growing copy and compaction sources out — in one synchronous step. A
         retired segment (its compacted target is in) is not installed: its rows would show twice."""
-        if data.segment_id in coll.retired:
+        if data.segment_id in coll.retired or data.partition_id in coll.dropped_partitions:
             return
+        data.conform(coll.schema)  # a field added while it was being read
         coll.retired.update(info.compaction_from)
         coll.sealed[data.segment_id] = data
         coll.channel_of[data.segment_id] = info.insert_channel
@@ -196,7 +262,11 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                 await old.stop()
                 del coll.channels[req.vchannel]
             name = f"{self.cfg.cluster}-qn{self.server_id}"
-            d = ChannelDelegator(self.stream, name, req)
+            d = ChannelDelegator(self.stream, name, req, coll.dropped_partitions, coll.update_schema, coll.truncate)
+            if coll.schema.version > d.schema.version:
+                d.adopt_schema(coll.schema)  # the node learnt a newer schema than this watch carries
+            for part, pks, ts in await asyncio.to_thread(self._read_l0, req):
+                d.add_deletes(part, pks, ts)
             for info in req.unflushed_segments:
                 if info.binlog_paths:
                     data = await self._read(coll, info)
@@ -237,13 +307,30 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc()
     async def ReleaseSegments(self, req: query_node_pb2.ReleaseSegmentsRequest, context=None):
         coll = self.collections.get(req.collectionID)
-        if coll is not None:
+        if coll is not None and req.streaming_only:
+            for d in coll.channels.values():  # flushed, of a partition not loaded: no copy kept
+                for seg in req.segmentIDs:
+                    d.seal(seg)
+        elif coll is not None:
             coll.retired.update(req.segmentIDs)
             for seg in req.segmentIDs:
                 coll.sealed.pop(seg, None)
                 coll.channel_of.pop(seg, None)
                 for d in coll.channels.values():
                     d.seal(seg)
+        return merr.success()
+
+    @merr.rpc()
+    async def ReleasePartitions(self, req: query_node_pb2.ReleasePartitionsRequest, context=None):
+        """The partitions' sealed segments leave (not retired: a later load installs them
+        again); their growing rows stay on the delegators, which reads of them skip."""
+        coll = self.collections.get(req.collectionID)
+        if coll is not None:
+            parts = set(req.partitionIDs)
+            for seg in [s.segment_id for s in coll.sealed.values() if s.partition_id in parts]:
+                del coll.sealed[seg]
+                coll.channel_of.pop(seg, None)
+            await asyncio.to_thread(memory.release)
         return merr.success()
 
     @merr.rpc()
@@ -316,6 +403,9 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc(query_node_pb2.SearchResults)
     async def Search(self, req: query_node_pb2.SearchRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
+        await self._schema_at(coll, req.schema_version)
+        req.collection_ttl_ts = coll.expire_before(req.collection_ttl_ts)
+        await coll.refresh_versions()
         plan = plan_from_request(req, coll.schema, coll.pk_field)
         if plan.metric == bm25.METRIC:
             table = await asyncio.to_thread(bm25.search_channels, coll, req, plan)
@@ -327,13 +417,16 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     @merr.rpc(query_node_pb2.RetrieveResults)
     async def Query(self, req: query_node_pb2.QueryRequest, context=None):
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
+        await self._schema_at(coll, req.schema_version)
         values = template_values(req.expr_template_values) if req.expr else None
-        flt = compile_filter(req.expr, coll.schema, req.collection_ttl_ts, values)
+        flt = compile_filter(req.expr, coll.schema, coll.expire_before(req.collection_ttl_ts), values)
+        await coll.refresh_versions()
         segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
         outputs = [] if req.count else list(req.output_fieldIDs)
         limit = 0 if req.count else req.limit  # count(*) builds no rows
+        order = [orderby.OrderByField.from_proto(f) for f in req.order_by]
         table, count = await asyncio.to_thread(
-            reduce.retrieve_segments, segments, coll.pk_field, outputs, flt, limit, req.mvcc_ts
+            reduce.retrieve_segments, segments, coll.pk_field, outputs, flt, limit, req.mvcc_ts, order
         )
         resp = query_node_pb2.RetrieveResults(count=count)
         if table is not None and not req.count:

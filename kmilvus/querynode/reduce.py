@@ -1,16 +1,20 @@
 """Search and retrieve over a set of segments, and the top-k merge shared by QueryNodes and the
-Proxy. Results are Arrow tables: "nq" (query index), "score", "pk", then output fields by field ID;
-every step is a numpy/Arrow operation over whole columns."""
+Proxy. Results are Arrow tables: "nq" (query index), "score", "pk", then output fields by field ID
+(retrieve: also "__ts", the row's timestamp); every step is a numpy/Arrow operation over whole
+columns. A primary key is returned once per query: older versions of a key are hidden before
+(`versions`), and rows of one key with the same timestamp are merged here (the best hit of a
+search; the newest row of a retrieve)."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kmilvus.querynode import groupby, vector_search
+from kmilvus.querynode import groupby, orderby, vector_search
 from kmilvus.querynode.filter import Filter
 from kmilvus.querynode.search_plan import SearchPlan
 from kmilvus.querynode.segments import SegmentData
@@ -32,13 +36,25 @@ def _output_columns(seg: SegmentData, offsets: np.ndarray, pk_field: int, output
     return cols
 
 
+TS = "__ts"
+
+
+def _first_of_each(*cols: np.ndarray) -> np.ndarray:
+    """A bool per row: the first row (in the given order) of its combination of `cols`."""
+    return ~pd.DataFrame({str(i): c for i, c in enumerate(cols)}).duplicated(keep="first").to_numpy()
+
+
 def merge_topk(table: pa.Table, k: int, larger: bool) -> pa.Table:
-    """The best `k` rows per query of `table` (sorted by query, then best score first)."""
+    """The best `k` rows per query of `table` (sorted by query, then best score first), each
+    primary key at most once per query."""
     if table.num_rows == 0:
         return table
     nq = table.column("nq").to_numpy()
     score = table.column("score").to_numpy().astype(np.float64)
     order = np.lexsort((-score if larger else score, nq))
+    if "pk" in table.column_names:
+        pks = table.column("pk").to_numpy(zero_copy_only=False)
+        order = order[_first_of_each(nq[order], pks[order])]
     nq_sorted = nq[order]
     starts = np.searchsorted(nq_sorted, nq_sorted, side="left")
     rank = np.arange(len(order)) - starts
@@ -234,6 +250,17 @@ def empty_search_result() -> pa.Table:
     return pa.table({"nq": pa.array([], pa.int32()), "score": pa.array([], pa.float32())})
 
 
+def newest_rows(table: pa.Table) -> pa.Table:
+    """One row per primary key of a retrieve's rows: the newest (by "__ts")."""
+    if table.num_rows < 2 or TS not in table.column_names:
+        return table
+    pks = table.column("pk").to_numpy(zero_copy_only=False)
+    ts = table.column(TS).to_numpy()
+    order = np.argsort(-ts, kind="stable")
+    keep = order[_first_of_each(pks[order])]
+    return table if len(keep) == table.num_rows else table.take(pa.array(np.sort(keep)))
+
+
 def retrieve_segments(
     segments: list[tuple[SegmentData, object]],
     pk_field: int,
@@ -241,12 +268,17 @@ def retrieve_segments(
     flt: Filter,
     limit: int,
     mvcc_ts: int = 0,
+    order_by: list[orderby.OrderByField] | None = None,
 ) -> tuple[pa.Table | None, int]:
-    """(rows matching `flt` with "pk" and output fields, count of matching rows); with `limit`
-    ≥ 0 the rows are the `limit` smallest primary keys (stable pagination, as Milvus); with
-    `mvcc_ts`, as of that timestamp (a query iterator's snapshot)."""
+    """(rows matching `flt` with "pk", output fields and "__ts", count of matching rows); with
+    `limit` ≥ 0 the rows are the `limit` smallest primary keys (stable pagination, as Milvus) —
+    or the first `limit` in `order_by` order (with the order-by columns); with `mvcc_ts`, as of
+    that timestamp (a query iterator's snapshot). A key stored in several segments is returned
+    once, in its newest version, before any limit applies: a per-segment top-`limit` could keep a
+    stale version whose newer one ranks lower."""
     parts = []
     count = 0
+    sort_ids = [f.field_id for f in order_by or ()]
     for seg, deletes in segments:
         if seg.num_rows == 0:
             continue
@@ -254,11 +286,15 @@ def retrieve_segments(
         offs = np.arange(seg.num_rows) if m is None else np.nonzero(m)[0]
         count += len(offs)
         if len(offs) and (limit != 0 or output_ids):
-            parts.append(pa.table(_output_columns(seg, offs, pk_field, output_ids)))
+            cols = _output_columns(seg, offs, pk_field, [*output_ids, *sort_ids])
+            cols[TS] = pa.array(seg.keys_and_ts()[1][offs])
+            parts.append(pa.table(cols))
     if not parts:
         return None, count
-    table = pa.concat_tables(parts, promote_options="default")
-    if limit >= 0 and table.num_rows > limit:
+    table = newest_rows(pa.concat_tables(parts, promote_options="default"))
+    if order_by and limit >= 0:
+        table = table.take(orderby.sort_indices(table, order_by, limit))
+    elif limit >= 0 and table.num_rows > limit:
         order = pc.sort_indices(table.column("pk"))
         table = table.take(order.slice(0, limit))
     return table, count

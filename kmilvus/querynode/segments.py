@@ -8,12 +8,13 @@ load a field whose index "has raw data"): outputs are read back from the index."
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus import index as kindex
@@ -24,6 +25,7 @@ from kmilvus.storage.deltalog import sorted_unique
 from kmilvus.util import typeutil
 
 DT = schema_pb2.DataType
+TIMESTAMP = str(typeutil.TIMESTAMP_FIELD)
 
 
 def field_type(schema: schema_pb2.CollectionSchema, field_id: int) -> int:
@@ -52,7 +54,7 @@ class SegmentData:
     _keys: tuple[np.ndarray, np.ndarray] | None = None
     _pks: np.ndarray | bool | None = None  # int64_pks; False: not Int64
     _pk_order: tuple[np.ndarray, np.ndarray | None] | None = None  # (sorted int64 pks, their rows)
-    _alive: tuple[tuple[int, int], np.ndarray | None] | None = None
+    _alive: tuple[tuple, np.ndarray | None] | None = None
 
     @classmethod
     def build(
@@ -63,9 +65,10 @@ class SegmentData:
         schema: schema_pb2.CollectionSchema,
         indexed: Collection[int] = (),
     ):
-        """`indexed`: vector fields searched through an index (no float32 matrix is made)."""
+        """`indexed`: vector fields searched through an index (no float32 matrix is made).
+        Rows written before a field was added get it as the schema reads it (`typeutil.conform`)."""
         pk = next(f.fieldID for f in schema.fields if f.is_primary_key)
-        seg = cls(segment_id, partition_id, table, pk_field=pk)
+        seg = cls(segment_id, partition_id, typeutil.conform(table, schema), pk_field=pk)
         for f in schema.fields:
             kind = P.vector_kind(f.data_type)
             if kind is None or f.fieldID in indexed or str(f.fieldID) not in table.column_names:
@@ -79,6 +82,11 @@ class SegmentData:
             else:
                 seg.raw[f.fieldID] = vecs
         return seg
+
+    def conform(self, schema: schema_pb2.CollectionSchema) -> None:
+        """A field was added to the collection: the rows read it as the schema says (their
+        default, else null), one column appended — keys, vectors and indexes stay."""
+        self.table = typeutil.conform(self.table, schema)
 
     def index_for(self, field_id: int, metric: str) -> Any:
         """What searches `field_id` through kmilvus.index: its loaded index, or (binary, sparse)
@@ -166,34 +174,38 @@ class SegmentData:
         pos = np.arange(int(counts.sum()), dtype=np.int64) + starts
         return pos if order is None else order[pos]
 
-    def alive(self, channel_deletes: DeleteSet | None) -> np.ndarray | None:
-        """A bool per row: not deleted by its delta logs nor by the channel's deletes (None:
-        every row is alive). Cached until either set changes."""
-        version = (self.deltas.version, channel_deletes.version if channel_deletes is not None else -1)
+    def keys_and_ts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Primary keys (as deletes compare them) and row timestamps, converted once (a segment
+        without rows may have no columns at all: an emptied compaction target)."""
+        if self._keys is None:
+            empty = self.num_rows == 0
+            self._keys = (np.array([], np.int64),) * 2 if empty else pk_and_ts(self.table, self.pk_field)
+        return self._keys
+
+    def alive(self, channel_deletes: Sequence[DeleteSet] = ()) -> np.ndarray | None:
+        """A bool per row: not deleted by its delta logs nor by the channel's deletes that apply
+        to it (None: every row is alive). Cached until one of the sets changes."""
+        version = (self.deltas.version, tuple((id(d), d.version) for d in channel_deletes))
         if self._alive is not None and self._alive[0] == version:
             return self._alive[1]
         dead = None
-        for dels in (self.deltas, channel_deletes):
-            if dels is None or not len(dels):
+        for dels in (self.deltas, *channel_deletes):
+            if not len(dels):
                 continue
-            if self._keys is None:
-                self._keys = pk_and_ts(self.table, self.pk_field)
-            d = dels.deleted(*self._keys)
+            d = dels.deleted(*self.keys_and_ts())
             if d is not None:
                 dead = d if dead is None else dead | d
         mask = None if dead is None else ~dead
         self._alive = (version, mask)
         return mask
 
-    def alive_at(self, channel_deletes: DeleteSet | None, mvcc_ts: int) -> np.ndarray:
+    def alive_at(self, channel_deletes: Sequence[DeleteSet], mvcc_ts: int) -> np.ndarray:
         """A bool per row as of `mvcc_ts` (Milvus' MVCC read): inserted at or before it and not
         deleted by a delete at or before it."""
-        if self._keys is None:
-            self._keys = pk_and_ts(self.table, self.pk_field)
-        pks, row_ts = self._keys
+        pks, row_ts = self.keys_and_ts()
         visible = row_ts <= mvcc_ts
-        for dels in (self.deltas, channel_deletes):
-            if dels is not None and len(dels):
+        for dels in (self.deltas, *channel_deletes):
+            if len(dels):
                 d = dels.deleted(pks, row_ts, mvcc_ts)
                 if d is not None:
                     visible &= ~d
@@ -211,6 +223,15 @@ class GrowingSegment:
         self.nbytes = 0
         self.deltas = DeleteSet()  # delta logs written for it before it was flushed
         self._data: SegmentData | None = None
+
+    def adopt(self, schema: schema_pb2.CollectionSchema) -> None:
+        """A newer schema: the rows are read with its fields from now on."""
+        self.schema = schema
+        self._data = None
+
+    def max_ts(self) -> int:
+        """The timestamp of its newest row (0: none)."""
+        return max((pc.max(b.column(TIMESTAMP)).as_py() or 0 for b in self.batches if b.num_rows), default=0)
 
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
         self.batches.append(batch)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
+from kmilvus import components as roles
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, Op
 from kmilvus.meta import catalog as keys
-from kmilvus.proto import internal_pb2
-from kmilvus.rootcoord.schema import validate_name
-from kmilvus.util import merr
+from kmilvus.proto import internal_pb2, query_coord_pb2
+from kmilvus.rootcoord.schema import refuse, validate_name
+from kmilvus.util import fieldtypes, merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.merr import MilvusError
 from kmilvus.util.ttl import COLLECTION_TTL
@@ -26,7 +27,12 @@ log = get_logger(__name__)
 
 MMAP_ENABLED = "mmap.enabled"
 MAX_LENGTH = "max_length"
+MAX_CAPACITY = "max_capacity"
+FIELD_DESCRIPTION = "field.description"
 MAX_VARCHAR_LENGTH = 65535
+ALTERABLE_FIELD_KEYS = (MAX_LENGTH, MAX_CAPACITY, MMAP_ENABLED, FIELD_DESCRIPTION)
+DROPPABLE_FIELD_KEYS = (MMAP_ENABLED,)
+_FIELD_KEY_ALIASES = {"mmap_enabled": MMAP_ENABLED}  # Milvus' proxy spells it both ways
 
 
 def check_collection_property(key: str, value: str) -> None:
@@ -75,26 +81,59 @@ class AlterMixin:
 
     @merr.rpc()
     async def AlterCollectionField(self, req: milvus_pb2.AlterCollectionFieldRequest, context=None):
+        """Milvus 2.6's rules: `max_length` (VarChar, or an Array of VarChar), `max_capacity`
+        (Array), `field.description` and `mmap.enabled` (also spelt `mmap_enabled`; only while
+        the collection is not loaded: the QueryNodes map a field's data when they load it) —
+        every other key refused. The schema's version goes one up and the new schema is
+        broadcast as AddCollectionField's is."""
+        props = {_FIELD_KEY_ALIASES.get(kv.key, kv.key): kv.value for kv in req.properties}
+        drops = [_FIELD_KEY_ALIASES.get(k, k) for k in req.delete_keys]
+        for key in props:
+            if key not in ALTERABLE_FIELD_KEYS:
+                raise refuse(f"{key} does not allow update in collection field param")
+        for key in drops:
+            if key not in DROPPABLE_FIELD_KEYS:
+                raise refuse(f"{key} is not allowed to drop in collection field param")
         async with self._ddl_lock:
             info = self._copy(req.db_name, req.collection_name, 0)
             field = next((f for f in info.schema.fields if f.name == req.field_name), None)
             if field is None:
                 raise MilvusError(merr.PARAMETER_INVALID, f"field not found in collection[field={req.field_name}]")
-            for kv in req.properties:
-                _check_field_property(field, kv.key, kv.value)
+            if MMAP_ENABLED in props or MMAP_ENABLED in drops:
+                await self._refuse_if_loaded(
+                    info, "alter" if MMAP_ENABLED in props else "drop", "collection field properties"
+                )
+            for key, value in props.items():
+                _check_field_property(field, key, value)
             field_props = {kv.key: kv.value for kv in field.type_params}
-            for kv in req.properties:
-                field_props[kv.key] = kv.value
-            for k in req.delete_keys:
-                if k == MAX_LENGTH:
-                    raise merr.invalid("can not delete max_length of a varchar field")
-                field_props.pop(k, None)
+            for key, value in props.items():
+                if key == FIELD_DESCRIPTION:
+                    field.description = value
+                else:
+                    field_props[key] = value.lower() if key == MMAP_ENABLED else value
+            for key in drops:
+                field_props.pop(key, None)
             del field.type_params[:]
             field.type_params.extend(common_pb2.KeyValuePair(key=k, value=v) for k, v in field_props.items())
+            info.schema.version += 1
             await self._rewrite(info, [])
+            await self._broadcast_schema(info)
         await self._invalidate_proxies(info)
         log.info("collection field altered", collection=info.schema.name, field=req.field_name)
         return merr.success()
+
+    async def _refuse_if_loaded(self, info: internal_pb2.CollectionInfo, verb: str, what: str) -> None:
+        """Milvus refuses an mmap change while the collection is loaded: its data is mapped (or
+        not) when it is loaded."""
+        resp = await self.registry.client(roles.QUERYCOORD).GetLoadState(
+            query_coord_pb2.GetLoadStateRequest(collectionID=info.ID)
+        )
+        merr.check(resp.status)
+        if resp.state in (common_pb2.LoadState.LoadStateLoaded, common_pb2.LoadState.LoadStateLoading):
+            raise MilvusError(
+                merr.COLLECTION_LOADED,
+                f"can not {verb} {what} if collection loaded: collection already loaded[collection={info.schema.name}]",
+            )
 
     @merr.rpc()
     async def RenameCollection(self, req: milvus_pb2.RenameCollectionRequest, context=None):
@@ -156,21 +195,27 @@ class AlterMixin:
 
 
 def _check_field_property(field: schema_pb2.FieldSchema, key: str, value: str) -> None:
+    DT = schema_pb2.DataType
     if key == MAX_LENGTH:
-        if field.data_type != schema_pb2.DataType.VarChar:
+        if field.data_type != DT.VarChar and not (field.data_type == DT.Array and field.element_type == DT.VarChar):
             raise merr.invalid(f"can not modify the maxlength for non-string types, field: {field.name}")
-        try:
-            n = int(value)
-        except ValueError:
-            n = -1
-        if not 0 < n <= MAX_VARCHAR_LENGTH:
+        if not value.lstrip("-").isdigit():
+            raise refuse(f"{key} should be an integer, but got string")
+        if not 0 < int(value) <= MAX_VARCHAR_LENGTH:
             raise merr.invalid(
                 f"the maximum length specified for the field({field.name}) should be in (0, {MAX_VARCHAR_LENGTH}]"
+            )
+    elif key == MAX_CAPACITY:
+        if field.data_type != DT.Array:
+            raise refuse(f"{field.name} can not modify the maxcapacity for non-array types")
+        if not value.lstrip("-").isdigit():
+            raise refuse(f"the value for {key} of field {field.name} must be an integer")
+        if not 0 < int(value) <= fieldtypes.MAX_CAPACITY_LIMIT:
+            raise refuse(
+                f"the maximum capacity specified for a Array should be in (0, {fieldtypes.MAX_CAPACITY_LIMIT}]"
             )
     elif key == MMAP_ENABLED:
         if value.lower() not in ("true", "false"):
             raise merr.invalid(f"invalid mmap.enabled value: {value}, expected: true, false")
         if field.is_primary_key:
             raise merr.invalid(f"can not alter mmap of the primary key field {field.name}")
-    else:
-        raise merr.invalid(f"{key} is not allowed to be altered for field {field.name}")

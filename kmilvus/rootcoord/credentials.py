@@ -45,7 +45,7 @@ class CredentialMixin:
         if (self.cfg.auth or self.cfg.root_password) and await self.kv.get(root_key) is None:
             if not self.cfg.root_password:
                 raise RuntimeError("KMILVUS_ROOT_PASSWORD is required when auth is on")
-            hashed = await asyncio.to_thread(hash_password, self.cfg.root_password)
+            hashed = await asyncio.to_thread(hash_password, self.cfg.root_password.get_secret_value())
             now = int(time.time())
             info = security_pb2.CredentialInfo(
                 username=ROOT_USER, encrypted_password=hashed, created_utc_timestamps=now, modified_utc_timestamps=now

@@ -1,4 +1,5 @@
-"""Drops RootCoord drives to their end: the resumable tail of DropCollection and DropPartition.
+"""Drops RootCoord drives to their end: the resumable tail of DropCollection, DropPartition and
+TruncateCollection (which drops the rows before a time).
 
 A drop commits its meta change and its task record in ONE etcd transaction
 (docs/architecture/drop.md). What follows talks to NATS and to other components, any of which
@@ -32,11 +33,14 @@ Step = Callable[[], Awaitable[None]]
 class DropTask:
     """One drop's tail: `broadcast`, then `finish`, then its task record (`key`) deleted."""
 
-    def __init__(self, kv: EtcdKV, key: str, kind: str, what: str, broadcast: Step, finish: Step):
+    def __init__(
+        self, kv: EtcdKV, key: str, kind: str, what: str, broadcast: Step, finish: Step, done: str = "dropped"
+    ):
         self.kv = kv
         self.key = key  # the task record in etcd
-        self.kind = kind  # "collection" | "partition" (the metric's label)
+        self.kind = kind  # "collection" | "partition" | "truncate" (the metric's label)
         self.what = what  # for the log
+        self.verb = done  # the log's word for the end
         self._broadcast = broadcast
         self._finish = finish
         self.broadcast_done = False
@@ -79,7 +83,7 @@ class DropTask:
                 log.warning("drop step failed; retrying", drop=self.what, error=repr(exc), attempt=backoff.failures + 1)
                 await backoff.sleep()
         self.done.set()
-        log.info(f"{self.kind} dropped", drop=self.what)
+        log.info(f"{self.kind} {self.verb}", drop=self.what)
 
 
 class DropTasks:

@@ -32,7 +32,9 @@ from kmilvus.rootcoord.drop_tasks import DropTask, DropTasks
 from kmilvus.rootcoord.partitions import PartitionMixin
 from kmilvus.rootcoord.privilege_groups import PrivilegeGroupMixin
 from kmilvus.rootcoord.rbac import RbacMixin
+from kmilvus.rootcoord.schema_changes import SchemaChangeMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
+from kmilvus.rootcoord.truncate import TruncateMixin
 from kmilvus.sessionutil import list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
 from kmilvus.util import merr, metricsinfo
@@ -52,6 +54,8 @@ async def _leader_unknown() -> bool:
 class RootCoord(
     AliasMixin,
     AlterMixin,
+    SchemaChangeMixin,
+    TruncateMixin,
     CredentialMixin,
     RbacMixin,
     PrivilegeGroupMixin,
@@ -113,12 +117,19 @@ class RootCoord(
     async def _recover(self) -> None:
         datacoord = self.registry.client(roles.DATACOORD)
         for info in list(self.collections.values()):
-            await self._watch_channels(datacoord, info)
+            if info.ID not in self.collections:
+                continue  # dropped meanwhile
+            try:
+                await self._watch_channels(datacoord, info)
+            except merr.MilvusError as exc:
+                if exc.code != merr.COLLECTION_NOT_FOUND[0]:
+                    raise  # DataCoord watches nothing of a dropped collection: done with it
         for _, raw in await self.kv.get_prefix(keys.DROP_TASK_PREFIX):
             info = internal_pb2.CollectionInfo.FromString(raw)
             log.warning("resuming interrupted drop", collection=info.schema.name, id=info.ID)
             self._start_drop(info)
         await self._resume_partition_drops()
+        await self._resume_truncates()
 
     async def stop(self) -> None:
         if metrics.ROOTCOORD_COLLECTION_NUM.source == self._collection_counts:

@@ -11,7 +11,7 @@ import re
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus.function import schema as functions
-from kmilvus.util import fieldtypes, merr
+from kmilvus.util import fieldtypes, merr, typeutil
 from kmilvus.util.merr import MilvusError
 from kmilvus.util.typeutil import DYNAMIC_FIELD_NAME, SUPPORTED_TYPES, type_param
 
@@ -300,3 +300,66 @@ def check_partition_key(schema: schema_pb2.CollectionSchema, num_partitions: int
             )
         return 0
     return num_partitions or min(DEFAULT_PARTITIONS_WITH_PARTITION_KEY, max_partitions)
+
+
+MAX_FIELD_NUM = 64  # Milvus' proxy.maxFieldNum default
+_SYSTEM_FIELD_NAMES = (typeutil.ROW_ID_NAME, typeutil.TIMESTAMP_NAME, DYNAMIC_FIELD_NAME)
+
+
+def refuse(message: str) -> MilvusError:
+    """Milvus' WrapErrParameterInvalidMsg: code 1100, the message and ": invalid parameter"."""
+    return MilvusError(merr.PARAMETER_INVALID, f"{message}: invalid parameter")
+
+
+def validate_added_field(
+    schema: schema_pb2.CollectionSchema, field: schema_pb2.FieldSchema, *, max_dim: int, max_varchar: int
+) -> None:
+    """Milvus' AddCollectionField checks (proxy validateAddFieldRequest, addCollectionFieldTask,
+    ValidateField), in its order and words. The field must be nullable: rows written before it
+    read as null (or as its default value)."""
+    if len(schema.fields) >= MAX_FIELD_NUM:
+        raise refuse(f"The number of fields has reached the maximum value {MAX_FIELD_NUM}")
+    if any(f.name == field.name for f in schema.fields):
+        raise refuse(f"duplicated field name {field.name}")
+    if field.data_type not in SUPPORTED:
+        shown = DT.Name(field.data_type) if field.data_type in DT.values() else str(field.data_type)
+        raise refuse(f"field data type: {shown} is not supported")
+    if field.name in _SYSTEM_FIELD_NAMES:
+        raise refuse(f"not support to add system field, field name = {field.name}")
+    if field.is_primary_key:
+        raise refuse(f"not support to add pk field, field name = {field.name}")
+    if field.autoID:
+        raise refuse(f"only primary field can speficy AutoID with true, field name = {field.name}")
+    if field.is_partition_key:
+        raise refuse(f"not support to add partition key field, field name  = {field.name}")
+    if field.is_clustering_key and any(f.is_clustering_key for f in schema.fields):
+        raise refuse(f"already has another clustering key field, field name: {field.name}")
+    if fieldtypes.is_vector(field.data_type):
+        raise refuse(f"not support to add vector field, field name = {field.name}")
+    if not field.nullable:
+        raise refuse(f"added field must be nullable, please check it, field name = {field.name}")
+    if field.is_dynamic:
+        raise refuse("cannot explicitly set a field as a dynamic field")
+    validate_name(field.name, "field")
+    if field.data_type == DT.VarChar:
+        _check_max_length(field, max_varchar, schema.name)
+    if field.data_type == DT.Array:
+        _check_array(field, max_varchar)
+    _check_nullable_and_default(field, max_varchar)
+    merged = schema_pb2.CollectionSchema()
+    merged.CopyFrom(schema)
+    merged.fields.append(field)
+    functions.validate_analyzer(merged, field)
+
+
+def add_field(schema: schema_pb2.CollectionSchema, field: schema_pb2.FieldSchema) -> schema_pb2.CollectionSchema:
+    """The schema with `field` appended under the next field ID (Milvus: the largest assigned
+    + 1) and its version one higher (the version consumers compare)."""
+    out = schema_pb2.CollectionSchema()
+    out.CopyFrom(schema)
+    added = out.fields.add()
+    added.CopyFrom(field)
+    added.fieldID = max((f.fieldID for f in schema.fields), default=START_FIELD_ID - 1) + 1
+    out.version = schema.version + 1
+    functions.bind(out)  # no function outputs to it (a client's is_function_output is not kept)
+    return out

@@ -19,6 +19,7 @@ from string import Template
 
 import yaml
 
+from kmilvus import __version__
 from kmilvus.config import Config
 
 API_VERSION = "sparkoperator.k8s.io/v1beta2"
@@ -87,7 +88,7 @@ def build_application(
     *,
     name: str,
     namespace: str = "default",
-    image: str = "kmilvus/kmilvus-spark:0.1.0",
+    image: str = f"kmilvus/kmilvus-spark:{__version__}",
     image_pull_policy: str = "IfNotPresent",
     spark_version: str = SPARK_VERSION,
     owner: dict | None = None,

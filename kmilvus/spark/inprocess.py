@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,10 +37,7 @@ RUNNER = "inprocess"
 
 
 def job_module(name: str) -> ModuleType:
-    """`kmilvus_jobs.<name>`, imported from the job directory spark-submit uses."""
-    jobs = str(application.jobs_dir())
-    if jobs not in sys.path:
-        sys.path.append(jobs)
+    """`kmilvus_jobs.<name>`: the package spark-submit's drivers and workers import too."""
     import importlib
 
     return importlib.import_module(f"kmilvus_jobs.{name}")

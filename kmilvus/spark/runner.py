@@ -182,16 +182,14 @@ class LocalSparkRunner(JobRunner):
         return argv, self.environment(app, workdir)
 
     def environment(self, app: dict, workdir: Path) -> dict:
-        """The environment of `app`'s driver: its pods' plain variables, the job package on
-        PYTHONPATH, this venv's Python for driver and workers, the events file in `workdir`."""
+        """The environment of `app`'s driver: its pods' plain variables, this venv's Python (where
+        `kmilvus_jobs` is installed) for driver and workers, the events file in `workdir`."""
         spec = app["spec"]
         drv, exe = spec.get("driver") or {}, spec.get("executor") or {}
         env = dict(os.environ)
         for e in (drv.get("env") or []) + (exe.get("env") or []):
             if "value" in e and e["name"] not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
                 env[e["name"]] = str(e["value"])
-        jobs = str(application.jobs_dir())
-        env["PYTHONPATH"] = os.pathsep.join([jobs] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env["SPARK_HOME"] = spark_home()
         env["PYSPARK_PYTHON"] = sys.executable
         env["PYSPARK_DRIVER_PYTHON"] = sys.executable

@@ -1,7 +1,7 @@
 """Jobs above the in-process limit on a warm local Spark: one long-lived driver, not one
 `spark-submit` (and one JVM start) per job.
 
-`WarmSparkRunner` starts `spark-operator/jobs/warm_driver.py` — a Python child holding one
+`WarmSparkRunner` starts `python -m kmilvus_jobs.warm_driver` — a Python child holding one
 SparkSession `local[N]` — on the first job, hands it each job as a JSON line on its stdin, and
 stops it after `idle_timeout` seconds without a job, or when the coordinator stops (`close`).
 The driver runs the SAME entry as spark-submit (`common.run_on` → `importer.run` /
@@ -9,8 +9,9 @@ The driver runs the SAME entry as spark-submit (`common.run_on` → `importer.ru
 so the states are `LocalSparkRunner`'s.
 
 Why a long-lived driver rather than Spark Connect: the jobs use the SparkContext
-(`defaultParallelism`, job groups) and ship `kmilvus_jobs` to their Python workers by
-PYTHONPATH; a Connect client has neither, so Connect would need a second copy of the job entry.
+(`defaultParallelism`, job groups) and run `kmilvus_jobs` in their Python workers (this
+virtualenv's Python, where the package is installed); a Connect client has neither, so Connect
+would need a second copy of the job entry.
 
 Like a spark-submit child, a job does not outlive its coordinator: the driver exits when its
 stdin closes, and after a restart the job (no exit code, driver gone) is FAILED and cleaned up.
@@ -31,7 +32,6 @@ import time
 from pathlib import Path
 
 from kmilvus.log import get_logger
-from kmilvus.spark import application
 from kmilvus.spark.runner import EVENTS_ENV, LocalSparkRunner, _create_time, _kill_tree
 
 log = get_logger(__name__)
@@ -100,7 +100,7 @@ class WarmSparkRunner(LocalSparkRunner):
         env.pop(EVENTS_ENV, None)  # each job writes its own events file
         with open(home / "driver.log", "ab") as out:  # the child keeps its own descriptor
             self._driver = subprocess.Popen(
-                [sys.executable, str(application.jobs_dir() / "warm_driver.py"), json.dumps(conf)],
+                [sys.executable, "-m", "kmilvus_jobs.warm_driver", json.dumps(conf)],
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=subprocess.STDOUT,

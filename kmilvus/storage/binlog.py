@@ -181,7 +181,7 @@ def row_group_rows(table: pa.Table) -> int:
     return int(min(MAX_ROW_GROUP_ROWS, max(MIN_ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row)))
 
 
-def _to_table(batches: list[pa.RecordBatch] | pa.Table | pa.RecordBatch) -> pa.Table:
+def as_table(batches: list[pa.RecordBatch] | pa.Table | pa.RecordBatch) -> pa.Table:
     if isinstance(batches, pa.Table):
         return batches
     if isinstance(batches, pa.RecordBatch):
@@ -189,7 +189,10 @@ def _to_table(batches: list[pa.RecordBatch] | pa.Table | pa.RecordBatch) -> pa.T
     batches = list(batches)
     if not batches:
         raise ValueError("no record batches to write")
-    return pa.Table.from_batches(batches)
+    if all(b.schema.equals(batches[0].schema) for b in batches[1:]):
+        return pa.Table.from_batches(batches)
+    # Rows buffered before and after a field was added: the earlier ones read it as null.
+    return pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="default")
 
 
 def write_parquet(store: ObjectStore, key: str, table: pa.Table, **options: Any) -> int:
@@ -218,7 +221,7 @@ def _log_id_of(key: str) -> int | None:
 
 def write_insert_binlog(store: ObjectStore, key: str, batches: list[pa.RecordBatch] | pa.Table) -> BinlogInfo:
     """All columns of a flush chunk → one Parquet file at `key` (blocking; see awrite_...)."""
-    table = _to_table(batches)
+    table = as_table(batches)
     if TIMESTAMP_COLUMN not in table.schema.names:
         raise ValueError(f"insert binlog needs the timestamp column {TIMESTAMP_COLUMN!r}")
     if table.num_rows:
@@ -254,39 +257,60 @@ def segment_binlog_keys(store: ObjectStore, coll: int, part: int, seg: int) -> l
     return sorted(keys, key=_log_sort_key)
 
 
-def read_column(store: ObjectStore, keys: list[str], column: str) -> pa.ChunkedArray:
+def read_column(
+    store: ObjectStore, keys: list[str], column: str, missing: Callable[[int], pa.Array] | None = None
+) -> pa.ChunkedArray:
     """One column of the given insert binlogs, concatenated in log-ID order (the segment's row
-    offsets: what an index built from it and a QueryNode loading the segment both count by)."""
+    offsets: what an index built from it and a QueryNode loading the segment both count by).
+    A binlog written before its field was added has no such column: `missing(rows)` stands in
+    for it (without `missing`, that is an error)."""
     if not keys:
         raise ValueError("read_column needs at least one binlog")
-    ordered = sorted(keys, key=_log_sort_key)
-    chunks = [
-        from_storage(pq.read_table(store.path(k), columns=[column], filesystem=store.filesystem))[column]
-        for k in ordered
-    ]
-    return pa.chunked_array([c for ch in chunks for c in ch.chunks], type=chunks[0].type)
+    chunks = []
+    for k in sorted(keys, key=_log_sort_key):
+        with store.filesystem.open_input_file(store.path(k)) as f:
+            pf = pq.ParquetFile(f)
+            if column in pf.schema_arrow.names or missing is None:
+                chunks.append(from_storage(pf.read(columns=[column]))[column])
+            else:
+                chunks.append(pa.chunked_array([missing(pf.metadata.num_rows)]))
+    kind = chunks[0].type
+    return pa.chunked_array([c.cast(kind) for ch in chunks for c in ch.chunks], type=kind)
 
 
 def read_binlogs(
     store: ObjectStore, keys: list[str], schema: pa.Schema | None = None, skip: Collection[str] = ()
 ) -> pa.Table:
     """The given insert binlogs, concatenated in the given order (one multithreaded Arrow read),
-    decoded, without the columns named in `skip` (never read, so never in memory). Binlogs whose
+    decoded, without the columns named in `skip` (never read, so never in memory). A column some
+    binlogs lack (a field added to the collection since) is null in their rows. Binlogs whose
     stored layouts differ (written before and after float vectors were stored as bytes) are read
     one by one."""
     if not keys:
         return (schema or pa.schema([])).empty_table()
     paths_ = [store.path(k) for k in keys]
-    stored = None if schema is None else storage_schema(schema)
-    dataset = ds.dataset(paths_, filesystem=store.filesystem, format="parquet", schema=stored)
-    columns = [n for n in dataset.schema.names if n not in skip] if skip else None
     try:
+        stored = storage_schema(schema) if schema is not None else _union_schema(store, paths_)
+        dataset = ds.dataset(paths_, filesystem=store.filesystem, format="parquet", schema=stored)
+        columns = [n for n in dataset.schema.names if n not in skip] if skip else None
         return from_storage(dataset.to_table(columns=columns))
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         if len(paths_) == 1:
             raise
-    tables = [from_storage(pq.read_table(p, filesystem=store.filesystem, columns=columns, schema=None)) for p in paths_]
-    return pa.concat_tables(tables if schema is None else [t.select(schema.names) for t in tables])
+    tables = []
+    for p in paths_:
+        names = [n for n in pq.read_schema(p, filesystem=store.filesystem).names if n not in skip]
+        tables.append(from_storage(pq.read_table(p, filesystem=store.filesystem, columns=names, schema=None)))
+    table = pa.concat_tables(tables, promote_options="default")
+    return table if schema is None else table.select(schema.names)
+
+
+def _union_schema(store: ObjectStore, paths_: list[str]) -> pa.Schema | None:
+    """Every column of the files (a field added to the collection is in the later binlogs of a
+    segment only; the earlier ones read it as null). None for one file: its own schema."""
+    if len(paths_) == 1:
+        return None
+    return pa.unify_schemas([pq.read_schema(p, filesystem=store.filesystem) for p in paths_])
 
 
 def read_segment(store: ObjectStore, coll: int, part: int, seg: int, schema: pa.Schema | None = None) -> pa.Table:

@@ -223,12 +223,20 @@ class ObjectStore:
         try:
             self.filesystem.delete_file(path)
         except FileNotFoundError:
-            pass
+            self._check_local_root()
         except OSError:
             if self.filesystem.get_file_info(path).type != pafs.FileType.NotFound:
                 raise
+            self._check_local_root()
         if self.local:
             self._prune_local(os.path.dirname(path))
+
+    def _check_local_root(self) -> None:
+        """A local root that is not a directory (a failed mount, storage away) makes every key
+        look absent: a deletion that found nothing is done only while the root is there, else
+        the caller would believe the files gone and never try again."""
+        if self.local and not os.path.isdir(self.root):
+            raise OSError(f"local storage root {self.root} is unavailable")
 
     def delete_prefix_sync(self, prefix: str) -> None:
         prefix = _clean_prefix(prefix)
@@ -245,6 +253,8 @@ class ObjectStore:
             # S3 "directories" without a marker object still hold keys under them
             for key, _ in self.list_sync(prefix):
                 self.filesystem.delete_file(self.path(key))
+        else:
+            self._check_local_root()
         if self.local:
             self._prune_local(os.path.dirname(base))
 

@@ -6,6 +6,7 @@
     index_files/{collectionID}/{partitionID}/{segmentID}/{buildID}/index   one segment's vector index
     stats_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk (sorted, unique) per insert binlog
     delta_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk, ts (deletes)
+    delta_log/{collectionID}/{partitionID}/l0/{logID}             a channel's deletes (L0; partition -1: all)
 
 Keys are relative to the ObjectStore root; prefixes end with '/'.
 """
@@ -88,6 +89,25 @@ def stats_log_key(coll: int, part: int, seg: int, log_id: int) -> str:
 
 def delta_log_key(coll: int, part: int, seg: int, log_id: int) -> str:
     return f"{DELTA_LOG}/{int(coll)}/{int(part)}/{int(seg)}/{int(log_id)}"
+
+
+L0_DIR = "l0"
+
+
+def l0_delta_log_key(coll: int, part: int, log_id: int) -> str:
+    """A channel's deletes of one partition (-1: every partition) as one delta log (Milvus' L0)."""
+    return f"{DELTA_LOG}/{int(coll)}/{int(part)}/{L0_DIR}/{int(log_id)}"
+
+
+def parse_l0_delta_log_key(key: str) -> tuple[int, int, int] | None:
+    """`delta_log/c/p/l0/l` → (c, p, l); None for any other key."""
+    parts = key.strip("/").split("/")
+    if len(parts) != 5 or parts[0] != DELTA_LOG or parts[3] != L0_DIR:
+        return None
+    try:
+        return int(parts[1]), int(parts[2]), int(parts[4])
+    except ValueError:
+        return None
 
 
 def segment_stats_prefix(coll: int, part: int, seg: int) -> str:

@@ -7,6 +7,7 @@ from pymilvus.grpc_gen import common_pb2
 
 DEFAULT_DB = "default"
 DEFAULT_PARTITION = "_default"
+ALL_PARTITIONS = -1  # Milvus' common.AllPartitionsID: a Delete that names no partition
 MAX_DIM = 32768  # Milvus' proxy.maxDimension
 MAX_VARCHAR_LENGTH = 65535  # Milvus' max VarChar max_length
 

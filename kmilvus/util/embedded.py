@@ -218,7 +218,7 @@ def start_nats(
     port: int | None = None,
     max_payload: int = 8 * 1024 * 1024,
     timeout: float = 20.0,
-    memory_limit_mb: int = Config.embedded_nats_memory_mb,
+    memory_limit_mb: int = Config.model_fields["embedded_nats_memory_mb"].default,
     tls: tuple[str, str, str] | None = None,
     user: str = "",
     password: str = "",

@@ -197,6 +197,48 @@ def arrow_schema(schema: schema_pb2.CollectionSchema) -> pa.Schema:
     return pa.schema([_ROW_ID_ARROW, _TS_ARROW] + [arrow_field(f) for f in user_fields(schema)])
 
 
+def added_scalar_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.FieldSchema]:
+    """The fields a row written before `AddCollectionField` may lack: nullable scalars (a vector,
+    the primary key and the dynamic field are in every row ever written)."""
+    return [
+        f
+        for f in user_fields(schema)
+        if f.nullable and not f.is_primary_key and not f.is_dynamic and not fieldtypes.is_vector(f.data_type)
+    ]
+
+
+def added_field(schema: schema_pb2.CollectionSchema | None, field_id: int) -> schema_pb2.FieldSchema | None:
+    """The field if rows written before it was added may lack it (see `added_scalar_fields`)."""
+    return next((f for f in added_scalar_fields(schema) if f.fieldID == field_id), None) if schema else None
+
+
+def conform_column(field: schema_pb2.FieldSchema, col: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A stored column as the field reads: a null of a field with a default is the default (what
+    an insert of that null stores; rows written before the field was added may hold null)."""
+    dflt = fieldtypes.default_value(field)
+    return pc.fill_null(col, pa.scalar(dflt, col.type)) if dflt is not None and col.null_count else col
+
+
+def conform(table: pa.Table, schema: schema_pb2.CollectionSchema) -> pa.Table:
+    """Rows as the current schema reads them (Milvus: old segments lack an added field): a
+    field the data has no column for reads as its default value, else null; a null of a field
+    with a default reads as the default (what an insert of that null stores). Columns the schema
+    does not name are kept. A table without columns (an emptied segment) stays as it is."""
+    if table.num_columns == 0:
+        return table
+    for f in added_scalar_fields(schema):
+        name = str(f.fieldID)
+        if name not in table.column_names:
+            filler = fieldtypes.missing_column(f, arrow_type(f), table.num_rows)
+            table = table.append_column(arrow_field(f), filler)
+            continue
+        col = table.column(name)
+        filled = conform_column(f, col)
+        if filled is not col:
+            table = table.set_column(table.column_names.index(name), table.field(name), filled)
+    return table
+
+
 # --------------------------------------------------------------------------------------------
 # FieldData → Arrow (the Proxy's Insert hot path)
 

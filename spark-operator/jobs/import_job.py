@@ -3,10 +3,7 @@
 See kmilvus_jobs/importer.py for the spec and the steps; the manifest goes to spec.manifest_key.
 """
 
-import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kmilvus_jobs import importer
 from kmilvus_jobs.common import main

@@ -11,8 +11,15 @@ Spec (JSON, built by DataCoord's ImportManager):
     row_id_start, row_id_count        row IDs: row_id_start + (row's index in the import)
     log_id_start, log_id_count        a binlog's log ID: log_id_start + index of its first row
     segment_id_start, segment_count   segment IDs, in row order
-    segment_max_rows  rows per segment at most
+    segment_max_rows  rows per segment (about: a segment holds one shard's rows of a bucket)
+    shards            the collection's vchannels (absent: 1)
     manifest_key      where the manifest goes (a key in storage_uri)
+
+Rows go to the shard (vchannel) their primary key hashes to, as an Insert's do
+(`kmilvus.util.hashing.shard_of`): a delete of the key, routed the same way, then applies on the
+channel that holds the row. The rows are cut into buckets of `segment_max_rows × shards` rows
+in row order (`__seg` below is the bucket), and each bucket into one segment per shard
+(segment index = bucket × shards + shard); the manifest names each segment's shard.
 
 How (no Python runs per row; Spark parses and types, pyarrow checks and writes):
 
@@ -22,7 +29,7 @@ How (no Python runs per row; Spark parses and types, pyarrow checks and writes):
    row (JSON through VARIANT: missing / unknown keys, wrong types; CSV through try_cast).
    Parquet row indexes come from `_metadata.row_index`; text files are one task per file.
 3. Row counts per file (Parquet: footers; text: a count over the cached parse) give every row
-   a dense index `__g` and so its row ID and target segment (segments of equal size ≤ max).
+   a dense index `__g` and so its row ID and bucket (buckets of equal size).
 4. Primary keys unique within the import (unless autoID): one aggregation over the key column.
 5. `mapInArrow(binlog_writer)`: per task, check values (nulls, ranges, lengths, dims, NaN/Inf,
    JSON) on whole Arrow batches, convert to `typeutil.arrow_schema`, write one binlog per
@@ -532,7 +539,7 @@ class Cancelled(Exception):
     """The in-process run was asked to stop."""
 
 
-def row_group_ctx(plan, offsets: list[int], n_seg: int, total: int, segments: list[list[int]]) -> dict:
+def row_group_ctx(plan, offsets: list[int], n_bucket: int, total: int, segments: list[list[int]]) -> dict:
     """What a writer of row groups needs (plain data, shipped to Spark tasks): each file, how
     pyarrow reads it for the job, its row groups' first rows, and the job's layout."""
     from kmilvus.util import typeutil
@@ -544,7 +551,7 @@ def row_group_ctx(plan, offsets: list[int], n_seg: int, total: int, segments: li
         "columns": [parquet_columns(f, plan.schema, plan.fields)[0] for f in plan.files],
         "starts": [parquet_starts(f) for f in plan.files],
         "offsets": offsets,
-        "n_seg": n_seg,
+        "n_bucket": n_bucket,
         "total": total,
         "dynamic": None if dyn is None else str(dyn.fieldID),
     }
@@ -557,7 +564,7 @@ def row_groups(ctx: dict) -> list[tuple[int, int]]:
 
 def write_row_groups(ctx: dict, writer: BinlogWriter, items: list[tuple[int, int]], cancelled=lambda: False) -> None:
     """Row groups `items` → `writer`, each batch with its rows' index in the job (`__g`) and
-    target segment (`__seg`: the Spark SQL route's formula), so every route writes the same rows
+    bucket (`__seg`: the Spark SQL route's formula), so every route writes the same rows
     with the same IDs into the same segments. `cancelled()` is polled per batch."""
     import numpy as np
     import pyarrow as pa
@@ -568,7 +575,7 @@ def write_row_groups(ctx: dict, writer: BinlogWriter, items: list[tuple[int, int
             if cancelled():
                 raise Cancelled("cancelled")
             g = batch.column("__row").to_numpy() + ctx["offsets"][i]
-            seg = (g * ctx["n_seg"]) // max(1, ctx["total"])
+            seg = (g * ctx["n_bucket"]) // max(1, ctx["total"])
             extra = {"__g": pa.array(g), "__seg": pa.array(seg.astype(np.int32))}
             if ctx["dynamic"] is not None:
                 extra[ctx["dynamic"]] = pa.array([EMPTY_META] * batch.num_rows, pa.string())
@@ -648,12 +655,18 @@ class _Plan:
         start = int(self.spec["segment_id_start"])
         return [paths.segment_prefix(self.coll, self.part, start + k) for k in range(int(self.spec["segment_count"]))]
 
+    @property
+    def shards(self) -> int:
+        return max(1, int(self.spec.get("shards") or 1))
+
     def layout(self, counts: list[int]) -> tuple[int, int, list[int], list[list[int]]]:
-        """(rows, segments, each file's first row in the job, [collection, partition, segment] per
-        target) — or a failure when the coordinator reserved too few IDs."""
+        """(rows, buckets, each file's first row in the job, [collection, partition, segment] per
+        target: a bucket's shards in order) — or a failure when the coordinator reserved too
+        few IDs."""
         spec, total = self.spec, sum(counts)
         seg_rows = max(1, int(spec["segment_max_rows"]))
-        n_seg = max(1, math.ceil(total / seg_rows)) if total else 0
+        n_bucket = max(1, math.ceil(total / (seg_rows * self.shards))) if total else 0
+        n_seg = n_bucket * self.shards
         if total > int(spec["row_id_count"]) or total > int(spec["log_id_count"]) or n_seg > int(spec["segment_count"]):
             raise JobFailure(
                 [
@@ -673,7 +686,7 @@ class _Plan:
             offsets.append(acc)
             acc += c
         seg_start = int(spec["segment_id_start"])
-        return total, n_seg, offsets, [[self.coll, self.part, seg_start + k] for k in range(n_seg)]
+        return total, n_bucket, offsets, [[self.coll, self.part, seg_start + k] for k in range(n_seg)]
 
     def check_duplicate(self, dup) -> None:
         """Fail on the duplicated key `duplicate_key_*` found (a no-op for None)."""
@@ -696,6 +709,7 @@ class _Plan:
             "log_id_start": int(spec["log_id_start"]),
             "row_id_start": int(spec["row_id_start"]),
             "timestamp": int(spec["timestamp"]),
+            "shards": self.shards,
         }
 
     def manifest(self, counts: list[int], segments: list[list[int]], results: list[dict], started: float) -> dict:
@@ -704,7 +718,8 @@ class _Plan:
         from kmilvus.storage import paths
 
         spec, files, total = self.spec, self.files, sum(counts)
-        n_seg = len(segments)
+        shards = self.shards
+        n_bucket = len(segments) // shards
         binlogs = [r for r in results if r["kind"] == "binlog"]
         errors = sorted((r for r in results if r["kind"] == "error"), key=lambda r: (r["file"], r["row"]))
         written = sum(r["rows"] for r in binlogs)
@@ -719,15 +734,20 @@ class _Plan:
         row_id_start = int(spec["row_id_start"])
         for k, (_c, p, sid) in enumerate(segments):
             logs = sorted((r for r in binlogs if r["seg"] == k), key=lambda r: r["log_id"])
+            if not logs:
+                continue  # no row of the bucket hashed to this shard
             entry = segment_entry(logs)
-            first = -(-k * total // n_seg)
+            bucket = k // shards
+            first, end = -(-bucket * total // n_bucket), -(-(bucket + 1) * total // n_bucket)
             out_segments.append(
                 {
                     "segment_id": sid,
                     "partition_id": p,
+                    "shard": k % shards,
                     **entry,
+                    # The bucket's row IDs (its rows of this shard are some of them).
                     "row_id_from": row_id_start + first,
-                    "row_id_to": row_id_start + first + entry["rows"] - 1,
+                    "row_id_to": row_id_start + end - 1,
                 }
             )
         progress("written", rows=written, segments=len(out_segments))
@@ -768,14 +788,14 @@ def _run_row_groups(spark, plan, spec: dict, started: float) -> dict:
     counts = [f.rows for f in plan.files]
     progress("counted", rows=sum(counts))
     try:
-        total, n_seg, offsets, segments = plan.layout(counts)
+        total, n_bucket, offsets, segments = plan.layout(counts)
         if not plan.pk.autoID and total:
             if total > int(spec.get("driver_key_check_rows", DRIVER_KEY_CHECK_ROWS)):
                 plan.check_duplicate(duplicate_key_spark(_frame(spark, plan), plan.pk))
             else:
                 plan.check_duplicate(duplicate_key_parquet(plan.files, counts, plan.pk))
             progress("validated", rows=total)
-        ctx = row_group_ctx(plan, offsets, n_seg, total, segments)
+        ctx = row_group_ctx(plan, offsets, n_bucket, total, segments)
         items = row_groups(ctx)
         results = []
         if total and items:
@@ -816,14 +836,14 @@ def run(spark, spec: dict) -> dict:
     progress("counted", rows=sum(counts))
 
     try:
-        total, n_seg, offsets, segments = plan.layout(counts)
+        total, n_bucket, offsets, segments = plan.layout(counts)
         if len(files) == 1:
             g = F.col("__row") + F.lit(offsets[0]).cast("long")
         else:
             g = F.element_at(F.array(*[F.lit(o).cast("long") for o in offsets]), F.col("__file") + 1) + F.col("__row")
         df = df.withColumn("__g", g)
-        # Segment k holds rows [ceil(k·total/n), ceil((k+1)·total/n)): sizes differ by one at most.
-        df = df.withColumn("__seg", F.expr(f"cast((__g * {n_seg}) div {max(1, total)} as int)"))
+        # Bucket k holds rows [ceil(k·total/n), ceil((k+1)·total/n)): sizes differ by one at most.
+        df = df.withColumn("__seg", F.expr(f"cast((__g * {n_bucket}) div {max(1, total)} as int)"))
 
         if not pk.autoID and total:
             if text or total > int(spec.get("driver_key_check_rows", DRIVER_KEY_CHECK_ROWS)):
@@ -880,11 +900,11 @@ def run_local(spec: dict, cancelled=lambda: False) -> dict:
     progress("counted", rows=sum(counts))
     writer = None
     try:
-        total, n_seg, offsets, segments = plan.layout(counts)
+        total, n_bucket, offsets, segments = plan.layout(counts)
         if not plan.pk.autoID and total:
             plan.check_duplicate(duplicate_key_parquet(plan.files, counts, plan.pk))
             progress("validated", rows=total)
-        ctx = row_group_ctx(plan, offsets, n_seg, total, segments)
+        ctx = row_group_ctx(plan, offsets, n_bucket, total, segments)
         writer = BinlogWriter(ctx["writer"])
         write_row_groups(ctx, writer, row_groups(ctx), cancelled)
         results = writer.finish().to_pylist()

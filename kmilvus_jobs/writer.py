@@ -12,7 +12,8 @@ Every step is columnar (pyarrow compute over whole batches); no Python code runs
 Input columns (besides the fields, named by field ID):
   __g    int64  the row's index in the job (dense, 0-based): import row IDs are
                 `row_id_start + __g`; a file's log ID is `log_id_start + __g` of its first row
-  __seg  int32  index into the job's target segment list
+  __seg  int32  index into the job's target segment list (import: the row's bucket; the
+                writer adds the shard its primary key hashes to, of ctx["shards"])
   __file int32  index of the input file (import: for error reports)
   __row  int64  the row's index in that file (import: for error reports)
   __err  string a problem Spark already found while parsing the row (import), else null
@@ -272,6 +273,8 @@ class BinlogWriter:
             return
         seg = batch.column("__seg")
         g = batch.column("__g")
+        if self.mode == "import":
+            seg = self._with_shard(seg, out)
         mm = pc.min_max(seg)
         lo, hi = mm["min"].as_py(), mm["max"].as_py()
         if lo == hi:
@@ -281,6 +284,15 @@ class BinlogWriter:
             mask = pc.equal(seg, s)
             if pc.any(mask).as_py():
                 self._route(s, out.filter(mask), g.filter(mask))
+
+    def _with_shard(self, bucket: pa.Array, out: pa.RecordBatch) -> pa.Array:
+        """Segment indexes of an import batch: its rows' bucket × shards + the shard their
+        primary key hashes to (as the Proxy routes an Insert)."""
+        from kmilvus.util.hashing import shard_of
+
+        shards = int(self.ctx.get("shards") or 1)
+        shard = shard_of(_as_array(out.column(str(self.pk.fieldID))), shards)
+        return pa.array(_as_array(bucket).to_numpy().astype(np.int64) * shards + shard, pa.int32())
 
     def _route(self, seg_index: int, out: pa.RecordBatch, g: pa.Array) -> None:
         piece = self.pieces.get(seg_index)

@@ -1,4 +1,4 @@
-"""python warm_driver.py CONF_JSON — a long-lived local Spark driver (`kmilvus.spark.warm`).
+"""python -m kmilvus_jobs.warm_driver CONF_JSON — a long-lived local Spark driver (`kmilvus.spark.warm`).
 
 One SparkSession (CONF_JSON: its settings, `spark.master` included) serves job after job, so a
 job above the in-process limit pays the JVM start once per driver, not once per job. Each job
@@ -21,8 +21,6 @@ import os
 import sys
 import threading
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kmilvus_jobs import common, compactor, importer
 

@@ -5,14 +5,18 @@ Spec (JSON, built by DataCoord's CompactionManager):
     kind "compact", job_id (the compaction ID), collection_id, schema (base64), storage_uri,
     manifest_key, log_id_start, log_id_count,
     plans: [{plan_id, partition_id, channel, target_ids: [...],
-             sources: [{segment_id, binlogs: [{key, rows}, ...], deltalogs: [{key, rows}, ...]}, ...]}, ...]
+             sources: [{segment_id, binlogs: [{key, rows}, ...], deltalogs: [{key, rows}, ...]}, ...],
+             l0_deltalogs: [{key, rows}, ...]}, ...]
 
 `expire_before` (a hybrid timestamp, 0: no TTL): rows inserted before it have expired and are
 dropped like deleted ones (counted in `deleted`).
 
-Delta logs (pk, ts) are applied: a row is dropped when a delete of its primary key has a
-timestamp greater than the row's (Milvus' rule), so the targets need no delta logs; each plan's
-manifest entry counts the rows it dropped (`deleted`).
+Delta logs (pk, ts) are applied per plan — its sources' own and its channel's L0 delta logs of
+its partition (and of every partition): a row is dropped when a delete of its primary key has a
+timestamp greater than the row's (Milvus' rule); each plan's manifest entry counts the rows it
+dropped (`deleted`). Deletes committed after the job was planned are not in it: DataCoord
+carries a source's new delta logs over to the targets, and a channel's new L0 delta logs apply
+to the targets as to every segment of the channel.
 
 Rows keep their row IDs and timestamps; each plan's rows (sources in the given order, binlogs in
 the given order) are cut into len(target_ids) targets of equal size, so every row lands in
@@ -70,36 +74,50 @@ def _layout(spec: dict):
     return files, plans, acc
 
 
-def binlog_batches(storage_uri: str, files: list[dict], plans: list[dict], columns: list[str], indexes):
-    """Source binlogs `indexes` (into `files`) read by pyarrow, decoded, with `__g` and `__seg`."""
+def binlog_batches(storage_uri: str, files: list[dict], plans: list[dict], columns: list[str], indexes, schema=None):
+    """Source binlogs `indexes` (into `files`) read by pyarrow, decoded, with `__g` and `__seg`:
+    (plan index, record batch) pairs. A binlog written before a field was added reads it as
+    the collection's `schema` says (its default, else null)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from kmilvus.storage import ObjectStore, binlog
+    from kmilvus.util import typeutil
 
     store = ObjectStore.from_uri(storage_uri)
     for t in indexes:
         f = files[t]
         p = plans[f["plan"]]
-        table = pq.read_table(store.path(f["key"]), filesystem=store.filesystem, columns=columns)
-        table = binlog.from_storage(table).combine_chunks()
+        with store.filesystem.open_input_file(store.path(f["key"])) as src:
+            pf = pq.ParquetFile(src)
+            have = set(pf.schema_arrow.names)
+            table = pf.read(columns=[c for c in columns if c in have])
+        table = binlog.from_storage(table)
+        if schema is not None:
+            table = typeutil.conform(table, schema)
+        table = table.combine_chunks()
         n = table.num_rows
         g = np.arange(f["offset"], f["offset"] + n, dtype=np.int64)
         seg = p["base"] + np.minimum(p["targets"] - 1, (g - p["start"]) // p["per"])
         table = table.append_column("__g", pa.array(g)).append_column("__seg", pa.array(seg.astype(np.int32)))
-        yield from table.to_batches()
+        for batch in table.to_batches():
+            yield f["plan"], batch
 
 
-def _deletes(store, spec: dict):
-    """Every delete of the job's sources, the newest per primary key (a pyarrow table), or None."""
+def _deletes(store, plan: dict):
+    """Every delete applying to one plan's rows (its sources' delta logs and its channel's L0
+    delta logs), the newest per primary key (a pyarrow table), or None."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    keys = [d["key"] for plan in spec["plans"] for src in plan["sources"] for d in src.get("deltalogs", [])]
+    keys = [d["key"] for src in plan["sources"] for d in src.get("deltalogs", [])]
+    keys += [d["key"] for d in plan.get("l0_deltalogs", [])]
     if not keys:
         return None
     table = pa.concat_tables([pq.read_table(store.path(k), filesystem=store.filesystem) for k in keys])
+    if not table.num_rows:
+        return None
     return table.group_by("pk").aggregate([("ts", "max")]).rename_columns(["__dpk", "__dts"])
 
 
@@ -162,16 +180,12 @@ class _Job:
         self.arrow_schema = typeutil.arrow_schema(self.schema)
         self.columns = [f.name for f in self.arrow_schema]
         self.pk_column = str(next(f for f in self.schema.fields if f.is_primary_key).fieldID)
-        self.deletes = _deletes(self.store, spec)
+        self.deletes = [_deletes(self.store, plan) for plan in spec["plans"]]
         self.expire_before = int(spec.get("expire_before") or 0)
 
     @property
     def empty(self) -> bool:
         return not self.files or not self.total
-
-    @property
-    def has_deletes(self) -> bool:
-        return self.deletes is not None and self.deletes.num_rows > 0
 
     def task_ctx(self) -> dict:
         """What `write_binlogs` needs (plain data, shipped to Spark tasks)."""
@@ -181,7 +195,7 @@ class _Job:
             "files": self.files,
             "plans": self.plans,
             "columns": self.columns,
-            "deletes": self.deletes if self.has_deletes else None,
+            "deletes": self.deletes,
             "pk_column": self.pk_column,
             "expire_before": self.expire_before,
         }
@@ -268,12 +282,14 @@ def write_binlogs(ctx: dict, writer: BinlogWriter, indexes, cancelled=lambda: Fa
     from kmilvus_jobs.importer import Cancelled
 
     deleted = 0
-    batches = binlog_batches(ctx["storage_uri"], ctx["files"], ctx["plans"], ctx["columns"], indexes)
-    for batch in prefetched(batches):
+    schema = decode_schema(ctx["writer"]["schema"])
+    batches = binlog_batches(ctx["storage_uri"], ctx["files"], ctx["plans"], ctx["columns"], indexes, schema)
+    for plan, batch in prefetched(batches):
         if cancelled():
             raise Cancelled("cancelled")
-        if ctx["deletes"] is not None:
-            batch, n = drop_deleted(batch, ctx["deletes"], ctx["pk_column"])
+        deletes = ctx["deletes"][plan]
+        if deletes is not None:
+            batch, n = drop_deleted(batch, deletes, ctx["pk_column"])
             deleted += n
         if ctx["expire_before"]:
             batch, n = drop_expired(batch, ctx["expire_before"])
