@@ -57,19 +57,9 @@ def _int_or_string(validator, enabled, instance, node):
         yield jsonschema.ValidationError(f"{instance!r} is not an integer or a string")
 
 
-def _int64(checker, instance) -> bool:
-    """A JSON integer of the API server: int64 (a larger one is refused as it decodes the body)."""
-    return jsonschema.Draft7Validator.TYPE_CHECKER.is_type(instance, "integer") and -(2**63) <= instance < 2**63
-
-
-# Draft 7 plus the one Kubernetes extension that restricts a value's type, integers as int64.
-# List-type uniqueness (x-kubernetes-list-type) is not run here: the operator's checks of it are
-# asserted below.
-CRDValidator = jsonschema.validators.extend(
-    jsonschema.Draft7Validator,
-    {"x-kubernetes-int-or-string": _int_or_string},
-    type_checker=jsonschema.Draft7Validator.TYPE_CHECKER.redefine("integer", _int64),
-)
+# Draft 7 plus the one Kubernetes extension that restricts a value's type. List-type uniqueness
+# (x-kubernetes-list-type) is not run here: the operator's checks of it are asserted below.
+CRDValidator = jsonschema.validators.extend(jsonschema.Draft7Validator, {"x-kubernetes-int-or-string": _int_or_string})
 
 
 def validate(kind: str, obj: dict) -> list[str]:
