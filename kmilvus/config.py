@@ -199,11 +199,12 @@ class TimeTick(Section):
     time_tick_idle_interval: NonNegativeFloat = 10.0
     """A vchannel nothing was published on for a second is ticked only this often (reads and
     flushes that wait for its tick ask for one); 0: every vchannel at every tick."""
-    vchannel_idle_tick_interval: PositiveFloat = 60.0
+    vchannel_idle_tick_interval: NonNegativeFloat = 60.0
     """A DataNode or QueryNode hands a pchannel's tick to a vchannel with no message of its own for a
     second only this often (its checkpoint then moves on; the DataNode reports it): each such tick
     costs a flowgraph report, so with many idle collections a short interval is a steady load. A
-    flush or a read that waits on a vchannel names it in the tick it asks for, and gets it at once."""
+    flush or a read that waits on a vchannel names it in the tick it asks for, and gets it at once;
+    0: every tick to every vchannel."""
 
 
 class DataCoord(Section):

@@ -384,9 +384,10 @@ async def test_a_new_owner_sees_every_save_committed_before_the_move(coords):
 
 async def test_a_dropped_segment_stays_listed_until_the_checkpoint_passed_its_rows(coords):
     """Milvus' GC rule: a Dropped segment (compacted away) is collected only once its channel's
-    checkpoint is past its rows. Collected earlier, a DataNode replaying from an older checkpoint
-    (another segment's rows held it back) no longer knows the segment, buffers its rows again and
-    stores them twice."""
+    stored checkpoint is past its rows. Collected earlier, a DataNode replaying from an older
+    checkpoint (another segment's rows held it back) no longer knows the segment, buffers its rows
+    again and stores them twice; a QueryNode delegator (resumed from the checkpoint in etcd, which
+    trails the one in memory) serves them twice."""
     c = coords
     coll, (ch, _) = await _watched_collection(c)
     sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
@@ -400,7 +401,9 @@ async def test_a_dropped_segment_stays_listed_until_the_checkpoint_passed_its_ro
     assert await c.dc.compactions.collect() == 0
     assert sid in c.dc.meta.segments and await _stored_state(c, seg) == SegmentState.Dropped
     c.dc.meta.update_checkpoint(internal_pb2.MsgPosition(channel_name=ch, seq=20, timestamp=resp.flush_ts + 2))
+    assert (await _stored_checkpoint(c, ch)).seq == 5  # past it in memory only
     assert await c.dc.compactions.collect() == 1
+    assert (await _stored_checkpoint(c, ch)).seq == 20, "collected while a load still resumes before its rows"
     assert sid not in c.dc.meta.segments
     assert await c.kv.get(keys.segment_key(coll, seg.info.partitionID, sid)) is None
 

@@ -701,6 +701,35 @@ def test_an_upsert_into_a_partition_replaces_the_row_there(node, client):
     check("released and loaded")
 
 
+def test_a_key_repeated_in_one_insert_is_counted_once(node, client):
+    """One insert naming keys twice (rows of one timestamp): count(*) counts each key once, as
+    query returns it once — growing, flushed, compacted, and loaded again."""
+    client.create_collection("rep", schema=_schema())
+    _indexed_and_loaded(client, "rep")
+    client.insert("rep", _rows([1, 2, 2, 3, 3, 3]))
+    client.insert("rep", _rows([3, 4, 4]))
+
+    def check(when: str) -> None:
+        got = client.query("rep", filter="id > 0", output_fields=["id"], consistency_level="Strong")
+        assert sorted(r["id"] for r in got) == [1, 2, 3, 4], when
+        assert _count(client, "rep") == 4, when
+        n = client.query("rep", filter="id >= 2", output_fields=["count(*)"], consistency_level="Strong")
+        assert n[0]["count(*)"] == 3, when
+
+    check("growing")
+    client.flush("rep")
+    check("flushed")
+    client.insert("rep", _rows([4, 5]))
+    client.flush("rep")
+    _compact(node.uri, "rep")
+    client.insert("rep", _rows([5, 5]))
+    client.release_collection("rep")
+    client.load_collection("rep")
+    got = client.query("rep", filter="id > 0", output_fields=["id"], consistency_level="Strong")
+    assert sorted(r["id"] for r in got) == [1, 2, 3, 4, 5]
+    assert _count(client, "rep") == 5
+
+
 def test_deletes_of_a_partition_loaded_later_stay_deleted(node, client):
     """A partition loaded after its channel's delegator started (load_partitions again) gets the
     deletes committed before the delegator started: it holds every partition's L0 delta logs."""

@@ -438,3 +438,80 @@ def test_candidates_and_exhaustive_of_every_kind(index_type, metric, params):
             np.testing.assert_allclose(closeness, np.sort(truth[i][reachable[i]]), rtol=1e-4, atol=1e-5)
     with pytest.raises(MilvusError):  # the user's top-k is still checked
         idx.candidates(queries, 200, 0, search)
+
+
+SELECTIVE = [
+    ("FLAT", "L2", {}, {}),
+    ("HNSW", "L2", {"M": "8", "efConstruction": "32"}, {"ef": 16}),
+    ("HNSW", "COSINE", {"M": "8", "efConstruction": "32"}, {"ef": 16}),
+    ("IVF_FLAT", "IP", {"nlist": "64"}, {"nprobe": 1}),
+    ("IVF_SQ8", "L2", {"nlist": "64"}, {"nprobe": 1}),
+    ("IVF_PQ", "L2", {"nlist": "64", "m": "8", "nbits": "4"}, {"nprobe": 1}),
+    ("SCANN", "L2", {"nlist": "64"}, {"nprobe": 1}),
+    ("SCANN", "IP", {"nlist": "64", "with_raw_data": "false"}, {"nprobe": 1}),
+    ("BIN_FLAT", "JACCARD", {}, {}),
+    ("BIN_IVF_FLAT", "HAMMING", {"nlist": "64"}, {"nprobe": 1}),
+    ("SPARSE_INVERTED_INDEX", "IP", {}, {}),
+    ("SPARSE_WAND", "IP", {}, {}),
+]
+
+
+def _vectors_of(index_type: str, rng, n: int):
+    if index_type.startswith("BIN"):
+        return rng.integers(0, 256, (n, 8), dtype=np.uint8)
+    if index_type.startswith("SPARSE"):
+        return _sparse(rng, n)
+    return rng.random((n, DIM), dtype=np.float32)
+
+
+@pytest.mark.parametrize(("index_type", "metric", "params", "search"), SELECTIVE)
+@pytest.mark.parametrize("kept", [0.01, 0.001])
+def test_a_selective_filter_is_searched_exactly(index_type, metric, params, search, kept):
+    """A filter (or deletes) that keeps few rows: the index's answer is the exact ranking of the
+    kept rows by what it stores (`exhaustive`), however narrow the search knobs — an HNSW walk
+    or nprobe lists would reach mostly dropped rows (knowhere switches to brute force then).
+    Range search likewise returns every kept row within the range."""
+    rng = np.random.default_rng(31)
+    n = 6000
+    vectors = _vectors_of(index_type, rng, n)
+    idx = kindex.load(kindex.build(vectors, index_type, metric, params).data)
+    valid = rng.random(n) < kept
+    valid[:2] = True  # the queries' own rows
+    queries = vectors.take(np.arange(4)) if index_type.startswith("SPARSE") else _vectors_of(index_type, rng, 4)
+    d, o = idx.search(queries, 10, search, valid)
+    want_d, want_o = idx.exhaustive(queries, 10, valid)
+    assert np.all(valid[o[o >= 0]])
+    np.testing.assert_allclose(d, want_d, rtol=1e-5, atol=1e-5)  # ties (Hamming) may swap rows
+    assert np.array_equal(o >= 0, want_o >= 0)
+    all_d, all_o = idx.exhaustive(queries, n, valid)
+    larger = metric in ("IP", "COSINE")
+    for i in range(len(queries)):
+        hit = all_o[i] >= 0
+        radius = float(all_d[i][hit][min(5, int(hit.sum()) - 1)])
+        inside = all_o[i][hit & ((all_d[i] > radius) if larger else (all_d[i] < radius))]
+        one = queries.take(np.array([i])) if index_type.startswith("SPARSE") else queries[i : i + 1]
+        _, _, got = idx.range_search(one, radius, None, search, valid)
+        assert set(got.tolist()) == set(inside.tolist()), (i, radius)
+
+
+@pytest.mark.parametrize(
+    ("index_type", "params", "search"),
+    [("HNSW", {"M": "8", "efConstruction": "32"}, {"ef": 16}), ("IVF_FLAT", {"nlist": "64"}, {"nprobe": 4})],
+)
+def test_a_filter_keeping_a_fifth_keeps_the_recall(index_type, params, search):
+    """A filter keeping 20 % of the rows (too many to rank exactly): the index searches wider so
+    that the kept rows' recall is that of an unfiltered search with the same knobs."""
+    rng = np.random.default_rng(5)
+    n = 6000
+    base = rng.random((n, DIM), dtype=np.float32)
+    queries = rng.random((50, DIM), dtype=np.float32)
+    idx = kindex.create(base, index_type, "L2", params)
+    valid = rng.random(n) < 0.2
+    rows = np.flatnonzero(valid)
+
+    def rec(got, truth):
+        return np.mean([len(set(g) & set(t)) / 10 for g, t in zip(got, truth, strict=True)])
+
+    unfiltered = rec(idx.search(queries, 10, search)[1], exact(base, queries, 10, "L2"))
+    filtered = rec(idx.search(queries, 10, search, valid)[1], rows[exact(base[rows], queries, 10, "L2")])
+    assert filtered >= unfiltered - 0.02, (filtered, unfiltered)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus.datacoord.job_lifecycle import JobLifecycle, JobPort, b64, manifest_binlogs
-from kmilvus.datacoord.meta import Segment, SegmentState
+from kmilvus.datacoord.meta import Segment, SegmentMeta, SegmentState
 from kmilvus.datacoord.remover import Decide
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, FencedError, Op, Snapshot
@@ -475,20 +475,26 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
 
     async def collect(self, segs: list[Segment] | None = None) -> int:
         """Garbage-collect Dropped segments: their binlog files first, then their meta — once
-        their channel's checkpoint is past their rows (Milvus' GC rule): until then a DataNode
-        replaying from that checkpoint must still find them listed as dropped, or it would
-        buffer their rows again and store them twice. Later policy passes collect the rest."""
+        their channel's stored checkpoint is past their rows (Milvus' GC rule): until then a
+        DataNode or a QueryNode delegator replaying from that checkpoint must still find them
+        listed as dropped, or it would take their rows again (stored twice, served twice). The
+        stored one: QueryCoord resumes delegators from etcd's, which trails the one in memory
+        (tick-only advances are stored once a minute) — a checkpoint past the segment in memory
+        only is stored first. Later policy passes collect the rest."""
         port = self.port
         async with self._gc_lock:
             if segs is None:
                 segs = [s for s in port.meta.segments.values() if s.info.state == SegmentState.Dropped]
+            behind = {s.info.insert_channel for s in segs if _past_in_memory_only(port.meta, s.info)}
+            if behind:
+                await port.meta.persist_checkpoints(sorted(behind))
             n, gone = 0, []
             for s in segs:
                 i = s.info
                 if i.state != SegmentState.Dropped or port.dropping(i.collectionID):
                     continue
-                cp = port.meta.checkpoints.get(i.insert_channel)
-                if i.HasField("dml_position") and (cp is None or cp.seq < i.dml_position.seq):
+                stored = port.meta.stored_checkpoints.get(i.insert_channel)
+                if i.HasField("dml_position") and (stored is None or stored < i.dml_position.seq):
                     continue
                 seg_key = keys.segment_key(i.collectionID, i.partitionID, i.ID)
                 files = [b.log_path for b in [*s.binlogs.values(), *s.deltalogs.values(), *s.statslogs.values()]]
@@ -533,6 +539,15 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             if plans:
                 out.append(await self.trigger(coll, manual=False))
         return out
+
+
+def _past_in_memory_only(meta: SegmentMeta, info: internal_pb2.SegmentInfo) -> bool:
+    """Whether the channel's checkpoint in memory is past the segment's rows, the stored one not."""
+    if info.state != SegmentState.Dropped or not info.HasField("dml_position"):
+        return False
+    cur = meta.checkpoints.get(info.insert_channel)
+    stored = meta.stored_checkpoints.get(info.insert_channel, 0)
+    return cur is not None and cur.seq >= info.dml_position.seq > stored
 
 
 def _dropped_in_etcd(seg_key: str, seg_id: int, deltalog_prefix: str) -> Decide:

@@ -1,4 +1,5 @@
-"""What every index kind shares: the index file's layout and the async search calls.
+"""What every index kind shares: the index file's layout, the async search calls, and how a
+search widens its knobs or ranks the rows a filter keeps exactly.
 
 An index file is fileformat's envelope (`MAGIC`, the meta: kind, index type, metric, build
 params), then the payload: faiss' serialization for a dense index, or numpy arrays one after
@@ -9,6 +10,7 @@ before the kind was recorded is a dense one.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +86,50 @@ def widen(knobs: dict[str, float], k: int, topk: int, nlist: int = 0) -> dict[st
         knobs["ef"] = max(knobs["ef"], k)
     if "nprobe" in knobs and nlist:
         knobs["nprobe"] = min(nlist, int(knobs["nprobe"]) * -(-k // topk))
+    return knobs
+
+
+# knowhere's switch from the index to brute force over the rows a search may return (its HNSW
+# thresholds, applied here to every index kind that walks part of its rows).
+KNN_BF_FILTER_THRESHOLD = 0.93  # share of rows filtered out from which a top-k search is exact
+RANGE_BF_FILTER_THRESHOLD = 0.97  # the same for a range search
+BF_TOPK_THRESHOLD = 0.5  # a top-k search of k >= this share of the rows left is exact
+
+
+def kept_rows(valid: np.ndarray | None, n: int) -> int:
+    """How many of the `n` rows the `valid` mask (filter and deletes) leaves."""
+    return n if valid is None else int(np.count_nonzero(valid))
+
+
+def exact_wins(kept: int, n: int, k: int, work: float = 0, range_search: bool = False) -> bool:
+    """Whether a search of the `kept` rows a filter and deletes leave of an index's `n` ranks
+    those rows exactly rather than walking the index. A walk (an HNSW graph, the probed IVF
+    lists) reaches rows whether the filter keeps them or not, so under a selective filter it
+    finds few kept rows, and the exact ranking of so few costs less than the walk. As knowhere:
+    when at least 93 % of the rows are filtered out (97 % for a range search), or k reaches half
+    the rows left; and when no more rows are left than the walk would score anyway (`work`)."""
+    if n == 0:
+        return False
+    share = RANGE_BF_FILTER_THRESHOLD if range_search else KNN_BF_FILTER_THRESHOLD
+    if n - kept >= share * n or kept <= work:
+        return True
+    return not range_search and k >= BF_TOPK_THRESHOLD * kept
+
+
+def widen_for_filter(knobs: dict[str, float], kept: int, n: int, nlist: int = 0) -> dict[str, float]:
+    """Knobs for a walk of an index of `n` rows of which a filter keeps `kept` (too many to rank
+    them exactly, `exact_wins`), so that it finds about as many kept rows as an unfiltered walk
+    finds rows. IVF: nprobe / (kept share), at most `nlist` lists — the probed lists then hold
+    as many kept rows as an unfiltered search scans (knowhere's ensure_topk_full). HNSW: ef /
+    √(kept share) — faiss' walk scores the same nodes with a filter as without and keeps the
+    kept ones; a wider walk makes up the recall the filter costs (measured on random vectors)."""
+    if kept >= n or n == 0:
+        return knobs
+    share = max(kept, 1) / n
+    if "ef" in knobs:
+        knobs["ef"] = min(max(n, int(knobs["ef"])), math.ceil(knobs["ef"] / math.sqrt(share)))
+    if "nprobe" in knobs and nlist:
+        knobs["nprobe"] = min(nlist, math.ceil(knobs["nprobe"] / share))
     return knobs
 
 

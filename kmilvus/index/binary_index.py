@@ -12,8 +12,9 @@ k-means (IndexBinaryIVF's training: k-means on the bits, centroids binarized), k
 grouped by list, and scores only the rows of the `nprobe` lists whose centroids are nearest the
 query (Hamming to the centroids, as faiss' binary quantizer). Scoring is exact within the probed
 lists, for every metric, with deletes and filters applied as a row mask (faiss' IndexBinaryIVF
-takes no ID selector). The index stores the packed rows as they were inserted, so a loaded
-segment reads its output vectors back from it.
+takes no ID selector); a filter that keeps few rows has every kept row scored instead of the
+probed lists (`base.exact_wins`), a looser one widens nprobe. The index stores the packed rows
+as they were inserted, so a loaded segment reads its output vectors back from it.
 """
 
 from __future__ import annotations
@@ -135,18 +136,28 @@ class BinaryIndex(AsyncSearch):
             out.append(np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64))
         return out
 
-    def _scored(self, queries: np.ndarray, knobs: Mapping[str, float], valid: np.ndarray | None):
-        """Flat (query, row, distance) candidates, invalid rows and non-matches left out."""
+    def _flat(self, qw: np.ndarray, valid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Distances of the queries to every valid row: (nq, n) with `rows` None, or — when the
+        mask keeps at most half the rows — (nq, kept) to `rows`, the kept offsets ascending."""
+        if valid is None or base.kept_rows(valid, self.num_rows) * 2 > self.num_rows:
+            return distances(self._words, qw, self.metric_type), None
+        rows = np.flatnonzero(valid)
+        return distances(self._words[rows], qw, self.metric_type), rows
+
+    def _scored(self, queries: np.ndarray, knobs: Mapping[str, float], valid: np.ndarray | None, every: bool = False):
+        """Flat (query, row, distance) candidates, invalid rows and non-matches left out; every
+        row (`every`, or BIN_FLAT), else the rows of each query's probed lists."""
         q = np.ascontiguousarray(queries, dtype=np.uint8)
         qw = _words(q)
-        cands = self._candidates(q, knobs)
+        cands = None if every else self._candidates(q, knobs)
         if cands is None:
-            dist = distances(self._words, qw, self.metric_type)
+            dist, kept = self._flat(qw, valid)
             ok = np.isfinite(dist)
-            if valid is not None:
+            if valid is not None and kept is None:
                 ok &= valid[None, :]
-            qid, rows = np.nonzero(ok)
-            return qid, rows.astype(np.int64), dist[qid, rows]
+            qid, cols = np.nonzero(ok)
+            rows = cols.astype(np.int64) if kept is None else kept[cols]
+            return qid, rows, dist[qid, cols]
         qids, rows_, dists = [], [], []
         for i, rows in enumerate(cands):
             if valid is not None:
@@ -163,20 +174,36 @@ class BinaryIndex(AsyncSearch):
             (cat(dists) if dists else np.empty(0, np.float32)),
         )
 
+    def _knobs(
+        self, k: int, topk: int, search_params: Mapping[str, object] | None, valid, range_search: bool = False
+    ) -> tuple[dict[str, float], bool]:
+        """The checked knobs for `k` rows where the user asked for `topk`, and whether to score
+        every valid row (a filter leaving few rows: `base.exact_wins`); BIN_IVF_FLAT's nprobe
+        widened for `k` and for the share of rows the filter keeps."""
+        knobs = P.check_search_params(self.index_type, topk, search_params or {})
+        if self.centroids is None:
+            return knobs, True
+        nlist = len(self.centroids)
+        knobs = base.widen(knobs, k, topk, nlist)
+        kept = base.kept_rows(valid, self.num_rows)
+        work = knobs["nprobe"] * self.num_rows / nlist
+        if base.exact_wins(kept, self.num_rows, k, work, range_search):
+            return knobs, True
+        return base.widen_for_filter(knobs, kept, self.num_rows, nlist), False
+
     def search(
         self, queries: np.ndarray, k: int, search_params: Mapping[str, object] | None = None, valid=None
     ) -> tuple[np.ndarray, np.ndarray]:
-        knobs = P.check_search_params(self.index_type, k, search_params or {})
-        return self._top(queries, k, knobs, valid)
+        knobs, every = self._knobs(k, k, search_params, valid)
+        return self._top(queries, k, knobs, valid, every)
 
     def candidates(
         self, queries: np.ndarray, k: int, topk: int, search_params: Mapping[str, object] | None = None, valid=None
     ) -> tuple[np.ndarray, np.ndarray]:
         """`search` for `k` candidates where the user asked for `topk` (group-by, iterator
         pages): the knobs checked against `topk`, nprobe widened (`base.widen`)."""
-        knobs = P.check_search_params(self.index_type, topk, search_params or {})
-        nlist = len(self.centroids) if self.centroids is not None else 0
-        return self._top(queries, k, base.widen(knobs, k, topk, nlist), valid)
+        knobs, every = self._knobs(k, topk, search_params, valid)
+        return self._top(queries, k, knobs, valid, every)
 
     def exhaustive(self, queries: np.ndarray, k: int, valid=None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k over every row, as BIN_FLAT (a search iterator's pages: each row once)."""
@@ -187,22 +214,25 @@ class BinaryIndex(AsyncSearch):
     ) -> tuple[np.ndarray, np.ndarray]:
         if self.num_rows == 0:
             return topk.empty(len(queries), k)
-        if self.order is None or every:  # BIN_FLAT: every row, one (nq, n) distance matrix
-            dist = distances(self._words, _words(np.ascontiguousarray(queries, dtype=np.uint8)), self.metric_type)
+        if self.order is None or every:  # every valid row, one distance matrix
+            dist, kept = self._flat(_words(np.ascontiguousarray(queries, dtype=np.uint8)), valid)
+            mask = valid if kept is None else None
             if self.metric_type in (P.SUBSTRUCTURE, P.SUPERSTRUCTURE):
                 # Up to k matches in row order, each at distance 0 (knowhere's binary_knn_mc).
-                rank = np.where(np.isfinite(dist), np.arange(self.num_rows, dtype=np.float64), np.nan)
-                _, o = topk.select_dense(rank, k, larger=False, valid=valid)
-                return np.where(o >= 0, 0.0, np.nan).astype(np.float32), o
-            return topk.select_dense(dist, k, larger=False, valid=valid)
+                rank = np.where(np.isfinite(dist), np.arange(dist.shape[1], dtype=np.float64), np.nan)
+                _, o = topk.select_dense(rank, k, larger=False, valid=mask)
+                d = np.where(o >= 0, 0.0, np.nan).astype(np.float32)
+            else:
+                d, o = topk.select_dense(dist, k, larger=False, valid=mask)
+            return d, (o if kept is None else np.where(o >= 0, kept[np.maximum(o, 0)], -1))
         qid, rows, d = self._scored(queries, knobs, valid)
         return topk.select(qid, rows, d, len(queries), k, larger=False)
 
     def range_search(self, queries, radius: float, range_filter=None, search_params=None, valid=None):
         if self.metric_type in (P.SUBSTRUCTURE, P.SUPERSTRUCTURE):
             P.check_range_params(self.metric_type, {"radius": radius})  # refused, as Milvus
-        knobs = P.check_search_params(self.index_type, 1, search_params or {})
-        qid, rows, d = self._scored(queries, knobs, valid)
+        knobs, every = self._knobs(1, 1, search_params, valid, range_search=True)
+        qid, rows, d = self._scored(queries, knobs, valid, every)
         keep = topk.within(d, radius, range_filter, larger=False)
         return topk.ranges(qid[keep], rows[keep], d[keep], len(queries), larger=False)
 

@@ -19,6 +19,11 @@ SCANN is faiss' IVF with 4-bit fast-scan PQ over pairs of dimensions (knowhere's
 candidates, default k). IVF_PQ is faiss' IndexIVFPQ (m sub-quantizers of nbits). A segment too
 small to train a product quantizer (fewer rows than 2^nbits centroids) keeps its vectors in IVF
 lists uncompressed: exact within the probed lists, never worse than the quantized index.
+
+A filtered search (the `valid` mask: filter and deletes) walks the index with faiss' ID selector,
+which skips the rows it drops; a walk reaches them all the same, so when the filter keeps few
+rows the index ranks the kept ones exactly instead, as knowhere does (`base.exact_wins`), and
+otherwise walks wider by the share it keeps (`base.widen_for_filter`).
 """
 
 from __future__ import annotations
@@ -155,25 +160,64 @@ class VectorIndex(AsyncSearch):
             index = faiss.downcast_index(index.base_index)
         return index if isinstance(index, faiss.IndexIVF) else None
 
-    def _search_parameters(
-        self, k: int, search_params: Mapping[str, object], valid: np.ndarray | None, widen: int = 0
-    ) -> Any:
-        knobs = P.check_search_params(self.index_type, k, search_params)
+    def _work(self, knobs: Mapping[str, float]) -> float:
+        """About how many stored vectors a walk with `knobs` scores: HNSW's ef times its M
+        neighbours a node, an IVF index's nprobe lists (0: a flat index, exact already)."""
         ivf = self._ivf()
-        knobs = base.widen(knobs, widen, k, int(ivf.nlist) if ivf is not None else 0)
+        if isinstance(self.index, faiss.IndexHNSW) and "ef" in knobs:
+            return knobs["ef"] * self.index.hnsw.nb_neighbors(1)
+        if ivf is not None and "nprobe" in knobs:
+            return knobs["nprobe"] * self.num_rows / max(1, int(ivf.nlist))
+        return 0
+
+    def _plan(
+        self,
+        k: int,
+        search_params: Mapping[str, object],
+        valid: np.ndarray | None,
+        topk: int | None = None,
+        range_search: bool = False,
+    ) -> tuple[Any, Any]:
+        """The faiss index to search and its SearchParameters, for `k` rows where the user asked
+        for `topk` (default k; the knobs are checked against it, then widened: `base.widen`).
+        When the filter leaves few rows (`base.exact_wins`), they are ranked exactly
+        (`_exact`); otherwise the walk is widened by the share of rows it keeps
+        (`base.widen_for_filter`)."""
+        knobs = P.check_search_params(self.index_type, k if topk is None else topk, search_params)
+        ivf = self._ivf()
+        nlist = int(ivf.nlist) if ivf is not None else 0
+        knobs = base.widen(knobs, k, k if topk is None else topk, nlist)
+        kept = base.kept_rows(valid, self.num_rows)
+        if base.exact_wins(kept, self.num_rows, k, self._work(knobs), range_search):
+            return self._exact(valid)
+        knobs = base.widen_for_filter(knobs, kept, self.num_rows, nlist)
         kwargs = _selector(valid)
         if isinstance(self.index, faiss.IndexHNSW) and "ef" in knobs:
-            return faiss.SearchParametersHNSW(efSearch=int(knobs["ef"]), **kwargs)
+            return self.index, faiss.SearchParametersHNSW(efSearch=int(knobs["ef"]), **kwargs)
         if isinstance(self.index, faiss.IndexRefine):
             # SCANN: `reorder_k` fast-scan candidates re-ranked on the raw vectors.
             probe = faiss.SearchParametersIVF(nprobe=int(knobs["nprobe"]), **kwargs)
             ratio = max(1.0, knobs.get("reorder_k", k) / max(k, 1))
             params = faiss.IndexRefineSearchParameters(k_factor=ratio, base_index_params=probe, **kwargs)
             params.referenced_base = probe  # the SWIG object does not keep its base params alive
-            return params
+            return self.index, params
         if ivf is not None and "nprobe" in knobs:
-            return faiss.SearchParametersIVF(nprobe=int(knobs["nprobe"]), **kwargs)
-        return faiss.SearchParameters(**kwargs) if kwargs else None
+            return self.index, faiss.SearchParametersIVF(nprobe=int(knobs["nprobe"]), **kwargs)
+        return self.index, faiss.SearchParameters(**kwargs) if kwargs else None
+
+    def _exact(self, valid: np.ndarray | None) -> tuple[Any, Any]:
+        """The faiss index and SearchParameters that rank every `valid` stored vector exactly:
+        an IVF index probes all its lists, an HNSW index is searched through its flat storage
+        (the graph may not reach every row), SCANN through the raw vectors it refines with, a
+        flat index is exhaustive already. Rows the mask drops are skipped, not scored."""
+        kwargs = _selector(valid)
+        if isinstance(self.index, faiss.IndexHNSW):
+            return faiss.downcast_index(self.index.storage), faiss.SearchParameters(**kwargs)
+        if isinstance(self.index, faiss.IndexRefine):
+            return faiss.downcast_index(self.index.refine_index), faiss.SearchParameters(**kwargs)
+        if isinstance(self.index, faiss.IndexIVF):
+            return self.index, faiss.SearchParametersIVF(nprobe=int(self.index.nlist), **kwargs)
+        return self.index, faiss.SearchParameters(**kwargs) if kwargs else None
 
     def search(
         self,
@@ -187,11 +231,10 @@ class VectorIndex(AsyncSearch):
         `valid` is a bool per row: False rows (deleted, filtered out) are never returned.
         """
         q = self._queries(queries)
-        sp = self._search_parameters(k, search_params or {}, valid)
+        index, sp = self._plan(k, search_params or {}, valid)
         if self.num_rows == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
-        distances, offsets = self.index.search(q, k, params=sp)
-        return distances, offsets
+        return index.search(q, k, params=sp)
 
     def candidates(
         self,
@@ -205,27 +248,19 @@ class VectorIndex(AsyncSearch):
         page walks past its top-k): the knobs are checked against `topk`, then widened so the
         index can reach `k` rows (HNSW's ef, IVF's nprobe), as a knowhere iterator goes on."""
         q = self._queries(queries)
-        sp = self._search_parameters(topk, search_params or {}, valid, widen=k)
+        index, sp = self._plan(k, search_params or {}, valid, topk=topk)
         if self.num_rows == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
-        return self.index.search(q, k, params=sp)
+        return index.search(q, k, params=sp)
 
     def exhaustive(self, queries: np.ndarray, k: int, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k over every stored vector (a search iterator's pages: each row once, in order):
-        an IVF index probes all its lists, an HNSW index is searched through its flat storage
-        (the graph may not reach every row), SCANN through the raw vectors it refines with,
-        a flat index is exhaustive already."""
+        """Top-k over every stored vector (a search iterator's pages: each row once, in order),
+        ranked exactly (`_exact`)."""
         q = self._queries(queries)
         if self.num_rows == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
-        kwargs = _selector(valid)
-        if isinstance(self.index, faiss.IndexHNSW):
-            return faiss.downcast_index(self.index.storage).search(q, k, params=faiss.SearchParameters(**kwargs))
-        if isinstance(self.index, faiss.IndexRefine):
-            return faiss.downcast_index(self.index.refine_index).search(q, k, params=faiss.SearchParameters(**kwargs))
-        if isinstance(self.index, faiss.IndexIVF):
-            return self.index.search(q, k, params=faiss.SearchParametersIVF(nprobe=int(self.index.nlist), **kwargs))
-        return self.index.search(q, k, params=faiss.SearchParameters(**kwargs) if kwargs else None)
+        index, sp = self._exact(valid)
+        return index.search(q, k, params=sp)
 
     def range_search(
         self,
@@ -242,8 +277,8 @@ class VectorIndex(AsyncSearch):
         best first.
         """
         q = self._queries(queries)
-        sp = self._search_parameters(1, search_params or {}, valid)
-        lims, distances, offsets = self.index.range_search(q, float(radius), params=sp)
+        index, sp = self._plan(1, search_params or {}, valid, range_search=True)
+        lims, distances, offsets = index.range_search(q, float(radius), params=sp)
         lims = lims.astype(np.int64)
         keep = np.ones(len(offsets), dtype=bool)
         if range_filter is not None:

@@ -1,7 +1,8 @@
 """What a QueryNode needs to serve one DML channel (Milvus' DataCoord GetRecoveryInfo): the
 channel's flushed segments with their binlog paths, its unflushed segments (rows written under
-buffer pressure are read from binlogs, the rest from the stream), its L0 delta logs (the deletes
-before the checkpoint), and where to resume the stream.
+buffer pressure are read from binlogs, the rest from the stream), its dropped segments (compacted
+away: their inserts in the stream are skipped), its L0 delta logs (the deletes before the
+checkpoint), and where to resume the stream.
 
 Segments come from DataCoord's public RPC; binlog paths and the channel checkpoint are read from
 the keys DataCoord commits them under (read only — DataCoord alone writes them)."""
@@ -60,9 +61,9 @@ async def load_info(kv: EtcdKV, datacoord, s: internal_pb2.SegmentInfo) -> query
     return info
 
 
-async def segments_of(datacoord, coll_id: int) -> list[internal_pb2.SegmentInfo]:
+async def segments_of(datacoord, coll_id: int, states=LIVE) -> list[internal_pb2.SegmentInfo]:
     rsp = await datacoord.GetSegmentsByCollection(
-        data_coord_pb2.GetSegmentsByCollectionRequest(collectionID=coll_id, states=list(LIVE))
+        data_coord_pb2.GetSegmentsByCollectionRequest(collectionID=coll_id, states=list(states))
     )
     merr.check(rsp.status)
     return list(rsp.infos)
@@ -84,10 +85,14 @@ async def watch_request(
         d = internal_pb2.L0Deltalog.FromString(raw_l0)
         if d.channel == vchannel:
             req.l0_deltalogs.append(d)
-    for s in await segments_of(datacoord, coll_id):
+    for s in await segments_of(datacoord, coll_id, (*LIVE, SegmentState.Dropped)):
         if s.insert_channel != vchannel:
             continue
-        if s.state == SegmentState.Flushed:
+        if s.state == SegmentState.Dropped:
+            # Compacted away, its rows in a target listed here; DataCoord collects a Dropped
+            # segment only once the stored checkpoint (read above) is past its rows.
+            req.dropped_segmentIDs.append(s.ID)
+        elif s.state == SegmentState.Flushed:
             req.flushed_segmentIDs.append(s.ID)
             if loaded(s.partitionID):
                 req.sealed_segments.append(await load_info(kv, datacoord, s))

@@ -64,7 +64,8 @@ class ChannelDelegator:
         self.collection_id = req.collectionID
         self.schema = schema_pb2.CollectionSchema.FromString(req.schema)
         self.seek = req.seek_position.seq
-        self.skip: set[int] = set(req.flushed_segmentIDs)
+        # Rows of these come from binlogs (flushed) or from a compaction's target (dropped).
+        self.skip: set[int] = set(req.flushed_segmentIDs) | set(req.dropped_segmentIDs)
         # Rows of an unflushed segment up to this seq are in its binlogs (written under pressure).
         self.persisted_upto: dict[int, int] = {s.segmentID: s.dml_position.seq for s in req.unflushed_segments}
         self.growing: dict[int, GrowingSegment] = {}

@@ -279,7 +279,9 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                     # Deletes the lost delegator did not read are in delta logs committed since.
                     have.deltas = await asyncio.to_thread(self._deltas_of, info)
                 d.skip.add(info.segmentID)
+            # Sealed here, or compacted into a segment sealed here: never growing rows as well.
             d.skip.update(coll.sealed)
+            d.skip.update(coll.retired)
             coll.channels[req.vchannel] = d
             await afailpoint("querynode.watch.before_consume")  # its logs were listed; not reading yet
             await d.start()

@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kmilvus.querynode import groupby, orderby, vector_search
+from kmilvus.querynode import count, groupby, orderby, vector_search
 from kmilvus.querynode.filter import Filter
 from kmilvus.querynode.search_plan import SearchPlan
 from kmilvus.querynode.segments import SegmentData
@@ -270,34 +270,38 @@ def retrieve_segments(
     mvcc_ts: int = 0,
     order_by: list[orderby.OrderByField] | None = None,
 ) -> tuple[pa.Table | None, int]:
-    """(rows matching `flt` with "pk", output fields and "__ts", count of matching rows); with
-    `limit` ≥ 0 the rows are the `limit` smallest primary keys (stable pagination, as Milvus) —
-    or the first `limit` in `order_by` order (with the order-by columns); with `mvcc_ts`, as of
-    that timestamp (a query iterator's snapshot). A key stored in several segments is returned
-    once, in its newest version, before any limit applies: a per-segment top-`limit` could keep a
-    stale version whose newer one ranks lower."""
+    """(rows matching `flt` with "pk", output fields and "__ts", how many primary keys match);
+    with `limit` ≥ 0 the rows are the `limit` smallest primary keys (stable pagination, as
+    Milvus) — or the first `limit` in `order_by` order (with the order-by columns); with
+    `mvcc_ts`, as of that timestamp (a query iterator's snapshot). A key stored in several
+    segments is returned once, in its newest version, before any limit applies: a per-segment
+    top-`limit` could keep a stale version whose newer one ranks lower. The count counts each
+    key once as well; with `limit` 0 and no outputs (count(*)) no row is built for it."""
     parts = []
-    count = 0
+    live: list[tuple[SegmentData, np.ndarray | None]] = []
     sort_ids = [f.field_id for f in order_by or ()]
     for seg, deletes in segments:
         if seg.num_rows == 0:
             continue
         m = _alive(seg, deletes, flt, mvcc_ts)
+        live.append((seg, m))
+        if limit == 0 and not output_ids:
+            continue  # count(*)
         offs = np.arange(seg.num_rows) if m is None else np.nonzero(m)[0]
-        count += len(offs)
-        if len(offs) and (limit != 0 or output_ids):
+        if len(offs):
             cols = _output_columns(seg, offs, pk_field, [*output_ids, *sort_ids])
             cols[TS] = pa.array(seg.keys_and_ts()[1][offs])
             parts.append(pa.table(cols))
     if not parts:
-        return None, count
+        return None, count.live_keys(live)
     table = newest_rows(pa.concat_tables(parts, promote_options="default"))
+    matched = table.num_rows
     if order_by and limit >= 0:
         table = table.take(orderby.sort_indices(table, order_by, limit))
     elif limit >= 0 and table.num_rows > limit:
         order = pc.sort_indices(table.column("pk"))
         table = table.take(order.slice(0, limit))
-    return table, count
+    return table, matched
 
 
 def to_ipc(table: pa.Table) -> bytes:

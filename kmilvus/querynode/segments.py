@@ -32,6 +32,35 @@ def field_type(schema: schema_pb2.CollectionSchema, field_id: int) -> int:
     return next((f.data_type for f in schema.fields if f.fieldID == field_id), DT.FloatVector)
 
 
+def twin_keys(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """The keys (sorted) that more than one of the given rows — (keys, timestamps) of each
+    part — holds with one timestamp: the same row held twice. One sort of the keys; the
+    timestamps are compared only for the keys that repeat at all."""
+    keys = np.concatenate([k for k, _ in parts])
+    ordered = np.sort(keys)
+    again = sorted_unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    if not len(again):
+        return again
+    at = np.minimum(np.searchsorted(again, keys), len(again) - 1)
+    rows = again[at] == keys
+    k, t = keys[rows], np.concatenate([t for _, t in parts])[rows]
+    order = np.lexsort((t, k))
+    k, t = k[order], t[order]
+    same = (k[1:] == k[:-1]) & (t[1:] == t[:-1])
+    return sorted_unique(k[1:][same])
+
+
+@dataclass(frozen=True)
+class Span:
+    """What `SegmentData.span` reports: timestamp and primary-key ranges, and a repeated row."""
+
+    first_ts: int
+    last_ts: int
+    min_key: Any
+    max_key: Any
+    repeats: bool
+
+
 @dataclass
 class SegmentData:
     """One segment's rows, ready to search: the table and its vector fields as matrices."""
@@ -53,8 +82,11 @@ class SegmentData:
     pk_field: int = 0
     _keys: tuple[np.ndarray, np.ndarray] | None = None
     _pks: np.ndarray | bool | None = None  # int64_pks; False: not Int64
-    _pk_order: tuple[np.ndarray, np.ndarray | None] | None = None  # (sorted int64 pks, their rows)
+    _pk_order: tuple[np.ndarray, np.ndarray | None] | None = None  # `_key_order`
     _alive: tuple[tuple, np.ndarray | None] | None = None
+    _span: Span | None = None
+    # count.live_keys' cache: the segments it last looked at with this one, and their twins.
+    twins: tuple[tuple[Any, ...], np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
     def build(
@@ -154,18 +186,22 @@ class SegmentData:
             self._pks = col.to_numpy() if pa.types.is_int64(col.type) and col.null_count == 0 else False
         return None if self._pks is False else self._pks
 
-    def pk_rows(self, values: np.ndarray) -> np.ndarray:
-        """Row offsets whose Int64 primary key is one of `values` (every copy of a repeated key),
-        by binary search over the keys sorted once per segment — no scan. Rows are usually in
-        key order already; then no permutation is kept."""
+    def _key_order(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(the primary keys sorted — as `keys_and_ts` has them —, their rows), sorted once per
+        segment; rows are usually in key order already, then no permutation is kept (None)."""
         if self._pk_order is None:
-            pks = self.table.column(str(self.pk_field)).to_numpy().astype(np.int64, copy=False)
-            if len(pks) < 2 or bool(np.all(pks[1:] >= pks[:-1])):
-                self._pk_order = (pks, None)
+            keys = self.keys_and_ts()[0]
+            if len(keys) < 2 or bool(np.all(keys[1:] >= keys[:-1])):
+                self._pk_order = (keys, None)
             else:
-                order = np.argsort(pks, kind="stable")
-                self._pk_order = (pks[order], order)
-        keys, order = self._pk_order
+                order = np.argsort(keys, kind="stable")
+                self._pk_order = (keys[order], order)
+        return self._pk_order
+
+    def pk_rows(self, values: np.ndarray) -> np.ndarray:
+        """Row offsets whose primary key is one of `values` (every copy of a repeated key), by
+        binary search over the keys sorted once per segment — no scan."""
+        keys, order = self._key_order()
         vals = sorted_unique(np.asarray(values))
         lo = np.searchsorted(keys, vals, side="left")
         hi = np.searchsorted(keys, vals, side="right")
@@ -181,6 +217,20 @@ class SegmentData:
             empty = self.num_rows == 0
             self._keys = (np.array([], np.int64),) * 2 if empty else pk_and_ts(self.table, self.pk_field)
         return self._keys
+
+    def span(self) -> Span | None:
+        """Its rows' key and timestamp ranges and whether a row (key and timestamp) repeats in
+        it, computed once (None: no rows): two segments can hold the same row only where both
+        ranges overlap (`count.live_keys`). A key repeated with another timestamp is no repeat
+        here: the shadow of its newest version hides the others (`versions`)."""
+        if self._span is None and self.num_rows:
+            keys, ts = self.keys_and_ts()
+            ordered = self._pk_order[0] if self._pk_order is not None else np.sort(keys)
+            repeats = bool(np.any(ordered[1:] == ordered[:-1]))
+            if repeats:  # a key repeats: a row too only if it repeats with its timestamp
+                repeats = len(twin_keys([(keys, ts)])) > 0
+            self._span = Span(int(ts.min()), int(ts.max()), ordered[0].item(), ordered[-1].item(), repeats)
+        return self._span
 
     def alive(self, channel_deletes: Sequence[DeleteSet] = ()) -> np.ndarray | None:
         """A bool per row: not deleted by its delta logs nor by the channel's deletes that apply
