@@ -1,11 +1,12 @@
 """Benchmark: N Collection resources created at once reach Ready, then are deleted again.
 
 `kmilvus-operator` (kopf + RootCoord/DataCoord/QueryCoord in one process) runs as a child process
-against KMock (the API-server emulator with the test-side compatibility layer,
-tests/kmock_compat.py) served from this process through a kubeconfig, with real etcd and NATS
-JetStream started here. Reported: the time until all are Ready and until all are gone (collections
-dropped through RootCoord, finalizers released), and the Kubernetes API requests the operator sent
-per reconciled object, by phase and verb (watch streams counted apart).
+against a real Kubernetes control plane (tests/controlplane.py: the pinned etcd, kube-apiserver,
+kube-controller-manager and kube-scheduler, built by `./dev setup`) with a client certificate of
+its own, with real etcd and NATS JetStream started here. Reported: the time until all are Ready
+and until all are gone (collections dropped through RootCoord, finalizers released), and the
+Kubernetes API requests the operator sent per reconciled object, by phase and verb (watch streams
+counted apart), read from the API server's audit log.
 
     .venv/bin/python bench/bench_operator.py [--n 200] [--standalone] [--json]
 """
@@ -28,19 +29,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import kmock
-import kopf
-import yaml
-
 from controllers import resources as R
 from controllers.kube import KubeClient
 from kmilvus.meta import EtcdKV
 from kmilvus.util.embedded import free_port, start_etcd, start_nats
-from tests.kmock_compat import KMockCompat, declare_crds
+from tests.controlplane import start_control_plane
 
 NS = "default"
 BENCH_UA = "kmilvus-bench"
 CLUSTER = "bench"
+OPERATOR_USER = "kmilvus-bench-operator"  # the operator's client certificate: its audited requests
+PEERING = "kmilvus"
 
 
 def collection(i: int) -> dict:
@@ -56,46 +55,44 @@ def collection(i: int) -> dict:
     }
 
 
-def kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "kmock",
-                "clusters": [{"name": "kmock", "cluster": {"server": server}}],
-                "users": [{"name": "bench", "user": {"token": "bench"}}],
-                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "bench", "namespace": NS}}],
-            }
-        )
-    )
-    return path
+VERBS = {"get": "GET", "list": "GET", "create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE"}
 
 
-def classify(km, start: int, end: int) -> dict:
-    """Requests [start, end) sent by the operator, by verb and target; watches apart."""
+def classify(audit: Path, start: int, end: int) -> dict:
+    """The operator's requests in the audit log between byte offsets [start, end), by verb and
+    target; watches apart (counted when their response starts)."""
     out: dict = {"operator": collections.Counter(), "watch": 0}
-    for req in km.log[start:end]:
-        if (req.headers or {}).get("User-Agent", "").startswith(BENCH_UA):
+    with audit.open("rb") as f:
+        f.seek(start)
+        lines = f.read(end - start).splitlines()
+    for line in lines:
+        e = json.loads(line)
+        if e["user"]["username"] != OPERATOR_USER:
             continue
-        if (req.params or {}).get("watch") == "true":
-            out["watch"] += 1
+        if e["verb"] == "watch":
+            out["watch"] += e["stage"] == "ResponseStarted"
             continue
-        path = str(req.url.path)
-        verb = req.method.value if hasattr(req.method, "value") else str(req.method)
+        if e["stage"] != "ResponseComplete":
+            continue
+        ref = e.get("objectRef") or {}
+        res = ref.get("resource", "")
         target = (
             "events"
-            if "/events" in path
+            if res == "events"
             else "peering"
-            if "kopfpeerings" in path
+            if "kopfpeerings" in res
             else "segments"
-            if "/segments" in path
+            if res == "segments"
             else "status"
-            if path.endswith("/status")
-            else "collections"
+            if ref.get("subresource") == "status"
+            else res
         )
-        out["operator"][f"{verb} {target}"] += 1
+        out["operator"][f"{VERBS.get(e['verb'], e['verb'].upper())} {target}"] += 1
     return out
+
+
+def size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
 
 
 async def wait_for(pred, timeout: float, what: str, interval: float = 0.05) -> float:
@@ -118,88 +115,87 @@ def scrape(port: int) -> str:
 async def bench(n: int, standalone: bool, data_dir: Path, log_level: str = "warning") -> dict:
     etcd = start_etcd(data_dir / "etcd")
     nats = start_nats(data_dir / "nats")
+    cp = await asyncio.to_thread(start_control_plane, data_dir / "k8s", audit_users=(OPERATOR_USER,))
+    audit = data_dir / "k8s" / "audit.log"
     proc = None
     kv = await EtcdKV.connect([etcd.endpoint], f"{CLUSTER}/meta")
+    kube = KubeClient(cp.login(), user_agent=BENCH_UA)  # the bench: the cluster admin, not audited
     try:
-        async with KMockCompat() as km, kmock.Server(km):
-            declare_crds(km)
-            url = str(km.url)
+        for path in (ROOT / "crds", ROOT / "charts/kmilvus/crds/kopf-peerings.yaml"):
+            cp.kubectl("apply", "--server-side", "-f", str(path))
+        cp.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        if not standalone:
+            peering = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": PEERING}}
+            cp.kubectl("apply", "-f", "-", input=json.dumps(peering))
+        health, metrics = free_port(), free_port()
+        env = dict(
+            os.environ,
+            KUBECONFIG=str(cp.credentials(OPERATOR_USER, ("system:masters",)).kubeconfig),
+            KMILVUS_ETCD_ENDPOINT=etcd.endpoint,
+            KMILVUS_NATS_URL=nats.endpoint,
+            KMILVUS_STORAGE_URI=(data_dir / "storage").as_uri(),
+            KMILVUS_DML_CHANNEL_NUM="16",
+        )
+        argv = [
+            str(Path(sys.executable).with_name("kmilvus-operator")),
+            "--cluster",
+            CLUSTER,
+            "--metrics-port",
+            str(metrics),
+            "--health-port",
+            str(health),
+            "--log-level",
+            log_level,
+        ]
+        argv += ["--standalone"] if standalone else ["--peering", PEERING]
+        with open(data_dir / "operator.log", "wb") as log:
+            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
-            async def login():
-                return kopf.ConnectionInfo(server=url, insecure=True)
+        async def active() -> bool:  # the gauge is live (kopf caches /healthz probes for 10 s)
+            return "kmilvus_operator_active 1.0" in await asyncio.to_thread(scrape, metrics)
 
-            kube = KubeClient(login, user_agent=BENCH_UA)
-            health, metrics = free_port(), free_port()
-            env = dict(
-                os.environ,
-                KUBECONFIG=str(kubeconfig(data_dir / "kubeconfig", url)),
-                KMILVUS_ETCD_ENDPOINT=etcd.endpoint,
-                KMILVUS_NATS_URL=nats.endpoint,
-                KMILVUS_STORAGE_URI=(data_dir / "storage").as_uri(),
-                KMILVUS_DML_CHANNEL_NUM="16",
-            )
-            argv = [
-                str(Path(sys.executable).with_name("kmilvus-operator")),
-                "--cluster",
-                CLUSTER,
-                "--metrics-port",
-                str(metrics),
-                "--health-port",
-                str(health),
-                "--log-level",
-                log_level,
-            ]
-            argv += ["--standalone"] if standalone else ["--peering", "kmilvus"]
-            with open(data_dir / "operator.log", "wb") as log:
-                proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        await wait_for(active, 60, "operator active", interval=0.2)
 
-            async def active() -> bool:  # the gauge is live (kopf caches /healthz probes for 10 s)
-                return "kmilvus_operator_active 1.0" in await asyncio.to_thread(scrape, metrics)
-
-            await wait_for(active, 60, "operator active", interval=0.2)
-            coll = km.resource("kmilvus.io/v1alpha1/collections")
-
-            def live() -> list[dict]:
-                return [o.raw for (res, _, _), o in list(km.objects.items()) if res == coll and not o.deleted]
-
-            def all_ready() -> bool:
-                objs = live()
-                return len(objs) == n and all(
-                    any(
-                        c.get("type") == "Ready" and c.get("status") == "True"
-                        for c in (o.get("status") or {}).get("conditions") or []
-                    )
-                    for o in objs
+        async def all_ready() -> bool:
+            objs = await kube.list(R.COLLECTION, NS)
+            return len(objs) == n and all(
+                any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (o.get("status") or {}).get("conditions") or []
                 )
+                for o in objs
+            )
 
-            async def in_rootcoord() -> int:
-                return len(await kv.get_prefix("root-coord/collection/", keys_only=True))
+        async def none_left() -> bool:
+            return not await kube.list(R.COLLECTION, NS)
 
-            # Create.
-            r0 = len(km.log)
-            t0 = time.monotonic()
-            await asyncio.gather(*(kube.create(R.COLLECTION, NS, collection(i)) for i in range(n)))
-            t_posted = time.monotonic() - t0
-            await wait_for(all_ready, 600, "all Ready", interval=0.1)
-            t_ready = time.monotonic() - t0
-            assert await in_rootcoord() == n
-            await asyncio.sleep(2.0)  # trailing writes (events, monitors) land in this phase
-            r1 = len(km.log)
+        async def in_rootcoord() -> int:
+            return len(await kv.get_prefix("root-coord/collection/", keys_only=True))
 
-            # Delete.
-            t1 = time.monotonic()
-            await asyncio.gather(*(kube.delete(R.COLLECTION, NS, f"c{i:04d}") for i in range(n)))
-            await wait_for(lambda: not live(), 600, "all deleted", interval=0.1)
-            t_gone = time.monotonic() - t1
-            assert await in_rootcoord() == 0
-            assert not await kv.get_prefix("root-coord/drop-task/", keys_only=True)
-            await asyncio.sleep(2.0)
-            r2 = len(km.log)
-            create, delete = classify(km, r0, r1), classify(km, r1, r2)
-            await kube.close()
-            proc.send_signal(signal.SIGTERM)
-            rc = await asyncio.to_thread(proc.wait, 60)  # KMock (this loop) serves its last requests
-            proc = None
+        # Create.
+        r0 = size(audit)
+        t0 = time.monotonic()
+        await asyncio.gather(*(kube.create(R.COLLECTION, NS, collection(i)) for i in range(n)))
+        t_posted = time.monotonic() - t0
+        await wait_for(all_ready, 600, "all Ready", interval=0.1)
+        t_ready = time.monotonic() - t0
+        assert await in_rootcoord() == n
+        await asyncio.sleep(2.0)  # trailing writes (events, monitors) land in this phase
+        r1 = size(audit)
+
+        # Delete.
+        t1 = time.monotonic()
+        await asyncio.gather(*(kube.delete(R.COLLECTION, NS, f"c{i:04d}") for i in range(n)))
+        await wait_for(none_left, 600, "all deleted", interval=0.1)
+        t_gone = time.monotonic() - t1
+        assert await in_rootcoord() == 0
+        assert not await kv.get_prefix("root-coord/drop-task/", keys_only=True)
+        await asyncio.sleep(2.0)
+        r2 = size(audit)
+        create, delete = classify(audit, r0, r1), classify(audit, r1, r2)
+        proc.send_signal(signal.SIGTERM)
+        rc = await asyncio.to_thread(proc.wait, 60)
+        proc = None
     except BaseException:
         import shutil
 
@@ -211,7 +207,9 @@ async def bench(n: int, standalone: bool, data_dir: Path, log_level: str = "warn
         if proc is not None:
             proc.kill()
             proc.wait(10)
+        await kube.close()
         await kv.close()
+        cp.stop()
         etcd.stop()
         nats.stop()
     c_ops, d_ops = sum(create["operator"].values()), sum(delete["operator"].values())
@@ -245,7 +243,7 @@ def main() -> None:
         print(json.dumps(res, indent=2))
         return
     n = res["collections"]
-    print(f"kmilvus operator bench: {n} Collections at once ({res['mode']}), KMock + real etcd/JetStream")
+    print(f"kmilvus operator bench: {n} Collections at once ({res['mode']}), real kube-apiserver + etcd/JetStream")
     print(
         f"  create: POSTed in {res['create_post_seconds']}s; all Ready after {res['create_ready_seconds']}s "
         f"({n / res['create_ready_seconds']:.1f}/s)"

@@ -427,6 +427,7 @@ def _rules(schema: dict[str, Any], data: Any, where: str) -> list[str]:
     problems = []
     for node, value, path in _walk(schema, data, where):
         problems += _list_type_problems(node, value, path)
+        problems += _int64_problems(node, value, path)
         for r in node.get("x-kubernetes-validations") or []:
             if "oldSelf" in r["rule"] or _evaluate(r["rule"], value) is not False:
                 continue
@@ -437,6 +438,16 @@ def _rules(schema: dict[str, Any], data: Any, where: str) -> list[str]:
             at = path + (r.get("fieldPath") or "")
             problems.append(f"{at}: {' '.join(message.split())}")
     return problems
+
+
+def _int64_problems(node: dict[str, Any], value: Any, path: str) -> list[str]:
+    """An integer of a Kubernetes object is an int64: the API server refuses a larger one as it
+    decodes the body, before any rule."""
+    if node.get("type") != "integer" or isinstance(value, bool) or not isinstance(value, int):
+        return []
+    if -(2**63) <= value < 2**63:
+        return []
+    return [f"{path}: {short(value)} does not fit an int64 integer"]
 
 
 def _list_type_problems(node: dict[str, Any], value: Any, path: str) -> list[str]:

@@ -173,9 +173,10 @@ def check_flush_spec(spec) -> tuple[list[str], str, list[str]]:
 
 
 def ttl_seconds(spec) -> int | None:
-    """spec.ttlSecondsAfterFinished when it is a valid one (an integer >= 0), else None."""
+    """spec.ttlSecondsAfterFinished when it is a valid one (an int64 >= 0, as the CRD's integer),
+    else None."""
     ttl = spec.get("ttlSecondsAfterFinished") if isinstance(spec, dict) else None
-    return ttl if is_type(ttl, int) and ttl >= 0 else None
+    return ttl if is_type(ttl, int) and 0 <= ttl < 2**63 else None
 
 
 def _finished_at(status: dict) -> float | None:

@@ -3,9 +3,11 @@
 kopf applies a handler's `patch` when the handler returns; daemons (segment mirror, flush
 progress) write status while they run and create / delete child objects (Segments, mirrored
 Collections), so they need a client of their own. It speaks plain JSON over aiohttp with the
-credentials kopf logged in with (`kopf.ConnectionInfo`: token, client certificate, CA), counts
-every request (Prometheus, and `KubeClient.requests` for benchmarks), and retries nothing by
-itself: callers are reconcilers that run again.
+credentials kopf logged in with (`kopf.ConnectionInfo`: token, client certificate, CA) and counts
+every request (Prometheus, and `KubeClient.requests` for benchmarks). It retries only what the API
+server asks it to, as client-go does: a 429 or 5xx answer with a Retry-After header (flow control
+throttling a busy client, a resource's watch cache initializing) is sent again after that wait,
+up to MAX_RETRIES times; anything else is the caller's, a reconciler that runs again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from typing import Any
 import aiohttp
 
 from controllers import metrics
+
+MAX_RETRIES = 10  # client-go's
+MAX_RETRY_AFTER = 10.0  # seconds: a longer Retry-After is cut to this
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,14 @@ class Conflict(ApiError):
 def _error(status: int, body: Any, method: str, path: str) -> ApiError:
     cls = NotFound if status == 404 else Conflict if status == 409 else ApiError
     return cls(status, body, method, path)
+
+
+def retry_after(status: int, header: str | None) -> float | None:
+    """Seconds to wait before sending a request again, when the API server asked for it (429 or
+    5xx with Retry-After in whole seconds, as it sends it), else None."""
+    if (status != 429 and status < 500) or not header or not header.strip().isdigit():
+        return None
+    return min(float(header.strip()), MAX_RETRY_AFTER)
 
 
 class KubeClient:
@@ -113,12 +126,13 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Any:
-        for attempt in (0, 1):
-            session = await self._ensure(force=attempt > 0)
+        data = None if body is None else json.dumps(body)
+        relogin, retries = False, 0
+        while True:
+            session = await self._ensure(force=relogin)
             url = self._server + path
             if params:
                 url += "?" + urllib.parse.urlencode(params)
-            data = None if body is None else json.dumps(body)
             self.requests += 1
             metrics.API_REQUESTS.labels(method.lower()).inc()
             async with session.request(
@@ -129,12 +143,17 @@ class KubeClient:
                     payload = json.loads(text) if text else None
                 except ValueError:
                     payload = text
-                if rsp.status == 401 and attempt == 0:
-                    continue  # credentials rotated (projected service-account tokens): log in again
-                if rsp.status >= 400:
-                    raise _error(rsp.status, payload, method, path)
-                return payload
-        raise AssertionError("unreachable")
+                status, wait = rsp.status, retry_after(rsp.status, rsp.headers.get("Retry-After"))
+            if status == 401 and not relogin:
+                relogin = True  # credentials rotated (projected service-account tokens): log in again
+                continue
+            if wait is not None and retries < MAX_RETRIES:
+                retries += 1
+                await asyncio.sleep(wait)
+                continue
+            if status >= 400:
+                raise _error(status, payload, method, path)
+            return payload
 
     # Verbs -----------------------------------------------------------------------------------
     async def get(self, res: Resource, namespace: str | None, name: str) -> dict:
@@ -145,14 +164,7 @@ class KubeClient:
     ) -> list[dict]:
         params = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
         rsp = await self.request("GET", res.path(namespace), params=params)
-        items = (rsp or {}).get("items", [])
-        if labels:  # also filter here: not every API server (or emulator) honours selectors
-            items = [
-                i
-                for i in items
-                if all((i.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in labels.items())
-            ]
-        return items
+        return (rsp or {}).get("items", [])
 
     async def create(self, res: Resource, namespace: str | None, body: dict) -> dict:
         body = {"apiVersion": res.api_version, "kind": res.kind, **body}

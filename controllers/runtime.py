@@ -48,7 +48,7 @@ class Options:
     flush_poll_ms: int = 500
     retry_interval: float = 10.0  # Failed with a conflict: converge again this often
     coordinator_wait: float = 30.0  # a handler waits this long for the coordinators
-    login: Callable[[], Awaitable[Any]] | None = None  # credentials override (tests: KMock)
+    login: Callable[[], Awaitable[Any]] | None = None  # credentials override (tests: a client certificate)
 
     @property
     def home_namespace(self) -> str:

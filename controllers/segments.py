@@ -14,6 +14,7 @@ patches of the main resource, so a Segment is created, then its status is writte
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 
@@ -23,6 +24,7 @@ from controllers import conditions, metrics
 from controllers import resources as R
 from controllers.kube import Conflict, NotFound
 from controllers.schema import label_value
+from kmilvus.spark import inprocess
 from kmilvus.util.merr import MilvusError
 
 log = logging.getLogger("kmilvus.operator.segments")
@@ -222,7 +224,7 @@ async def job_status(rt, cid: int) -> dict:
                     "jobID": j.jobID,
                     "state": IMPORT.Name(j.state),
                     "rows": j.row_count,
-                    "sparkApplication": j.app_name,
+                    "sparkApplication": spark_application(j),
                     "reason": j.reason[:4096],
                 }
             )
@@ -236,11 +238,23 @@ async def job_status(rt, cid: int) -> dict:
                     "compactionID": j.compactionID,
                     "state": COMPACTION.Name(j.state),
                     "plans": len(j.plans),
-                    "sparkApplication": j.app_name,
+                    "sparkApplication": spark_application(j),
                     "reason": j.reason[:4096],
                 }
             )
     return out
+
+
+def spark_application(job) -> str:
+    """The SparkApplication a job ran as, or '' when it ran in DataCoord's process (below
+    spark.inProcessMaxMB: its name was never a Kubernetes object) or was not submitted yet."""
+    try:
+        handle = json.loads(job.handle) if job.handle else None
+    except ValueError:
+        handle = None
+    if not isinstance(handle, dict) or handle.get("runner") == inprocess.RUNNER:
+        return ""
+    return job.app_name
 
 
 def _drop_empty(d: dict) -> dict:

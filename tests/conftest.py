@@ -4,6 +4,8 @@ keys, JetStream stream/subject names, storage root)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kmilvus.util.embedded import ChildServer, free_port, start_etcd, start_nats
+from tests.util import wait_until
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -139,8 +142,63 @@ def orm(node):
     connections.disconnect(alias)
 
 
+# ------------------------------------------------------------------ the pinned helm and Kubernetes
+# `./dev test` builds them in the background (tests/pinned.py): the tests that use them run last
+# and wait for that build before their timeouts start.
+PINNED_FIXTURES = {"pinned_helm": "HELM", "pinned_kubernetes": "KUBERNETES"}
+
+
+def _pinned_needs(item) -> tuple[str, ...]:
+    from tests import pinned
+
+    names: tuple[str, ...] = ()
+    for fixture, group in PINNED_FIXTURES.items():
+        if fixture in getattr(item, "fixturenames", ()):
+            names += tuple(n for n in getattr(pinned, group) if n not in names)
+    return names
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items[:] = sorted(items, key=lambda item: bool(_pinned_needs(item)))  # stable: order kept otherwise
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    # Outside pytest-timeout's wrapper: the wait does not count against the test's timeout.
+    if names := _pinned_needs(item):
+        from tests import pinned
+
+        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+        pinned.wait_for_build(names, lambda msg: reporter.write_line(msg) if reporter else print(msg))
+    yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests import pinned
+
+    pinned.stop_background_build()
+
+
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory):
+def pinned_helm() -> None:
+    """The pinned helm (tools/versions.env) is there; else the test fails saying why."""
+    from tests import pinned
+
+    if why := pinned.missing(pinned.HELM):
+        pytest.fail(why, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def pinned_kubernetes(pinned_helm) -> None:
+    """The pinned Kubernetes binaries and helm are there; else the test fails saying why."""
+    from tests import pinned
+
+    if why := pinned.missing(pinned.KUBERNETES):
+        pytest.fail(why, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def control_plane(pinned_kubernetes, tmp_path_factory):
     """A real Kubernetes control plane for the session (tests/controlplane.py): the pinned etcd,
     kube-apiserver, kube-controller-manager and kube-scheduler, the test a cluster admin."""
     from tests.controlplane import start_control_plane
@@ -159,3 +217,84 @@ def kube_node(control_plane, tmp_path_factory):
     control_plane.kubectl("wait", "--for=condition=Ready", "node/kmilvus-node-0", "--timeout=60s")
     yield agent
     agent.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_crds(control_plane):
+    """kmilvus' CRDs (crds/), kopf's peering CRDs (the chart's crds/) and the SparkApplication
+    CRD (tests/sparkcrd.py) on the session's control plane, established."""
+    from tests.sparkcrd import spark_application_crd
+
+    root = Path(__file__).resolve().parents[1]
+    for path in (root / "crds", root / "charts/kmilvus/crds/kopf-peerings.yaml"):
+        control_plane.kubectl("apply", "--server-side", "-f", str(path))
+    out = control_plane.kubectl(
+        "apply", "--server-side", "-f", "-", input=json.dumps(spark_application_crd()), check=False
+    )
+    assert out.returncode == 0, out.stderr
+
+    def established() -> bool:  # (`kubectl wait` fails on a CRD that has no conditions yet)
+        crds = control_plane.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["items"]
+        return all(
+            any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in (d.get("status") or {}).get("conditions") or []
+            )
+            for d in crds
+        )
+
+    wait_until(established, 60, 0.1, "the CRDs to be established")
+    return control_plane
+
+
+@pytest.fixture
+async def kns(kube_crds):
+    """The test's own namespace on the session's control plane (tests/controlplane.Namespace),
+    deleted afterwards (the finalizers of what the test's operator left are released first)."""
+    from controllers import resources as R
+    from controllers.kube import KubeClient
+    from controllers.spark_runner import SPARK_APPLICATION
+    from tests.controlplane import Namespace
+
+    name = "t-" + uuid.uuid4().hex[:8]
+    kube_crds.kubectl("create", "namespace", name)
+    client = KubeClient(kube_crds.login(), user_agent="kmilvus-test")
+    ns = Namespace(kube_crds, name, client)
+    yield ns
+    await client.close()
+    await asyncio.to_thread(ns.release, (R.COLLECTION, R.FLUSHREQUEST, R.SEGMENT, SPARK_APPLICATION))
+    await asyncio.to_thread(kube_crds.kubectl, "delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture
+async def more_namespaces(kns):
+    """`make(n)`: n more namespaces named after the test's own, released and deleted like it
+    (request this fixture before the operators that use them: it is torn down after them)."""
+    from controllers import resources as R
+    from controllers.spark_runner import SPARK_APPLICATION
+    from tests.controlplane import Namespace
+
+    made: list[Namespace] = []
+
+    def make(n: int) -> list[str]:
+        for _ in range(n):
+            name = f"{kns.name}-{len(made)}"
+            kns.cp.kubectl("create", "namespace", name)
+            made.append(Namespace(kns.cp, name, kns.client))
+        return [m.name for m in made[-n:]]
+
+    yield make
+    for ns in made:
+        await asyncio.to_thread(ns.release, (R.COLLECTION, R.FLUSHREQUEST, R.SEGMENT, SPARK_APPLICATION))
+        await asyncio.to_thread(kns.cp.kubectl, "delete", "namespace", ns.name, "--wait=false")
+
+
+@pytest.fixture(scope="session")
+def spark_operator(kube_crds, kube_node):
+    """The spark-operator stand-in (tests/sparkstandin.py) for the session: SparkApplications in
+    any namespace get driver pods, run by the session's node."""
+    from tests.sparkstandin import SparkOperatorStandIn
+
+    op = SparkOperatorStandIn(kube_crds).start()
+    yield op
+    op.stop()

@@ -14,14 +14,18 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ipaddress
+import json
 import os
 import secrets
 import ssl
 import subprocess
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -142,9 +146,10 @@ class ControlPlane:
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         """The real kubectl as the cluster admin (the user at a terminal)."""
-        return subprocess.run(
-            [find_binary("kubectl"), *args], input=input, capture_output=True, text=True, env=self.env, check=check
-        )
+        out = subprocess.run([find_binary("kubectl"), *args], input=input, capture_output=True, text=True, env=self.env)
+        if check and out.returncode:
+            raise AssertionError(f"kubectl {' '.join(args)}: exit {out.returncode}: {out.stderr.strip()}")
+        return out
 
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         """The real helm as the cluster admin, with its own cache and config dirs."""
@@ -156,9 +161,151 @@ class ControlPlane:
         }
         return subprocess.run([find_binary("helm"), *args], capture_output=True, text=True, env=env, check=check)
 
+    # ------------------------------------------------------------------ the API, as a client
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        ctype: str = "application/json",
+        creds=None,
+        retry: bool = True,
+    ) -> tuple[int, Any]:
+        """One request as the cluster admin (or `creds`): (HTTP status, decoded body). Blocking
+        and short: what tests poll in `eventually` while the operator runs on its own loop.
+        A 429 with Retry-After (a resource's watch cache initializing, or flow control) is sent
+        again after that wait, as kubectl does (unless `retry` is False)."""
+        data = json.dumps(body).encode() if body is not None else None
+        for _ in range(10 if retry else 1):
+            req = urllib.request.Request(self.url + path, data=data, method=method, headers={"Content-Type": ctype})
+            try:
+                with urllib.request.urlopen(req, timeout=30, context=self.ssl_context(creds)) as r:
+                    status, text, wait = r.status, r.read(), None
+            except urllib.error.HTTPError as e:
+                status, text, wait = e.code, e.read(), e.headers.get("Retry-After")
+            if status != 429 or not wait or not wait.isdigit():
+                break
+            time.sleep(int(wait))
+        try:
+            return status, json.loads(text) if text else None
+        except ValueError:  # flow control's 429 is plain text
+            return status, text.decode(errors="replace")
+
+    def get(self, path: str) -> dict | None:
+        """The object at `path`, or None when there is none."""
+        status, body = self.request("GET", path)
+        if status == 404:
+            return None
+        assert status == 200, (path, status, body)
+        return body
+
+    def login(self, creds: Credentials | None = None, token: str | None = None):
+        """A `login` for controllers.kube.KubeClient / controllers.runtime.Options: the cluster
+        admin's client certificate, `creds`' certificate, or a bearer `token`."""
+        import kopf
+
+        async def login():
+            if token is not None:
+                return kopf.ConnectionInfo(server=self.url, ca_path=str(self.ca_file), token=token)
+            c = creds or self.admin
+            return kopf.ConnectionInfo(
+                server=self.url, ca_path=str(self.ca_file), certificate_path=str(c.cert), private_key_path=str(c.key)
+            )
+
+        return login
+
+    def token(self, namespace: str, account: str, seconds: int = 3600) -> str:
+        """A token of ServiceAccount `namespace/account` (TokenRequest), as a pod would mount."""
+        status, body = self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}},
+        )
+        assert status == 201, body
+        return body["status"]["token"]
+
+    def kubeconfig_for(self, path: Path, *, token: str | None = None, creds: Credentials | None = None) -> Path:
+        """A kubeconfig naming this API server and a token or a client certificate."""
+        user: dict[str, str] = {"token": token} if token else {}
+        if not token:
+            c = creds or self.admin
+            user = {"client-certificate": str(c.cert), "client-key": str(c.key)}
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "local",
+                    "clusters": [
+                        {"name": "local", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}
+                    ],
+                    "users": [{"name": "user", "user": user}],
+                    "contexts": [{"name": "local", "context": {"cluster": "local", "user": "user"}}],
+                }
+            )
+        )
+        return path
+
     def stop(self) -> None:
         for s in reversed(self.servers):
             s.stop(timeout=10)
+
+
+@dataclass
+class Namespace:
+    """One test's own namespace on the session's control plane: the test (cluster admin) reads
+    synchronously, for `eventually`, and writes through the operator's own client."""
+
+    cp: ControlPlane
+    name: str
+    client: Any  # controllers.kube.KubeClient as the cluster admin, on the test's event loop
+
+    def obj(self, res, name: str, ns: str | None = None) -> dict | None:
+        """The object, or None when it does not exist (a deleted one being finalized exists)."""
+        return self.cp.get(res.path(ns or self.name, name))
+
+    def items(self, res, labels: dict[str, str] | None = None, ns: str | None = None) -> list[dict]:
+        q = (
+            "?" + urllib.parse.urlencode({"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())})
+            if labels
+            else ""
+        )
+        got = self.cp.get(res.path(ns or self.name) + q)
+        return (got or {}).get("items") or []
+
+    def events(self, reason: str | None = None, involved: str | None = None) -> list[dict]:
+        """Events in the namespace, oldest first: of `reason`, about the object named `involved`."""
+        got = self.cp.get(f"/api/v1/namespaces/{self.name}/events") or {}
+        return [
+            e
+            for e in got.get("items") or []
+            if (reason is None or e.get("reason") == reason)
+            and (involved is None or e.get("involvedObject", {}).get("name") == involved)
+        ]
+
+    async def create(self, res, body: dict) -> dict:
+        body = {**body, "metadata": {**(body.get("metadata") or {}), "namespace": self.name}}
+        return await self.client.create(res, self.name, body)
+
+    async def patch(self, res, name: str, patch: dict, *, status: bool = False) -> dict:
+        return await self.client.patch(res, self.name, name, patch, status=status)
+
+    async def delete(self, res, name: str) -> None:
+        await self.client.delete(res, self.name, name)
+
+    def release(self, resources) -> None:
+        """Strip the finalizers of what is left of `resources` (controllers.kube.Resource), so
+        the namespace can go once the operator that put them there has stopped."""
+        for res in resources:
+            for o in self.items(res):
+                if o["metadata"].get("finalizers"):
+                    self.cp.request(
+                        "PATCH",
+                        res.path(self.name, o["metadata"]["name"]),
+                        {"metadata": {"finalizers": None}},
+                        ctype="application/merge-patch+json",
+                    )
 
 
 def kubeconfig(url: str, ca: Path, cert: Path, key: Path, user: str) -> str:
@@ -179,9 +326,12 @@ def _https_ok(url: str, ctx: ssl.SSLContext) -> bool:
         return r.status == 200
 
 
-def start_control_plane(d: Path, timeout: float = 120.0) -> ControlPlane:
+def start_control_plane(d: Path, timeout: float = 120.0, audit_users: tuple[str, ...] = ()) -> ControlPlane:
     """etcd, kube-apiserver, kube-controller-manager and kube-scheduler; returns when the API
-    server is ready and both controllers answer their health checks."""
+    server is ready and both controllers answer their health checks. The requests of
+    `audit_users` are written to `d/audit.log` (the API server's audit log, JSON lines, one event
+    when a request's response starts and one when it completes): what bench/bench_operator.py
+    counts."""
     pki = d / "pki"
     pki.mkdir(parents=True, exist_ok=True)
     ca = CA.new("kmilvus-test-ca")
@@ -216,6 +366,21 @@ def start_control_plane(d: Path, timeout: float = 120.0) -> ControlPlane:
         cp = ControlPlane(d, url, pki / "ca.crt", None, servers, ca, service_ip)  # type: ignore[arg-type]
         cp.admin = cp.credentials("kmilvus-admin", ("system:masters",))
         log = d / "kube-apiserver.log"
+        audit: list[str] = []
+        if audit_users:
+            policy = {
+                "apiVersion": "audit.k8s.io/v1",
+                "kind": "Policy",
+                "omitStages": ["RequestReceived"],
+                "rules": [{"level": "Metadata", "users": list(audit_users)}, {"level": "None"}],
+            }
+            (d / "audit-policy.yaml").write_text(yaml.safe_dump(policy))
+            audit = [
+                f"--audit-policy-file={d / 'audit-policy.yaml'}",
+                f"--audit-log-path={d / 'audit.log'}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",  # written before the response: counted when answered
+            ]
         proc = _spawn(
             "kube-apiserver",
             [
@@ -236,6 +401,7 @@ def start_control_plane(d: Path, timeout: float = 120.0) -> ControlPlane:
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
+                *audit,
             ],
             log,
         )

@@ -58,6 +58,7 @@ from tests.controlplane import ControlPlane, Credentials
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKOFF = (10, 20, 40, 80, 160, 300)  # the kubelet's CrashLoopBackOff, in seconds
+SPARK_JOBS_IN_IMAGE = "/opt/kmilvus/spark-operator"  # images/spark/Dockerfile
 
 
 def now() -> str:
@@ -73,6 +74,18 @@ def image_env(image: str) -> tuple[dict[str, str], list[str]]:
         "HOSTNAME": "",
         "LANG": "C.UTF-8",
     }
+    if java := os.environ.get("JAVA_HOME"):
+        env["JAVA_HOME"] = java
+    if "kmilvus-spark" in image:  # images/spark/Dockerfile, on apache/spark's image
+        env |= {
+            "HOME": "/nonexistent",  # the image's user, spark (185)
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "KMILVUS_SPARK_OPERATOR_DIR": SPARK_JOBS_IN_IMAGE,
+        }
+        return env, [sys.executable, str(ROOT / "tests" / "sparkimage.py")]  # apache/spark's entrypoint
     if "kmilvus" in image:  # images/kmilvus/Dockerfile
         env |= {
             "HOME": "/nonexistent",  # the image's user, kmilvus (10001)
@@ -80,10 +93,16 @@ def image_env(image: str) -> tuple[dict[str, str], list[str]]:
             "PYTHONUNBUFFERED": "1",
             "KMILVUS_SPARK_OPERATOR_DIR": str(ROOT / "spark-operator"),
         }
-        if java := os.environ.get("JAVA_HOME"):
-            env["JAVA_HOME"] = java
         return env, ["kmilvus-operator"]
     raise ValueError(f"no image {image!r} on this node: only the project's own images run here")
+
+
+def image_files(image: str) -> dict[str, Path]:
+    """Directories an image of this project has at paths of its own (bound there, read-only,
+    from this checkout): the Spark image's jobs at the path the SparkApplications name."""
+    if "kmilvus-spark" in image:
+        return {SPARK_JOBS_IN_IMAGE: ROOT / "spark-operator"}
+    return {}
 
 
 def expand(value: str, env: dict[str, str]) -> str:
@@ -160,6 +179,8 @@ class Pod:
         except ApiError as e:
             if e.status == 404 and src.get("optional"):
                 return None
+            if e.status == 404:  # the kubelet's words (CreateContainerConfigError)
+                raise ValueError(f'{kind.removesuffix("s")} "{src["name"]}" not found') from None
             raise
         if kind == "secrets":
             data = {k: base64.b64decode(v) for k, v in (o.get("data") or {}).items()}
@@ -253,7 +274,7 @@ class Pod:
     # -------------------------------------------------------------------------- processes
     async def env_of(self, c: dict) -> dict[str, str]:
         env, _ = image_env(c["image"])
-        env["HOSTNAME"] = self.name
+        env["HOSTNAME"] = (self.obj["spec"].get("hostname") or self.name)[:63]
         # The `kubernetes` Service, as the kubelet gives it (tests/nodeagent.py forwards it).
         env["KUBERNETES_SERVICE_HOST"] = self.agent.cp.service_ip
         env["KUBERNETES_SERVICE_PORT"] = env["KUBERNETES_SERVICE_PORT_HTTPS"] = "443"
@@ -272,13 +293,13 @@ class Pod:
                 if data is not None and ref["key"] in data:
                     env[e["name"]] = data[ref["key"]].decode()
                 elif not ref.get("optional"):
-                    raise ValueError(f"secret {ref['name']} has no key {ref['key']}")
+                    raise ValueError(f"couldn't find key {ref['key']} in Secret {self.ns}/{ref['name']}")
             elif ref := e["valueFrom"].get("configMapKeyRef"):
                 data = await self._keys("configmaps", {"name": ref["name"], "optional": ref.get("optional")})
                 if data is not None and ref["key"] in data:
                     env[e["name"]] = data[ref["key"]].decode()
                 elif not ref.get("optional"):
-                    raise ValueError(f"configmap {ref['name']} has no key {ref['key']}")
+                    raise ValueError(f"couldn't find key {ref['key']} in ConfigMap {self.ns}/{ref['name']}")
             else:
                 raise ValueError(f"env {e['name']}: valueFrom {list(e['valueFrom'])} is not supported here")
         return env
@@ -309,14 +330,22 @@ class Pod:
                 f.parent.mkdir(parents=True, exist_ok=True)
                 f.write_text(Path(f"/etc/{name}").read_text() + line)
             pre.append(f"mount --bind {shlex.quote(str(f))} /etc/{name}")
-        # The kubelet's /etc/hosts for the pod; cluster DNS would name the `kubernetes` Service.
+        # The pod's own host name (a UTS namespace: spec.hostname, else its name, as a runtime
+        # sets it; Spark's driver resolves it) and the kubelet's /etc/hosts for the pod, which
+        # names it; cluster DNS would name the `kubernetes` Service.
+        host = (self.obj["spec"].get("hostname") or self.name)[:63]
+        pre.append(f"hostname {shlex.quote(host)}")
         hosts = self.dir / "etc-hosts"
         svc = " ".join(f"kubernetes{s}" for s in ("", ".default", ".default.svc", ".default.svc.cluster.local"))
         hosts.write_text(
             f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-            f"127.0.0.1\t{self.name}\n{self.agent.cp.service_ip}\t{svc}\n"
+            f"127.0.0.1\t{host}\n{self.agent.cp.service_ip}\t{svc}\n"
         )
         pre.append(f"mount --bind {shlex.quote(str(hosts))} /etc/hosts")
+        for dst, src in image_files(c["image"]).items():
+            self._made(Path(dst))
+            q = shlex.quote(dst)
+            pre += [f"mkdir -p {q}", f"mount --bind {shlex.quote(str(src))} {q}", f"mount -o remount,bind,ro {q}"]
         # The volumes are reached through a descriptor (/proc/self/fd/3): a mount over one of
         # their parent directories (an emptyDir at /tmp) does not hide them from the next mount.
         lines = ["set -e", *pre, f"exec 3<{shlex.quote(str(self.dir / 'volumes'))}"]
@@ -327,13 +356,7 @@ class Pod:
             if sub := m.get("subPath"):
                 src = src / sub
             dst = shlex.quote(m["mountPath"])
-            # A mount point the host lacks is made (empty, on the host) as a runtime would in the
-            # image's root file system; the agent removes it again when it stops.
-            missing = Path(m["mountPath"])
-            while not missing.parent.exists():
-                missing = missing.parent
-            if not missing.exists():
-                self.agent.made_dirs.add(missing)
+            self._made(Path(m["mountPath"]))
             lines.append(f"[ -e {dst} ] || mkdir -p {dst}")
             lines.append(f"mount --bind {shlex.quote(str(src))} {dst}")
             if m.get("readOnly") or ro:
@@ -357,7 +380,16 @@ class Pod:
         lines.append(f'exec {" ".join(priv)} -- "$@"')
         script = self.dir / f"{c['name']}.sh"
         script.write_text("\n".join(lines) + "\n")
-        return ["unshare", "--mount", "--propagation", "private", "--", "sh", str(script)]
+        return ["unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", str(script)]
+
+    def _made(self, path: Path) -> None:
+        """A mount point the host lacks is made (empty, on the host) as a runtime would in the
+        image's root file system; the agent removes it again when it stops."""
+        missing = path
+        while not missing.parent.exists():
+            missing = missing.parent
+        if not missing.exists():
+            self.agent.made_dirs.add(missing)
 
     async def start(self, c: Container) -> None:
         env = await self.env_of(c.spec)
@@ -607,6 +639,7 @@ class NodeAgent:
         self.api_port = int(cp.url.rsplit(":", 1)[1])
         self.creds = cp.credentials(f"system:node:{name}", ("system:nodes",))
         self.pods: dict[str, Pod] = {}
+        self.departed: list[Pod] = []  # deleted pods: their logs stay for failure messages
         self.errors: list[str] = []
         self.made_dirs: set[Path] = set()  # mount points made on the host, removed at the end
         self._stop = threading.Event()
@@ -770,12 +803,14 @@ class NodeAgent:
                     await pod.report()  # readiness changes since the last round
         for uid in set(self.pods) - seen:  # deleted at once (grace period 0)
             pod = self.pods.pop(uid)
+            self.departed.append(pod)
             await pod.stop(0)
 
     async def _finish(self, pod: Pod, grace: int) -> None:
         await pod.stop(grace)
         await self._delete(pod.obj)
-        self.pods.pop(pod.uid, None)
+        if self.pods.pop(pod.uid, None) is not None:
+            self.departed.append(pod)
 
     async def _delete(self, o: dict) -> None:
         """The kubelet's last word on a pod: delete it for good once its processes are gone."""
@@ -790,9 +825,10 @@ class NodeAgent:
 
 
 def pod_logs(agent: NodeAgent, ns: str, prefix: str, tail: int = 3000) -> str:
-    """The logs of this node's pods whose names start with `prefix` (for failure messages)."""
+    """The logs of this node's pods whose names start with `prefix`, deleted ones too (for
+    failure messages)."""
     out = []
-    for p in list(agent.pods.values()):
+    for p in [*agent.departed, *agent.pods.values()]:
         if p.ns == ns and p.name.startswith(prefix):
             for f in sorted(p.dir.glob("*.log")):
                 out.append(f"--- {p.name}/{f.name}\n{f.read_text(errors='replace')[-tail:]}")

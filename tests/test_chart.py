@@ -103,6 +103,7 @@ SCENARIOS = {
     "secure": SECURE,
 }
 KMILVUS_COMPONENTS = ("operator", "proxy", "datanode", "querynode")
+pytestmark = pytest.mark.usefixtures("pinned_helm")  # the real helm renders the chart
 
 
 # ------------------------------------------------------------------------------------ helpers

@@ -59,7 +59,7 @@ def panels() -> list[dict]:
     return [p for p in json.loads(DASHBOARD.read_text())["panels"] if p.get("type") != "row"]
 
 
-def test_dashboard_ships_in_a_configmap_for_grafanas_sidecar():
+def test_dashboard_ships_in_a_configmap_for_grafanas_sidecar(pinned_helm):
     assert not [d for d in render({}) if d["metadata"]["name"].endswith("grafana-dashboard")]  # off by default
     docs = render({"metrics": {"grafanaDashboard": {"enabled": True}}})
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("grafana-dashboard")]

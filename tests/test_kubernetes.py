@@ -1,13 +1,15 @@
 """kmilvus as users run it, against a real Kubernetes control plane (tests/controlplane.py) with
 one node of this machine (tests/nodeagent.py): the real `helm install` of charts/kmilvus, the
 real `kubectl apply` of the example Collection, pymilvus through the Proxy pod, a FlushRequest,
-Segments, a bulk import and a compaction (in the operator: below spark.inProcessMaxMB), `kubectl
-delete collection` (the controller-manager's garbage collector removes the children), `helm
-upgrade` keeps the data, `helm uninstall` leaves nothing. The operator runs with its chart
+Segments, a bulk import and a compaction in the operator (below spark.inProcessMaxMB), `helm
+upgrade` (keeps the data, and sets spark.inProcessMaxMB to 0), a bulk import and a compaction as
+SparkApplications (run by the spark-operator stand-in, tests/sparkstandin.py, as driver pods with
+the chart's driver service account), `kubectl delete collection` (the controller-manager's garbage
+collector removes the children), `helm uninstall` leaves nothing. The operator runs with its chart
 ServiceAccount's token and nothing more (RBAC enforced by the API server itself).
 
-The same story as e2e/ (kind, images, in-chart etcd/NATS/MinIO), here with the session's etcd,
-nats-server and moto S3 as the chart's external services.
+The story itself is tests/k8s_story.py, which e2e/ (kind, images, in-chart etcd/NATS/MinIO) runs
+too; here the session's etcd, nats-server and moto S3 are the chart's external services.
 """
 
 from __future__ import annotations
@@ -19,33 +21,25 @@ import subprocess
 import uuid
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import yaml
-from pymilvus import MilvusClient, connections, utility
+from pymilvus import MilvusClient
 
 from kmilvus.meta import EtcdKV, catalog
+from kmilvus.msgstream import MsgStream, pchannel_of
 from kmilvus.storage import paths
 from kmilvus.storage.objectstore import ObjectStore
 from kmilvus.util.embedded import find_binary, free_port
+from tests.k8s_story import Cluster, Story
 from tests.nodeagent import pod_logs
+from tests.pinned import pins
+from tests.sparkstandin import driver_pod_name
 from tests.util import eventually
 
 pytestmark = [pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "kmilvus"
 RELEASE, RELEASE_NS, NS = "kmilvus", "kmilvus", "default"
-DIM = 128
-
-
-def pins() -> dict[str, str]:
-    return dict(
-        line.split("=", 1)
-        for line in (ROOT / "tools/versions.env").read_text().splitlines()
-        if line and not line.startswith("#")
-    )
 
 
 def get(cp, *what: str, ns: str = NS) -> dict | None:
@@ -58,14 +52,6 @@ def get(cp, *what: str, ns: str = NS) -> dict | None:
 
 def cond(o: dict, type_: str) -> dict:
     return next((c for c in (o.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
-
-
-def rows(start: int, n: int) -> list[dict]:
-    rng = np.random.default_rng(start)
-    return [
-        {"id": i, "vec": rng.random(DIM, dtype=np.float32).tolist(), "tag": f"t{i}", "meta": {"i": i}}
-        for i in range(start, start + n)
-    ]
 
 
 # ------------------------------------------------------------------------------ the control plane
@@ -90,7 +76,7 @@ def test_a_pod_gets_what_its_spec_gives_and_nothing_more(control_plane, kube_nod
     cp.kubectl("-n", ns, "create", "configmap", "c", "--from-literal=settings.yaml=a: 1")
     port = free_port()
     script = (
-        "import os, pathlib, http.server, json, urllib.request, ssl\n"
+        "import os, pathlib, http.server, json, urllib.request, ssl, socket\n"
         "sa = pathlib.Path('/var/run/secrets/kubernetes.io/serviceaccount')\n"
         "ctx = ssl.create_default_context(cafile=str(sa / 'ca.crt'))\n"
         "def status(path):\n"
@@ -106,7 +92,8 @@ def test_a_pod_gets_what_its_spec_gives_and_nothing_more(control_plane, kube_nod
         "       'namespace': (sa / 'namespace').read_text(), 'uid': os.getuid(),\n"
         "       'own_pods': status('/api/v1/namespaces/%s/pods' % (sa / 'namespace').read_text()),\n"
         "       'secrets': status('/api/v1/namespaces/%s/secrets' % (sa / 'namespace').read_text()),\n"
-        "       'test_env': os.environ.get('KMILVUS_TEST_ONLY')}\n"
+        "       'test_env': os.environ.get('KMILVUS_TEST_ONLY'),\n"
+        "       'hostname': socket.gethostname(), 'resolves': socket.gethostbyname(socket.gethostname())}\n"
         "try:\n"
         "    open('/written', 'w')\n"
         "    out['root_writable'] = True\n"
@@ -160,6 +147,8 @@ def test_a_pod_gets_what_its_spec_gives_and_nothing_more(control_plane, kube_nod
         "own_pods": 200,  # its Role allows it
         "secrets": 403,  # nothing else
         "test_env": None,  # the test's own environment does not leak into a pod
+        "hostname": "probe",  # its own host name, which resolves (Spark's driver looks itself up)
+        "resolves": "127.0.0.1",
         "root_writable": False,
     }
     cp.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=120s")
@@ -193,11 +182,9 @@ INVALID = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def crds(control_plane):
-    control_plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-    control_plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-    return control_plane
+@pytest.fixture
+def crds(kube_crds):
+    return kube_crds
 
 
 @pytest.mark.parametrize(("what", "spec", "message"), INVALID, ids=[i[0] for i in INVALID])
@@ -282,8 +269,9 @@ def chart_values(root: str, etcd_endpoint: str, nats_url: str, storage_uri: str,
 
 
 async def test_helm_install_to_uninstall(
-    control_plane, kube_node, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path, monkeypatch
-):
+    control_plane, kube_node, kube_crds, spark_operator, etcd_endpoint, nats_url, moto_endpoint, root, tmp_path,
+    monkeypatch,
+):  # fmt: skip
     cp = control_plane
     monkeypatch.setenv("KMILVUS_TEST_ONLY", "the test's own environment")
     port = free_port()
@@ -306,7 +294,21 @@ async def test_helm_install_to_uninstall(
         notes = out.split("NOTES:", 1)[1]
         assert f"kubectl -n {RELEASE_NS} port-forward svc/{RELEASE}-milvus 19530:19530" in notes
         assert 'MilvusClient(uri="http://127.0.0.1:19530")' in notes
-        await _scenario(cp, kube_node, helm, values, storage_uri, etcd_endpoint, root, tmp_path, port)
+        store = ObjectStore.from_uri(storage_uri)
+        cluster = Cluster(
+            kubectl=cp.kubectl,
+            namespace=NS,
+            milvus_uri=f"http://127.0.0.1:{port}",
+            put_object=store.write_sync,
+            diagnostics=lambda: (
+                "\n"
+                + pod_logs(kube_node, RELEASE_NS, f"{RELEASE}-operator")
+                + "\n"
+                + pod_logs(kube_node, NS, "kmilvus-")
+            ),  # the SparkApplications' driver pods
+        )
+        await _scenario(cp, kube_node, spark_operator, helm, values, Story(cluster), storage_uri, etcd_endpoint,
+                        nats_url, root, tmp_path)  # fmt: skip
     finally:
         cp.helm("uninstall", RELEASE, "-n", RELEASE_NS, "--wait", "--timeout", "3m", check=False)
     # Nothing left of the release: no workloads, no pods, no RBAC objects.
@@ -316,7 +318,13 @@ async def test_helm_install_to_uninstall(
     assert not [p for p in kube_node.pods.values() if p.ns == RELEASE_NS]
 
 
-async def _scenario(cp, kube_node, helm, values, storage_uri, etcd_endpoint, root, tmp_path, port) -> None:
+async def _no_consumers(stream: MsgStream, vchannels: list[str]) -> bool:
+    chans = [*vchannels, *{pchannel_of(v) for v in vchannels}]  # own (catching up) and shared consumers
+    return not [n for ch in chans for n in await stream.consumer_names(ch)]
+
+
+async def _scenario(cp, kube_node, spark_operator, helm, values, story, storage_uri, etcd_endpoint, nats_url, root,
+                    tmp_path) -> None:  # fmt: skip
     for crd in ("collections", "flushrequests", "segments"):
         cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}.kmilvus.io", "--timeout=60s")
     pods = json.loads(cp.kubectl("-n", RELEASE_NS, "get", "pods", "-o", "json").stdout)["items"]
@@ -330,99 +338,85 @@ async def _scenario(cp, kube_node, helm, values, storage_uri, etcd_endpoint, roo
     for verb, what, ns, allowed in (
         ("patch", "collections.kmilvus.io --subresource=status", NS, "yes"),
         ("create", "segments.kmilvus.io", NS, "yes"),
+        ("create", "sparkapplications.sparkoperator.k8s.io", NS, "yes"),
         ("get", "secrets", NS, "no"),
         ("get", "secrets", RELEASE_NS, "no"),
         ("create", "segments.kmilvus.io", "kube-system", "no"),
+        ("create", "sparkapplications.sparkoperator.k8s.io", RELEASE_NS, "no"),
         ("delete", "pods", NS, "no"),
     ):
         out = cp.kubectl("auth", "can-i", verb, *what.split(), "-n", ns, sa, check=False).stdout.strip()
         assert out == allowed, (verb, what, ns, out)
 
     # The example Collection, as a user applies it → Ready (kubectl wait: GitOps tools do the same).
-    cp.kubectl("apply", "-f", str(ROOT / "crds/examples/collection.yaml"))
-    waited = cp.kubectl("-n", NS, "wait", "--for=condition=Ready", "collection/docs", "--timeout=180s", check=False)
-    assert waited.returncode == 0, waited.stderr + pod_logs(kube_node, RELEASE_NS, "kmilvus-operator")
-    o = get(cp, "collection", "docs")
-    assert o["status"]["observedGeneration"] == o["metadata"]["generation"]  # kstatus: current
-    assert cond(o, "Reconciling").get("status", "False") == "False"
-    assert cond(o, "Stalled").get("status", "False") == "False"
-    cid, vchannels = o["status"]["collectionID"], o["status"]["vchannels"]
+    story.apply_collection(timeout=180)
+    cid, vchannels = story.collection_id, story.vchannels
+    story.insert(300)
+    story.flush(timeout=120)
+    # A bulk import and a compaction in the operator (below spark.inProcessMaxMB).
+    story.bulk_import(200, "imports/rows.parquet", spark=False, timeout=300)
+    story.insert(100)
+    story.flush(timeout=120)
+    story.compact(spark=False, timeout=300)
 
-    client = MilvusClient(uri=f"http://127.0.0.1:{port}")
-    try:
-        await asyncio.to_thread(client.insert, "docs", rows(0, 300))
-        cp.kubectl("apply", "-f", str(ROOT / "crds/examples/flushrequest.yaml"))
-        waited = cp.kubectl("-n", NS, "wait", "--for=jsonpath={.status.phase}=Completed", "flushrequest/flush-docs",
-                            "--timeout=120s", check=False)  # fmt: skip
-        assert waited.returncode == 0, waited.stderr
-        segs = get(cp, "segments")["items"]
-        assert segs and all(s.get("status", {}).get("state") for s in segs), segs
-        assert all(r["kind"] == "Collection" for s in segs for r in s["metadata"]["ownerReferences"])
-        await eventually(lambda: get(cp, "collection", "docs")["status"].get("rows") == 300, 60, "status.rows 300")
+    # `helm upgrade` (changed values, pods rolled) keeps the data; from now on every job is a
+    # SparkApplication (spark.inProcessMaxMB 0).
+    values["logLevel"] = "debug"
+    values["spark"] = {"inProcessMaxMB": 0}
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    helm("upgrade", RELEASE, str(CHART), "-n", RELEASE_NS, "-f", str(tmp_path / "values.yaml"),
+         "--wait", "--timeout", "5m")  # fmt: skip
 
-        # A bulk import, in the operator (below spark.inProcessMaxMB), of a file in the storage.
-        n = 200
-        vec = np.random.default_rng(9).random((n, DIM), dtype=np.float32)
-        table = pa.table({
-            "id": pa.array(np.arange(1000, 1000 + n, dtype=np.int64)),
-            "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), DIM),
-            "tag": pa.array([f"i{i}" for i in range(n)]),
-            "meta": pa.array(['{"imported": true}'] * n),
-        })  # fmt: skip
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink)
-        store = ObjectStore.from_uri(storage_uri)
-        await asyncio.to_thread(store.write_sync, "imports/rows.parquet", sink.getvalue().to_pybytes())
-        alias = "a" + uuid.uuid4().hex[:8]
-        await asyncio.to_thread(connections.connect, alias, uri=f"http://127.0.0.1:{port}")
+    def count() -> bool:
+        c = MilvusClient(uri=story.cluster.milvus_uri)
         try:
-            task = await asyncio.to_thread(utility.do_bulk_insert, "docs", files=["imports/rows.parquet"], using=alias)
-
-            def imported():
-                imp = (get(cp, "collection", "docs")["status"].get("imports") or {}).get("last", {})
-                return imp.get("state") in ("ImportCompleted", "ImportFailed") and imp
-
-            imp = await eventually(imported, 300, "the import")
-            assert imp["state"] == "ImportCompleted" and imp["jobID"] == task, imp
+            return c.query(story.milvus_name, filter="", output_fields=["count(*)"])[0]["count(*)"] == story.rows
+        except Exception:  # noqa: BLE001 - the new Proxy pod may not answer yet
+            return False
         finally:
-            await asyncio.to_thread(connections.disconnect, alias)
-        await eventually(lambda: get(cp, "collection", "docs")["status"].get("rows") == 300 + n, 60, "rows 500")
+            c.close()
 
-        # A second flush makes more small segments; a compaction merges them.
-        await asyncio.to_thread(client.insert, "docs", rows(300, 100))
-        await asyncio.to_thread(client.flush, "docs")
-        before = len(get(cp, "segments")["items"])
-        comp = await asyncio.to_thread(client.compact, "docs")
+    async def counted() -> bool:
+        return await asyncio.to_thread(count)
 
-        def compacted():
-            c = get(cp, "collection", "docs")["status"].get("compactions") or {}
-            return c.get("last", {}).get("compactionID") == comp and c.get("running") == 0 and c
+    await eventually(counted, 120, f"{story.rows} rows after the upgrade")
 
-        c = await eventually(compacted, 300, "the compaction")
-        assert c["last"]["state"] == "Completed", c
-        await eventually(lambda: len(get(cp, "segments")["items"]) < before, 60, f"fewer than {before} Segments")
-        assert get(cp, "collection", "docs")["status"]["rows"] == 600
-
-        # `helm upgrade` (a changed value, pods rolled) keeps the data.
-        values["logLevel"] = "debug"
-        (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
-        helm("upgrade", RELEASE, str(CHART), "-n", RELEASE_NS, "-f", str(tmp_path / "values.yaml"),
-             "--wait", "--timeout", "5m")  # fmt: skip
-        client.close()
-        client = MilvusClient(uri=f"http://127.0.0.1:{port}")
-
-        async def counted() -> bool:
-            res = await asyncio.to_thread(client.query, "docs", filter="", output_fields=["count(*)"])
-            return res[0]["count(*)"] == 600
-
-        await eventually(counted, 120, "600 rows after the upgrade")
-    finally:
-        client.close()
+    # A bulk import and a compaction as SparkApplications: the stand-in made each one's driver pod
+    # with the chart's driver ServiceAccount and the S3 Secret by reference, and the job ran with
+    # that pod's environment and token only.
+    imp = story.bulk_import(300, "imports/more.parquet", spark=True, timeout=600)
+    story.insert(100)
+    story.flush(timeout=120)
+    comp = story.compact(spark=True, timeout=600)
+    for last in (imp["last"], comp):
+        app = spark_operator.seen[(NS, last["sparkApplication"])]
+        assert [(o["kind"], o["name"]) for o in app["metadata"]["ownerReferences"]] == [("Collection", "docs")]
+        pod = spark_operator.pods[(NS, last["sparkApplication"])]["spec"]
+        assert pod["serviceAccountName"] == "kmilvus-spark"  # the chart's, with its Role
+        env = {e["name"]: e for e in pod["containers"][0]["env"]}
+        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "secret"}
+        log = pod_logs(kube_node, NS, driver_pod_name(last["sparkApplication"]), tail=10**6)
+        assert "KMILVUS_TEST_ONLY" not in log
+    assert spark_operator.errors == []
 
     # Delete the Collection → the Milvus collection, its data and its children are gone.
-    cp.kubectl("-n", NS, "delete", "collection", "docs", "--timeout=120s")
-    await eventually(lambda: not get(cp, "segments")["items"], 60, "the Segments to go (garbage collector)")
-    await assert_collection_gone(etcd_endpoint, root, storage_uri, cid, vchannels)
+    stream = await MsgStream.connect(nats_url, root)
+    try:
+        assert not await _no_consumers(stream, vchannels)  # the DataNode pod consumes them now
+        story.delete(120)
+        await assert_collection_gone(etcd_endpoint, root, storage_uri, cid, vchannels)
+
+        async def consumers_gone() -> bool:
+            return await _no_consumers(stream, vchannels)
+
+        await eventually(consumers_gone, 60, "the stream consumers to go")
+    finally:
+        await stream.close()
+    # The driver pods went with their SparkApplications (ownerReferences, the garbage collector).
+    await eventually(
+        lambda: not [p for p in kube_node.pods.values() if p.ns == NS and p.name.endswith("-driver")], 120,
+        "the driver pods to go",
+    )  # fmt: skip
     # Not one request of the operator was refused.
     assert "Forbidden" not in pod_logs(kube_node, RELEASE_NS, f"{RELEASE}-operator", tail=10**7)
 

@@ -33,14 +33,6 @@ async def eventually(pred, timeout: float = 20.0, what: str = "") -> object:
         await asyncio.sleep(0.05)
 
 
-def kmock_object(kmock, res: str, name: str, ns: str | None) -> dict | None:
-    """An object as KMock holds it, or None when it does not exist (or was deleted)."""
-    key = (kmock.resource(res), ns, name)
-    if key not in kmock.objects or kmock.objects[key].deleted:
-        return None
-    return dict(kmock.objects[key].raw)
-
-
 def load_indexed(client, node, name: str, field: str, rows: int, index_type: str) -> None:
     """Load `name` once its `rows` flushed rows are indexed, and wait until the QueryNode's sealed
     segments hold their index (attached in the background): searches then go through it."""

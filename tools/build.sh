@@ -75,20 +75,17 @@ build() {
     tmp=$(mktemp -d "$BIN/.$name-$version.XXXXXX")
     chmod 755 "$tmp"
     log "building $name $version from its Go module (first time only; a cold Kubernetes build takes a while)..."
-    # One package: name the binary (go would name etcd's "server"); several: after their
-    # directories, one at a time (the packages they share compile once, into Go's build cache).
-    local pkg out
-    for pkg in "$@"; do
-      out="$tmp/$name"
-      [ $# -eq 1 ] || out="$tmp/${pkg##*/}"
-      [ $# -eq 1 ] || log "  go build ${pkg##*/} ($((SECONDS - start)) s so far)"
-      # go build prints nothing while it compiles: say every minute that it is still at it.
-      (while sleep 60; do log "  ... still compiling $name ($((SECONDS - start)) s)"; done) &
-      local ticker=$!
-      (cd "$TOOLS/$dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out" "$pkg") >&2 \
-        || { kill "$ticker"; return 1; }
-      kill "$ticker"
-    done
+    # One `go build` for all the packages: the packages they share compile once, and the linker
+    # of one binary runs while the compiler works for another. One package: name the binary (go
+    # would name etcd's "server"); several: into the directory, after their own directories.
+    local out="$tmp/$name"
+    [ $# -eq 1 ] || out="$tmp/"
+    # go build prints nothing while it compiles: say every minute that it is still at it.
+    (while sleep 60; do log "  ... still compiling $name ($((SECONDS - start)) s)"; done) &
+    local ticker=$!
+    (cd "$TOOLS/$dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out" "$@") >&2 \
+      || { kill "$ticker"; return 1; }
+    kill "$ticker"
     touch "$tmp/.complete"
     rm -rf "$dest"
     mv "$tmp" "$dest"
