@@ -369,6 +369,13 @@ class LoadManager:
             return
         node = self.node(info.channel_nodes[s.insert_channel])
         if removed or s.state == SegmentState.Dropped:
+            # A compaction's source goes only once the segment holding its rows now is loaded
+            # (Milvus' handoff): a load that fails leaves the source served, and fails this event.
+            target = await self._compacted_into(s)
+            if target is not None and _loaded(info, target.partitionID):
+                req = query_node_pb2.LoadSegmentsRequest(collectionID=s.collectionID, schema=info.schema)
+                req.segments.append(await recovery.load_info(self.kv, self.datacoord, target))
+                merr.check(await node.LoadSegments(req))
             merr.check(
                 await node.ReleaseSegments(
                     query_node_pb2.ReleaseSegmentsRequest(collectionID=s.collectionID, segmentIDs=[s.ID])
@@ -387,6 +394,20 @@ class LoadManager:
             req = query_node_pb2.LoadSegmentsRequest(collectionID=s.collectionID, schema=info.schema)
             req.segments.append(await recovery.load_info(self.kv, self.datacoord, s))
             merr.check(await node.LoadSegments(req))
+
+    async def _compacted_into(self, s: internal_pb2.SegmentInfo) -> internal_pb2.SegmentInfo | None:
+        """The Flushed segment that holds a compacted-away segment's rows now (following a chain
+        of compactions), or None when it was dropped for another reason."""
+        every = await recovery.segments_of(
+            self.datacoord, s.collectionID, states=(SegmentState.Flushed, SegmentState.Dropped)
+        )
+        into = {src: t for t in every for src in t.compaction_from}
+        seen = {s.ID}
+        t = into.get(s.ID)
+        while t is not None and t.state == SegmentState.Dropped and t.ID not in seen:
+            seen.add(t.ID)
+            t = into.get(t.ID)
+        return t if t is not None and t.state == SegmentState.Flushed else None
 
 
 # Loaded partitions (Milvus' LoadType): `partitionIDs` lists them (LoadPartitions), or is empty

@@ -293,6 +293,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         coll = self.collections.get(req.collectionID)
         if coll is None:
             return merr.success()  # released meanwhile
+        await afailpoint("querynode.load_segments")  # a load that fails (storage away, node gone)
         for info in req.segments:
             have = coll.sealed.get(info.segmentID)
             if have is not None:
