@@ -365,7 +365,8 @@ def _stages(client: MilvusClient, uri: str, name: str, stages=("flushed", "relea
         yield when
 
 
-def _import(uri: str, name: str, path, ids) -> None:
+def _write_parquet(path, ids) -> None:
+    """Rows of `_schema()` for `ids` as one Parquet file, the way a bulk import reads them."""
     vecs = np.random.default_rng(3).random((len(ids), DIM), dtype=np.float32)
     pq.write_table(
         pa.table(
@@ -377,6 +378,10 @@ def _import(uri: str, name: str, path, ids) -> None:
         ),
         path,
     )
+
+
+def _import(uri: str, name: str, path, ids) -> None:
+    _write_parquet(path, ids)
     alias = "i" + uuid.uuid4().hex[:6]
     connections.connect(alias, uri=uri)
     try:

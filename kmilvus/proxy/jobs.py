@@ -53,7 +53,9 @@ def progress_percent(job: data_coord_pb2.ImportJob) -> int:
         progress = json.loads(job.progress) if job.progress else {}
     except ValueError:
         progress = {}
-    return {"inspected": 10, "counted": 30, "validated": 50, "written": 90}.get(progress.get("phase", ""), 0)
+    # "completed": stored, not yet served by the QueryNodes (kmilvus/proxy/import_visibility.py).
+    phases = {"inspected": 10, "counted": 30, "validated": 50, "written": 90, "completed": 99}
+    return phases.get(progress.get("phase", ""), 0)
 
 
 def job_phase(job: data_coord_pb2.ImportJob) -> str:
@@ -199,7 +201,19 @@ class ProxyJobsMixin:
     async def _import_job(self, job_id: int) -> data_coord_pb2.ImportJob:
         resp = await self.datacoord.GetImportJob(data_coord_pb2.GetImportJobRequest(jobID=job_id))
         merr.check(resp.status)
-        return resp.job
+        return (await self._as_reported([resp.job]))[0]
+
+    async def _as_reported(self, jobs) -> list[data_coord_pb2.ImportJob]:
+        """DataCoord's jobs as users see them: Completed once a Strong read shows their rows."""
+        out = []
+        for job, state in zip(jobs, await self.import_visibility.states(jobs), strict=True):
+            if state != job.state:
+                shown = data_coord_pb2.ImportJob()
+                shown.CopyFrom(job)
+                shown.state = state
+                job = shown
+            out.append(job)
+        return out
 
     @merr.rpc(internal_pb2.GetImportProgressResponse)
     async def GetImportProgress(self, req: internal_pb2.GetImportProgressRequest, context=None):
@@ -239,9 +253,7 @@ class ProxyJobsMixin:
         )
         merr.check(resp.status)
         out = internal_pb2.ListImportsResponse()
-        for j in resp.jobs:
-            if j.collectionID not in colls:
-                continue
+        for j in await self._as_reported([j for j in resp.jobs if j.collectionID in colls]):
             out.jobIDs.append(str(j.jobID))
             out.states.append(JOB_STATES.get(j.state, JS.Pending))
             out.reasons.append(j.reason)
@@ -262,7 +274,7 @@ class ProxyJobsMixin:
             data_coord_pb2.ListImportJobsRequest(collectionID=coll, limit=req.limit)
         )
         merr.check(resp.status)
-        return milvus_pb2.ListImportTasksResponse(tasks=[import_state(j) for j in resp.jobs])
+        return milvus_pb2.ListImportTasksResponse(tasks=[import_state(j) for j in await self._as_reported(resp.jobs)])
 
     # ---------------------------------------------------------------------------- compaction
     async def _compaction_collection(self, db: str, name: str, coll_id: int) -> int:

@@ -23,6 +23,7 @@ from kmilvus.proxy.credentials import ProxyCredentialsMixin
 from kmilvus.proxy.databases import DB_METADATA_KEY, ProxyDatabasesMixin
 from kmilvus.proxy.delete import ProxyDeleteMixin
 from kmilvus.proxy.hybrid_search import ProxyHybridSearchMixin
+from kmilvus.proxy.import_visibility import ImportVisibility
 from kmilvus.proxy.index import ProxyIndexMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
@@ -92,6 +93,7 @@ class Proxy(
         self.dm_queue = DmTaskQueue()
         self._tasks = BackgroundTasks()
         self.search_iterators = SearchIterators()
+        self.import_visibility = ImportVisibility(registry)
 
     async def start(self) -> None:
         # Report a first tick before serving: RootCoord must count this producer before any of

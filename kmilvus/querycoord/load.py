@@ -27,7 +27,7 @@ from kmilvus.meta import EtcdKV
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, query_node_pb2
 from kmilvus.querycoord import recovery
-from kmilvus.util import fieldtypes, merr
+from kmilvus.util import fieldtypes, merr, segmentutil
 from kmilvus.util.tasks import BackgroundTasks, stopping
 
 log = get_logger(__name__)
@@ -396,18 +396,10 @@ class LoadManager:
             merr.check(await node.LoadSegments(req))
 
     async def _compacted_into(self, s: internal_pb2.SegmentInfo) -> internal_pb2.SegmentInfo | None:
-        """The Flushed segment that holds a compacted-away segment's rows now (following a chain
-        of compactions), or None when it was dropped for another reason."""
         every = await recovery.segments_of(
             self.datacoord, s.collectionID, states=(SegmentState.Flushed, SegmentState.Dropped)
         )
-        into = {src: t for t in every for src in t.compaction_from}
-        seen = {s.ID}
-        t = into.get(s.ID)
-        while t is not None and t.state == SegmentState.Dropped and t.ID not in seen:
-            seen.add(t.ID)
-            t = into.get(t.ID)
-        return t if t is not None and t.state == SegmentState.Flushed else None
+        return segmentutil.compacted_into(s.ID, every)
 
 
 # Loaded partitions (Milvus' LoadType): `partitionIDs` lists them (LoadPartitions), or is empty

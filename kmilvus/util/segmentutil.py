@@ -1,0 +1,25 @@
+"""Where a segment's rows live now (Milvus' `internal/util/segmentutil`): a compaction drops its
+sources and names them in its target's `compaction_from`; a target compacted again is dropped in
+turn. Readers that must find the rows of a segment they learned of earlier — QueryCoord handing a
+compacted-away segment off to its target, the Proxy deciding whether an import is visible — follow
+that chain to the Flushed segment at its end (docs/architecture/jobs.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kmilvus.proto import internal_pb2
+from kmilvus.util.constants import SegmentState
+
+
+def compacted_into(segment_id: int, segments: Iterable[internal_pb2.SegmentInfo]) -> internal_pb2.SegmentInfo | None:
+    """The Flushed segment that holds `segment_id`'s rows after one or more compactions, or None
+    when it was not compacted (or dropped for another reason: a partition drop, an import that
+    failed). `segments`: the collection's Flushed and Dropped segments."""
+    into = {src: t for t in segments for src in t.compaction_from}
+    seen = {segment_id}
+    t = into.get(segment_id)
+    while t is not None and t.state == SegmentState.Dropped and t.ID not in seen:
+        seen.add(t.ID)
+        t = into.get(t.ID)
+    return t if t is not None and t.state == SegmentState.Flushed else None
