@@ -628,9 +628,8 @@ def main(argv=None) -> int:
                 f"{args.read_features:,} × 256 bits, HAMMING, where a hit is any returned row within the exact 10th "
                 "distance (ties count). An IVF index is built per segment; segments loaded: "
                 + "; ".join(
-                    f"{SYSTEMS[s]} {(first[s].get('read_features') or {}).get('segments', '?')} (float), "
-                    f"{(first[s].get('read_features') or {}).get('segments_bin', '?')} (binary)"
-                    for s in runs
+                    f"{SYSTEMS[s]} {fs.get('segments') or '?'} (float), {fs.get('segments_bin') or '?'} (binary)"
+                    for s, fs in ((s, first[s].get("read_features") or {}) for s in runs)
                 ),
             ]
             if args.read_features
