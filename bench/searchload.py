@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import pickle
@@ -321,6 +322,15 @@ def measure(
     return res
 
 
+def sparse_dicts(matrix) -> list[dict[int, float]]:
+    """A scipy sparse matrix's rows as the {dimension: value} dicts pymilvus sends for a
+    SPARSE_FLOAT_VECTOR field (what one call of a sparse search takes as its query)."""
+    csr = matrix.tocsr()
+    csr.sort_indices()
+    dims, vals, ptr = csr.indices.tolist(), csr.data.tolist(), csr.indptr.tolist()
+    return [dict(zip(dims[a:b], vals[a:b], strict=True)) for a, b in itertools.pairwise(ptr)]
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd")
@@ -333,7 +343,7 @@ def main(argv=None) -> None:
     ap.add_argument("--uri", default="http://127.0.0.1:19530")
     ap.add_argument("--collection")
     ap.add_argument("--field", default="vec")
-    ap.add_argument("--queries", help=".npy of query vectors (rows)")
+    ap.add_argument("--queries", help=".npy of query vectors (rows), or .npz of a scipy sparse matrix (sparse field)")
     ap.add_argument("--params", default='{"metric_type": "L2", "params": {"ef": 256}}')
     ap.add_argument("--api", choices=["client", "orm"], default="client")
     ap.add_argument("--procs", type=int, default=8)
@@ -356,7 +366,12 @@ def main(argv=None) -> None:
         "params": json.loads(args.params),
         "consistency_level": "Eventually",
     }
-    queries = np.load(args.queries).astype("float32").tolist()
+    if args.queries.endswith(".npz"):  # a scipy sparse matrix (save_npz): one sparse query a row
+        import scipy.sparse
+
+        queries = sparse_dicts(scipy.sparse.load_npz(args.queries))
+    else:
+        queries = np.load(args.queries).astype("float32").tolist()
     r = measure(
         host,
         int(port),

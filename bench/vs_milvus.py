@@ -368,6 +368,7 @@ def draw_chart(data_path: Path, png: Path) -> None:
             1.0,
             True,
         ),
+        ("recall@10 by index type (higher is better)", [k for k in chart if k.startswith("feat_index_")], 1.0, False),
         (
             "peak RSS, all processes (MiB, lower is better)",
             [k for k, v in chart.items() if v["unit"] == "MiB"],
@@ -614,9 +615,22 @@ def main(argv=None) -> int:
                 f"search features (bench/readfeatures.py): {args.read_features:,} random rows, vec + vec2 HNSW "
                 "(M=16, efC=128, ef=256), doc = id // 10, tag = t(id % 100); filtered `tag == tK` (1 %) before and "
                 "after an INVERTED index on tag; group_by_field=doc; hybrid_search of vec and vec2 with RRFRanker(60); "
+                f"sparse: {args.read_features:,} rows of a collection of its own, 100-200 terms drawn per row from a "
+                "30k vocabulary with Zipf-like frequencies (repeats merged), log-normal weights, queries 20-40 terms, "
+                "SPARSE_INVERTED_INDEX, IP, drop_ratio_search 0 (Milvus' default); "
                 f"p50 of 1 client and QPS of 8 client processes over {min(3.0, args.read_qps_seconds):g} s each; "
                 "recall@10 against numpy (groups: the exact nearest 10 docs; hybrid: RRF of the exact per-field "
-                "top-10). Each cell comes from the system of its column; n/a cells carry the system's own answer"
+                "top-10; sparse: exact inner products). Each cell comes from the system of its column; n/a cells carry "
+                "the system's own answer",
+                "recall@10 by index type (bench/readfeatures.py): the features' `vec` (L2) released, its index dropped "
+                "and rebuilt with each type in turn (the build and search params of each row, the same for every "
+                "system), loaded, then one search of all the queries; binary: a collection of its own, random "
+                f"{args.read_features:,} × 256 bits, HAMMING, where a hit is any returned row within the exact 10th "
+                "distance (ties count). An IVF index is built per segment; segments loaded: "
+                + "; ".join(
+                    f"{SYSTEMS[s]} {fs.get('segments') or '?'} (float), {fs.get('segments_bin') or '?'} (binary)"
+                    for s, fs in ((s, first[s].get("read_features") or {}) for s in runs)
+                ),
             ]
             if args.read_features
             else []
