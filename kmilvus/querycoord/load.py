@@ -43,6 +43,10 @@ class LoadManager:
         self.loads: dict[int, query_coord_pb2.LoadInfo] = {}
         self.served: dict[int, set[str]] = {}  # channels a node acknowledged, per collection
         self.indexed: dict[int, set[int]] = {}  # index builds sent to the nodes, per collection
+        # Partitions added to a loaded collection whose flushed segments are still being loaded:
+        # a counter per collection, bumped by each addition, cleared by the load job once it
+        # loaded them all with no addition meanwhile (the collection reports Loading until then).
+        self.adding: dict[int, int] = {}
         self._jobs: dict[int, asyncio.Task] = {}
         self._tasks = BackgroundTasks()
         self._feed: asyncio.Task | None = None
@@ -122,6 +126,7 @@ class LoadManager:
             cur = self.loads.get(req.collectionID)
             if cur is not None:
                 if _add_partitions(cur, req.partitionIDs):
+                    self.adding[req.collectionID] = self.adding.get(req.collectionID, 0) + 1
                     await self._save(cur)
                     # The partitions' flushed segments (their growing rows are on the nodes).
                     self._start_job(req.collectionID)
@@ -159,8 +164,14 @@ class LoadManager:
         while (info := self.loads.get(coll_id)) is not None:
             pending = [ch for ch in info.vchannels if ch not in self.served.get(coll_id, set())]
             if not pending:
-                await self._catch_up(coll_id)
-                return
+                added = self.adding.get(coll_id, 0)
+                if not await self._catch_up(coll_id):
+                    await asyncio.sleep(1.0)
+                    continue
+                if self.adding.get(coll_id, 0) == added:
+                    self.adding.pop(coll_id, None)
+                    return
+                continue
             for ch in pending:
                 node_id = info.channel_nodes[ch]
                 try:
@@ -200,6 +211,7 @@ class LoadManager:
             self.loads.pop(coll_id, None)
             self.served.pop(coll_id, None)
             self.indexed.pop(coll_id, None)
+            self.adding.pop(coll_id, None)
             await self.kv.delete(keys.loaded_collection_key(coll_id))
             if not self.loads:
                 await self._unfollow()
@@ -238,6 +250,8 @@ class LoadManager:
         done = len(self.served.get(coll_id, set()))
         progress = 100 * done // total
         state = LS.LoadStateLoaded if done >= len(info.vchannels) else LS.LoadStateLoading
+        if coll_id in self.adding:  # added partitions' flushed segments are still loading
+            state, progress = LS.LoadStateLoading, min(progress, 99)
         return query_coord_pb2.GetLoadStateResponse(state=state, progress=progress, replicaID=info.replicaID)
 
     def leaders(self, coll_id: int) -> query_coord_pb2.GetShardLeadersResponse:
@@ -347,15 +361,18 @@ class LoadManager:
                         if s.state == SegmentState.Flushed:
                             await self._on_segment_info(s, removed=False)
 
-    async def _catch_up(self, coll_id: int) -> None:
+    async def _catch_up(self, coll_id: int) -> bool:
         """Segments flushed while no feed was followed (a new leader, or between a channel's
-        recovery listing and the subscription): load them now; nodes skip what they hold."""
+        recovery listing and the subscription), and those of partitions added to the load: load
+        them now; nodes skip what they hold. False when a load failed (the caller retries)."""
         try:
             for s in await recovery.segments_of(self.datacoord, coll_id):
                 if s.state == SegmentState.Flushed:
                     await self._on_segment_info(s, removed=False)
-        except Exception:  # the next feed event or check pass covers it
+        except Exception:
             log.warning("catch-up of flushed segments failed", collection=coll_id, exc_info=True)
+            return False
+        return True
 
     async def _on_segment(self, ev) -> None:
         try:
