@@ -12,11 +12,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import compat
 
+from kmilvus.util.embedded import free_port
+
 TINY = Path(__file__).resolve().parent / "compat_example" / "tiny_example.py"
 
 
 def test_tiny_example_fails_at_an_rpc_not_built():
-    outcome = compat.run_one(TINY, timeout=120)
+    # A port of its own: another standalone on this machine may hold Milvus' 19530 (the example's
+    # address is edited to it, as `./dev compat` does when 19530 is taken).
+    outcome = compat.run_one(TINY, timeout=120, port=free_port())
     assert not outcome.passed
     assert outcome.category == "not built", outcome
     assert outcome.call.startswith("tiny_example.py:14 get_replicate_configuration"), outcome
