@@ -19,6 +19,7 @@ import time
 from pymilvus.grpc_gen import milvus_pb2_grpc
 
 from kmilvus import components as roles
+from kmilvus import types
 from kmilvus.config import Config
 from kmilvus.datacoord import DataCoord
 from kmilvus.datanode import DataNode
@@ -241,3 +242,12 @@ async def _best_effort(aw, what: str) -> None:
         await aw
     except Exception:  # logged; stopping continues
         log.warning("shutdown step failed", step=what, exc_info=True)
+
+
+# Each component class serves its role's Protocol (kmilvus.types): mypy checks these assignments.
+_ROOTCOORD: type[types.RootCoordClient] = RootCoord
+_DATACOORD: type[types.DataCoordClient] = DataCoord
+_QUERYCOORD: type[types.QueryCoordClient] = QueryCoord
+_DATANODE: type[types.DataNodeClient] = DataNode
+_QUERYNODE: type[types.QueryNodeClient] = QueryNode
+_PROXY: type[types.ProxyClient] = Proxy
