@@ -14,6 +14,8 @@ timestamp only, so the new rows survive their own delete.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
@@ -27,6 +29,11 @@ from kmilvus.storage import deltalog
 from kmilvus.util import merr, typeutil
 from kmilvus.util.constants import ALL_PARTITIONS
 from kmilvus.util.hashing import shard_of
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
 DT = schema_pb2.DataType
 
@@ -148,7 +155,7 @@ class UpsertTask(InsertTask):
         )
 
 
-class ProxyDeleteMixin:
+class ProxyDeleteMixin(ProxyHost):
     """Delete and Upsert RPCs (MilvusService), mixed into the Proxy."""
 
     @merr.rpc(milvus_pb2.MutationResult)

@@ -15,6 +15,7 @@ resolves names; DataCoord keeps the meta and builds (kmilvus.datacoord.index_ser
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
@@ -23,6 +24,11 @@ from kmilvus.index import params as P
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2
 from kmilvus.util import merr, typeutil
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
 log = get_logger(__name__)
 
@@ -61,7 +67,7 @@ def _kvs(d: dict[str, str]) -> list[common_pb2.KeyValuePair]:
     return [common_pb2.KeyValuePair(key=k, value=v) for k, v in d.items()]
 
 
-class ProxyIndexMixin:
+class ProxyIndexMixin(ProxyHost):
     """MilvusService RPCs for indexes (a base class of Proxy)."""
 
     @merr.rpc()

@@ -13,6 +13,8 @@ QueryCoord does the work; the Proxy resolves names to IDs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
@@ -21,8 +23,13 @@ from kmilvus.proxy import partition_key, read_path
 from kmilvus.proxy.system import DEFAULT_RESOURCE_GROUP
 from kmilvus.util import merr
 
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
-class ProxyLoadMixin:
+
+class ProxyLoadMixin(ProxyHost):
     @property
     def querycoord(self):
         return self.registry.client(roles.QUERYCOORD)
