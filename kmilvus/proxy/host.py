@@ -10,13 +10,15 @@ mixins derive from `object`, as before.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from kmilvus.allocator import TimestampAllocator
+from kmilvus.allocator import IDAllocator, TimestampAllocator
 from kmilvus.components import Registry
+from kmilvus.config import Config
+from kmilvus.msgstream import Producer
 from kmilvus.proto import query_node_pb2
 from kmilvus.proxy.meta_cache import CollectionMeta, MetaCache
 from kmilvus.proxy.privilege import ProxySecurity
@@ -24,18 +26,25 @@ from kmilvus.proxy.search import FieldSearch, ReadScope
 from kmilvus.proxy.search_iterator import SearchIterators
 from kmilvus.proxy.task import DmTaskQueue
 from kmilvus.types import DataCoordClient, QueryCoordClient, RootCoordClient
+from kmilvus.util.timetick import TickSource
 
 
 class ProxyHost(Protocol):
     # State (Proxy.__init__).
     role: str
     server_id: int
+    cfg: Config
     registry: Registry
     rootcoord: RootCoordClient
     datacoord: DataCoordClient
     meta_cache: MetaCache
     security: ProxySecurity
     tso: TimestampAllocator
+    ids: IDAllocator
+    ticks: TickSource  # timestamps that DML publishes with
+    producer: Producer
+    session_valid: Callable[[], Awaitable[bool]]  # whether this Proxy's session still holds
+    reported_tick: int  # the last tick RootCoord accepted from this Proxy
     dm_queue: DmTaskQueue
     search_iterators: SearchIterators
 
@@ -43,9 +52,13 @@ class ProxyHost(Protocol):
     def querycoord(self) -> QueryCoordClient: ...  # ProxyLoadMixin
 
     # The Proxy (proxy.py).
+    async def report_tick_now(self, flush_channels: Sequence[str] = ()) -> None: ...
     async def _dd_call(self, call: Callable[[], Awaitable[Any]], pre: Callable[[], object] | None = None) -> Any: ...
 
     # Other mixins.
+    async def primary_keys_matching(  # ProxyQueryMixin
+        self, meta: CollectionMeta, expr: str, partition_names: Sequence[str] = ()
+    ) -> pa.Array: ...
     async def check_partition_released(self, req: Any) -> None: ...  # ProxyLoadMixin
     async def prepare_field_search(  # ProxySearchMixin
         self,

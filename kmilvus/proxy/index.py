@@ -23,6 +23,7 @@ from kmilvus import components as roles
 from kmilvus.index import params as P
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2
+from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.util import merr, typeutil
 
 if TYPE_CHECKING:
@@ -90,7 +91,9 @@ class ProxyIndexMixin(ProxyHost):
         log.info("index created", collection=meta.name, field=field.name, index=index_name, type=checked[P.INDEX_TYPE])
         return merr.success()
 
-    async def _describe(self, db: str, collection: str, index_name: str) -> tuple[object, list]:
+    async def _describe(
+        self, db: str, collection: str, index_name: str
+    ) -> tuple[CollectionMeta, list[data_coord_pb2.IndexInfo]]:
         meta = await self.meta_cache.get(db, collection)
         # Resolved at call time (read-only): in-process in a standalone, no gRPC round trip.
         datacoord = self.registry.client(roles.DATACOORD)

@@ -21,6 +21,7 @@ from kmilvus import components as roles
 from kmilvus.proto import internal_pb2, query_coord_pb2, query_node_pb2
 from kmilvus.proxy import partition_key, read_path
 from kmilvus.proxy.system import DEFAULT_RESOURCE_GROUP
+from kmilvus.types import QueryCoordClient
 from kmilvus.util import merr
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ else:
 
 class ProxyLoadMixin(ProxyHost):
     @property
-    def querycoord(self):
+    def querycoord(self) -> QueryCoordClient:
         return self.registry.client(roles.QUERYCOORD)
 
     async def _load(self, req, partition_names) -> common_pb2.Status:

@@ -170,6 +170,7 @@ class ProxySearchMixin(ProxyHost):
         read_path.check_expr(meta, expr, templates)
         metric = await self.search_metric(meta, info.field, info.metric)
         index_params.check_range_params(metric, info.params)
+        queries: kvectors.Vectors
         if metric == bm25.METRIC:  # text in, term frequencies out (kmilvus/proxy/full_text.py)
             queries = full_text.query_rows(meta.schema, info.field, placeholder_group, params.get("analyzer_name"))
             index = (await self.vector_indexes(meta)).get(info.field.fieldID, {})
