@@ -183,17 +183,18 @@ class Node:
     async def _register_again(self, role: str, session: Session, comp: types.Component) -> Session:
         """A new session (a DataNode or QueryNode: under a new ID), retried until etcd answers:
         a session lost during an etcd restart must not leave the component away for good."""
-        assert self.kv is not None and self.registry is not None  # the component was started
+        # start() connected both before any session could be lost.
+        kv, registry = cast(EtcdKV, self.kv), cast(roles.Registry, self.registry)
         backoff = Backoff(0.1, 2.0)
         while True:
             try:
                 new_id = session.server_id
                 if role in (roles.DATANODE, roles.QUERYNODE):
-                    new_id = await next_server_id(self.kv)
-                    self.registry.remove_local(role, comp.server_id)
+                    new_id = await next_server_id(kv)
+                    registry.remove_local(role, comp.server_id)
                     comp.server_id = new_id
-                    self.registry.add_local(role, new_id, comp)
-                fresh = Session(self.kv, role, session.address, ttl=self.cfg.session_ttl, server_id=new_id)
+                    registry.add_local(role, new_id, comp)
+                fresh = Session(kv, role, session.address, ttl=self.cfg.session_ttl, server_id=new_id)
                 await fresh.register()
                 return fresh
             except Exception as exc:  # noqa: BLE001 - etcd away: try again
