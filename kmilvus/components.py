@@ -8,7 +8,6 @@ otherwise a `RemoteClient` stub. Both answer the same `await x.Method(request)` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Final, Literal, overload
 
 import grpc
@@ -34,7 +33,7 @@ from kmilvus.types import (
     QueryNodeClient,
     RootCoordClient,
 )
-from kmilvus.util.grpcutil import ChannelTLS, RemoteClient
+from kmilvus.util.grpcutil import AddServicer, ChannelTLS, RemoteClient
 
 # Literal types: `Registry.client(ROOTCOORD)` is a RootCoordClient.
 ROOTCOORD: Final = "rootcoord"
@@ -43,10 +42,6 @@ QUERYCOORD: Final = "querycoord"
 DATANODE: Final = "datanode"
 PROXY: Final = "proxy"
 QUERYNODE: Final = "querynode"
-
-
-# A generated `add_<Service>Servicer_to_server(servicer, server)` (grpc_tools writes no types).
-AddServicer = Callable[[Any, grpc.aio.Server], None]
 
 
 def _with_service(

@@ -236,7 +236,7 @@ class CoordinatorClient:
             )
         )
         merr.check(rsp.status)
-        return rsp.flushed
+        return bool(rsp.flushed)
 
     async def segment_infos(self, segment_ids: Sequence[int]) -> list[internal_pb2.SegmentInfo]:
         """The segments that still exist among `segment_ids`."""
