@@ -20,6 +20,7 @@ from kmilvus.components import Registry
 from kmilvus.config import Config
 from kmilvus.msgstream import Producer
 from kmilvus.proto import query_node_pb2
+from kmilvus.proxy.import_visibility import ImportVisibility
 from kmilvus.proxy.meta_cache import CollectionMeta, MetaCache
 from kmilvus.proxy.privilege import ProxySecurity
 from kmilvus.proxy.search import FieldSearch, ReadScope
@@ -47,6 +48,7 @@ class ProxyHost(Protocol):
     reported_tick: int  # the last tick RootCoord accepted from this Proxy
     dm_queue: DmTaskQueue
     search_iterators: SearchIterators
+    import_visibility: ImportVisibility  # whether a completed import is served yet
 
     @property
     def querycoord(self) -> QueryCoordClient: ...  # ProxyLoadMixin
