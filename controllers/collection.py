@@ -79,10 +79,10 @@ def _deleting(body) -> bool:
     return bool(body["metadata"].get("deletionTimestamp"))
 
 
-def _prop(desc, key: str) -> str | None:
+def _prop(desc: milvus_pb2.DescribeCollectionResponse, key: str) -> str | None:
     for kv in desc.properties:
         if kv.key == key:
-            return kv.value
+            return str(kv.value)
     return None
 
 
@@ -91,9 +91,11 @@ async def describe(co: CoordinatorClient, t: Target | None = None, *, collection
     try:
         if collection_id:
             return await co.describe_collection(collection_id=collection_id)
+        assert t is not None, "describe by name needs the target"
         return await co.describe_collection(t.database, t.name)
     except merr.MilvusError as exc:
-        raise kopf.TemporaryError(f"DescribeCollection {collection_id or t.name}: {exc.message}", delay=1) from None
+        what = collection_id or (t.name if t is not None else "")
+        raise kopf.TemporaryError(f"DescribeCollection {what}: {exc.message}", delay=1) from None
 
 
 async def converge(rt: Runtime, body) -> Outcome:

@@ -37,11 +37,11 @@ def set_condition(
     st = status if isinstance(status, str) else ("True" if status else "False")
     out = copy.deepcopy(list(conditions or []))
     cur = get(out, ctype)
-    new = {"type": ctype, "status": st, "reason": reason, "message": message[:32768]}
+    new: dict[str, object] = {"type": ctype, "status": st, "reason": reason, "message": message[:32768]}
     if generation is not None:
         new["observedGeneration"] = generation
     transitioned = cur is None or cur.get("status") != st
-    new["lastTransitionTime"] = now_iso() if transitioned else cur.get("lastTransitionTime") or now_iso()
+    new["lastTransitionTime"] = now_iso() if cur is None or transitioned else cur.get("lastTransitionTime") or now_iso()
     if cur is None:
         out.append(new)
     else:

@@ -157,28 +157,32 @@ class KubeClient:
 
     # Verbs -----------------------------------------------------------------------------------
     async def get(self, res: Resource, namespace: str | None, name: str) -> dict:
-        return await self.request("GET", res.path(namespace, name))
+        result: dict[str, Any] = await self.request("GET", res.path(namespace, name))
+        return result
 
     async def list(
         self, res: Resource, namespace: str | None = None, *, labels: dict[str, str] | None = None
     ) -> list[dict]:
         params = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
         rsp = await self.request("GET", res.path(namespace), params=params)
-        return (rsp or {}).get("items", [])
+        result: list[dict[str, Any]] = (rsp or {}).get("items", [])
+        return result
 
     async def create(self, res: Resource, namespace: str | None, body: dict) -> dict:
         body = {"apiVersion": res.api_version, "kind": res.kind, **body}
-        return await self.request("POST", res.path(namespace), body=body)
+        result: dict[str, Any] = await self.request("POST", res.path(namespace), body=body)
+        return result
 
     async def patch(
         self, res: Resource, namespace: str | None, name: str, patch: dict, *, status: bool = False
     ) -> dict:
-        return await self.request(
+        patched: dict[str, Any] = await self.request(
             "PATCH",
             res.path(namespace, name, "status" if status else None),
             body=patch,
             content_type="application/merge-patch+json",
         )
+        return patched
 
     async def delete(self, res: Resource, namespace: str | None, name: str, *, missing_ok: bool = True) -> None:
         try:

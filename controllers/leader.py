@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import kopf
 
@@ -56,10 +57,10 @@ def register(registry: kopf.OperatorRegistry, *, peering: str | None, clusterwid
         return await memo.runtime.login()
 
     @kopf.on.startup(registry=registry)
-    async def startup(memo, settings, collection_names, **_):
+    async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         rt = memo.runtime
         rt.settings = settings
-        rt.collection_index = collection_names
+        rt.collection_index = kwargs["collection_names"]  # the index of collection.py
         if peering is None:
             await rt.acquire("standalone")
         else:

@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import click
 
@@ -49,7 +50,7 @@ class OperatorArgs:
 
 def make_config(args: OperatorArgs) -> Config:
     """Flags first, then KMILVUS_* environment variables (Config.from_env), then defaults."""
-    overrides = {
+    overrides: dict[str, Any] = {
         "cluster": args.cluster,
         "nats_url": args.nats_url,
         "storage_uri": args.storage_uri,

@@ -66,6 +66,8 @@ class Stats:
 
 
 class Runtime:
+    _leader: tuple[LeaderLock, EtcdKV] | None = None  # the coordinators' lock while this replica holds it
+
     def __init__(self, cfg: Config, opts: Options | None = None, settings: kopf.OperatorSettings | None = None):
         self.cfg = cfg
         self.opts = opts or Options()
@@ -172,7 +174,7 @@ class Runtime:
         self._leader = (lock, kv)
 
     async def _release_leadership(self) -> None:
-        held, self._leader = getattr(self, "_leader", None), None
+        held, self._leader = self._leader, None
         if held is not None:
             lock, kv = held
             await lock.release()
@@ -191,7 +193,7 @@ class Runtime:
             except TimeoutError:
                 raise kopf.TemporaryError("the coordinators are not running in this replica", delay=2) from None
         node = self.node
-        if node is None:
+        if node is None or node.registry is None:
             raise kopf.TemporaryError("the coordinators stopped", delay=2)
         return CoordinatorClient.from_registry(node.registry)
 
@@ -217,8 +219,8 @@ class Runtime:
                 raise
             except Exception as exc:  # noqa: BLE001 - resubscribed below; monitors re-read
                 log.warning("segment change feed broke: %s", exc)
-            for ev in self._seg_events.values():
-                ev.set()
+            for wake in self._seg_events.values():
+                wake.set()
             await asyncio.sleep(self.opts.feed_retry_interval)
 
     async def wait_segments(self, collection_id: int, timeout: float, stopped=None) -> bool:

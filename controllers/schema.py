@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import TypeGuard, TypeVar
 
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
@@ -103,7 +104,10 @@ def target(spec: dict, meta_name: str) -> Target:
     return Target(spec.get("database") or DEFAULT_DB, spec.get("name") or default_name(meta_name))
 
 
-def is_type(value, typ: type) -> bool:
+_T = TypeVar("_T")
+
+
+def is_type(value: object, typ: type[_T]) -> TypeGuard[_T]:
     """`value` is JSON of type `typ` (a bool is not an integer)."""
     return isinstance(value, typ) and (typ is bool or not isinstance(value, bool))
 

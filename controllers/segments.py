@@ -23,7 +23,8 @@ from pymilvus.grpc_gen import common_pb2
 from controllers import conditions, metrics
 from controllers import resources as R
 from controllers.kube import Conflict, NotFound
-from controllers.schema import label_value
+from controllers.schema import is_type, label_value
+from kmilvus.proto import data_coord_pb2
 from kmilvus.spark import inprocess
 from kmilvus.util.merr import MilvusError
 
@@ -92,8 +93,7 @@ class SegmentMirror:
                 spec, status = item.get("spec"), item.get("status")
                 sid = spec.get("segmentID") if isinstance(spec, dict) else None
                 # Only what this mirror would have written counts (anyone can label a Segment).
-                ours = isinstance(sid, int) and not isinstance(sid, bool) and sid >= 0
-                if ours and item["metadata"]["name"] == segment_name(self.name, sid):
+                if is_type(sid, int) and sid >= 0 and item["metadata"]["name"] == segment_name(self.name, sid):
                     self.written[sid] = (status if isinstance(status, dict) else {}, 0.0)
         self.loaded_for = cid
 
@@ -245,7 +245,7 @@ async def job_status(rt, cid: int) -> dict:
     return out
 
 
-def spark_application(job) -> str:
+def spark_application(job: data_coord_pb2.ImportJob | data_coord_pb2.CompactionJob) -> str:
     """The SparkApplication a job ran as, or '' when it ran in DataCoord's process (below
     spark.inProcessMaxMB: its name was never a Kubernetes object) or was not submitted yet."""
     try:

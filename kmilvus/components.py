@@ -8,6 +8,9 @@ otherwise a `RemoteClient` stub. Both answer the same `await x.Method(request)` 
 
 from __future__ import annotations
 
+from typing import Any, Final, Literal, overload
+
+import grpc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus.meta import EtcdKV
@@ -21,29 +24,46 @@ from kmilvus.proto import (
     security_pb2_grpc,
 )
 from kmilvus.sessionutil import list_sessions
-from kmilvus.util.grpcutil import ChannelTLS, RemoteClient
+from kmilvus.types import (
+    ComponentClient,
+    DataCoordClient,
+    DataNodeClient,
+    ProxyClient,
+    QueryCoordClient,
+    QueryNodeClient,
+    RootCoordClient,
+)
+from kmilvus.util.grpcutil import AddServicer, ChannelTLS, RemoteClient
 
-ROOTCOORD, DATACOORD, QUERYCOORD, DATANODE, PROXY = "rootcoord", "datacoord", "querycoord", "datanode", "proxy"
-QUERYNODE = "querynode"
+# Literal types: `Registry.client(ROOTCOORD)` is a RootCoordClient.
+ROOTCOORD: Final = "rootcoord"
+DATACOORD: Final = "datacoord"
+QUERYCOORD: Final = "querycoord"
+DATANODE: Final = "datanode"
+PROXY: Final = "proxy"
+QUERYNODE: Final = "querynode"
 
 
-def _with_service(stub: type, add, extra_stub: type, extra_add) -> tuple[type, object]:
+def _with_service(
+    stub: type[Any], add: AddServicer, extra_stub: type[Any], extra_add: AddServicer
+) -> tuple[type[Any], AddServicer]:
     """A role that serves a second gRPC service (RootCoord's and the Proxy's security RPCs):
     one stub with both services' methods, one registration adding both."""
 
-    class Combined(stub, extra_stub):  # type: ignore[valid-type,misc]
-        def __init__(self, channel):
-            stub.__init__(self, channel)
-            extra_stub.__init__(self, channel)
+    def __init__(self: object, channel: grpc.aio.Channel) -> None:
+        stub.__init__(self, channel)
+        extra_stub.__init__(self, channel)
 
-    def add_both(servicer, server) -> None:
+    combined = type("Combined", (stub, extra_stub), {"__init__": __init__})
+
+    def add_both(servicer: Any, server: grpc.aio.Server) -> None:
         add(servicer, server)
         extra_add(servicer, server)
 
-    return Combined, add_both
+    return combined, add_both
 
 
-STUBS = {
+STUBS: dict[str, tuple[type[Any], AddServicer]] = {
     ROOTCOORD: _with_service(
         root_coord_pb2_grpc.RootCoordStub,
         root_coord_pb2_grpc.add_RootCoordServicer_to_server,
@@ -83,7 +103,23 @@ class Registry:
     def remove_local(self, role: str, server_id: int) -> None:
         self._local.get(role, {}).pop(server_id, None)
 
-    def client(self, role: str, server_id: int | None = None):
+    @overload
+    def client(self, role: Literal["rootcoord"], server_id: int | None = None) -> RootCoordClient: ...
+    @overload
+    def client(self, role: Literal["datacoord"], server_id: int | None = None) -> DataCoordClient: ...
+    @overload
+    def client(self, role: Literal["querycoord"], server_id: int | None = None) -> QueryCoordClient: ...
+    @overload
+    def client(self, role: Literal["datanode"], server_id: int | None = None) -> DataNodeClient: ...
+    @overload
+    def client(self, role: Literal["querynode"], server_id: int | None = None) -> QueryNodeClient: ...
+    @overload
+    def client(self, role: Literal["proxy"], server_id: int | None = None) -> ProxyClient: ...
+    @overload
+    def client(self, role: str, server_id: int | None = None) -> ComponentClient: ...
+    def client(self, role: str, server_id: int | None = None) -> Any:
+        """The component of `role` (the one with `server_id` when given): the object itself when
+        it lives in this process, a `RemoteClient` otherwise. Typed by role (kmilvus.types)."""
         local = self._local.get(role, {})
         if server_id is None and local:
             return next(iter(local.values()))
@@ -99,7 +135,15 @@ class Registry:
             )
         return self._remote[key]
 
-    async def clients(self, role: str) -> dict[int, object]:
+    @overload
+    async def clients(self, role: Literal["datanode"]) -> dict[int, DataNodeClient]: ...
+    @overload
+    async def clients(self, role: Literal["querynode"]) -> dict[int, QueryNodeClient]: ...
+    @overload
+    async def clients(self, role: Literal["proxy"]) -> dict[int, ProxyClient]: ...
+    @overload
+    async def clients(self, role: str) -> dict[int, ComponentClient]: ...
+    async def clients(self, role: str) -> dict[int, Any]:
         """One client per live session of `role`."""
         return {sid: self.client(role, sid) for sid in await list_sessions(self.kv, role)}
 

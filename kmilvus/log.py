@@ -9,6 +9,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import MutableMapping
+from typing import Any
 
 
 class _LogfmtFormatter(logging.Formatter):
@@ -34,10 +36,10 @@ def _q(v: object) -> str:
     return s
 
 
-class Logger(logging.LoggerAdapter):
+class Logger(logging.LoggerAdapter[logging.Logger]):
     """`log.info("flushed", segment=1, rows=10)` → logfmt with key/values."""
 
-    def process(self, msg, kwargs):
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         kv = {k: kwargs.pop(k) for k in list(kwargs) if k not in ("exc_info", "stack_info", "stacklevel", "extra")}
         kwargs["extra"] = {"kv": kv}
         return msg, kwargs
@@ -51,7 +53,7 @@ AUDIT_LOGGER = "kmilvus.audit"
 _audit = Logger(logging.getLogger(AUDIT_LOGGER), {})
 
 
-def audit(event: str, **kv: object) -> None:
+def audit(event: str, **kv: Any) -> None:
     """One structured audit event (who, what, object, result) on the `kmilvus.audit` logger."""
     _audit.info(event, **kv)
 

@@ -112,7 +112,7 @@ _QUERY_TYPES = {"Search": "search", "HybridSearch": "search", "Query": "query"}
 _MSG_TYPES = {"Insert": "insert", "Delete": "delete", "Upsert": "upsert"}
 
 
-def observe_milvus_rpc(role: str, node_id: int, method: str, request, ok: bool, seconds: float) -> None:
+def observe_milvus_rpc(role: str, node_id: int, method: str, request: object, ok: bool, seconds: float) -> None:
     """One answered Milvus API call, as Milvus' Proxy (ProxyFunctionCall, ProxyReqLatency, and the
     search/query and mutation latencies of successful calls) and RootCoord (RootCoordDDLReqCounter)
     count it. Called by the RPC wrapper for MilvusService methods only."""

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Coroutine
+from typing import Any, cast
 
+import grpc
 from pymilvus.grpc_gen import milvus_pb2_grpc
 
 from kmilvus import components as roles
+from kmilvus import types
 from kmilvus.config import Config
 from kmilvus.datacoord import DataCoord
 from kmilvus.datanode import DataNode
@@ -35,6 +39,7 @@ from kmilvus.rootcoord import RootCoord
 from kmilvus.sessionutil import Session
 from kmilvus.sessionutil.leader import LeaderLock
 from kmilvus.sessionutil.session import next_server_id
+from kmilvus.spark.runner import JobRunner
 from kmilvus.storage import ObjectStore
 from kmilvus.util.grpcutil import ChannelTLS, server_credentials, start_server
 from kmilvus.util.retry import Backoff
@@ -45,7 +50,7 @@ COORDINATORS = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD)
 
 
 class Node:
-    def __init__(self, cfg: Config, role_names: tuple[str, ...], *, job_runner=None):
+    def __init__(self, cfg: Config, role_names: tuple[str, ...], *, job_runner: JobRunner | None = None):
         """`job_runner`: how DataCoord runs Spark jobs (default: local spark-submit); the operator
         passes one that creates SparkApplication resources, before DataCoord resumes its jobs."""
         self.job_runner = job_runner
@@ -58,10 +63,10 @@ class Node:
         self.stream: MsgStream | None = None
         self.store: ObjectStore | None = None
         self.registry: roles.Registry | None = None
-        self.components: dict[str, object] = {}
+        self.components: dict[str, types.Component] = {}
         self.sessions: list[Session] = []
-        self.internal_server = None
-        self.api_server = None
+        self.internal_server: grpc.aio.Server | None = None
+        self.api_server: grpc.aio.Server | None = None
         self.api_port = 0
         self.http_server: RestfulServer | None = None
         self.http_port = 0  # the RESTful API's (0 while it is not served)
@@ -69,11 +74,11 @@ class Node:
         self.leader: LeaderLock | None = None
         self.lost = asyncio.Event()  # set when the coordinators stepped down
         self._coord_kv: EtcdKV | None = None
-        self._supervisors: set[asyncio.Task] = set()
+        self._supervisors: set[asyncio.Task[None]] = set()
 
     @property
     def proxy(self) -> Proxy | None:
-        return self.components.get(roles.PROXY)
+        return cast(Proxy | None, self.components.get(roles.PROXY))
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -101,7 +106,7 @@ class Node:
             self._supervise(self._on_leader_lost(), "leader-watch")
         ids = {r: await next_server_id(self.kv) for r in self.role_names}
         # The internal server goes up first with every servicer; components answer once started.
-        objs: dict[str, object] = {}
+        objs: dict[str, types.Component] = {}
         for r in self.role_names:
             objs[r] = self._make(r, ids[r])
         self.internal_server, self.internal_port = await start_server(
@@ -113,33 +118,33 @@ class Node:
         address = f"{cfg.internal_host}:{self.internal_port}"
         for r in self.role_names:
             comp = objs[r]
-            if r in (roles.ROOTCOORD, roles.DATACOORD) and self.leader is not None:
+            if isinstance(comp, RootCoord | DataCoord) and self.leader is not None:
                 comp.leader_check = self.leader.still_valid
             self.registry.add_local(r, ids[r], comp)
             await comp.start()
             session = Session(self.kv, r, address, ttl=cfg.session_ttl, server_id=ids[r])
             await session.register()
             self.sessions.append(session)
-            if r == roles.PROXY:
+            if isinstance(comp, Proxy):
                 comp.session_valid = session.still_valid
             self._supervise(self._on_session_lost(r, session), f"session-watch-{r}")
             self.components[r] = comp
             log.info("component started", role=r, server_id=ids[r])
-        if roles.PROXY in self.components:
+        if (proxy := self.proxy) is not None:
             self.api_server, self.api_port = await start_server(
                 cfg.proxy_host,
                 cfg.proxy_port,
-                [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server, self.components[roles.PROXY])],
+                [(milvus_pb2_grpc.add_MilvusServiceServicer_to_server, proxy)],
                 credentials=server_credentials(cfg.tls_cert, cfg.tls_key, cfg.tls_ca),
                 # The database first (from the `dbname` header), then the privilege check on it.
-                interceptors=[DatabaseInterceptor(), SecurityInterceptor(self.components[roles.PROXY].security)],
+                interceptors=[DatabaseInterceptor(), SecurityInterceptor(proxy.security)],
             )
             if cfg.http_port >= 0:
-                self.http_server = RestfulServer(self.components[roles.PROXY], cfg)
+                self.http_server = RestfulServer(proxy, cfg)
                 self.http_port = await self.http_server.start(cfg.proxy_host, cfg.http_port)
         log.info("node ready", roles=",".join(self.role_names), seconds=round(time.monotonic() - t0, 3))
 
-    def _supervise(self, coro, name: str) -> None:
+    def _supervise(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         self._supervisors.add(task)
         task.add_done_callback(self._supervisors.discard)
@@ -147,6 +152,7 @@ class Node:
     async def _on_leader_lost(self) -> None:
         """Step down: stop the coordinators (their writes are refused anyway) and tell the
         process to exit."""
+        assert self.leader is not None and self.registry is not None  # supervised once both are
         await self.leader.lost.wait()
         for r in reversed(COORDINATORS):
             comp = self.components.pop(r, None)
@@ -164,37 +170,40 @@ class Node:
         comp = self.components.get(role)
         if comp is None:
             return
-        if role in (roles.DATANODE, roles.QUERYNODE):
+        if isinstance(comp, DataNode | QueryNode):
             # Whatever goes wrong dropping, the node must come back under a new ID: a node that
             # stays away holds no channel, and with every DataNode away nothing is flushed.
             await _best_effort(comp.drop_all(), f"drop the channels of {role} {comp.server_id}")
         fresh = await self._register_again(role, session, comp)
-        if role == roles.PROXY:
+        if isinstance(comp, Proxy):
             comp.session_valid = fresh.still_valid
         self.sessions[self.sessions.index(session)] = fresh
         self._supervise(self._on_session_lost(role, fresh), f"session-watch-{role}")
 
-    async def _register_again(self, role: str, session: Session, comp) -> Session:
+    async def _register_again(self, role: str, session: Session, comp: types.Component) -> Session:
         """A new session (a DataNode or QueryNode: under a new ID), retried until etcd answers:
         a session lost during an etcd restart must not leave the component away for good."""
+        # start() connected both before any session could be lost.
+        kv, registry = cast(EtcdKV, self.kv), cast(roles.Registry, self.registry)
         backoff = Backoff(0.1, 2.0)
         while True:
             try:
                 new_id = session.server_id
                 if role in (roles.DATANODE, roles.QUERYNODE):
-                    new_id = await next_server_id(self.kv)
-                    self.registry.remove_local(role, comp.server_id)
+                    new_id = await next_server_id(kv)
+                    registry.remove_local(role, comp.server_id)
                     comp.server_id = new_id
-                    self.registry.add_local(role, new_id, comp)
-                fresh = Session(self.kv, role, session.address, ttl=self.cfg.session_ttl, server_id=new_id)
+                    registry.add_local(role, new_id, comp)
+                fresh = Session(kv, role, session.address, ttl=self.cfg.session_ttl, server_id=new_id)
                 await fresh.register()
                 return fresh
             except Exception as exc:  # noqa: BLE001 - etcd away: try again
                 log.warning("registering again failed; retrying", role=role, error=repr(exc))
                 await backoff.sleep()
 
-    def _make(self, role: str, sid: int):
+    def _make(self, role: str, sid: int) -> types.Component:
         cfg, stream, store, reg = self.cfg, self.stream, self.store, self.registry
+        assert self.kv is not None and reg is not None  # start() connected first
         kv = self._coord_kv if role in COORDINATORS and self._coord_kv is not None else self.kv
         if role == roles.ROOTCOORD:
             return RootCoord(cfg, kv, stream, reg, sid)
@@ -235,9 +244,18 @@ class Node:
             await _best_effort(self.kv.close(), "close etcd")
 
 
-async def _best_effort(aw, what: str) -> None:
+async def _best_effort(aw: Awaitable[object], what: str) -> None:
     """Shutdown goes on past a step that fails (the rest must still stop); the failure is logged."""
     try:
         await aw
     except Exception:  # logged; stopping continues
         log.warning("shutdown step failed", step=what, exc_info=True)
+
+
+# Each component class serves its role's Protocol (kmilvus.types): mypy checks these assignments.
+_ROOTCOORD: type[types.RootCoordClient] = RootCoord
+_DATACOORD: type[types.DataCoordClient] = DataCoord
+_QUERYCOORD: type[types.QueryCoordClient] = QueryCoord
+_DATANODE: type[types.DataNodeClient] = DataNode
+_QUERYNODE: type[types.QueryNodeClient] = QueryNode
+_PROXY: type[types.ProxyClient] = Proxy

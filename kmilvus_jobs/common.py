@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 EVENT_PREFIX = "KMILVUS_JOB "
@@ -39,11 +39,14 @@ class JobFailure(Exception):
 def load_spec(arg: str) -> dict:
     """The job spec: inline JSON, or the path of a JSON file (`@path` works too)."""
     arg = arg.strip()
+    spec: dict[str, Any]
     if arg.startswith("{"):
-        return json.loads(arg)
+        spec = json.loads(arg)
+        return spec
     arg = arg.removeprefix("@")
     with open(arg) as f:
-        return json.load(f)
+        spec = json.load(f)
+        return spec
 
 
 def emit(event: str, **fields) -> None:

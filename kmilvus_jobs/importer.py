@@ -53,6 +53,7 @@ import functools
 import itertools
 import math
 import time
+from typing import Any
 
 from kmilvus_jobs.common import JobFailure, prefetched, progress
 from kmilvus_jobs.sources import (
@@ -183,18 +184,18 @@ def parquet_frame(spark, i: int, f, schema, fields):
         return frame.select(*values, "__file", "__row", err.alias("__err"))
     raw = spark.read.parquet(f.spark_path())
     have = {s.name: s.dataType for s in raw.schema}
-    cols = []
+    columns = []
     for fl in fields:
         c = F.col(f"`{fl.name}`")
         want = _spark_type(fl)
         if fl.name not in have:  # a nullable / default field left out
             c = F.lit(None)
-        cols.append((c if have.get(fl.name) == want else c.cast(want)).alias(str(fl.fieldID)))
+        columns.append((c if have.get(fl.name) == want else c.cast(want)).alias(str(fl.fieldID)))
     meta = _dynamic_column(schema, [(n, F.col(f"`{n}`")) for n in dynamic_extras(raw.columns, schema)])
     if meta is not None:
-        cols.append(meta)
+        columns.append(meta)
     return raw.select(
-        *cols,
+        *columns,
         F.lit(i).cast("int").alias("__file"),
         F.col("_metadata.row_index").cast("long").alias("__row"),
         F.lit(None).cast("string").alias("__err"),
@@ -804,7 +805,8 @@ def _run_row_groups(spark, plan, spec: dict, started: float) -> dict:
     except BaseException:
         cleanup(plan.storage_uri, [], plan.reserved_prefixes())
         raise
-    return plan.manifest(counts, segments, results, started)
+    result: dict[str, Any] = plan.manifest(counts, segments, results, started)
+    return result
 
 
 def run(spark, spec: dict) -> dict:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -152,6 +153,8 @@ def _float_vector(field, arr: pa.Array, typeutil) -> pa.Array:
 class _Piece:
     """One binlog file: the rows of one target segment that one task writes."""
 
+    log_id: int  # set by the task that opens it
+
     def __init__(self, store, key: str, schema: pa.Schema, options: dict):
         self.store, self.key = store, key
         self.path = store.path(key)
@@ -163,9 +166,9 @@ class _Piece:
         self.ts_from: int | None = None
         self.ts_to: int | None = None
         self.rg_rows = 0
-        self._stream = None
-        self._writer = None
-        self._tmp = None
+        self._stream: Any = None  # pyarrow's output stream and ParquetWriter (pyarrow has no types)
+        self._writer: Any = None
+        self._tmp: str | None = None
 
     def add(self, batch: pa.RecordBatch) -> None:
         from kmilvus.storage import binlog
@@ -207,7 +210,7 @@ class _Piece:
     def close(self) -> int:
         self._flush()
         self._writer.close()
-        size = self._stream.tell()
+        size: int = self._stream.tell()
         self._stream.close()
         if self._tmp is not None:
             os.replace(self._tmp, self.path)
@@ -344,7 +347,7 @@ class BinlogWriter:
         return tu.columns_to_record_batch(self.schema, cols, row_ids, int(self.ctx["timestamp"]))
 
     def finish(self) -> pa.RecordBatch:
-        if self.failed:
+        if self.problem is not None:  # failed
             return pa.RecordBatch.from_pylist([_record(**self.problem)], schema=RESULT_SCHEMA)
         records = []
         for seg_index, piece in sorted(self.pieces.items()):

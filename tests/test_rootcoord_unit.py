@@ -7,9 +7,12 @@ from __future__ import annotations
 import pytest
 from pymilvus.grpc_gen import milvus_pb2
 
+from kmilvus import components as roles
+from kmilvus.meta import EtcdKV
 from kmilvus.meta import catalog as keys
+from kmilvus.msgstream import MsgStream
 from kmilvus.proto import internal_pb2
-from kmilvus.rootcoord import root_coord
+from kmilvus.rootcoord import RootCoord, root_coord
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_PARTITION
 from tests.coordutil import Coords
@@ -116,3 +119,20 @@ async def test_drop_interrupted_after_meta_txn_is_finished_by_the_next_rootcoord
         assert desc.status.code == merr.COLLECTION_NOT_FOUND[0]
     finally:
         await c.stop()
+
+
+async def test_time_tick_rpcs_before_start_answer_not_ready(cfg):
+    """The internal server answers before RootCoord has started (its time-tick loop exists only
+    from `start()`): a Proxy's tick report or a QueryNode's tick demand then gets Milvus'
+    "not ready" (code 1, NotReadyServe) to retry on, not an internal error."""
+    kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
+    stream = await MsgStream.connect(cfg.nats_url, cfg.cluster)
+    try:
+        rc = RootCoord(cfg, kv, stream, roles.Registry(kv), 1)
+        tick = await rc.UpdateChannelTimeTick(internal_pb2.ChannelTimeTickMsg(sourceID=7, timestamp=1))
+        demand = await rc.DemandTimeTick(internal_pb2.TimeTickDemand(channels=["ch"], timestamp=1))
+        for st in (tick, demand):
+            assert (st.code, st.error_code) == merr.SERVICE_NOT_READY, st
+    finally:
+        await stream.close()
+        await kv.close()

@@ -58,6 +58,7 @@ class Analyzer:
 
 
 def _tokenizer(spec: Any) -> Callable[[pa.Array], T.Tokens]:
+    name: object
     if isinstance(spec, str):
         name, params = spec, None
     elif isinstance(spec, dict):

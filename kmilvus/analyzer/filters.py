@@ -118,7 +118,7 @@ def stop_words(words: list[str]) -> list[tuple[str, tuple[Any, ...]]]:
     return steps
 
 
-def _filter_steps(spec: Any) -> Stage | list[tuple[str, tuple[Any, ...]]]:
+def _filter_steps(spec: Any) -> _Regex | list[tuple[str, tuple[Any, ...]]]:
     """One entry of a `filter` list → regex stage, or tantivy steps."""
     if isinstance(spec, str):
         simple = {

@@ -94,7 +94,7 @@ def _text_buffers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 def _inside(b: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """Per byte of UTF-8 `b`: whether its character has `keep[code point]`. ASCII bytes look up
     the table directly; only the other characters are decoded (vectorised)."""
-    inside = keep[:128][np.minimum(b, 127)]
+    inside: np.ndarray = keep[:128][np.minimum(b, 127)]
     high = np.flatnonzero(b >= 0x80)
     if not len(high):
         return inside

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
 from kmilvus.index import params as index_params
 from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, root_coord_pb2
+from kmilvus.types import DataCoordClient, QueryCoordClient, RootCoordClient
 from kmilvus.util import merr
 from kmilvus.util.grpcutil import RemoteClient
 
@@ -59,7 +59,7 @@ class IndexStatus:
 
 
 class CoordinatorClient:
-    def __init__(self, rootcoord: Any, datacoord: Any, querycoord: Any = None):
+    def __init__(self, rootcoord: RootCoordClient, datacoord: DataCoordClient, querycoord: QueryCoordClient):
         self._rootcoord = rootcoord
         self._datacoord = datacoord
         self._querycoord = querycoord
@@ -236,7 +236,7 @@ class CoordinatorClient:
             )
         )
         merr.check(rsp.status)
-        return rsp.flushed
+        return bool(rsp.flushed)
 
     async def segment_infos(self, segment_ids: Sequence[int]) -> list[internal_pb2.SegmentInfo]:
         """The segments that still exist among `segment_ids`."""

@@ -29,7 +29,7 @@ import asyncio
 import json
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
@@ -79,7 +79,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
         self._gc_lock = asyncio.Lock()
 
     def finished(self, job: data_coord_pb2.CompactionJob) -> bool:
-        return job.state == CS.Completed
+        return bool(job.state == CS.Completed)
 
     def on_resumed(self, job: data_coord_pb2.CompactionJob) -> None:
         for p in job.plans:
@@ -230,7 +230,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 s = port.meta.segments.get(sid)
                 if s is None or s.info.state != SegmentState.Flushed:
                     raise merr.MilvusError(merr.COMPACTION_FAILED, f"segment {sid} is no longer flushed")
-                binlogs = [
+                binlogs: list[dict[str, Any]] = [
                     {"key": b.log_path, "rows": int(b.entries_num), "size": int(b.log_size)}
                     for _, b in sorted(s.binlogs.items())
                 ]
@@ -328,8 +328,9 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
 
     async def _swap_locked(self, job, plan, out: dict) -> list[Segment]:
         port, coll, part = self.port, job.collectionID, plan.partitionID
-        sources = [port.meta.segments.get(sid) for sid in plan.sources]
-        if any(s is None or s.info.state != SegmentState.Flushed for s in sources):
+        found = [port.meta.segments.get(sid) for sid in plan.sources]
+        sources = [s for s in found if s is not None and s.info.state == SegmentState.Flushed]
+        if len(sources) != len(found):
             raise merr.MilvusError(merr.COMPACTION_FAILED, "a source segment changed while the plan ran")
         src_rows = sum(s.info.num_of_rows for s in sources)
         deleted = int(out.get("deleted", 0))
@@ -395,7 +396,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             ops += [Op.put(keys.deltalog_key(coll, sid, lid), b.SerializeToString()) for lid, b in carried.items()]
             new.append(Segment(info, binlogs=binlogs, deltalogs=dict(carried), created=time.monotonic()))
         # The sources' DDL binlog meta moves to the first target: those files stay referenced.
-        ddl = {}
+        ddl: dict[int, internal_pb2.DDLBinlogMeta] = {}
         for s in sources:
             ddl.update(s.ddl_binlogs)
         if new:
@@ -407,12 +408,12 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
             # Guard on the stored value itself: the swap applies only if no source changed since.
             seg_key = keys.segment_key(coll, s.info.partitionID, s.id)
             raw = await port.kv.get(seg_key)
-            info = internal_pb2.SegmentInfo.FromString(raw) if raw is not None else None
-            if info is None or info.state != SegmentState.Flushed:
+            stored = internal_pb2.SegmentInfo.FromString(raw) if raw is not None else None
+            if raw is None or stored is None or stored.state != SegmentState.Flushed:
                 raise merr.MilvusError(merr.COMPACTION_FAILED, f"source segment {s.id} is no longer flushed")
-            info.state = SegmentState.Dropped
-            dropped.append(info)
-            ops.append(Op.put(seg_key, info.SerializeToString()))
+            stored.state = SegmentState.Dropped
+            dropped.append(stored)
+            ops.append(Op.put(seg_key, stored.SerializeToString()))
             compares.append(Cmp.value_eq(seg_key, raw))
         plan.state = TS.CompactionTaskStateCompleted
         plan.reason = ""

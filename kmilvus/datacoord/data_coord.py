@@ -36,6 +36,7 @@ from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import channels as chan
 from kmilvus.proto import data_coord_pb2, data_coord_pb2_grpc, data_node_pb2, internal_pb2
+from kmilvus.spark.runner import JobRunner
 from kmilvus.storage import paths
 from kmilvus.util import merr, metricsinfo
 from kmilvus.util.constants import LIVE_SEGMENT_STATES
@@ -136,7 +137,7 @@ class DataCoord(
         merr.check(resp.status)
         return ttl_seconds(resp.properties)
 
-    def set_job_runner(self, runner) -> None:
+    def set_job_runner(self, runner: JobRunner) -> None:
         """Run Spark jobs with `runner` (the operator's SparkApplication runner); before start."""
         self.jobs.runner = runner
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from kmilvus.datacoord.compaction import PLAN_DONE
 from kmilvus.datacoord.import_manager import TERMINAL
+from kmilvus.datacoord.index_meta import IndexMeta
 from kmilvus.datacoord.meta import SegmentMeta
 from kmilvus.datacoord.remover import Decide, FencedRemover
 from kmilvus.log import get_logger
@@ -116,7 +117,7 @@ class GarbageCollector:
         self.store = remover.store
         self.tolerance = tolerance
         self._unreferenced_since: dict[str, float] = {}
-        self.index_meta = None  # DataCoord's IndexMeta, when indexes are served
+        self.index_meta: IndexMeta | None = None  # DataCoord's, when indexes are served
 
     def _referenced_in_memory(self) -> tuple[set[str], set[int]]:
         """Log paths and build IDs the memory knows (a delta log may be recorded on another
@@ -125,7 +126,7 @@ class GarbageCollector:
         logs = {b.log_path for s in segs for group in (s.binlogs, s.deltalogs, s.statslogs) for b in group.values()}
         logs.update(p for s in segs for d in s.ddl_binlogs.values() for p in (d.ddl_binlog_path, d.ts_binlog_path))
         logs.update(d.binlog.log_path for l0 in list(self.meta.l0.values()) for d in l0.values())
-        builds = {si.buildID for si in self.index_meta.segment_indexes.values()} if self.index_meta else set()
+        builds: set[int] = {si.buildID for si in self.index_meta.segment_indexes.values()} if self.index_meta else set()
         return logs, builds
 
     async def _listed(self) -> list[tuple[int, str]]:

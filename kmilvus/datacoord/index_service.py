@@ -9,6 +9,8 @@ no DropIndex while the collection is loaded.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kmilvus.datacoord.index_meta import FieldIndex, IndexMeta, IndexState, SegmentIndex, params_of
 from kmilvus.datacoord.meta import SegmentState
 from kmilvus.indexnode.builder import IndexBuilder
@@ -18,10 +20,15 @@ from kmilvus.proto import data_coord_pb2
 from kmilvus.storage import paths
 from kmilvus.util import merr
 
+if TYPE_CHECKING:
+    from kmilvus.datacoord.host import DataCoordHost
+else:
+    DataCoordHost = object
+
 MAX_PARALLEL_BUILDS = 1  # 2 cores are shared with everything else; faiss uses OpenMP inside a build
 
 
-class DataCoordIndexRPCs:
+class DataCoordIndexRPCs(DataCoordHost):
     """Index RPCs and the builder's lifecycle (a base class of DataCoord)."""
 
     def _init_indexes(self) -> None:

@@ -34,7 +34,7 @@ from kmilvus.datacoord.meta import SegmentMeta
 from kmilvus.datacoord.remover import FencedRemover
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, FencedError, Op, Snapshot
-from kmilvus.proto import internal_pb2
+from kmilvus.proto import data_coord_pb2, internal_pb2
 from kmilvus.spark import application
 from kmilvus.spark import files as infiles
 from kmilvus.spark.runner import JobState, JobStatus
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 MAX_REASON = 4000
-J = TypeVar("J")  # data_coord_pb2.ImportJob | data_coord_pb2.CompactionJob
+J = TypeVar("J", data_coord_pb2.ImportJob, data_coord_pb2.CompactionJob)
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class JobLifecycle(Generic[J]):
     """The jobs of one kind: in memory, in etcd, and their monitor tasks."""
 
     kind = ""  # SparkApplication kind and manifest name: "import" | "compact"
-    message: type  # the job's protobuf message (ImportJob | CompactionJob)
+    message: type[J]  # the job's protobuf message (ImportJob | CompactionJob)
     id_field = ""  # its ID field
     key_of: Callable[[int, int], str]  # catalog key of (collection, job ID)
     prefix_of: Callable[[], str]  # catalog prefix of every job of the kind
@@ -114,13 +114,14 @@ class JobLifecycle(Generic[J]):
         self.cfg = port.cfg
         self.service = service  # Spark runner, concurrency slots, per-collection locks
         self.jobs: dict[int, J] = {}
-        self.tasks: dict[int, asyncio.Task] = {}
+        self.tasks: dict[int, asyncio.Task[None]] = {}
         # Cancelling a monitor also stops its application; at shutdown only those that would not
         # outlive this process (`JobRunner.outlives_coordinator`).
         self.kill_on_cancel = True
 
     def job_id(self, job: J) -> int:
-        return getattr(job, self.id_field)
+        job_id: int = getattr(job, self.id_field)
+        return job_id
 
     def key(self, coll: int, job_id: int) -> str:
         return self.key_of(coll, job_id)
@@ -209,7 +210,12 @@ class JobLifecycle(Generic[J]):
         job_id = self.job_id(job)
         task = asyncio.create_task(self._run(job), name=f"{self.kind}-{job_id}")
         self.tasks[job_id] = task
-        task.add_done_callback(lambda t, j=job_id: self.tasks.pop(j, None) if self.tasks.get(j) is t else None)
+
+        def forget(t: asyncio.Task[None]) -> None:
+            if self.tasks.get(job_id) is t:
+                self.tasks.pop(job_id, None)
+
+        task.add_done_callback(forget)
 
     async def _run(self, job: J) -> None:
         runner = self.service.runner

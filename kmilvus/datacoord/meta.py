@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pymilvus.grpc_gen import common_pb2
 
@@ -84,7 +85,7 @@ class Segments(dict[int, Segment]):
         super().__delitem__(seg_id)
         self._unindex(seg_id, seg)
 
-    def pop(self, seg_id: int, *default):  # type: ignore[override]
+    def pop(self, seg_id: int, *default):
         if seg_id not in self:
             if default:
                 return default[0]
@@ -105,17 +106,22 @@ class Segments(dict[int, Segment]):
 
     def _unindex(self, seg_id: int, seg: Segment) -> None:
         self._unfile(seg_id)
-        for index, key in ((self.of_channel, seg.info.insert_channel), (self.of_collection, seg.info.collectionID)):
-            group = index.get(key)  # type: ignore[attr-defined]
+        # By channel (str) and by collection (int).
+        indexes: tuple[tuple[dict[Any, dict[int, Segment]], str | int], ...] = (
+            (self.of_channel, seg.info.insert_channel),
+            (self.of_collection, seg.info.collectionID),
+        )
+        for index, key in indexes:
+            group = index.get(key)
             if group is not None:
                 group.pop(seg_id, None)
                 if not group:
-                    del index[key]  # type: ignore[attr-defined]
+                    del index[key]
 
     def _unsupported(self, *_a, **_k):
         raise TypeError("Segments: write segments one at a time (the channel index follows them)")
 
-    update = setdefault = popitem = clear = __ior__ = _unsupported  # type: ignore[assignment]
+    update = setdefault = popitem = clear = __ior__ = _unsupported
 
 
 class SegmentMeta:
@@ -171,7 +177,7 @@ class SegmentMeta:
 
     def unflushed(self, states) -> list[Segment]:
         """Segments now in `states` (Growing, Sealed or both), without a pass over every segment."""
-        out = []
+        out: list[Segment] = []
         for state in states:
             group = self.segments.unflushed[state]
             for sid in [sid for sid, s in group.items() if s.info.state != state]:

@@ -11,6 +11,8 @@ by SaveBinlogPaths (segment not found) and deletes what it wrote.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kmilvus.datacoord.meta import SegmentState
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, Op
@@ -19,11 +21,16 @@ from kmilvus.proto import data_coord_pb2
 from kmilvus.storage import paths
 from kmilvus.util import merr
 
+if TYPE_CHECKING:
+    from kmilvus.datacoord.host import DataCoordHost
+else:
+    DataCoordHost = object
+
 log = get_logger(__name__)
 
 
-class DataCoordPartitionsMixin:
-    """Needs DataCoord's `cfg`, `kv`, `meta`, `remover`, `jobs`, `_assign_lock` and `dropped_partitions`."""
+class DataCoordPartitionsMixin(DataCoordHost):
+    """DataCoord's DropPartition and partition statistics."""
 
     dropped_partitions: set[tuple[int, int]]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import TYPE_CHECKING
 
 from kmilvus.datacoord.meta import Segment, SegmentState
 from kmilvus.log import get_logger
@@ -25,12 +26,17 @@ from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2
 from kmilvus.util import merr
 
+if TYPE_CHECKING:
+    from kmilvus.datacoord.host import DataCoordHost
+else:
+    DataCoordHost = object
+
 log = get_logger(__name__)
 FLUSH_WAIT_SECONDS = 30.0  # per call; RootCoord's truncate task calls again until it is done
 
 
-class DataCoordTruncateMixin:
-    """Needs DataCoord's `meta`, `remover`, `jobs`, `cfg`, `_flush_done` and `_demand_flush_ticks`."""
+class DataCoordTruncateMixin(DataCoordHost):
+    """DataCoord's DropSegmentsByTime (the data half of TruncateCollection)."""
 
     @merr.rpc()
     async def DropSegmentsByTime(self, req: data_coord_pb2.DropSegmentsByTimeRequest, context=None):

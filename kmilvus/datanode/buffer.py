@@ -10,6 +10,12 @@ import pyarrow as pa
 from kmilvus.proto import internal_pb2
 
 
+def started(pos: internal_pb2.MsgPosition | None) -> internal_pb2.MsgPosition:
+    """A buffer's position: its first add() sets them, and a buffer is created to be added to."""
+    assert pos is not None, "a buffer's positions are set by its first add()"
+    return pos
+
+
 @dataclass
 class SegmentBuffer:
     segment_id: int

@@ -15,7 +15,7 @@ from kmilvus import components as roles
 from kmilvus import metrics
 from kmilvus.allocator import IDAllocator
 from kmilvus.config import Config
-from kmilvus.datanode.buffer import DeleteBuffer
+from kmilvus.datanode.buffer import DeleteBuffer, started
 from kmilvus.datanode.flowgraph import FlowGraph, PendingWrite
 from kmilvus.log import get_logger
 from kmilvus.msgstream import channels as chan
@@ -84,8 +84,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             await self._pressure.wait()
             self._pressure.clear()
             while self.buffered > limit * 0.5:
-                candidates = [(fg, fg.largest_buffer()) for fg in self.flowgraphs.values()]
-                candidates = [(fg, b) for fg, b in candidates if b is not None]
+                candidates = [(fg, b) for fg in self.flowgraphs.values() if (b := fg.largest_buffer()) is not None]
                 if not candidates:
                     break
                 fg, b = max(candidates, key=lambda c: c[1].nbytes)
@@ -332,10 +331,12 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                 writes.append(deltalog.awrite_stats_log(self.store, stats_key, deltalog.pk_numpy(pk_col)))
             # Both finish before a failure is raised (retried; a file left over is the garbage
             # collector's, as after any failed attempt).
-            infos = await asyncio.gather(*writes, return_exceptions=True)
-            for i in infos:
+            results = await asyncio.gather(*writes, return_exceptions=True)
+            infos: list[binlog.BinlogInfo] = []
+            for i in results:
                 if isinstance(i, BaseException):
                     raise i
+                infos.append(i)
             written.append(key)
             info = infos[0]
             metrics.BINLOG_BYTES.inc(info.size)
@@ -350,8 +351,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                 req.statslogs.add(
                     logID=stats_id, entries_num=sinfo.entries_num, log_path=stats_key, log_size=sinfo.size
                 )
-            req.dml_position.start_position.CopyFrom(buf.first)
-            req.dml_position.end_position.CopyFrom(buf.end)
+            req.dml_position.start_position.CopyFrom(started(buf.first))
+            req.dml_position.end_position.CopyFrom(started(buf.end))
         if ddl is not None and len(ddl):
             ts_idx = await self.ids.alloc(2)
             ts_key, ddl_key = await asyncio.to_thread(
@@ -359,8 +360,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             )
             written += [ts_key, ddl_key]
             req.ddl_binlog_metas.add(ddl_binlog_path=ddl_key, ts_binlog_path=ts_key)
-            req.ddl_position.start_position.CopyFrom(ddl.start)
-            req.ddl_position.end_position.CopyFrom(ddl.end)
+            req.ddl_position.start_position.CopyFrom(started(ddl.start))
+            req.ddl_position.end_position.CopyFrom(started(ddl.end))
         return req, written
 
     async def _write_l0_files(
@@ -380,8 +381,9 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
             info = await deltalog.awrite_delta_log(self.store, key, pks, tss)
             written.append(key)
             req.l0_deltalogs.add(channel=fg.vchannel, partitionID=part, binlog=_binlog(log_id, key, info))
-            if not req.HasField("l0_position") or dels.end.seq > req.l0_position.seq:
-                req.l0_position.CopyFrom(dels.end)
+            end = started(dels.end)
+            if not req.HasField("l0_position") or end.seq > req.l0_position.seq:
+                req.l0_position.CopyFrom(end)
         return req, written
 
 

@@ -39,7 +39,7 @@ import pyarrow as pa
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.config import Config
-from kmilvus.datanode.buffer import DDLBuffer, DeleteBuffer, SegmentBuffer
+from kmilvus.datanode.buffer import DDLBuffer, DeleteBuffer, SegmentBuffer, started
 from kmilvus.log import get_logger
 from kmilvus.msgstream import MsgStream, MsgType, StreamGapError
 from kmilvus.msgstream.reader import ChannelReader
@@ -130,15 +130,16 @@ class FlowGraph:
         consumer is closed before the loop is awaited: a closed consumer ends the loop even if
         its cancellation were lost on the way."""
         consumer, self._consumer = self._consumer, None
-        running = self._task is not None and self._task is not asyncio.current_task()
-        if running:
-            self._task.cancel()
+        # The loop, unless it is what stops (it cannot await itself).
+        running = self._task if self._task is not asyncio.current_task() else None
+        if running is not None:
+            running.cancel()
         if consumer is not None:
             with contextlib.suppress(Exception):
                 await consumer.close()
-        if running:
+        if running is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+                await running
         if drop:
             self._discard()
 
@@ -260,7 +261,7 @@ class FlowGraph:
         token = next(self._tokens)
         l0, self.l0 = self.l0, {}
         if l0:
-            starts = [d.start for d in l0.values()]
+            starts = [started(d.start) for d in l0.values()]
             self.inflight[token] = (min(p.seq for p in starts), min(d.min_ts for d in l0.values()))
         return PendingWrite(token, 0, None, None, False, l0=l0)
 
@@ -269,9 +270,9 @@ class FlowGraph:
         except `exclude` (the token of the write this checkpoint is committed with)."""
         seq, ts = self.tick.seq, self.tick.timestamp
         for b in self.buffers.values():
-            seq, ts = min(seq, b.start.seq), min(ts, b.min_ts)
+            seq, ts = min(seq, started(b.start).seq), min(ts, b.min_ts)
         for d in self.l0.values():
-            seq, ts = min(seq, d.start.seq), min(ts, d.min_ts)
+            seq, ts = min(seq, started(d.start).seq), min(ts, d.min_ts)
         for token, (s_seq, s_ts) in self.inflight.items():
             if token != exclude:
                 seq, ts = min(seq, s_seq), min(ts, s_ts)
@@ -290,9 +291,9 @@ class FlowGraph:
             self.flushed_here.add(seg)
         token = next(self._tokens)
         if buf is not None:
-            self.inflight[token] = (buf.start.seq, buf.min_ts)
+            self.inflight[token] = (started(buf.start).seq, buf.min_ts)
             self.node.release(buf.nbytes)
-            self.persisted_upto[seg] = buf.end.seq
+            self.persisted_upto[seg] = started(buf.end).seq
         ddl = None
         if final and len(self.ddl) and self.partition(seg) not in self.dropped_partitions:
             ddl, self.ddl = self.ddl, DDLBuffer()

@@ -38,7 +38,8 @@ def token_hashes(tokens: pa.Array) -> np.ndarray:
         return np.zeros(0, np.uint32)
     enc = pc.dictionary_encode(tokens)
     uniq = np.fromiter((token_hash(t) for t in enc.dictionary.to_pylist()), np.uint32, len(enc.dictionary))
-    return uniq[enc.indices.to_numpy(zero_copy_only=False)]
+    result: np.ndarray = uniq[enc.indices.to_numpy(zero_copy_only=False)]
+    return result
 
 
 def term_frequencies(tokens: Tokens, num_rows: int) -> pa.Array:

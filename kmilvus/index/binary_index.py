@@ -88,7 +88,8 @@ class BinaryIndex(AsyncSearch):
 
     @property
     def dim(self) -> int:
-        return self.codes.shape[1] * 8
+        result: int = self.codes.shape[1] * 8
+        return result
 
     @property
     def num_rows(self) -> int:
@@ -123,7 +124,8 @@ class BinaryIndex(AsyncSearch):
             self._quantizer = _words(self.centroids)
         dist = distances(self._quantizer, _words(np.ascontiguousarray(queries)), P.HAMMING)
         _, lists = topk.select_dense(dist, min(nprobe, len(self.centroids)), larger=False)
-        return lists
+        result: np.ndarray = lists
+        return result
 
     def _candidates(self, queries: np.ndarray, knobs: Mapping[str, float]) -> list[np.ndarray] | None:
         """Per query, the rows its probed lists hold (None: every row, BIN_FLAT)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -55,7 +55,7 @@ class _ArrowSeq(Sequence):
     def __len__(self) -> int:
         return len(self.arr)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         return self.arr[i].as_py()
 
 
@@ -101,12 +101,19 @@ class ScalarIndex:
     @property
     def nbytes(self) -> int:
         arrays = [a for a in (self.offsets, self.rows, self.codes, self.nulls) if a is not None]
-        return self.uniq.nbytes + sum(a.nbytes for a in arrays)
+        result: int = self.uniq.nbytes + sum(a.nbytes for a in arrays)
+        return result
+
+    @property
+    def _lists(self) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, rows): the posting lists, the layout of an index without `codes`."""
+        assert self.offsets is not None and self.rows is not None
+        return self.offsets, self.rows
 
     # Positions in `uniq` ------------------------------------------------------------------
-    def _search(self, value: Any, side: str) -> int:
+    def _search(self, value: Any, side: Literal["left", "right"]) -> int:
         if self._np is not None:
-            return int(np.searchsorted(self._np, value, side=side))  # type: ignore[call-overload]
+            return int(np.searchsorted(self._np, value, side=side))
         seq = _ArrowSeq(self.uniq)
         return bisect.bisect_left(seq, value) if side == "left" else bisect.bisect_right(seq, value)
 
@@ -114,12 +121,13 @@ class ScalarIndex:
         if self.is_string:
             return isinstance(value, str)
         if isinstance(value, bool):
-            return pa.types.is_boolean(self.uniq.type)
+            result: bool = pa.types.is_boolean(self.uniq.type)
+            return result
         return isinstance(value, (int, float)) and not pa.types.is_boolean(self.uniq.type)
 
     def _positions(self, values: Sequence[Any]) -> np.ndarray:
         """Positions in `uniq` of the values present (sorted, distinct)."""
-        if self.is_string:
+        if self._np is None:  # strings
             found = pc.index_in(pa.array(list(values), self.uniq.type), value_set=self.uniq)
             pos = found.drop_null().to_numpy(zero_copy_only=False)
         else:
@@ -133,27 +141,31 @@ class ScalarIndex:
     # Rows of positions ---------------------------------------------------------------------
     def _mask_range(self, lo: int, hi: int) -> np.ndarray:
         if self.codes is not None:
-            if hi - lo == 1:
-                return self.codes == lo
-            return (self.codes >= lo) & (self.codes < hi)
+            hit: np.ndarray = self.codes == lo if hi - lo == 1 else (self.codes >= lo) & (self.codes < hi)
+            return hit
+        offsets, rows = self._lists
         m = np.zeros(self._n, dtype=bool)
         if hi > lo:
-            m[self.rows[self.offsets[lo] : self.offsets[hi]]] = True
+            m[rows[offsets[lo] : offsets[hi]]] = True
         return m
 
     def _mask_positions(self, pos: np.ndarray) -> np.ndarray:
         if self.codes is not None:
+            hit: np.ndarray
             if len(pos) == 1:
-                return self.codes == pos[0]
+                hit = self.codes == pos[0]
+                return hit
             lut = np.zeros(len(self.uniq) + 1, dtype=bool)  # the last slot: code -1 (null, NaN)
             lut[pos] = True
-            return lut[self.codes]
+            hit = lut[self.codes]
+            return hit
+        offsets, rows = self._lists
         m = np.zeros(self._n, dtype=bool)
         if len(pos):
-            starts, ends = self.offsets[pos], self.offsets[pos + 1]
+            starts, ends = offsets[pos], offsets[pos + 1]
             counts = ends - starts
             at = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-            m[self.rows[at]] = True
+            m[rows[at]] = True
         return m
 
     def _answer(self, hit: np.ndarray) -> pa.Array:
@@ -241,7 +253,8 @@ def _ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
-    return sink.getvalue().to_pybytes()
+    result: bytes = sink.getvalue().to_pybytes()
+    return result
 
 
 def load(data: bytes | memoryview) -> ScalarIndex:

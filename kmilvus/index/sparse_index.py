@@ -77,7 +77,9 @@ class SparseInvertedIndex(AsyncSearch):
         return self._row_sums
 
     @classmethod
-    def build(cls, rows: SparseRows, index_type: str, metric_type: str, params: Mapping[str, str]):
+    def build(
+        cls, rows: SparseRows, index_type: str, metric_type: str, params: Mapping[str, str]
+    ) -> SparseInvertedIndex:
         return cls(rows, index_type, metric_type, params)
 
     # Queries ------------------------------------------------------------------------------
@@ -100,9 +102,8 @@ class SparseInvertedIndex(AsyncSearch):
         found = pos < len(self.dims)
         found[found] = self.dims[pos[found]] == queries.indices[found]
         keep &= found
-        return sp.csr_array(
-            (values[keep], (qid[keep], pos[keep])), shape=(len(queries), len(self.dims)), dtype=np.float32
-        )
+        data = values[keep].astype(np.float32, copy=False)
+        return sp.csr_array((data, (qid[keep], pos[keep])), shape=(len(queries), len(self.dims)))
 
     def _scored(self, matrix: sp.csr_array, rows_of: np.ndarray, scorer: DocScorer | None) -> sp.csr_array:
         if scorer is None:
@@ -117,7 +118,10 @@ class SparseInvertedIndex(AsyncSearch):
     def _scores(self, queries: SparseRows, drop_ratio: float, scorer: DocScorer | None) -> sp.csr_array:
         """(nq × rows) scores of the rows sharing a dimension with each (pruned) query."""
         q = self._query_matrix(queries, drop_ratio)
-        return (q @ self._scored_postings(scorer)).tocsr()  # a row's rows unsorted: top-k needs no order
+        scores: sp.csr_array = (
+            q @ self._scored_postings(scorer)
+        ).tocsr()  # a row's rows unsorted: top-k needs no order
+        return scores
 
     def _exact(self, queries: SparseRows, qid: np.ndarray, rows: np.ndarray, scorer: DocScorer | None) -> np.ndarray:
         """Whole-query scores of (query, row) pairs (the refine step)."""

@@ -45,7 +45,7 @@ class TextIndex:
         if not len(tokens):
             z = np.zeros(1, np.int64)
             e = np.zeros(0, np.int32)
-            arrays = {"doc_indptr": z, "docs": e, "occ_indptr": z, "occ_row": e, "occ_pos": e}
+            arrays: dict[str, np.ndarray] = {"doc_indptr": z, "docs": e, "occ_indptr": z, "occ_row": e, "occ_pos": e}
             return cls(num_rows, pa.array([], pa.large_string()), arrays)
         enc = pc.dictionary_encode(tokens.text)
         term = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -97,27 +97,28 @@ class TextIndex:
         """Rows where the tokens occur in order at their query offsets (within `slop`)."""
         if len(tokens) <= 1:
             return self.match([t for t, _ in tokens])
-        ids = [self.term_id(t) for t, _ in tokens]
-        if any(i is None for i in ids):
+        ids = [i for i in (self.term_id(t) for t, _ in tokens) if i is not None]
+        if len(ids) < len(tokens):  # a token no row holds
             return np.zeros(self.num_rows, bool)
-        cand = self.rows_of(ids[0])  # type: ignore[arg-type]
+        cand = self.rows_of(ids[0])
         for i in ids[1:]:
-            cand = np.intersect1d(cand, self.rows_of(i), assume_unique=True)  # type: ignore[arg-type]
+            cand = np.intersect1d(cand, self.rows_of(i), assume_unique=True)
         out = np.zeros(self.num_rows, bool)
         if not len(cand):
             return out
         # Each term's occurrences in the candidate rows, shifted by its query offset.
         occ = []
         for i, (_, q) in zip(ids, tokens, strict=True):
-            lo, hi = self.occ_indptr[i], self.occ_indptr[i + 1]  # type: ignore[index]
+            lo, hi = self.occ_indptr[i], self.occ_indptr[i + 1]
             rows, pos = self.occ_row[lo:hi], self.occ_pos[lo:hi].astype(np.int64) - q
             keep = np.isin(rows, cand)
             occ.append((rows[keep], pos[keep]))
         if slop == 0:
-            keys = None
+            keys: np.ndarray | None = None
             for rows, pos in occ:
                 k = np.unique(rows.astype(np.int64) << 32 | (pos + (1 << 31)))
                 keys = k if keys is None else np.intersect1d(keys, k, assume_unique=True)
+            assert keys is not None  # one entry per query token, and there are several
             out[(keys >> 32).astype(np.int64)] = True
             return out
         for r in cand.tolist():
@@ -139,7 +140,8 @@ class TextIndex:
         vocab = sink.getvalue().to_pybytes()
         spec, payload = pack_arrays({n: getattr(self, n) for n in _ARRAYS})
         meta = {"kind": self.kind, "num_rows": self.num_rows, "vocab_bytes": len(vocab), "arrays": spec}
-        return fileformat.pack(MAGIC, meta) + vocab + payload
+        result: bytes = fileformat.pack(MAGIC, meta) + vocab + payload
+        return result
 
     @classmethod
     def load(cls, data: bytes | memoryview) -> TextIndex:
@@ -150,7 +152,8 @@ class TextIndex:
 
     @property
     def nbytes(self) -> int:
-        return self.vocab.nbytes + sum(getattr(self, n).nbytes for n in _ARRAYS)
+        result: int = self.vocab.nbytes + sum(getattr(self, n).nbytes for n in _ARRAYS)
+        return result
 
 
 def is_text_index(data: bytes | memoryview) -> bool:

@@ -43,6 +43,10 @@ from kmilvus.index.binary_index import BinaryIndex
 from kmilvus.index.sparse_index import SparseInvertedIndex
 from kmilvus.index.vectors import SparseRows, Vectors
 
+# faiss-cpu's type stubs are generated from its SWIG interface: they miss what faiss' Python layer
+# adds (the SearchParameters classes' keyword constructors, SearchParametersHNSW, DirectMap,
+# HNSW.nb_neighbors). The lines that use those carry a targeted `type: ignore`.
+
 
 def _metric(metric_type: str) -> int:
     return faiss.METRIC_L2 if metric_type == P.L2 else faiss.METRIC_INNER_PRODUCT
@@ -64,21 +68,22 @@ def normalize(x: np.ndarray) -> np.ndarray:
 def _new_index(index_type: str, metric_type: str, dim: int, num_rows: int, params: Mapping[str, str]) -> Any:
     metric = _metric(metric_type)
     if index_type == P.HNSW:
-        index = faiss.IndexHNSWFlat(dim, int(params["M"]), metric)
-        index.hnsw.efConstruction = int(params["efConstruction"])
-        return index
+        hnsw = faiss.IndexHNSWFlat(dim, int(params["M"]), metric)
+        hnsw.hnsw.efConstruction = int(params["efConstruction"])
+        return hnsw
     if index_type in (P.IVF_FLAT, P.IVF_SQ8, P.IVF_PQ, P.SCANN) and num_rows > 0:
         # A segment smaller than nlist is clustered into as many lists as it has rows.
         nlist = max(1, min(int(params["nlist"]), num_rows))
         quantizer = faiss.IndexFlat(dim, metric)
         nbits = int(params.get("nbits", P.DEFAULT_NBITS)) if index_type == P.IVF_PQ else 4
+        index: faiss.IndexIVF
         if index_type == P.IVF_FLAT or (index_type in (P.IVF_PQ, P.SCANN) and num_rows < 1 << nbits):
             index = faiss.IndexIVFFlat(quantizer, dim, nlist, metric)
         elif index_type == P.IVF_SQ8:
             index = faiss.IndexIVFScalarQuantizer(quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, metric)
         elif index_type == P.IVF_PQ:
-            index = faiss.IndexIVFPQ(quantizer, dim, nlist, int(params["m"]), nbits, metric)
-            index.pq.cp.min_points_per_centroid = 1
+            index = pq = faiss.IndexIVFPQ(quantizer, dim, nlist, int(params["m"]), nbits, metric)
+            pq.pq.cp.min_points_per_centroid = 1
         else:
             return _scann(dim, nlist, metric, params)
         index.cp.min_points_per_centroid = 1  # no warning spam for small segments
@@ -92,7 +97,8 @@ def _selector(valid: np.ndarray | None) -> dict[str, Any]:
         return {}
     bits = np.packbits(np.asarray(valid, dtype=bool), bitorder="little")
     sel = faiss.IDSelectorBitmap(len(valid), faiss.swig_ptr(bits))
-    sel.referenced_bits = bits  # keep the buffer alive as long as the selector
+    # A Python attribute on the SWIG object: keeps the buffer alive as long as the selector.
+    sel.referenced_bits = bits  # type: ignore[attr-defined]
     return {"sel": sel}
 
 
@@ -141,7 +147,8 @@ class VectorIndex(AsyncSearch):
         keys = np.ascontiguousarray(offsets, dtype=np.int64)
         if not len(keys):
             return np.empty((0, self.dim), np.float32)
-        return self.index.reconstruct_batch(keys)
+        result: np.ndarray = self.index.reconstruct_batch(keys)
+        return result
 
     def raw_column(self, offsets: np.ndarray) -> pa.Array:
         """Rows `offsets` as the binlog's fixed_size_list<float32> column (`holds_raw` only)."""
@@ -165,7 +172,8 @@ class VectorIndex(AsyncSearch):
         neighbours a node, an IVF index's nprobe lists (0: a flat index, exact already)."""
         ivf = self._ivf()
         if isinstance(self.index, faiss.IndexHNSW) and "ef" in knobs:
-            return knobs["ef"] * self.index.hnsw.nb_neighbors(1)
+            result: float = knobs["ef"] * self.index.hnsw.nb_neighbors(1)  # type: ignore[attr-defined]
+            return result
         if ivf is not None and "nprobe" in knobs:
             return knobs["nprobe"] * self.num_rows / max(1, int(ivf.nlist))
         return 0
@@ -193,16 +201,17 @@ class VectorIndex(AsyncSearch):
         knobs = base.widen_for_filter(knobs, kept, self.num_rows, nlist)
         kwargs = _selector(valid)
         if isinstance(self.index, faiss.IndexHNSW) and "ef" in knobs:
-            return self.index, faiss.SearchParametersHNSW(efSearch=int(knobs["ef"]), **kwargs)
+            return self.index, faiss.SearchParametersHNSW(efSearch=int(knobs["ef"]), **kwargs)  # type: ignore[attr-defined]
         if isinstance(self.index, faiss.IndexRefine):
             # SCANN: `reorder_k` fast-scan candidates re-ranked on the raw vectors.
-            probe = faiss.SearchParametersIVF(nprobe=int(knobs["nprobe"]), **kwargs)
+            probe = faiss.SearchParametersIVF(nprobe=int(knobs["nprobe"]), **kwargs)  # type: ignore[call-arg]
             ratio = max(1.0, knobs.get("reorder_k", k) / max(k, 1))
-            params = faiss.IndexRefineSearchParameters(k_factor=ratio, base_index_params=probe, **kwargs)
-            params.referenced_base = probe  # the SWIG object does not keep its base params alive
+            params = faiss.IndexRefineSearchParameters(k_factor=ratio, base_index_params=probe, **kwargs)  # type: ignore[call-arg]
+            # The SWIG object does not keep its base params alive: a Python attribute does.
+            params.referenced_base = probe  # type: ignore[attr-defined]
             return self.index, params
         if ivf is not None and "nprobe" in knobs:
-            return self.index, faiss.SearchParametersIVF(nprobe=int(knobs["nprobe"]), **kwargs)
+            return self.index, faiss.SearchParametersIVF(nprobe=int(knobs["nprobe"]), **kwargs)  # type: ignore[call-arg]
         return self.index, faiss.SearchParameters(**kwargs) if kwargs else None
 
     def _exact(self, valid: np.ndarray | None) -> tuple[Any, Any]:
@@ -216,7 +225,7 @@ class VectorIndex(AsyncSearch):
         if isinstance(self.index, faiss.IndexRefine):
             return faiss.downcast_index(self.index.refine_index), faiss.SearchParameters(**kwargs)
         if isinstance(self.index, faiss.IndexIVF):
-            return self.index, faiss.SearchParametersIVF(nprobe=int(self.index.nlist), **kwargs)
+            return self.index, faiss.SearchParametersIVF(nprobe=int(self.index.nlist), **kwargs)  # type: ignore[call-arg]
         return self.index, faiss.SearchParameters(**kwargs) if kwargs else None
 
     def search(
@@ -234,7 +243,8 @@ class VectorIndex(AsyncSearch):
         index, sp = self._plan(k, search_params or {}, valid)
         if self.num_rows == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
-        return index.search(q, k, params=sp)
+        found: tuple[np.ndarray, np.ndarray] = index.search(q, k, params=sp)  # faiss' Python layer
+        return found
 
     def candidates(
         self,
@@ -251,7 +261,8 @@ class VectorIndex(AsyncSearch):
         index, sp = self._plan(k, search_params or {}, valid, topk=topk)
         if self.num_rows == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
-        return index.search(q, k, params=sp)
+        found: tuple[np.ndarray, np.ndarray] = index.search(q, k, params=sp)  # faiss' Python layer
+        return found
 
     def exhaustive(self, queries: np.ndarray, k: int, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k over every stored vector (a search iterator's pages: each row once, in order),
@@ -260,7 +271,8 @@ class VectorIndex(AsyncSearch):
         if self.num_rows == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
         index, sp = self._exact(valid)
-        return index.search(q, k, params=sp)
+        found: tuple[np.ndarray, np.ndarray] = index.search(q, k, params=sp)  # faiss' Python layer
+        return found
 
     def range_search(
         self,
@@ -357,7 +369,7 @@ def load(data: bytes | memoryview) -> AnyIndex:
         return SparseInvertedIndex.from_arrays(meta, base.unpack_arrays(meta["arrays"], payload))
     index = faiss.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
     vi = VectorIndex(index, meta["index_type"], meta["metric_type"], meta["params"])
-    if vi.holds_raw and isinstance(index, faiss.IndexIVF) and index.direct_map.type == faiss.DirectMap.NoMap:
+    if vi.holds_raw and isinstance(index, faiss.IndexIVF) and index.direct_map.type == faiss.DirectMap.NoMap:  # type: ignore[attr-defined]
         index.make_direct_map()  # row → (list, slot), so that outputs can be read back (8 B/row)
     return vi
 

@@ -73,7 +73,7 @@ class IndexBuilder:
         self.alloc_id = alloc_id
         self.dropping = dropping
         self._slots = asyncio.Semaphore(parallel)
-        self._running: dict[tuple[int, int], asyncio.Task] = {}  # (segmentID, indexID) → build
+        self._running: dict[tuple[int, int], asyncio.Task[None]] = {}  # (segmentID, indexID) → build
         self._wake = asyncio.Event()
         self._tasks = BackgroundTasks()
         self._lock = asyncio.Lock()
@@ -137,7 +137,11 @@ class IndexBuilder:
                     continue
                 key = (seg.id, ix.indexID)
                 self._running[key] = asyncio.create_task(self._build(ix, seg, si), name=f"index-build-{seg.id}")
-                self._running[key].add_done_callback(lambda _t, k=key: self._running.pop(k, None))
+
+                def forget(_t: asyncio.Task[None], k: tuple[int, int] = key) -> None:
+                    self._running.pop(k, None)
+
+                self._running[key].add_done_callback(forget)
 
     async def _collect_garbage(self) -> None:
         """Builds of segments that are gone or of dropped indexes: files first, then keys."""

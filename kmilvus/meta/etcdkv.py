@@ -16,7 +16,7 @@ import aetcd.client
 import aetcd.rtypes
 import grpc
 from aetcd import rpc as etcdrpc
-from aetcd.client import _handle_errors
+from aetcd.client import _handle_errors as _aetcd_handle_errors
 from aetcd.utils import prefix_range_end
 
 from kmilvus.log import get_logger
@@ -27,6 +27,9 @@ from kmilvus.util.tasks import stopping
 
 log = get_logger(__name__)
 T = TypeVar("T")
+_F = TypeVar("_F", bound=Callable[..., Any])
+# aetcd's mapping of gRPC errors to its exceptions (aetcd has no types); it keeps the signature.
+_handle_errors: Callable[[_F], _F] = _aetcd_handle_errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +114,7 @@ class _Fence:
     value: bytes  # this holder's identity
 
 
-class _TLSClient(aetcd.Client):
+class _TLSClient(aetcd.Client):  # type: ignore[misc]  # aetcd has no types: its Client is Any
     """aetcd (1.x) opens only plaintext channels: this one opens a TLS channel to etcd (with a
     client certificate when given), and keeps aetcd's authentication and stubs as they are."""
 

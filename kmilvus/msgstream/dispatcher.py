@@ -222,7 +222,7 @@ class Dispatcher:
         self._active: dict[str, float] = {}  # vchannel → when it last got a message (monotonic)
         self._ticked_at: dict[str, float] = {}  # vchannel → its last tick (monotonic), oldest first
         self._lock = asyncio.Lock()
-        self._pump: asyncio.Task | None = None
+        self._pump: asyncio.Task[None] | None = None
 
     def _channel_of(self, subject: str) -> str | None:
         """The channel a message belongs to: a vchannel served here, the pchannel (its ticks),
@@ -268,7 +268,7 @@ class Dispatcher:
             self.pchannel, after_seq=after_seq, name=self.name, label=self.pchannel, channel_of=self._channel_of
         )
 
-    def _forget(self, target: Target) -> tuple[Consumer | None, asyncio.Task | None]:
+    def _forget(self, target: Target) -> tuple[Consumer | None, asyncio.Task[None] | None]:
         """Unregister `target` (under the lock); the last one retires the dispatcher, whose
         consumer and pump the caller stops."""
         if self.targets.get(target.vchannel) is target:
@@ -347,7 +347,7 @@ class Dispatcher:
             self._ticked_at[v] = now  # to the end: the order stays "the longest without first"
 
 
-async def _stop(consumer: Consumer | None, pump: asyncio.Task | None) -> None:
+async def _stop(consumer: Consumer | None, pump: asyncio.Task[None] | None) -> None:
     if pump is not None:
         pump.cancel()
     if consumer is not None:

@@ -264,7 +264,7 @@ class _Context:
             return index.contains_all(node.values) if node.mode == "all" else index.equal_any(node.values)
         return None
 
-    def _index_ranges(self, children: tuple[P.Predicate, ...]) -> tuple[P.Predicate, ...]:
+    def _index_ranges(self, children: tuple[P.Predicate | _IndexRange, ...]) -> tuple[P.Predicate | _IndexRange, ...]:
         """Comparisons of one indexed field with literals under an `and` (`a < x and x <= b`, what
         `a < x <= b` parses to) become one `_IndexRange`: a single lookup of the index."""
         groups: dict[int, list[P.Compare]] = {}
@@ -274,7 +274,7 @@ class _Context:
         merged = {fid: cs for fid, cs in groups.items() if len(cs) > 1}
         if not merged:
             return children
-        rest: list[P.Predicate] = [c for c in children if not any(c in cs for cs in merged.values())]
+        rest: list[P.Predicate | _IndexRange] = [c for c in children if not any(c in cs for cs in merged.values())]
         hits = []
         for fid, cs in merged.items():
             hit = self.indexes[fid].compare_all([(c.op, c.right.value) for c in cs])  # type: ignore[union-attr]
@@ -290,7 +290,7 @@ class _Context:
         # One, and first: it is over every row, so it must not fall in a narrowed tail.
         return (_IndexRange(both), *rest)
 
-    def predicate(self, node: P.Predicate) -> pa.Array:
+    def predicate(self, node: P.Predicate | _IndexRange) -> pa.Array:
         if isinstance(node, _IndexRange):
             return node.hit
         if isinstance(node, (P.Compare, P.Term, P.Like, P.Contains)):
@@ -346,7 +346,7 @@ class _Context:
             return pa.array(index.phrase(node.tokens, node.slop))
         return pa.array(index.match([t for t, _ in node.tokens], node.min_should_match))
 
-    def conjunction(self, children: tuple[P.Predicate, ...]) -> pa.Array:
+    def conjunction(self, children: tuple[P.Predicate | _IndexRange, ...]) -> pa.Array:
         """`and` of `children`, left to right; once few rows can still match, the rest is
         evaluated on those rows only (a selective `id in [..]` spares parsing a JSON column).
         Children an index answers go first (`and` is commutative in three-valued logic too)."""

@@ -80,7 +80,8 @@ class _ArrowJson:
         return self.not_null()
 
     def not_null(self) -> np.ndarray:
-        return pc.is_valid(self.arr).to_numpy(zero_copy_only=False)
+        result: np.ndarray = pc.is_valid(self.arr).to_numpy(zero_copy_only=False)
+        return result
 
     def lists(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, JsonValues]:
         n = len(self.arr)
@@ -130,6 +131,9 @@ _CODES = {
 }
 
 
+_NONE = np.array(None, dtype=object)  # np.where's "else" (numpy's stubs take no bare None)
+
+
 class _ObjJson:
     def __init__(self, values: list):
         self.n = len(values)
@@ -143,7 +147,7 @@ class _ObjJson:
         return _ObjJson([o[key] if o.__class__ is list and len(o) > key else _MISSING for o in self.values])
 
     def _typed(self, mask: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
-        return pa.array(np.where(mask, self.objs, None), type=arrow_type, from_pandas=True)
+        return pa.array(np.where(mask, self.objs, _NONE), type=arrow_type, from_pandas=True)
 
     def numbers(self) -> pa.Array:
         if not (self.codes == _FLOAT).any():
@@ -161,10 +165,12 @@ class _ObjJson:
         return self._typed(self.codes == _BOOL, pa.bool_())
 
     def present(self) -> np.ndarray:
-        return self.codes != _ABSENT
+        result: np.ndarray = self.codes != _ABSENT
+        return result
 
     def not_null(self) -> np.ndarray:
-        return (self.codes != _ABSENT) & (self.codes != _NULL)
+        result: np.ndarray = (self.codes != _ABSENT) & (self.codes != _NULL)
+        return result
 
     def lists(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, JsonValues]:
         is_list = self.codes == _LIST

@@ -11,8 +11,9 @@ and a syntax error's <why> is ANTLR's `line 1:<column> <problem>`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 from pymilvus.grpc_gen import schema_pb2
@@ -86,7 +87,7 @@ _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _NUMERIC = (P.INT, P.FLOAT)
 
 
-def _is_predicate(node: Node) -> bool:
+def _is_predicate(node: Node) -> TypeGuard[P.Predicate]:
     return not isinstance(node, (P.Column, P.Literal, P.Arith, P.ArrayLength))
 
 
@@ -191,13 +192,13 @@ class _Parser:
     def _infix_op(self) -> str | None:
         tok = self.tok
         if tok.kind == OP and tok.value in _INFIX_BP:
-            return tok.value
+            return str(tok.value)
         if tok.kind == KEYWORD:
             if tok.value == "not":
                 nxt = self._peek()
                 return "not in" if nxt.kind == KEYWORD and nxt.value == "in" else None
             if tok.value in _INFIX_BP:
-                return tok.value
+                return str(tok.value)
         return None
 
     # -- grammar ------------------------------------------------------------------------------
@@ -418,7 +419,7 @@ class _Parser:
                 raise ExprError("not op can only be applied on boolean expression")
             if isinstance(child, P.Const):
                 return P.Const(not child.value)
-            return P.Not(child)  # type: ignore[arg-type]
+            return P.Not(child)
         if _kind(child) not in (*_NUMERIC, P.JSON):
             raise ExprError(f"unary {op} can only be applied on number")
         if op == "-":
@@ -597,6 +598,14 @@ class _Parser:
         return P.Compare(op, left, right)  # type: ignore[arg-type]
 
 
+_ORDER: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
 def _fold(op: str, a: Any, b: Any) -> Any:
     """Constant folding (Milvus' Add/Less/... on GenericValues)."""
     if op in ("==", "!="):
@@ -607,7 +616,7 @@ def _fold(op: str, a: Any, b: Any) -> Any:
         if (isinstance(a, str) and isinstance(b, str)) or (
             isinstance(a, number) and isinstance(b, number) and not isinstance(a, bool) and not isinstance(b, bool)
         ):
-            return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+            return _ORDER[op](a, b)
         raise TypeError(op)
     if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, number) or not isinstance(b, number):
         raise ExprError(f"{op} can only be applied on numbers")
@@ -688,4 +697,4 @@ def parse(expr: str, schema: schema_pb2.CollectionSchema, template_values: Mappi
             merr.PARAMETER_INVALID,
             f"predicate is not a boolean expression: {expr}, data type: {_kind(node)}",
         )
-    return P.Plan(expr, node, schema)  # type: ignore[arg-type]
+    return P.Plan(expr, node, schema)

@@ -5,13 +5,20 @@ collection before it answers."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus.util import merr
 
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
-class ProxyAlterMixin:
-    """Needs the Proxy's `rootcoord` and `_dd` (run a task on the DDL queue)."""
+
+class ProxyAlterMixin(ProxyHost):
+    """The Proxy's collection alteration RPCs (run as tasks on the DDL queue)."""
 
     @merr.rpc()
     async def AlterCollection(self, req: milvus_pb2.AlterCollectionRequest, context=None):

@@ -6,6 +6,7 @@ a multi-analyzer's). Each token with its byte offsets, position and position len
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2
@@ -14,6 +15,11 @@ from kmilvus.analyzer import Analyzer, AnalyzerError, MultiAnalyzer, Tokens, bui
 from kmilvus.analyzer import fields as af
 from kmilvus.function.bm25 import token_hash
 from kmilvus.util import merr
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
 
 def _decode(raw: bytes) -> str:
@@ -46,7 +52,7 @@ def results(tokens: Tokens, n: int, with_hash: bool, with_detail: bool) -> list[
     return out
 
 
-class ProxyAnalyzerMixin:
+class ProxyAnalyzerMixin(ProxyHost):
     @merr.rpc(milvus_pb2.RunAnalyzerResponse)
     async def RunAnalyzer(self, req: milvus_pb2.RunAnalyzerRequest, context=None):
         texts = [_decode(p) for p in req.placeholder]

@@ -14,6 +14,7 @@ import binascii
 import hashlib
 import hmac
 import time
+from typing import TYPE_CHECKING
 
 import bcrypt
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
@@ -24,6 +25,11 @@ from kmilvus.rootcoord.credentials import hash_password
 from kmilvus.rootcoord.rbac import validate_entity_name
 from kmilvus.util import merr
 from kmilvus.util.privileges import ROOT_USER
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
 log = get_logger(__name__)
 EC = common_pb2.ErrorCode
@@ -75,8 +81,8 @@ def decode_password(raw: str, field: str = "password") -> str:
     return password
 
 
-class ProxyCredentialsMixin:
-    """Needs `rootcoord`, `security` (a ProxySecurity)."""
+class ProxyCredentialsMixin(ProxyHost):
+    """The Proxy's credential RPCs."""
 
     @merr.rpc()
     async def CreateCredential(self, req: milvus_pb2.CreateCredentialRequest, context=None):

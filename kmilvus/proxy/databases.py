@@ -9,10 +9,17 @@ body reads the database from its request, and RootCoord answers an unknown one w
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import grpc
 from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus.util import merr
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
 DB_METADATA_KEY = "dbname"
 _DB_FIELDS = ("db_name", "dbName")
@@ -51,7 +58,7 @@ class DatabaseInterceptor(grpc.aio.ServerInterceptor):
         )
 
 
-class ProxyDatabasesMixin:
+class ProxyDatabasesMixin(ProxyHost):
     """CreateDatabase, DropDatabase, ListDatabases, DescribeDatabase, AlterDatabase: RootCoord
     owns database meta; DDL goes through the DdTaskQueue like every other DDL."""
 

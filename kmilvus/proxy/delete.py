@@ -14,6 +14,8 @@ timestamp only, so the new rows survive their own delete.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
@@ -27,6 +29,11 @@ from kmilvus.storage import deltalog
 from kmilvus.util import merr, typeutil
 from kmilvus.util.constants import ALL_PARTITIONS
 from kmilvus.util.hashing import shard_of
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
 DT = schema_pb2.DataType
 
@@ -59,19 +66,25 @@ def delete_messages(
 class DeleteTask(Task):
     name = "DeleteTask"
 
-    def __init__(self, proxy, req: milvus_pb2.DeleteRequest):
+    def __init__(self, proxy: ProxyHost, req: milvus_pb2.DeleteRequest):
         super().__init__()
         self.proxy = proxy
         self.req = req
-        self.meta: CollectionMeta | None = None
-        self.keys: pa.Array | None = None
+        self._meta: CollectionMeta | None = None
+        self.keys: pa.Array | None = None  # the primary keys to delete (pre_execute finds them)
         self.partition = ALL_PARTITIONS
+
+    @property
+    def meta(self) -> CollectionMeta:
+        """The collection, as `pre_execute` resolved it (the queue runs that first)."""
+        assert self._meta is not None, "pre_execute resolves the collection"
+        return self._meta
 
     async def pre_execute(self) -> None:
         from kmilvus.parser import parse  # the expression parser (planparserv2)
 
         req = self.req
-        self.meta = meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
+        self._meta = meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
         partition_key.refuse_named(meta, req.partition_name, merr.UNEXPECTED)
         if req.partition_name:
             self.partition = meta.partition(req.partition_name)  # the delete applies there only
@@ -88,6 +101,7 @@ class DeleteTask(Task):
 
     async def execute(self) -> None:
         meta, proxy, keys = self.meta, self.proxy, self.keys
+        assert keys is not None, "pre_execute finds the keys"
         ts = 0
         if len(keys):
             async with proxy.ticks.publishing(meta.vchannels) as ts:
@@ -148,7 +162,7 @@ class UpsertTask(InsertTask):
         )
 
 
-class ProxyDeleteMixin:
+class ProxyDeleteMixin(ProxyHost):
     """Delete and Upsert RPCs (MilvusService), mixed into the Proxy."""
 
     @merr.rpc(milvus_pb2.MutationResult)

@@ -7,6 +7,7 @@ Milvus' advanced search: the per-request answers are reduced in the Proxy, then 
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from pymilvus.grpc_gen import milvus_pb2
 
@@ -14,8 +15,13 @@ from kmilvus.proxy import read_path, rerank, search_util
 from kmilvus.proxy.search import FieldSearch, result_data
 from kmilvus.util import merr
 
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
-class ProxyHybridSearchMixin:
+
+class ProxyHybridSearchMixin(ProxyHost):
     @merr.rpc(milvus_pb2.SearchResults)
     async def HybridSearch(self, req: milvus_pb2.HybridSearchRequest, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)

@@ -15,6 +15,7 @@ resolves names; DataCoord keeps the meta and builds (kmilvus.datacoord.index_ser
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
@@ -22,7 +23,13 @@ from kmilvus import components as roles
 from kmilvus.index import params as P
 from kmilvus.log import get_logger
 from kmilvus.proto import data_coord_pb2
+from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.util import merr, typeutil
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
 log = get_logger(__name__)
 
@@ -61,7 +68,7 @@ def _kvs(d: dict[str, str]) -> list[common_pb2.KeyValuePair]:
     return [common_pb2.KeyValuePair(key=k, value=v) for k, v in d.items()]
 
 
-class ProxyIndexMixin:
+class ProxyIndexMixin(ProxyHost):
     """MilvusService RPCs for indexes (a base class of Proxy)."""
 
     @merr.rpc()
@@ -84,7 +91,9 @@ class ProxyIndexMixin:
         log.info("index created", collection=meta.name, field=field.name, index=index_name, type=checked[P.INDEX_TYPE])
         return merr.success()
 
-    async def _describe(self, db: str, collection: str, index_name: str) -> tuple[object, list]:
+    async def _describe(
+        self, db: str, collection: str, index_name: str
+    ) -> tuple[CollectionMeta, list[data_coord_pb2.IndexInfo]]:
         meta = await self.meta_cache.get(db, collection)
         # Resolved at call time (read-only): in-process in a standalone, no gRPC round trip.
         datacoord = self.registry.client(roles.DATACOORD)

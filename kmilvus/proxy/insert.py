@@ -4,6 +4,7 @@ Arrow IPC payloads on JetStream. Columnar throughout; numpy for IDs and hashing.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,9 @@ from kmilvus.proxy.task import Task
 from kmilvus.util import merr, typeutil
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.hashing import shard_of
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
 
 DT = schema_pb2.DataType
 
@@ -59,17 +63,23 @@ async def fill_function_outputs(schema: schema_pb2.CollectionSchema, columns: di
 class InsertTask(Task):
     name = "InsertTask"
 
-    def __init__(self, proxy, req: milvus_pb2.InsertRequest):
+    def __init__(self, proxy: ProxyHost, req: milvus_pb2.InsertRequest):
         super().__init__()
         self.proxy = proxy
         self.req = req
-        self.meta: CollectionMeta | None = None
+        self._meta: CollectionMeta | None = None
         self.columns: dict[int, pa.Array] = {}
         self.partition_id = 0
 
+    @property
+    def meta(self) -> CollectionMeta:
+        """The collection, as `pre_execute` resolved it (the queue runs that first)."""
+        assert self._meta is not None, "pre_execute resolves the collection"
+        return self._meta
+
     async def pre_execute(self) -> None:
         req, cfg = self.req, self.proxy.cfg
-        self.meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
+        self._meta = await self.proxy.meta_cache.get(req.db_name, req.collection_name)
         partition_key.refuse_named(self.meta, req.partition_name)
         if partition_key.key_field(self.meta.schema) is None:
             self.partition_id = self.meta.partition(req.partition_name)
@@ -135,10 +145,10 @@ class InsertTask(Task):
                 group = shards * len(kinds) + slot
             order = np.argsort(group, kind="stable")
             cut = np.flatnonzero(np.diff(group[order])) + 1
-            for idx in np.split(order, cut):
-                if len(idx):
-                    part_id = self.partition_id if parts is None else int(parts[idx[0]])
-                    per_shard.append((meta.vchannels[int(shards[idx[0]])], idx, part_id))
+            for rows in np.split(order, cut):
+                if len(rows):
+                    part_id = self.partition_id if parts is None else int(parts[rows[0]])
+                    per_shard.append((meta.vchannels[int(shards[rows[0]])], rows, part_id))
         req = data_coord_pb2.AssignSegmentIDRequest(nodeID=self.proxy.server_id, peer_role="proxy")
         for ch, idx, part_id in per_shard:
             req.segmentIDRequests.add(

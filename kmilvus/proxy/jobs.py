@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
@@ -24,6 +25,11 @@ from kmilvus.proto import data_coord_pb2, internal_pb2
 from kmilvus.proxy import partition_key
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_PARTITION
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
 log = get_logger(__name__)
 MB = 1024 * 1024
@@ -141,7 +147,7 @@ def merge_infos(job: data_coord_pb2.CompactionJob) -> list[milvus_pb2.Compaction
     ]
 
 
-class ProxyJobsMixin:
+class ProxyJobsMixin(ProxyHost):
     """MilvusService RPCs for bulk import and compaction (a base class of Proxy)."""
 
     # ---------------------------------------------------------------------------- import

@@ -13,18 +13,26 @@ QueryCoord does the work; the Proxy resolves names to IDs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
 from kmilvus.proto import internal_pb2, query_coord_pb2, query_node_pb2
 from kmilvus.proxy import partition_key, read_path
 from kmilvus.proxy.system import DEFAULT_RESOURCE_GROUP
+from kmilvus.types import QueryCoordClient
 from kmilvus.util import merr
 
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
-class ProxyLoadMixin:
+
+class ProxyLoadMixin(ProxyHost):
     @property
-    def querycoord(self):
+    def querycoord(self) -> QueryCoordClient:
         return self.registry.client(roles.QUERYCOORD)
 
     async def _load(self, req, partition_names) -> common_pb2.Status:

@@ -70,7 +70,8 @@ def route(meta: Any, columns: dict[int, Any]) -> np.ndarray | None:
     if key is None:
         return None
     parts = np.asarray(ordered_partitions(meta), dtype=np.int64)
-    return parts[hash_slots(columns[key.fieldID], len(parts))]
+    routed: np.ndarray = parts[hash_slots(columns[key.fieldID], len(parts))]
+    return routed
 
 
 def _key_values(node: P.Predicate, key_id: int) -> set | None:
@@ -79,8 +80,8 @@ def _key_values(node: P.Predicate, key_id: int) -> set | None:
         col = node.value
         return set(node.values) if col.field_id == key_id and not col.path else None
     if isinstance(node, P.Compare) and node.op == "==":
-        col, lit = node.left, node.right
-        if isinstance(col, P.Column) and col.field_id == key_id and not col.path and isinstance(lit, P.Literal):
+        left, lit = node.left, node.right
+        if isinstance(left, P.Column) and left.field_id == key_id and not left.path and isinstance(lit, P.Literal):
             return {lit.value}
         return None
     if isinstance(node, P.And):

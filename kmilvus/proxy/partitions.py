@@ -8,6 +8,8 @@ Statistics count the rows of flushed segments, as Milvus' `num_entities` does.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus.proto import data_coord_pb2
@@ -15,13 +17,18 @@ from kmilvus.proxy import partition_key
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
 
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
+
 
 def _check(req) -> None:
     validate_name(req.collection_name, "collection")
     validate_name(req.partition_name, "partition")
 
 
-class ProxyPartitionsMixin:
+class ProxyPartitionsMixin(ProxyHost):
     @merr.rpc()
     async def CreatePartition(self, req: milvus_pb2.CreatePartitionRequest, context=None):
         _check(req)

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import binascii
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import grpc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
@@ -40,6 +41,11 @@ from kmilvus.util.privileges import (
     USER,
     Rule,
 )
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
 log = get_logger(__name__)
 AUTH_FAILURE = "auth check failure, please check username and password are correct"
@@ -282,7 +288,7 @@ def _to_rootcoord(name: str, response_type=None):
     return merr.rpc(response_type)(forward)
 
 
-class ProxyRbacMixin:
+class ProxyRbacMixin(ProxyHost):
     """The role and privilege RPCs: checked by the interceptor, executed by RootCoord."""
 
     CreateRole = _to_rootcoord("CreateRole")

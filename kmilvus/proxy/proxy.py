@@ -7,7 +7,7 @@ RootCoord / DataCoord, which may live in this process or behind gRPC.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
 
@@ -115,7 +115,7 @@ class Proxy(
             return
         await self.report_tick()
 
-    async def report_tick(self, flush_channels: list[str] = ()) -> None:
+    async def report_tick(self, flush_channels: Sequence[str] = ()) -> None:
         """Report the tick this Proxy can promise and the channels it published on since its
         last report; with `flush_channels`, ask RootCoord to tick them at once (a flush or a Strong
         read waits for them, not for the periodic tick)."""
@@ -130,7 +130,7 @@ class Proxy(
         self._reported_at = time.monotonic()
         self.reported_tick = max(self.reported_tick, ts)
 
-    async def report_tick_now(self, flush_channels: list[str] = ()) -> None:
+    async def report_tick_now(self, flush_channels: Sequence[str] = ()) -> None:
         """`report_tick` for someone waiting (a flush, a Strong or Session read), best effort:
         if it fails the request is still correct, only as late as the periodic report."""
         try:

@@ -5,6 +5,7 @@ Arrow (primary-key order when paginated, or ORDER BY's: kmilvus/querynode/orderb
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,6 +15,11 @@ from kmilvus.proto import query_node_pb2
 from kmilvus.proxy import read_path, search_util
 from kmilvus.querynode import orderby, reduce
 from kmilvus.util import merr, typeutil
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
 DT = schema_pb2.DataType
 COUNT = "count(*)"
@@ -83,7 +89,7 @@ def _int(params: dict[str, str], key: str) -> int:
         raise merr.MilvusError(merr.UNEXPECTED, f"{key} [{params[key]}] is invalid") from None
 
 
-class ProxyQueryMixin:
+class ProxyQueryMixin(ProxyHost):
     async def primary_keys_matching(self, meta, expr: str, partition_names=()) -> pa.Array:
         """The primary keys of every row `expr` matches (in `partition_names`, or all), read at
         a fresh timestamp (Delete by expression, as Milvus: query, then delete)."""

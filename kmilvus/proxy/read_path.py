@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
@@ -16,13 +17,17 @@ from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.util import merr, typeutil
 from kmilvus.util.ttl import expire_before, ttl_seconds
 
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+    from kmilvus.types import QueryNodeClient
+
 CL = common_pb2.ConsistencyLevel
 BOUNDED_STALENESS_MS = 5000  # Milvus' common.gracefulTime
 PHYSICAL_SHIFT = 18
 DT = schema_pb2.DataType
 
 
-async def guarantee_ts(proxy, meta: CollectionMeta, req) -> int:
+async def guarantee_ts(proxy: ProxyHost, meta: CollectionMeta, req) -> int:
     """Milvus' consistency levels: Strong = a fresh TSO timestamp; Bounded = now minus the
     staleness; Session / Customized = the client's timestamp (its last write, sent by pymilvus);
     Eventually = 1 (whatever the node has)."""
@@ -47,7 +52,7 @@ async def guarantee_ts(proxy, meta: CollectionMeta, req) -> int:
     return 1
 
 
-async def read_timestamps(proxy, meta: CollectionMeta, req, iterator: bool = False) -> tuple[int, int]:
+async def read_timestamps(proxy: ProxyHost, meta: CollectionMeta, req, iterator: bool = False) -> tuple[int, int]:
     """(guarantee ts, MVCC ts) of a read. An iterator's pages read one snapshot (Milvus pins the
     MVCC timestamp): the first page takes a fresh timestamp and answers it as `session_ts`, which
     pymilvus sends back as the guarantee timestamp of every later page. A plain read has no
@@ -73,7 +78,7 @@ def check_expr(meta: CollectionMeta, expr: str, templates) -> None:
         raise merr.invalid(f"failed to create query plan: {exc.message}: invalid parameter") from None
 
 
-async def collection_ttl_ts(proxy, meta: CollectionMeta) -> int:
+async def collection_ttl_ts(proxy: ProxyHost, meta: CollectionMeta) -> int:
     """Milvus' CollectionTtlTimestamps: rows inserted before it have expired (0: no TTL)."""
     ttl = ttl_seconds(meta.describe.properties)
     return expire_before(await proxy.tso.alloc(), ttl) if ttl else 0
@@ -113,7 +118,7 @@ def output_fields(meta: CollectionMeta, names, *, with_vectors: bool = True) -> 
     return ids, shown
 
 
-async def index_infos(proxy, meta: CollectionMeta) -> list:
+async def index_infos(proxy: ProxyHost, meta: CollectionMeta) -> list:
     """DataCoord's index meta of the collection (IndexInfo per index; none: no index). DataCoord
     is looked up at call time: in a standalone it is the in-process component (a read-only call,
     no gRPC round trip on every search), elsewhere its remote client."""
@@ -126,7 +131,7 @@ async def index_infos(proxy, meta: CollectionMeta) -> list:
     return list(resp.infos)
 
 
-async def serving_nodes(proxy, meta: CollectionMeta) -> tuple[dict[int, list[str]], list[int]]:
+async def serving_nodes(proxy: ProxyHost, meta: CollectionMeta) -> tuple[dict[int, list[str]], list[int]]:
     """{QueryNode ID: its vchannels} of a loaded collection, and the loaded partition IDs."""
     qc = proxy.registry.client(roles.QUERYCOORD)
     resp = await qc.GetShardLeaders(query_coord_pb2.GetShardLeadersRequest(collectionID=meta.id))
@@ -145,7 +150,9 @@ async def serving_nodes(proxy, meta: CollectionMeta) -> tuple[dict[int, list[str
     return nodes, loaded
 
 
-async def fan_out(proxy, nodes: dict[int, list[str]], call: Callable[[object, list[str]], Awaitable]) -> list:
+async def fan_out(
+    proxy: ProxyHost, nodes: dict[int, list[str]], call: Callable[[QueryNodeClient, list[str]], Awaitable]
+) -> list:
     """`call(node, vchannels)` on every serving node at once; the first failure is raised."""
     calls = [call(proxy.registry.client(roles.QUERYNODE, nid), chans) for nid, chans in nodes.items()]
     results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)  # one node: no task

@@ -42,20 +42,24 @@ def _to_greater(score: np.ndarray, metric: str) -> np.ndarray:
     """Milvus' toGreaterScore: larger is better for every metric (L2: 1 - 2·atan(d)/π)."""
     if larger_is_closer(metric):
         return score
-    return 1.0 - 2.0 * np.arctan(score) / np.pi
+    greater: np.ndarray = 1.0 - 2.0 * np.arctan(score) / np.pi
+    return greater
 
 
 def _normalize(score: np.ndarray, metric: str, norm: bool, mixed: bool) -> np.ndarray:
     """Milvus' getNormalizeFunc."""
     if not norm:
         return _to_greater(score, metric) if mixed else score
+    normalized: np.ndarray
     if metric == "COSINE":
-        return (1.0 + score) * 0.5
-    if metric == "IP":
-        return 0.5 + np.arctan(score) / np.pi
-    if metric == "BM25":
-        return 2.0 * np.arctan(score) / np.pi
-    return 1.0 - 2.0 * np.arctan(score) / np.pi
+        normalized = (1.0 + score) * 0.5
+    elif metric == "IP":
+        normalized = 0.5 + np.arctan(score) / np.pi
+    elif metric == "BM25":
+        normalized = 2.0 * np.arctan(score) / np.pi
+    else:
+        normalized = 1.0 - 2.0 * np.arctan(score) / np.pi
+    return normalized
 
 
 @dataclass
@@ -74,7 +78,8 @@ class Fusion:
 
 def rrf(k: float) -> Fusion:
     def contribution(t: pa.Table, metrics: list[str]) -> np.ndarray:
-        return 1.0 / (k + t.column("_rank").to_numpy() + 1.0)
+        reciprocal: np.ndarray = 1.0 / (k + t.column("_rank").to_numpy() + 1.0)
+        return reciprocal
 
     return Fusion(contribution, "sum", lambda m: True, name="rrf")
 
@@ -109,7 +114,9 @@ _DECAY = {
 }
 
 
-def decay(field: schema_pb2.FieldSchema, function: str, origin: float, scale: float, offset: float, rate: float):
+def decay(
+    field: schema_pb2.FieldSchema, function: str, origin: float, scale: float, offset: float, rate: float
+) -> Fusion:
     """Milvus' decay reranker: score = decay(|value - origin| - offset) × max over the requests
     of the hit's score made larger-is-better."""
     curve = _DECAY[function]
@@ -127,7 +134,8 @@ def decay(field: schema_pb2.FieldSchema, function: str, origin: float, scale: fl
         col = t.column(str(field.fieldID))
         value = col.to_numpy(zero_copy_only=False).astype(np.float64)
         dist = np.maximum(0.0, np.abs(value - origin) - offset)
-        return curve(dist, scale, rate) * fused
+        decayed: np.ndarray = curve(dist, scale, rate) * fused
+        return decayed
 
     return Fusion(contribution, "max", lambda m: True, (field.fieldID,), finish, supports_group=False, name="decay")
 

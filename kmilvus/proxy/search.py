@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +23,11 @@ from kmilvus.proxy import full_text, read_path, rerank, search_util
 from kmilvus.proxy.search_util import SearchInfo
 from kmilvus.querynode import bm25, groupby, reduce, vector_search
 from kmilvus.util import merr, typeutil
+
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
 
 DT = schema_pb2.DataType
 
@@ -105,7 +111,7 @@ class ReadScope:
     out_ids: list[int] = field(default_factory=list)
 
 
-class ProxySearchMixin:
+class ProxySearchMixin(ProxyHost):
     @merr.rpc(milvus_pb2.SearchResults)
     async def Search(self, req: milvus_pb2.SearchRequest, context=None):
         meta = await self.meta_cache.get(req.db_name, req.collection_name)
@@ -164,6 +170,7 @@ class ProxySearchMixin:
         read_path.check_expr(meta, expr, templates)
         metric = await self.search_metric(meta, info.field, info.metric)
         index_params.check_range_params(metric, info.params)
+        queries: kvectors.Vectors
         if metric == bm25.METRIC:  # text in, term frequencies out (kmilvus/proxy/full_text.py)
             queries = full_text.query_rows(meta.schema, info.field, placeholder_group, params.get("analyzer_name"))
             index = (await self.vector_indexes(meta)).get(info.field.fieldID, {})

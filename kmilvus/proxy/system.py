@@ -10,6 +10,8 @@ stays UNIMPLEMENTED.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import orjson
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
@@ -19,6 +21,11 @@ from kmilvus.proto import query_coord_pb2
 from kmilvus.sessionutil import list_sessions
 from kmilvus.util import merr, metricsinfo
 
+if TYPE_CHECKING:
+    from kmilvus.proxy.host import ProxyHost
+else:
+    ProxyHost = object
+
 log = get_logger(__name__)
 DEFAULT_RESOURCE_GROUP = "__default_resource_group"
 DEFAULT_RESOURCE_GROUP_CAPACITY = 1000000  # Milvus' meta.DefaultResourceGroupCapacity
@@ -26,7 +33,7 @@ RESOURCE_GROUP_NOT_FOUND = (300, merr.EC.UnexpectedError)
 COORDINATORS = (roles.QUERYCOORD, roles.DATACOORD, roles.ROOTCOORD)  # Milvus' order in the graph
 
 
-class ProxySystemMixin:
+class ProxySystemMixin(ProxyHost):
     @merr.rpc(milvus_pb2.GetMetricsResponse)
     async def GetMetrics(self, req: milvus_pb2.GetMetricsRequest, context=None):
         """Milvus' getSystemInfoMetrics: this Proxy, each coordinator's topology, and the

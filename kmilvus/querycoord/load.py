@@ -195,9 +195,9 @@ class LoadManager:
             async with self._lock:
                 info = self.loads.get(coll_id)
                 released = _release_partitions(info, partitions, every) if info is not None else None
-                if released:
+                if released and info is not None:
                     await self._save(info)
-            if released:
+            if released and info is not None:
                 await self._release_on_nodes(coll_id, info, released)
             if released is not None:
                 return

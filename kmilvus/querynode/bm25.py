@@ -86,7 +86,8 @@ class BM25Stats:
 
     def query_values(self, dims: np.ndarray, tf: np.ndarray) -> np.ndarray:
         """A query's term frequencies weighted by IDF (Milvus' BuildIDF)."""
-        return (np.asarray(tf, np.float32) * self.idf(dims)).astype(np.float32)
+        result: np.ndarray = (np.asarray(tf, np.float32) * self.idf(dims)).astype(np.float32)
+        return result
 
 
 def bm25_params(index_params: Mapping[str, object], search_params: Mapping[str, object]) -> tuple[float, float]:
@@ -110,7 +111,8 @@ def doc_values(tf: np.ndarray, doc_len: np.ndarray, k1: float, b: float, avgdl: 
     tf = np.asarray(tf, np.float32)
     dl = np.asarray(doc_len, np.float32)
     norm = np.float32(1 - b) + np.float32(b) * (dl / np.float32(avgdl))
-    return (tf * np.float32(k1 + 1) / (tf + np.float32(k1) * norm)).astype(np.float32)
+    result: np.ndarray = (tf * np.float32(k1 + 1) / (tf + np.float32(k1) * norm)).astype(np.float32)
+    return result
 
 
 def doc_scorer(k1: float, b: float, avgdl: float) -> Callable[..., np.ndarray]:

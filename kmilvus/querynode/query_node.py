@@ -51,7 +51,8 @@ class LoadedCollection:
 
     @property
     def pk_field(self) -> int:
-        return typeutil.primary_field(self.schema).fieldID
+        result: int = typeutil.primary_field(self.schema).fieldID
+        return result
 
     def update_schema(self, schema: schema_pb2.CollectionSchema) -> None:
         """A newer schema (a field was added; an older one changes nothing): every loaded row,

@@ -7,6 +7,7 @@ search; the newest row of a retrieve)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -41,7 +42,8 @@ TS = "__ts"
 
 def _first_of_each(*cols: np.ndarray) -> np.ndarray:
     """A bool per row: the first row (in the given order) of its combination of `cols`."""
-    return ~pd.DataFrame({str(i): c for i, c in enumerate(cols)}).duplicated(keep="first").to_numpy()
+    result: np.ndarray = ~pd.DataFrame({str(i): c for i, c in enumerate(cols)}).duplicated(keep="first").to_numpy()
+    return result
 
 
 def merge_topk(table: pa.Table, k: int, larger: bool) -> pa.Table:
@@ -107,6 +109,8 @@ def _segment_topk(seg: SegmentData, plan: SearchPlan, valid: np.ndarray | None, 
     base = seg.vectors.get(plan.anns_field)
     if base is None:
         return None
+    # Dense: binary and sparse vectors are always searched through an index (`index_for`).
+    assert isinstance(plan.queries, np.ndarray)
     return vector_search.search(
         base,
         plan.queries,
@@ -224,7 +228,7 @@ def merge_search(table: pa.Table, plan: SearchPlan) -> pa.Table:
     return merge_topk(table, plan.topk, plan.larger_is_closer)
 
 
-def search_segments(segments: list[tuple[SegmentData, object]], plan: SearchPlan) -> pa.Table:
+def search_segments(segments: Sequence[tuple[SegmentData, object]], plan: SearchPlan) -> pa.Table:
     """The plan's answer over `segments` (each searched in a thread: faiss and BLAS release the
     GIL): a segment's index when it has one for the field, its raw vectors exactly otherwise."""
 
@@ -262,7 +266,7 @@ def newest_rows(table: pa.Table) -> pa.Table:
 
 
 def retrieve_segments(
-    segments: list[tuple[SegmentData, object]],
+    segments: Sequence[tuple[SegmentData, object]],
     pk_field: int,
     output_ids: list[int],
     flt: Filter,
@@ -308,7 +312,8 @@ def to_ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
-    return sink.getvalue().to_pybytes()
+    result: bytes = sink.getvalue().to_pybytes()
+    return result
 
 
 def from_ipc(data: bytes) -> pa.Table:

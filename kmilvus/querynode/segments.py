@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +29,8 @@ TIMESTAMP = str(typeutil.TIMESTAMP_FIELD)
 
 
 def field_type(schema: schema_pb2.CollectionSchema, field_id: int) -> int:
-    return next((f.data_type for f in schema.fields if f.fieldID == field_id), DT.FloatVector)
+    result: int = next((f.data_type for f in schema.fields if f.fieldID == field_id), DT.FloatVector)
+    return result
 
 
 def twin_keys(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -81,7 +82,7 @@ class SegmentData:
     index_bytes: int = 0  # serialized size of the loaded indexes (≈ their memory)
     pk_field: int = 0
     _keys: tuple[np.ndarray, np.ndarray] | None = None
-    _pks: np.ndarray | bool | None = None  # int64_pks; False: not Int64
+    _pks: np.ndarray | Literal[False] | None = None  # int64_pks; False: not Int64
     _pk_order: tuple[np.ndarray, np.ndarray | None] | None = None  # `_key_order`
     _alive: tuple[tuple, np.ndarray | None] | None = None
     _span: Span | None = None
@@ -96,7 +97,7 @@ class SegmentData:
         table: pa.Table,
         schema: schema_pb2.CollectionSchema,
         indexed: Collection[int] = (),
-    ):
+    ) -> SegmentData:
         """`indexed`: vector fields searched through an index (no float32 matrix is made).
         Rows written before a field was added get it as the schema reads it (`typeutil.conform`)."""
         pk = next(f.fieldID for f in schema.fields if f.is_primary_key)
@@ -134,12 +135,14 @@ class SegmentData:
 
     @property
     def num_rows(self) -> int:
-        return self.table.num_rows
+        result: int = self.table.num_rows
+        return result
 
     @property
     def nbytes(self) -> int:
         own = sum(v.nbytes for v in self.vectors.values() if v.base is None)
-        return self.table.nbytes + own + self.index_bytes
+        result: int = self.table.nbytes + own + self.index_bytes
+        return result
 
     def add_index(self, field_id: int, index: Any, nbytes: int) -> None:
         """Search `field_id` through `index` from now on; drop its raw column when the index
@@ -208,7 +211,8 @@ class SegmentData:
         counts = hi - lo
         starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
         pos = np.arange(int(counts.sum()), dtype=np.int64) + starts
-        return pos if order is None else order[pos]
+        answer: np.ndarray = pos if order is None else order[pos]
+        return answer
 
     def keys_and_ts(self) -> tuple[np.ndarray, np.ndarray]:
         """Primary keys (as deletes compare them) and row timestamps, converted once (a segment

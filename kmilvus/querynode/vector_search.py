@@ -30,10 +30,12 @@ def larger_is_closer(metric: str) -> bool:
 def normalize(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return x / norms
+    result: np.ndarray = x / norms
+    return result
 
 
 def _distances(base: np.ndarray, queries: np.ndarray, metric: str, base_sq: np.ndarray | None) -> np.ndarray:
+    d: np.ndarray
     if metric == "L2":
         sq = base_sq if base_sq is not None else np.einsum("ij,ij->i", base, base)
         d = queries @ base.T
@@ -43,8 +45,10 @@ def _distances(base: np.ndarray, queries: np.ndarray, metric: str, base_sq: np.n
         np.maximum(d, 0.0, out=d)
         return d
     if metric == "COSINE":
-        return normalize(queries) @ normalize(base).T
-    return queries @ base.T
+        d = normalize(queries) @ normalize(base).T
+        return d
+    d = queries @ base.T
+    return d
 
 
 def search(

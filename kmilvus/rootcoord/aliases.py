@@ -10,6 +10,7 @@ Proxy's meta cache before it returns, so no Proxy keeps routing an altered or dr
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from pymilvus.grpc_gen import milvus_pb2
 
@@ -21,6 +22,11 @@ from kmilvus.proto import internal_pb2
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.util import merr
 from kmilvus.util.merr import MilvusError
+
+if TYPE_CHECKING:
+    from kmilvus.rootcoord.host import RootCoordHost
+else:
+    RootCoordHost = object
 
 log = get_logger(__name__)
 DEFAULT_DB = "default"
@@ -36,8 +42,8 @@ def alias_name_conflict(db: str, alias: str) -> MilvusError:
     )
 
 
-class AliasMixin:
-    """RootCoord's alias RPCs; needs `kv`, `collections`, `names`, `registry`, `_ddl_lock`."""
+class AliasMixin(RootCoordHost):
+    """RootCoord's alias RPCs."""
 
     aliases: dict[tuple[str, str], int]
 

@@ -10,6 +10,8 @@ the old name.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
@@ -22,6 +24,11 @@ from kmilvus.util import fieldtypes, merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.merr import MilvusError
 from kmilvus.util.ttl import COLLECTION_TTL
+
+if TYPE_CHECKING:
+    from kmilvus.rootcoord.host import RootCoordHost
+else:
+    RootCoordHost = object
 
 log = get_logger(__name__)
 
@@ -59,9 +66,8 @@ def _merge(
     return [common_pb2.KeyValuePair(key=k, value=v) for k, v in merged.items()]
 
 
-class AlterMixin:
-    """RootCoord's alteration RPCs; needs `kv`, `collections`, `names`, `aliases`, `_ddl_lock`,
-    `_cache`, `_uncache`, `_get` and `_invalidate_proxies`."""
+class AlterMixin(RootCoordHost):
+    """RootCoord's alteration RPCs."""
 
     @merr.rpc()
     async def AlterCollection(self, req: milvus_pb2.AlterCollectionRequest, context=None):

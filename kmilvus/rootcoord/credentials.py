@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
 import bcrypt
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
@@ -23,6 +24,11 @@ from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.privileges import BUILTIN_ROLES, DEFAULT_PUBLIC_GRANTS, ROLE_PUBLIC, ROOT_USER
 
+if TYPE_CHECKING:
+    from kmilvus.rootcoord.host import RootCoordHost
+else:
+    RootCoordHost = object
+
 log = get_logger(__name__)
 EC = common_pb2.ErrorCode
 BCRYPT_COST = 10  # Milvus' bcrypt.DefaultCost
@@ -32,8 +38,8 @@ def hash_password(password: str) -> str:
     return bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_COST)).decode()
 
 
-class CredentialMixin:
-    """Needs `kv`, `cfg`, `registry`."""
+class CredentialMixin(RootCoordHost):
+    """RootCoord's credential RPCs."""
 
     async def _init_credentials(self) -> None:
         """Milvus' initRbac: the built-in roles and the public role's default grants (always, as

@@ -9,6 +9,8 @@ database key, so a collection can never be created into a database being dropped
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus.log import get_logger
@@ -21,6 +23,11 @@ from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.merr import MilvusError
 
+if TYPE_CHECKING:
+    from kmilvus.rootcoord.host import RootCoordHost
+else:
+    RootCoordHost = object
+
 log = get_logger(__name__)
 
 
@@ -28,8 +35,8 @@ def database_not_found(name: str) -> MilvusError:
     return MilvusError(merr.DATABASE_NOT_FOUND, f"database not found[database={name}]")
 
 
-class DatabaseMixin:
-    """RootCoord's database RPCs; needs `kv`, `ids`, `tso`, `collections`, `cfg`, `_ddl_lock`."""
+class DatabaseMixin(RootCoordHost):
+    """RootCoord's database RPCs."""
 
     databases: dict[str, internal_pb2.DatabaseInfo]
 
@@ -44,7 +51,9 @@ class DatabaseMixin:
             )
             key = keys.database_key(DEFAULT_DB)
             if not await self.kv.txn([Op.put(key, info.SerializeToString())], [Cmp.missing(key)]):
-                info = internal_pb2.DatabaseInfo.FromString(await self.kv.get(key))
+                stored = await self.kv.get(key)
+                assert stored is not None  # the transaction failed on it; the default database is never dropped
+                info = internal_pb2.DatabaseInfo.FromString(stored)
             self.databases[DEFAULT_DB] = info
 
     def _database(self, name: str) -> internal_pb2.DatabaseInfo:

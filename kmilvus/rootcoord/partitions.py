@@ -15,6 +15,9 @@ its end (`drop_tasks`), a restarted one resumes it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus import components as roles
@@ -31,14 +34,18 @@ from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
 from kmilvus.util.failpoint import afailpoint, failpoint
 from kmilvus.util.merr import MilvusError
 
+if TYPE_CHECKING:
+    from kmilvus.rootcoord.host import RootCoordHost
+else:
+    RootCoordHost = object
+
 log = get_logger(__name__)
 
 
-class PartitionMixin:
-    """RootCoord's partition RPCs; needs RootCoord's `_get`, `_cache`, `_publish_ddl`,
-    `_invalidate_proxies`, `ticks`, `kv`, `ids`, `tso`, `registry`, `cfg`, `_ddl_lock`."""
+class PartitionMixin(RootCoordHost):
+    """RootCoord's partition RPCs."""
 
-    async def _commit_collection(self, info: internal_pb2.CollectionInfo, extra: list[Op] = ()) -> None:
+    async def _commit_collection(self, info: internal_pb2.CollectionInfo, extra: Sequence[Op] = ()) -> None:
         ok = await self.kv.txn(
             [Op.put(keys.collection_key(info.ID), info.SerializeToString()), *extra],
             [Cmp.exists(keys.collection_key(info.ID))],

@@ -11,6 +11,7 @@ holds the group. Each change makes every Proxy reload its policy before the call
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import orjson
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
@@ -32,6 +33,11 @@ from kmilvus.util.privileges import (
     object_type_of,
     privilege_level,
 )
+
+if TYPE_CHECKING:
+    from kmilvus.rootcoord.host import RootCoordHost
+else:
+    RootCoordHost = object
 
 EC = common_pb2.ErrorCode
 _GROUP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -55,8 +61,8 @@ def validate_group_name(name: str) -> None:
         )
 
 
-class PrivilegeGroupMixin:
-    """Needs `kv` and `_notify_policy` (RbacMixin)."""
+class PrivilegeGroupMixin(RootCoordHost):
+    """RootCoord's privilege group RPCs."""
 
     async def custom_privilege_groups(self) -> dict[str, list[str]]:
         out = {}

@@ -10,6 +10,7 @@ so a revoke is in force on every Proxy when the client hears it succeeded — no
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
@@ -28,6 +29,11 @@ from kmilvus.util.privileges import (
     name_for_metastore,
     privilege_name_for_api,
 )
+
+if TYPE_CHECKING:
+    from kmilvus.rootcoord.host import RootCoordHost
+else:
+    RootCoordHost = object
 
 log = get_logger(__name__)
 EC = common_pb2.ErrorCode
@@ -49,8 +55,8 @@ def _split_grant_key(key: str) -> tuple[str, str, str, str, str]:
     return role, obj_type, db, name, privilege
 
 
-class RbacMixin:
-    """Needs `kv`, `registry`, and PrivilegeGroupMixin (v2 grants, group expansion)."""
+class RbacMixin(RootCoordHost):
+    """RootCoord's role and privilege RPCs (v2 grants and group expansion: PrivilegeGroupMixin)."""
 
     async def _notify_policy(self, op: str) -> None:
         await _broadcast(self.registry, "RefreshPolicyInfoCache", security_pb2.RefreshPolicyInfoCacheRequest(op=op))

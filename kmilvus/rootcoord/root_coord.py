@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
@@ -21,7 +22,7 @@ from kmilvus.config import Config
 from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
-from kmilvus.msgstream import Msg, MsgType, channels
+from kmilvus.msgstream import Msg, MsgType, Producer, channels
 from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc, security_pb2_grpc
 from kmilvus.rootcoord import schema as schemautil
 from kmilvus.rootcoord.aliases import AliasMixin
@@ -45,6 +46,7 @@ from kmilvus.util.tasks import BackgroundTasks
 from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
+_T = TypeVar("_T")
 
 
 async def _leader_unknown() -> bool:
@@ -79,9 +81,10 @@ class RootCoord(
         self.aliases: dict[tuple[str, str], int] = {}
         self._pchannels_used: list[str] | None = None
         self.pchannels = channels.pchannel_names(cfg.cluster, cfg.dml_channel_num)
-        self.producer = None
-        self.ticks: TickSource | None = None
-        self.tt_sync: TimeTickSync | None = None
+        # Built by start(): until then an RPC that needs them answers "not ready" (see `_started`).
+        self._producer: Producer | None = None
+        self._ticks: TickSource | None = None
+        self._tt_sync: TimeTickSync | None = None
         self._ddl_lock = asyncio.Lock()
         self._tasks = BackgroundTasks()
         self.drops = DropTasks(self._spawn)
@@ -98,11 +101,11 @@ class RootCoord(
             self._cache(info)
         await self._load_aliases()
         await self._init_credentials()
-        self.producer = self.stream.producer()
-        self.ticks = TickSource(TimestampAllocator(self))
-        self.tt_sync = TimeTickSync(
-            self.producer,
-            self.ticks,
+        self._producer = self.stream.producer()
+        self._ticks = TickSource(TimestampAllocator(self))
+        self._tt_sync = TimeTickSync(
+            self._producer,
+            self._ticks,
             self._live_pchannels,
             self.cfg.time_tick_interval,
             idle_interval=self.cfg.time_tick_idle_interval,
@@ -134,9 +137,22 @@ class RootCoord(
     async def stop(self) -> None:
         if metrics.ROOTCOORD_COLLECTION_NUM.source == self._collection_counts:
             metrics.ROOTCOORD_COLLECTION_NUM.source = None
-        if self.tt_sync:
-            await self.tt_sync.stop()
+        if self._tt_sync:
+            await self._tt_sync.stop()
         await self._tasks.stop()
+
+    @property
+    def producer(self) -> Producer:
+        return _started(self._producer)
+
+    @property
+    def ticks(self) -> TickSource:
+        """Timestamps that DDL publishes with."""
+        return _started(self._ticks)
+
+    @property
+    def tt_sync(self) -> TimeTickSync:
+        return _started(self._tt_sync)
 
     def _collection_counts(self) -> dict[str, int]:
         """Collections by database, for a scrape (metrics thread: `list` copies in one step)."""
@@ -188,7 +204,7 @@ class RootCoord(
     async def AllocTimestamp(self, req, context=None):
         n = req.count or 1
         await self._check_leader()
-        if req.producerID and self.tt_sync is not None:
+        if req.producerID and self._tt_sync is not None:
             self.tt_sync.allocating(req.producerID)  # before: no tick from now on passes it
         return internal_pb2.AllocTimestampResponse(timestamp=await self.tso.alloc(n), count=n)
 
@@ -522,6 +538,14 @@ class RootCoord(
             if isinstance(r, BaseException):  # a Proxy that is gone holds no stream to release
                 log.warning("release DQL stream failed", proxy=sid, error=str(r))
         return merr.success()
+
+
+def _started(part: _T | None) -> _T:
+    """A part of RootCoord that `start()` builds. The internal server answers before that (every
+    servicer is registered first): such a call gets Milvus' "not ready", which callers retry."""
+    if part is None:
+        raise merr.MilvusError(merr.SERVICE_NOT_READY, "service not ready[role=rootcoord][state=Initializing]")
+    return part
 
 
 def MilvusError_dup(name: str) -> merr.MilvusError:  # reads like the error it builds

@@ -257,11 +257,11 @@ def same_schema(a: schema_pb2.CollectionSchema, b: schema_pb2.CollectionSchema) 
             for f in s.fields
         ]
 
-    return key(a) == key(b)
+    return bool(key(a) == key(b))
 
 
 def consistency_level_name(level: int) -> str:
-    return common_pb2.ConsistencyLevel.Name(level)
+    return str(common_pb2.ConsistencyLevel.Name(level))
 
 
 DEFAULT_PARTITIONS_WITH_PARTITION_KEY = 16  # Milvus 2.5's common.DefaultPartitionsWithPartitionKey

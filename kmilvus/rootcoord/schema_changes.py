@@ -20,6 +20,8 @@ function type is refused as the create path refuses it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus.function import schema as functions
@@ -31,13 +33,17 @@ from kmilvus.rootcoord.schema import refuse as _refuse
 from kmilvus.util import merr
 from kmilvus.util.failpoint import afailpoint
 
+if TYPE_CHECKING:
+    from kmilvus.rootcoord.host import RootCoordHost
+else:
+    RootCoordHost = object
+
 log = get_logger(__name__)
 FT = schema_pb2.FunctionType
 
 
-class SchemaChangeMixin:
-    """Needs RootCoord's `_ddl_lock`, `_copy`, `_rewrite`, `_get`, `_publish_ddl`, `ticks`,
-    `_invalidate_proxies` and `cfg`."""
+class SchemaChangeMixin(RootCoordHost):
+    """RootCoord's schema change RPCs (fields and functions)."""
 
     @merr.rpc()
     async def AddCollectionField(self, req: milvus_pb2.AddCollectionFieldRequest, context=None):

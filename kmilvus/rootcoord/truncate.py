@@ -23,6 +23,7 @@ with them.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from pymilvus.grpc_gen import milvus_pb2
 
@@ -37,12 +38,17 @@ from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.failpoint import afailpoint
 
+if TYPE_CHECKING:
+    from kmilvus.rootcoord.host import RootCoordHost
+else:
+    RootCoordHost = object
+
 log = get_logger(__name__)
 WAIT_SECONDS = 120.0  # the call's wait for the task; a retry waits for the same task again
 
 
-class TruncateMixin:
-    """Needs RootCoord's `_ddl_lock`, `_get`, `drops`, `kv`, `ticks`, `_publish_ddl` and `registry`."""
+class TruncateMixin(RootCoordHost):
+    """RootCoord's TruncateCollection."""
 
     @merr.rpc(milvus_pb2.TruncateCollectionResponse)
     async def TruncateCollection(self, req: milvus_pb2.TruncateCollectionRequest, context=None):

@@ -16,6 +16,7 @@ import re
 from importlib import resources
 from pathlib import Path
 from string import Template
+from typing import Any
 
 import yaml
 
@@ -126,7 +127,7 @@ def build_application(
         service_account=service_account,
         shuffle_partitions=int(shuffle_partitions),
     )
-    app = yaml.safe_load(rendered)
+    app: dict[str, Any] = yaml.safe_load(rendered)
     app["spec"]["arguments"] = [json.dumps(job_spec, separators=(",", ":"), sort_keys=True)]
     for pod in ("driver", "executor"):
         app["spec"][pod]["env"].extend(copy.deepcopy(env or []))
@@ -189,4 +190,5 @@ def validate_application(app: dict) -> None:
 
 def job_spec_of(app: dict) -> dict:
     """The job spec carried in an application's arguments."""
-    return json.loads(app["spec"]["arguments"][0])
+    spec: dict[str, Any] = json.loads(app["spec"]["arguments"][0])
+    return spec

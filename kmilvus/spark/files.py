@@ -128,7 +128,8 @@ def format_of(uri: str, options: dict | None = None) -> str:
     if forced:
         if forced not in ("parquet", "json", "csv"):
             raise ImportError_([Problem(uri, f"unsupported format {forced!r} (parquet, json or csv)")])
-        return forced
+        result: str = forced
+        return result
     path = urlparse(uri).path if "://" in uri else uri
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
@@ -313,19 +314,19 @@ def _column_problems(uri: str, names: list[str], schema: schema_pb2.CollectionSc
 
 
 def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
 
 
 def _elements_ok(dt: int, t: pa.DataType) -> bool:
     """Values of type `t` can feed a field (or array element) of type `dt`."""
     if dt == DT.Bool:
-        return pa.types.is_boolean(t)
+        return bool(pa.types.is_boolean(t))
     if dt in (DT.Int8, DT.Int16, DT.Int32, DT.Int64):
-        return pa.types.is_integer(t)
+        return bool(pa.types.is_integer(t))
     if dt in (DT.Float, DT.Double):
-        return pa.types.is_floating(t) or pa.types.is_integer(t)
+        return bool(pa.types.is_floating(t) or pa.types.is_integer(t))
     if dt == DT.VarChar:
-        return pa.types.is_string(t) or pa.types.is_large_string(t)
+        return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
     return False
 
 

@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 from kmilvus.log import get_logger
 from kmilvus.spark import application
@@ -101,7 +102,7 @@ class InProcessRunner(JobRunner):
                 return JobStatus(JobState.COMPLETED, "", {"phase": "completed"})
             return JobStatus(JobState.FAILED, "the in-process job ended with the coordinator that ran it")
         events = list(run.events)
-        progress = next((e.get("progress") for e in reversed(events) if e.get("progress")), {}) or {}
+        progress: dict[str, Any] = next((e.get("progress") for e in reversed(events) if e.get("progress")), {}) or {}
         if run.cancel.is_set():
             done = run.thread is None or not run.thread.is_alive()
             return JobStatus(JobState.FAILED if done else JobState.FAILING, "cancelled", progress)
@@ -147,7 +148,7 @@ def _completed(handle: dict) -> bool:
     if not handle.get("manifest"):
         return False
     manifest = read_manifest(ObjectStore.from_uri(handle["storage_uri"]), handle["manifest"])
-    return bool(manifest) and manifest.get("status") == "completed"
+    return manifest is not None and manifest.get("status") == "completed"
 
 
 def input_bytes(spec: dict) -> int:
@@ -164,7 +165,8 @@ def local_refusal(spec: dict, max_bytes: int) -> str | None:
     if size > max_bytes:
         return f"{size} bytes of input, more than {max_bytes}"
     if spec.get("kind") == "import":
-        return job_module("importer").local_route_refusal(spec)
+        result: str | None = job_module("importer").local_route_refusal(spec)
+        return result
     return None
 
 

@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from kmilvus.log import get_logger
 from kmilvus.spark import application
@@ -255,7 +256,7 @@ class LocalSparkRunner(JobRunner):
     async def state(self, handle: dict) -> JobStatus:
         workdir = Path(handle["workdir"])
         events = _read_events(workdir / "events.jsonl")
-        progress = next((e.get("progress") for e in reversed(events) if e.get("progress")), {}) or {}
+        progress: dict[str, Any] = next((e.get("progress") for e in reversed(events) if e.get("progress")), {}) or {}
         if (workdir / "submission-error").exists():
             return JobStatus(JobState.SUBMISSION_FAILED, (workdir / "submission-error").read_text(), progress)
         if handle["name"] in self._cancelled or (workdir / "cancelled").exists():

@@ -41,7 +41,8 @@ async def follow(
 def read_manifest(store, key: str) -> dict | None:
     """The job's manifest (None when it wrote none)."""
     try:
-        return json.loads(store.read_sync(key))
+        manifest: dict | None = json.loads(store.read_sync(key))
+        return manifest
     except (FileNotFoundError, OSError, ValueError):
         return None
 

@@ -161,7 +161,7 @@ def from_storage(table: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
     return _mapped(table, convert)
 
 
-def parquet_options(schema: pa.Schema) -> dict:
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     """ParquetWriter keyword arguments for a binlog of `schema` (see the module docstring)."""
     vectors = [f.name for f in schema if _is_vector(f.type)]
     scalars = [f.name for f in schema if not _is_vector(f.type)]

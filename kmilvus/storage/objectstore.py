@@ -93,7 +93,7 @@ class ObjectStore:
             raise ValueError("s3 URI needs a bucket: s3://bucket/prefix")
         prefix = u.path.strip("/")
         q = {k: v[-1] for k, v in parse_qs(u.query).items()}
-        kw: dict = {"allow_bucket_creation": True, "allow_bucket_deletion": False}
+        kw: dict[str, object] = {"allow_bucket_creation": True, "allow_bucket_deletion": False}
         endpoint = q.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:
             e = urlparse(endpoint if "://" in endpoint else "http://" + endpoint)

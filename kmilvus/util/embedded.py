@@ -17,8 +17,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kmilvus.config import Config
 
@@ -66,7 +68,8 @@ def find_binary(name: str) -> str:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -74,10 +77,10 @@ class ChildServer:
     """A server process we started; `stop()` terminates it and waits."""
 
     name: str
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     endpoint: str
     log_path: Path
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -110,7 +113,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # Python code between fork and exec (preexec_fn) is unsafe in a threaded process: started from
     # one (gRPC, an event-loop thread) the child has died with SIGSEGV before exec. util-linux's
@@ -134,7 +137,7 @@ def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | Non
         )
 
 
-def _wait(check, proc: subprocess.Popen, name: str, log_path: Path, timeout: float) -> None:
+def _wait(check: Callable[[], bool], proc: subprocess.Popen[bytes], name: str, log_path: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -253,7 +256,7 @@ def start_nats(
 
     def ready() -> bool:
         with urllib.request.urlopen(f"http://127.0.0.1:{mport}/healthz?js-enabled-only=true", timeout=1) as r:
-            return r.status == 200
+            return bool(r.status == 200)
 
     _wait(ready, proc, "nats-server", log_path, timeout)
     return ChildServer("nats-server", proc, f"nats://127.0.0.1:{port}", log_path, {"monitor_port": mport})

@@ -12,6 +12,9 @@ is how the wire format packs them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -56,9 +59,8 @@ def byte_width(field: schema_pb2.FieldSchema, dim: int) -> int:
 
 def arrow_type(field: schema_pb2.FieldSchema, dim: int | None) -> pa.DataType:
     dt = field.data_type
-    if dt == DT.BinaryVector:
-        return pa.binary(byte_width(field, dim))
-    if dt in (DT.Float16Vector, DT.BFloat16Vector):
+    if dt in BYTE_VECTORS:
+        assert dim is not None, "a byte vector's type needs its dim"
         return pa.binary(byte_width(field, dim))
     if dt == DT.SparseFloatVector:
         return SPARSE_ARROW
@@ -167,7 +169,7 @@ def byte_vector_from_lists(field: schema_pb2.FieldSchema, lists: pa.Array) -> pa
     return pa.Array.from_buffers(pa.binary(byte_width(field, dim)), n, [None, pa.py_buffer(raw)])
 
 
-def sparse_rows_to_arrow(contents, num_rows: int, name: str) -> pa.Array:
+def sparse_rows_to_arrow(contents: Sequence[bytes], num_rows: int, name: str) -> pa.Array:
     """Milvus' sparse rows (bytes of little-endian (uint32 index, float32 value) pairs, indices
     strictly increasing) → `map<uint32, float32>`, checked as Milvus' ValidateSparseFloatRows."""
     if len(contents) != num_rows:
@@ -319,7 +321,7 @@ def max_capacity_of(field: schema_pb2.FieldSchema) -> int:
 # Nullable fields and default values
 
 
-def default_value(field: schema_pb2.FieldSchema):
+def default_value(field: schema_pb2.FieldSchema) -> Any:
     """The field's default as a Python scalar, or None."""
     if not field.HasField("default_value"):
         return None

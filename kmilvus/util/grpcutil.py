@@ -8,7 +8,7 @@ context=None)`. In one process a caller holds the object itself; across processe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import grpc
@@ -42,10 +42,14 @@ SERVER_OPTIONS = [
 ]
 
 
+# A generated `add_<Service>Servicer_to_server(servicer, server)` (grpc_tools writes no types).
+AddServicer = Callable[[Any, grpc.aio.Server], None]
+
+
 async def start_server(
     host: str,
     port: int,
-    registrations: list[tuple[Callable, Any]],
+    registrations: list[tuple[AddServicer, Any]],
     *,
     credentials: grpc.ServerCredentials | None = None,
     interceptors: list[grpc.aio.ServerInterceptor] | None = None,
@@ -92,7 +96,9 @@ def answer_unimplemented_quietly(servicer: Any) -> None:
             if name.startswith("_") or not callable(fn) or getattr(type(servicer), name) is not fn:
                 continue
 
-            async def unimplemented(request, context, _method=name):
+            async def unimplemented(
+                request: Any, context: grpc.aio.ServicerContext[Any, Any], _method: str = name
+            ) -> None:
                 metrics.RPC_UNIMPLEMENTED.labels(role, _method).inc()
                 log.debug("unimplemented rpc", role=role, rpc=_method)
                 await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"kmilvus does not implement {_method} yet")
@@ -114,7 +120,7 @@ class ChannelTLS:
         creds = grpc.ssl_channel_credentials(
             root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
         )
-        options = list(CHANNEL_OPTIONS)
+        options: list[tuple[str, str | int]] = list(CHANNEL_OPTIONS)
         if self.server_name:
             options.append(("grpc.ssl_target_name_override", self.server_name))
         return grpc.aio.secure_channel(address, creds, options=options)
@@ -151,9 +157,9 @@ class RemoteClient:
         self.tls = tls
         self.deadline = deadline
         self._channel: grpc.aio.Channel | None = None
-        self._stub = None
+        self._stub: Any = None  # an instance of `stub_cls` (generated, untyped)
         self._lock = asyncio.Lock()
-        self._closing: set[asyncio.Task] = set()  # channels dropped, closing once their calls end
+        self._closing: set[asyncio.Task[None]] = set()  # channels dropped, closing once their calls end
 
     async def _resolve(self) -> str:
         for _ in range(self.retries * 5):
@@ -167,7 +173,7 @@ class RemoteClient:
             await asyncio.sleep(0.2)
         raise ConnectionError(f"no live {self.role} session")
 
-    async def _get_stub(self):
+    async def _get_stub(self) -> Any:
         async with self._lock:
             if self._stub is None:
                 addr = self.address or await self._resolve()
@@ -178,7 +184,7 @@ class RemoteClient:
                 self._stub = self.stub_cls(self._channel)
             return self._stub
 
-    async def _reset(self, failed=None) -> None:
+    async def _reset(self, failed: Any = None) -> None:
         """Drop the channel `failed` (a stub) ran on, so the next call re-resolves the peer.
         Calls still running on it finish first: closing a channel outright cancels its calls,
         and a cancelled call surfaces as asyncio.CancelledError in callers whose retry loops
@@ -192,11 +198,14 @@ class RemoteClient:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
+        """RPC `name` of the stub, retried while the peer is unavailable. Its signature is the
+        in-process method's (`context` is accepted and ignored), so a RemoteClient stands for the
+        component wherever kmilvus.types' Protocols are expected."""
         if name.startswith("_"):
             raise AttributeError(name)
 
-        async def call(request, context=None, timeout: float | None = None):
+        async def call(request: Any, context: Any = None, timeout: float | None = None) -> Any:
             for attempt in range(self.retries):
                 stub = await self._get_stub()
                 try:
@@ -211,7 +220,7 @@ class RemoteClient:
 
         return call
 
-    async def stream(self, name: str, request) -> AsyncIterator[Any]:
+    async def stream(self, name: str, request: Any) -> AsyncIterator[Any]:
         """A server-streaming RPC's messages. Not retried: a broken stream raises, and the caller
         resubscribes (the next call re-resolves an unavailable peer)."""
         stub = await self._get_stub()

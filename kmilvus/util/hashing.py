@@ -29,7 +29,10 @@ def hash_keys(keys: pa.Array | np.ndarray) -> np.ndarray:
         if pa.types.is_integer(keys.type):
             keys = keys.to_numpy(zero_copy_only=False)
         else:
-            return pd.util.hash_array(keys.to_numpy(zero_copy_only=False).astype(object), categorize=False)
+            hashed: np.ndarray = pd.util.hash_array(
+                keys.to_numpy(zero_copy_only=False).astype(object), categorize=False
+            )
+            return hashed
     return fmix64(np.asarray(keys, dtype=np.int64))
 
 

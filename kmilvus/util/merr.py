@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
@@ -88,7 +88,7 @@ def success() -> common_pb2.Status:
 
 
 def ok(status: common_pb2.Status) -> bool:
-    return status.code == 0 and status.error_code == 0
+    return bool(status.code == 0 and status.error_code == 0)
 
 
 def check(status: common_pb2.Status) -> None:
@@ -112,7 +112,19 @@ def invalid(message: str) -> MilvusError:
     return MilvusError(PARAMETER_INVALID, message)
 
 
-def rpc(response_type: Any | None = None, *, status_field: str = "status"):
+_Self = TypeVar("_Self")
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+_Rest = ParamSpec("_Rest")
+# A servicer method: (self, request, context=None) -> response. `rpc` keeps its exact signature, so
+# a caller in-process and the Protocols of kmilvus.types see the handler's own request/response types.
+_Handler = Callable[Concatenate[_Self, _Req, _Rest], Awaitable[_Resp]]
+_Wrapped = Callable[Concatenate[_Self, _Req, _Rest], Coroutine[Any, Any, _Resp]]
+
+
+def rpc(
+    response_type: Callable[[], Any] | None = None, *, status_field: str = "status"
+) -> Callable[[_Handler[_Self, _Req, _Rest, _Resp]], _Wrapped[_Self, _Req, _Rest, _Resp]]:
     """Decorate a servicer method so any exception becomes a failed status in its response.
 
     `response_type=None` means the RPC returns a bare common.Status.
@@ -121,18 +133,19 @@ def rpc(response_type: Any | None = None, *, status_field: str = "status"):
     defect and is logged with its traceback before it goes back as SERVICE_INTERNAL.
     """
 
-    def wrap(fn: Callable[..., Awaitable[Any]]):
+    def wrap(fn: _Handler[_Self, _Req, _Rest, _Resp]) -> _Wrapped[_Self, _Req, _Rest, _Resp]:
         from kmilvus import metrics
 
         method = fn.__name__
         latency: dict[str, Any] = {}
 
         @functools.wraps(fn)
-        async def inner(self, request, context=None):
+        async def inner(self: _Self, request: _Req, /, *args: _Rest.args, **kwargs: _Rest.kwargs) -> _Resp:
             started = time.perf_counter()
-            counted = method in MILVUS_METHODS and getattr(self, "role", "") in ("proxy", "rootcoord")
+            role: str = getattr(self, "role", "?")
+            counted = method in MILVUS_METHODS and role in ("proxy", "rootcoord")
             try:
-                resp = await fn(self, request, context)
+                resp = await fn(self, request, *args, **kwargs)
                 if response_type is not None and resp is not None:
                     # Milvus answers merr.Success() — a status that is present, not absent:
                     # clients other than pymilvus (the Node.js SDK) read `status.error_code`.
@@ -140,25 +153,25 @@ def rpc(response_type: Any | None = None, *, status_field: str = "status"):
                 if counted:
                     st = resp if response_type is None else getattr(resp, status_field)
                     metrics.observe_milvus_rpc(
-                        self.role, getattr(self, "server_id", 0), method, request, ok(st), time.perf_counter() - started
+                        role, getattr(self, "server_id", 0), method, request, ok(st), time.perf_counter() - started
                     )
                 return resp
             except Exception as exc:  # every failure goes back as a status
                 if counted:
                     metrics.observe_milvus_rpc(
-                        self.role, getattr(self, "server_id", 0), method, request, False, time.perf_counter() - started
+                        role, getattr(self, "server_id", 0), method, request, False, time.perf_counter() - started
                     )
                 status = status_of(exc)
-                metrics.RPC_FAILURES.labels(getattr(self, "role", "?"), method, str(status.code)).inc()
+                metrics.RPC_FAILURES.labels(role, method, str(status.code)).inc()
                 if not isinstance(exc, MilvusError):
-                    log.error("rpc failed", role=getattr(self, "role", "?"), rpc=method, exc_info=True)
+                    log.error("rpc failed", role=role, rpc=method, exc_info=True)
+                # The handler's declared response (pymilvus' messages carry no types: see merr's callers).
                 if response_type is None:
-                    return status
-                resp = response_type()
-                getattr(resp, status_field).CopyFrom(status)
-                return resp
+                    return cast(_Resp, status)
+                failed = response_type()
+                getattr(failed, status_field).CopyFrom(status)
+                return cast(_Resp, failed)
             finally:
-                role = getattr(self, "role", "?")
                 timer = latency.get(role)
                 if timer is None:  # labels() takes a lock and builds a key: once per role, not per call
                     timer = latency[role] = metrics.RPC_LATENCY.labels(role, method)

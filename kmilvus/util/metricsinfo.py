@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import orjson
 import psutil
 from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus import __version__
+from kmilvus.meta import EtcdKV
 from kmilvus.sessionutil import list_sessions
 from kmilvus.util import merr
 
@@ -26,6 +28,26 @@ SYSTEM_INFO = "system_info"
 FORWARD, MANAGE = "forward", "manage"  # Milvus' ConnectionType: Proxy → coordinator, coordinator → node
 SERVER_VERSION = "v2.3.5"  # the Milvus API level kmilvus implements (GetVersion answers it)
 _STARTED = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f %z UTC")
+
+
+class Sessions(Protocol):
+    """What these functions use of kmilvus.components.Registry."""
+
+    @property
+    def kv(self) -> EtcdKV: ...
+
+    async def clients(self, role: str) -> Mapping[int, Any]: ...
+
+
+class Node(Protocol):
+    """The component answering GetMetrics: its session names it."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def server_id(self) -> int: ...
+    @property
+    def registry(self) -> Sessions: ...
 
 
 def metric_type(req: milvus_pb2.GetMetricsRequest) -> str:
@@ -95,7 +117,7 @@ def failed_infos(role: str, server_id: int, reason: str) -> dict[str, Any]:
     return {"has_error": True, "error_reason": reason, "name": f"{role}{server_id}", "type": role, "id": server_id}
 
 
-async def address_of(registry, role: str, server_id: int) -> str:
+async def address_of(registry: Sessions, role: str, server_id: int) -> str:
     info = (await list_sessions(registry.kv, role)).get(server_id)
     return info.address.rsplit(":", 1)[0] if info is not None else ""
 
@@ -104,7 +126,9 @@ def response(component: str, body: dict[str, Any]) -> milvus_pb2.GetMetricsRespo
     return milvus_pb2.GetMetricsResponse(response=orjson.dumps(body).decode(), component_name=component)
 
 
-async def self_metrics(comp, req, configuration: dict[str, Any]) -> milvus_pb2.GetMetricsResponse:
+async def self_metrics(
+    comp: Node, req: milvus_pb2.GetMetricsRequest, configuration: dict[str, Any]
+) -> milvus_pb2.GetMetricsResponse:
     """A node's answer: its ComponentInfos."""
     require_system_info(req)
     ip = await address_of(comp.registry, comp.role, comp.server_id)
@@ -112,7 +136,12 @@ async def self_metrics(comp, req, configuration: dict[str, Any]) -> milvus_pb2.G
 
 
 async def coordinator_metrics(
-    comp, req, configuration: dict[str, Any], node_role: str | None, connects_to: tuple[str, ...], cluster_key: str
+    comp: Node,
+    req: milvus_pb2.GetMetricsRequest,
+    configuration: dict[str, Any],
+    node_role: str | None,
+    connects_to: tuple[str, ...],
+    cluster_key: str,
 ) -> milvus_pb2.GetMetricsResponse:
     """A coordinator's topology: itself, the nodes of `node_role` it manages (each asked for
     its own infos), and the coordinators it talks to (Milvus' ConnTopology)."""
@@ -163,4 +192,5 @@ def system_topology(proxy_infos: dict[str, Any], coordinators: dict[str, dict[st
 
 
 def topo_self(topo: dict[str, Any]) -> dict[str, Any]:
-    return topo["self"] if "self" in topo else topo["cluster"]["self"]
+    me: dict[str, Any] = topo["self"] if "self" in topo else topo["cluster"]["self"]
+    return me

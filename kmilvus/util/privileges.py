@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from google.protobuf.descriptor import Descriptor
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 ROOT_USER = "root"
@@ -68,12 +69,12 @@ class Rule:
     names_field: str = ""
 
 
-def _field_name(msg_desc, number: int) -> str:
+def _field_name(msg_desc: Descriptor, number: int) -> str:
     f = msg_desc.fields_by_number.get(number) if number > 0 else None
     return f.name if f is not None else ""
 
 
-def _rule(msg_desc) -> Rule | None:
+def _rule(msg_desc: Descriptor) -> Rule | None:
     ext = common_pb2.privilege_ext_obj
     opts = msg_desc.GetOptions()
     if not opts.HasExtension(ext):

@@ -32,7 +32,8 @@ class Backoff:
     def next_delay(self) -> float:
         delay = min(self.cap, self.base * 2**self.failures)
         self.failures += 1
-        return delay * random.uniform(0.8, 1.0)  # jitter: restarted peers do not retry in step
+        jittered: float = delay * random.uniform(0.8, 1.0)  # jitter: restarted peers do not retry in step
+        return jittered
 
     async def sleep(self) -> None:
         await asyncio.sleep(self.next_delay())

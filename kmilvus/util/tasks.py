@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 from kmilvus.log import get_logger
 
 log = get_logger(__name__)
+_T = TypeVar("_T")
 
 
 def cancelled_here() -> bool:
@@ -29,7 +31,7 @@ def stopping(exc: BaseException) -> bool:
     return isinstance(exc, asyncio.CancelledError) and cancelled_here()
 
 
-async def cancel_and_wait(tasks: Iterable[asyncio.Task | None], *, log_failures: bool = True) -> None:
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any] | None], *, log_failures: bool = True) -> None:
     """Cancel `tasks` and wait until each has ended. A task that had failed is logged with its
     traceback (its exception would otherwise be lost), never raised: stopping must finish."""
     live = [t for t in tasks if t is not None]
@@ -50,9 +52,9 @@ class BackgroundTasks:
     """The named tasks of one owner; `stop()` cancels and awaits every one still running."""
 
     def __init__(self) -> None:
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
-    def spawn(self, coro: Coroutine, name: str) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, _T], name: str) -> asyncio.Task[_T]:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
@@ -60,12 +62,12 @@ class BackgroundTasks:
 
     def every(
         self, interval: float | Callable[[], float], step: Callable[[], Awaitable[object]], name: str
-    ) -> asyncio.Task:
+    ) -> asyncio.Task[None]:
         """Run `step` every `interval` seconds until stopped; a failed step is logged (with its
         traceback) and the next one runs as planned."""
         return self.spawn(_periodic(interval, step, name), name)
 
-    def _done(self, task: asyncio.Task) -> None:
+    def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("background task failed", task=task.get_name(), exc_info=task.exception())

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Protocol
+
+from pymilvus.grpc_gen import common_pb2
 
 from kmilvus.allocator import TimestampAllocator
 from kmilvus.log import get_logger
@@ -91,7 +94,13 @@ class TickSource:
         self._touched.update(channels)
 
 
-async def demand_tick(rootcoord, vchannels: list[str], ts: int) -> None:
+class TickDemander(Protocol):
+    """What `demand_tick` calls: RootCoord's gRPC stub, or RootCoord itself in-process."""
+
+    def DemandTimeTick(self, request: internal_pb2.TimeTickDemand, /) -> Awaitable[common_pb2.Status]: ...
+
+
+async def demand_tick(rootcoord: TickDemander, vchannels: list[str], ts: int) -> None:
     """Ask RootCoord (`DemandTimeTick`) for a tick past `ts` naming `vchannels`: someone waits
     there (a read, a sealed segment's flush), and an idle channel's consumers otherwise get a
     tick only every `time_tick_idle_interval`. Best effort: the periodic tick still comes."""

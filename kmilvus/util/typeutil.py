@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -95,7 +96,7 @@ _FIXED_SIZE = {DT.Bool: 1, DT.Int8: 1, DT.Int16: 2, DT.Int32: 4, DT.Int64: 8, DT
 
 def type_name(data_type: int) -> str:
     try:
-        return DT.Name(data_type)
+        return str(DT.Name(data_type))
     except ValueError:
         return str(data_type)
 
@@ -111,7 +112,7 @@ def type_param(field: schema_pb2.FieldSchema, key: str) -> str | None:
     """A field's type param (`dim`, `max_length`) as written, or None."""
     for kv in field.type_params:
         if kv.key == key:
-            return kv.value
+            return str(kv.value)
     return None
 
 
@@ -391,7 +392,7 @@ def check_max_length(name: str, values: pa.Array, limit: int, problem: str = "va
         raise RowError(problem, i, name, value=lengths[i].as_py(), limit=limit)
 
 
-def _reject_constant(name: str):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
@@ -528,8 +529,8 @@ def _check_dynamic_values(schema: schema_pb2.CollectionSchema, arr: pa.Array) ->
         )
     for name in [DYNAMIC_FIELD_NAME] + [f.name for f in user_fields(schema) if not f.is_dynamic]:
         hits = np.flatnonzero(pc.match_substring(text, json.dumps(name)).to_numpy(zero_copy_only=False))
-        for i in hits:
-            if name in json.loads(text[int(i)].as_py()):
+        for row in hits:
+            if name in json.loads(text[int(row)].as_py()):
                 if name == DYNAMIC_FIELD_NAME:
                     raise MilvusError(merr.PARAMETER_INVALID, f"cannot set json key to: {name}")
                 raise MilvusError(
@@ -644,7 +645,7 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _fill_packed(msg, values: np.ndarray) -> None:
+def _fill_packed(msg: Any, values: np.ndarray) -> None:
     """Set `msg.data` (field 1, packed fixed-width: float / double) from a numpy array.
 
     `repeated.extend(ndarray)` walks the array element by element in Python; parsing the packed
@@ -724,7 +725,7 @@ def record_batch_to_field_data(
     return out
 
 
-def primary_keys_to_ids(field: schema_pb2.FieldSchema, array) -> schema_pb2.IDs:
+def primary_keys_to_ids(field: schema_pb2.FieldSchema, array: Any) -> schema_pb2.IDs:
     """Primary keys (Arrow array / ChunkedArray / numpy / list) → `schema.IDs`."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()

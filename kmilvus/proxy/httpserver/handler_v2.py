@@ -165,7 +165,7 @@ def _consistency(level: str) -> tuple[int, bool]:
 def _data_type(name: str, what: str) -> int:
     if name not in schema_pb2.DataType.DESCRIPTOR.values_by_name:
         raise RestError(merr.PARAMETER_INVALID, f"invalid parameter, {what} {name} is invalid(case sensitive).")
-    return schema_pb2.DataType.Value(name)
+    return int(schema_pb2.DataType.Value(name))
 
 
 def _default_value(value: Any, dt: int) -> schema_pb2.ValueField | None:

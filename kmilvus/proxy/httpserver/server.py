@@ -15,7 +15,7 @@ import binascii
 import contextlib
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,8 @@ H = HandlersV2
 class Endpoint:
     path: str
     model: type[r.Req]
-    handler: Any  # an unbound HandlersV2 method
+    # An unbound HandlersV2 method: (handlers, call, body of `model`) -> the answer's JSON.
+    handler: Callable[[HandlersV2, Call, Any], Awaitable[dict[str, Any]]]
 
 
 # Milvus' RegisterRoutesToV2, route by route (the body model is its request_v2.go struct).

@@ -36,7 +36,7 @@ _INT_TYPES[DT.Int64] = (-(2**63), 2**63 - 1)
 
 
 def type_name(dt: int) -> str:
-    return schema_pb2.DataType.Name(dt)
+    return str(schema_pb2.DataType.Name(dt))
 
 
 def insert_error(message: str) -> RestError:
@@ -255,7 +255,7 @@ def _kind(v: Any) -> int:
 
 
 # ------------------------------------------------------------------------------ result rows
-def _with_nulls(values: Sequence[Any], valid: Sequence[bool], n: int) -> list[Any]:
+def _with_nulls(values: Sequence[Any] | np.ndarray, valid: Sequence[bool], n: int) -> list[Any]:
     """Values of a nullable column: None where not valid (data full-length or only the valid)."""
     if len(values) >= n:
         return [v if ok else None for v, ok in zip(values, valid, strict=False)]
@@ -283,7 +283,7 @@ def _column_values(fd: schema_pb2.FieldData, n: int) -> list[Any] | np.ndarray:
         return [None] * n
     data = getattr(fd.scalars, which).data
     if dt == DT.Array:
-        values: Sequence[Any] = [
+        values: Sequence[Any] | np.ndarray = [
             list(getattr(e, e.WhichOneof("data")).data) if e.WhichOneof("data") else [] for e in data
         ]
     elif dt == DT.Float:  # float32 as Go prints it (0.1, not 0.10000000149011612)
@@ -308,10 +308,10 @@ def _num_rows(fields_data: Sequence[schema_pb2.FieldData], ids: schema_pb2.IDs |
     if fd.valid_data:
         return len(fd.valid_data)
     if fd.type == DT.FloatVector:
-        return len(fd.vectors.float_vector.data) // max(fd.vectors.dim, 1)
+        return len(fd.vectors.float_vector.data) // max(int(fd.vectors.dim), 1)
     if fd.type in fieldtypes.BYTE_VECTORS:
         width = fd.vectors.dim // 8 if fd.type == DT.BinaryVector else 2 * fd.vectors.dim
-        return len(getattr(fd.vectors, fieldtypes.BYTE_VECTORS[fd.type])) // max(width, 1)
+        return len(getattr(fd.vectors, fieldtypes.BYTE_VECTORS[fd.type])) // max(int(width), 1)
     if fd.type == DT.SparseFloatVector:
         return len(fd.vectors.sparse_float_vector.contents)
     which = fd.scalars.WhichOneof("data")
@@ -431,7 +431,8 @@ def placeholder_group(schema: schema_pb2.CollectionSchema, anns_field: str, data
             if b is None or len(b) != width:
                 raise _format_error(f"bytesLen: {width}, but length of []byte: {0 if b is None else len(b)}")
             ph.values.append(b)
-    return common_pb2.PlaceholderGroup(placeholders=[ph]).SerializeToString()
+    group: bytes = common_pb2.PlaceholderGroup(placeholders=[ph]).SerializeToString()
+    return group
 
 
 def _text(value: Any) -> str:
