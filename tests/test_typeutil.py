@@ -269,9 +269,9 @@ def test_primary_keys_to_ids():
     assert ids.WhichOneof("id_field") == "str_id" and list(ids.str_id.data) == ["a", "b", "c"]
 
 
-def test_large_batch_is_columnar_and_fast():
-    import time
-
+def test_a_large_batch_round_trips_through_columns():
+    """10,000 rows × 128 dims to Arrow columns and back, values intact (how fast this is:
+    bench/profile_paths.py, never a timed assertion here)."""
     n, dim = 10_000, 128
     schema = schema_pb2.CollectionSchema(name="big")
     schema.fields.add(fieldID=100, name="id", data_type=DT.Int64, is_primary_key=True)
@@ -285,17 +285,10 @@ def test_large_batch_is_columnar_and_fast():
     fd.vectors.float_vector.data.extend(vec.ravel().tolist())
     req.fields_data.append(field_data("tag", DT.VarChar, [f"tag{i}" for i in range(n)]))
     req = milvus_pb2.InsertRequest.FromString(req.SerializeToString())
-    best = math.inf
-    for _ in range(5):
-        t0 = time.perf_counter()
-        cols = typeutil.fields_data_to_columns(schema, req.fields_data, n)
-        best = min(best, time.perf_counter() - t0)
+    cols = typeutil.fields_data_to_columns(schema, req.fields_data, n)
     np.testing.assert_array_equal(cols[101].flatten().to_numpy().reshape(n, dim), vec)
-    assert best < 0.05, f"conversion took {best * 1e3:.1f} ms"  # ≈1 ms on a 2-core machine
     batch = typeutil.columns_to_record_batch(schema, cols, np.arange(n), 1)
-    t0 = time.perf_counter()
     fds = typeutil.record_batch_to_field_data(schema, batch)
-    assert time.perf_counter() - t0 < 0.1
     assert np.array_equal(np.asarray(fds[1].vectors.float_vector.data, np.float32), vec.ravel())
 
 
