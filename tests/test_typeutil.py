@@ -271,7 +271,7 @@ def test_primary_keys_to_ids():
 
 def test_a_large_batch_round_trips_through_columns():
     """10,000 rows × 128 dims to Arrow columns and back, values intact (how fast this is:
-    bench/profile_paths.py, never a timed assertion here)."""
+    bench/bench_storage.py, never a timed assertion here)."""
     n, dim = 10_000, 128
     schema = schema_pb2.CollectionSchema(name="big")
     schema.fields.add(fieldID=100, name="id", data_type=DT.Int64, is_primary_key=True)
