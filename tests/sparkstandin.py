@@ -166,6 +166,12 @@ class SparkOperatorStandIn:
     seen: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) → the application as submitted
     pods: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) → its driver pod as created
     errors: list[str] = field(default_factory=list)
+    # The namespaces whose applications it runs (the spark-operator's `spark.jobNamespaces`):
+    # tests that play the spark-operator themselves keep theirs out.
+    job_namespaces: set[str] = field(default_factory=set)
+
+    def serve(self, namespace: str) -> None:
+        self.job_namespaces.add(namespace)
 
     def __post_init__(self) -> None:
         self.cp.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in RBAC))
@@ -216,7 +222,7 @@ class SparkOperatorStandIn:
             m = app["metadata"]
             key = (m["namespace"], m["name"])
             state = ((app.get("status") or {}).get("applicationState") or {}).get("state", "")
-            if m.get("deletionTimestamp"):
+            if m.get("deletionTimestamp") or m["namespace"] not in self.job_namespaces:
                 continue
             if key not in self.seen and state == "":
                 self._submit(key, app)

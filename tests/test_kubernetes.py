@@ -325,6 +325,7 @@ async def _no_consumers(stream: MsgStream, vchannels: list[str]) -> bool:
 
 async def _scenario(cp, kube_node, spark_operator, helm, values, story, storage_uri, etcd_endpoint, nats_url, root,
                     tmp_path) -> None:  # fmt: skip
+    spark_operator.serve(NS)  # the spark-operator runs the served namespace's applications
     for crd in ("collections", "flushrequests", "segments"):
         cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}.kmilvus.io", "--timeout=60s")
     pods = json.loads(cp.kubectl("-n", RELEASE_NS, "get", "pods", "-o", "json").stdout)["items"]

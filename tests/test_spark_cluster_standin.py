@@ -70,6 +70,7 @@ def operator_settings(docs: list[dict]) -> dict:
 @pytest.mark.parametrize("broken", ["secret-missing", "secret-key-missing", "account-missing", "account-unbound"])
 async def test_application_fails_when_the_secret_or_the_account_is_wrong(kns, spark_operator, kube_node, broken):
     ns = kns.name
+    spark_operator.serve(ns)
     docs = rendered(ns)
     settings = operator_settings(docs)
     assert settings["spark_namespace"] == ns and settings["spark_s3_secret_name"] == "s3-creds"
