@@ -29,8 +29,8 @@ from controllers.kube import ApiError
 from controllers.schema import SpecError, check_spec, declared_indexes, to_schema
 from kmilvus.meta import catalog
 from tests.crfuzz import collection_spec, flush_spec, segment_spec
-from tests.test_controllers import (  # noqa: F401 - cfg and operators are fixtures
-    cfg,
+from tests.harness import make_config
+from tests.test_controllers import (  # noqa: F401 - operators is a fixture
     cond,
     insert_rows,
     operators,
@@ -39,6 +39,17 @@ from tests.test_controllers import (  # noqa: F401 - cfg and operators are fixtu
 )
 from tests.test_crds import validate
 from tests.util import eventually
+
+# Sessions and the coordinators' lease as in production: this test drives dozens of resources at
+# once, and on a busy machine the suite's 3 s lease can lapse; coordinators that lose it step down
+# and exit, as they must, and nothing restarts an in-process operator.
+PRODUCTION_TTL = 10
+
+
+@pytest.fixture
+def cfg(root, etcd_endpoint, nats_url, tmp_path):
+    return make_config(root, etcd_endpoint, nats_url, tmp_path / "storage", session_ttl=PRODUCTION_TTL)
+
 
 DERANDOMIZE = not os.environ.get("KMILVUS_FUZZ_RANDOM")
 MAX_MESSAGE = 32768
@@ -194,7 +205,8 @@ async def core_collection_ids(op) -> tuple[set[int], set[int]]:
 @pytest.mark.timeout(240)
 async def test_fuzzed_resources_through_the_controllers(kns, operators, node_factory, failures):
     op = await start_operator(operators)
-    await asyncio.to_thread(node_factory, roles=("datanode",))  # flushes of live collections complete
+    # A DataNode: flushes of live collections complete.
+    await asyncio.to_thread(node_factory, roles=("datanode",), session_ttl=PRODUCTION_TTL)
     await kns.create(R.COLLECTION, _collection("base", {"fields": _valid_fields()}))
     base = await ready(kns, "base")
     loop = asyncio.get_running_loop()
