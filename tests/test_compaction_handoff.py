@@ -8,28 +8,21 @@ from __future__ import annotations
 
 import time
 
-from kmilvus.util import failpoint
-from tests.test_delete import _coll_id, _compact, _count, _indexed_and_loaded, _rows, _schema, _segments
-from tests.util import wait_until
+from tests.test_delete import _coll_id, _compact, _count, _loaded_in_four_segments, _segments
+from tests.util import segment_loads_failing, wait_until
 
 # How long reads are watched while the target cannot be loaded: QueryCoord handles the swap's
 # segment events within milliseconds; this only bounds the observation.
 WATCH_SECONDS = 5.0
 
 
-def test_a_compactions_sources_are_served_until_its_target_is_loaded(node, client, tmp_path):
-    ok = tmp_path / "ok"
-    client.create_collection("handoff", schema=_schema())
+def test_a_compactions_sources_are_served_until_its_target_is_loaded(node, client):
+    _loaded_in_four_segments(client, "handoff")
     coll = _coll_id(client, "handoff")
-    _indexed_and_loaded(client, "handoff")
-    for start in range(0, 400, 100):
-        client.insert("handoff", _rows(range(start, start + 100)))
-        client.flush("handoff")
     sources = {s.id for s in _segments(node, coll)}
     assert len(sources) == 4 and _count(client, "handoff") == 400
     qn = node.component("querynode")
-    failpoint.enable("querynode.load_segments", f"fail({ok})")  # no segment loads until `ok`
-    try:
+    with segment_loads_failing():
         _compact(node.uri, "handoff")
         targets = {s.id for s in _segments(node, coll)} - sources
         assert targets, "the compaction swapped its sources for a target"
@@ -39,9 +32,6 @@ def test_a_compactions_sources_are_served_until_its_target_is_loaded(node, clien
             counts.append(_count(client, "handoff"))
         assert set(counts) == {400}, f"Strong count(*) while the target cannot be loaded: {sorted(set(counts))}"
         assert not targets & set(qn.collections[coll].sealed), "the target was loaded despite the failpoint"
-    finally:
-        ok.touch()
-        failpoint.disable("querynode.load_segments")
     wait_until(lambda: targets <= set(qn.collections[coll].sealed), timeout=60, what="the target loaded")
     assert not sources & set(qn.collections[coll].sealed), "the sources left once the target is in"
     assert _count(client, "handoff") == 400

@@ -332,6 +332,15 @@ def _indexed_and_loaded(client: MilvusClient, name: str) -> None:
     client.load_collection(name)
 
 
+def _loaded_in_four_segments(client: MilvusClient, name: str) -> None:
+    """A loaded collection of 400 rows (keys 0–399) in four flushed segments of 100."""
+    client.create_collection(name, schema=_schema())
+    _indexed_and_loaded(client, name)
+    for start in range(0, 400, 100):
+        client.insert(name, _rows(range(start, start + 100)))
+        client.flush(name)
+
+
 def _visible(client: MilvusClient, name: str, ids) -> set[int]:
     """Which of `ids` a Strong query returns."""
     got = client.query(name, filter=f"id in {sorted(ids)}", output_fields=["id"], consistency_level="Strong")
@@ -558,12 +567,8 @@ def test_deletes_committed_while_a_compaction_runs_stay_deleted(node_factory, tm
     node = node_factory(**routes[route])
     client = MilvusClient(uri=node.uri)
     try:
-        client.create_collection("during", schema=_schema())
+        _loaded_in_four_segments(client, "during")
         coll = _coll_id(client, "during")
-        _indexed_and_loaded(client, "during")
-        for start in range(0, 400, 100):
-            client.insert("during", _rows(range(start, start + 100)))
-            client.flush("during")
         sources = _segments(node, coll)
         alias = "c" + uuid.uuid4().hex[:6]
         connections.connect(alias, uri=node.uri)

@@ -14,7 +14,6 @@ import httpx
 from pymilvus import BulkInsertState, connections, utility
 
 from kmilvus.proto import data_coord_pb2
-from kmilvus.util import failpoint
 from tests.test_delete import (
     SPARK_TIMEOUT,
     _coll_id,
@@ -27,7 +26,7 @@ from tests.test_delete import (
     _visible,
     _write_parquet,
 )
-from tests.util import wait_until
+from tests.util import segment_loads_failing, wait_until
 
 # How long the reported state is watched while the segments cannot be loaded: QueryCoord hands
 # a registered segment to its QueryNode within milliseconds; this only bounds the observation.
@@ -47,7 +46,6 @@ def _progress(node, job: int) -> dict:
 
 
 def test_an_import_is_completed_only_once_strong_reads_see_its_rows(node, client, tmp_path):
-    ok = tmp_path / "ok"
     client.create_collection("imp_vis", schema=_schema())
     coll = _coll_id(client, "imp_vis")
     _indexed_and_loaded(client, "imp_vis")
@@ -57,32 +55,28 @@ def test_an_import_is_completed_only_once_strong_reads_see_its_rows(node, client
     qn = node.component("querynode")
     path = tmp_path / "rows.parquet"
     imported = range(1000, 1500)
-    failpoint.enable("querynode.load_segments", f"fail({ok})")  # no segment loads until `ok`
+    _write_parquet(path, imported)
     connections.connect("imp_vis", uri=node.uri)
     try:
-        _write_parquet(path, imported)
-        job = utility.do_bulk_insert("imp_vis", files=[str(path)], using="imp_vis")
-        wait_until(
-            lambda: _datacoord_state(node, job) == BulkInsertState.ImportCompleted,
-            timeout=SPARK_TIMEOUT,
-            what="DataCoord's job completed",
-        )
-        seen = set()
-        deadline = time.monotonic() + WATCH_SECONDS
-        while time.monotonic() < deadline:
-            seen.add(utility.get_bulk_insert_state(job, using="imp_vis").state)
-            seen.add(_progress(node, job)["state"])
-        assert seen == {BulkInsertState.ImportPersisted, "Importing"}, (
-            f"reported while its segments cannot be loaded: {seen}"
-        )
-        assert _count(client, "imp_vis") == 100
-        # Compacted before it was ever loaded: the target holds the rows now.
-        _compact(node.uri, "imp_vis")
-        assert utility.get_bulk_insert_state(job, using="imp_vis").state == BulkInsertState.ImportPersisted
-    finally:
-        ok.touch()
-        failpoint.disable("querynode.load_segments")
-    try:
+        with segment_loads_failing():
+            job = utility.do_bulk_insert("imp_vis", files=[str(path)], using="imp_vis")
+            wait_until(
+                lambda: _datacoord_state(node, job) == BulkInsertState.ImportCompleted,
+                timeout=SPARK_TIMEOUT,
+                what="DataCoord's job completed",
+            )
+            seen = set()
+            deadline = time.monotonic() + WATCH_SECONDS
+            while time.monotonic() < deadline:
+                seen.add(utility.get_bulk_insert_state(job, using="imp_vis").state)
+                seen.add(_progress(node, job)["state"])
+            assert seen == {BulkInsertState.ImportPersisted, "Importing"}, (
+                f"reported while its segments cannot be loaded: {seen}"
+            )
+            assert _count(client, "imp_vis") == 100
+            # Compacted before it was ever loaded: the target holds the rows now.
+            _compact(node.uri, "imp_vis")
+            assert utility.get_bulk_insert_state(job, using="imp_vis").state == BulkInsertState.ImportPersisted
         wait_until(
             lambda: utility.get_bulk_insert_state(job, using="imp_vis").state == BulkInsertState.ImportCompleted,
             timeout=60,

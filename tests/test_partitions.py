@@ -19,7 +19,7 @@ from kmilvus.storage import binlog, paths
 from tests.flushutil import batch, bench_schema
 from tests.harness import make_config
 from tests.test_drop import COORDS, Cluster, etcd_keys, storage_tree
-from tests.util import wait_until
+from tests.util import segment_loads_failing, wait_until
 
 
 def rows(start: int, n: int) -> list[dict]:
@@ -362,13 +362,10 @@ def test_release_one_partition_of_a_collection_loaded_whole(node, client):
     assert client.get_load_state("halves")["state"].name == "NotLoad"
 
 
-def test_a_partition_loaded_later_is_loaded_only_once_its_flushed_segments_are(node, client, tmp_path):
+def test_a_partition_loaded_later_is_loaded_only_once_its_flushed_segments_are(node, client):
     """LoadPartitions on a loaded collection: the partition reports Loaded only once its flushed
     segments are on the QueryNode, so a read after `load_partitions` returns sees them (found by
     CI on a busy machine: count(*) 13 of 53 right after the load)."""
-    from kmilvus.util import failpoint
-
-    ok = tmp_path / "ok"
     client.create_collection("later", schema=bench_schema())
     client.create_partition("later", "p2")
     _indexed(client, "later")
@@ -377,20 +374,16 @@ def test_a_partition_loaded_later_is_loaded_only_once_its_flushed_segments_are(n
     client.flush("later")
     client.load_partitions("later", ["_default"])
     assert _count(client, "later") == 10
-    failpoint.enable("querynode.load_segments", f"fail({ok})")  # no segment loads until `ok`
-    # pymilvus' load_partitions waits until the partition reports Loaded: run it aside.
-    loader = threading.Thread(target=client.load_partitions, args=("later", ["p2"]), daemon=True)
-    loader.start()
-    try:
+    with segment_loads_failing():
+        # pymilvus' load_partitions waits until the partition reports Loaded: run it aside.
+        loader = threading.Thread(target=client.load_partitions, args=("later", ["p2"]), daemon=True)
+        loader.start()
         wait_until(
             lambda: client.get_load_state("later", partition_name="p2")["state"].name != "NotLoad",
             what="the load of p2 accepted",
         )
         states = {client.get_load_state("later", partition_name="p2")["state"].name for _ in range(20)}
         assert states == {"Loading"}, f"p2 while its segments cannot be loaded: {states}"
-    finally:
-        ok.touch()
-        failpoint.disable("querynode.load_segments")
     loader.join(timeout=120)
     assert not loader.is_alive(), "load_partitions returned once p2's segments could load"
     assert client.get_load_state("later", partition_name="p2")["state"].name == "Loaded"

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+from kmilvus.util import failpoint
 
 
 def wait_until(pred: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> object:
@@ -124,3 +126,11 @@ class TcpRelay:
             pass
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
+
+
+@contextlib.contextmanager
+def segment_loads_failing() -> Iterator[None]:
+    """Every QueryNode segment load in this process fails inside the block, as it does against a
+    QueryNode just killed or with storage away."""
+    with failpoint.activate("querynode.load_segments=raise"):
+        yield

@@ -39,6 +39,7 @@ class _ReadPath:
     partitions: frozenset[int] = frozenset()  # loaded partitions; empty: all but `released`
     released: frozenset[int] = frozenset()
     every: Mapping[int, internal_pb2.SegmentInfo] = field(default_factory=dict)  # Flushed, Dropped
+    into: Mapping[int, internal_pb2.SegmentInfo] = field(default_factory=dict)  # source → target
 
     def partition_loaded(self, part: int) -> bool:
         return part in self.partitions if self.partitions else part not in self.released
@@ -50,7 +51,7 @@ class _ReadPath:
         for sid in job.segmentIDs:
             seg = self.every.get(sid)
             holder = seg if seg is not None and seg.state == SegmentState.Flushed else None
-            holder = holder or segmentutil.compacted_into(sid, self.every.values())
+            holder = holder or segmentutil.compacted_into(sid, self.into)
             if holder is None or not self.partition_loaded(holder.partitionID):
                 continue  # dropped with its partition (or a failed job's): nothing to read
             if holder.ID not in self.segments:
@@ -122,4 +123,5 @@ class ImportVisibility:
             partitions=frozenset(leaders.partitionIDs),
             released=frozenset(leaders.released_partitionIDs),
             every={s.ID: s for s in segs.infos},
+            into=segmentutil.targets_by_source(segs.infos),
         )

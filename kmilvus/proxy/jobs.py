@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
@@ -209,7 +210,7 @@ class ProxyJobsMixin(ProxyHost):
         merr.check(resp.status)
         return (await self._as_reported([resp.job]))[0]
 
-    async def _as_reported(self, jobs) -> list[data_coord_pb2.ImportJob]:
+    async def _as_reported(self, jobs: Sequence[data_coord_pb2.ImportJob]) -> list[data_coord_pb2.ImportJob]:
         """DataCoord's jobs as users see them: Completed once a Strong read shows their rows."""
         out = []
         for job, state in zip(jobs, await self.import_visibility.states(jobs), strict=True):

@@ -416,7 +416,7 @@ class LoadManager:
         every = await recovery.segments_of(
             self.datacoord, s.collectionID, states=(SegmentState.Flushed, SegmentState.Dropped)
         )
-        return segmentutil.compacted_into(s.ID, every)
+        return segmentutil.compacted_into(s.ID, segmentutil.targets_by_source(every))
 
 
 # Loaded partitions (Milvus' LoadType): `partitionIDs` lists them (LoadPartitions), or is empty
