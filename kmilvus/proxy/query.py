@@ -14,7 +14,7 @@ from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 from kmilvus.proto import query_node_pb2
 from kmilvus.proxy import read_path, search_util
 from kmilvus.querynode import orderby, reduce
-from kmilvus.util import merr, typeutil
+from kmilvus.util import fielddata, merr, typeutil
 
 if TYPE_CHECKING:
     from kmilvus.proxy.host import ProxyHost
@@ -176,7 +176,7 @@ class ProxyQueryMixin(ProxyHost):
                 col = table.column(str(fid)).combine_chunks()
             else:
                 col = pa.array([], typeutil.arrow_type(f)) if n == 0 else pa.nulls(n, typeutil.arrow_type(f))
-            fd = typeutil.array_to_field_data(f, col)
+            fd = fielddata.array_to_field_data(f, col)
             fd.is_dynamic = f.is_dynamic
             out.fields_data.append(fd)
         out.output_fields.extend(out_names)

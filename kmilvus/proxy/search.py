@@ -22,7 +22,7 @@ from kmilvus.proto import query_node_pb2
 from kmilvus.proxy import full_text, read_path, rerank, search_util
 from kmilvus.proxy.search_util import SearchInfo
 from kmilvus.querynode import bm25, groupby, reduce, vector_search
-from kmilvus.util import merr, typeutil
+from kmilvus.util import fielddata, merr, typeutil
 
 if TYPE_CHECKING:
     from kmilvus.proxy.host import ProxyHost
@@ -73,13 +73,13 @@ def result_data(
     for fid in out_ids:
         f = by_id[fid]
         col = table.column(str(fid)) if str(fid) in table.column_names else pa.nulls(n, typeutil.arrow_type(f))
-        fd = typeutil.array_to_field_data(f, col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+        fd = fielddata.array_to_field_data(f, col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
         fd.is_dynamic = f.is_dynamic
         res.fields_data.append(fd)
     if group_field is not None:
         # Milvus answers each hit's group value beside the hits, named and typed as the field.
         col = table.column(groupby.GROUP) if n else pa.array([], typeutil.arrow_type(group_field))
-        res.group_by_field_value.CopyFrom(typeutil.array_to_field_data(group_field, col))
+        res.group_by_field_value.CopyFrom(fielddata.array_to_field_data(group_field, col))
     return res
 
 
