@@ -1,5 +1,6 @@
-"""The IndexNode's work (Milvus' indexnode + DataCoord's indexBuilder): one index build per
-flushed segment, for now run inside DataCoord's process with bounded concurrency.
+"""DataCoord's index builder (Milvus 2.3's datacoord indexBuilder, with the IndexNode's work):
+one index build per flushed segment, run inside DataCoord's process with bounded concurrency.
+It reads and commits DataCoord's segment and index meta, so it lives with them.
 
 `reconcile()` compares the meta with what should exist and acts, so it is the whole recovery
 story: every live FieldIndex × every Flushed segment with rows needs a Finished SegmentIndex
