@@ -59,8 +59,8 @@ STAGES = [
     "kmilvus.querynode.vector_search:search",
     "kmilvus.querynode.reduce:_output_columns",
     "kmilvus.querynode.reduce:merge_search",
-    "kmilvus.querynode.reduce:to_ipc",
-    "kmilvus.querynode.reduce:from_ipc",
+    "kmilvus.reduce:to_ipc",
+    "kmilvus.reduce:from_ipc",
     "kmilvus.proxy.search:result_data",
     "kmilvus.querynode.query_node:QueryNode.Query",
     # Insert.

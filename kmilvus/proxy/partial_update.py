@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
+from kmilvus import reduce
 from kmilvus.proto import query_node_pb2
 from kmilvus.proxy import read_path
 from kmilvus.proxy.meta_cache import CollectionMeta
-from kmilvus.querynode import reduce
 from kmilvus.util import fielddata, merr, typeutil
 
 DT = schema_pb2.DataType

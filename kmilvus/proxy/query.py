@@ -1,6 +1,6 @@
 """Query and Get (MilvusService.Query; pymilvus' get(ids) sends `pk in [...]`) and `count(*)`:
 validated as Milvus does, fanned out to the QueryNodes at the guarantee timestamp, merged with
-Arrow (primary-key order when paginated, or ORDER BY's: kmilvus/querynode/orderby.py)."""
+Arrow (primary-key order when paginated, or ORDER BY's: kmilvus/reduce/orderby.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
+from kmilvus import reduce
 from kmilvus.proto import query_node_pb2
 from kmilvus.proxy import read_path, search_util
-from kmilvus.querynode import orderby, reduce
+from kmilvus.reduce import orderby
 from kmilvus.util import fielddata, merr, typeutil
 
 if TYPE_CHECKING:
