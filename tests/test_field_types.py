@@ -212,7 +212,7 @@ def test_columns_convert_back_to_the_field_data_pymilvus_reads(node, client):
     """Arrow → FieldData (what query results will carry) gives back what was inserted."""
     from pymilvus.client.entity_helper import extract_row_data_from_fields_data_v2
 
-    from kmilvus.rootcoord.schema import normalize
+    from kmilvus.schemautil import normalize
     from kmilvus.util import fielddata, typeutil
 
     client.create_collection("types", schema=_schema(client))

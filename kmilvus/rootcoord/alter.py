@@ -19,7 +19,7 @@ from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import internal_pb2, query_coord_pb2
-from kmilvus.rootcoord.schema import refuse, validate_name
+from kmilvus.schemautil import refuse, validate_name
 from kmilvus.util import merr, typeutil
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.merr import MilvusError

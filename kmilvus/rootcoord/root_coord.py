@@ -16,7 +16,7 @@ from typing import TypeVar
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
-from kmilvus import metrics
+from kmilvus import metrics, schemautil
 from kmilvus.allocator import TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.log import get_logger
@@ -24,7 +24,6 @@ from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.msgstream import Msg, MsgType, Producer, channels
 from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc, security_pb2_grpc
-from kmilvus.rootcoord import schema as schemautil
 from kmilvus.rootcoord.aliases import AliasMixin
 from kmilvus.rootcoord.alter import AlterMixin, check_collection_property
 from kmilvus.rootcoord.credentials import CredentialMixin

@@ -1,7 +1,9 @@
-"""Collection schema checks, with Milvus' error codes and wording.
+"""Collection schema checks, with Milvus' error codes and wording (Milvus' schemautil and its
+proxy's name checks).
 
-Runs in RootCoord (the authority) — the Proxy relies on it, so a client that skips pymilvus'
-own checks still gets the same answers.
+RootCoord runs them (the authority) — the Proxy relies on it, so a client that skips pymilvus'
+own checks still gets the same answers. The Proxy checks names with them before a DDL call, and
+the operator checks a Collection's spec with them; so they live below the components.
 """
 
 from __future__ import annotations
