@@ -9,8 +9,9 @@ import pytest
 
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.sessionutil import Session, list_sessions, watch_sessions
-from kmilvus.tso import GlobalTSOAllocator, physical_ms
+from kmilvus.tso import GlobalTSOAllocator
 from kmilvus.tso.allocator import now_ms
+from kmilvus.util.tsoutil import physical_ms
 
 
 @pytest.fixture

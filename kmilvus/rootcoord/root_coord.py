@@ -36,13 +36,14 @@ from kmilvus.rootcoord.schema_changes import SchemaChangeMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.rootcoord.truncate import TruncateMixin
 from kmilvus.sessionutil import list_sessions, watch_sessions
-from kmilvus.tso import GlobalTSOAllocator, physical_ms
+from kmilvus.tso import GlobalTSOAllocator
 from kmilvus.util import merr, metricsinfo
 from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
 from kmilvus.util.failpoint import afailpoint, failpoint
 from kmilvus.util.retry import supervise
 from kmilvus.util.tasks import BackgroundTasks
 from kmilvus.util.timetick import TickSource
+from kmilvus.util.tsoutil import physical_ms
 
 log = get_logger(__name__)
 _T = TypeVar("_T")
