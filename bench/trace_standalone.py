@@ -231,7 +231,7 @@ def _patch_server_factory() -> None:
 def _patch_remote_clients() -> None:
     """A call to another component through its gRPC client (a loopback hop even in one process
     when the caller holds a RemoteClient) is a stage too: `remote <role>.<RPC>`."""
-    from kmilvus.util.grpcutil import RemoteClient
+    from kmilvus.components import RemoteClient
 
     orig = RemoteClient.__getattr__
 
