@@ -30,7 +30,7 @@ from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
 from kmilvus.storage import ObjectStore, paths, read_segment, write_insert_binlog
 from kmilvus.storage.binlog import parquet_options, row_group_rows, to_storage, write_parquet
-from kmilvus.util import typeutil
+from kmilvus.util import fielddata, typeutil
 
 DT = schema_pb2.DataType
 
@@ -187,10 +187,10 @@ def bench_conversion(args) -> None:
         return out, statistics.median(times) * 1e3, min(times) * 1e3
 
     parsed, parse_ms, _ = timed(lambda: milvus_pb2.InsertRequest.FromString(wire))
-    cols, conv_ms, conv_min = timed(lambda: typeutil.fields_data_to_columns(schema, parsed.fields_data, n))
+    cols, conv_ms, conv_min = timed(lambda: fielddata.fields_data_to_columns(schema, parsed.fields_data, n))
     row_ids = np.arange(n, dtype=np.int64)
     batch, rb_ms, _ = timed(lambda: typeutil.columns_to_record_batch(schema, cols, row_ids, 12345))
-    _, back_ms, _ = timed(lambda: typeutil.record_batch_to_field_data(schema, batch))
+    _, back_ms, _ = timed(lambda: fielddata.record_batch_to_field_data(schema, batch))
     _, ids_ms, _ = timed(lambda: typeutil.primary_keys_to_ids(schema.fields[0], cols[100]))
     print(f"FieldData → Arrow, {n:,} rows × {dim}-dim (+ int64 pk, varchar tag), median of {args.conv_repeat}:")
     rows = [

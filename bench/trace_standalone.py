@@ -59,8 +59,8 @@ STAGES = [
     "kmilvus.querynode.vector_search:search",
     "kmilvus.querynode.reduce:_output_columns",
     "kmilvus.querynode.reduce:merge_search",
-    "kmilvus.querynode.reduce:to_ipc",
-    "kmilvus.querynode.reduce:from_ipc",
+    "kmilvus.reduce:to_ipc",
+    "kmilvus.reduce:from_ipc",
     "kmilvus.proxy.search:result_data",
     "kmilvus.querynode.query_node:QueryNode.Query",
     # Insert.
@@ -231,7 +231,7 @@ def _patch_server_factory() -> None:
 def _patch_remote_clients() -> None:
     """A call to another component through its gRPC client (a loopback hop even in one process
     when the caller holds a RemoteClient) is a stage too: `remote <role>.<RPC>`."""
-    from kmilvus.util.grpcutil import RemoteClient
+    from kmilvus.components import RemoteClient
 
     orig = RemoteClient.__getattr__
 

@@ -3,7 +3,7 @@
 What a spec must be is defined once, by the models of `controllers.v1alpha1`: the CRD's
 openAPIV3Schema and CEL rules are generated from them (tools/gen_crds.py) and `check_spec`
 validates a spec with them (`controllers.crd.validate`: the schema, then its CEL rules), then
-with RootCoord's own rules (`kmilvus.rootcoord.schema.validate_schema`), so a spec that got
+with RootCoord's own rules (`kmilvus.schemautil.validate_schema`), so a spec that got
 through anyway — no CEL support, an old CRD, a direct etcd write — is reported in conditions,
 in the API server's words, before anything touches etcd.
 """
@@ -32,8 +32,8 @@ from controllers.v1alpha1 import (
     CollectionSpec,
     FieldSpec,
 )
+from kmilvus import schemautil
 from kmilvus.index import params as index_params
-from kmilvus.rootcoord import schema as schemautil
 from kmilvus.util.constants import DEFAULT_DB, MAX_DIM, MAX_VARCHAR_LENGTH
 from kmilvus.util.merr import MilvusError
 

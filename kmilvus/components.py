@@ -3,16 +3,20 @@
 Every component registers a session (role, server ID, gRPC address). A caller asks the
 `Registry` for a role (and, for DataNodes and Proxies, a server ID): it gets the component object
 itself when it lives in this process (no serialization on hot paths in `kmilvus standalone`),
-otherwise a `RemoteClient` stub. Both answer the same `await x.Method(request)` calls.
+otherwise a `RemoteClient` stub, which finds its peer by the peer's session. Both answer the same
+`await x.Method(request)` calls.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final, Literal, overload
 
 import grpc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
+from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.proto import (
     data_coord_pb2_grpc,
@@ -33,7 +37,9 @@ from kmilvus.types import (
     QueryNodeClient,
     RootCoordClient,
 )
-from kmilvus.util.grpcutil import AddServicer, ChannelTLS, RemoteClient
+from kmilvus.util.grpcutil import CHANNEL_OPTIONS, DEFAULT_DEADLINE, AddServicer, ChannelTLS
+
+log = get_logger(__name__)
 
 # Literal types: `Registry.client(ROOTCOORD)` is a RootCoordClient.
 ROOTCOORD: Final = "rootcoord"
@@ -90,6 +96,119 @@ def healthy(server_id: int, role: str) -> milvus_pb2.ComponentStates:
     return st
 
 
+class RemoteClient:
+    """A gRPC stub for a component found by its session; re-resolves when the peer moves.
+
+    `server_id` pins one instance (a given DataNode or Proxy); without it, the newest session of
+    the role is used (coordinators run one active instance).
+    """
+
+    def __init__(
+        self,
+        kv: EtcdKV,
+        role: str,
+        stub_cls: type,
+        *,
+        server_id: int | None = None,
+        address: str | None = None,
+        retries: int = 30,
+        tls: ChannelTLS | None = None,
+        deadline: float = DEFAULT_DEADLINE,
+    ):
+        self.kv = kv
+        self.role = role
+        self.stub_cls = stub_cls
+        self.server_id = server_id
+        self.address = address
+        self.retries = retries
+        self.tls = tls
+        self.deadline = deadline
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: Any = None  # an instance of `stub_cls` (generated, untyped)
+        self._lock = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()  # channels dropped, closing once their calls end
+
+    async def _resolve(self) -> str:
+        for _ in range(self.retries * 5):
+            sessions = await list_sessions(self.kv, self.role)
+            if self.server_id is not None:
+                info = sessions.get(self.server_id)
+            else:
+                info = sessions[max(sessions)] if sessions else None
+            if info:
+                return info.address
+            await asyncio.sleep(0.2)
+        raise ConnectionError(f"no live {self.role} session")
+
+    async def _get_stub(self) -> Any:
+        async with self._lock:
+            if self._stub is None:
+                addr = self.address or await self._resolve()
+                if self.tls is None:
+                    self._channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+                else:
+                    self._channel = self.tls.channel(addr)
+                self._stub = self.stub_cls(self._channel)
+            return self._stub
+
+    async def _reset(self, failed: Any = None) -> None:
+        """Drop the channel `failed` (a stub) ran on, so the next call re-resolves the peer.
+        Calls still running on it finish first: closing a channel outright cancels its calls,
+        and a cancelled call surfaces as asyncio.CancelledError in callers whose retry loops
+        catch Exception (under chaos a DataNode lost a binlog commit that way)."""
+        async with self._lock:
+            if failed is not None and failed is not self._stub:
+                return  # another caller replaced it already: keep the fresh channel
+            old, self._channel, self._stub = self._channel, None, None
+        if old is not None:
+            task = asyncio.create_task(old.close(grace=self.deadline), name=f"close-{self.role}-channel")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    def __getattr__(self, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
+        """RPC `name` of the stub, retried while the peer is unavailable. Its signature is the
+        in-process method's (`context` is accepted and ignored), so a RemoteClient stands for the
+        component wherever kmilvus.types' Protocols are expected."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        async def call(request: Any, context: Any = None, timeout: float | None = None) -> Any:
+            for attempt in range(self.retries):
+                stub = await self._get_stub()
+                try:
+                    return await getattr(stub, name)(request, timeout=timeout or self.deadline)
+                except grpc.aio.AioRpcError as err:
+                    if err.code() not in (grpc.StatusCode.UNAVAILABLE,) or attempt == self.retries - 1:
+                        raise
+                    log.info("peer unavailable; re-resolving", role=self.role, rpc=name)
+                    await self._reset(stub)
+                    await asyncio.sleep(min(0.05 * (attempt + 1), 1.0))
+            raise AssertionError("unreachable")
+
+        return call
+
+    async def stream(self, name: str, request: Any) -> AsyncIterator[Any]:
+        """A server-streaming RPC's messages. Not retried: a broken stream raises, and the caller
+        resubscribes (the next call re-resolves an unavailable peer)."""
+        stub = await self._get_stub()
+        try:
+            async for msg in getattr(stub, name)(request):
+                yield msg
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNAVAILABLE:
+                await self._reset(stub)
+            raise
+
+    async def close(self) -> None:
+        """Close now: calls still running are cancelled (the owner is shutting down)."""
+        async with self._lock:
+            old, self._channel, self._stub = self._channel, None, None
+        for task in list(self._closing):
+            task.cancel()
+        if old is not None:
+            await old.close()
+
+
 class Registry:
     def __init__(self, kv: EtcdKV, tls: ChannelTLS | None = None):
         self.kv = kv
@@ -134,6 +253,11 @@ class Registry:
                 self.kv, role, STUBS[role][0], server_id=server_id, retries=retries, tls=self.tls
             )
         return self._remote[key]
+
+    async def address(self, role: str, server_id: int) -> str:
+        """The host of a component's session ("" once it is gone)."""
+        info = (await list_sessions(self.kv, role)).get(server_id)
+        return info.address.rsplit(":", 1)[0] if info is not None else ""
 
     @overload
     async def clients(self, role: Literal["datanode"]) -> dict[int, DataNodeClient]: ...

@@ -101,7 +101,7 @@ def check_and_convert(field, arr: pa.Array, typeutil) -> pa.Array:
     arr = _as_array(arr)
     valid = None
     if arr.null_count:
-        if not (field.nullable or fieldtypes.has_default(field)):
+        if not (field.nullable or typeutil.has_default(field)):
             _check_not_null(name, arr)
         valid = arr.is_valid().to_numpy(zero_copy_only=False)
         arr = arr.filter(pa.array(valid))
@@ -117,7 +117,7 @@ def _convert(field, arr: pa.Array, typeutil, fieldtypes) -> pa.Array:
     dt = field.data_type
     if dt == typeutil.DT.FloatVector:
         return _float_vector(field, arr, typeutil)
-    if dt in fieldtypes.BYTE_VECTORS:
+    if dt in typeutil.BYTE_VECTORS:
         return fieldtypes.byte_vector_from_lists(field, arr)
     if dt == typeutil.DT.SparseFloatVector:
         return fieldtypes.sparse_from_lists(field, arr)

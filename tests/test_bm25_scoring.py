@@ -12,9 +12,10 @@ import pytest
 
 from kmilvus.analyzer import build
 from kmilvus.function.bm25 import term_frequencies, token_hash
+from kmilvus.index.params import bm25_params
 from kmilvus.index.sparse_index import SparseInvertedIndex
 from kmilvus.index.vectors import SparseRows
-from kmilvus.querynode.bm25 import BM25Stats, bm25_params, doc_scorer, stats_of
+from kmilvus.querynode.bm25 import BM25Stats, doc_scorer, stats_of
 from kmilvus.util import merr
 
 CORPUS = [

@@ -212,8 +212,8 @@ def test_columns_convert_back_to_the_field_data_pymilvus_reads(node, client):
     """Arrow → FieldData (what query results will carry) gives back what was inserted."""
     from pymilvus.client.entity_helper import extract_row_data_from_fields_data_v2
 
-    from kmilvus.rootcoord.schema import normalize
-    from kmilvus.util import typeutil
+    from kmilvus.schemautil import normalize
+    from kmilvus.util import fielddata, typeutil
 
     client.create_collection("types", schema=_schema(client))
     fds = _fd_of(client, _row(1))
@@ -221,8 +221,8 @@ def test_columns_convert_back_to_the_field_data_pymilvus_reads(node, client):
         node.component("rootcoord").DescribeCollection(milvus_pb2.DescribeCollectionRequest(collection_name="types"))
     )
     schema = normalize(desc.schema)
-    cols = typeutil.fields_data_to_columns(schema, fds, 1)
-    out = {f.name: typeutil.array_to_field_data(f, cols[f.fieldID]) for f in typeutil.user_fields(schema)}
+    cols = fielddata.fields_data_to_columns(schema, fds, 1)
+    out = {f.name: fielddata.array_to_field_data(f, cols[f.fieldID]) for f in typeutil.user_fields(schema)}
     assert out["bin"].vectors.binary_vector == bytes([1, 254])
     assert np.frombuffer(out["f16"].vectors.float16_vector, np.float16).tolist() == [1, 0.5, -1, 2]
     assert len(out["bf16"].vectors.bfloat16_vector) == 8

@@ -9,7 +9,7 @@ import grpc
 import pytest
 from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc
 
-from kmilvus.util.grpcutil import RemoteClient
+from kmilvus.components import RemoteClient
 
 
 class _Servicer(milvus_pb2_grpc.MilvusServiceServicer):

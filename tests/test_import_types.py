@@ -64,7 +64,7 @@ def _insert_row(row: dict) -> dict:
 
 
 def _schema_pb(node, name: str):
-    from kmilvus.rootcoord.schema import normalize
+    from kmilvus.schemautil import normalize
 
     desc = node.call(
         node.component("rootcoord").DescribeCollection(milvus_pb2.DescribeCollectionRequest(collection_name=name))

@@ -9,8 +9,9 @@ import pytest
 
 from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.sessionutil import Session, list_sessions, watch_sessions
-from kmilvus.tso import GlobalTSOAllocator, physical_ms
+from kmilvus.tso import GlobalTSOAllocator
 from kmilvus.tso.allocator import now_ms
+from kmilvus.util.tsoutil import physical_ms
 
 
 @pytest.fixture
@@ -238,8 +239,8 @@ async def test_an_internal_call_to_a_peer_that_never_answers_ends_at_its_deadlin
     import grpc
     from pymilvus.grpc_gen import milvus_pb2
 
+    from kmilvus.components import RemoteClient
     from kmilvus.proto import root_coord_pb2_grpc
-    from kmilvus.util.grpcutil import RemoteClient
 
     mute = socket.socket()
     mute.bind(("127.0.0.1", 0))

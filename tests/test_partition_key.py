@@ -16,7 +16,7 @@ from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 from kmilvus.proxy import partition_key
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.read_path import partition_ids
-from kmilvus.rootcoord.schema import check_partition_key, validate_schema
+from kmilvus.schemautil import check_partition_key, validate_schema
 from kmilvus.util.hashing import hash32_int64, hash_string2uint32
 from kmilvus.util.merr import MilvusError
 

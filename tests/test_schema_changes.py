@@ -261,7 +261,7 @@ def test_binlogs_written_before_a_field_read_it_as_the_schema_says(tmp_path):
     import pyarrow as pa
     from pymilvus.grpc_gen import schema_pb2
 
-    from kmilvus.rootcoord.schema import add_field
+    from kmilvus.schemautil import add_field
     from kmilvus.storage import ObjectStore, binlog
     from kmilvus.util import typeutil
 

@@ -13,7 +13,7 @@ from pymilvus import CollectionSchema, DataType, FieldSchema
 from pymilvus.client.prepare import Prepare
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
-from kmilvus.util import merr, typeutil
+from kmilvus.util import fielddata, merr, typeutil
 from kmilvus.util.merr import MilvusError
 
 DT = schema_pb2.DataType
@@ -82,7 +82,7 @@ def all_fields_data(schema, values=VALUES, skip=()) -> list[schema_pb2.FieldData
 
 
 def convert(schema, fds, n=3):
-    return typeutil.fields_data_to_columns(schema, fds, n)
+    return fielddata.fields_data_to_columns(schema, fds, n)
 
 
 @contextlib.contextmanager
@@ -203,7 +203,7 @@ def test_record_batch_to_field_data_roundtrip():
     schema = all_types_schema()
     cols = convert(schema, all_fields_data(schema))
     batch = typeutil.columns_to_record_batch(schema, cols, np.arange(3), 1)
-    fds = typeutil.record_batch_to_field_data(schema, batch)
+    fds = fielddata.record_batch_to_field_data(schema, batch)
     assert [fd.field_name for fd in fds] == [f.name for f in schema.fields]
     assert [fd.field_id for fd in fds] == [f.fieldID for f in schema.fields]
     assert [fd.type for fd in fds] == [f.data_type for f in schema.fields]
@@ -219,7 +219,7 @@ def test_record_batch_to_field_data_roundtrip():
     for fid, col in cols.items():
         assert again[fid].equals(col), fid
     # a Table works too, and `fields` selects by ID or name
-    sub = typeutil.record_batch_to_field_data(schema, pa.Table.from_batches([batch, batch]), fields=[110, "tag"])
+    sub = fielddata.record_batch_to_field_data(schema, pa.Table.from_batches([batch, batch]), fields=[110, "tag"])
     assert [fd.field_name for fd in sub] == ["tag", "vec"]
     assert len(sub[0].scalars.string_data.data) == 6
     assert len(sub[1].vectors.float_vector.data) == 6 * DIM
@@ -244,7 +244,7 @@ def test_pymilvus_prepared_request_converts():
     schema.fields.add(fieldID=102, name="tag", data_type=DT.VarChar, type_params=kv(max_length=8))
     schema.fields.add(fieldID=103, name="j", data_type=DT.JSON)
     schema.fields.add(fieldID=104, name="i8", data_type=DT.Int8)
-    cols = typeutil.fields_data_to_columns(schema, req.fields_data, req.num_rows)
+    cols = fielddata.fields_data_to_columns(schema, req.fields_data, req.num_rows)
     assert cols[100].to_pylist() == list(range(5))
     assert cols[101].to_pylist() == [[float(i)] * DIM for i in range(5)]
     assert cols[102].to_pylist() == [f"t{i}" for i in range(5)]
@@ -285,10 +285,10 @@ def test_a_large_batch_round_trips_through_columns():
     fd.vectors.float_vector.data.extend(vec.ravel().tolist())
     req.fields_data.append(field_data("tag", DT.VarChar, [f"tag{i}" for i in range(n)]))
     req = milvus_pb2.InsertRequest.FromString(req.SerializeToString())
-    cols = typeutil.fields_data_to_columns(schema, req.fields_data, n)
+    cols = fielddata.fields_data_to_columns(schema, req.fields_data, n)
     np.testing.assert_array_equal(cols[101].flatten().to_numpy().reshape(n, dim), vec)
     batch = typeutil.columns_to_record_batch(schema, cols, np.arange(n), 1)
-    fds = typeutil.record_batch_to_field_data(schema, batch)
+    fds = fielddata.record_batch_to_field_data(schema, batch)
     assert np.array_equal(np.asarray(fds[1].vectors.float_vector.data, np.float32), vec.ravel())
 
 

@@ -205,7 +205,7 @@ def test_import_above_the_limit_runs_warm_and_stopping_the_node_leaves_no_proces
         assert client.get_collection_stats("warm")["row_count"] == 3000
         jobs = node.component("datacoord").jobs
         assert json.loads(jobs.imports.jobs[task].handle)["runner"] == "warm"
-        runner = jobs.runner
+        runner = jobs.scheduler.runner
         assert isinstance(runner, WarmSparkRunner) and runner.driver_pid is not None
         procs = _tree(runner.driver_pid)
     finally:

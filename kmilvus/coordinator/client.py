@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
+from kmilvus.components import RemoteClient
 from kmilvus.index import params as index_params
 from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, root_coord_pb2
 from kmilvus.types import DataCoordClient, QueryCoordClient, RootCoordClient
 from kmilvus.util import merr
-from kmilvus.util.grpcutil import RemoteClient
 
 NOT_FOUND = merr.COLLECTION_NOT_FOUND[0]
 DB_NOT_FOUND = merr.DATABASE_NOT_FOUND[0]

@@ -29,11 +29,12 @@ import asyncio
 import json
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus.datacoord.job_lifecycle import JobLifecycle, JobPort, b64, manifest_binlogs
+from kmilvus.datacoord.job_scheduler import JobScheduler
 from kmilvus.datacoord.meta import Segment, SegmentMeta, SegmentState
 from kmilvus.datacoord.remover import Decide
 from kmilvus.log import get_logger
@@ -45,9 +46,6 @@ from kmilvus.storage import paths
 from kmilvus.util import merr, typeutil
 from kmilvus.util import ttl as collection_ttl
 from kmilvus.util.failpoint import afailpoint
-
-if TYPE_CHECKING:
-    from kmilvus.datacoord.jobs import JobService
 
 log = get_logger(__name__)
 CS = common_pb2.CompactionState
@@ -73,8 +71,8 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
     key_of = staticmethod(keys.compaction_job_key)
     prefix_of = staticmethod(keys.compaction_job_prefix)
 
-    def __init__(self, port: JobPort, service: JobService):
-        super().__init__(port, service)
+    def __init__(self, port: JobPort, scheduler: JobScheduler):
+        super().__init__(port, scheduler)
         self.busy: set[int] = set()  # source segments of running plans
         self._gc_lock = asyncio.Lock()
 
@@ -426,7 +424,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                 f"the swap needs {len(ops)} etcd operations, more "
                 f"than one transaction takes ({self.cfg.etcd_max_txn_ops})",
             )
-        async with self.service.collection_lock(coll):
+        async with self.scheduler.collection_lock(coll):
             job_key = keys.compaction_job_key(coll, job.compactionID)
             ok = not port.dropping(coll) and await port.kv.commit(
                 ops, compares, proof=job_key, name="datacoord.compaction.swap"
@@ -511,7 +509,7 @@ class CompactionManager(JobLifecycle[data_coord_pb2.CompactionJob]):
                     why="compacted segment",
                 ):
                     continue  # etcd does not hold it Dropped: memory was wrong, nothing collected
-                async with self.service.collection_lock(i.collectionID):
+                async with self.scheduler.collection_lock(i.collectionID):
                     await port.kv.txn(
                         [Op.delete(keys.segment_key(i.collectionID, i.partitionID, i.ID))]
                         + [Op.delete_prefix(p) for p in keys.segment_log_prefixes(i.collectionID, i.ID)]

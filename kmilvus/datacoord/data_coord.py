@@ -139,7 +139,7 @@ class DataCoord(
 
     def set_job_runner(self, runner: JobRunner) -> None:
         """Run Spark jobs with `runner` (the operator's SparkApplication runner); before start."""
-        self.jobs.runner = runner
+        self.jobs.scheduler.runner = runner
 
     # Lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:

@@ -229,7 +229,7 @@ class ImportManager(JobLifecycle[data_coord_pb2.ImportJob]):
                 f"into several imports",
             )
         job_key = keys.import_job_key(coll, job.jobID)
-        async with self.service.collection_lock(coll):
+        async with self.scheduler.collection_lock(coll):
             if port.dropping(coll) or not await port.kv.commit(
                 ops, compares, proof=job_key, name="datacoord.import.commit"
             ):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kmilvus.datacoord.index_builder import IndexBuilder
 from kmilvus.datacoord.index_meta import FieldIndex, IndexMeta, IndexState, SegmentIndex, params_of
 from kmilvus.datacoord.meta import SegmentState
-from kmilvus.indexnode.builder import IndexBuilder
 from kmilvus.meta import Snapshot
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2

@@ -25,11 +25,12 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.config import Config
+from kmilvus.datacoord.job_scheduler import JobScheduler
 from kmilvus.datacoord.meta import SegmentMeta
 from kmilvus.datacoord.remover import FencedRemover
 from kmilvus.log import get_logger
@@ -43,9 +44,6 @@ from kmilvus.storage import ObjectStore, paths
 from kmilvus.util import merr
 from kmilvus.util.retry import Backoff
 from kmilvus.util.tasks import cancel_and_wait, stopping
-
-if TYPE_CHECKING:
-    from kmilvus.datacoord.jobs import JobService
 
 log = get_logger(__name__)
 MAX_REASON = 4000
@@ -109,10 +107,10 @@ class JobLifecycle(Generic[J]):
     key_of: Callable[[int, int], str]  # catalog key of (collection, job ID)
     prefix_of: Callable[[], str]  # catalog prefix of every job of the kind
 
-    def __init__(self, port: JobPort, service: JobService):
+    def __init__(self, port: JobPort, scheduler: JobScheduler):
         self.port = port
         self.cfg = port.cfg
-        self.service = service  # Spark runner, concurrency slots, per-collection locks
+        self.scheduler = scheduler  # Spark runner, concurrency slots, per-collection locks
         self.jobs: dict[int, J] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         # Cancelling a monitor also stops its application; at shutdown only those that would not
@@ -218,14 +216,14 @@ class JobLifecycle(Generic[J]):
         task.add_done_callback(forget)
 
     async def _run(self, job: J) -> None:
-        runner = self.service.runner
+        runner = self.scheduler.runner
         try:
             if job.handle:
                 status = await self._follow(json.loads(job.handle), job)
             else:
                 spec = await self.prepare(job)
                 app = self.build_app(spec, job.app_name)
-                async with self.service.slots:
+                async with self.scheduler.slots:
                     handle = await runner.submit(app)
                     job.handle = json.dumps(handle)
                     job.spark_state = JobState.SUBMITTED.value
@@ -267,7 +265,7 @@ class JobLifecycle(Generic[J]):
 
     async def _follow(self, handle: dict, job: J) -> JobStatus:
         return await follow(
-            self.service.runner,
+            self.scheduler.runner,
             handle,
             poll=self.cfg.spark_poll_interval,
             timeout=self.cfg.spark_job_timeout,
@@ -357,14 +355,14 @@ class JobLifecycle(Generic[J]):
     async def _cancel_handle(self, handle_json: str) -> None:
         if handle_json:
             try:
-                await self.service.runner.cancel(json.loads(handle_json))
+                await self.scheduler.runner.cancel(json.loads(handle_json))
             except Exception:  # an application already gone needs no stop
                 log.info("cancel of a Spark application failed", kind=self.kind, exc_info=True)
 
     async def _release_handle(self, handle_json: str) -> None:
         if handle_json:
             try:
-                await self.service.runner.release(json.loads(handle_json))
+                await self.scheduler.runner.release(json.loads(handle_json))
             except Exception:  # release only frees the runner's bookkeeping
                 log.info("release of a Spark application failed", kind=self.kind, exc_info=True)
 

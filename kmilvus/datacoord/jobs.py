@@ -1,52 +1,26 @@
-"""DataCoord's Spark jobs: the `JobService` (bulk imports and compactions, their runner,
-concurrency limit, per-collection locks and background loops) and the RPCs that reach it.
+"""DataCoord's Spark jobs: the `JobService` (bulk imports and compactions, their scheduler and
+background loops) and the RPCs that reach it.
 
-The jobs run as SparkApplications through a `kmilvus.spark.JobRunner`: by default
-`WarmSparkRunner` (one long-lived local driver; `LocalSparkRunner`, spark-submit per job, with
-`spark_warm` off); the operator plugs in its
-SparkApplication-CR runner with `DataCoord.set_job_runner()` before start. Either way a job whose
-input is at most `inprocess_job_max_mb` runs in this process instead (`RoutingRunner`: no JVM to
-start). The service sees DataCoord only through a `JobPort`.
+The jobs run as SparkApplications through the `JobScheduler`'s runner (job_scheduler.py), under
+its concurrency limit and per-collection locks. The service sees DataCoord only through a
+`JobPort`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import tempfile
-
 from kmilvus.datacoord.compaction import CompactionManager
 from kmilvus.datacoord.import_manager import ImportManager
 from kmilvus.datacoord.job_lifecycle import JobPort
+from kmilvus.datacoord.job_scheduler import JobScheduler
 from kmilvus.log import get_logger
 from kmilvus.meta import Op
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2
-from kmilvus.spark.inprocess import RoutingRunner
-from kmilvus.spark.runner import JobRunner, LocalSparkRunner
-from kmilvus.spark.warm import WarmSparkRunner
+from kmilvus.spark.runner import JobRunner
 from kmilvus.util import merr
 from kmilvus.util.tasks import BackgroundTasks
 
 log = get_logger(__name__)
-
-
-def make_runner(cfg) -> JobRunner:
-    """The runner `cfg.spark_runner` names ("local": the warm driver, or one spark-submit per job
-    with `spark_warm` off; others are plugged in by the operator)."""
-    if cfg.spark_runner != "local":
-        log.warning(
-            "no JobRunner plugged in for spark_runner; running Spark jobs locally", spark_runner=cfg.spark_runner
-        )
-    work = cfg.spark_work_dir or os.path.join(tempfile.gettempdir(), "kmilvus-spark", cfg.cluster)
-    if cfg.spark_warm:
-        return WarmSparkRunner(
-            master=cfg.spark_master,
-            work_dir=work,
-            spark_submit=cfg.spark_submit,
-            idle_timeout=cfg.spark_warm_idle_timeout,
-        )
-    return LocalSparkRunner(master=cfg.spark_master, work_dir=work, spark_submit=cfg.spark_submit)
 
 
 class JobService:
@@ -54,30 +28,10 @@ class JobService:
 
     def __init__(self, port: JobPort, runner: JobRunner | None = None):
         self.port = port
-        self._runner = runner
-        self.slots = asyncio.Semaphore(max(1, port.cfg.spark_max_concurrent_jobs))
-        self._locks: dict[int, asyncio.Lock] = {}
-        self.imports = ImportManager(port, self)
-        self.compactions = CompactionManager(port, self)
+        self.scheduler = JobScheduler(port.cfg, runner)
+        self.imports = ImportManager(port, self.scheduler)
+        self.compactions = CompactionManager(port, self.scheduler)
         self._loops = BackgroundTasks()
-
-    @property
-    def runner(self) -> JobRunner:
-        """The runner plugged in, else the one the config names (made on first use); small jobs
-        are routed in-process unless `inprocess_job_max_mb` is 0."""
-        if self._runner is None:
-            self.runner = make_runner(self.port.cfg)
-        assert self._runner is not None
-        return self._runner
-
-    @runner.setter
-    def runner(self, runner: JobRunner) -> None:
-        limit = self.port.cfg.inprocess_job_max_mb
-        self._runner = RoutingRunner(runner, limit * 1024 * 1024) if limit > 0 else runner
-
-    def collection_lock(self, coll: int) -> asyncio.Lock:
-        """Held while a job commits to a collection's meta, and while its jobs are cancelled."""
-        return self._locks.setdefault(coll, asyncio.Lock())
 
     async def start(self) -> None:
         await self.imports.load()
@@ -101,19 +55,18 @@ class JobService:
             mgr.kill_on_cancel = False
             await mgr.cancel_tasks(list(mgr.tasks))
             mgr.kill_on_cancel = True
-        if self._runner is not None:
-            await self._runner.close()  # the warm Spark driver, if one runs
+        await self.scheduler.close()
 
     async def cancel_collection(self, coll: int) -> None:
         """DropCollection: stop every job of the collection (their Spark applications included),
         wait until none runs, and delete their etcd keys. Files are the drop's to delete."""
-        async with self.collection_lock(coll):
+        async with self.scheduler.collection_lock(coll):
             imports = await self.imports.cancel_collection(coll)
             compactions = await self.compactions.cancel_collection(coll)
             await self.port.kv.txn(
                 [Op.delete_prefix(keys.import_job_prefix(coll)), Op.delete_prefix(keys.compaction_job_prefix(coll))]
             )
-        self._locks.pop(coll, None)
+        self.scheduler.forget(coll)
         if imports or compactions:
             log.info("collection jobs cancelled", collection=coll, imports=imports, compactions=compactions)
 
@@ -121,7 +74,7 @@ class JobService:
         """DropPartition: fail every unfinished job writing into the partition (imports into it,
         compactions with a plan in it) and remove its outputs. A commit already under way
         finishes first (the lock), and one after the partition's drop record is refused by it."""
-        async with self.collection_lock(coll):
+        async with self.scheduler.collection_lock(coll):
             imports = await self.imports.cancel_partition(coll, part)
             compactions = await self.compactions.cancel_partition(coll, part)
         if imports or compactions:

@@ -44,7 +44,7 @@ class DataCoordTruncateMixin(DataCoordHost):
         if await self.remover.is_dropped(coll):
             return merr.success()  # the collection went: its drop removes everything
         await self._flushed_before(coll, ts)
-        async with self.jobs.collection_lock(coll):  # no compaction or import commits meanwhile
+        async with self.jobs.scheduler.collection_lock(coll):  # no compaction or import commits meanwhile
             doomed = [s for s in self.meta.by_collection(coll, (SegmentState.Flushed,)) if _oldest_row(s) < ts]
             l0 = [d for d in self.meta.l0.get(coll, {}).values() if d.binlog.timestamp_to < ts]
             await self.meta.drop_segments_meta(coll, doomed, [d.binlog.logID for d in l0], self.cfg.etcd_max_txn_ops)

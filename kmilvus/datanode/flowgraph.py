@@ -35,13 +35,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-import pyarrow as pa
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.config import Config
 from kmilvus.datanode.buffer import DDLBuffer, DeleteBuffer, SegmentBuffer, started
 from kmilvus.log import get_logger
 from kmilvus.msgstream import MsgStream, MsgType, StreamGapError
+from kmilvus.msgstream.message import read_ipc
 from kmilvus.msgstream.reader import ChannelReader
 from kmilvus.proto import internal_pb2
 from kmilvus.storage import deltalog
@@ -66,12 +66,6 @@ class FlowGraphHost(Protocol):
     def forget(self, vchannel: str) -> None: ...
 
     async def report_tt(self, fg: FlowGraph, ts: int, cp: internal_pb2.MsgPosition) -> None: ...
-
-
-def read_ipc(payload) -> pa.RecordBatch:
-    reader = pa.ipc.open_stream(pa.py_buffer(payload))
-    batches = list(reader)
-    return batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 @dataclass

@@ -23,13 +23,14 @@ for dense vectors, BIN_IVF_FLAT (nlist 1024) for binary, SPARSE_INVERTED_INDEX f
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.index import scalar_params
 from kmilvus.util import typeutil
-from kmilvus.util.merr import PARAMETER_INVALID, UNEXPECTED, MilvusError
+from kmilvus.util.merr import METRIC_NOT_FOUND, PARAMETER_INVALID, UNEXPECTED, MilvusError
 
 DT = schema_pb2.DataType
 
@@ -58,6 +59,9 @@ SPARSE_METRICS = (IP,)
 ALL_METRICS = (*METRICS, *BIN_FLAT_METRICS, BM25)
 POSITIVELY_RELATED = (IP, COSINE, BM25)  # larger is closer (Milvus' metric.PositivelyRelated)
 DEFAULT_METRIC = COSINE  # Milvus' FloatVectorDefaultMetricType
+# knowhere's BM25 params: on the index, overridable per search.
+BM25_K1, BM25_B = "bm25_k1", "bm25_b"
+DEFAULT_BM25_K1, DEFAULT_BM25_B = 1.2, 0.75
 
 DENSE_TYPES = (DT.FloatVector, DT.Float16Vector, DT.BFloat16Vector)
 DENSE_INDEXES = (FLAT, IVF_FLAT, IVF_SQ8, IVF_PQ, SCANN, HNSW)
@@ -113,6 +117,29 @@ def check_search_metric(data_type: int, metric: str) -> str:
 
 def larger_is_closer(metric: str) -> bool:
     return metric.upper() in POSITIVELY_RELATED
+
+
+def check_metric(metric: str) -> str:
+    """A search's metric, upper-cased (L2 when none is named); one of the metrics there are."""
+    m = (metric or "L2").upper()
+    if m not in ALL_METRICS:
+        raise MilvusError(METRIC_NOT_FOUND, f"metric type not found or not supported, supported: {ALL_METRICS}")
+    return m
+
+
+def bm25_params(index_params: Mapping[str, object], search_params: Mapping[str, object]) -> tuple[float, float]:
+    """(k1, b): the search's, else the index's, else Milvus' defaults; checked as knowhere does."""
+    out = []
+    for key, default, hi in ((BM25_K1, DEFAULT_BM25_K1, 3.0), (BM25_B, DEFAULT_BM25_B, 1.0)):
+        raw = search_params.get(key, index_params.get(key, default))
+        try:
+            value = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise MilvusError(PARAMETER_INVALID, f"param '{key}' ({raw}) should be a number") from None
+        if not 0.0 <= value <= hi or math.isnan(value):
+            raise MilvusError(PARAMETER_INVALID, f"param '{key}' ({raw}) should be in range [0.000000, {hi:.6f}]")
+        out.append(value)
+    return out[0], out[1]
 
 
 def _unexpected(message: str) -> MilvusError:

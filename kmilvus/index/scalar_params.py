@@ -53,7 +53,7 @@ def is_scalar_request(index_type: str | None, field: schema_pb2.FieldSchema) -> 
     """Whether CreateIndex on `field` with `index_type` takes the scalar path: a scalar index
     named, or AUTOINDEX / none on a field that is not a vector (any other name goes to the
     vector checks, which refuse it on a scalar field as Milvus does)."""
-    from kmilvus.util.fieldtypes import is_vector
+    from kmilvus.util.typeutil import is_vector
 
     if index_type in SCALAR_INDEX_TYPES or index_type == HYBRID:
         return True

@@ -33,16 +33,14 @@ import asyncio
 import collections
 import math
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from kmilvus.log import get_logger
 from kmilvus.msgstream import channels
 from kmilvus.msgstream.errors import StreamGapError
 from kmilvus.msgstream.message import TICK_FOR, Msg, MsgPosition, MsgType
 from kmilvus.util.failpoint import afailpoint
-
-if TYPE_CHECKING:
-    from kmilvus.msgstream.jetstream import Consumer, MsgStream
 
 log = get_logger(__name__)
 
@@ -52,6 +50,47 @@ TARGET_QUEUE_BYTES = 64 * 1024 * 1024  # payload bytes
 BATCH = 256  # messages handed out between two looks at the targets' queues
 ACTIVE_FOR = 1.0  # seconds a vchannel gets every tick after a message of its own
 CATCH_UP_POLL = 1.0  # seconds a catch-up waits for a message before looking at its end again
+
+
+class Consumer(Protocol):
+    """What a dispatcher reads with: a consumer of the stream (jetstream's `Consumer`)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def processed_seq(self) -> int: ...
+
+    def open_channels(self) -> frozenset[str]: ...
+
+    async def next(self, timeout: float | None = None) -> Msg | None: ...
+
+    async def next_batch(self, max_msgs: int = 4096, timeout: float | None = None) -> list[Msg]: ...
+
+    async def close(self) -> None: ...
+
+
+class Source(Protocol):
+    """What a dispatcher needs of its stream (jetstream's `MsgStream`): consumers of a pchannel
+    and of one vchannel, subjects, a vchannel's last seq, and how often idle vchannels tick."""
+
+    idle_tick_interval: float
+
+    def subject(self, channel: str) -> str: ...
+
+    async def last_seq(self, vchannel: str) -> int: ...
+
+    async def consume(self, channel: str, *, after_seq: int = 0, name: str | None = None) -> Consumer: ...
+
+    async def consume_pchannel(
+        self,
+        pchannel: str,
+        *,
+        after_seq: int = 0,
+        name: str | None = None,
+        label: str = "",
+        channel_of: Callable[[str], str | None],
+    ) -> Consumer: ...
 
 
 class Target:
@@ -209,12 +248,14 @@ class Target:
 
 
 class Dispatcher:
-    """The shared consumer of one pchannel, for one consuming component (`name`)."""
+    """The shared consumer of one pchannel, for one consuming component (`name`). Once its last
+    target is gone it is retired: `on_retired` hears of it (the `DispatchClient` forgets it)."""
 
-    def __init__(self, stream: MsgStream, pchannel: str, name: str) -> None:
+    def __init__(self, stream: Source, pchannel: str, name: str, on_retired: Callable[[Dispatcher], None]) -> None:
         self.stream = stream
         self.pchannel = pchannel
         self.name = name
+        self._on_retired = on_retired
         self.targets: dict[str, Target] = {}
         self.consumer: Consumer | None = None
         self.retired = False
@@ -281,8 +322,7 @@ class Dispatcher:
         self.retired = True
         consumer, self.consumer = self.consumer, None
         pump, self._pump = self._pump, None
-        if self.stream._dispatchers.get((self.pchannel, self.name)) is self:
-            del self.stream._dispatchers[(self.pchannel, self.name)]
+        self._on_retired(self)
         return consumer, pump
 
     async def remove(self, target: Target) -> None:
@@ -354,13 +394,31 @@ async def _stop(consumer: Consumer | None, pump: asyncio.Task[None] | None) -> N
         await consumer.close()
 
 
-async def dispatch(stream: MsgStream, vchannel: str, *, after_seq: int, name: str) -> Target:
-    """A target reading `vchannel` after `after_seq`, through the component's shared consumer."""
-    key = (channels.pchannel_of(vchannel), name)
-    while True:
-        d = stream._dispatchers.get(key)
-        if d is None:
-            d = stream._dispatchers[key] = Dispatcher(stream, key[0], name)
-        target = await d.add(vchannel, after_seq)
-        if target is not None:
-            return target
+class DispatchClient:
+    """The dispatchers of one stream, one per (pchannel, consuming component): Milvus'
+    msgdispatcher.Client, which its stream's `dispatch` answers through."""
+
+    def __init__(self, stream: Source) -> None:
+        self._stream = stream
+        self._dispatchers: dict[tuple[str, str], Dispatcher] = {}
+
+    async def dispatch(self, vchannel: str, *, after_seq: int, name: str) -> Target:
+        """A target reading `vchannel` after `after_seq`, through the component's shared consumer."""
+        key = (channels.pchannel_of(vchannel), name)
+        while True:
+            d = self._dispatchers.get(key)
+            if d is None:
+                d = self._dispatchers[key] = Dispatcher(self._stream, key[0], name, self._retired)
+            target = await d.add(vchannel, after_seq)
+            if target is not None:
+                return target
+
+    def _retired(self, d: Dispatcher) -> None:
+        if self._dispatchers.get((d.pchannel, d.name)) is d:
+            del self._dispatchers[(d.pchannel, d.name)]
+
+    async def close(self) -> None:
+        """Close every target (the stream is closing)."""
+        for d in list(self._dispatchers.values()):
+            for t in list(d.targets.values()):
+                await t.close()

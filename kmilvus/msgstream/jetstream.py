@@ -43,8 +43,8 @@ from nats.aio.subscription import Subscription
 from nats.js import api
 
 from kmilvus.log import get_logger
-from kmilvus.msgstream import channels, dispatcher
-from kmilvus.msgstream.dispatcher import Dispatcher, Target
+from kmilvus.msgstream import channels
+from kmilvus.msgstream.dispatcher import DispatchClient, Target
 from kmilvus.msgstream.errors import MsgStreamError, StreamGapError
 from kmilvus.msgstream.message import (
     H_CHUNK,
@@ -104,7 +104,7 @@ class MsgStream:
         self._streams: dict[str, str] = {}  # channel → its pchannel's stream
         self._ensured: set[str] = set()  # streams known to exist
         self._consumers: set[Consumer] = set()
-        self._dispatchers: dict[tuple[str, str], Dispatcher] = {}  # (pchannel, name) → shared consumer
+        self._dispatch = DispatchClient(self)  # (pchannel, name) → shared consumer
         # A dispatcher hands an idle vchannel a tick at most this often (0: every tick).
         self.idle_tick_interval = 0.0
         self._closing = False
@@ -263,7 +263,7 @@ class MsgStream:
     async def dispatch(self, vchannel: str, *, after_seq: int = 0, name: str) -> Target:
         """`vchannel`'s messages with seq > `after_seq`, and its pchannel's time ticks, through
         the one consumer of the pchannel that the component `name` shares (msgdispatcher)."""
-        return await dispatcher.dispatch(self, vchannel, after_seq=after_seq, name=name)
+        return await self._dispatch.dispatch(vchannel, after_seq=after_seq, name=name)
 
     async def purge(self, pchannel: str, *, before_seq: int) -> None:
         """Remove every message of `pchannel` with seq < `before_seq`.
@@ -357,9 +357,7 @@ class MsgStream:
     async def close(self) -> None:
         """Close open consumers (deleting them server-side), flush and disconnect."""
         self._closing = True
-        for d in list(self._dispatchers.values()):
-            for t in list(d.targets.values()):
-                await t.close()
+        await self._dispatch.close()
         for c in list(self._consumers):
             await c.close()
         if not self.nc.is_closed:

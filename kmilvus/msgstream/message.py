@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from kmilvus.proto import internal_pb2
 
 MsgPosition = internal_pb2.MsgPosition
@@ -63,6 +65,14 @@ class Msg:
         """An integer header (segment id, collection id, num rows...), or `default`."""
         v = self.headers.get(name)
         return default if v is None else int(v)
+
+
+def read_ipc(payload: bytes | memoryview) -> pa.RecordBatch:
+    """An Insert's or a Delete's payload (an Arrow IPC stream, as the Proxy writes it) → one
+    record batch: what the DataNode buffers and a QueryNode's delegator serves."""
+    reader = pa.ipc.open_stream(pa.py_buffer(payload))
+    batches = list(reader)
+    return batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 def nats_headers(msg: Msg) -> dict[str, str]:

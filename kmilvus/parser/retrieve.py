@@ -20,7 +20,7 @@ from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.parser.evaluator import JsonCache, evaluate
 from kmilvus.parser.plan import Plan
-from kmilvus.util import merr, typeutil
+from kmilvus.util import fielddata, merr, typeutil
 from kmilvus.util.merr import MilvusError
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -146,7 +146,7 @@ def to_field_data(
     schema: schema_pb2.CollectionSchema, table: pa.Table | pa.RecordBatch, out: OutputFields
 ) -> list[schema_pb2.FieldData]:
     """The result columns as QueryResults.fields_data (`$meta` flagged `is_dynamic`)."""
-    fields = typeutil.record_batch_to_field_data(schema, table, out.field_ids)
+    fields = fielddata.record_batch_to_field_data(schema, table, out.field_ids)
     dynamic = typeutil.dynamic_field(schema)
     for fd in fields:
         if dynamic is not None and fd.field_id == dynamic.fieldID:

@@ -16,15 +16,13 @@ import hmac
 import time
 from typing import TYPE_CHECKING
 
-import bcrypt
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus.log import get_logger
 from kmilvus.proto import security_pb2
-from kmilvus.rootcoord.credentials import hash_password
-from kmilvus.rootcoord.rbac import validate_entity_name
 from kmilvus.util import merr
-from kmilvus.util.privileges import ROOT_USER
+from kmilvus.util.crypto import hash_password, verify_password
+from kmilvus.util.privileges import ROOT_USER, validate_entity_name
 
 if TYPE_CHECKING:
     from kmilvus.proxy.host import ProxyHost
@@ -62,7 +60,7 @@ class CredentialCache:
                 return False
             hashed = resp.info.encrypted_password
             self._hashes[username] = hashed
-        ok = await asyncio.to_thread(bcrypt.checkpw, password.encode(), hashed.encode())
+        ok = await asyncio.to_thread(verify_password, password, hashed)
         if ok:
             self._verified[username] = digest
         return ok

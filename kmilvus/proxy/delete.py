@@ -26,7 +26,7 @@ from kmilvus.proxy.insert import InsertTask, fill_function_outputs, ipc_bytes
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.task import Task
 from kmilvus.storage import deltalog
-from kmilvus.util import merr, typeutil
+from kmilvus.util import fielddata, merr, typeutil
 from kmilvus.util.constants import ALL_PARTITIONS
 from kmilvus.util.hashing import shard_of
 
@@ -132,7 +132,7 @@ class UpsertTask(InsertTask):
         """A partial update's columns are the given ones over the stored rows."""
         if not self.req.partial_update:
             return await super().columns_of(n)
-        given = typeutil.fields_data_to_columns(self.meta.schema, self.req.fields_data, n, partial=True)
+        given = fielddata.fields_data_to_columns(self.meta.schema, self.req.fields_data, n, partial=True)
         columns = await partial_update.merge(self.proxy, self.meta, given, n)
         await fill_function_outputs(self.meta.schema, columns)
         return columns

@@ -17,7 +17,7 @@ from kmilvus.proto import data_coord_pb2
 from kmilvus.proxy import partition_key
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.task import Task
-from kmilvus.util import merr, typeutil
+from kmilvus.util import fielddata, merr, typeutil
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.hashing import shard_of
 
@@ -99,7 +99,7 @@ class InsertTask(Task):
 
     async def columns_of(self, n: int) -> dict[int, pa.Array]:
         """The request's columns, checked, with the schema's functions' outputs filled."""
-        columns = typeutil.fields_data_to_columns(self.meta.schema, self.req.fields_data, n)
+        columns = fielddata.fields_data_to_columns(self.meta.schema, self.req.fields_data, n)
         await fill_function_outputs(self.meta.schema, columns)
         return columns
 

@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
+from kmilvus import reduce
 from kmilvus.proto import query_node_pb2
 from kmilvus.proxy import read_path
 from kmilvus.proxy.meta_cache import CollectionMeta
-from kmilvus.querynode import reduce
-from kmilvus.util import fieldtypes, merr, typeutil
+from kmilvus.util import fielddata, merr, typeutil
 
 DT = schema_pb2.DataType
 KEYS = "partial_update_keys"
@@ -101,10 +101,10 @@ async def merge(proxy, meta: CollectionMeta, given: dict[int, pa.Array], num_row
         if old is None:
             old = pa.nulls(num_rows, arrow)
         if missing.any():
-            filler = fieldtypes.missing_column(f, arrow, num_rows)
+            filler = typeutil.missing_column(f, arrow, num_rows)
             if filler is None:
                 if f.is_dynamic:
-                    filler = typeutil.empty_objects(num_rows)
+                    filler = fielddata.empty_objects(num_rows)
                 else:
                     raise merr.MilvusError(
                         merr.PARAMETER_MISSING,

@@ -14,7 +14,7 @@ from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus.proto import data_coord_pb2
 from kmilvus.proxy import partition_key
-from kmilvus.rootcoord.schema import validate_name
+from kmilvus.schemautil import validate_name
 from kmilvus.util import merr
 
 if TYPE_CHECKING:

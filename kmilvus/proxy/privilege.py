@@ -25,7 +25,7 @@ from kmilvus.config import Config
 from kmilvus.log import audit, get_logger
 from kmilvus.proto import security_pb2
 from kmilvus.proxy.credentials import CredentialCache
-from kmilvus.rootcoord.schema import validate_name
+from kmilvus.schemautil import validate_name
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.privileges import (

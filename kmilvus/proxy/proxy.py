@@ -36,7 +36,7 @@ from kmilvus.proxy.search import ProxySearchMixin
 from kmilvus.proxy.search_iterator import SearchIterators
 from kmilvus.proxy.system import ProxySystemMixin
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
-from kmilvus.rootcoord.schema import validate_name
+from kmilvus.schemautil import validate_name
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.metricsinfo import SERVER_VERSION

@@ -1,6 +1,6 @@
 """Query and Get (MilvusService.Query; pymilvus' get(ids) sends `pk in [...]`) and `count(*)`:
 validated as Milvus does, fanned out to the QueryNodes at the guarantee timestamp, merged with
-Arrow (primary-key order when paginated, or ORDER BY's: kmilvus/querynode/orderby.py)."""
+Arrow (primary-key order when paginated, or ORDER BY's: kmilvus/reduce/orderby.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
+from kmilvus import reduce
 from kmilvus.proto import query_node_pb2
 from kmilvus.proxy import read_path, search_util
-from kmilvus.querynode import orderby, reduce
-from kmilvus.util import merr, typeutil
+from kmilvus.reduce import orderby
+from kmilvus.util import fielddata, merr, typeutil
 
 if TYPE_CHECKING:
     from kmilvus.proxy.host import ProxyHost
@@ -176,7 +177,7 @@ class ProxyQueryMixin(ProxyHost):
                 col = table.column(str(fid)).combine_chunks()
             else:
                 col = pa.array([], typeutil.arrow_type(f)) if n == 0 else pa.nulls(n, typeutil.arrow_type(f))
-            fd = typeutil.array_to_field_data(f, col)
+            fd = fielddata.array_to_field_data(f, col)
             fd.is_dynamic = f.is_dynamic
             out.fields_data.append(fd)
         out.output_fields.extend(out_names)

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pymilvus.grpc_gen import schema_pb2
 
-from kmilvus.querynode import groupby
-from kmilvus.querynode.vector_search import larger_is_closer
+from kmilvus.index.params import larger_is_closer
+from kmilvus.reduce import groupby
 from kmilvus.util import merr
 
 DT = schema_pb2.DataType

@@ -16,13 +16,14 @@ import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
+from kmilvus import reduce
 from kmilvus.index import params as index_params
 from kmilvus.index import vectors as kvectors
 from kmilvus.proto import query_node_pb2
 from kmilvus.proxy import full_text, read_path, rerank, search_util
 from kmilvus.proxy.search_util import SearchInfo
-from kmilvus.querynode import bm25, groupby, reduce, vector_search
-from kmilvus.util import merr, typeutil
+from kmilvus.reduce import groupby
+from kmilvus.util import fielddata, merr, typeutil
 
 if TYPE_CHECKING:
     from kmilvus.proxy.host import ProxyHost
@@ -73,13 +74,13 @@ def result_data(
     for fid in out_ids:
         f = by_id[fid]
         col = table.column(str(fid)) if str(fid) in table.column_names else pa.nulls(n, typeutil.arrow_type(f))
-        fd = typeutil.array_to_field_data(f, col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+        fd = fielddata.array_to_field_data(f, col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
         fd.is_dynamic = f.is_dynamic
         res.fields_data.append(fd)
     if group_field is not None:
         # Milvus answers each hit's group value beside the hits, named and typed as the field.
         col = table.column(groupby.GROUP) if n else pa.array([], typeutil.arrow_type(group_field))
-        res.group_by_field_value.CopyFrom(typeutil.array_to_field_data(group_field, col))
+        res.group_by_field_value.CopyFrom(fielddata.array_to_field_data(group_field, col))
     return res
 
 
@@ -96,7 +97,7 @@ class FieldSearch:
 
     @property
     def larger_is_closer(self) -> bool:
-        return vector_search.larger_is_closer(self.metric)
+        return index_params.larger_is_closer(self.metric)
 
 
 @dataclass
@@ -171,10 +172,12 @@ class ProxySearchMixin(ProxyHost):
         metric = await self.search_metric(meta, info.field, info.metric)
         index_params.check_range_params(metric, info.params)
         queries: kvectors.Vectors
-        if metric == bm25.METRIC:  # text in, term frequencies out (kmilvus/proxy/full_text.py)
+        if metric == index_params.BM25:  # text in, term frequencies out (kmilvus/proxy/full_text.py)
             queries = full_text.query_rows(meta.schema, info.field, placeholder_group, params.get("analyzer_name"))
             index = (await self.vector_indexes(meta)).get(info.field.fieldID, {})
-            info.params[bm25.K1], info.params[bm25.B] = bm25.bm25_params(index, info.params)
+            info.params[index_params.BM25_K1], info.params[index_params.BM25_B] = index_params.bm25_params(
+                index, info.params
+            )
         else:
             if "analyzer_name" in params:
                 raise merr.invalid(f"analyzer_name is only for a BM25 function's output field, not {info.field.name}")
@@ -251,11 +254,11 @@ class ProxySearchMixin(ProxyHost):
         index = (await self.vector_indexes(meta)).get(field.fieldID, {})
         have = index.get("metric_type", "").upper()
         if index_params.is_bm25_output(meta.schema, field):
-            have = bm25.METRIC  # a BM25 function's field scores with BM25, index or not
+            have = index_params.BM25  # a BM25 function's field scores with BM25, index or not
         if requested and have and requested.upper() != have:
             raise merr.invalid(f"metric type not match: invalid parameter[expected={have}][actual={requested}]")
         # Without an index: L2 for dense vectors (as before), Milvus' default for binary / sparse.
         kind = index_params.vector_kind(field.data_type)
         default = "L2" if kind == index_params.DENSE else index_params.default_metric(field.data_type)
-        metric = vector_search.check_metric(requested or have or default)
-        return metric if metric == bm25.METRIC else index_params.check_search_metric(field.data_type, metric)
+        metric = index_params.check_metric(requested or have or default)
+        return metric if metric == index_params.BM25 else index_params.check_search_metric(field.data_type, metric)

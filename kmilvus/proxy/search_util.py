@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
-from kmilvus.util import fieldtypes, merr
+from kmilvus.util import merr, typeutil
 
 DT = schema_pb2.DataType
 TOPK_LIMIT = 16384  # Milvus' quotaAndLimits.limits.topK
@@ -376,7 +376,7 @@ def _ignore_growing(params: Mapping[str, str]) -> bool:
 
 
 def anns_field(schema: schema_pb2.CollectionSchema, params: Mapping[str, str]) -> schema_pb2.FieldSchema:
-    vectors = [f for f in schema.fields if fieldtypes.is_vector(f.data_type)]
+    vectors = [f for f in schema.fields if typeutil.is_vector(f.data_type)]
     name = params.get("anns_field", "")
     if name:
         f = next((f for f in vectors if f.name == name), None)

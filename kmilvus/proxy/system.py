@@ -39,7 +39,7 @@ class ProxySystemMixin(ProxyHost):
         """Milvus' getSystemInfoMetrics: this Proxy, each coordinator's topology, and the
         nodes they manage; a coordinator that does not answer is left out of the graph."""
         metricsinfo.require_system_info(req)
-        ip = await metricsinfo.address_of(self.registry, self.role, self.server_id)
+        ip = await self.registry.address(self.role, self.server_id)
         config = {"default_partition_name": "_default", "default_index_name": "_default_idx"}
         me = metricsinfo.component_infos(self.role, self.server_id, ip, config)
         topologies = {}

@@ -27,7 +27,7 @@ from kmilvus.meta import EtcdKV
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, query_node_pb2
 from kmilvus.querycoord import recovery
-from kmilvus.util import fieldtypes, merr, segmentutil
+from kmilvus.util import merr, segmentutil, typeutil
 from kmilvus.util.tasks import BackgroundTasks, stopping
 
 log = get_logger(__name__)
@@ -113,7 +113,7 @@ class LoadManager:
         rsp = await self.datacoord.DescribeIndex(data_coord_pb2.DescribeIndexRequest(collectionID=req.collectionID))
         indexed = {i.index.fieldID for i in rsp.infos} if merr.ok(rsp.status) else set()
         for f in schema_pb2.CollectionSchema.FromString(req.schema).fields:
-            if fieldtypes.is_vector(f.data_type) and f.fieldID not in indexed:
+            if typeutil.is_vector(f.data_type) and f.fieldID not in indexed:
                 raise merr.MilvusError(
                     merr.INDEX_NOT_FOUND,
                     f"there is no vector index on field: [{f.name}], please create index firstly: "

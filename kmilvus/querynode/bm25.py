@@ -20,18 +20,12 @@ applies to its postings.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from kmilvus.util import merr
-
-METRIC = "BM25"
-DEFAULT_K1 = 1.2
-DEFAULT_B = 0.75
-K1, B, AVGDL = "bm25_k1", "bm25_b", "bm25_avgdl"
+from kmilvus.index import params as P
 
 
 @dataclass
@@ -90,21 +84,6 @@ class BM25Stats:
         return result
 
 
-def bm25_params(index_params: Mapping[str, object], search_params: Mapping[str, object]) -> tuple[float, float]:
-    """(k1, b): the search's, else the index's, else Milvus' defaults; checked as knowhere does."""
-    out = []
-    for key, default, hi in ((K1, DEFAULT_K1, 3.0), (B, DEFAULT_B, 1.0)):
-        raw = search_params.get(key, index_params.get(key, default))
-        try:
-            value = float(raw)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise merr.invalid(f"param '{key}' ({raw}) should be a number") from None
-        if not 0.0 <= value <= hi or math.isnan(value):
-            raise merr.invalid(f"param '{key}' ({raw}) should be in range [0.000000, {hi:.6f}]")
-        out.append(value)
-    return out[0], out[1]
-
-
 def doc_values(tf: np.ndarray, doc_len: np.ndarray, k1: float, b: float, avgdl: float) -> np.ndarray:
     """knowhere's BM25 document value of stored frequencies `tf` in rows of length `doc_len`."""
     avgdl = max(avgdl, 1.0)
@@ -141,15 +120,17 @@ def search_channels(coll, req, plan):
 
     import pyarrow as pa
 
+    from kmilvus import reduce as kreduce
     from kmilvus.querynode import reduce
 
-    k1, b = float(plan.params.get(K1, DEFAULT_K1)), float(plan.params.get(B, DEFAULT_B))
+    k1 = float(plan.params.get(P.BM25_K1, P.DEFAULT_BM25_K1))
+    b = float(plan.params.get(P.BM25_B, P.DEFAULT_BM25_B))
     q = plan.queries  # term frequencies (SparseRows)
     parts = set(req.partitionIDs)
     tables = []
     for ch in req.vchannels:
         segs = coll.channel_segments(ch)
-        indexes = [s.index_for(plan.anns_field, METRIC) for s, _, _ in segs]
+        indexes = [s.index_for(plan.anns_field, P.BM25) for s, _, _ in segs]
         stats = BM25Stats.merged(stats_of(ix) for ix in indexes if ix is not None)
         weighted = type(q)(q.indptr, q.indices, stats.query_values(q.indices, q.values))
         wanted = [
@@ -162,7 +143,7 @@ def search_channels(coll, req, plan):
             tables.append(reduce.search_segments(wanted, sub))
     tables = [t for t in tables if t.num_rows]
     if not tables:
-        return reduce.empty_search_result()
+        return kreduce.empty_search_result()
     if len(tables) == 1:
         return tables[0]
     return reduce.merge_search(pa.concat_tables(tables, promote_options="default"), plan)

@@ -1,5 +1,5 @@
 """count(*) over a QueryNode's segments: the live primary keys, each counted once — as a query
-returns each key once (`reduce.newest_rows`).
+returns each key once (`kmilvus.reduce.newest_rows`).
 
 An older version of a key is hidden already (`versions`: a shadow delete at its newest version),
 so what could count a key twice is one row (key and timestamp) held twice: a key repeated in one

@@ -32,9 +32,9 @@ from collections.abc import Callable
 
 from pymilvus.grpc_gen import schema_pb2
 
-from kmilvus.datanode.flowgraph import read_ipc
 from kmilvus.log import get_logger
 from kmilvus.msgstream import MsgStream, MsgType, StreamGapError
+from kmilvus.msgstream.message import read_ipc
 from kmilvus.msgstream.reader import ChannelReader
 from kmilvus.proto import internal_pb2, query_node_pb2
 from kmilvus.querynode.deletes import DeleteSet

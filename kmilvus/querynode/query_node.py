@@ -12,16 +12,19 @@ import numpy as np
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
+from kmilvus import reduce as kreduce
 from kmilvus.config import Config
+from kmilvus.index import params as index_params
 from kmilvus.log import get_logger
 from kmilvus.parser import template_values
 from kmilvus.proto import internal_pb2, query_node_pb2, query_node_pb2_grpc
-from kmilvus.querynode import bm25, mmap, orderby, reduce
+from kmilvus.querynode import bm25, mmap, reduce
 from kmilvus.querynode.delegator import ChannelDelegator
 from kmilvus.querynode.deletes import DeleteSet
 from kmilvus.querynode.filter import compile_filter
 from kmilvus.querynode.search_plan import plan_from_request
 from kmilvus.querynode.segments import SegmentData
+from kmilvus.reduce import orderby
 from kmilvus.storage import deltalog
 from kmilvus.storage.binlog import read_binlogs
 from kmilvus.util import memory, merr, metricsinfo, typeutil
@@ -411,12 +414,12 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         req.collection_ttl_ts = coll.expire_before(req.collection_ttl_ts)
         await coll.refresh_versions()
         plan = plan_from_request(req, coll.schema, coll.pk_field)
-        if plan.metric == bm25.METRIC:
+        if plan.metric == index_params.BM25:
             table = await asyncio.to_thread(bm25.search_channels, coll, req, plan)
         else:
             segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
             table = await asyncio.to_thread(reduce.search_segments, segments, plan)
-        return query_node_pb2.SearchResults(arrow=reduce.to_ipc(table))
+        return query_node_pb2.SearchResults(arrow=kreduce.to_ipc(table))
 
     @merr.rpc(query_node_pb2.RetrieveResults)
     async def Query(self, req: query_node_pb2.QueryRequest, context=None):
@@ -434,5 +437,5 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         )
         resp = query_node_pb2.RetrieveResults(count=count)
         if table is not None and not req.count:
-            resp.arrow = reduce.to_ipc(table)
+            resp.arrow = kreduce.to_ipc(table)
         return resp

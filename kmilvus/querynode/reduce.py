@@ -1,9 +1,8 @@
-"""Search and retrieve over a set of segments, and the top-k merge shared by QueryNodes and the
-Proxy. Results are Arrow tables: "nq" (query index), "score", "pk", then output fields by field ID
-(retrieve: also "__ts", the row's timestamp); every step is a numpy/Arrow operation over whole
-columns. A primary key is returned once per query: older versions of a key are hidden before
-(`versions`), and rows of one key with the same timestamp are merged here (the best hit of a
-search; the newest row of a retrieve)."""
+"""Search and retrieve over a QueryNode's segments, into the result tables of `kmilvus.reduce`.
+Every step is a numpy/Arrow operation over whole columns. A primary key is returned once per
+query: older versions of a key are hidden before (`versions`), and rows of one key with the same
+timestamp are merged by `kmilvus.reduce` (the best hit of a search; the newest row of a
+retrieve)."""
 
 from __future__ import annotations
 
@@ -11,14 +10,14 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kmilvus.querynode import count, groupby, orderby, vector_search
+from kmilvus.querynode import count, vector_search
 from kmilvus.querynode.filter import Filter
 from kmilvus.querynode.search_plan import SearchPlan
 from kmilvus.querynode.segments import SegmentData
+from kmilvus.reduce import TS, empty_search_result, groupby, merge_topk, newest_rows, orderby
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="segment-search")
 POOL_MIN_ROWS = 10_000  # a segment this large is worth searching in another thread
@@ -35,33 +34,6 @@ def _output_columns(seg: SegmentData, offsets: np.ndarray, pk_field: int, output
             if col is not None:
                 cols[name] = col
     return cols
-
-
-TS = "__ts"
-
-
-def _first_of_each(*cols: np.ndarray) -> np.ndarray:
-    """A bool per row: the first row (in the given order) of its combination of `cols`."""
-    result: np.ndarray = ~pd.DataFrame({str(i): c for i, c in enumerate(cols)}).duplicated(keep="first").to_numpy()
-    return result
-
-
-def merge_topk(table: pa.Table, k: int, larger: bool) -> pa.Table:
-    """The best `k` rows per query of `table` (sorted by query, then best score first), each
-    primary key at most once per query."""
-    if table.num_rows == 0:
-        return table
-    nq = table.column("nq").to_numpy()
-    score = table.column("score").to_numpy().astype(np.float64)
-    order = np.lexsort((-score if larger else score, nq))
-    if "pk" in table.column_names:
-        pks = table.column("pk").to_numpy(zero_copy_only=False)
-        order = order[_first_of_each(nq[order], pks[order])]
-    nq_sorted = nq[order]
-    starts = np.searchsorted(nq_sorted, nq_sorted, side="left")
-    rank = np.arange(len(order)) - starts
-    keep = order[rank < k]
-    return table.take(pa.array(keep))
 
 
 def _alive(seg: SegmentData, deletes, flt: Filter, mvcc_ts: int = 0) -> np.ndarray | None:
@@ -250,21 +222,6 @@ def search_segments(segments: Sequence[tuple[SegmentData, object]], plan: Search
     return merge_search(pa.concat_tables(parts, promote_options="default"), plan)
 
 
-def empty_search_result() -> pa.Table:
-    return pa.table({"nq": pa.array([], pa.int32()), "score": pa.array([], pa.float32())})
-
-
-def newest_rows(table: pa.Table) -> pa.Table:
-    """One row per primary key of a retrieve's rows: the newest (by "__ts")."""
-    if table.num_rows < 2 or TS not in table.column_names:
-        return table
-    pks = table.column("pk").to_numpy(zero_copy_only=False)
-    ts = table.column(TS).to_numpy()
-    order = np.argsort(-ts, kind="stable")
-    keep = order[_first_of_each(pks[order])]
-    return table if len(keep) == table.num_rows else table.take(pa.array(np.sort(keep)))
-
-
 def retrieve_segments(
     segments: Sequence[tuple[SegmentData, object]],
     pk_field: int,
@@ -306,15 +263,3 @@ def retrieve_segments(
         order = pc.sort_indices(table.column("pk"))
         table = table.take(order.slice(0, limit))
     return table, matched
-
-
-def to_ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    result: bytes = sink.getvalue().to_pybytes()
-    return result
-
-
-def from_ipc(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()

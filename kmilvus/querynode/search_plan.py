@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 from pymilvus.grpc_gen import schema_pb2
 
+from kmilvus.index import params as P
 from kmilvus.index import vectors as kvectors
 from kmilvus.parser import template_values
 from kmilvus.proto import query_node_pb2
-from kmilvus.querynode import vector_search
 from kmilvus.querynode.filter import Filter, compile_filter
 from kmilvus.querynode.segments import field_type
 
@@ -68,7 +68,7 @@ class SearchPlan:
 
     @property
     def larger_is_closer(self) -> bool:
-        return vector_search.larger_is_closer(self.metric)
+        return P.larger_is_closer(self.metric)
 
 
 def plan_from_request(
@@ -93,7 +93,7 @@ def plan_from_request(
         anns_field=req.anns_fieldID,
         queries=kvectors.decode(req.vectors, req.nq, field_type(schema, req.anns_fieldID)),
         topk=int(req.topk),
-        metric=vector_search.check_metric(req.metric_type),
+        metric=P.check_metric(req.metric_type),
         filter=flt,
         pk_field=pk_field,
         output_ids=list(req.output_fieldIDs),

@@ -10,21 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from kmilvus.index import params as P
-from kmilvus.util import merr
 
-METRICS = P.ALL_METRICS
 _QUERY_CHUNK = 1 << 24  # distance-matrix elements computed at once (64 MiB of float32)
-
-
-def check_metric(metric: str) -> str:
-    m = (metric or "L2").upper()
-    if m not in METRICS:
-        raise merr.MilvusError(merr.METRIC_NOT_FOUND, f"metric type not found or not supported, supported: {METRICS}")
-    return m
-
-
-def larger_is_closer(metric: str) -> bool:
-    return P.larger_is_closer(metric)
 
 
 def normalize(x: np.ndarray) -> np.ndarray:
@@ -71,7 +58,7 @@ def search(
     out_i = np.full((nq, k), -1, dtype=np.int64)
     if n == 0 or k <= 0:
         return out_d, out_i
-    larger = larger_is_closer(metric)
+    larger = P.larger_is_closer(metric)
     worst = -np.inf if larger else np.inf
     step = max(1, _QUERY_CHUNK // max(1, n))
     for q0 in range(0, nq, step):

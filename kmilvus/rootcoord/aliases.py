@@ -19,7 +19,7 @@ from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import internal_pb2
-from kmilvus.rootcoord.schema import validate_name
+from kmilvus.schemautil import validate_name
 from kmilvus.util import merr
 from kmilvus.util.merr import MilvusError
 

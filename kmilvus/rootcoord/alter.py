@@ -19,8 +19,8 @@ from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import internal_pb2, query_coord_pb2
-from kmilvus.rootcoord.schema import refuse, validate_name
-from kmilvus.util import fieldtypes, merr
+from kmilvus.schemautil import refuse, validate_name
+from kmilvus.util import merr, typeutil
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.merr import MilvusError
 from kmilvus.util.ttl import COLLECTION_TTL
@@ -216,10 +216,8 @@ def _check_field_property(field: schema_pb2.FieldSchema, key: str, value: str) -
             raise refuse(f"{field.name} can not modify the maxcapacity for non-array types")
         if not value.lstrip("-").isdigit():
             raise refuse(f"the value for {key} of field {field.name} must be an integer")
-        if not 0 < int(value) <= fieldtypes.MAX_CAPACITY_LIMIT:
-            raise refuse(
-                f"the maximum capacity specified for a Array should be in (0, {fieldtypes.MAX_CAPACITY_LIMIT}]"
-            )
+        if not 0 < int(value) <= typeutil.MAX_CAPACITY_LIMIT:
+            raise refuse(f"the maximum capacity specified for a Array should be in (0, {typeutil.MAX_CAPACITY_LIMIT}]")
     elif key == MMAP_ENABLED:
         if value.lower() not in ("true", "false"):
             raise merr.invalid(f"invalid mmap.enabled value: {value}, expected: true, false")

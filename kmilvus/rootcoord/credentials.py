@@ -12,7 +12,6 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-import bcrypt
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus import components as roles
@@ -22,6 +21,7 @@ from kmilvus.meta import catalog as keys
 from kmilvus.proto import security_pb2
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
+from kmilvus.util.crypto import hash_password
 from kmilvus.util.privileges import BUILTIN_ROLES, DEFAULT_PUBLIC_GRANTS, ROLE_PUBLIC, ROOT_USER
 
 if TYPE_CHECKING:
@@ -31,11 +31,6 @@ else:
 
 log = get_logger(__name__)
 EC = common_pb2.ErrorCode
-BCRYPT_COST = 10  # Milvus' bcrypt.DefaultCost
-
-
-def hash_password(password: str) -> str:
-    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_COST)).decode()
 
 
 class CredentialMixin(RootCoordHost):

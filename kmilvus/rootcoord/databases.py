@@ -17,11 +17,11 @@ from kmilvus.log import get_logger
 from kmilvus.meta import Cmp, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import internal_pb2
-from kmilvus.rootcoord.schema import validate_name
-from kmilvus.tso import physical_ms
+from kmilvus.schemautil import validate_name
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.merr import MilvusError
+from kmilvus.util.tsoutil import physical_ms
 
 if TYPE_CHECKING:
     from kmilvus.rootcoord.host import RootCoordHost

@@ -27,12 +27,12 @@ from kmilvus.meta import catalog as keys
 from kmilvus.msgstream import MsgType
 from kmilvus.proto import data_coord_pb2, internal_pb2
 from kmilvus.rootcoord.drop_tasks import DropTask
-from kmilvus.rootcoord.schema import validate_name
-from kmilvus.tso import physical_ms
+from kmilvus.schemautil import validate_name
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
 from kmilvus.util.failpoint import afailpoint, failpoint
 from kmilvus.util.merr import MilvusError
+from kmilvus.util.tsoutil import physical_ms
 
 if TYPE_CHECKING:
     from kmilvus.rootcoord.host import RootCoordHost

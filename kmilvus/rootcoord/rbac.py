@@ -28,6 +28,7 @@ from kmilvus.util.privileges import (
     VALID_PRIVILEGES,
     name_for_metastore,
     privilege_name_for_api,
+    validate_entity_name,
 )
 
 if TYPE_CHECKING:
@@ -37,17 +38,7 @@ else:
 
 log = get_logger(__name__)
 EC = common_pb2.ErrorCode
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 _OBJECT_NAME = re.compile(r"^(\*|[A-Za-z_][A-Za-z0-9_\-]{0,254})$")
-
-
-def validate_entity_name(name: str, what: str) -> None:
-    """Milvus' ValidateRoleName / ValidateUsername shape: a letter or _ first, then letters,
-    digits, _ (also keeps `/` out of etcd keys)."""
-    if not name:
-        raise merr.invalid(f"the {what} name can not be empty")
-    if not _NAME.match(name):
-        raise merr.invalid(f"invalid {what} name {name!r}: use letters, digits and _ only, starting with a letter or _")
 
 
 def _split_grant_key(key: str) -> tuple[str, str, str, str, str]:

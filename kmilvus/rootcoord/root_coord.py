@@ -16,7 +16,7 @@ from typing import TypeVar
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
-from kmilvus import metrics
+from kmilvus import metrics, schemautil
 from kmilvus.allocator import TimestampAllocator
 from kmilvus.config import Config
 from kmilvus.log import get_logger
@@ -24,7 +24,6 @@ from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.msgstream import Msg, MsgType, Producer, channels
 from kmilvus.proto import data_coord_pb2, internal_pb2, root_coord_pb2, root_coord_pb2_grpc, security_pb2_grpc
-from kmilvus.rootcoord import schema as schemautil
 from kmilvus.rootcoord.aliases import AliasMixin
 from kmilvus.rootcoord.alter import AlterMixin, check_collection_property
 from kmilvus.rootcoord.credentials import CredentialMixin
@@ -37,13 +36,14 @@ from kmilvus.rootcoord.schema_changes import SchemaChangeMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.rootcoord.truncate import TruncateMixin
 from kmilvus.sessionutil import list_sessions, watch_sessions
-from kmilvus.tso import GlobalTSOAllocator, physical_ms
+from kmilvus.tso import GlobalTSOAllocator
 from kmilvus.util import merr, metricsinfo
 from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
 from kmilvus.util.failpoint import afailpoint, failpoint
 from kmilvus.util.retry import supervise
 from kmilvus.util.tasks import BackgroundTasks
 from kmilvus.util.timetick import TickSource
+from kmilvus.util.tsoutil import physical_ms
 
 log = get_logger(__name__)
 _T = TypeVar("_T")

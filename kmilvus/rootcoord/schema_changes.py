@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
+from kmilvus import schemautil
 from kmilvus.function import schema as functions
 from kmilvus.log import get_logger
 from kmilvus.msgstream import MsgType
 from kmilvus.proto import internal_pb2
-from kmilvus.rootcoord import schema as schemautil
-from kmilvus.rootcoord.schema import refuse as _refuse
+from kmilvus.schemautil import refuse as _refuse
 from kmilvus.util import merr
 from kmilvus.util.failpoint import afailpoint
 

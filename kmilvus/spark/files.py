@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from pymilvus.grpc_gen import schema_pb2
 
 from kmilvus.storage.objectstore import ObjectStore
-from kmilvus.util import fieldtypes, typeutil
+from kmilvus.util import typeutil
 
 DT = schema_pb2.DataType
 FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv"}
@@ -192,7 +192,7 @@ def unimportable_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.
 
 def optional(field: schema_pb2.FieldSchema) -> bool:
     """A field a file may leave out (or give null): nullable, or with a default value."""
-    return field.nullable or fieldtypes.has_default(field)
+    return field.nullable or typeutil.has_default(field)
 
 
 # --------------------------------------------------------------------------- the job's columns

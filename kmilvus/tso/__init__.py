@@ -1,5 +1,5 @@
-"""Timestamp oracle: hybrid timestamps (physical ms << 18 | logical), strictly increasing."""
+"""Timestamp oracle: hybrid timestamps (kmilvus.util.tsoutil), strictly increasing."""
 
-from kmilvus.tso.allocator import LOGICAL_BITS, GlobalTSOAllocator, compose, parse, physical_ms
+from kmilvus.tso.allocator import GlobalTSOAllocator
 
-__all__ = ["LOGICAL_BITS", "GlobalTSOAllocator", "compose", "parse", "physical_ms"]
+__all__ = ["GlobalTSOAllocator"]

@@ -12,21 +12,7 @@ import struct
 import time
 
 from kmilvus.meta import EtcdKV
-
-LOGICAL_BITS = 18
-_LOGICAL_MASK = (1 << LOGICAL_BITS) - 1
-
-
-def compose(physical: int, logical: int = 0) -> int:
-    return (physical << LOGICAL_BITS) | logical
-
-
-def parse(ts: int) -> tuple[int, int]:
-    return ts >> LOGICAL_BITS, ts & _LOGICAL_MASK
-
-
-def physical_ms(ts: int) -> int:
-    return ts >> LOGICAL_BITS
+from kmilvus.util.tsoutil import compose, physical_ms
 
 
 def now_ms() -> int:

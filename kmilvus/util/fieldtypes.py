@@ -8,12 +8,14 @@ nullable field is an Arrow column with nulls. Conversions are columnar: byte vec
 buffer, sparse rows are joined once and read as (index, value) pairs by numpy, nullable values are
 placed by one `take`. An array column walks its rows once to read each row's ScalarField, which
 is how the wire format packs them.
+
+The types' facts (slots, Arrow types, widths, capacities, defaults) are `typeutil`'s; `fielddata`
+converts whole FieldData messages and calls in here for these types.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,53 +27,7 @@ from kmilvus.util.merr import MilvusError
 
 DT = schema_pb2.DataType
 
-BYTE_VECTORS = {
-    DT.BinaryVector: "binary_vector",
-    DT.Float16Vector: "float16_vector",
-    DT.BFloat16Vector: "bfloat16_vector",
-}
-VECTORS = (DT.FloatVector, *BYTE_VECTORS, DT.SparseFloatVector)
-# Element type → (ScalarField slot, numpy dtype or None, Arrow type)
-ARRAY_ELEMENTS = {
-    DT.Bool: ("bool_data", np.bool_, pa.bool_()),
-    DT.Int8: ("int_data", np.int32, pa.int8()),
-    DT.Int16: ("int_data", np.int32, pa.int16()),
-    DT.Int32: ("int_data", np.int32, pa.int32()),
-    DT.Int64: ("long_data", np.int64, pa.int64()),
-    DT.Float: ("float_data", np.float32, pa.float32()),
-    DT.Double: ("double_data", np.float64, pa.float64()),
-    DT.VarChar: ("string_data", None, pa.string()),
-}
-MAX_CAPACITY_LIMIT = 4096  # Milvus' proxy.maxArrayCapacity default
-SPARSE_AVG_SIZE = 1024  # bytes per sparse row, for segment sizing
 _SPARSE_PAIR = np.dtype([("index", "<u4"), ("value", "<f4")])
-SPARSE_ARROW = pa.map_(pa.uint32(), pa.float32())
-
-
-def is_vector(data_type: int) -> bool:
-    return data_type in VECTORS
-
-
-def byte_width(field: schema_pb2.FieldSchema, dim: int) -> int:
-    """Bytes of one row of a byte vector field."""
-    return dim // 8 if field.data_type == DT.BinaryVector else 2 * dim
-
-
-def arrow_type(field: schema_pb2.FieldSchema, dim: int | None) -> pa.DataType:
-    dt = field.data_type
-    if dt in BYTE_VECTORS:
-        assert dim is not None, "a byte vector's type needs its dim"
-        return pa.binary(byte_width(field, dim))
-    if dt == DT.SparseFloatVector:
-        return SPARSE_ARROW
-    if dt == DT.Array:
-        if field.element_type not in ARRAY_ELEMENTS:
-            raise MilvusError(
-                merr.PARAMETER_INVALID,
-                f"element type {typeutil.type_name(field.element_type)} is not supported for array field {field.name}",
-            )
-        return pa.list_(ARRAY_ELEMENTS[field.element_type][2])
-    raise KeyError(dt)
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,8 +58,8 @@ def byte_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, dim: in
     Float16 and bfloat16 fields also take float32 data (pymilvus sends lists of floats so), which
     is converted here as Milvus 2.6 does."""
     which = fd.vectors.WhichOneof("data")
-    slot = BYTE_VECTORS[field.data_type]
-    width = byte_width(field, dim)
+    slot = typeutil.BYTE_VECTORS[field.data_type]
+    width = typeutil.byte_width(field, dim)
     if fd.vectors.dim and fd.vectors.dim != dim:
         raise typeutil.dim_mismatch(field.name, fd.vectors.dim, dim)
     if which == "float_vector" and field.data_type != DT.BinaryVector:
@@ -166,7 +122,7 @@ def byte_vector_from_lists(field: schema_pb2.FieldSchema, lists: pa.Array) -> pa
         raw = half_bytes(field, floats.to_numpy(zero_copy_only=False))
         if field.data_type == DT.Float16Vector:
             _check_finite_half(name, raw, dim)
-    return pa.Array.from_buffers(pa.binary(byte_width(field, dim)), n, [None, pa.py_buffer(raw)])
+    return pa.Array.from_buffers(pa.binary(typeutil.byte_width(field, dim)), n, [None, pa.py_buffer(raw)])
 
 
 def sparse_rows_to_arrow(contents: Sequence[bytes], num_rows: int, name: str) -> pa.Array:
@@ -257,7 +213,7 @@ def array_column(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_ro
         raise MilvusError(
             merr.PARAMETER_INVALID, f"field '{field.name}' is illegal, array type mismatch: need array_data"
         )
-    slot, np_type, _ = ARRAY_ELEMENTS[field.element_type]
+    slot, np_type, _ = typeutil.ARRAY_ELEMENTS[field.element_type]
     rows = fd.scalars.array_data.data
     if len(rows) != num_rows:
         raise typeutil._rows_mismatch(field.name, len(rows), num_rows)
@@ -286,9 +242,9 @@ def array_from_lists(field: schema_pb2.FieldSchema, lists: pa.Array) -> pa.Array
     """A list column (no null rows; integers possibly wider than the element type) → the
     binlog's `list<element>`, with max_capacity, null elements, integer ranges and, for VarChar
     elements, max_length checked as Milvus' proxy does. Raises `typeutil.RowError`."""
-    arrow = ARRAY_ELEMENTS[field.element_type][2]
+    arrow = typeutil.ARRAY_ELEMENTS[field.element_type][2]
     lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
-    capacity = max_capacity_of(field)
+    capacity = typeutil.max_capacity_of(field)
     if (hit := np.flatnonzero(lengths > capacity)).size:
         i = int(hit[0])
         raise typeutil.RowError("capacity", i, field.name, value=int(lengths[i]), limit=capacity)
@@ -308,29 +264,8 @@ def array_from_lists(field: schema_pb2.FieldSchema, lists: pa.Array) -> pa.Array
     return pa.ListArray.from_arrays(pa.array(offsets), flat.cast(arrow))
 
 
-def max_capacity_of(field: schema_pb2.FieldSchema) -> int:
-    raw = typeutil.type_param(field, "max_capacity")
-    if raw is None:
-        raise MilvusError(
-            merr.PARAMETER_MISSING, f"type param(max_capacity) should be specified for array field {field.name}"
-        )
-    return int(raw)
-
-
 # --------------------------------------------------------------------------------------------
 # Nullable fields and default values
-
-
-def default_value(field: schema_pb2.FieldSchema) -> Any:
-    """The field's default as a Python scalar, or None."""
-    if not field.HasField("default_value"):
-        return None
-    which = field.default_value.WhichOneof("data")
-    return None if which is None else getattr(field.default_value, which)
-
-
-def has_default(field: schema_pb2.FieldSchema) -> bool:
-    return default_value(field) is not None
 
 
 def expand_valid(values: pa.Array, valid: np.ndarray, field: schema_pb2.FieldSchema) -> pa.Array:
@@ -341,7 +276,7 @@ def expand_valid(values: pa.Array, valid: np.ndarray, field: schema_pb2.FieldSch
         raise typeutil._rows_mismatch(field.name, len(values), n_valid)
     if n_valid == len(valid):
         return values
-    dflt = default_value(field)
+    dflt = typeutil.default_value(field)
     if dflt is None and not field.nullable:
         i = int(np.flatnonzero(~valid)[0])
         raise MilvusError(
@@ -354,16 +289,6 @@ def expand_valid(values: pa.Array, valid: np.ndarray, field: schema_pb2.FieldSch
     return out
 
 
-def missing_column(field: schema_pb2.FieldSchema, arrow: pa.DataType, num_rows: int) -> pa.Array | None:
-    """The column of a field the insert left out: all default, all null, or None (required)."""
-    dflt = default_value(field)
-    if dflt is not None:
-        return pa.repeat(pa.scalar(dflt, type=arrow), num_rows)
-    if field.nullable:
-        return pa.nulls(num_rows, arrow)
-    return None
-
-
 # --------------------------------------------------------------------------------------------
 # Arrow → FieldData (query results)
 
@@ -371,11 +296,11 @@ def missing_column(field: schema_pb2.FieldSchema, arrow: pa.DataType, num_rows: 
 def fill_to_field_data(field: schema_pb2.FieldSchema, col: pa.Array, fd: schema_pb2.FieldData, dim: int | None) -> None:
     """Fill `fd` from a column of one of this module's vector or array types."""
     dt = field.data_type
-    if dt in BYTE_VECTORS:
+    if dt in typeutil.BYTE_VECTORS:
         fd.vectors.dim = dim
         width = col.type.byte_width
         raw = col.buffers()[1].to_pybytes()[col.offset * width : (col.offset + len(col)) * width]
-        setattr(fd.vectors, BYTE_VECTORS[dt], raw)
+        setattr(fd.vectors, typeutil.BYTE_VECTORS[dt], raw)
     elif dt == DT.SparseFloatVector:
         keys = col.keys.to_numpy(zero_copy_only=False).astype("<u4")
         items = col.items.to_numpy(zero_copy_only=False).astype("<f4")
@@ -388,7 +313,7 @@ def fill_to_field_data(field: schema_pb2.FieldSchema, col: pa.Array, fd: schema_
         )
         fd.vectors.sparse_float_vector.dim = int(keys.max()) + 1 if len(keys) else 0
     elif dt == DT.Array:
-        slot = ARRAY_ELEMENTS[field.element_type][0]
+        slot = typeutil.ARRAY_ELEMENTS[field.element_type][0]
         fd.scalars.array_data.element_type = field.element_type
         for row in col.to_pylist():
             getattr(fd.scalars.array_data.data.add(), slot).data.extend(row or [])

@@ -20,8 +20,6 @@ import psutil
 from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus import __version__
-from kmilvus.meta import EtcdKV
-from kmilvus.sessionutil import list_sessions
 from kmilvus.util import merr
 
 SYSTEM_INFO = "system_info"
@@ -33,8 +31,7 @@ _STARTED = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f %z
 class Sessions(Protocol):
     """What these functions use of kmilvus.components.Registry."""
 
-    @property
-    def kv(self) -> EtcdKV: ...
+    async def address(self, role: str, server_id: int) -> str: ...
 
     async def clients(self, role: str) -> Mapping[int, Any]: ...
 
@@ -117,11 +114,6 @@ def failed_infos(role: str, server_id: int, reason: str) -> dict[str, Any]:
     return {"has_error": True, "error_reason": reason, "name": f"{role}{server_id}", "type": role, "id": server_id}
 
 
-async def address_of(registry: Sessions, role: str, server_id: int) -> str:
-    info = (await list_sessions(registry.kv, role)).get(server_id)
-    return info.address.rsplit(":", 1)[0] if info is not None else ""
-
-
 def response(component: str, body: dict[str, Any]) -> milvus_pb2.GetMetricsResponse:
     return milvus_pb2.GetMetricsResponse(response=orjson.dumps(body).decode(), component_name=component)
 
@@ -131,7 +123,7 @@ async def self_metrics(
 ) -> milvus_pb2.GetMetricsResponse:
     """A node's answer: its ComponentInfos."""
     require_system_info(req)
-    ip = await address_of(comp.registry, comp.role, comp.server_id)
+    ip = await comp.registry.address(comp.role, comp.server_id)
     return response(f"{comp.role}{comp.server_id}", component_infos(comp.role, comp.server_id, ip, configuration))
 
 
@@ -146,7 +138,7 @@ async def coordinator_metrics(
     """A coordinator's topology: itself, the nodes of `node_role` it manages (each asked for
     its own infos), and the coordinators it talks to (Milvus' ConnTopology)."""
     require_system_info(req)
-    ip = await address_of(comp.registry, comp.role, comp.server_id)
+    ip = await comp.registry.address(comp.role, comp.server_id)
     me = component_infos(comp.role, comp.server_id, ip, configuration)
     nodes = []
     if node_role is not None:

@@ -10,10 +10,13 @@ RPC is either covered by milvus.proto or needs a row here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from google.protobuf.descriptor import Descriptor
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
+
+from kmilvus.util import merr
 
 ROOT_USER = "root"
 ROLE_ADMIN = "admin"
@@ -239,3 +242,15 @@ def group_for_metastore(name: str) -> str:
 def privilege_name_for_api(stored: str) -> str:
     """A stored grant's privilege as SelectGrant answers it: `PrivilegeGroupX` → `X`, `PrivilegeInsert` → `Insert`."""
     return stored[len(GROUP_PREFIX) :] if stored.startswith(GROUP_PREFIX) else name_for_api(stored)
+
+
+_ENTITY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+
+
+def validate_entity_name(name: str, what: str) -> None:
+    """Milvus' ValidateRoleName / ValidateUsername shape: a letter or _ first, then letters,
+    digits, _ (also keeps `/` out of etcd keys)."""
+    if not name:
+        raise merr.invalid(f"the {what} name can not be empty")
+    if not _ENTITY_NAME.match(name):
+        raise merr.invalid(f"invalid {what} name {name!r}: use letters, digits and _ only, starting with a letter or _")

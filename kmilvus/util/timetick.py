@@ -15,13 +15,13 @@ allocator's lock: no timestamp of this producer can be allocated before RootCoor
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Protocol
 
 from pymilvus.grpc_gen import common_pb2
 
-from kmilvus.allocator import TimestampAllocator
 from kmilvus.log import get_logger
 from kmilvus.proto import internal_pb2
 from kmilvus.util import merr
@@ -29,8 +29,18 @@ from kmilvus.util import merr
 log = get_logger(__name__)
 
 
+class TimestampSource(Protocol):
+    """What a producer allocates its timestamps with (kmilvus.allocator.TimestampAllocator): a
+    lock held while allocating, and an allocation made under it for a given producer."""
+
+    @property
+    def lock(self) -> asyncio.Lock: ...
+
+    async def alloc_locked(self, count: int = 1, *, producer: int = 0) -> int: ...
+
+
 class TickSource:
-    def __init__(self, tso: TimestampAllocator, producer_id: int = 0):
+    def __init__(self, tso: TimestampSource, producer_id: int = 0):
         self.tso = tso
         self.producer_id = producer_id  # 0: RootCoord's own (it never reports idle)
         self._inflight: dict[int, int] = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from kmilvus.tso.allocator import compose, physical_ms
+from kmilvus.util.tsoutil import compose, physical_ms
 
 COLLECTION_TTL = "collection.ttl.seconds"
 

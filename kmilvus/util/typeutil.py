@@ -1,10 +1,11 @@
-"""Milvus schemas ↔ Arrow, and the Proxy's FieldData → Arrow conversion (with Milvus' checks).
+"""Milvus schemas and their Arrow form (Milvus' typeutil): type names and params, the system
+and dynamic fields, each field type's Arrow type and size, defaults, and the column checks the
+Proxy's Insert and the Spark import share.
 
 Columns are named by field ID (`str(fieldID)`); every record batch starts with the system
-columns "0" (row ID) and "1" (timestamp), then the schema's fields in declaration order. Every
-conversion is columnar: repeated protobuf fields go to numpy (protobuf ≥ 7 does that in C) and
-from there to Arrow without a per-row Python loop. The only per-row work is the fallback that
-names the offending row of a JSON column after the vectorised check has found one.
+columns "0" (row ID) and "1" (timestamp), then the schema's fields in declaration order. The
+conversions of FieldData to and from Arrow build on this module: `fielddata` (every field),
+`fieldtypes` (the types beyond scalars and float vectors).
 
 Validation follows Milvus' proxy (validate_util.go / insert task) and its wording, raising
 `MilvusError` with the code Milvus uses: `PARAMETER_INVALID` for most problems,
@@ -15,7 +16,7 @@ Validation follows Milvus' proxy (validate_util.go / insert task) and its wordin
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -23,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pymilvus.grpc_gen import schema_pb2
 
-from kmilvus.util import fieldtypes, merr
+from kmilvus.util import merr
 from kmilvus.util.merr import MilvusError
 
 DT = schema_pb2.DataType
@@ -59,7 +60,7 @@ SUPPORTED_TYPES = (
     DT.Array,
 )
 
-_FIXED_ARROW = {
+FIXED_ARROW = {
     DT.Bool: pa.bool_(),
     DT.Int8: pa.int8(),
     DT.Int16: pa.int16(),
@@ -70,19 +71,28 @@ _FIXED_ARROW = {
     DT.VarChar: pa.string(),
     DT.JSON: pa.binary(),
 }
-
-# data type → (ScalarField oneof member, numpy dtype or None for object columns)
-_SCALAR_SLOT = {
-    DT.Bool: ("bool_data", np.bool_),
-    DT.Int8: ("int_data", np.int32),
-    DT.Int16: ("int_data", np.int32),
-    DT.Int32: ("int_data", np.int32),
-    DT.Int64: ("long_data", np.int64),
-    DT.Float: ("float_data", np.float32),
-    DT.Double: ("double_data", np.float64),
-    DT.VarChar: ("string_data", None),
-    DT.JSON: ("json_data", None),
+# Byte vector type → its FieldData slot (`VectorField` oneof member)
+BYTE_VECTORS = {
+    DT.BinaryVector: "binary_vector",
+    DT.Float16Vector: "float16_vector",
+    DT.BFloat16Vector: "bfloat16_vector",
 }
+VECTORS = (DT.FloatVector, *BYTE_VECTORS, DT.SparseFloatVector)
+# Element type → (ScalarField slot, numpy dtype or None, Arrow type)
+ARRAY_ELEMENTS = {
+    DT.Bool: ("bool_data", np.bool_, pa.bool_()),
+    DT.Int8: ("int_data", np.int32, pa.int8()),
+    DT.Int16: ("int_data", np.int32, pa.int16()),
+    DT.Int32: ("int_data", np.int32, pa.int32()),
+    DT.Int64: ("long_data", np.int64, pa.int64()),
+    DT.Float: ("float_data", np.float32, pa.float32()),
+    DT.Double: ("double_data", np.float64, pa.float64()),
+    DT.VarChar: ("string_data", None, pa.string()),
+}
+MAX_CAPACITY_LIMIT = 4096  # Milvus' proxy.maxArrayCapacity default
+SPARSE_AVG_SIZE = 1024  # bytes per sparse row, for segment sizing
+SPARSE_ARROW = pa.map_(pa.uint32(), pa.float32())
+
 
 _INT_RANGE = {
     DT.Int8: (-(1 << 7), (1 << 7) - 1),
@@ -90,7 +100,6 @@ _INT_RANGE = {
     DT.Int32: (-(1 << 31), (1 << 31) - 1),
 }
 
-_ZERO = {DT.Bool: False, DT.Float: 0.0, DT.Double: 0.0, DT.VarChar: "", DT.JSON: b"null"}  # stand-ins for nulls
 _FIXED_SIZE = {DT.Bool: 1, DT.Int8: 1, DT.Int16: 2, DT.Int32: 4, DT.Int64: 8, DT.Float: 4, DT.Double: 8}
 
 
@@ -101,7 +110,7 @@ def type_name(data_type: int) -> str:
         return str(data_type)
 
 
-def _check_supported(field: schema_pb2.FieldSchema) -> None:
+def check_supported(field: schema_pb2.FieldSchema) -> None:
     if field.data_type not in SUPPORTED_TYPES:
         raise MilvusError(
             merr.PARAMETER_INVALID, f"data type {type_name(field.data_type)} is not supported (field {field.name})"
@@ -146,6 +155,36 @@ def max_length_of(field: schema_pb2.FieldSchema) -> int:
         ) from None
 
 
+def is_vector(data_type: int) -> bool:
+    return data_type in VECTORS
+
+
+def byte_width(field: schema_pb2.FieldSchema, dim: int) -> int:
+    """Bytes of one row of a byte vector field."""
+    return dim // 8 if field.data_type == DT.BinaryVector else 2 * dim
+
+
+def max_capacity_of(field: schema_pb2.FieldSchema) -> int:
+    raw = type_param(field, "max_capacity")
+    if raw is None:
+        raise MilvusError(
+            merr.PARAMETER_MISSING, f"type param(max_capacity) should be specified for array field {field.name}"
+        )
+    return int(raw)
+
+
+def default_value(field: schema_pb2.FieldSchema) -> Any:
+    """The field's default as a Python scalar, or None."""
+    if not field.HasField("default_value"):
+        return None
+    which = field.default_value.WhichOneof("data")
+    return None if which is None else getattr(field.default_value, which)
+
+
+def has_default(field: schema_pb2.FieldSchema) -> bool:
+    return default_value(field) is not None
+
+
 def user_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.FieldSchema]:
     """The schema's own fields (system fields 0 / 1 skipped should a schema carry them)."""
     return [f for f in schema.fields if f.fieldID not in SYSTEM_FIELDS]
@@ -168,12 +207,21 @@ def field_by_name(schema: schema_pb2.CollectionSchema, name: str) -> schema_pb2.
 
 
 def arrow_type(field: schema_pb2.FieldSchema) -> pa.DataType:
-    _check_supported(field)
+    check_supported(field)
     if field.data_type == DT.FloatVector:
         return pa.list_(pa.float32(), dim_of(field))
-    if field.data_type in _FIXED_ARROW:
-        return _FIXED_ARROW[field.data_type]
-    return fieldtypes.arrow_type(field, dim_of(field) if field.data_type in fieldtypes.BYTE_VECTORS else None)
+    if field.data_type in FIXED_ARROW:
+        return FIXED_ARROW[field.data_type]
+    if field.data_type in BYTE_VECTORS:
+        return pa.binary(byte_width(field, dim_of(field)))
+    if field.data_type == DT.SparseFloatVector:
+        return SPARSE_ARROW
+    if field.element_type not in ARRAY_ELEMENTS:  # an Array
+        raise MilvusError(
+            merr.PARAMETER_INVALID,
+            f"element type {type_name(field.element_type)} is not supported for array field {field.name}",
+        )
+    return pa.list_(ARRAY_ELEMENTS[field.element_type][2])
 
 
 def arrow_field(field: schema_pb2.FieldSchema) -> pa.Field:
@@ -204,7 +252,7 @@ def added_scalar_fields(schema: schema_pb2.CollectionSchema) -> list[schema_pb2.
     return [
         f
         for f in user_fields(schema)
-        if f.nullable and not f.is_primary_key and not f.is_dynamic and not fieldtypes.is_vector(f.data_type)
+        if f.nullable and not f.is_primary_key and not f.is_dynamic and not is_vector(f.data_type)
     ]
 
 
@@ -216,8 +264,18 @@ def added_field(schema: schema_pb2.CollectionSchema | None, field_id: int) -> sc
 def conform_column(field: schema_pb2.FieldSchema, col: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """A stored column as the field reads: a null of a field with a default is the default (what
     an insert of that null stores; rows written before the field was added may hold null)."""
-    dflt = fieldtypes.default_value(field)
+    dflt = default_value(field)
     return pc.fill_null(col, pa.scalar(dflt, col.type)) if dflt is not None and col.null_count else col
+
+
+def missing_column(field: schema_pb2.FieldSchema, arrow: pa.DataType, num_rows: int) -> pa.Array | None:
+    """The column of a field the insert left out: all default, all null, or None (required)."""
+    dflt = default_value(field)
+    if dflt is not None:
+        return pa.repeat(pa.scalar(dflt, type=arrow), num_rows)
+    if field.nullable:
+        return pa.nulls(num_rows, arrow)
+    return None
 
 
 def conform(table: pa.Table, schema: schema_pb2.CollectionSchema) -> pa.Table:
@@ -230,7 +288,7 @@ def conform(table: pa.Table, schema: schema_pb2.CollectionSchema) -> pa.Table:
     for f in added_scalar_fields(schema):
         name = str(f.fieldID)
         if name not in table.column_names:
-            filler = fieldtypes.missing_column(f, arrow_type(f), table.num_rows)
+            filler = missing_column(f, arrow_type(f), table.num_rows)
             table = table.append_column(arrow_field(f), filler)
             continue
         col = table.column(name)
@@ -240,50 +298,10 @@ def conform(table: pa.Table, schema: schema_pb2.CollectionSchema) -> pa.Table:
     return table
 
 
-# --------------------------------------------------------------------------------------------
-# FieldData → Arrow (the Proxy's Insert hot path)
-
-
 def _rows_mismatch(name: str, got: int, num_rows: int) -> MilvusError:
     return MilvusError(
         merr.PARAMETER_INVALID, f"the num_rows ({got}) of field ({name}) is not equal to passed num_rows ({num_rows})"
     )
-
-
-def _type_mismatch(name: str, want: int, got: int) -> MilvusError:
-    return MilvusError(
-        merr.PARAMETER_INVALID,
-        f"the data type of field {name} is not match schema: expected {type_name(want)}, got {type_name(got)}",
-    )
-
-
-def _illegal_array(name: str, need: str) -> MilvusError:
-    return MilvusError(merr.PARAMETER_INVALID, f"field '{name}' is illegal, array type mismatch: need {need}")
-
-
-def _float_vector(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int) -> pa.Array:
-    name = field.name
-    if fd.WhichOneof("field") == "scalars":
-        raise _type_mismatch(name, field.data_type, fd.type)
-    which = fd.vectors.WhichOneof("data")
-    if which not in (None, "float_vector"):
-        raise MilvusError(
-            merr.PARAMETER_INVALID, f"float vector field '{name}' is illegal, array type mismatch: got {which}"
-        )
-    dim = dim_of(field)
-    if fd.vectors.dim != dim:
-        raise dim_mismatch(name, fd.vectors.dim, dim)
-    values = np.asarray(fd.vectors.float_vector.data, dtype=np.float32)
-    if values.size % dim:
-        raise MilvusError(
-            merr.PARAMETER_INVALID,
-            f"the length({values.size}) of float data should divide the dim({dim}) of field ({name})",
-        )
-    if values.size // dim != num_rows:
-        raise _rows_mismatch(name, values.size // dim, num_rows)
-    flat = pa.array(values, pa.float32())
-    check_finite(name, "float vector", flat, dim)
-    return pa.FixedSizeListArray.from_arrays(flat, dim)
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,7 +451,7 @@ def check_json(name: str, values: pa.Array, rows: Sequence[bytes] | None = None)
 def check_values(field: schema_pb2.FieldSchema, values: pa.Array) -> None:
     """The value checks of a scalar column (types already matched; nulls are the caller's)."""
     dt = field.data_type
-    if dt in _INT_RANGE and values.type != _FIXED_ARROW[dt]:
+    if dt in _INT_RANGE and values.type != FIXED_ARROW[dt]:
         check_range(field.name, dt, values)
     elif dt in (DT.Float, DT.Double):
         check_finite(field.name, type_name(dt), values)
@@ -443,162 +461,12 @@ def check_values(field: schema_pb2.FieldSchema, values: pa.Array) -> None:
         check_json(field.name, values)
 
 
-def _scalar(fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int, validate_json: bool) -> pa.Array:
-    name, dt = field.name, field.data_type
-    if fd.WhichOneof("field") == "vectors":
-        raise _type_mismatch(name, dt, fd.type)
-    slot, np_type = _SCALAR_SLOT[dt]
-    which = fd.scalars.WhichOneof("data")
-    if which is not None and which != slot:
-        raise _illegal_array(name, slot)
-    container = getattr(fd.scalars, slot).data
-    if len(container) != num_rows:
-        raise _rows_mismatch(name, len(container), num_rows)
-    if np_type is not None:
-        arr = pa.array(np.asarray(container, dtype=np_type))
-        check_values(field, arr)
-        return arr if arr.type == _FIXED_ARROW[dt] else arr.cast(_FIXED_ARROW[dt])
-    if dt == DT.VarChar:
-        arr = pa.array(container, pa.string())
-        check_values(field, arr)
-        return arr
-    # JSON
-    arr = pa.array(container, pa.binary())
-    if validate_json:
-        check_json(name, arr, container)
-    return arr
-
-
-def field_data_to_array(
-    fd: schema_pb2.FieldData, field: schema_pb2.FieldSchema, num_rows: int, *, validate_json: bool = True
-) -> pa.Array:
-    """One FieldData column → an Arrow array of `arrow_type(field)`, checked against `field`.
-
-    With `valid_data` (nullable fields, fields with a default) the data holds only the valid
-    rows; the others become null or the field's default."""
-    _check_supported(field)
-    if fd.type not in (DT_NONE, field.data_type):
-        raise _type_mismatch(field.name, field.data_type, fd.type)
-    valid = None
-    if len(fd.valid_data):
-        if len(fd.valid_data) != num_rows:
-            raise _rows_mismatch(field.name, len(fd.valid_data), num_rows)
-        valid = np.asarray(fd.valid_data, dtype=np.bool_)
-        num_rows = int(valid.sum())
-    dt = field.data_type
-    if dt == DT.FloatVector:
-        arr = _float_vector(fd, field, num_rows)
-    elif dt in fieldtypes.BYTE_VECTORS:
-        arr = fieldtypes.byte_vector(fd, field, dim_of(field), num_rows)
-    elif dt == DT.SparseFloatVector:
-        arr = fieldtypes.sparse_vector(fd, field, num_rows)
-    elif dt == DT.Array:
-        arr = fieldtypes.array_column(fd, field, num_rows)
-    else:
-        arr = _scalar(fd, field, num_rows, validate_json)
-    return arr if valid is None else fieldtypes.expand_valid(arr, valid, field)
-
-
 def dynamic_field(schema: schema_pb2.CollectionSchema) -> schema_pb2.FieldSchema | None:
     """The collection's `$meta` field (present when `enable_dynamic_field` is on), or None."""
     for f in schema.fields:
         if f.is_dynamic:
             return f
     return None
-
-
-def empty_objects(num_rows: int) -> pa.Array:
-    """`{}` for every row: the `$meta` of rows that carry no extra keys."""
-    return pa.array(np.full(num_rows, b"{}", dtype=object), pa.binary())
-
-
-def _check_dynamic_values(schema: schema_pb2.CollectionSchema, arr: pa.Array) -> None:
-    """Milvus' verifyDynamicFieldData: every `$meta` value is a JSON object whose keys are
-    neither `$meta` nor a static field's name. Vectorised pre-filters (first byte, quoted-name
-    substring) leave only the rows that may offend to be parsed one by one."""
-    if len(arr) == 0:
-        return
-    text = arr.cast(pa.string())
-    objects = pc.starts_with(pc.utf8_ltrim_whitespace(text), "{")
-    if not pc.all(objects).as_py():
-        i = int(np.flatnonzero(~objects.to_numpy(zero_copy_only=False))[0])
-        raise MilvusError(
-            merr.PARAMETER_INVALID,
-            f"the {i}th value of dynamic field ({DYNAMIC_FIELD_NAME}) is not valid: "
-            f"dynamic field value must be a JSON object",
-        )
-    for name in [DYNAMIC_FIELD_NAME] + [f.name for f in user_fields(schema) if not f.is_dynamic]:
-        hits = np.flatnonzero(pc.match_substring(text, json.dumps(name)).to_numpy(zero_copy_only=False))
-        for row in hits:
-            if name in json.loads(text[int(row)].as_py()):
-                if name == DYNAMIC_FIELD_NAME:
-                    raise MilvusError(merr.PARAMETER_INVALID, f"cannot set json key to: {name}")
-                raise MilvusError(
-                    merr.PARAMETER_INVALID, f"dynamic field name cannot include the static field name: {name}"
-                )
-
-
-def fields_data_to_columns(
-    schema: schema_pb2.CollectionSchema,
-    fields_data: Iterable[schema_pb2.FieldData],
-    num_rows: int,
-    *,
-    validate_json: bool = True,
-    partial: bool = False,
-) -> dict[int, pa.Array]:
-    """Insert payload → {field ID: Arrow array}, validated as Milvus' proxy does.
-
-    Every field but an autoID primary key must be supplied exactly once, with `num_rows` rows;
-    an autoID primary key must not be supplied (the caller fills it with allocated IDs).
-    With a dynamic field, pymilvus packs each row's extra keys into one `$meta` JSON column
-    (`is_dynamic`); a request without it gets `{}` per row, as Milvus' proxy fills it.
-    A function's output field must not be given (kmilvus.function fills it afterwards); with
-    `partial` (a partial-update upsert) only the given fields are returned.
-    """
-    by_name = {f.name: f for f in user_fields(schema)}
-    by_id = {f.fieldID: f for f in user_fields(schema)}
-    dynamic = dynamic_field(schema)
-    columns: dict[int, pa.Array] = {}
-    for fd in fields_data:
-        if fd.is_dynamic and dynamic is not None:
-            field = dynamic
-        else:
-            field = by_name.get(fd.field_name) if fd.field_name else by_id.get(fd.field_id)
-        if field is None:
-            shown = fd.field_name or fd.field_id
-            raise MilvusError(
-                merr.FIELD_NOT_FOUND,
-                f"attempt to insert an unexpected field `{shown}` to collection without enabling dynamic field",
-            )
-        if field.is_primary_key and field.autoID:
-            raise MilvusError(
-                merr.PARAMETER_INVALID, f"can not assign primary field data when auto id enabled {field.name}"
-            )
-        if field.is_function_output:
-            raise MilvusError(
-                merr.PARAMETER_INVALID,
-                f"the field {field.name} is the output of a function: the server fills it, it cannot be given",
-            )
-        if field.fieldID in columns:
-            raise MilvusError(merr.PARAMETER_INVALID, f"duplicated field name {field.name} found")
-        columns[field.fieldID] = field_data_to_array(fd, field, num_rows, validate_json=validate_json)
-        if dynamic is not None and field.fieldID == dynamic.fieldID:
-            _check_dynamic_values(schema, columns[field.fieldID])
-    if dynamic is not None and dynamic.fieldID not in columns and not partial:
-        columns[dynamic.fieldID] = empty_objects(num_rows)
-    for field in by_id.values():
-        if partial or field.is_function_output:
-            continue  # a partial update's other fields are the stored row's; functions fill theirs
-        if field.fieldID not in columns and not (field.is_primary_key and field.autoID):
-            filler = fieldtypes.missing_column(field, arrow_type(field), num_rows)
-            if filler is not None:
-                columns[field.fieldID] = filler
-                continue
-            raise MilvusError(
-                merr.PARAMETER_MISSING,
-                f"insert missed an field `{field.name}` to collection without set nullable==true or set default_value",
-            )
-    return columns
 
 
 def columns_to_record_batch(
@@ -630,99 +498,7 @@ def columns_to_record_batch(
 
 
 # --------------------------------------------------------------------------------------------
-# Arrow → FieldData / IDs (Query results, Insert responses)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _fill_packed(msg: Any, values: np.ndarray) -> None:
-    """Set `msg.data` (field 1, packed fixed-width: float / double) from a numpy array.
-
-    `repeated.extend(ndarray)` walks the array element by element in Python; parsing the packed
-    wire form is a memcpy in upb.
-    """
-    values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))
-    if values.size == 0:
-        return
-    msg.MergeFromString(b"\x0a" + _varint(values.nbytes) + values.tobytes())
-
-
-def _column(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
-    col = batch.column(name)
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    return col
-
-
-def array_to_field_data(field: schema_pb2.FieldSchema, col: pa.Array) -> schema_pb2.FieldData:
-    """A column → FieldData; a column with nulls gets `valid_data` and zero values in its
-    place (pymilvus reads `data[i]` only where `valid_data[i]`)."""
-    _check_supported(field)
-    dt = field.data_type
-    fd = schema_pb2.FieldData(type=dt, field_name=field.name, field_id=field.fieldID)
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    if field.nullable:
-        fd.valid_data.extend(pc.is_valid(col).to_numpy(zero_copy_only=False))
-        if col.null_count and dt in _FIXED_ARROW:
-            col = pc.fill_null(col, pa.scalar(_ZERO.get(dt, 0), type=col.type))
-    if dt in fieldtypes.BYTE_VECTORS or dt in (DT.SparseFloatVector, DT.Array):
-        fieldtypes.fill_to_field_data(field, col, fd, dim_of(field) if dt in fieldtypes.BYTE_VECTORS else None)
-        return fd
-    if dt == DT.FloatVector:
-        dim = dim_of(field)
-        fd.vectors.dim = dim
-        if isinstance(col, pa.ChunkedArray):
-            col = col.combine_chunks()
-        flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-        fd.vectors.float_vector.SetInParent()
-        _fill_packed(fd.vectors.float_vector, flat)
-        return fd
-    slot, _ = _SCALAR_SLOT[dt]
-    target = getattr(fd.scalars, slot)
-    target.SetInParent()
-    if dt in (DT.VarChar, DT.JSON):
-        target.data.extend(col.to_pylist())
-    elif dt in (DT.Float, DT.Double):
-        _fill_packed(target, col.to_numpy(zero_copy_only=False))
-    elif dt == DT.Bool:
-        target.data.extend(col.to_numpy(zero_copy_only=False))
-    else:
-        np_type = np.int32 if slot == "int_data" else np.int64
-        target.data.extend(col.to_numpy(zero_copy_only=False).astype(np_type, copy=False))
-    return fd
-
-
-def record_batch_to_field_data(
-    schema: schema_pb2.CollectionSchema, batch: pa.RecordBatch | pa.Table, fields: Iterable[int | str] | None = None
-) -> list[schema_pb2.FieldData]:
-    """Batch (columns by field ID) → one FieldData per schema field present in it.
-
-    `fields` limits the output to those field IDs or names (in schema order).
-    """
-    present = set(batch.schema.names)
-    wanted = None
-    if fields is not None:
-        wanted = {str(x) for x in fields}
-    out = []
-    for f in user_fields(schema):
-        key = str(f.fieldID)
-        if key not in present:
-            continue
-        if wanted is not None and key not in wanted and f.name not in wanted:
-            continue
-        out.append(array_to_field_data(f, _column(batch, key)))
-    return out
+# Arrow → IDs (Insert responses, Query results)
 
 
 def primary_keys_to_ids(field: schema_pb2.FieldSchema, array: Any) -> schema_pb2.IDs:
@@ -761,14 +537,14 @@ def estimate_row_size(schema: schema_pb2.CollectionSchema) -> int:
             size += JSON_AVG_SIZE
         elif dt == DT.FloatVector:
             size += dim_of(f) * 4
-        elif dt in fieldtypes.BYTE_VECTORS:
-            size += fieldtypes.byte_width(f, dim_of(f))
+        elif dt in BYTE_VECTORS:
+            size += byte_width(f, dim_of(f))
         elif dt == DT.SparseFloatVector:
-            size += fieldtypes.SPARSE_AVG_SIZE
+            size += SPARSE_AVG_SIZE
         elif dt == DT.Array:
             elem = f.element_type
             per = max_length_of(f) if elem == DT.VarChar else _FIXED_SIZE.get(elem, 8)
-            size += fieldtypes.max_capacity_of(f) * per
+            size += max_capacity_of(f) * per
         else:
-            _check_supported(f)
+            check_supported(f)
     return size

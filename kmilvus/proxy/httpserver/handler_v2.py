@@ -288,7 +288,7 @@ class HandlersV2:
             call, "GetLoadState", milvus_pb2.GetLoadStateRequest(db_name=call.db, collection_name=name)
         )
         errors += msg + ";" if msg else ""
-        vector = next((f.name for f in coll.schema.fields if f.data_type in utils.fieldtypes.VECTORS), "")
+        vector = next((f.name for f in coll.schema.fields if f.data_type in utils.typeutil.VECTORS), "")
         indexes, msg = await self._try(
             call,
             "DescribeIndex",

@@ -26,7 +26,7 @@ from kmilvus.proxy.httpserver.constant import (
     RestError,
     invalid,
 )
-from kmilvus.util import fieldtypes, merr, typeutil
+from kmilvus.util import fielddata, merr, typeutil
 from kmilvus.util.typeutil import DYNAMIC_FIELD_NAME
 
 DT = schema_pb2.DataType
@@ -116,7 +116,7 @@ def _vector_column(f: schema_pb2.FieldSchema, values: list[Any]) -> pa.Array:
         if v is None or v == "":
             raise insert_error(_param_invalid(dt, "", f"missing vector field: {f.name}"))
     if dt == DT.SparseFloatVector:
-        return pa.array([_sparse_row(f, v) for v in values], type=fieldtypes.SPARSE_ARROW)
+        return pa.array([_sparse_row(f, v) for v in values], type=typeutil.SPARSE_ARROW)
     dim = typeutil.dim_of(f)
     if dt == DT.FloatVector or (dt in (DT.Float16Vector, DT.BFloat16Vector) and isinstance(values[0], list)):
         try:
@@ -133,7 +133,7 @@ def _vector_column(f: schema_pb2.FieldSchema, values: list[Any]) -> pa.Array:
             return pa.FixedSizeListArray.from_arrays(pa.array(arr.ravel(), type=pa.float32()), dim)
         raw = arr.astype(np.float16) if dt == DT.Float16Vector else _to_bfloat16(arr)
         return pa.array([r.tobytes() for r in raw], type=typeutil.arrow_type(f))
-    width = fieldtypes.byte_width(f, dim)
+    width = typeutil.byte_width(f, dim)
     rows = []
     for v in values:
         b = _bytes_of(v)
@@ -202,7 +202,7 @@ def rows_to_fields_data(
                     f"in insert: invalid parameter",
                 )
             continue
-        optional = f.nullable or fieldtypes.has_default(f)
+        optional = f.nullable or typeutil.has_default(f)
         values = [r.get(f.name) for r in rows]
         if not optional:
             if not all(present):
@@ -210,13 +210,13 @@ def rows_to_fields_data(
                 raise insert_error(f"row {i} does not has field {f.name}")
         elif not any(v is not None for v in values):
             continue  # the Proxy fills an absent nullable / default column
-        col = _vector_column(f, values) if fieldtypes.is_vector(f.data_type) else _scalar_column(f, values)
+        col = _vector_column(f, values) if typeutil.is_vector(f.data_type) else _scalar_column(f, values)
         field = f
         if optional and not f.nullable:  # a default-value field: the Proxy fills the null rows
             field = schema_pb2.FieldSchema()
             field.CopyFrom(f)
             field.nullable = True
-        fd = typeutil.array_to_field_data(field, col)
+        fd = fielddata.array_to_field_data(field, col)
         out.append(fd)
     extra = [{k: v for k, v in r.items() if k not in names} for r in rows]
     if any(extra):
@@ -270,13 +270,13 @@ def _column_values(fd: schema_pb2.FieldData, n: int) -> list[Any] | np.ndarray:
     if dt == DT.FloatVector:
         dim = fd.vectors.dim
         return np.asarray(fd.vectors.float_vector.data, dtype=np.float32).reshape(-1, dim)[:n]
-    if dt in fieldtypes.BYTE_VECTORS:
-        raw = getattr(fd.vectors, fieldtypes.BYTE_VECTORS[dt])
+    if dt in typeutil.BYTE_VECTORS:
+        raw = getattr(fd.vectors, typeutil.BYTE_VECTORS[dt])
         width = len(raw) // n
         return [base64.b64encode(raw[i * width : (i + 1) * width]).decode() for i in range(n)]
     if dt == DT.SparseFloatVector:
         f = schema_pb2.FieldSchema(name=fd.field_name, data_type=dt, fieldID=fd.field_id)
-        col = typeutil.field_data_to_array(fd, f, n)
+        col = fielddata.field_data_to_array(fd, f, n)
         return [None if row is None else {str(k): v for k, v in row} for row in col.to_pylist()]
     which = fd.scalars.WhichOneof("data")
     if which is None:
@@ -309,9 +309,9 @@ def _num_rows(fields_data: Sequence[schema_pb2.FieldData], ids: schema_pb2.IDs |
         return len(fd.valid_data)
     if fd.type == DT.FloatVector:
         return len(fd.vectors.float_vector.data) // max(int(fd.vectors.dim), 1)
-    if fd.type in fieldtypes.BYTE_VECTORS:
+    if fd.type in typeutil.BYTE_VECTORS:
         width = fd.vectors.dim // 8 if fd.type == DT.BinaryVector else 2 * fd.vectors.dim
-        return len(getattr(fd.vectors, fieldtypes.BYTE_VECTORS[fd.type])) // max(int(width), 1)
+        return len(getattr(fd.vectors, typeutil.BYTE_VECTORS[fd.type])) // max(int(width), 1)
     if fd.type == DT.SparseFloatVector:
         return len(fd.vectors.sparse_float_vector.contents)
     which = fd.scalars.WhichOneof("data")
@@ -374,7 +374,7 @@ def result_rows(
 
 # ------------------------------------------------------------------------------ search
 def vector_field(schema: schema_pb2.CollectionSchema, anns_field: str) -> schema_pb2.FieldSchema:
-    vectors = [f for f in schema.fields if fieldtypes.is_vector(f.data_type)]
+    vectors = [f for f in schema.fields if typeutil.is_vector(f.data_type)]
     if not anns_field:
         if len(vectors) > 1:
             raise _format_error(
@@ -400,8 +400,8 @@ def placeholder_group(schema: schema_pb2.CollectionSchema, anns_field: str, data
     ph = common_pb2.PlaceholderValue(tag="$0")
     if dt == DT.SparseFloatVector:
         ph.type = PH.SparseFloatVector
-        col = pa.array([_sparse_row(field, v) for v in data], type=fieldtypes.SPARSE_ARROW)
-        fd = typeutil.array_to_field_data(field, col)
+        col = pa.array([_sparse_row(field, v) for v in data], type=typeutil.SPARSE_ARROW)
+        fd = fielddata.array_to_field_data(field, col)
         ph.values.extend(fd.vectors.sparse_float_vector.contents)
     elif dt == DT.FloatVector or (dt in (DT.Float16Vector, DT.BFloat16Vector) and data and isinstance(data[0], list)):
         dim = typeutil.dim_of(field)
@@ -425,7 +425,7 @@ def placeholder_group(schema: schema_pb2.CollectionSchema, anns_field: str, data
             ph.values.extend(r.tobytes() for r in raw)
     else:
         ph.type = {DT.BinaryVector: PH.BinaryVector, DT.Float16Vector: PH.Float16Vector}.get(dt, PH.BFloat16Vector)
-        width = fieldtypes.byte_width(field, typeutil.dim_of(field))
+        width = typeutil.byte_width(field, typeutil.dim_of(field))
         for v in data:
             b = _bytes_of(v)
             if b is None or len(b) != width:

@@ -1,5 +1,6 @@
-"""The IndexNode's work (Milvus' indexnode + DataCoord's indexBuilder): one index build per
-flushed segment, for now run inside DataCoord's process with bounded concurrency.
+"""DataCoord's index builder (Milvus 2.3's datacoord indexBuilder, with the IndexNode's work):
+one index build per flushed segment, run inside DataCoord's process with bounded concurrency.
+It reads and commits DataCoord's segment and index meta, so it lives with them.
 
 `reconcile()` compares the meta with what should exist and acts, so it is the whole recovery
 story: every live FieldIndex × every Flushed segment with rows needs a Finished SegmentIndex
@@ -33,7 +34,7 @@ from kmilvus.index import vectors as kvectors
 from kmilvus.log import get_logger
 from kmilvus.meta import catalog as keys
 from kmilvus.storage import binlog, paths
-from kmilvus.util import fieldtypes, memory, typeutil
+from kmilvus.util import memory, typeutil
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.tasks import BackgroundTasks
 
@@ -169,7 +170,7 @@ class IndexBuilder:
         if field is None:
             return binlog.read_column(self.store, logs, str(field_id))
         kind = typeutil.arrow_type(field)
-        missing = lambda rows: fieldtypes.missing_column(field, kind, rows)  # noqa: E731
+        missing = lambda rows: typeutil.missing_column(field, kind, rows)  # noqa: E731
         return typeutil.conform_column(field, binlog.read_column(self.store, logs, str(field_id), missing))
 
     async def _build(self, ix: FieldIndex, seg, previous: SegmentIndex | None) -> None:

@@ -1,7 +1,9 @@
-"""Collection schema checks, with Milvus' error codes and wording.
+"""Collection schema checks, with Milvus' error codes and wording (Milvus' schemautil and its
+proxy's name checks).
 
-Runs in RootCoord (the authority) — the Proxy relies on it, so a client that skips pymilvus'
-own checks still gets the same answers.
+RootCoord runs them (the authority) — the Proxy relies on it, so a client that skips pymilvus'
+own checks still gets the same answers. The Proxy checks names with them before a DDL call, and
+the operator checks a Collection's spec with them; so they live below the components.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ import re
 from pymilvus.grpc_gen import common_pb2, schema_pb2
 
 from kmilvus.function import schema as functions
-from kmilvus.util import fieldtypes, merr, typeutil
+from kmilvus.util import merr, typeutil
 from kmilvus.util.merr import MilvusError
 from kmilvus.util.typeutil import DYNAMIC_FIELD_NAME, SUPPORTED_TYPES, type_param
 
 DT = schema_pb2.DataType
 SUPPORTED = set(SUPPORTED_TYPES)
-DIM_VECTORS = (DT.FloatVector, *fieldtypes.BYTE_VECTORS)
+DIM_VECTORS = (DT.FloatVector, *typeutil.BYTE_VECTORS)
 # A default value's ValueField member per data type (Milvus' checkDefaultValue).
 _DEFAULT_SLOT = {
     DT.Bool: "bool_data",
@@ -78,7 +80,7 @@ def validate_schema(schema: schema_pb2.CollectionSchema, *, max_dim: int, max_va
             pks.append(f)
             if f.is_partition_key:  # Milvus' validatePartitionKey
                 raise MilvusError(merr.UNEXPECTED, "the partition key field must not be primary field")
-        if fieldtypes.is_vector(f.data_type):
+        if typeutil.is_vector(f.data_type):
             has_vector = True
         if f.data_type in DIM_VECTORS:
             raw = type_param(f, "dim")
@@ -155,7 +157,7 @@ def _check_max_length(f: schema_pb2.FieldSchema, max_varchar: int, collection: s
 def _check_array(f: schema_pb2.FieldSchema, max_varchar: int) -> None:
     """Milvus' array rules: a scalar element type (no JSON, no nested arrays), a max_capacity in
     (0, 4096], and a max_length for VarChar elements."""
-    if f.element_type not in fieldtypes.ARRAY_ELEMENTS:
+    if f.element_type not in typeutil.ARRAY_ELEMENTS:
         raise MilvusError(
             merr.PARAMETER_INVALID,
             f"element type {DT.Name(f.element_type) if f.element_type in DT.values() else f.element_type} "
@@ -172,10 +174,10 @@ def _check_array(f: schema_pb2.FieldSchema, max_varchar: int) -> None:
         raise MilvusError(
             merr.PARAMETER_INVALID, "the maximum capacity specified for a Array should be an integer"
         ) from None
-    if not 0 < cap <= fieldtypes.MAX_CAPACITY_LIMIT:
+    if not 0 < cap <= typeutil.MAX_CAPACITY_LIMIT:
         raise MilvusError(
             merr.PARAMETER_INVALID,
-            f"the maximum capacity specified for a Array should be in (0, {fieldtypes.MAX_CAPACITY_LIMIT}]",
+            f"the maximum capacity specified for a Array should be in (0, {typeutil.MAX_CAPACITY_LIMIT}]",
         )
     if f.element_type == DT.VarChar:
         _check_max_length(f, max_varchar)
@@ -189,7 +191,7 @@ def _check_nullable_and_default(f: schema_pb2.FieldSchema, max_varchar: int) -> 
     """Milvus 2.5: no null primary key or vector, a default only for scalars and of the field's type."""
     if f.nullable and f.is_primary_key:
         raise MilvusError(merr.PARAMETER_INVALID, f"primary field not support null, field name = {f.name}")
-    if f.nullable and fieldtypes.is_vector(f.data_type):
+    if f.nullable and typeutil.is_vector(f.data_type):
         raise MilvusError(merr.PARAMETER_INVALID, f"vector type not support null, field name = {f.name}")
     if not f.HasField("default_value") or f.default_value.WhichOneof("data") is None:
         return
@@ -334,7 +336,7 @@ def validate_added_field(
         raise refuse(f"not support to add partition key field, field name  = {field.name}")
     if field.is_clustering_key and any(f.is_clustering_key for f in schema.fields):
         raise refuse(f"already has another clustering key field, field name: {field.name}")
-    if fieldtypes.is_vector(field.data_type):
+    if typeutil.is_vector(field.data_type):
         raise refuse(f"not support to add vector field, field name = {field.name}")
     if not field.nullable:
         raise refuse(f"added field must be nullable, please check it, field name = {field.name}")

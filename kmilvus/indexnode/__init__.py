@@ -1,1 +1,0 @@
-"""The IndexNode role: builds segment indexes (kmilvus.indexnode.builder)."""
