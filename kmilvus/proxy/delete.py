@@ -83,8 +83,8 @@ class DeleteTask(Task):
         if pks is None:  # any other expression: a Strong query finds the keys (kmilvus.proxy.query)
             parts = [req.partition_name] if req.partition_name else []
             self.keys = (await self.proxy.primary_keys_matching(meta, req.expr, parts)).cast(pk_type)
-        else:
-            self.keys = pa.array(pks, pk_type)
+        else:  # the keys as the parser read them: one typed array, never key by key
+            self.keys = (pks if isinstance(pks, pa.Array) else pa.array(pks)).cast(pk_type)
 
     async def execute(self) -> None:
         meta, proxy, keys = self.meta, self.proxy, self.keys
