@@ -14,6 +14,7 @@ from pymilvus.grpc_gen import common_pb2
 from kmilvus.msgstream import MsgType
 from kmilvus.proto import internal_pb2
 from kmilvus.storage import binlog, paths
+from kmilvus.util import failpoint
 from tests.flushutil import batch, bench_schema
 from tests.harness import make_config
 from tests.test_drop import COORDS, Cluster, etcd_keys, storage_tree
@@ -358,3 +359,22 @@ def test_release_one_partition_of_a_collection_loaded_whole(node, client):
     assert _count(client, "halves") == 53
     client.release_partitions("halves", ["_default", "p1", "p2"])
     assert client.get_load_state("halves")["state"].name == "NotLoad"
+
+
+def test_load_partitions_of_a_loaded_collection_answers_once_their_segments_are_served(node, client):
+    """LoadPartitions on a collection loaded already: the answer (and the Loaded state) comes once
+    the partitions' flushed segments are served, so a Strong read right after counts them. They
+    used to be loaded in the background after the answer (the load state said Loaded at once)."""
+    client.create_collection("more", schema=bench_schema())
+    client.create_partition("more", "p2")
+    _indexed(client, "more")
+    client.insert("more", rows(0, 10))
+    client.insert("more", rows(100, 40), partition_name="p2")
+    client.flush("more")
+    client.load_collection("more")
+    assert _count(client, "more") == 50
+    client.release_partitions("more", ["p2"])
+    assert _count(client, "more") == 10
+    with failpoint.activate("querynode.load_segments=sleep(1)"):  # a slow segment load
+        client.load_partitions("more", ["p2"])
+    assert _count(client, "more") == 50

@@ -121,32 +121,41 @@ class LoadManager:
         async with self._lock:
             cur = self.loads.get(req.collectionID)
             if cur is not None:
-                if _add_partitions(cur, req.partitionIDs):
-                    await self._save(cur)
-                    # The partitions' flushed segments (their growing rows are on the nodes).
-                    self._start_job(req.collectionID)
-                return
-            live = await self._live_nodes()
-            if not live:
-                raise merr.MilvusError(merr.NODE_NOT_FOUND, "no available query node to load collection")
-            info = query_coord_pb2.LoadInfo(
-                collectionID=req.collectionID,
-                schema=req.schema,
-                vchannels=list(req.vchannels),
-                partitionIDs=list(req.partitionIDs),
-                replicaID=req.collectionID,
-                collection_name=req.collection_name,
-            )
-            extra: dict[int, int] = {}
-            for ch in req.vchannels:
-                n = self._pick(live, extra)
-                info.channel_nodes[ch] = n
-                extra[n] = extra.get(n, 0) + 1
-            await self._save(info)
-            self.loads[req.collectionID] = info
-            self.served[req.collectionID] = set()
-        self._follow()
-        self._start_job(req.collectionID)
+                if not _add_partitions(cur, req.partitionIDs):
+                    return
+                await self._save(cur)
+            else:
+                await self._new_load(req)
+        if cur is None:
+            self._follow()
+            self._start_job(req.collectionID)
+        elif self.served.get(req.collectionID, set()) >= set(cur.vchannels):
+            # The added partitions' flushed segments (their growing rows are on the nodes), before
+            # the answer: every channel is served, so the load state says Loaded at once.
+            await self._load_flushed(req.collectionID)
+        else:
+            self._start_job(req.collectionID)  # its catch-up, once the channels are served
+
+    async def _new_load(self, req: query_coord_pb2.LoadCollectionRequest) -> None:
+        live = await self._live_nodes()
+        if not live:
+            raise merr.MilvusError(merr.NODE_NOT_FOUND, "no available query node to load collection")
+        info = query_coord_pb2.LoadInfo(
+            collectionID=req.collectionID,
+            schema=req.schema,
+            vchannels=list(req.vchannels),
+            partitionIDs=list(req.partitionIDs),
+            replicaID=req.collectionID,
+            collection_name=req.collection_name,
+        )
+        extra: dict[int, int] = {}
+        for ch in req.vchannels:
+            n = self._pick(live, extra)
+            info.channel_nodes[ch] = n
+            extra[n] = extra.get(n, 0) + 1
+        await self._save(info)
+        self.loads[req.collectionID] = info
+        self.served[req.collectionID] = set()
 
     def _start_job(self, coll_id: int) -> None:
         old = self._jobs.get(coll_id)
@@ -347,13 +356,18 @@ class LoadManager:
                         if s.state == SegmentState.Flushed:
                             await self._on_segment_info(s, removed=False)
 
+    async def _load_flushed(self, coll_id: int) -> None:
+        """Every Flushed segment of the loaded partitions onto its channel's node (nodes skip
+        what they hold)."""
+        for s in await recovery.segments_of(self.datacoord, coll_id):
+            if s.state == SegmentState.Flushed:
+                await self._on_segment_info(s, removed=False)
+
     async def _catch_up(self, coll_id: int) -> None:
         """Segments flushed while no feed was followed (a new leader, or between a channel's
-        recovery listing and the subscription): load them now; nodes skip what they hold."""
+        recovery listing and the subscription): load them now."""
         try:
-            for s in await recovery.segments_of(self.datacoord, coll_id):
-                if s.state == SegmentState.Flushed:
-                    await self._on_segment_info(s, removed=False)
+            await self._load_flushed(coll_id)
         except Exception:  # the next feed event or check pass covers it
             log.warning("catch-up of flushed segments failed", collection=coll_id, exc_info=True)
 
