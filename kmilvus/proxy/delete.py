@@ -90,7 +90,7 @@ class DeleteTask(Task):
         meta, proxy, keys = self.meta, self.proxy, self.keys
         ts = 0
         if len(keys):
-            async with proxy.ticks.publishing(meta.vchannels) as ts:
+            async with proxy.publishing(meta, [self.partition]) as ts:
                 items = delete_messages(meta, keys, ts, self.partition, proxy.cfg.max_message_bytes)
                 await proxy.producer.publish_many(items)
                 if not await proxy.session_valid():
@@ -130,7 +130,7 @@ class UpsertTask(InsertTask):
         if isinstance(keys, pa.ChunkedArray):
             keys = keys.combine_chunks()
         shards = shard_of(keys, len(meta.vchannels))
-        async with proxy.ticks.publishing(meta.vchannels) as ts:
+        async with proxy.publishing(meta, self.partitions()) as ts:
             batch = typeutil.columns_to_record_batch(meta.schema, self.columns, row_ids, ts)
             # As Milvus: the old rows go in the upsert's partition (a key in another partition
             # stays there, and reads return the newest version of a key); with a partition key

@@ -3,16 +3,19 @@ TruncateCollection (which drops the rows before a time).
 
 A drop commits its meta change and its task record in ONE etcd transaction
 (docs/architecture/drop.md). What follows talks to NATS and to other components, any of which
-may be away: the broadcast onto the collection's channels (DataNodes stop, Proxies forget),
-QueryCoord's release, DataCoord's removal of the data. The running RootCoord retries that tail
-until it finishes — with a capped backoff, each failed attempt logged and counted
-(`kmilvus_rootcoord_drop_retries_total`) — and deletes the task record last; a RootCoord that
-starts resumes every record it finds.
+may be away: the broadcast onto the collection's channels (DataNodes and QueryNodes stop), then
+the tail — every Proxy forgets the collection, QueryCoord releases it, DataCoord removes the
+data. The running RootCoord retries until it finishes — with a capped backoff, each failed
+attempt logged and counted (`kmilvus_rootcoord_drop_retries_total`) — and deletes the task
+record last; a RootCoord that starts resumes every record it finds.
 
-The client's call answers once the broadcast is done. When the broadcast fails, the client gets
-the error while the meta is already gone; its retry finds the name free, and finds the pending
-drop: it waits for the broadcast (making the attempt itself if none is under way) instead of
-answering success while the channels, segments and files are still there.
+The client's call answers once the meta transaction and the broadcast are durable (etcd and
+JetStream acknowledged them): no Proxy and no other component is on its path. A Proxy that has
+not yet heard of the drop publishes nothing into what it dropped (RootCoord's `meta_epoch`,
+kmilvus/proxy/meta_cache.py). When the broadcast fails, the client gets the error while the meta
+is already gone; its retry finds the name free, and finds the pending drop: it waits for the
+broadcast (making the attempt itself if none is under way) instead of answering success while
+the channels still carry the collection's data.
 """
 
 from __future__ import annotations
