@@ -14,7 +14,8 @@ server for the requests' traces (SIGUSR2). Scenarios:
 - `read8`: eight client processes (bench/searchload.py), HNSW;
 - `insert`: one pymilvus client, ORM inserts of 10,000 rows (the write workload's collection);
 - `delete`, `delete10k`: 1,000 (10,000) keys per `delete("id in [...]")`, one request at a time
-  (bench/bench_delete.py's request), on 100k flushed rows;
+  (bench/bench_delete.py's request), on 100k flushed rows; `delete_expr`: 1,000 keys per
+  `delete("id >= a and id < b")` on them, indexed (FLAT) and loaded;
 - `ddl`: drop_collection of collections holding 20k flushed rows, drop_partition of partitions
   holding 20k flushed rows, and num_entities, each RPC timed by the client too.
 
@@ -285,10 +286,13 @@ def scenario_insert(srv: TracedStandalone, seconds: float, spy_dir: Path) -> dic
         client.close()
 
 
-def scenario_delete(srv: TracedStandalone, seconds: float, spy_dir: Path, batch: int = 1000) -> dict:
+def scenario_delete(
+    srv: TracedStandalone, seconds: float, spy_dir: Path, batch: int = 1000, by_expr: bool = False
+) -> dict:
     """`batch` keys per request; past the 100k rows the requests start over at key 0 (deleting a
-    deleted key again takes the same path)."""
-    name = f"prof_delete_{batch}"
+    deleted key again takes the same path). `by_expr`: `id >= a and id < a + batch` on the loaded
+    collection (a Strong query for the keys, then their delete) instead of `id in [...]`."""
+    name = f"prof_delete_{batch}{'_expr' if by_expr else ''}"
     client = w.Client("127.0.0.1", srv.port, alias=name)
     try:
         coll = client.create(name)
@@ -296,7 +300,12 @@ def scenario_delete(srv: TracedStandalone, seconds: float, spy_dir: Path, batch:
         client.insert_all(coll, data)
         data.free()
         client.flush(name)
-        exprs = [f"id in {list(range(s, s + batch))}" for s in range(0, 100_000, batch)]
+        if by_expr:
+            coll.create_index("vec", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
+            coll.load()
+            exprs = [f"id >= {s} and id < {s + batch}" for s in range(0, 100_000, batch)]
+        else:
+            exprs = [f"id in {list(range(s, s + batch))}" for s in range(0, 100_000, batch)]
         coll.delete(exprs[0])
         srv.traces()
         spy = Spy(srv.pid, spy_dir / f"{name}.raw")
@@ -495,6 +504,9 @@ def main(argv=None) -> int:
         if "delete" in wanted:
             res["scenarios"]["delete"] = scenario_delete(srv, args.seconds, spy_dir)
             log("delete done")
+        if "delete_expr" in wanted:
+            res["scenarios"]["delete_expr"] = scenario_delete(srv, args.seconds, spy_dir, by_expr=True)
+            log("delete_expr done")
         if "delete10k" in wanted:
             res["scenarios"]["delete10k"] = scenario_delete(srv, args.seconds, spy_dir, batch=10_000)
             log("delete10k done")
