@@ -23,7 +23,7 @@ from kmilvus.meta import Cmp, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.msgstream import MsgType
 from kmilvus.proto import data_coord_pb2, internal_pb2
-from kmilvus.rootcoord.drop_tasks import DropTask
+from kmilvus.rootcoord.drop_tasks import TAIL_DEFER, DropTask
 from kmilvus.rootcoord.schema import validate_name
 from kmilvus.tso import physical_ms
 from kmilvus.util import merr
@@ -124,6 +124,7 @@ class PartitionMixin:
                 f"{coll.schema.name}.{part.partitionName} ({part.partitionID})",
                 lambda: self._broadcast_drop_partition(task),
                 lambda: self._drop_partition_data(task),
+                defer=TAIL_DEFER,
             ),
         )
 

@@ -28,7 +28,7 @@ from kmilvus.rootcoord.aliases import AliasMixin
 from kmilvus.rootcoord.alter import AlterMixin, check_collection_property
 from kmilvus.rootcoord.credentials import CredentialMixin
 from kmilvus.rootcoord.databases import DatabaseMixin
-from kmilvus.rootcoord.drop_tasks import DropTask, DropTasks
+from kmilvus.rootcoord.drop_tasks import TAIL_DEFER, DropTask, DropTasks
 from kmilvus.rootcoord.partitions import PartitionMixin
 from kmilvus.rootcoord.privilege_groups import PrivilegeGroupMixin
 from kmilvus.rootcoord.rbac import RbacMixin
@@ -472,6 +472,7 @@ class RootCoord(
             f"{info.db_name or DEFAULT_DB}.{info.schema.name} ({info.ID})",
             lambda: self._broadcast_drop(info),
             lambda: self._drop_data(info),
+            defer=TAIL_DEFER,
         )
         return self.drops.start(("collection", info.db_name or DEFAULT_DB, info.schema.name), task)
 
