@@ -13,8 +13,9 @@ server for the requests' traces (SIGUSR2). Scenarios:
   over `--rows` flushed + 1,000 growing random rows × 128, back to back (per-request overhead);
 - `read8`: eight client processes (bench/searchload.py), HNSW;
 - `insert`: one pymilvus client, ORM inserts of 10,000 rows (the write workload's collection);
-- `delete`: 1,000 keys per `delete("id in [...]")`, one request at a time (bench/bench_delete.py's
-  request), on 100k flushed rows;
+- `delete`, `delete10k`: 1,000 (10,000) keys per `delete("id in [...]")`, one request at a time
+  (bench/bench_delete.py's request), on 100k flushed rows; `delete_expr`: 1,000 keys per
+  `delete("id >= a and id < b")` on them, indexed (FLAT) and loaded;
 - `ddl`: drop_collection of collections holding 20k flushed rows, drop_partition of partitions
   holding 20k flushed rows, and num_entities, each RPC timed by the client too.
 
@@ -285,27 +286,38 @@ def scenario_insert(srv: TracedStandalone, seconds: float, spy_dir: Path) -> dic
         client.close()
 
 
-def scenario_delete(srv: TracedStandalone, seconds: float, spy_dir: Path) -> dict:
-    client = w.Client("127.0.0.1", srv.port, alias="prof_delete")
+def scenario_delete(
+    srv: TracedStandalone, seconds: float, spy_dir: Path, batch: int = 1000, by_expr: bool = False
+) -> dict:
+    """`batch` keys per request; past the 100k rows the requests start over at key 0 (deleting a
+    deleted key again takes the same path). `by_expr`: `id >= a and id < a + batch` on the loaded
+    collection (a Strong query for the keys, then their delete) instead of `id in [...]`."""
+    name = f"prof_delete_{batch}{'_expr' if by_expr else ''}"
+    client = w.Client("127.0.0.1", srv.port, alias=name)
     try:
-        coll = client.create("prof_delete")
+        coll = client.create(name)
         data = w.Batches(100_000)
         client.insert_all(coll, data)
         data.free()
-        client.flush("prof_delete")
-        exprs = [f"id in {list(range(s, s + 1000))}" for s in range(0, 100_000, 1000)]
+        client.flush(name)
+        if by_expr:
+            coll.create_index("vec", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
+            coll.load()
+            exprs = [f"id >= {s} and id < {s + batch}" for s in range(0, 100_000, batch)]
+        else:
+            exprs = [f"id in {list(range(s, s + batch))}" for s in range(0, 100_000, batch)]
         coll.delete(exprs[0])
         srv.traces()
-        spy = Spy(srv.pid, spy_dir / "delete.raw")
+        spy = Spy(srv.pid, spy_dir / f"{name}.raw")
         lat, i, t_end = [], 1, time.perf_counter() + seconds
-        while time.perf_counter() < t_end and i < len(exprs):
+        while time.perf_counter() < t_end:
             t0 = time.perf_counter()
-            coll.delete(exprs[i])
+            coll.delete(exprs[i % len(exprs)])
             lat.append(time.perf_counter() - t0)
             i += 1
         prof = spy.stop()
         return {
-            "client": {"calls": len(lat), "p50_s": statistics.median(lat), "keys_per_s": 1000 * len(lat) / sum(lat)},
+            "client": {"calls": len(lat), "p50_s": statistics.median(lat), "keys_per_s": batch * len(lat) / sum(lat)},
             "server": trace_standalone.summarise(traces := srv.traces(), "Delete"),
             "traces": traces,
             "profile": prof,
@@ -417,7 +429,7 @@ def report(res: dict) -> str:
             c, s = p["client"], p["server"]
             out += ["", f"## {name}", ""]
             cl = ", ".join(
-                f"{k} {v * 1e3:.2f} ms" if k.endswith("_s") else f"{k} {v:,.4g}"
+                f"{k} {v * 1e3:.2f} ms" if k.endswith("_s") and not k.endswith("_per_s") else f"{k} {v:,.4g}"
                 for k, v in c.items()
                 if isinstance(v, int | float)
                 and k
@@ -492,6 +504,12 @@ def main(argv=None) -> int:
         if "delete" in wanted:
             res["scenarios"]["delete"] = scenario_delete(srv, args.seconds, spy_dir)
             log("delete done")
+        if "delete_expr" in wanted:
+            res["scenarios"]["delete_expr"] = scenario_delete(srv, args.seconds, spy_dir, by_expr=True)
+            log("delete_expr done")
+        if "delete10k" in wanted:
+            res["scenarios"]["delete10k"] = scenario_delete(srv, args.seconds, spy_dir, batch=10_000)
+            log("delete10k done")
         if "ddl" in wanted:
             res["scenarios"]["ddl"] = scenario_ddl(srv, args.ddl_count, args.ddl_rows, spy_dir)
             log("ddl done")

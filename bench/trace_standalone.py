@@ -101,6 +101,8 @@ STAGES = [
     "kmilvus.proxy.task:DdTaskQueue.enqueue",
     "kmilvus.proxy.task:DmTaskQueue.enqueue",
     "kmilvus.proxy.proxy:Proxy.primary_keys_matching",
+    "kmilvus.proxy.query:ProxyQueryMixin.Query",
+    "kmilvus.proxy.read_path:check_expr",
     "kmilvus.components:Registry.clients",
     "kmilvus.proxy.proxy:Proxy.GetCollectionStatistics",
     "kmilvus.datacoord.data_coord:DataCoord.GetCollectionStatistics",

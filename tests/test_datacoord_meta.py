@@ -181,3 +181,29 @@ async def test_a_collections_channels_and_schema_are_found_without_reading_other
 
 async def _nothing() -> None:
     return None
+
+
+async def test_a_seal_in_flight_brings_no_segment_back_after_drop_collection(kv):
+    """A seal (an idle or lifetime policy) had changed its segments in memory and was waiting on
+    its timestamp when the collection's drop deleted every key of it; the seal's transaction then
+    put the segment's key back — in etcd only, so nothing ever removed it again."""
+    meta = SegmentMeta(kv)
+    stamped, go = asyncio.Event(), asyncio.Event()
+
+    class SlowTso:
+        async def alloc(self) -> int:
+            stamped.set()
+            await go.wait()
+            return 12345
+
+    manager = SegmentManager(Config(), meta, ids=None, tso=SlowTso())
+    await _growing(meta)
+    seal = asyncio.create_task(manager.seal([meta.segments[7]]))
+    await stamped.wait()  # the seal holds its segments, its etcd write still to come
+    drop = asyncio.create_task(meta.drop_collection_meta(1, ["ch"]))
+    while not drop.done() and not meta.write_lock._waiters:  # as far as the drop gets meanwhile
+        await asyncio.sleep(0)
+    go.set()
+    await asyncio.gather(seal, drop)
+    assert await kv.get_prefix(keys.segment_prefix(1)) == []
+    assert meta.by_collection(1) == []

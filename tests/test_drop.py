@@ -223,3 +223,98 @@ def test_drop_while_flush_in_flight_ends_flush(node, client):
     assert not t.is_alive()
     assert all(e.code == 100 for e in errors)
     assert not client.has_collection("inflight")
+
+
+def held_tail(tmp_path) -> tuple[str, object]:
+    """Failpoints that hold every drop's tail (after the answer) until the returned file exists."""
+    go = tmp_path / "tail-go"
+    return f"rootcoord.drop.tail=wait({go}),rootcoord.drop_partition.tail=wait({go})", go
+
+
+def raw_insert(uri: str, name: str, ids: list[int], partition: str = ""):
+    """An Insert sent straight to one Proxy: no client-side describe first, so what answers is
+    that Proxy's own view of the collection."""
+    import grpc
+    from pymilvus.grpc_gen import milvus_pb2, milvus_pb2_grpc
+
+    from tests.test_flush import fd_long, fd_str, fd_vec
+
+    req = milvus_pb2.InsertRequest(
+        collection_name=name,
+        partition_name=partition,
+        num_rows=len(ids),
+        fields_data=[fd_long("id", ids), fd_vec("vec", len(ids), 128), fd_str("tag", [f"t{i}" for i in ids])],
+    )
+    with grpc.insecure_channel(uri.removeprefix("http://")) as ch:
+        return milvus_pb2_grpc.MilvusServiceStub(ch).Insert(req, timeout=30)
+
+
+def test_coordinators_killed_right_after_the_drop_answered_finish_it_on_restart(cluster, tmp_path):
+    """The drop answers once its meta transaction and its broadcast are durable; a coordinator
+    that dies right after the answer, before any of the tail ran, leaves nothing behind once
+    restarted."""
+    failpoints, _ = held_tail(tmp_path)  # the file is never created: the tail waits for the kill
+    start_all(cluster, coord_failpoints=failpoints)
+    keys_before, files_before = etcd_keys(cluster.cfg), storage_tree(cluster.cfg)
+    desc = fill(cluster.proxy_uri("p1"), rows=20_000)
+    warm_caches(cluster)
+    c = MilvusClient(uri=cluster.proxy_uri("p1"))
+    c.drop_collection("victim")  # answered
+    assert not c.has_collection("victim")
+    c.close()
+    assert any(k.startswith("root-coord/drop-task/") for k in etcd_keys(cluster.cfg))
+    cluster.procs["coords"].kill()
+    cluster.start("coords", COORDS)  # restarted without the failpoint
+    assert_nothing_left(cluster, keys_before, files_before, vchannels_of(desc, cluster), within=15)
+
+
+def test_a_proxy_that_has_not_heard_of_a_drop_writes_nothing_into_it(cluster, tmp_path):
+    """Every Proxy hears of a drop only after it answered (the tail tells them; here it is held):
+    one that has not yet refuses a write into the dropped collection or partition as Milvus
+    refuses one that does not exist, instead of acknowledging rows nothing will keep."""
+    failpoints, go = held_tail(tmp_path)
+    start_all(cluster, coord_failpoints=failpoints)
+    keys_before, files_before = etcd_keys(cluster.cfg), storage_tree(cluster.cfg)
+    desc = fill(cluster.proxy_uri("p1"), rows=10_000)
+    p1, p2 = MilvusClient(uri=cluster.proxy_uri("p1")), MilvusClient(uri=cluster.proxy_uri("p2"))
+    try:
+        p1.create_partition("victim", "part")
+        warm_caches(cluster)
+        assert raw_insert(cluster.proxy_uri("p2"), "victim", [5_000_000], "part").status.code == 0
+        p1.drop_partition("victim", "part")
+        resp = raw_insert(cluster.proxy_uri("p2"), "victim", [5_000_001], "part")
+        assert (resp.status.code, resp.status.reason) == (200, "partition not found[partition=part]")
+        assert raw_insert(cluster.proxy_uri("p2"), "victim", [5_000_002]).status.code == 0  # _default lives
+        p1.drop_collection("victim")
+        resp = raw_insert(cluster.proxy_uri("p2"), "victim", [5_000_003])
+        assert resp.status.code == 100 and "collection not found" in resp.status.reason
+        go.touch()  # the tails run: everything of the collection goes
+    finally:
+        p1.close()
+        p2.close()
+    assert_nothing_left(cluster, keys_before, files_before, vchannels_of(desc, cluster), within=15)
+
+
+def test_a_name_dropped_and_created_again_gets_the_writes_of_a_proxy_that_had_not_heard(cluster, tmp_path):
+    """Right after the drop answered, the same name is created again (a new collection); a Proxy
+    that still holds the dropped one's meta writes into the new one, and every row is counted."""
+    failpoints, go = held_tail(tmp_path)
+    start_all(cluster, coord_failpoints=failpoints)
+    keys_before, files_before = etcd_keys(cluster.cfg), storage_tree(cluster.cfg)
+    desc = fill(cluster.proxy_uri("p1"), rows=10_000)
+    warm_caches(cluster)
+    p1 = MilvusClient(uri=cluster.proxy_uri("p1"))
+    try:
+        p1.drop_collection("victim")
+        p1.create_collection("victim", schema=bench_schema())
+        fresh = p1.describe_collection("victim")
+        assert fresh["collection_id"] != desc["collection_id"]
+        resp = raw_insert(cluster.proxy_uri("p2"), "victim", list(range(100)))
+        assert resp.status.code == 0 and resp.insert_cnt == 100
+        p1.flush("victim")
+        assert p1.get_collection_stats("victim")["row_count"] == 100
+        go.touch()
+        p1.drop_collection("victim")
+    finally:
+        p1.close()
+    assert_nothing_left(cluster, keys_before, files_before, vchannels_of(desc, cluster) + vchannels_of(fresh, cluster))

@@ -77,9 +77,125 @@ def test_no_primary_keys_for_other_expressions(expr):
 
 def test_primary_keys_of_varchar_pk():
     schema = make_schema(pk_type=DT.VarChar)
-    assert parse("id in ['a', \"b\"]", schema).primary_keys() == ["a", "b"]
-    assert parse('"c" == id or id == "d"', schema).primary_keys() == ["c", "d"]
+    assert parse("id in ['a', \"b\"]", schema).primary_keys().to_pylist() == ["a", "b"]
+    assert parse('"c" == id or id == "d"', schema).primary_keys().to_pylist() == ["c", "d"]
     assert "cannot be casted to VarChar" in parse_error("id in [1]", schema)
+
+
+def _term(expr: str, schema=SCHEMA) -> P.Term:
+    pred = parse(expr, schema).predicate
+    assert isinstance(pred, P.Term)
+    return pred
+
+
+def _outcome(expr: str):
+    """What parsing `expr` gives: the predicate (with the Python types of a Term's values), or
+    the error text."""
+    try:
+        pred = parse(expr, SCHEMA).predicate
+    except MilvusError as exc:
+        return str(exc)
+    return pred, [type(v) for v in pred.values] if isinstance(pred, P.Term) else None
+
+
+@pytest.fixture
+def token_by_token(monkeypatch):
+    """Parse with the list rule switched off: every list token by token."""
+    from kmilvus.parser import tokenizer
+
+    def parse_slowly(expr: str):
+        with monkeypatch.context() as m:
+            m.setattr(tokenizer, "_list_literal", lambda expr, i: None)
+            return _outcome(expr)
+
+    return parse_slowly
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "id in [1, 2, 3]",
+        "id in [ 7 ,\n-8,\t0 , ]",
+        "id in [-0]",
+        "id in [- 5, -\n6]",
+        "id in [999999999999999999, -999999999999999999]",
+        "id not in [4, 5]",
+        "d in [1, 2]",
+        's in ["a", "b c", ""]',
+        "s in ['x', 'é']",
+        'meta["k"] in [1, 2]',
+        "arr[0] in [3]",
+    ],
+)
+def test_a_list_of_plain_literals_is_read_whole_with_the_same_values(expr, token_by_token):
+    """A list after `in` of plain integers or strings is lexed in one pass (its values also as
+    one typed array); the plan is the one the token rules give for the same list."""
+    fast = _term(expr)
+    assert _outcome(expr) == token_by_token(expr)
+    if fast.value.kind == P.JSON:
+        assert fast.array is None  # JSON values keep their own kinds
+    else:
+        got = fast.array.to_pylist() if isinstance(fast.array, pa.Array) else fast.array.tolist()
+        assert got == list(fast.values)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "id in [010, 2]",  # octal
+        "id in [0x10]",
+        "id in [1234567890123456789]",  # 19 digits: may leave int64, token by token
+        "id in [99999999999999999999]",
+        "id in [+5]",
+        "id in [1, 2 + 3]",
+        "id in [1 2]",
+        "id in [1, -, 2]",
+        "id in [,1]",
+        "id in [--5]",
+        "d in [1.5]",
+        r's in ["a\"b"]',
+        "s in ['a', \"b\"]",  # mixed quotes
+        "id in []",
+    ],
+)
+def test_lists_the_whole_list_rule_does_not_take_go_token_by_token(expr, token_by_token):
+    assert _outcome(expr) == token_by_token(expr)
+    assert isinstance(_outcome(expr), str) or _term(expr).array is None
+
+
+def test_random_integer_lists_read_whole_parse_as_token_by_token(token_by_token):
+    """Lists of what the integer rule looks at — digits, `-`, commas, whitespace — in random
+    shapes: the same plan or the same error either way."""
+    rng = np.random.default_rng(7)
+    pieces = ["0", "7", "42", "-", "-1", "007", "1" * 18, "9" * 19, "9" * 21, ",", " ", "\n", "\t", ", ", " ,"]
+    for _ in range(400):
+        body = "".join(rng.choice(pieces, size=int(rng.integers(1, 9))))
+        expr = f"id in [{body}]"
+        assert _outcome(expr) == token_by_token(expr), expr
+
+
+def test_a_long_key_list_gives_its_keys_as_one_array():
+    keys = [*range(10**17, 10**17 + 10_000), 10**17]  # one duplicate
+    got = parse(f"id in {keys}", SCHEMA).primary_keys()
+    assert got.dtype == np.int64 and got.tolist() == keys[:-1]
+    schema = make_schema(pk_type=DT.VarChar)
+    names = [f"k{i}" for i in range(5000)]
+    got = parse(f"id in {names}", schema).primary_keys()
+    assert isinstance(got, pa.Array) and got.to_pylist() == names
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ('id in ["a", "b"]', "value '\"a\"' in list cannot be casted to Int64"),
+        ("s in [1, 2]", "value '1' in list cannot be casted to VarChar"),
+        ("b in [1]", "value '1' in list cannot be casted to Bool"),
+        ("1 in [1, 2]", "'term' can only be used on non-const expression, but got: 1"),
+        ("id in [1, 2] + 1", "+ can only be applied on numbers"),
+    ],
+)
+def test_a_list_read_whole_is_refused_as_token_by_token(expr, message):
+    assert message in parse_error(expr)
 
 
 # -- parse: precedence and shapes --------------------------------------------------------------

@@ -16,6 +16,7 @@ from pymilvus.grpc_gen import common_pb2
 from kmilvus.msgstream import MsgType
 from kmilvus.proto import internal_pb2
 from kmilvus.storage import binlog, paths
+from kmilvus.util import failpoint
 from tests.flushutil import batch, bench_schema
 from tests.harness import make_config
 from tests.test_drop import COORDS, Cluster, etcd_keys, storage_tree
@@ -388,3 +389,22 @@ def test_a_partition_loaded_later_is_loaded_only_once_its_flushed_segments_are(n
     assert not loader.is_alive(), "load_partitions returned once p2's segments could load"
     assert client.get_load_state("later", partition_name="p2")["state"].name == "Loaded"
     assert _count(client, "later") == 50
+
+
+def test_load_partitions_of_a_loaded_collection_answers_once_their_segments_are_served(node, client):
+    """LoadPartitions on a collection loaded already: the answer (and the Loaded state) comes once
+    the partitions' flushed segments are served, so a Strong read right after counts them. They
+    used to be loaded in the background after the answer (the load state said Loaded at once)."""
+    client.create_collection("more", schema=bench_schema())
+    client.create_partition("more", "p2")
+    _indexed(client, "more")
+    client.insert("more", rows(0, 10))
+    client.insert("more", rows(100, 40), partition_name="p2")
+    client.flush("more")
+    client.load_collection("more")
+    assert _count(client, "more") == 50
+    client.release_partitions("more", ["p2"])
+    assert _count(client, "more") == 10
+    with failpoint.activate("querynode.load_segments=sleep(1)"):  # a slow segment load
+        client.load_partitions("more", ["p2"])
+    assert _count(client, "more") == 50

@@ -33,6 +33,9 @@ class TimestampAllocator:
         self.rootcoord = rootcoord
         self.source_id = source_id
         self._lock = asyncio.Lock()
+        # The largest meta epoch RootCoord answered with: a Proxy's cached collection meta read
+        # under a smaller one may predate a drop (kmilvus.proxy.meta_cache).
+        self.meta_epoch = 0
 
     async def alloc(self, count: int = 1) -> int:
         async with self._lock:
@@ -42,6 +45,7 @@ class TimestampAllocator:
         req = internal_pb2.AllocTimestampRequest(count=count, producerID=producer)
         resp = await self.rootcoord.AllocTimestamp(req)
         merr.check(resp.status)
+        self.meta_epoch = max(self.meta_epoch, resp.meta_epoch)
         return resp.timestamp
 
     @property

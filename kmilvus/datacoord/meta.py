@@ -386,7 +386,13 @@ class SegmentMeta:
         self.stored_checkpoints[cp.channel_name] = max(cp.seq, self.stored_checkpoints.get(cp.channel_name, 0))
 
     async def drop_collection_meta(self, coll_id: int, vchannels: list[str]) -> None:
-        """Every key DataCoord holds for the collection, in one transaction."""
+        """Every key DataCoord holds for the collection, in one transaction — under `write_lock`,
+        as every writer of segment state: a seal in flight then lands before it (and goes with
+        it), never after it (its key back in etcd, the segment gone from memory)."""
+        async with self.write_lock:
+            await self._drop_collection_meta(coll_id, vchannels)
+
+    async def _drop_collection_meta(self, coll_id: int, vchannels: list[str]) -> None:
         ops = [
             Op.delete_prefix(keys.segment_prefix(coll_id)),
             Op.delete_prefix(keys.field_index_prefix(coll_id)),

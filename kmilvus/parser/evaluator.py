@@ -374,17 +374,22 @@ class _Context:
         assert isinstance(col, P.Column)
         if col.data_type != DT.JSON:
             arr = self.value(col)
-            values = list(node.values)
+            # The list as one typed array: whole when the lexer read it so, else from the tuple.
+            values = pa.array(node.array) if node.array is not None else None
             if pa.types.is_integer(arr.type):
                 arr, vtype = arr.cast(pa.int64()), pa.int64()
             elif pa.types.is_floating(arr.type):
                 # is_in hashes, and -0.0 hashes apart from 0.0: `x + 0.0` makes every zero +0.0,
                 # so `in` agrees with `==` (and with Milvus, whose hash sets see one zero).
                 arr, vtype = pc.add(arr.cast(pa.float64()), 0.0), pa.float64()
-                values = [float(v) + 0.0 for v in values]
+                if values is None:
+                    values = pa.array([float(v) for v in node.values], pa.float64())
+                values = pc.add(values.cast(vtype), 0.0)
             else:
                 vtype = arr.type
-            return _keep_nulls(arr, pc.is_in(arr, value_set=pa.array(values, type=vtype)))
+            if values is None:
+                values = pa.array(list(node.values), type=vtype)
+            return _keep_nulls(arr, pc.is_in(arr, value_set=values.cast(vtype)))
         jv = self.json(col)
         matched = np.zeros(self.n, dtype=bool)
         groups: dict[str, list[Any]] = {}

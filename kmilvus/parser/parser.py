@@ -15,6 +15,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
+import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import schema_pb2
 
@@ -29,6 +30,7 @@ from kmilvus.parser.tokenizer import (
     INT,
     JSON_IDENT,
     KEYWORD,
+    LIST,
     OP,
     STRING,
     LexError,
@@ -120,6 +122,22 @@ def _cast(value: Any, kind: str | None) -> Any:
     if kind == P.STRING and isinstance(value, str):
         return value
     raise ValueError(value)
+
+
+def _cast_list(values: tuple[Any, ...], array: P.KeyArray, kind: str | None) -> tuple[tuple, P.KeyArray | None] | None:
+    """`_cast` over a list the lexer read whole (int64 numpy or Arrow strings), in one step: the
+    values and their typed array, or None when some value does not cast (the caller's value by
+    value loop then names the first one, as Milvus does)."""
+    if kind == P.JSON:
+        return values, None  # a JSON value is compared as it is, by its own kind
+    if isinstance(array, np.ndarray):
+        if kind == P.INT:
+            return values, array
+        if kind == P.FLOAT:
+            floats = array.astype(np.float64)
+            return tuple(floats.tolist()), floats
+        return None
+    return (values, array) if kind == P.STRING else None
 
 
 class _Schema:
@@ -228,6 +246,8 @@ class _Parser:
         tok = self._next()
         if tok.kind in (INT, FLOAT, BOOL, STRING):
             return P.Literal(tok.value)
+        if tok.kind == LIST:
+            return P.Literal(tok.value.values, tok.value.array)
         if tok.kind == IDENT:
             if self.tok.kind == OP and self.tok.text == "(":
                 return self.call(tok)
@@ -508,8 +528,10 @@ class _Parser:
             raise ExprError("can not comparisons array fields directly")
         if not isinstance(right, P.Literal) or not isinstance(right.value, tuple):
             raise ExprError("the right-hand side of 'in' must be a list")
-        values = []
         kind = left.kind
+        if right.array is not None and (whole := _cast_list(right.value, right.array, kind)) is not None:
+            return P.Term(left, whole[0], negate, whole[1])
+        values = []
         for v in right.value:
             if isinstance(v, tuple):
                 raise ExprError(f"value '{_text(v)}' in list cannot be an array")

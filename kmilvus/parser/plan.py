@@ -8,9 +8,11 @@ evaluator never meets a field that does not exist or a comparison Milvus would r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pymilvus.grpc_gen import schema_pb2
 
 DT = schema_pb2.DataType
@@ -68,9 +70,16 @@ class Column:
         return kind_of_type(self.data_type)
 
 
+# The values of a list literal as one typed array: int64 numpy, or Arrow strings.
+KeyArray: TypeAlias = np.ndarray | pa.Array
+
+
 @dataclass(frozen=True)
 class Literal:
     value: Any  # bool | int | float | str | tuple (array literal)
+    # A list of plain integers or plain strings the lexer read in one pass (`tokenizer.ListToken`):
+    # the same values as one typed array, so a long `pk in [...]` never goes value by value.
+    array: KeyArray | None = field(default=None, compare=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -121,6 +130,9 @@ class Term:
     value: Value
     values: tuple[Any, ...]
     negate: bool = False
+    # `values` as one typed array of the column's kind (int64 / float64 numpy, Arrow strings)
+    # when the list came in one pass from the lexer; what `primary_keys()` and the evaluator use.
+    array: KeyArray | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -200,29 +212,35 @@ class Plan:
     predicate: Predicate
     schema: schema_pb2.CollectionSchema = field(repr=False, compare=False)
 
-    def primary_keys(self) -> np.ndarray | list[str] | None:
-        """The keys when the whole expression names primary keys only (`pk in [..]`, `pk == v`,
-        `v == pk`, an `or` of those), else None: Delete then needs no query first."""
-        keys = _pk_values(self.predicate)
-        if keys is None:
+    def primary_keys(self) -> KeyArray | None:
+        """The distinct keys (first occurrence order) when the whole expression names primary
+        keys only (`pk in [..]`, `pk == v`, `v == pk`, an `or` of those), else None: Delete then
+        needs no query first. Int64 keys as int64 numpy, VarChar keys as an Arrow string array;
+        a list the lexer read in one pass is taken whole, never value by value."""
+        parts = _pk_values(self.predicate)
+        if parts is None:
             return None
-        unique = list(dict.fromkeys(keys))
         pk = next(f for f in self.schema.fields if f.is_primary_key)
         if pk.data_type == DT.VarChar:
-            return [str(k) for k in unique]
-        return np.asarray(unique, dtype=np.int64)
+            strings = [p if isinstance(p, pa.Array) else pa.array(p, pa.string()) for p in parts]
+            unique: pa.Array = pc.unique(pa.concat_arrays([s.cast(pa.string()) for s in strings]))
+            return unique
+        ints = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]) if parts else np.empty(0, np.int64)
+        keys: np.ndarray = pc.unique(pa.array(ints)).to_numpy()
+        return keys
 
 
-def _pk_values(node: Predicate) -> list[Any] | None:
+def _pk_values(node: Predicate) -> list[KeyArray | list[Any]] | None:
+    """The primary keys `node` names, as parts (an array, or a list of Python values), or None."""
     if isinstance(node, Term) and not node.negate and isinstance(node.value, Column) and node.value.is_pk:
-        return list(node.values)
+        return [node.array if node.array is not None else list(node.values)]
     if isinstance(node, Compare) and node.op == "==":
         for col, lit in ((node.left, node.right), (node.right, node.left)):
             if isinstance(col, Column) and col.is_pk and isinstance(lit, Literal):
-                return [lit.value]
+                return [[lit.value]]
         return None
     if isinstance(node, Or):
-        out: list[Any] = []
+        out: list[KeyArray | list[Any]] = []
         for child in node.children:
             part = _pk_values(child)
             if part is None:

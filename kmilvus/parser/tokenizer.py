@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
+import numpy as np
+import pyarrow as pa
+
 # Token kinds.
 INT = "IntegerConstant"
 FLOAT = "FloatingConstant"
@@ -19,6 +22,7 @@ IDENT = "Identifier"
 JSON_IDENT = "JSONIdentifier"
 OP = "op"  # punctuation and operators; `text` says which
 KEYWORD = "keyword"  # and / or / not / in / like / exists / is null / is not null; `value` is canonical
+LIST = "ListLiteral"  # a whole `[...]` of plain literals right after `in`; `value` is a ListValue
 EOF = "<EOF>"
 
 
@@ -35,6 +39,14 @@ class Token(NamedTuple):  # a tuple: cheap to make, and long key lists make many
     text: str  # as written
     pos: int  # 0-based column
     value: Any = None  # literal value / canonical keyword / path steps
+
+
+class ListValue(NamedTuple):
+    """The values of a list the lexer read in one pass: as Python values (what the parser's
+    `Literal` holds) and as one typed array (int64 numpy, or Arrow strings)."""
+
+    values: tuple[Any, ...]
+    array: np.ndarray | pa.Array
 
 
 _KEYWORDS = {
@@ -196,6 +208,58 @@ _TOKEN = re.compile(
 )
 
 
+# A list of plain literals after `in` (`pk in [1, 2, ...]`, `name in ["a", 'b']`: what delete
+# and get send, often with thousands of keys) is read whole — a regex finds it, numpy parses it —
+# not token by token. Only what the token rules read the same way: decimal integers of at most 18
+# digits (always inside int64; `010` is octal and `0x..` hex: token by token), optionally negated
+# (the parser folds `-5` to the literal -5), and strings without escapes, all quoted alike.
+# Anything else — an expression, a float, an escape, an empty list — is left to the token rules.
+_INT_CHARS = re.compile(r"\[[0-9, \t\r\n-]*\]")  # the list's extent; numpy checks its shape
+_WS = r"[ \t\r\n]*"
+_DQ, _SQ = r'"[^"\\\r\n]*"', r"'[^'\\\r\n]*'"
+_STR_LISTS = tuple(  # (the whole list, one item's value)
+    (re.compile(rf"\[{_WS}{q}(?:{_WS},{_WS}{q})*{_WS},?{_WS}\]"), re.compile(f"{q[0]}({q[1:-1]}){q[-1]}"))
+    for q in (_DQ, _SQ)
+)
+_INT_LIMIT = 10**18  # beyond 18 digits a literal may leave int64 (numpy then saturates)
+
+
+def _int_list(body: str) -> np.ndarray | None:
+    """`body` (digits, `-`, commas, whitespace) read as `-?<decimal>` items between commas (one
+    trailing comma allowed), or None when it is not exactly that. numpy's reader is lenient
+    (`-` alone reads as 0, `1, ` as 1, 0): every item must hold exactly one run of digits."""
+    body = body.rstrip(" \t\r\n").removesuffix(",")
+    try:
+        keys = np.fromstring(body, dtype=np.int64, sep=",")
+    except ValueError:  # a shape numpy does not read (`1 2`, `1-2`, `,1`, `1,,2`)
+        return None
+    raw = np.frombuffer(body.encode(), dtype=np.uint8)
+    digit = (raw >= ord("0")) & (raw <= ord("9"))
+    run_start = digit.copy()
+    run_start[1:] &= ~digit[:-1]
+    if len(keys) != body.count(",") + 1 or int(run_start.sum()) != len(keys):
+        return None
+    if np.any(run_start[:-1] & (raw[:-1] == ord("0")) & digit[1:]):
+        return None  # `0` followed by digits: octal
+    if np.any(keys >= _INT_LIMIT) or np.any(keys <= -_INT_LIMIT):
+        return None
+    return keys
+
+
+def _list_literal(expr: str, i: int) -> tuple[ListValue, int] | None:
+    """The list of plain literals starting at `expr[i]` ('['), read whole, and where it ends."""
+    m = _INT_CHARS.match(expr, i)
+    if m is not None:
+        keys = _int_list(expr[i + 1 : m.end() - 1])
+        return None if keys is None else (ListValue(tuple(keys.tolist()), keys), m.end())
+    for whole, item in _STR_LISTS:
+        m = whole.match(expr, i)
+        if m is not None:
+            strings = item.findall(expr, i, m.end())
+            return ListValue(tuple(strings), pa.array(strings, pa.string())), m.end()
+    return None
+
+
 def tokenize(expr: str) -> list[Token]:
     """All tokens of `expr`, ending with an EOF token."""
     tokens: list[Token] = []
@@ -212,7 +276,14 @@ def tokenize(expr: str) -> list[Token]:
         elif kind == "int":
             append(Token(INT, text, i, _int(text)))
         elif kind == "op":
-            append(Token(OP if text not in _CANONICAL_OP else KEYWORD, text, i, _CANONICAL_OP.get(text, text)))
+            whole = None
+            if text == "[" and tokens and tokens[-1].kind == KEYWORD and tokens[-1].value == "in":
+                whole = _list_literal(expr, i)
+            if whole is not None:
+                listed, end = whole
+                append(Token(LIST, expr[i:end], i, listed))
+            else:
+                append(Token(OP if text not in _CANONICAL_OP else KEYWORD, text, i, _CANONICAL_OP.get(text, text)))
         elif kind == "ident":
             if text in _KEYWORDS:
                 append(Token(KEYWORD, text, i, _KEYWORDS[text]))

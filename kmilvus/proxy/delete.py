@@ -41,18 +41,12 @@ DT = schema_pb2.DataType
 def delete_messages(
     meta: CollectionMeta, keys: pa.Array, ts: int, partition: int, max_bytes: int
 ) -> list[tuple[str, Msg]]:
-    """`Delete` messages for `keys` at `ts`, one or more per vchannel the keys hash to."""
-    shards = shard_of(keys, len(meta.vchannels))
-    order = np.argsort(shards, kind="stable")
-    bounds = np.searchsorted(shards[order], np.arange(len(meta.vchannels) + 1))
+    """`Delete` messages for `keys` at `ts`, one or more per vchannel the keys hash to (the
+    hash inserts route by: `shard_of`), cut from the key array without a per-key step."""
     per_key = max(1, (keys.nbytes + 8 * len(keys)) // max(1, len(keys)))
     chunk = max(1, max_bytes // per_key)
     items: list[tuple[str, Msg]] = []
-    for i, ch in enumerate(meta.vchannels):
-        idx = order[bounds[i] : bounds[i + 1]]
-        if not len(idx):
-            continue
-        part = keys.take(pa.array(idx))
+    for ch, part in _by_shard(meta.vchannels, keys):
         for start in range(0, len(part), chunk):
             pks = part.slice(start, chunk)
             batch = pa.record_batch(
@@ -61,6 +55,20 @@ def delete_messages(
             headers = {"collection": str(meta.id), "partition": str(partition), "rows": str(len(pks))}
             items.append((ch, Msg(MsgType.Delete, ts, ipc_bytes(batch), headers)))
     return items
+
+
+def _by_shard(vchannels: list[str], keys: pa.Array) -> list[tuple[str, pa.Array]]:
+    """The keys of each vchannel, in one stable sort by shard (one shard: the array as it is)."""
+    if len(vchannels) == 1:
+        return [(vchannels[0], keys)] if len(keys) else []
+    shards = shard_of(keys, len(vchannels))
+    order = np.argsort(shards, kind="stable")
+    bounds = np.searchsorted(shards[order], np.arange(len(vchannels) + 1))
+    return [
+        (ch, keys.take(pa.array(order[bounds[i] : bounds[i + 1]])))
+        for i, ch in enumerate(vchannels)
+        if bounds[i + 1] > bounds[i]
+    ]
 
 
 class DeleteTask(Task):
@@ -96,15 +104,15 @@ class DeleteTask(Task):
         if pks is None:  # any other expression: a Strong query finds the keys (kmilvus.proxy.query)
             parts = [req.partition_name] if req.partition_name else []
             self.keys = (await self.proxy.primary_keys_matching(meta, req.expr, parts)).cast(pk_type)
-        else:
-            self.keys = pa.array(pks, pk_type)
+        else:  # the keys as the parser read them: one typed array, never key by key
+            self.keys = (pks if isinstance(pks, pa.Array) else pa.array(pks)).cast(pk_type)
 
     async def execute(self) -> None:
         meta, proxy, keys = self.meta, self.proxy, self.keys
         assert keys is not None, "pre_execute finds the keys"
         ts = 0
         if len(keys):
-            async with proxy.ticks.publishing(meta.vchannels) as ts:
+            async with proxy.publishing(meta, [self.partition]) as ts:
                 items = delete_messages(meta, keys, ts, self.partition, proxy.cfg.max_message_bytes)
                 await proxy.producer.publish_many(items)
                 if not await proxy.session_valid():
@@ -144,7 +152,7 @@ class UpsertTask(InsertTask):
         if isinstance(keys, pa.ChunkedArray):
             keys = keys.combine_chunks()
         shards = shard_of(keys, len(meta.vchannels))
-        async with proxy.ticks.publishing(meta.vchannels) as ts:
+        async with proxy.publishing(meta, self.partitions()) as ts:
             batch = typeutil.columns_to_record_batch(meta.schema, self.columns, row_ids, ts)
             # As Milvus: the old rows go in the upsert's partition (a key in another partition
             # stays there, and reads return the newest version of a key); with a partition key

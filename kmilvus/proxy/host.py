@@ -10,7 +10,8 @@ mixins derive from `object`, as before.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -56,6 +57,9 @@ class ProxyHost(Protocol):
     # The Proxy (proxy.py).
     async def report_tick_now(self, flush_channels: Sequence[str] = ()) -> None: ...
     async def _dd_call(self, call: Callable[[], Awaitable[Any]], pre: Callable[[], object] | None = None) -> Any: ...
+    def publishing(
+        self, meta: CollectionMeta, partitions: Iterable[int] = ()
+    ) -> AbstractAsyncContextManager[int]: ...  # a write's timestamp, its meta revalidated
 
     # Other mixins.
     async def primary_keys_matching(  # ProxyQueryMixin

@@ -97,6 +97,10 @@ class InsertTask(Task):
                 f"bytes (proxy.maxInsertSize); split it into smaller batches",
             )
 
+    def partitions(self) -> list[int]:
+        """The partition the rows go to (none named in partition key mode: each row's own)."""
+        return [self.partition_id] if self.partition_id else []
+
     async def columns_of(self, n: int) -> dict[int, pa.Array]:
         """The request's columns, checked, with the schema's functions' outputs filled."""
         columns = fielddata.fields_data_to_columns(self.meta.schema, self.req.fields_data, n)
@@ -111,7 +115,7 @@ class InsertTask(Task):
             self.columns[pk.fieldID] = pa.array(row_ids) if pk.data_type == DT.Int64 else pa.array(row_ids.astype(str))
         keys = self.columns[pk.fieldID]
         shards = shard_of(keys, len(meta.vchannels))
-        async with proxy.ticks.publishing(meta.vchannels) as ts:
+        async with proxy.publishing(meta, self.partitions()) as ts:
             batch = typeutil.columns_to_record_batch(meta.schema, self.columns, row_ids, ts)
             items = await self._route(batch, shards, ts)
             await proxy.producer.publish_many(items)

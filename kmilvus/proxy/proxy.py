@@ -6,8 +6,9 @@ RootCoord / DataCoord, which may live in this process or behind gRPC.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
 
@@ -28,7 +29,7 @@ from kmilvus.proxy.index import ProxyIndexMixin
 from kmilvus.proxy.insert import InsertTask, estimate_fields_data_bytes
 from kmilvus.proxy.jobs import ProxyJobsMixin
 from kmilvus.proxy.load import ProxyLoadMixin
-from kmilvus.proxy.meta_cache import MetaCache
+from kmilvus.proxy.meta_cache import CollectionMeta, MetaCache
 from kmilvus.proxy.partitions import ProxyPartitionsMixin
 from kmilvus.proxy.privilege import ProxyRbacMixin, ProxySecurity
 from kmilvus.proxy.query import ProxyQueryMixin
@@ -81,7 +82,7 @@ class Proxy(
         self.pending_insert_bytes = 0
         self.rootcoord = registry.client(roles.ROOTCOORD)
         self.datacoord = registry.client(roles.DATACOORD)
-        self.meta_cache = MetaCache(self.rootcoord)
+        self.meta_cache = MetaCache(self.rootcoord, lambda: self.tso.meta_epoch)
         self.security = ProxySecurity(cfg, self.rootcoord)
         self.tso = TimestampAllocator(self.rootcoord)
         self.ids = IDAllocator(self.rootcoord)
@@ -94,6 +95,16 @@ class Proxy(
         self._tasks = BackgroundTasks()
         self.search_iterators = SearchIterators()
         self.import_visibility = ImportVisibility(registry)
+
+    @contextlib.asynccontextmanager
+    async def publishing(self, meta: CollectionMeta, partitions: Iterable[int] = ()) -> AsyncIterator[int]:
+        """A write's timestamp (`TickSource.publishing` on the collection's vchannels), with its
+        meta checked against the drops committed since it was read (`MetaCache.revalidate`)
+        before anything is published: no Proxy writes into a collection or partition whose drop
+        has answered, whether or not it has heard of the drop yet."""
+        async with self.ticks.publishing(meta.vchannels) as ts:
+            await self.meta_cache.revalidate(meta, partitions)
+            yield ts
 
     async def start(self) -> None:
         # Report a first tick before serving: RootCoord must count this producer before any of

@@ -93,7 +93,9 @@ def _int(params: dict[str, str], key: str) -> int:
 class ProxyQueryMixin(ProxyHost):
     async def primary_keys_matching(self, meta, expr: str, partition_names=()) -> pa.Array:
         """The primary keys of every row `expr` matches (in `partition_names`, or all), read at
-        a fresh timestamp (Delete by expression, as Milvus: query, then delete)."""
+        a fresh timestamp (Delete by expression, as Milvus: query, then delete) — as the
+        QueryNodes' Arrow answers hold them, never through the client's per-value FieldData.
+        The caller has parsed `expr` already."""
         req = milvus_pb2.QueryRequest(
             db_name=meta.db,
             collection_name=meta.name,
@@ -102,12 +104,12 @@ class ProxyQueryMixin(ProxyHost):
             partition_names=list(partition_names),
             consistency_level=common_pb2.ConsistencyLevel.Strong,
         )
-        resp = await self.Query(req)
-        merr.check(resp.status)
-        fd = next(f for f in resp.fields_data if f.field_name == meta.pk.name)
-        if meta.pk.data_type == DT.Int64:
-            return pa.array(fd.scalars.long_data.data, pa.int64())
-        return pa.array(list(fd.scalars.string_data.data), pa.string())
+        results, _ = await self._query_nodes(meta, req, QueryParams(), [meta.pk.fieldID])
+        table = _rows(results, None, 0, [])
+        pk_type = typeutil.arrow_type(meta.pk)
+        if table is None or str(meta.pk.fieldID) not in table.column_names:
+            return pa.array([], pk_type)
+        return table.column(str(meta.pk.fieldID)).combine_chunks().cast(pk_type)
 
     @merr.rpc(milvus_pb2.QueryResults)
     async def Query(self, req: milvus_pb2.QueryRequest, context=None):
@@ -129,10 +131,38 @@ class ProxyQueryMixin(ProxyHost):
             if meta.pk.fieldID not in out_ids:
                 out_ids.insert(0, meta.pk.fieldID)
                 out_names.insert(0, meta.pk.name)
+        results, session_ts = await self._query_nodes(meta, req, qp, out_ids, count, order)
+        out = milvus_pb2.QueryResults(collection_name=meta.name, session_ts=session_ts)
+        if count:
+            fd = out.fields_data.add(type=DT.Int64, field_name=COUNT)
+            fd.scalars.long_data.data.append(sum(r.count for r in results))
+            out.output_fields.append(COUNT)
+            return out
+        table = _rows(results, limit, offset, order)
+        by_id = {f.fieldID: f for f in meta.schema.fields}
+        n = 0 if table is None else table.num_rows
+        for fid in out_ids:
+            f = by_id[fid]
+            if table is not None and str(fid) in table.column_names:
+                col = table.column(str(fid)).combine_chunks()
+            else:
+                col = pa.array([], typeutil.arrow_type(f)) if n == 0 else pa.nulls(n, typeutil.arrow_type(f))
+            fd = fielddata.array_to_field_data(f, col)
+            fd.is_dynamic = f.is_dynamic
+            out.fields_data.append(fd)
+        out.output_fields.extend(out_names)
+        return out
+
+    async def _query_nodes(
+        self, meta, req: milvus_pb2.QueryRequest, qp: QueryParams, out_ids: list[int], count: bool = False, order=()
+    ) -> tuple[list, int]:
+        """The query fanned out to the QueryNodes serving the collection, at the request's
+        guarantee timestamp: their answers, and the session timestamp."""
         nodes, loaded = await read_path.serving_nodes(self, meta)
         parts = read_path.partition_ids(meta, list(req.partition_names), loaded, req.expr, req.expr_template_values)
         ts, mvcc = await read_path.read_timestamps(self, meta, req, qp.iterator)
         ttl_ts = await read_path.collection_ttl_ts(self, meta)
+        limit, offset = qp.limit, qp.offset
         qreq = query_node_pb2.QueryRequest(
             collectionID=meta.id,
             guarantee_ts=ts,
@@ -156,29 +186,16 @@ class ProxyQueryMixin(ProxyHost):
             r.vchannels.extend(chans)
             return await node.Query(r)
 
-        results = await read_path.fan_out(self, nodes, one)
-        out = milvus_pb2.QueryResults(collection_name=meta.name, session_ts=mvcc or ts)
-        if count:
-            fd = out.fields_data.add(type=DT.Int64, field_name=COUNT)
-            fd.scalars.long_data.data.append(sum(r.count for r in results))
-            out.output_fields.append(COUNT)
-            return out
-        tables = [reduce.from_ipc(r.arrow) for r in results if r.arrow]
-        tables = [t for t in tables if t.num_rows]
-        table = reduce.newest_rows(pa.concat_tables(tables, promote_options="default")) if tables else None
-        if table is not None and limit is not None:
-            ranked = orderby.sort_indices(table, order) if order else pc.sort_indices(table.column("pk"))
-            table = table.take(ranked.slice(offset, limit))
-        by_id = {f.fieldID: f for f in meta.schema.fields}
-        n = 0 if table is None else table.num_rows
-        for fid in out_ids:
-            f = by_id[fid]
-            if table is not None and str(fid) in table.column_names:
-                col = table.column(str(fid)).combine_chunks()
-            else:
-                col = pa.array([], typeutil.arrow_type(f)) if n == 0 else pa.nulls(n, typeutil.arrow_type(f))
-            fd = fielddata.array_to_field_data(f, col)
-            fd.is_dynamic = f.is_dynamic
-            out.fields_data.append(fd)
-        out.output_fields.extend(out_names)
-        return out
+        return await read_path.fan_out(self, nodes, one), mvcc or ts
+
+
+def _rows(results, limit: int | None, offset: int, order) -> pa.Table | None:
+    """The QueryNodes' Arrow answers as one table: the newest version of each key, then (with a
+    limit) ordered — by primary key, or ORDER BY's fields — and cut to the page."""
+    tables = [reduce.from_ipc(r.arrow) for r in results if r.arrow]
+    tables = [t for t in tables if t.num_rows]
+    table = reduce.newest_rows(pa.concat_tables(tables, promote_options="default")) if tables else None
+    if table is not None and limit is not None:
+        ranked = orderby.sort_indices(table, order) if order else pc.sort_indices(table.column("pk"))
+        table = table.take(ranked.slice(offset, limit))
+    return table

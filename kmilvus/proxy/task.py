@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from kmilvus.proxy.meta_cache import StaleMeta
 from kmilvus.util.tasks import BackgroundTasks
+
+STALE_META_ATTEMPTS = 3  # a name dropped and created again this often during one write: refused
 
 
 class Task:
@@ -34,9 +37,17 @@ class Task:
 
     async def run(self) -> None:
         try:
-            await self.pre_execute()
-            await self.execute()
-            await self.post_execute()
+            for attempt in range(STALE_META_ATTEMPTS):
+                try:
+                    await self.pre_execute()
+                    await self.execute()
+                    await self.post_execute()
+                    break
+                except StaleMeta:
+                    # Nothing was published: the collection it was prepared for is gone and its
+                    # name is another one's now. From the start, with that one's meta.
+                    if attempt + 1 == STALE_META_ATTEMPTS:
+                        raise
         except BaseException as exc:  # handed to the waiter
             self.notify(exc)
             if isinstance(exc, asyncio.CancelledError):

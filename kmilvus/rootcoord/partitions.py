@@ -7,10 +7,10 @@ it in order with the inserts and keeps it for the DDL binlogs of the next manual
 
 DropPartition follows the DropCollection flow (docs/architecture/drop.md) at partition scope: the collection
 meta without the partition and a resumable task record are ONE etcd transaction; then the
-DropPartition message goes onto the channels (the DataNodes discard the partition's buffers),
-every Proxy's cache entry is invalidated, and DataCoord removes the partition's segments,
-binlogs and delta logs; the task record goes last. The running RootCoord drives that tail to
-its end (`drop_tasks`), a restarted one resumes it.
+DropPartition message goes onto the channels (the DataNodes discard the partition's buffers) and
+the call answers. The tail: every Proxy's cache entry is invalidated, and DataCoord removes the
+partition's segments, binlogs and delta logs; the task record goes last. The running RootCoord
+drives that tail to its end (`drop_tasks`), a restarted one resumes it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from kmilvus.meta import Cmp, Op
 from kmilvus.meta import catalog as keys
 from kmilvus.msgstream import MsgType
 from kmilvus.proto import data_coord_pb2, internal_pb2
-from kmilvus.rootcoord.drop_tasks import DropTask
+from kmilvus.rootcoord.drop_tasks import TAIL_DEFER, DropTask
 from kmilvus.schemautil import validate_name
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
@@ -117,6 +117,7 @@ class PartitionMixin(RootCoordHost):
         await self._commit_collection(info, [Op.put(task_key, task.SerializeToString())])
         failpoint("rootcoord.drop_partition.after_meta_txn")
         self._cache(info)
+        self.dropped(task.drop_time)
         return self._start_partition_drop(task)
 
     def _start_partition_drop(self, task: internal_pb2.DropPartitionTask) -> DropTask:
@@ -130,21 +131,25 @@ class PartitionMixin(RootCoordHost):
                 f"{coll.schema.name}.{part.partitionName} ({part.partitionID})",
                 lambda: self._broadcast_drop_partition(task),
                 lambda: self._drop_partition_data(task),
+                defer=TAIL_DEFER,
             ),
         )
 
     async def _broadcast_drop_partition(self, task: internal_pb2.DropPartitionTask) -> None:
-        """DropPartition onto the collection's channels, then every Proxy forgets the collection."""
+        """DropPartition onto the collection's channels: the last step the caller waits for."""
         await afailpoint("rootcoord.drop_partition.broadcast")
         info = task.collection
         async with self.ticks.publishing() as ts:
             await self._publish_ddl(
                 info, ts, MsgType.DropPartition, _partition_msg(internal_pb2.DropPartitionMsg, info, task.partition)
             )
-        await self._invalidate_proxies(info)
 
     async def _drop_partition_data(self, task: internal_pb2.DropPartitionTask) -> None:
-        """After the broadcast: DataCoord removes the partition's data (idempotent)."""
+        """After the answer: every Proxy forgets the collection's meta (one that does not hear of
+        it publishes nothing into the partition: `meta_epoch`), then DataCoord removes the
+        partition's data (each idempotent)."""
+        await afailpoint("rootcoord.drop_partition.tail")
+        await self._invalidate_proxies(task.collection)
         merr.check(
             await self.registry.client(roles.DATACOORD).DropPartition(
                 data_coord_pb2.DropPartitionRequest(

@@ -28,7 +28,7 @@ from kmilvus.rootcoord.aliases import AliasMixin
 from kmilvus.rootcoord.alter import AlterMixin, check_collection_property
 from kmilvus.rootcoord.credentials import CredentialMixin
 from kmilvus.rootcoord.databases import DatabaseMixin
-from kmilvus.rootcoord.drop_tasks import DropTask, DropTasks
+from kmilvus.rootcoord.drop_tasks import TAIL_DEFER, DropTask, DropTasks
 from kmilvus.rootcoord.partitions import PartitionMixin
 from kmilvus.rootcoord.privilege_groups import PrivilegeGroupMixin
 from kmilvus.rootcoord.rbac import RbacMixin
@@ -88,11 +88,16 @@ class RootCoord(
         self._ddl_lock = asyncio.Lock()
         self._tasks = BackgroundTasks()
         self.drops = DropTasks(self._spawn)
+        # Grows (to the drop's timestamp) when a drop commits, and at start: every allocation
+        # answers with it, so a Proxy whose cached meta predates a drop finds out before it
+        # publishes, without RootCoord waiting on every Proxy (docs/architecture/drop.md).
+        self.meta_epoch = 0
         self.leader_check: Callable[[], Awaitable[bool]] = _leader_unknown  # Node sets its lock's check
 
     # Lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         await self.tso.initialize()
+        self.meta_epoch = await self.tso.alloc()  # above every drop of a predecessor
         await self.ids.initialize()
         await self._load_databases()
         metrics.ROOTCOORD_COLLECTION_NUM.source = self._collection_counts
@@ -206,7 +211,9 @@ class RootCoord(
         await self._check_leader()
         if req.producerID and self._tt_sync is not None:
             self.tt_sync.allocating(req.producerID)  # before: no tick from now on passes it
-        return internal_pb2.AllocTimestampResponse(timestamp=await self.tso.alloc(n), count=n)
+        return internal_pb2.AllocTimestampResponse(
+            timestamp=await self.tso.alloc(n), count=n, meta_epoch=self.meta_epoch
+        )
 
     @merr.rpc(internal_pb2.AllocIDResponse)
     async def AllocID(self, req, context=None):
@@ -466,7 +473,12 @@ class RootCoord(
             raise merr.MilvusError(merr.SERVICE_INTERNAL, f"collection {name} changed during drop")
         failpoint("rootcoord.drop.after_meta_txn")
         self._uncache(info)
+        self.dropped(info.drop_time)
         return self._start_drop(info)
+
+    def dropped(self, drop_time: int) -> None:
+        """A drop committed: meta read before it may name what is gone (`meta_epoch`)."""
+        self.meta_epoch = max(self.meta_epoch, drop_time)
 
     def _start_drop(self, info: internal_pb2.CollectionInfo) -> DropTask:
         task = DropTask(
@@ -476,11 +488,13 @@ class RootCoord(
             f"{info.db_name or DEFAULT_DB}.{info.schema.name} ({info.ID})",
             lambda: self._broadcast_drop(info),
             lambda: self._drop_data(info),
+            defer=TAIL_DEFER,
         )
         return self.drops.start(("collection", info.db_name or DEFAULT_DB, info.schema.name), task)
 
     async def _broadcast_drop(self, info: internal_pb2.CollectionInfo) -> None:
-        """DropCollection onto the msgstream, release, invalidate every Proxy (docs/architecture/drop.md)."""
+        """DropCollection onto the msgstream (durable once JetStream acknowledged it): the last
+        step the caller waits for (docs/architecture/drop.md)."""
         await afailpoint("rootcoord.drop.broadcast")
         async with self.ticks.publishing() as ts:
             await self._publish_ddl(
@@ -491,15 +505,6 @@ class RootCoord(
                     db_name=info.db_name, collectionName=info.schema.name, collectionID=info.ID
                 ),
             )
-        # ReleaseCollection on QueryCoord does not block the caller (as in Milvus).
-        self._spawn(self._release(info), f"release-{info.ID}")
-        await self._invalidate_proxies(info)
-
-    async def _release(self, info: internal_pb2.CollectionInfo) -> None:
-        try:
-            await self._release_or_raise(info)
-        except Exception as exc:  # noqa: BLE001 - the drop task releases again until it succeeds
-            log.warning("release collection failed", id=info.ID, error=str(exc))
 
     async def _release_or_raise(self, info: internal_pb2.CollectionInfo) -> None:
         qc = self.registry.client(roles.QUERYCOORD)
@@ -518,7 +523,12 @@ class RootCoord(
                 log.warning("invalidate meta cache failed", proxy=sid, error=str(r))
 
     async def _drop_data(self, info: internal_pb2.CollectionInfo) -> None:
-        """After the broadcast: QueryCoord releases, DataCoord removes the data (both idempotent)."""
+        """After the answer: every Proxy forgets the collection (a Proxy that does not hear of it
+        still publishes nothing into it: `meta_epoch`), QueryCoord releases, DataCoord removes
+        the data (each idempotent). ReleaseCollection on QueryCoord does not block the caller
+        (as in Milvus)."""
+        await afailpoint("rootcoord.drop.tail")
+        await self._invalidate_proxies(info)
         await self._release_or_raise(info)
         datacoord = self.registry.client(roles.DATACOORD)
         merr.check(
