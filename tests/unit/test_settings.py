@@ -80,7 +80,8 @@ def test_config_fields_are_read_from_the_environment(monkeypatch):
 def test_every_setting_the_deployment_sets_is_read():
     set_by = names_set()
     assert {"KMILVUS_CLUSTER", "KMILVUS_ETCD_ENDPOINT", "KMILVUS_SPARK_IMAGE"} <= set(set_by)
-    unread = {name: sorted(files) for name, files in set_by.items() if name not in names_read()}
+    read = names_read()
+    unread = {name: sorted(files) for name, files in set_by.items() if name not in read}
     assert unread == {}, f"set in charts/ or operator/ but read by no code: {unread}"
 
 
