@@ -36,6 +36,9 @@ from kmilvus.util.embedded import ChildServer, free_port, start_etcd, start_nats
 from tests.util import wait_until
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# faiss' OpenMP threads sleep while they wait for work instead of spinning: on a machine whose
+# cores are shared, spinning threads starve everything else (read before faiss loads, so here).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "system", "operator", "deploy")  # in the order they run
