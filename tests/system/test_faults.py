@@ -13,6 +13,7 @@ from pymilvus import Collection, connections
 from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus.datacoord.verify import committed_keys_at
+from kmilvus.msgstream import pchannel_of
 from kmilvus.util.embedded import free_port
 from tests.flushutil import batch, bench_schema
 from tests.harness import ProcessNode, make_config
@@ -29,6 +30,11 @@ def committed_keys(cfg, coll_id: int) -> np.ndarray:
     return asyncio.run(committed_keys_at(cfg.etcd_endpoints[0], cfg.cluster, cfg.storage_uri, coll_id))
 
 
+def _trimmed_to_stored_checkpoints(dc) -> bool:
+    stored = dict(dc.meta.stored_checkpoints)
+    return bool(stored) and all(dc.trimmer.purged.get(pchannel_of(ch), 1) > seq for ch, seq in stored.items())
+
+
 def _check_exactly_once(node, coll: Collection, coll_id: int, acked: list[int]) -> None:
     pk = committed_keys(node.cfg, coll_id)
     assert len(pk) == len(np.unique(pk)), "a primary key was written twice"
@@ -41,7 +47,8 @@ def test_pressure_write_racing_flush_of_same_segment_loses_nothing(node_factory,
     """A memory-pressure write W1 of segment S is in flight when FlushSegments(S) takes
     S's newer buffer. W1's checkpoint must still hold the newer rows back, so a DataNode killed
     before the final write commits loses nothing."""
-    node = node_factory(roles=COORDS_AND_PROXY, insert_buffer_size_mb=2)
+    # No stream retention: DataCoord trims the stream right below the checkpoints it stores.
+    node = node_factory(roles=COORDS_AND_PROXY, insert_buffer_size_mb=2, stream_retention_seconds=0)
     log1 = tmp_path / "dn1.log"
     dn1 = ProcessNode(node.cfg, ("datanode",), log1).start(
         wait_for="component started", failpoints="datanode.save.pressure=sleep(3),datanode.save.flush"
@@ -61,7 +68,7 @@ def test_pressure_write_racing_flush_of_same_segment_loses_nothing(node_factory,
             acked += ids
             start += 1000
             assert start < 100_000, "no pressure write happened"
-            time.sleep(0.05)
+            time.sleep(0.05)  # paced: the write starts in the background
         # While W1 stalls: newer rows into the same segment, then a flush takes them.
         ids, vecs, tags = batch(start, 500)
         coll.insert([ids, vecs, tags])
@@ -71,7 +78,10 @@ def test_pressure_write_racing_flush_of_same_segment_loses_nothing(node_factory,
         # W1 commits (with its checkpoint), then the final write reaches the kill failpoint.
         wait_until(lambda: dn1.proc.poll() is not None, timeout=60, what="DataNode killed at datanode.save.flush")
         assert "datanode.save.flush" in log1.read_text()
-        time.sleep(1.5)  # DataCoord persists checkpoints and trims the stream every second
+        # DataCoord stores W1's checkpoint (with its binlogs) and trims the stream below it: were
+        # it past the newer rows, they would be gone from the stream before a DataNode replays it.
+        dc = node.component("datacoord")
+        wait_until(lambda: _trimmed_to_stored_checkpoints(dc), 30, what="the stream trimmed to the stored checkpoints")
         dn2 = ProcessNode(node.cfg, ("datanode",), tmp_path / "dn2.log").start(wait_for="component started")
         flusher.join(120)
         assert not flusher.is_alive()
@@ -130,7 +140,7 @@ def _pause(proc: ProcessNode, seconds: float) -> None:
     import signal
 
     os.killpg(proc.proc.pid, signal.SIGSTOP)
-    time.sleep(seconds)
+    time.sleep(seconds)  # the pause is the fault
     os.killpg(proc.proc.pid, signal.SIGCONT)
 
 
@@ -321,7 +331,7 @@ def test_storage_unavailable_mid_flush_keeps_every_row_and_the_flush_finishes(no
             ids, vecs, tags = batch(start, 1000)
             coll.insert([ids, vecs, tags])
             acked += ids
-        time.sleep(2)
+        time.sleep(2)  # time for a flush that wrongly finished without storage to say so
         assert not done.is_set(), "a flush cannot finish while storage is away"
         storage.unlink()
         aside.rename(storage)
