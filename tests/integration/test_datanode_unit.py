@@ -8,6 +8,7 @@ import types
 import pytest
 
 from kmilvus.datanode.data_node import DataNode
+from tests.util import eventually
 
 
 class _Flowgraph:
@@ -106,7 +107,7 @@ async def test_a_write_task_cancelled_by_shutdown_still_ends(monkeypatch):
 
     async def save(req):
         started.set()
-        await asyncio.sleep(3600)
+        await asyncio.sleep(3600)  # a save that never answers: only the cancellation ends it
 
     task = asyncio.create_task(_committing(monkeypatch, save))
     await started.wait()
@@ -134,10 +135,7 @@ async def test_one_ticks_reports_go_to_datacoord_in_one_message(nats_url, root):
     for i, fg in enumerate(fgs):
         await node.report_tt(fg, 100, internal_pb2.MsgPosition(channel_name=fg.vchannel, seq=10 + i))
     await stream.nc.flush()
-    for _ in range(50):
-        if got:
-            break
-        await asyncio.sleep(0.02)
+    await eventually(lambda: got, 5, "the tick reports")
     await sub.unsubscribe()
     await stream.close()
     assert len(got) == 1

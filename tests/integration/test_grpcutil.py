@@ -13,8 +13,13 @@ from kmilvus.util.grpcutil import RemoteClient
 
 
 class _Servicer(milvus_pb2_grpc.MilvusServiceServicer):
+    def __init__(self) -> None:
+        self.in_flight = asyncio.Event()
+        self.answer = asyncio.Event()
+
     async def GetVersion(self, request, context):
-        await asyncio.sleep(0.5)  # a call in flight while another one fails
+        self.in_flight.set()
+        await self.answer.wait()  # a call in flight while another one fails
         return milvus_pb2.GetVersionResponse(version="slow")
 
     async def CheckHealth(self, request, context):
@@ -27,16 +32,18 @@ async def test_a_peer_unavailable_for_one_call_does_not_cancel_the_calls_in_flig
     retry loop (`except Exception`) does not catch: a binlog was written, never committed and its
     rows lost."""
     server = grpc.aio.server()
-    milvus_pb2_grpc.add_MilvusServiceServicer_to_server(_Servicer(), server)
+    servicer = _Servicer()
+    milvus_pb2_grpc.add_MilvusServiceServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     client = RemoteClient(None, "test", milvus_pb2_grpc.MilvusServiceStub, address=f"127.0.0.1:{port}", retries=2)
     try:
         slow = asyncio.create_task(client.GetVersion(milvus_pb2.GetVersionRequest()))
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(servicer.in_flight.wait(), 10)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await client.CheckHealth(milvus_pb2.CheckHealthRequest())
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        servicer.answer.set()
         assert (await slow).version == "slow"
         assert (await client.GetVersion(milvus_pb2.GetVersionRequest())).version == "slow"  # reconnected
     finally:

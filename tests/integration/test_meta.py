@@ -11,6 +11,7 @@ from kmilvus.meta import Cmp, EtcdKV, Op
 from kmilvus.sessionutil import Session, list_sessions, watch_sessions
 from kmilvus.tso import GlobalTSOAllocator, physical_ms
 from kmilvus.tso.allocator import now_ms
+from tests.util import eventually
 
 
 @pytest.fixture
@@ -108,11 +109,11 @@ async def test_session_expires_when_keepalive_stops(kv):
     s = Session(kv, "proxy", "127.0.0.1:3", ttl=1)
     await s.register()
     s._keeper.stop()  # the process "dies": nobody refreshes the lease
-    for _ in range(60):
-        if not await list_sessions(kv, "proxy"):
-            break
-        await asyncio.sleep(0.1)
-    assert await list_sessions(kv, "proxy") == {}
+
+    async def expired() -> bool:
+        return await list_sessions(kv, "proxy") == {}
+
+    await eventually(expired, 6, "the session to expire with its lease")
 
 
 async def test_leader_lock_is_held_by_one_process_at_a_time(kv):
@@ -121,7 +122,7 @@ async def test_leader_lock_is_held_by_one_process_at_a_time(kv):
     a, b = LeaderLock(kv, "coordinators", ttl=1), LeaderLock(kv, "coordinators", ttl=1)
     await a.acquire()
     waiter = asyncio.create_task(b.acquire(poll=0.05))
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # ten of b's polls: none may take the lock a holds
     assert not waiter.done()  # b waits while a holds it
     await a.release()
     await asyncio.wait_for(waiter, 5)  # then b gets it
@@ -201,7 +202,7 @@ async def test_session_whose_lease_expired_is_lost_not_silently_reregistered(kv)
     await s.register()
     await kv.revoke(s.lease)
     await asyncio.wait_for(s.lost.wait(), 10)
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # a session that re-registered by itself would be listed by now
     assert await list_sessions(kv, "datanode") == {}
     await s.stop()
 
@@ -220,7 +221,7 @@ async def test_a_busy_event_loop_keeps_its_session_and_its_leader_lock(kv):
     lock = LeaderLock(kv, "indexcoord", ttl=1)
     await lock.acquire()
     time.sleep(3.0)  # noqa: ASYNC251 - the event loop does CPU work for three TTLs without yielding
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # the loop runs again: a loss noticed meanwhile would be set now
     assert not s.lost.is_set() and s.valid()
     assert s.server_id in await list_sessions(kv, "datanode")
     assert not lock.lost.is_set() and lock.valid()

@@ -25,6 +25,7 @@ from kmilvus.msgstream import (
     vchannel_name,
 )
 from kmilvus.msgstream.message import H_CHUNK, H_CHUNK_ID, H_CHUNK_START, nats_headers
+from tests.util import eventually
 
 MiB = 1024 * 1024
 
@@ -318,7 +319,7 @@ async def test_a_consumer_waiting_for_messages_is_cancelled_even_as_one_arrives(
     c = await ms.consume(vch(root, 1))
     try:
         task = asyncio.create_task(c.next())
-        await asyncio.sleep(0.05)  # blocked in the wait for messages
+        await eventually(lambda: c._wake._waiters, 5, "the consumer blocked in its wait for messages")
         c._wake.set()  # a message arrives ...
         await asyncio.sleep(0)  # ... the wait completes ...
         task.cancel()  # ... and the owner cancels before the loop resumes
@@ -422,9 +423,9 @@ async def test_a_target_not_read_pauses_its_pchannel_at_its_bound(ms, root, monk
     last_b = await p.publish(b, Msg(MsgType.Insert, 100, b"b"))
     ta = await ms.dispatch(a, name="dn")
     tb = await ms.dispatch(b, after_seq=last_b - 1, name="dn")
-    await asyncio.sleep(0.5)
-    assert 8 <= len(ta._queue) <= 8 + 4  # paused at the bound (plus at most one batch)
+    await eventually(lambda: len(ta._queue) >= 8, 10, "a's queue filled to its bound")
     assert await tb.next(0.2) is None  # b's message is behind a's: it waits with them
+    assert 8 <= len(ta._queue) <= 8 + 4  # meanwhile paused at the bound (plus at most one batch)
     got = await drain(ta, 40)
     assert [m.timestamp for m in got] == list(range(1, 41))
     assert (await tb.next(2)).position.seq == last_b
@@ -455,11 +456,11 @@ async def test_a_pchannel_tick_goes_to_busy_and_named_vchannels_and_now_and_then
     assert [m.position.seq for m in await drain(targets[busy], 3)] == [data, second, third]  # active
     assert [m.position.seq for m in await drain(targets[named], 1)] == [second]  # named once
     assert await targets[idle].next(0.1) is None  # skipped: the next one it gets promises as much
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # ACTIVE_FOR passes: busy is idle again
     await p.publish(p0, Msg(MsgType.TimeTick, 14))
     assert await targets[busy].next(0.2) is None  # nothing of its own for ACTIVE_FOR
     assert await targets[named].next(0.01) is None and await targets[idle].next(0.01) is None
-    await asyncio.sleep(started + 1.6 - asyncio.get_running_loop().time())
+    await asyncio.sleep(started + 1.6 - asyncio.get_running_loop().time())  # idle_tick_interval passes
     last = await p.publish(p0, Msg(MsgType.TimeTick, 15))  # the idle interval has passed
     for t in targets.values():
         got = await drain(t, 1)

@@ -181,7 +181,7 @@ def test_delete_bad_input_writes_nothing(node, client):
         client.delete("nosuch", filter="id in [1]")
     assert e.value.code == 100
     client.flush("bad")
-    time.sleep(1.5)
+    time.sleep(1.5)  # past DELTA_SYNC_SECONDS: a delete buffered by mistake would be written by now
     assert _deltas(node, coll).num_rows == 0
     assert client.get_collection_stats("bad")["row_count"] == 20
 
@@ -280,7 +280,7 @@ class Deleter(threading.Thread):
                 self.acked.extend(ids)
             except Exception:  # noqa: BLE001 - an unacknowledged delete may or may not be kept
                 self.failed += 1
-            time.sleep(0.005)
+            time.sleep(0.005)  # paced: deletes go on while the DataNode is killed
 
 
 def test_datanode_sigkill_with_buffered_deletes_keeps_each_once(node_factory, tmp_path):

@@ -16,6 +16,7 @@ from kmilvus.storage import ObjectStore
 from kmilvus.util.embedded import free_port
 from tests.flushutil import batch, bench_schema
 from tests.harness import ProcessNode, make_config
+from tests.util import wait_until
 
 IGNORED = ("tso/", "id/", "session/")
 COORDS = ("rootcoord", "datacoord", "querycoord")
@@ -102,15 +103,15 @@ def fill(uri, name="victim", rows=50_000, unflushed=1_000):
 
 
 def assert_nothing_left(cluster, keys_before, files_before, vchannels, within=5.0):
-    deadline = time.monotonic() + within
-    while True:
+    def left() -> tuple[list, list, list]:
         keys, files, cons = etcd_keys(cluster.cfg), storage_tree(cluster.cfg), consumers(cluster.cfg, vchannels)
-        if keys == keys_before and files == files_before and not cons:
-            break
-        if time.monotonic() > deadline:
-            extra = sorted(set(keys) - set(keys_before))
-            raise AssertionError(f"left behind after {within}s: keys={extra[:10]} files={files[:10]} consumers={cons}")
-        time.sleep(0.1)
+        return sorted(set(keys) ^ set(keys_before)), sorted(set(files) ^ set(files_before)), cons
+
+    def left_behind() -> str:
+        keys, files, cons = left()
+        return f"nothing left behind: keys={keys[:10]} files={files[:10]} consumers={cons}"
+
+    wait_until(lambda: not any(left()), within, 0.1, left_behind)
     for name in ("p1", "p2"):
         c = MilvusClient(uri=cluster.proxy_uri(name))
         try:

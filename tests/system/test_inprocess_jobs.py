@@ -25,6 +25,7 @@ from kmilvus.spark.inprocess import InProcessRunner, RoutingRunner, job_module
 from kmilvus.spark.runner import JobRunner, JobState, JobStatus
 from kmilvus.storage import ObjectStore, read_segment
 from kmilvus.util import typeutil
+from tests.util import wait_until
 
 DIM = 4
 
@@ -197,13 +198,13 @@ def test_bulk_import_through_pymilvus_runs_in_process(node, tmp_path):
             ),
         )
         task = utility.do_bulk_insert("fast", files=[str(f)], using=alias)
-        deadline = time.monotonic() + 60
-        while (st := utility.get_bulk_insert_state(task, using=alias)).state not in (
-            BulkInsertState.ImportCompleted,
-            BulkInsertState.ImportFailed,
-        ):
-            assert time.monotonic() < deadline, st.infos
-            time.sleep(0.05)
+        ended = (BulkInsertState.ImportCompleted, BulkInsertState.ImportFailed)
+        st = wait_until(
+            lambda: (st := utility.get_bulk_insert_state(task, using=alias)).state in ended and st,
+            60,
+            0.05,
+            lambda: f"the import to end: {utility.get_bulk_insert_state(task, using=alias).infos}",
+        )
         assert st.state == BulkInsertState.ImportCompleted, st.infos
         assert st.row_count == 10_000 and client.get_collection_stats("fast")["row_count"] == 10_000
         job = node.component("datacoord").jobs.imports.jobs[task]
@@ -221,7 +222,7 @@ def test_event_loop_free_while_a_job_runs(tmp_path):
         handle = await runner.submit(_app(tmp_path, [_parquet(tmp_path / "a.parquet", 20_000)]))
         ticks = 0
         while not (await runner.state(handle)).state.terminal:
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)  # a tick of the loop: counted while the job runs
             ticks += 1
         return ticks
 
@@ -270,10 +271,12 @@ def test_an_import_is_reported_completed_only_once_its_segments_are_registered(n
             ),
         )
         task = utility.do_bulk_insert("seen", files=[str(f)], using=alias)
-        deadline = time.monotonic() + 60
-        while utility.get_bulk_insert_state(task, using=alias).state != BulkInsertState.ImportCompleted:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(
+            lambda: utility.get_bulk_insert_state(task, using=alias).state == BulkInsertState.ImportCompleted,
+            60,
+            0.05,
+            "the import completed",
+        )
         assert client.get_collection_stats("seen")["row_count"] == 1000
         assert task not in seen
     finally:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import ssl
-import time
 import uuid
 
 import grpc
@@ -17,6 +16,7 @@ from pymilvus import MilvusClient
 from pymilvus.exceptions import MilvusException
 
 from tests.system.test_security import certs  # noqa: F401 - the certificates fixture
+from tests.util import wait_until
 
 DIM = 8
 
@@ -42,13 +42,11 @@ def ok(c: httpx.Client, path: str, body=None, **kw):
 
 def wait_loaded(c: httpx.Client, name: str, **body) -> None:
     """Loading is asynchronous: follow get_load_state until Loaded (as a client does)."""
-    deadline = time.monotonic() + 60
-    while True:
-        data = ok(c, "/collections/get_load_state", {"collectionName": name, **body})
-        if data["loadState"] == "LoadStateLoaded":
-            return
-        assert time.monotonic() < deadline, data
-        time.sleep(0.05)
+
+    def state() -> dict:
+        return ok(c, "/collections/get_load_state", {"collectionName": name, **body})
+
+    wait_until(lambda: state()["loadState"] == "LoadStateLoaded", 60, 0.05, lambda: f"{name} loaded: {state()}")
 
 
 def create_flat(c: httpx.Client, name: str, schema: dict, index: str) -> None:
@@ -553,26 +551,24 @@ def test_pymilvus_bulk_import_from_s3(node_factory, moto_endpoint):
         resp = bulk_import(url=n.rest_uri, collection_name="imp", files=files, api_key="")
         job = resp.json()["data"]["jobId"]
         assert isinstance(job, str) and int(job) > 0
-        deadline = time.monotonic() + 180
-        while True:
+
+        def completed() -> dict | None:
             progress = get_import_progress(url=n.rest_uri, job_id=job).json()["data"]
             assert progress["state"] != "Failed", progress
-            if progress["state"] == "Completed":
-                break
-            assert time.monotonic() < deadline, progress
-            time.sleep(0.2)
+            return progress if progress["state"] == "Completed" else None
+
+        progress = wait_until(completed, 180, 0.2, "the import completed")
         assert progress["progress"] == 100 and progress["collectionName"] == "imp"
         assert progress["importedRows"] == 500 and progress["totalRows"] == 500
         assert [d["fileName"] for d in progress["details"]] == [f[0] for f in files]
         records = list_import_jobs(url=n.rest_uri, collection_name="imp").json()["data"]["records"]
         assert [(r["jobId"], r["state"], r["progress"]) for r in records] == [(job, "Completed", 100)]
+
         # the imported rows are served: query until the loaded collection has them
-        while True:
-            count = ok(rest, "/entities/query", {"collectionName": "imp", "outputFields": ["count(*)"]})
-            if count == [{"count(*)": 500}]:
-                break
-            assert time.monotonic() < deadline, count
-            time.sleep(0.2)
+        def count() -> list:
+            return ok(rest, "/entities/query", {"collectionName": "imp", "outputFields": ["count(*)"]})
+
+        wait_until(lambda: count() == [{"count(*)": 500}], 180, 0.2, lambda: f"the rows served: {count()}")
         got = ok(rest, "/entities/get", {"collectionName": "imp", "id": [7], "outputFields": ["tag", "vec"]})
         assert got[0]["tag"] == "t3" and np.array_equal(np.asarray(got[0]["vec"], np.float32), vecs[7])
         # an unknown job, a job ID that is no number: Milvus' import error (2100)

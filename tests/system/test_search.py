@@ -292,7 +292,7 @@ def test_a_read_on_an_idle_collection_asks_for_the_tick_it_waits_for(node_factor
         client.insert("idle", rows(0, 300, np.random.default_rng(3)))
         client.load_collection("idle")
         # Strong: a fresh timestamp; Bounded: 5 s of staleness, so the last tick must be older.
-        time.sleep(1.5 if level == "Strong" else 6.5)
+        time.sleep(1.5 if level == "Strong" else 6.5)  # the channel's last tick ages
         res = client.query("idle", filter="id >= 0", output_fields=["count(*)"], consistency_level=level, timeout=20)
         assert res[0]["count(*)"] == 300
         client.delete("idle", filter="id < 100")

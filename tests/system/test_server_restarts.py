@@ -49,7 +49,7 @@ class Inserter(threading.Thread):
                 self.acked.extend(ids)
             except Exception:  # noqa: BLE001 - outcome unknown: stored at most once
                 self.unknown.extend(ids)
-                time.sleep(0.1)
+                time.sleep(0.1)  # a pause between attempts while a server is away
             start += BATCH
 
     def wait_more(self, n: int, what: str) -> None:
@@ -118,7 +118,7 @@ def test_nats_then_etcd_restart_mid_insert_keeps_every_acked_row_once(own_server
         ins.start()
         ins.wait_more(2 * BATCH, "inserts before the NATS restart")  # ~2 MB: under the 4 MB buffer
         ports = kill(own_servers, "nats")
-        time.sleep(1.0)
+        time.sleep(1.0)  # the outage
         start_again(own_servers, "nats", ports, tmp_path)
         ins.wait_more(6 * BATCH, "inserts after the NATS restart")  # a backlog past the buffer size
         (fg,) = datanode.flowgraphs.values()
@@ -131,7 +131,7 @@ def test_nats_then_etcd_restart_mid_insert_keeps_every_acked_row_once(own_server
             timeout=30,
             what="the DataNode consuming again",
         )
-        time.sleep(4.0)
+        time.sleep(4.0)  # the outage outlasts RootCoord's ID window
         start_again(own_servers, "etcd", ports, tmp_path)
         ins.wait_more(10 * BATCH, "inserts after the etcd restart")
         ins.stop_flag.set()
@@ -169,7 +169,7 @@ async def register_when_etcd_is_back(session: Session) -> None:
         except Exception:  # etcd's port refuses connections for a moment
             if attempt == 99:
                 raise
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # a pause between attempts
 
 
 async def test_session_watch_survives_an_etcd_restart(own_servers, root, tmp_path):
@@ -189,7 +189,7 @@ async def test_session_watch_survives_an_etcd_restart(own_servers, root, tmp_pat
         await first.register()
         assert await asyncio.wait_for(events.get(), 10) == ("add", 1)
         ports = kill(own_servers, "etcd")
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # the outage
         await asyncio.to_thread(start_again, own_servers, "etcd", ports, tmp_path)
         await register_when_etcd_is_back(second)
         await first.stop()  # revokes its lease: the key is deleted
@@ -213,12 +213,12 @@ async def test_a_standby_outlives_an_etcd_restart_and_takes_over_later(own_serve
     try:
         await leader.acquire()
         waiting = asyncio.create_task(standby.acquire(poll=0.05))
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # the standby polls a while before the outage ...
         ports = kill(own_servers, "etcd")
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # ... through it ...
         assert not waiting.done()
         await asyncio.to_thread(start_again, own_servers, "etcd", ports, tmp_path)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # ... and after it
         assert not waiting.done(), "the standby must keep waiting while the leader holds the lock"
         await leader.release()
         await asyncio.wait_for(waiting, 30)

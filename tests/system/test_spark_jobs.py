@@ -35,7 +35,7 @@ from kmilvus.spark import application
 from kmilvus.spark.runner import JobState, LocalSparkRunner
 from kmilvus.storage import binlog, paths, read_segment
 from kmilvus.util import typeutil
-from tests.util import wait_until
+from tests.util import eventually, wait_until
 
 pytestmark = pytest.mark.spark
 JOBS_DIR = str(application.jobs_dir())
@@ -111,17 +111,17 @@ def orm(node):
 
 
 def _wait_import(task_id: int, alias: str, timeout: float = IMPORT_TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while True:
-        st = utility.get_bulk_insert_state(task_id, using=alias)
-        if st.state in (
-            BulkInsertState.ImportCompleted,
-            BulkInsertState.ImportFailed,
-            BulkInsertState.ImportFailedAndCleaned,
-        ):
-            return st
-        assert time.monotonic() < deadline, f"import {task_id} still {st.state_name}: {st.infos}"
-        time.sleep(0.3)
+    ended = (BulkInsertState.ImportCompleted, BulkInsertState.ImportFailed, BulkInsertState.ImportFailedAndCleaned)
+
+    def state():
+        return utility.get_bulk_insert_state(task_id, using=alias)
+
+    return wait_until(
+        lambda: (st := state()).state in ended and st,
+        timeout,
+        0.3,
+        lambda: f"import {task_id} to end: still {(st := state()).state_name}: {st.infos}",
+    )
 
 
 def _coll_id(client: MilvusClient, name: str) -> int:
@@ -368,7 +368,7 @@ def test_drop_collection_during_compaction_leaves_nothing(node_factory):
         import psutil
 
         assert not psutil.pid_exists(handle["pid"]) or psutil.Process(handle["pid"]).status() == psutil.STATUS_ZOMBIE
-        time.sleep(1.0)
+        time.sleep(1.0)  # a writer left behind would have written files by now
         assert n.call(store.list(paths.insert_log_prefix(coll))) == []
         assert coll not in {j.collectionID for j in dc.compactions.jobs.values()}
     finally:
@@ -655,15 +655,17 @@ async def test_local_runner_states_and_cancel(tmp_path):
     slow = await runner.submit(app("slow", sleep=60, rc=0))
     assert (await runner.state(ok)).state in (JobState.SUBMITTED, JobState.RUNNING, JobState.COMPLETED)
     for h, want in ((ok, JobState.COMPLETED), (bad, JobState.FAILED)):
-        deadline = time.monotonic() + 60
-        while not (st := await runner.state(h)).state.terminal:
-            assert time.monotonic() < deadline
-            await __import__("asyncio").sleep(0.2)
+
+        async def ended(h=h):
+            return (st := await runner.state(h)).state.terminal and st
+
+        st = await eventually(ended, 60, f"the job to end {want.name}", interval=0.2)
         assert st.state == want, st
-    deadline = time.monotonic() + 60
-    while (await runner.state(slow)).state != JobState.RUNNING:
-        assert time.monotonic() < deadline
-        await __import__("asyncio").sleep(0.2)
+
+    async def running() -> bool:
+        return (await runner.state(slow)).state == JobState.RUNNING
+
+    await eventually(running, 60, "the slow job running", interval=0.2)
     import psutil
 
     tree = [slow["pid"]] + [c.pid for c in psutil.Process(slow["pid"]).children(recursive=True)]

@@ -64,8 +64,8 @@ def stop_and_check_clean(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 0
     assert time.monotonic() - t0 < 10
-    time.sleep(0.2)
-    alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    _, left = psutil.wait_procs(children, timeout=5)  # its children end with it
+    alive = [c for c in left if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"left running: {[c.name() for c in alive]}"
 
 

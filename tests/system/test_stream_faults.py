@@ -5,7 +5,6 @@ interleavings are forced with failpoints."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import nats.js.errors
@@ -173,11 +172,13 @@ def test_a_delegator_that_starts_reading_after_its_deletes_were_trimmed_never_sh
         assert vchannel not in served.get(coll_id, ()), "the QueryNode read before the trim: nothing reproduced"
         loader.join(120)
         assert not loader.is_alive()
-        deadline = time.monotonic() + 90
-        while (got := _strong_ids(c)) is None or len(got) != 900:
+
+        def settled() -> list[int] | None:
+            got = _strong_ids(c)
             assert got is None or not any(i < 100 for i in got), "a Strong read returned deleted rows"
-            assert time.monotonic() < deadline, f"reads did not settle within 90 s: {None if got is None else len(got)}"
-            time.sleep(0.5)
+            return got if got is not None and len(got) == 900 else None
+
+        got = wait_until(settled, 90, 0.5, lambda: f"reads to settle: {len(_strong_ids(c) or [])} rows")
         assert sorted(got) == list(range(100, 1000))
         qn.stop()  # its log written out
         assert _log_has(qn_log, "behind the stream's retention")

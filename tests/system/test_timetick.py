@@ -13,7 +13,7 @@ from kmilvus.proto import internal_pb2
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.tso import GlobalTSOAllocator
 from kmilvus.util.timetick import TickSource
-from tests.util import wait_until
+from tests.util import eventually, wait_until
 
 
 class LocalTSO:
@@ -44,8 +44,7 @@ async def test_tick_never_passes_an_unacknowledged_publish(etcd_endpoint, root):
             await release.wait()  # the "ack" has not come back yet
 
     tasks = [asyncio.create_task(slow_publish()) for _ in range(20)]
-    while len(held) < 20:
-        await asyncio.sleep(0.001)
+    await eventually(lambda: len(held) == 20, 10, "20 publishes holding their timestamps")
     ticks = [await src.tick() for _ in range(5)]
     assert all(t == min(held) for t in ticks)
     release.set()
@@ -184,7 +183,7 @@ async def test_an_idle_channel_is_ticked_again_once_its_idle_interval_has_passed
     sync = TimeTickSync(stream.producer(), own, lambda: [vch], interval=3600, idle_interval=0.3)
     first = await sync.publish()
     assert await sync.publish() > first and sync.sent[vch] == first  # not yet due
-    await asyncio.sleep(0.35)
+    await asyncio.sleep(0.35)  # the idle interval passes
     later = await sync.publish()
     assert sync.sent[vch] == later > first
     await stream.delete_stream()
@@ -369,7 +368,7 @@ def test_an_idle_proxy_stays_quiet_and_does_not_hold_back_a_busy_one(node_factor
     ids = {a.component("proxy").server_id, b.component("proxy").server_id}
     wait_until(lambda: ids <= a.call(_idle_of(rc)), what="both proxies said idle")
     before = _reports_seen()
-    time.sleep(1.5)
+    time.sleep(1.5)  # idle for a while: how often they report meanwhile is what is checked
     assert _reports_seen() - before <= 2 * (1.5 / proxy_mod.IDLE_REPORT_EVERY + 1)  # not 60
     c = MilvusClient(uri=b.uri)
     c.create_collection("idle_peer", schema=bench_schema())

@@ -51,7 +51,7 @@ def test_expired_rows_are_not_read_and_compaction_removes_them(node_factory):
         assert _count(client, "ttl") == 50
 
         client.alter_collection_properties("ttl", properties={"collection.ttl.seconds": 1})
-        time.sleep(1.2)
+        time.sleep(1.2)  # the rows' TTL passes
         assert _count(client, "ttl") == 0
         assert client.query("ttl", filter="id >= 0", consistency_level="Strong") == []
         hits = client.search("ttl", data=[[0.1] * DIM], limit=10, consistency_level="Strong")

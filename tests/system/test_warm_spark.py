@@ -20,7 +20,7 @@ from kmilvus.spark.tracking import read_manifest
 from kmilvus.spark.warm import WarmSparkRunner
 from kmilvus.storage import ObjectStore
 from tests.system.test_inprocess_jobs import _app, _parquet, _until_done
-from tests.util import wait_until
+from tests.util import eventually, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -161,11 +161,7 @@ def test_idle_driver_is_stopped(tmp_path):
                     procs.update((p.pid, p) for p in _tree(h["pid"]))
                 await runner.wait(h, 0.1)
             assert st.state.value == "COMPLETED" and any("java" in p.name() for p in procs.values())
-            for _ in range(600):
-                if runner.driver_pid is None:
-                    break
-                await asyncio.sleep(0.1)
-            assert runner.driver_pid is None
+            await eventually(lambda: runner.driver_pid is None, 60, "the idle driver stopped")
             assert not [p for p in procs.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         finally:
             await runner.close()
