@@ -3,7 +3,7 @@
 These classes are the one definition of the API: tools/gen_crds.py writes the
 CustomResourceDefinitions in crds/ (and their copies in charts/kmilvus/crds/ and
 operator/crds.yaml) from them, and the controllers validate what they read with them
-(`controllers.crd.validate`). A rule is added here, in CEL, once; tests/test_crds.py fails when
+(`controllers.crd.validate`). A rule is added here, in CEL, once; tests/unit/test_crds.py fails when
 the committed CRDs differ from what these models generate.
 """
 

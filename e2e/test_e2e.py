@@ -3,7 +3,7 @@ coordinators, pymilvus talks to the Proxies through the Service, bulk imports an
 as SparkApplications (e2e/values.yaml: spark.inProcessMaxMB 0), and deleting a Collection leaves
 nothing behind (no Milvus collection, no Segment resources, no SparkApplications).
 
-The story is tests/k8s_story.py, the one tests/test_kubernetes.py runs against the test suite's
+The story is tests/k8s_story.py, the one tests/deploy/test_kubernetes.py runs against the test suite's
 own control plane: here it runs on a kind cluster with the images, the in-chart etcd, NATS and
 MinIO, and pymilvus through `kubectl port-forward`. Run by e2e/run.sh (kind + Helm); see
 e2e/README.md.

@@ -1,4 +1,20 @@
-"""Shared fixtures: real etcd, nats-server (JetStream) and moto_server, started once per run on
+"""The one conftest of the suite: its tiers, and the shared fixtures.
+
+Tiers (directories; each test gets its directory's marker here, registered in pyproject.toml). A
+test module goes in the tier of the heaviest thing its tests start, whatever its name says:
+- unit: pure Python, no server process (the parser, schemas, config, indexes, storage on a temp
+  dir, the repository's own rules); `./dev test --fast` runs only these;
+- integration: one component or client of kmilvus against real servers the test starts (etcd,
+  NATS JetStream, moto's S3, a gRPC server), in the test's process;
+- system: kmilvus as a whole (the `node` fixtures, `kmilvus standalone` processes) driven as users
+  drive it (pymilvus, the Node.js SDK, Milvus' CLI, REST), faults and restarts included;
+- operator: the controllers against the real kube-apiserver (the pinned Kubernetes build);
+- deploy: what is shipped to a cluster (the Helm chart, the plain manifests, `helm install` on the
+  test control plane).
+The tiers run in that order; the tests that need the pinned helm or Kubernetes build run last
+whatever their tier (see below). Helpers shared by tiers stay here at the top of tests/.
+
+Shared fixtures: real etcd, nats-server (JetStream) and moto_server, started once per run on
 free loopback ports in temp dirs. Tests isolate themselves with a unique `root` prefix (etcd
 keys, JetStream stream/subject names, storage root)."""
 
@@ -20,6 +36,12 @@ from kmilvus.util.embedded import ChildServer, free_port, start_etcd, start_nats
 from tests.util import wait_until
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# faiss' OpenMP threads sleep while they wait for work instead of spinning: on a machine whose
+# cores are shared, spinning threads starve everything else (read before faiss loads, so here).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "integration", "system", "operator", "deploy")  # in the order they run
 
 
 @pytest.fixture(scope="session")
@@ -158,8 +180,30 @@ def _pinned_needs(item) -> tuple[str, ...]:
     return names
 
 
+# ------------------------------------------------------------------ tiers: markers and run order
+def _tier(item) -> str | None:
+    """The tier directory `item` is in; None for a test outside tests/ (e2e/ run with this one)."""
+    if not item.path.is_relative_to(TESTS):
+        return None
+    parts = item.path.relative_to(TESTS).parts
+    if len(parts) < 2 or parts[0] not in TIERS:
+        raise pytest.UsageError(
+            f"{item.path.relative_to(TESTS.parent)} is outside the tiers: move it into tests/<tier>/ "
+            f"({', '.join(TIERS)}; see tests/conftest.py)"
+        )
+    return parts[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the tier markers
 def pytest_collection_modifyitems(session, config, items):
-    items[:] = sorted(items, key=lambda item: bool(_pinned_needs(item)))  # stable: order kept otherwise
+    rank = {}
+    for item in items:
+        tier = _tier(item)
+        if tier is not None:
+            item.add_marker(tier)
+        rank[item.nodeid] = TIERS.index(tier) if tier else len(TIERS)
+    # Stable: within a tier, the collection order is kept.
+    items[:] = sorted(items, key=lambda item: (bool(_pinned_needs(item)), rank[item.nodeid]))
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

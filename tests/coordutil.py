@@ -127,17 +127,13 @@ class WatchingDataNode:
 async def watched_by_a_datanode(c: Coords, channels: list[str], node_id: int = 9) -> WatchingDataNode:
     """Register a DataNode session (served in-process by `WatchingDataNode`) and wait until
     DataCoord has assigned `channels` to it; messages then carry (node_id, its watch version)."""
-    import asyncio
-
     from kmilvus.sessionutil import Session
+    from tests.util import eventually
 
     dn = WatchingDataNode()
     c.registry.add_local(roles.DATANODE, node_id, dn)
     session = Session(c.kv, roles.DATANODE, "127.0.0.1:1", ttl=c.cfg.session_ttl, server_id=node_id)
     await session.register()
     dn.session = session
-    for _ in range(200):
-        if all(ch in dn.watches for ch in channels):
-            return dn
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"DataCoord did not assign {channels} to the DataNode")
+    await eventually(lambda: all(ch in dn.watches for ch in channels), 10, f"DataCoord to assign {channels}")
+    return dn

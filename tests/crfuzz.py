@@ -1,4 +1,4 @@
-"""Hypothesis strategies for malformed and hostile custom resources (tests/test_fuzz_crs.py):
+"""Hypothesis strategies for malformed and hostile custom resources (tests/operator/test_fuzz_crs.py):
 Collection, FlushRequest and Segment objects built from a valid one with fields dropped, given
 the wrong type, out-of-range numbers, unknown enum values, hostile strings, duplicated or
 conflicting fields. Everything is JSON (what the API server stores): no NaN, no infinity."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from tests.test_crds import schema
+from tests.unit.test_crds import schema
 
 HOSTILE = [
     "",

@@ -1,5 +1,5 @@
 """The Collection story as users live it on Kubernetes, one module for both places it runs, so the
-two cannot drift: tests/test_kubernetes.py (the session's control plane, pods on this machine,
+two cannot drift: tests/deploy/test_kubernetes.py (the session's control plane, pods on this machine,
 pymilvus on the Proxy pod's loopback port) and e2e/test_e2e.py (a kind cluster, images, pymilvus
 through `kubectl port-forward`). What differs is how to reach the cluster (`Cluster`); the steps
 and what they check are these:

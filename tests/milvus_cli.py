@@ -1,5 +1,5 @@
 """Drive milvus-cli (PyPI `milvus-cli`, Milvus' command line) through its interactive prompt, as a
-person types into it (pexpect on a pseudo-terminal): tests/test_milvus_cli.py."""
+person types into it (pexpect on a pseudo-terminal): tests/system/test_milvus_cli.py."""
 
 from __future__ import annotations
 

@@ -10,20 +10,27 @@ from collections.abc import Callable, Iterator
 
 from kmilvus.util import failpoint
 
+Waited = str | Callable[[], str]
 
-def wait_until(pred: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> object:
-    """Poll until `pred()` is truthy; fail the test with `what` when it never is."""
+
+def _timed_out(timeout: float, what: Waited, pred: object) -> AssertionError:
+    return AssertionError(f"timed out after {timeout}s waiting for {(what() if callable(what) else what) or pred}")
+
+
+def wait_until(pred: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, what: Waited = "") -> object:
+    """Poll until `pred()` is truthy and return it; fail the test with `what` (or what it returns:
+    the state at the deadline) when it never is. `pred` may assert what must hold meanwhile."""
     deadline = time.monotonic() + timeout
     while True:
         got = pred()
         if got:
             return got
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
+            raise _timed_out(timeout, what, pred)
         time.sleep(interval)
 
 
-async def eventually(pred, timeout: float = 20.0, what: str = "") -> object:
+async def eventually(pred, timeout: float = 20.0, what: Waited = "", interval: float = 0.05) -> object:
     """`wait_until` for async tests: `pred` may be a plain or a coroutine function."""
     deadline = time.monotonic() + timeout
     while True:
@@ -31,8 +38,8 @@ async def eventually(pred, timeout: float = 20.0, what: str = "") -> object:
         if got:
             return got
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
-        await asyncio.sleep(0.05)
+            raise _timed_out(timeout, what, pred)
+        await asyncio.sleep(interval)
 
 
 def load_indexed(client, node, name: str, field: str, rows: int, index_type: str) -> None:

@@ -1,7 +1,7 @@
 """Write the CustomResourceDefinitions from their models (controllers/v1alpha1.py).
 
     python tools/gen_crds.py          # write crds/*.yaml, charts/kmilvus/crds/*.yaml, operator/crds.yaml
-    python tools/gen_crds.py --check  # exit 1 when a committed file differs (tests/test_crds.py runs it)
+    python tools/gen_crds.py --check  # exit 1 when a committed file differs (tests/unit/test_crds.py runs it)
 
 crds/ is what `kubectl apply -f crds/` installs; Helm installs the chart's copies from its own
 crds/ folder, and kustomize cannot load files outside operator/, hence the copies. kopf's

@@ -4,7 +4,7 @@ task_query.go): parsed and checked with Milvus' error codes and texts.
 Every parameter a client can send is classified here: HONOURED (kmilvus does what Milvus does
 with it) or REFUSED (a later Milvus feature kmilvus does not build: answered with Milvus'
 "service unimplemented"). A key in neither list is refused too — no parameter is ever dropped
-silently. The audit test (tests/test_request_params.py) lists what pymilvus can send and fails
+silently. The audit test (tests/system/test_request_params.py) lists what pymilvus can send and fails
 on any key or request field missing from these tables.
 """
 

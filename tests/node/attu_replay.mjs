@@ -1,6 +1,6 @@
 // The RPCs Attu's server makes through this SDK (zilliztech/attu server/src: milvus.service.ts
 // connectMilvus, collections.service.ts, users.service.ts, databases, partitions, system page),
-// in Attu's order, against kmilvus with auth on (tests/test_attu.py).
+// in Attu's order, against kmilvus with auth on (tests/system/test_attu.py).
 import { MilvusClient, DataType } from '@zilliz/milvus2-sdk-node';
 import { address, Recorder } from './lib.mjs';
 

@@ -1,5 +1,5 @@
 // Partitions, databases, aliases, users and roles through the SDK's gRPC client
-// (tests/test_node_sdk.py).
+// (tests/system/test_node_sdk.py).
 import { MilvusClient, DataType } from '@zilliz/milvus2-sdk-node';
 import { address, Recorder } from './lib.mjs';
 

@@ -1,5 +1,5 @@
 // The data path through the SDK's gRPC client: create / insert / flush / index / load /
-// search / query / get / count / delete / release / drop (tests/test_node_sdk.py).
+// search / query / get / count / delete / release / drop (tests/system/test_node_sdk.py).
 import { MilvusClient, DataType } from '@zilliz/milvus2-sdk-node';
 import { address, Recorder } from './lib.mjs';
 

@@ -1,4 +1,4 @@
-// The SDK's HttpClient against kmilvus' RESTful API v2 (tests/test_node_sdk.py).
+// The SDK's HttpClient against kmilvus' RESTful API v2 (tests/system/test_node_sdk.py).
 import { HttpClient } from '@zilliz/milvus2-sdk-node';
 import { restUri, Recorder } from './lib.mjs';
 

@@ -1,4 +1,4 @@
-// Shared by the scripts tests/test_node_sdk.py runs: each named step records what the SDK
+// Shared by the scripts tests/system/test_node_sdk.py runs: each named step records what the SDK
 // returned (or the error it raised), and the whole record goes to stdout as one JSON object
 // for the Python test to check. A step's failure never stops the script: the test names it.
 export const [address, restUri] = process.argv.slice(2);
