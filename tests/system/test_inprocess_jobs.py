@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import time
 import uuid
 from pathlib import Path
 
@@ -101,12 +100,10 @@ async def _until_done(runner: JobRunner, handle: dict) -> tuple[JobStatus, list[
 async def test_inprocess_runner_completes_with_manifest_and_progress(tmp_path):
     runner = InProcessRunner()
     app = _app(tmp_path, [_parquet(tmp_path / "a.parquet", 5000)])
-    t0 = time.monotonic()
     handle = await runner.submit(app)
     assert handle["runner"] == "inprocess" and handle["name"] == app["metadata"]["name"]
     st, _ = await _until_done(runner, handle)
     assert st.state == JobState.COMPLETED, st.message
-    assert time.monotonic() - t0 < 10
     assert st.progress == {"phase": "completed", "rows": 5000}
     assert not runner.outlives_coordinator(handle)
     store = ObjectStore.from_uri((tmp_path / "store").as_uri())
