@@ -217,6 +217,28 @@ def pytest_runtest_protocol(item, nextitem):
     yield
 
 
+# Where the suite's time goes, per tier: each test's setup, call and teardown, summed.
+_TIER_SECONDS: dict[str, float] = {}
+_TIER_TESTS: dict[str, int] = {}
+
+
+def pytest_runtest_logreport(report):
+    tier = next((t for t in TIERS if t in report.keywords), "other")
+    _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+    if report.when == "call":
+        _TIER_TESTS[tier] = _TIER_TESTS.get(tier, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _TIER_SECONDS:
+        terminalreporter.write_sep("-", "time per tier (setup + call + teardown)")
+        for tier in (*TIERS, "other"):
+            if tier in _TIER_SECONDS:
+                terminalreporter.write_line(
+                    f"{tier:12} {_TIER_TESTS.get(tier, 0):5} tests  {_TIER_SECONDS[tier]:8.1f} s"
+                )
+
+
 def pytest_sessionfinish(session, exitstatus):
     from tests import pinned
 
