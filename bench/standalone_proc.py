@@ -36,14 +36,19 @@ class Standalone:
         exe = Path(sys.executable).with_name("kmilvus")
         log = self.data_dir / "standalone.log"
         t0 = time.perf_counter()
+        # The RESTful API on any free port unless asked for: a fixed 19531 taken by another process
+        # would stop this standalone, which serves the Milvus API the benchmarks use.
+        http = [] if "--http-port" in self.args else ["--http-port", "0"]
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                [str(exe), "standalone", "--data-dir", str(self.data_dir), "--port", str(self.port), *self.args],
+                [str(exe), "standalone", "--data-dir", str(self.data_dir), "--port", str(self.port), *http, *self.args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env} if self.env else None,
             )
-        while b"ready on" not in log.read_bytes():
+        # The line it prints once serving (a traceback can quote the format string, never the port).
+        ready = f"kmilvus standalone ready on 127.0.0.1:{self.port}".encode()
+        while ready not in log.read_bytes():
             if self.proc.poll() is not None:
                 raise RuntimeError(log.read_text())
             time.sleep(0.005)
