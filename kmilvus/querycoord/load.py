@@ -4,8 +4,10 @@
   fewest channels first), then, in the background, asks each node to watch its channels; a node
   loads the channel's flushed segments and consumes the stream from the checkpoint. Progress is
   the share of channels served.
-- the segment feed (DataCoord.WatchSegments) brings newly flushed, compacted and imported
-  segments to the node of their channel; dropped segments are released there.
+- the segment feed (DataCoord.WatchSegments) says which channel changed; the channel's node is
+  then brought to what DataCoord holds now (`_sync_channel`): every Flushed segment loaded
+  first, then the ones no longer Flushed (compacted away, dropped) released — never the other
+  way round, so reads see the channel's rows whole however far behind the feed is.
 - every `CHECK_INTERVAL` the live QueryNode sessions are compared with the assignment; a channel
   of a node whose session expired moves to a live node (with its segments), recorded in one put.
 - every `CHANNEL_CHECK_INTERVAL` each node is asked which channels it serves: one it no longer
@@ -27,7 +29,8 @@ from kmilvus.meta import EtcdKV
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, query_node_pb2
 from kmilvus.querycoord import recovery
-from kmilvus.util import merr, segmentutil, typeutil
+from kmilvus.util import merr, typeutil
+from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.tasks import BackgroundTasks, stopping
 
 log = get_logger(__name__)
@@ -47,6 +50,11 @@ class LoadManager:
         # a counter per collection, bumped by each addition, cleared by the load job once it
         # loaded them all with no addition meanwhile (the collection reports Loading until then).
         self.adding: dict[int, int] = {}
+        # Channels whose node is not in step with DataCoord's segments yet (a sync failed: a load
+        # failed, storage away; or a target was loaded outside a sync): synced again until done.
+        # Each with the mark it got: a sync clears only a mark older than its own start.
+        self.unsynced: dict[tuple[int, str], int] = {}
+        self._marks = 0
         self._jobs: dict[int, asyncio.Task] = {}
         self._tasks = BackgroundTasks()
         self._feed: asyncio.Task | None = None
@@ -64,6 +72,7 @@ class LoadManager:
         self._tasks.every(lambda: CHECK_INTERVAL, self.check_nodes, "querycoord-check-nodes")
         self._tasks.every(lambda: CHANNEL_CHECK_INTERVAL, self.check_channels, "querycoord-check-channels")
         self._tasks.every(lambda: CHECK_INTERVAL, self.check_indexes, "querycoord-check-indexes")
+        self._tasks.every(lambda: CHECK_INTERVAL, self.check_unsynced, "querycoord-check-unsynced")
         self._follow()
 
     async def stop(self) -> None:
@@ -212,6 +221,7 @@ class LoadManager:
             self.served.pop(coll_id, None)
             self.indexed.pop(coll_id, None)
             self.adding.pop(coll_id, None)
+            self.unsynced = {k: m for k, m in self.unsynced.items() if k[0] != coll_id}
             await self.kv.delete(keys.loaded_collection_key(coll_id))
             if not self.loads:
                 await self._unfollow()
@@ -336,10 +346,16 @@ class LoadManager:
             new = [seg for seg, builds in files.items() if any(b not in sent for _, b, _ in builds)]
             if not new:
                 continue
-            for s in await recovery.segments_of(self.datacoord, coll_id):
-                if s.ID in new and s.state == SegmentState.Flushed:
-                    await self._on_segment_info(s, removed=False)
+            for s in await recovery.segments_of(self.datacoord, coll_id, (SegmentState.Flushed,)):
+                if s.ID in new and _loaded(info, s.partitionID) and s.insert_channel in info.channel_nodes:
+                    await self._load(info, info.channel_nodes[s.insert_channel], [s])
                     sent.update(b for _, b, _ in files[s.ID])
+                    self._mark(coll_id, s.insert_channel)  # a target in: what it replaced goes
+
+    async def check_unsynced(self) -> None:
+        """Sync again the channels whose last sync did not complete."""
+        for coll_id, ch in sorted(self.unsynced):
+            await self._sync(coll_id, ch)
 
     # Segment feed -----------------------------------------------------------------------------
     async def _follow_segments(self) -> None:
@@ -352,71 +368,97 @@ class LoadManager:
                 raise
             except Exception:
                 log.info("segment feed ended; resubscribing", exc_info=True)
-            # Events may have been missed: the channels' next watch re-reads everything; for
-            # served channels, reload what is flushed now.
+            # Events may have been missed: the channels' next watch re-reads everything; served
+            # channels are brought to what DataCoord holds now.
             await asyncio.sleep(0.5)
             for coll_id in list(self.loads):
-                with contextlib.suppress(Exception):
-                    for s in await recovery.segments_of(self.datacoord, coll_id):
-                        if s.state == SegmentState.Flushed:
-                            await self._on_segment_info(s, removed=False)
+                await self._sync_collection(coll_id)
 
     async def _catch_up(self, coll_id: int) -> bool:
         """Segments flushed while no feed was followed (a new leader, or between a channel's
         recovery listing and the subscription), and those of partitions added to the load: load
         them now; nodes skip what they hold. False when a load failed (the caller retries)."""
-        try:
-            for s in await recovery.segments_of(self.datacoord, coll_id):
-                if s.state == SegmentState.Flushed:
-                    await self._on_segment_info(s, removed=False)
-        except Exception:
-            log.warning("catch-up of flushed segments failed", collection=coll_id, exc_info=True)
-            return False
-        return True
+        return await self._sync_collection(coll_id)
 
     async def _on_segment(self, ev) -> None:
-        try:
-            await self._on_segment_info(ev.info, ev.removed)
-        except Exception:
-            log.warning("segment event not applied", segment=ev.segmentID, exc_info=True)
+        """A segment changed: its channel's node is brought to what DataCoord holds NOW. The
+        event only says which channel to look at: by the time it is handled (the feed may be
+        seconds behind) the segment may have been compacted again and collected, its binlogs
+        gone — acting on the event's own content would load it empty, or release its sources
+        with no target left to name (their rows would vanish from reads)."""
+        await afailpoint("querycoord.segment_event")  # received, not handled yet (a feed behind)
+        await self._sync(ev.info.collectionID, ev.info.insert_channel)
 
-    async def _on_segment_info(self, s: internal_pb2.SegmentInfo, removed: bool) -> None:
-        info = self.loads.get(s.collectionID)
-        if info is None or s.insert_channel not in info.channel_nodes:
+    def _mark(self, coll_id: int, vchannel: str) -> None:
+        self._marks += 1
+        self.unsynced[(coll_id, vchannel)] = self._marks
+
+    async def _sync(self, coll_id: int, vchannel: str) -> bool:
+        """`_sync_channel`; one that fails is remembered and retried by `check_unsynced`."""
+        started = self._marks
+        try:
+            await self._sync_channel(coll_id, vchannel)
+        except Exception:
+            log.warning("channel not in step with its segments yet; retrying", channel=vchannel, exc_info=True)
+            self._mark(coll_id, vchannel)
+            return False
+        if self.unsynced.get((coll_id, vchannel), started + 1) <= started:
+            del self.unsynced[(coll_id, vchannel)]
+        return True
+
+    async def _sync_collection(self, coll_id: int) -> bool:
+        """Every channel of the collection synced; False when one failed (it is retried)."""
+        info = self.loads.get(coll_id)
+        synced = [await self._sync(coll_id, ch) for ch in (list(info.vchannels) if info is not None else [])]
+        return all(synced)
+
+    async def _sync_channel(self, coll_id: int, vchannel: str) -> None:
+        """Milvus' target observer and handoff, for one channel: every segment DataCoord holds
+        Flushed on it now (of the loaded partitions) is loaded on the channel's node, and only
+        once all are in does the node release the sealed segments of the channel that are not
+        Flushed any more (compacted away, dropped). A compaction target installed on the node
+        replaces its sources in one step (`QueryNode._install`); a load that fails leaves every
+        segment served and fails the sync (the next event, catch-up or resubscription retries).
+        So a read sees the channel's rows whole at every moment, through any lag of the feed."""
+        info = self.loads.get(coll_id)
+        if info is None or vchannel not in info.channel_nodes:
             return
-        node = self.node(info.channel_nodes[s.insert_channel])
-        if removed or s.state == SegmentState.Dropped:
-            # A compaction's source goes only once the segment holding its rows now is loaded
-            # (Milvus' handoff): a load that fails leaves the source served, and fails this event.
-            target = await self._compacted_into(s)
-            if target is not None and _loaded(info, target.partitionID):
-                req = query_node_pb2.LoadSegmentsRequest(collectionID=s.collectionID, schema=info.schema)
-                req.segments.append(await recovery.load_info(self.kv, self.datacoord, target))
-                merr.check(await node.LoadSegments(req))
+        node_id = info.channel_nodes[vchannel]
+        node = self.node(node_id)
+        # The node's sealed segments BEFORE the listing: one held then and not Flushed in the
+        # listing after is gone for good (a segment never becomes Flushed again).
+        dist = await node.GetDataDistribution(query_node_pb2.GetDataDistributionRequest(collectionID=coll_id))
+        merr.check(dist.status)
+        held = {d.segmentID for d in dist.segments if d.vchannel == vchannel}
+        flushed = [
+            s
+            for s in await recovery.segments_of(self.datacoord, coll_id, (SegmentState.Flushed,))
+            if s.insert_channel == vchannel
+        ]
+        wanted = [s for s in flushed if _loaded(info, s.partitionID)]
+        await self._load(info, node_id, [s for s in wanted if s.ID not in held])
+        unloaded = [s.ID for s in flushed if not _loaded(info, s.partitionID)]
+        if unloaded:  # flushed, of a partition not loaded: their rows are in binlogs, no growing copy kept
             merr.check(
                 await node.ReleaseSegments(
-                    query_node_pb2.ReleaseSegmentsRequest(collectionID=s.collectionID, segmentIDs=[s.ID])
-                )
-            )
-        elif not _loaded(info, s.partitionID):
-            if s.state == SegmentState.Flushed:  # its rows are in binlogs: no growing copy kept
-                merr.check(
-                    await node.ReleaseSegments(
-                        query_node_pb2.ReleaseSegmentsRequest(
-                            collectionID=s.collectionID, segmentIDs=[s.ID], streaming_only=True
-                        )
+                    query_node_pb2.ReleaseSegmentsRequest(
+                        collectionID=coll_id, segmentIDs=unloaded, streaming_only=True
                     )
                 )
-        elif s.state == SegmentState.Flushed:
-            req = query_node_pb2.LoadSegmentsRequest(collectionID=s.collectionID, schema=info.schema)
-            req.segments.append(await recovery.load_info(self.kv, self.datacoord, s))
-            merr.check(await node.LoadSegments(req))
+            )
+        gone = sorted(held - {s.ID for s in flushed})
+        if gone and self.loads.get(coll_id) is info and info.channel_nodes.get(vchannel) == node_id:
+            merr.check(
+                await node.ReleaseSegments(query_node_pb2.ReleaseSegmentsRequest(collectionID=coll_id, segmentIDs=gone))
+            )
 
-    async def _compacted_into(self, s: internal_pb2.SegmentInfo) -> internal_pb2.SegmentInfo | None:
-        every = await recovery.segments_of(
-            self.datacoord, s.collectionID, states=(SegmentState.Flushed, SegmentState.Dropped)
-        )
-        return segmentutil.compacted_into(s.ID, segmentutil.targets_by_source(every))
+    async def _load(self, info: query_coord_pb2.LoadInfo, node_id: int, segs: list[internal_pb2.SegmentInfo]) -> None:
+        """Load Flushed segments on a node (one at a time: each is installed as soon as it is
+        read); the node skips the ones it holds, but for index files new to it."""
+        for s in segs:
+            req = query_node_pb2.LoadSegmentsRequest(collectionID=info.collectionID, schema=info.schema)
+            req.segments.append(await recovery.load_info(self.kv, self.datacoord, s))
+            merr.check(await self.node(node_id).LoadSegments(req))
 
 
 # Loaded partitions (Milvus' LoadType): `partitionIDs` lists them (LoadPartitions), or is empty

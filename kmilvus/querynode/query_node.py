@@ -173,7 +173,15 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
 
     async def _read(self, coll: LoadedCollection, info: query_node_pb2.SegmentLoadInfo) -> SegmentData:
         """Index files, binlogs (one Arrow read, without the vector columns an index holds),
-        delta logs of one segment."""
+        delta logs of one segment. A segment listed with rows but no binlogs was collected
+        (compacted away) after it was listed: it is refused, never installed empty in place
+        of the segments it was compacted from."""
+        if info.num_of_rows and not info.binlog_paths:
+            raise merr.MilvusError(
+                merr.SEGMENT_NOT_FOUND,
+                f"segment not found[segment={info.segmentID}]: its {info.num_of_rows} rows have no binlogs "
+                "(compacted away and collected since it was listed)",
+            )
 
         def load() -> SegmentData:
             indexes = self._index_files(info)
@@ -379,6 +387,7 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
                     num_rows=s.num_rows,
                     memory_bytes=s.nbytes,
                     indexed_fieldIDs=sorted(s.indexes),
+                    vchannel=coll.channel_of.get(s.segment_id, ""),
                 )
             resp.memory_bytes += coll.nbytes
         return resp
