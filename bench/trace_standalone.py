@@ -51,6 +51,7 @@ STAGES = [
     "kmilvus.proxy.search:ProxySearchMixin.run_field_search",
     "kmilvus.proxy.read_path:fan_out",
     "kmilvus.querynode.query_node:QueryNode.Search",
+    "kmilvus.querynode.query_node:QueryNode.search_table",
     "kmilvus.querynode.query_node:QueryNode._serviceable",
     "kmilvus.querynode.query_node:plan_from_request",
     "kmilvus.querynode.reduce:search_segments",

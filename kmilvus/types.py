@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+import pyarrow as pa
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus.proto import (
@@ -211,6 +212,13 @@ class QueryNodeClient(ComponentClient, Protocol):
     async def GetDataDistribution(
         self, request: query_node_pb2.GetDataDistributionRequest, /
     ) -> query_node_pb2.GetDataDistributionResponse: ...
+
+
+class LocalQueryNode(QueryNodeClient, Protocol):
+    """A QueryNode in the caller's process (not a RemoteClient): its search answers the Arrow
+    table itself, without the IPC stream of the Search RPC."""
+
+    async def search_table(self, request: query_node_pb2.SearchRequest, /) -> pa.Table: ...
 
 
 class ProxyClient(ComponentClient, Protocol):

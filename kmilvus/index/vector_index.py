@@ -29,7 +29,8 @@ otherwise walks wider by the share it keeps (`base.widen_for_filter`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import faiss
@@ -46,6 +47,36 @@ from kmilvus.index.vectors import SparseRows, Vectors
 # faiss-cpu's type stubs are generated from its SWIG interface: they miss what faiss' Python layer
 # adds (the SearchParameters classes' keyword constructors, SearchParametersHNSW, DirectMap,
 # HNSW.nb_neighbors). The lines that use those carry a targeted `type: ignore`.
+
+
+# A search of at most this many queries runs on one OpenMP thread (the calling one), as knowhere's
+# searches do (its ScopedOmpSetter(1)): faiss parallelises over queries, so a few queries gain
+# little from a team, and the team's threads spin after each call on cores the event loop and
+# the other segments' searches need (20k x 128 FLAT, nq=1: 2.3 ms with two threads, 0.7 ms with
+# one). Larger batches keep faiss' parallel search. The setting is the calling thread's own
+# (OpenMP's nthreads ICV), so an index build in another thread keeps every core.
+SERIAL_MAX_NQ = 8
+
+
+@contextlib.contextmanager
+def _serial_below(nq: int) -> Iterator[None]:
+    """One OpenMP thread for this thread's faiss calls while the batch is small (restored after)."""
+    if nq > SERIAL_MAX_NQ:
+        yield
+        return
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def _search(index: Any, q: np.ndarray, k: int, sp: Any) -> tuple[np.ndarray, np.ndarray]:
+    """faiss' top-k search (its Python layer), serial for a small batch (`_serial_below`)."""
+    with _serial_below(len(q)):
+        found: tuple[np.ndarray, np.ndarray] = index.search(q, k, params=sp)
+    return found
 
 
 def _metric(metric_type: str) -> int:
@@ -243,8 +274,7 @@ class VectorIndex(AsyncSearch):
         index, sp = self._plan(k, search_params or {}, valid)
         if self.num_rows == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
-        found: tuple[np.ndarray, np.ndarray] = index.search(q, k, params=sp)  # faiss' Python layer
-        return found
+        return _search(index, q, k, sp)
 
     def candidates(
         self,
@@ -261,8 +291,7 @@ class VectorIndex(AsyncSearch):
         index, sp = self._plan(k, search_params or {}, valid, topk=topk)
         if self.num_rows == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
-        found: tuple[np.ndarray, np.ndarray] = index.search(q, k, params=sp)  # faiss' Python layer
-        return found
+        return _search(index, q, k, sp)
 
     def exhaustive(self, queries: np.ndarray, k: int, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k over every stored vector (a search iterator's pages: each row once, in order),
@@ -271,8 +300,7 @@ class VectorIndex(AsyncSearch):
         if self.num_rows == 0:
             return np.full((len(q), k), np.nan, np.float32), np.full((len(q), k), -1, np.int64)
         index, sp = self._exact(valid)
-        found: tuple[np.ndarray, np.ndarray] = index.search(q, k, params=sp)  # faiss' Python layer
-        return found
+        return _search(index, q, k, sp)
 
     def range_search(
         self,
@@ -290,7 +318,8 @@ class VectorIndex(AsyncSearch):
         """
         q = self._queries(queries)
         index, sp = self._plan(1, search_params or {}, valid, range_search=True)
-        lims, distances, offsets = index.range_search(q, float(radius), params=sp)
+        with _serial_below(len(q)):
+            lims, distances, offsets = index.range_search(q, float(radius), params=sp)
         lims = lims.astype(np.int64)
         keep = np.ones(len(offsets), dtype=bool)
         if range_filter is not None:

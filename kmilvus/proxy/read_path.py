@@ -151,13 +151,19 @@ async def serving_nodes(proxy: ProxyHost, meta: CollectionMeta) -> tuple[dict[in
 
 
 async def fan_out(
-    proxy: ProxyHost, nodes: dict[int, list[str]], call: Callable[[QueryNodeClient, list[str]], Awaitable]
+    proxy: ProxyHost,
+    nodes: dict[int, list[str]],
+    call: Callable[[QueryNodeClient, list[str]], Awaitable],
+    *,
+    checked: bool = True,
 ) -> list:
-    """`call(node, vchannels)` on every serving node at once; the first failure is raised."""
+    """`call(node, vchannels)` on every serving node at once; the first failure is raised (a
+    failed status, when `checked`: the calls answer RPC responses)."""
     calls = [call(proxy.registry.client(roles.QUERYNODE, nid), chans) for nid, chans in nodes.items()]
     results = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)  # one node: no task
-    for r in results:
-        merr.check(r.status)
+    if checked:
+        for r in results:
+            merr.check(r.status)
     return results
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
 from kmilvus import reduce
+from kmilvus.components import RemoteClient
 from kmilvus.index import params as index_params
 from kmilvus.index import vectors as kvectors
 from kmilvus.proto import query_node_pb2
@@ -27,6 +28,7 @@ from kmilvus.util import fielddata, merr, typeutil
 
 if TYPE_CHECKING:
     from kmilvus.proxy.host import ProxyHost
+    from kmilvus.types import LocalQueryNode, QueryNodeClient
 else:
     ProxyHost = object
 
@@ -226,15 +228,18 @@ class ProxySearchMixin(ProxyHost):
             qreq.iterator_bound.CopyFrom(bound)
         qreq.iterator_v2 = info.iterator_v2 is not None
 
-        async def one(node, chans):
+        async def one(node: QueryNodeClient, chans: list[str]) -> pa.Table | None:
             r = query_node_pb2.SearchRequest()
             r.CopyFrom(qreq)
             r.vchannels.extend(chans)
-            return await node.Search(r)
+            if not isinstance(node, RemoteClient):  # a QueryNode in this process: its table as is
+                return await cast("LocalQueryNode", node).search_table(r)
+            resp = await node.Search(r)
+            merr.check(resp.status)
+            return reduce.from_ipc(resp.arrow) if resp.arrow else None
 
-        results = await read_path.fan_out(self, scope.nodes, one)
-        tables = [reduce.from_ipc(r.arrow) for r in results if r.arrow]
-        tables = [t for t in tables if t.num_rows]
+        results = await read_path.fan_out(self, scope.nodes, one, checked=False)
+        tables = [t for t in results if t is not None and t.num_rows]
         if not tables:
             return reduce.empty_search_result()
         if len(tables) == 1:  # one QueryNode's answer is merged already

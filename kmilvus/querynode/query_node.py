@@ -5,10 +5,12 @@ timestamp (Milvus' querynodev2, with the delegator and its workers in one proces
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
+import pyarrow as pa
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus import components as roles
@@ -33,6 +35,7 @@ from kmilvus.util.timetick import demand_tick
 
 log = get_logger(__name__)
 DEFAULT_TIMEOUT_MS = 10_000
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -418,17 +421,27 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
 
     @merr.rpc(query_node_pb2.SearchResults)
     async def Search(self, req: query_node_pb2.SearchRequest, context=None):
+        return query_node_pb2.SearchResults(arrow=await self._search(req, kreduce.to_ipc))
+
+    async def search_table(self, req: query_node_pb2.SearchRequest) -> pa.Table:
+        """Search's answer as its Arrow table, not serialized: what a Proxy in this process
+        takes (kmilvus/proxy/search.py), with no IPC stream written and read back. A failure
+        is raised, as the status Search would answer."""
+        table: pa.Table = await self._search(req, lambda t: t)
+        return table
+
+    async def _search(self, req: query_node_pb2.SearchRequest, then: Callable[[pa.Table], _T]) -> _T:
+        """The search's answer, handed to `then` in the worker thread that computed it (the IPC
+        stream of a gRPC answer is written there too, off the event loop: one hop out and back)."""
         coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
         await self._schema_at(coll, req.schema_version)
         req.collection_ttl_ts = coll.expire_before(req.collection_ttl_ts)
         await coll.refresh_versions()
         plan = plan_from_request(req, coll.schema, coll.pk_field)
         if plan.metric == index_params.BM25:
-            table = await asyncio.to_thread(bm25.search_channels, coll, req, plan)
-        else:
-            segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
-            table = await asyncio.to_thread(reduce.search_segments, segments, plan)
-        return query_node_pb2.SearchResults(arrow=kreduce.to_ipc(table))
+            return await asyncio.to_thread(lambda: then(bm25.search_channels(coll, req, plan)))
+        segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
+        return await asyncio.to_thread(lambda: then(reduce.search_segments(segments, plan)))
 
     @merr.rpc(query_node_pb2.RetrieveResults)
     async def Query(self, req: query_node_pb2.QueryRequest, context=None):
