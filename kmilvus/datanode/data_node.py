@@ -259,7 +259,10 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         backoff = Backoff(0.1, 2.0)
         while True:
             if fg.abandoned:
-                return False  # an earlier write gave up: see `_write`
+                # An earlier write gave up (see `_write`), or the channel's buffers were
+                # discarded (`FlowGraph._discard`): its next owner replays this data.
+                log.warning("binlog write not committed: the channel was given up", channel=fg.vchannel, segment=seg)
+                return False
             try:
                 status = await self.datacoord.SaveBinlogPaths(req)
             except (Exception, asyncio.CancelledError) as exc:  # DataCoord restarting: keep the data, retry

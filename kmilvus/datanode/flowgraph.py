@@ -106,7 +106,9 @@ class FlowGraph:
         seek = info.seek_position
         self.tick = internal_pb2.MsgPosition(channel_name=self.vchannel, seq=seek.seq, timestamp=seek.timestamp)
         self.dropped = False
-        self.abandoned = False  # a write gave up uncommitted: no later write commits (DataNode._write)
+        # A write gave up uncommitted, or the buffers were discarded: no later write commits
+        # (DataNode._write_locked) — its checkpoint could pass data no binlog holds.
+        self.abandoned = False
         self._consumer: ChannelReader | None = None
         self._task: asyncio.Task | None = None
 
@@ -138,6 +140,10 @@ class FlowGraph:
             self._discard()
 
     def _discard(self) -> None:
+        """Forget what is buffered: the channel's next owner replays it from the stored
+        checkpoint. A write in flight must not commit after this: the checkpoint it takes would
+        no longer be held back by the discarded rows, and would pass them for good."""
+        self.abandoned = True
         freed = sum(b.nbytes for b in self.buffers.values())
         self.buffers.clear()
         self.l0.clear()
