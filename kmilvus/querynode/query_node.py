@@ -396,24 +396,47 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         return resp
 
     # Reads ----------------------------------------------------------------------------------
-    async def _serviceable(self, coll_id: int, vchannels, guarantee_ts: int, timeout_ms: int) -> LoadedCollection:
+    def _serving(self, coll_id: int, vchannels) -> tuple[LoadedCollection, list[ChannelDelegator]]:
+        """The loaded collection and its delegators of `vchannels` (none lost), else
+        CHANNEL_NOT_FOUND: the Proxy's shard leaders are out of date."""
         coll = self.collections.get(coll_id)
-        if coll is None or any(ch not in coll.channels or coll.channels[ch].lost for ch in vchannels):
+        delegators = [coll.channels.get(ch) for ch in vchannels] if coll is not None else []
+        if coll is None or any(d is None or d.lost for d in delegators):
             raise merr.MilvusError(
                 merr.CHANNEL_NOT_FOUND, f"channel not available[collection={coll_id}] on querynode {self.server_id}"
             )
+        return coll, [d for d in delegators if d is not None]
+
+    def _still_serving(self, coll: LoadedCollection, vchannels, delegators: list[ChannelDelegator]) -> None:
+        """A read that waited since `_serviceable` (for ticks, a schema, key versions) takes its
+        segments only from the collection and delegators it waited on. A release meanwhile
+        (ReleaseCollection, or a node whose session was lost while it was paused: it releases
+        everything on resume) empties them, and the read would answer without their rows as if
+        they did not exist; a re-watch meanwhile is not serviceable at its timestamp yet."""
+        now, now_delegators = self._serving(coll.id, vchannels)
+        if now is not coll or any(a is not b for a, b in zip(now_delegators, delegators, strict=True)):
+            raise merr.MilvusError(
+                merr.CHANNEL_NOT_FOUND,
+                f"channel not available[collection={coll.id}] on querynode {self.server_id}: "
+                "released and watched again while the read waited",
+            )
+
+    async def _serviceable(
+        self, coll_id: int, vchannels, guarantee_ts: int, timeout_ms: int
+    ) -> tuple[LoadedCollection, list[ChannelDelegator]]:
+        coll, delegators = self._serving(coll_id, vchannels)
         timeout = (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
-        behind = [ch for ch in vchannels if coll.channels[ch].serviceable_ts < guarantee_ts]
+        behind = [d.vchannel for d in delegators if d.serviceable_ts < guarantee_ts]
         if behind:
             await self._demand_tick(behind, guarantee_ts)
-        for ch in vchannels:
-            if not await coll.channels[ch].wait_serviceable(guarantee_ts, timeout):
+        for d in delegators:
+            if not await d.wait_serviceable(guarantee_ts, timeout):
                 raise merr.MilvusError(
                     merr.SERVICE_UNAVAILABLE,
-                    f"channel {ch} not serviceable at guarantee timestamp {guarantee_ts} "
-                    f"(serviceable {coll.channels[ch].serviceable_ts})",
+                    f"channel {d.vchannel} not serviceable at guarantee timestamp {guarantee_ts} "
+                    f"(serviceable {d.serviceable_ts})",
                 )
-        return coll
+        return coll, delegators
 
     async def _demand_tick(self, vchannels: list[str], ts: int) -> None:
         """The channels this read waits for get a tick past `ts` now, not at the idle interval."""
@@ -433,10 +456,12 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
     async def _search(self, req: query_node_pb2.SearchRequest, then: Callable[[pa.Table], _T]) -> _T:
         """The search's answer, handed to `then` in the worker thread that computed it (the IPC
         stream of a gRPC answer is written there too, off the event loop: one hop out and back)."""
-        coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
+        coll, delegators = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
         await self._schema_at(coll, req.schema_version)
         req.collection_ttl_ts = coll.expire_before(req.collection_ttl_ts)
         await coll.refresh_versions()
+        await afailpoint("querynode.read.before_segments")  # serviceable; segments not taken yet
+        self._still_serving(coll, req.vchannels, delegators)  # no await from here to the segments taken
         plan = plan_from_request(req, coll.schema, coll.pk_field)
         if plan.metric == index_params.BM25:
             return await asyncio.to_thread(lambda: then(bm25.search_channels(coll, req, plan)))
@@ -445,11 +470,13 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
 
     @merr.rpc(query_node_pb2.RetrieveResults)
     async def Query(self, req: query_node_pb2.QueryRequest, context=None):
-        coll = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
+        coll, delegators = await self._serviceable(req.collectionID, req.vchannels, req.guarantee_ts, req.timeout_ms)
         await self._schema_at(coll, req.schema_version)
         values = template_values(req.expr_template_values) if req.expr else None
         flt = compile_filter(req.expr, coll.schema, coll.expire_before(req.collection_ttl_ts), values)
         await coll.refresh_versions()
+        await afailpoint("querynode.read.before_segments")  # serviceable; segments not taken yet
+        self._still_serving(coll, req.vchannels, delegators)  # no await from here to the segments taken
         segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
         outputs = [] if req.count else list(req.output_fieldIDs)
         limit = 0 if req.count else req.limit  # count(*) builds no rows
