@@ -375,9 +375,10 @@ class LoadManager:
                 await self._sync_collection(coll_id)
 
     async def _catch_up(self, coll_id: int) -> bool:
-        """Segments flushed while no feed was followed (a new leader, or between a channel's
-        recovery listing and the subscription), and those of partitions added to the load: load
-        them now; nodes skip what they hold. False when a load failed (the caller retries)."""
+        """Segments that changed while no feed was followed (a new leader, or between a channel's
+        recovery listing and the subscription), and those of partitions added to the load: every
+        channel synced with DataCoord's segments now (`_sync_channel`). False when a sync failed
+        (the caller retries)."""
         return await self._sync_collection(coll_id)
 
     async def _on_segment(self, ev) -> None:

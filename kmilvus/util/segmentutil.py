@@ -1,8 +1,8 @@
 """Where a segment's rows live now (Milvus' `internal/util/segmentutil`): a compaction drops its
 sources and names them in its target's `compaction_from`; a target compacted again is dropped in
-turn. Readers that must find the rows of a segment they learned of earlier — QueryCoord handing a
-compacted-away segment off to its target, the Proxy deciding whether an import is visible — follow
-that chain to the Flushed segment at its end (docs/architecture/jobs.md)."""
+turn. A reader that must find the rows of a segment it learned of earlier — the Proxy deciding
+whether an import is visible — follows that chain to the Flushed segment at its end
+(docs/architecture/jobs.md)."""
 
 from __future__ import annotations
 
