@@ -163,9 +163,28 @@ class ChannelManager:
     async def rebalance(self) -> None:
         """Give every channel without a live node to the least-loaded live node. A watch that
         fails is retried in the background until it succeeds."""
-        if await self._assign_orphans() and not self._retrying:
+        if await self._assign_orphans():
+            self._retry_later()
+
+    def _retry_later(self) -> None:
+        if not self._retrying:
             self._retrying = True
             self._tasks.spawn(self._retry_orphans(), "datacoord-rewatch")
+
+    async def rewatch(self, ch: str, node: int) -> None:
+        """`node` reports it no longer runs `ch`, which it holds under the current watch (it
+        gave the channel up after a commit was refused): hand the channel out again under a
+        new watch version, to whichever node is least loaded."""
+        async with self._lock:
+            if self.assign.get(ch) != node:
+                return  # moved meanwhile
+            self.assign[ch] = 0
+        log.warning("datanode no longer runs its channel; watching it again", channel=ch, node=node)
+        try:
+            await self.rebalance()
+        except Exception as exc:  # noqa: BLE001 - etcd away: the background retry hands it out
+            log.warning("rebalance failed; retrying", error=repr(exc))
+            self._retry_later()
 
     async def _retry_orphans(self) -> None:
         """Retry failed watches (a busy node, a file collected while the node read it): waiting

@@ -14,6 +14,7 @@ import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable
+from typing import NoReturn
 
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
@@ -331,6 +332,10 @@ class DataCoord(
                 )
             except Exception as exc:  # noqa: BLE001 - resent later
                 log.warning("FlushSegments failed", channel=ch, node=node, error=str(exc))
+                if isinstance(exc, merr.MilvusError) and exc.code == merr.CHANNEL_NOT_FOUND[0]:
+                    # The node gave the channel up (a refused commit): resending to it would
+                    # wait for ever; the channel's next owner replays it from the checkpoint.
+                    await self.channels.rewatch(ch, node)
                 self._deltas_sent[ch] = sent_before
                 for sid in due:
                     if sid in self.meta.segments:
@@ -516,15 +521,19 @@ class DataCoord(
         # A dropped (or dropping) collection or partition is refused before the watch check: its
         # DataNode then deletes what it wrote at once (a channel moved elsewhere keeps its files
         # for the new owner's sake, and only the garbage collector would find them).
+        # Each refusal is decided from memory and makes the DataNode give data up, so it is
+        # made by the leader only (`_refuse`).
         if req.collectionID in self._dropping or req.collectionID not in self.channels.collections():
-            raise merr.collection_not_found(req.collectionID)
+            await self._refuse(merr.collection_not_found(req.collectionID))
         if (req.collectionID, req.partitionID) in self.dropped_partitions:
-            raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
+            await self._refuse(merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]"))
         if req.channel and not self.channels.is_current_watch(req.channel, req.nodeID, req.watch_version):
-            raise merr.MilvusError(
-                merr.CHANNEL_NOT_FOUND,
-                f"channel {req.channel} is not watched by node {req.nodeID} "
-                f"(watch version {req.watch_version}) any more",
+            await self._refuse(
+                merr.MilvusError(
+                    merr.CHANNEL_NOT_FOUND,
+                    f"channel {req.channel} is not watched by node {req.nodeID} "
+                    f"(watch version {req.watch_version}) any more",
+                )
             )
         if not req.segmentID:
             await self._save_l0(req)
@@ -536,6 +545,15 @@ class DataCoord(
                 await self.meta.remove_segment(seg)  # an empty segment leaves nothing behind
         self._checkpoint_committed(req)
         return merr.success()
+
+    async def _refuse(self, err: merr.MilvusError) -> NoReturn:
+        """Raise `err` if this DataCoord still leads, else "not ready". A DataCoord paused past
+        its lease may resume with memory its successor has moved past (a channel handed out
+        under a newer watch version, a collection created since): refusing from that memory
+        would make a DataNode drop buffers or files nobody else holds; "not ready" makes it ask
+        again, and its next call reaches the leader (docs/architecture/fencing.md)."""
+        await self._check_leader()
+        raise err
 
     def _checkpoint_committed(self, req: internal_pb2.SaveBinlogPathsRequest) -> None:
         if req.checkpoint.seq:

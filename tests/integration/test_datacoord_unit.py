@@ -644,3 +644,52 @@ async def test_flush_asks_for_a_tick_naming_its_channels(coords, monkeypatch):
     monkeypatch.setattr(c.rc, "DemandTimeTick", recording)
     resp = await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
     assert (sorted(chans), resp.flush_ts) in asked
+
+
+async def test_a_deposed_datacoord_refuses_no_binlogs_from_stale_memory(coords):
+    """Chaos (seed 91) left 1,799 acknowledged rows in no binlog this way: a DataCoord paused
+    past its lease resumed while its successor had handed a channel to a DataNode under a new
+    watch version; before stepping down, the old one refused that node's SaveBinlogPaths from
+    its memory ("not watched by node … any more"), and the DataNode dropped the channel and its
+    buffers. A refusal makes a DataNode give data up, so only a leader may refuse: a deposed
+    DataCoord answers "not ready" and the DataNode asks again (its successor)."""
+    c = coords
+    coll, (ch, _) = await _watched_collection(c)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+
+    async def lost() -> bool:
+        return False
+
+    c.dc.leader_check = lost
+    newer_watch = await c.dc.SaveBinlogPaths(_flushed(sid, coll, ch, 12, 1200, rows=3, version=2))
+    assert newer_watch.code == merr.SERVICE_NOT_READY[0], newer_watch
+    unknown_collection = await c.dc.SaveBinlogPaths(_flushed(sid, coll + 1000, ch, 12, 1200, rows=3))
+    assert unknown_collection.code == merr.SERVICE_NOT_READY[0], unknown_collection
+    assert await _stored_state(c, _segment(c, sid)) == SegmentState.Sealed
+    assert await c.kv.get_prefix(keys.binlog_prefix(coll)) == []
+
+
+async def test_a_channel_its_datanode_no_longer_runs_is_watched_again(coords):
+    """A DataNode that gave a channel up (a refused commit) answers FlushSegments with "channel
+    not found". DataCoord must hand the channel out again under a new watch version (whose
+    owner replays it from the checkpoint); resending FlushSegments to the same node every
+    second leaves the sealed segments unflushed for ever (the same chaos run's final flush)."""
+    c = coords
+    coll, (ch, _) = await _watched_collection(c)
+    dn = c.registry._local[roles.DATANODE][NODE]
+    version = dn.watches[ch]
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+    await c.dc.Flush(data_coord_pb2.FlushRequest(collectionID=coll))
+    del dn.watches[ch]  # the node dropped the channel
+
+    async def flush_segments(req, context=None):
+        if req.channel not in dn.watches:
+            return merr.MilvusError(merr.CHANNEL_NOT_FOUND, f"channel not found[channel={req.channel}]").status()
+        return merr.success()
+
+    dn.FlushSegments = flush_segments
+    await c.dc.handle_tt(_tt(ch, 20, 2**62, version=version))  # its tick passed the seal: flush due
+    await eventually(lambda: dn.watches.get(ch, 0) > version, 10, "the channel watched again")
+    assert c.dc.channels.versions[ch] == dn.watches[ch]
+    assert sid in c.dc.meta.segments
