@@ -118,7 +118,7 @@ class Node:
         address = f"{cfg.internal_host}:{self.internal_port}"
         for r in self.role_names:
             comp = objs[r]
-            if isinstance(comp, RootCoord | DataCoord) and self.leader is not None:
+            if isinstance(comp, RootCoord | DataCoord | QueryCoord) and self.leader is not None:
                 comp.leader_check = self.leader.still_valid
             self.registry.add_local(r, ids[r], comp)
             await comp.start()

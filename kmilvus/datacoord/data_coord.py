@@ -37,6 +37,7 @@ from kmilvus.log import get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import channels as chan
 from kmilvus.proto import data_coord_pb2, data_coord_pb2_grpc, data_node_pb2, internal_pb2
+from kmilvus.sessionutil.leader import no_leader_lock
 from kmilvus.spark.runner import JobRunner
 from kmilvus.storage import paths
 from kmilvus.util import merr, metricsinfo
@@ -55,10 +56,6 @@ CHECKPOINT_PERSIST_EVERY = 1.0  # the background step's pace
 TICK_CHECKPOINT_STORE_AFTER = 60.0
 # A pchannel no collection uses is looked at this often (what is left there is trimmed).
 UNUSED_PCHANNEL_CHECK_EVERY = 10.0
-
-
-async def _leader_unknown() -> bool:
-    return True
 
 
 class DataCoord(
@@ -99,7 +96,7 @@ class DataCoord(
         self._tasks = BackgroundTasks()
         self._tt_sub = None
         self._assign_lock = asyncio.Lock()
-        self.leader_check: Callable[[], Awaitable[bool]] = _leader_unknown  # Node sets its lock's check
+        self.leader_check: Callable[[], Awaitable[bool]] = no_leader_lock  # Node sets its lock's check
         self._flush_ts: dict[int, int] = {}  # collection → latest flush timestamp
         # Channels of a flush not yet passed by their checkpoint: the periodic check looks at
         # these and at channels with sealed segments, not at every channel (1,000s of them).
@@ -484,6 +481,8 @@ class DataCoord(
                     async with asyncio.timeout(req.wait_ms / 1000):  # not wait_for: may swallow a cancel (3.11)
                         await self.meta.changed.wait_for(check)
             done = check()
+        if done:
+            await self._check_leader()  # a deposed DataCoord knows nothing of a flush after its time
         return milvus_pb2.GetFlushStateResponse(flushed=done)
 
     @merr.rpc(data_coord_pb2.GetSegmentInfoResponse)
@@ -535,10 +534,17 @@ class DataCoord(
                     f"(watch version {req.watch_version}) any more",
                 )
             )
-        if not req.segmentID:
-            await self._save_l0(req)
-            return merr.success()
-        seg = await self.meta.save_binlog_paths(req, self.channels.watch_guard(req.channel) if req.channel else None)
+        try:
+            if not req.segmentID:
+                await self._save_l0(req)
+                return merr.success()
+            seg = await self.meta.save_binlog_paths(
+                req, self.channels.watch_guard(req.channel) if req.channel else None
+            )
+        except merr.MilvusError as err:
+            if err.code in merr.DATANODE_GIVES_UP:
+                await self._refuse(err)  # a segment this DataCoord's memory lacks: its successor's?
+            raise
         if req.flushed:
             log.info("segment flushed", segment=seg.id, rows=seg.info.num_of_rows, binlogs=seg.info.binlog_count)
             if seg.info.num_of_rows == 0:

@@ -166,7 +166,11 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         for info in req.channels:
             await afailpoint("datanode.watch")
             old = self.flowgraphs.get(info.vchannel)
-            if old is not None and old.watch_version == info.watch_version:
+            if old is not None and old.watch_version >= info.watch_version:
+                # The same watch again, or an older one (versions only grow: a DataCoord deposed
+                # between persisting a version and sending it, resuming after its successor's).
+                if old.watch_version > info.watch_version:
+                    log.warning("older watch ignored", channel=info.vchannel, version=info.watch_version)
                 continue
             await self._check_collection(info.collectionID)
             if old is not None:
@@ -276,7 +280,7 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
                     metrics.FLUSHED_SEGMENTS.inc()
                 log.info("binlogs saved", segment=seg, rows=buf.rows if buf else 0, flushed=flushed)
                 return True
-            if status.code in (merr.SEGMENT_NOT_FOUND[0], merr.COLLECTION_NOT_FOUND[0]):
+            if status.code in merr.BINLOGS_DROPPED:
                 break  # dropped meanwhile: nothing may point at these files, so remove them
             if status.code == merr.CHANNEL_NOT_FOUND[0]:
                 # Not this node's channel (any more): its new owner replays the data from the

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Awaitable, Callable
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2, schema_pb2
 
@@ -29,6 +30,7 @@ from kmilvus.meta import EtcdKV
 from kmilvus.meta import catalog as keys
 from kmilvus.proto import data_coord_pb2, internal_pb2, query_coord_pb2, query_node_pb2
 from kmilvus.querycoord import recovery
+from kmilvus.sessionutil.leader import no_leader_lock
 from kmilvus.util import merr, typeutil
 from kmilvus.util.failpoint import afailpoint
 from kmilvus.util.tasks import BackgroundTasks, stopping
@@ -59,6 +61,7 @@ class LoadManager:
         self._tasks = BackgroundTasks()
         self._feed: asyncio.Task | None = None
         self._lock = asyncio.Lock()
+        self.leader_check: Callable[[], Awaitable[bool]] = no_leader_lock  # QueryCoord's, set by its process
 
     async def start(self) -> None:
         for _, raw in await self.kv.get_prefix(LOADED_PREFIX):
@@ -439,6 +442,12 @@ class LoadManager:
         wanted = [s for s in flushed if _loaded(info, s.partitionID)]
         await self._load(info, node_id, [s for s in wanted if s.ID not in held])
         unloaded = [s.ID for s in flushed if not _loaded(info, s.partitionID)]
+        gone = sorted(held - {s.ID for s in flushed})
+        if (unloaded or gone) and not await self.leader_check():
+            # A node retires what it is told to release for good. Decided from the listing of a
+            # DataCoord that may share this process's stale memory (paused past the lease), a
+            # release is sent only while this QueryCoord still leads.
+            raise merr.MilvusError(merr.SERVICE_NOT_READY, "querycoord lost its leader lock")
         if unloaded:  # flushed, of a partition not loaded: their rows are in binlogs, no growing copy kept
             merr.check(
                 await node.ReleaseSegments(
@@ -447,7 +456,6 @@ class LoadManager:
                     )
                 )
             )
-        gone = sorted(held - {s.ID for s in flushed})
         if gone and self.loads.get(coll_id) is info and info.channel_nodes.get(vchannel) == node_id:
             merr.check(
                 await node.ReleaseSegments(query_node_pb2.ReleaseSegmentsRequest(collectionID=coll_id, segmentIDs=gone))

@@ -5,6 +5,8 @@ the QueryNodes and remove its loaded-state meta."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from pymilvus.grpc_gen import milvus_pb2
 
 from kmilvus import components as roles
@@ -25,6 +27,15 @@ class QueryCoord(query_coord_pb2_grpc.QueryCoordServicer):
         self.registry = registry
         self.server_id = server_id
         self.loads = LoadManager(kv, registry)
+
+    @property
+    def leader_check(self) -> Callable[[], Awaitable[bool]]:
+        """Whether this QueryCoord still leads (its process's leader lock)."""
+        return self.loads.leader_check
+
+    @leader_check.setter
+    def leader_check(self, check: Callable[[], Awaitable[bool]]) -> None:
+        self.loads.leader_check = check
 
     async def start(self) -> None:
         await self.loads.start()

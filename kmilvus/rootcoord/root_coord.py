@@ -36,6 +36,7 @@ from kmilvus.rootcoord.schema_changes import SchemaChangeMixin
 from kmilvus.rootcoord.timetick_sync import TimeTickSync
 from kmilvus.rootcoord.truncate import TruncateMixin
 from kmilvus.sessionutil import list_sessions, watch_sessions
+from kmilvus.sessionutil.leader import no_leader_lock
 from kmilvus.tso import GlobalTSOAllocator
 from kmilvus.util import merr, metricsinfo
 from kmilvus.util.constants import DEFAULT_DB, DEFAULT_PARTITION
@@ -47,10 +48,6 @@ from kmilvus.util.tsoutil import physical_ms
 
 log = get_logger(__name__)
 _T = TypeVar("_T")
-
-
-async def _leader_unknown() -> bool:
-    return True
 
 
 class RootCoord(
@@ -92,7 +89,7 @@ class RootCoord(
         # answers with it, so a Proxy whose cached meta predates a drop finds out before it
         # publishes, without RootCoord waiting on every Proxy (docs/architecture/drop.md).
         self.meta_epoch = 0
-        self.leader_check: Callable[[], Awaitable[bool]] = _leader_unknown  # Node sets its lock's check
+        self.leader_check: Callable[[], Awaitable[bool]] = no_leader_lock  # Node sets its lock's check
 
     # Lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:

@@ -245,8 +245,7 @@ class ObjectStore:
         base = self._dir(prefix)
         info = self.filesystem.get_file_info(base)
         if info.type == pafs.FileType.Directory:
-            with contextlib.suppress(FileNotFoundError):
-                self.filesystem.delete_dir(base)
+            self._delete_dir(base)
         elif info.type == pafs.FileType.File:
             self.filesystem.delete_file(base)
         elif not self.local:
@@ -257,6 +256,17 @@ class ObjectStore:
             self._check_local_root()
         if self.local:
             self._prune_local(os.path.dirname(base))
+
+    def _delete_dir(self, base: str) -> None:
+        """`delete_dir`, whole: pyarrow's recursive delete stops with "not found" where an entry
+        it listed went meanwhile (a concurrent delete under it), before what it had not reached."""
+        while True:
+            try:
+                self.filesystem.delete_dir(base)
+                return
+            except FileNotFoundError:
+                if self.filesystem.get_file_info(base).type != pafs.FileType.Directory:
+                    return
 
     def _prune_local(self, directory: str) -> None:
         """Remove now-empty directories from `directory` up to (not including) the root."""

@@ -68,6 +68,12 @@ TIMEOUT = (10001, EC.UnexpectedError)  # Milvus' TimeoutCode: a request past its
 COMPACTION_FAILED = (2300, EC.UnexpectedError)
 SEGCORE_UNSUPPORTED = (2003, EC.UnexpectedError)  # segcore's ErrorCode::Unsupported, passed through
 
+# SaveBinlogPaths' answers on which a DataNode gives its data up: the segment or collection is
+# gone (its files are deleted), the channel is watched elsewhere (its buffers are dropped).
+# DataCoord sends them only as the leader (docs/architecture/fencing.md).
+BINLOGS_DROPPED = frozenset({SEGMENT_NOT_FOUND[0], COLLECTION_NOT_FOUND[0]})
+DATANODE_GIVES_UP = BINLOGS_DROPPED | {CHANNEL_NOT_FOUND[0]}
+
 
 class MilvusError(Exception):
     """An error with Milvus' code; `str()` is the message the client sees."""

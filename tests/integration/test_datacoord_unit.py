@@ -693,3 +693,24 @@ async def test_a_channel_its_datanode_no_longer_runs_is_watched_again(coords):
     await eventually(lambda: dn.watches.get(ch, 0) > version, 10, "the channel watched again")
     assert c.dc.channels.versions[ch] == dn.watches[ch]
     assert sid in c.dc.meta.segments
+
+
+async def test_a_deposed_datacoord_refuses_no_segment_it_does_not_know(coords):
+    """The same deposed DataCoord, asked to commit the binlogs of a segment its successor
+    opened (its memory has no such segment): "segment not found" would make the DataNode delete
+    the files and let the checkpoint pass the rows — lost. It answers "not ready"; so does a
+    flush state it would answer from the same memory (a flush it knows nothing of is not done)."""
+    c = coords
+    coll, (ch, _) = await _watched_collection(c)
+    sid = (await c.assign(coll, ch, 3)).segIDAssignments[0].segID
+
+    async def lost() -> bool:
+        return False
+
+    c.dc.leader_check = lost
+    unknown = await c.dc.SaveBinlogPaths(_flushed(sid + 10_000, coll, ch, 12, 1200, rows=3))
+    assert unknown.code == merr.SERVICE_NOT_READY[0], unknown
+    state = await c.dc.GetFlushState(
+        data_coord_pb2.GetFlushStateRequest(segmentIDs=[sid + 10_000], flush_ts=1, collectionID=coll + 1000)
+    )
+    assert state.status.code == merr.SERVICE_NOT_READY[0] and not state.flushed, state

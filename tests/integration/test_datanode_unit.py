@@ -147,3 +147,27 @@ async def test_one_ticks_reports_go_to_datacoord_in_one_message(nats_url, root):
 
 async def _append(out: list, data: bytes) -> None:
     out.append(data)
+
+
+async def test_a_watch_older_than_the_running_one_is_ignored():
+    """Watch versions only grow (DataCoord persists each before sending it). A DataCoord
+    deposed between persisting a version and sending it may resume and send it after its
+    successor handed the same channel to this node under a newer one: the node keeps the newer
+    flowgraph (replacing it would drop its buffers and run the channel under a version the
+    leader ignores, its flushes never ending)."""
+    from kmilvus.proto import data_node_pb2, internal_pb2
+
+    stopped: list[bool] = []
+    running = types.SimpleNamespace(watch_version=2, stop=lambda drop=False: stopped.append(drop))
+    checked: list[int] = []
+
+    async def check_collection(coll_id: int) -> None:
+        checked.append(coll_id)
+
+    node = types.SimpleNamespace(flowgraphs={"ch": running}, _check_collection=check_collection)
+    req = data_node_pb2.WatchDmChannelsRequest(
+        channels=[internal_pb2.ChannelWatchInfo(vchannel="ch", collectionID=5, watch_version=1)]
+    )
+    status = await DataNode.WatchDmChannels(node, req)
+    assert status.code == 0, status
+    assert node.flowgraphs == {"ch": running} and stopped == [] and checked == []
