@@ -14,7 +14,6 @@ import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
 
 from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
@@ -517,49 +516,42 @@ class DataCoord(
 
     @merr.rpc()
     async def SaveBinlogPaths(self, req: internal_pb2.SaveBinlogPathsRequest, context=None):
+        """`_save_binlog_paths`; its refusals make the DataNode give data up (buffers or files)
+        and are decided from memory, so only the leader refuses. A DataCoord paused past its
+        lease may resume with memory its successor has moved past (a channel handed out under a
+        newer watch version, a collection or segment created since); it answers "not ready",
+        and the DataNode's next call reaches the leader (docs/architecture/fencing.md)."""
+        try:
+            await self._save_binlog_paths(req)
+        except merr.MilvusError as err:
+            if err.code in merr.DATANODE_GIVES_UP:
+                await self._check_leader()
+            raise
+        return merr.success()
+
+    async def _save_binlog_paths(self, req: internal_pb2.SaveBinlogPathsRequest) -> None:
         # A dropped (or dropping) collection or partition is refused before the watch check: its
         # DataNode then deletes what it wrote at once (a channel moved elsewhere keeps its files
         # for the new owner's sake, and only the garbage collector would find them).
-        # Each refusal is decided from memory and makes the DataNode give data up, so it is
-        # made by the leader only (`_refuse`).
         if req.collectionID in self._dropping or req.collectionID not in self.channels.collections():
-            await self._refuse(merr.collection_not_found(req.collectionID))
+            raise merr.collection_not_found(req.collectionID)
         if (req.collectionID, req.partitionID) in self.dropped_partitions:
-            await self._refuse(merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]"))
+            raise merr.MilvusError(merr.SEGMENT_NOT_FOUND, f"segment not found[segment={req.segmentID}]")
         if req.channel and not self.channels.is_current_watch(req.channel, req.nodeID, req.watch_version):
-            await self._refuse(
-                merr.MilvusError(
-                    merr.CHANNEL_NOT_FOUND,
-                    f"channel {req.channel} is not watched by node {req.nodeID} "
-                    f"(watch version {req.watch_version}) any more",
-                )
+            raise merr.MilvusError(
+                merr.CHANNEL_NOT_FOUND,
+                f"channel {req.channel} is not watched by node {req.nodeID} "
+                f"(watch version {req.watch_version}) any more",
             )
-        try:
-            if not req.segmentID:
-                await self._save_l0(req)
-                return merr.success()
-            seg = await self.meta.save_binlog_paths(
-                req, self.channels.watch_guard(req.channel) if req.channel else None
-            )
-        except merr.MilvusError as err:
-            if err.code in merr.DATANODE_GIVES_UP:
-                await self._refuse(err)  # a segment this DataCoord's memory lacks: its successor's?
-            raise
+        if not req.segmentID:
+            await self._save_l0(req)
+            return
+        seg = await self.meta.save_binlog_paths(req, self.channels.watch_guard(req.channel) if req.channel else None)
         if req.flushed:
             log.info("segment flushed", segment=seg.id, rows=seg.info.num_of_rows, binlogs=seg.info.binlog_count)
             if seg.info.num_of_rows == 0:
                 await self.meta.remove_segment(seg)  # an empty segment leaves nothing behind
         self._checkpoint_committed(req)
-        return merr.success()
-
-    async def _refuse(self, err: merr.MilvusError) -> NoReturn:
-        """Raise `err` if this DataCoord still leads, else "not ready". A DataCoord paused past
-        its lease may resume with memory its successor has moved past (a channel handed out
-        under a newer watch version, a collection created since): refusing from that memory
-        would make a DataNode drop buffers or files nobody else holds; "not ready" makes it ask
-        again, and its next call reaches the leader (docs/architecture/fencing.md)."""
-        await self._check_leader()
-        raise err
 
     def _checkpoint_committed(self, req: internal_pb2.SaveBinlogPathsRequest) -> None:
         if req.checkpoint.seq:
