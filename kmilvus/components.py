@@ -209,6 +209,23 @@ class RemoteClient:
             await old.close()
 
 
+class LateBound:
+    """A coordinator's client looked up on every call (`Registry.client`): the coordinator
+    object itself once it is registered in this process, its `RemoteClient` otherwise. Server
+    builds every component before it registers any (kmilvus/server.py), so a client taken in a
+    constructor would stay a gRPC round trip over loopback for good, even in `kmilvus standalone`
+    (docs/architecture/index.md, "Typed contracts")."""
+
+    def __init__(self, registry: Registry, role: str):
+        self._registry = registry
+        self._role = role
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._registry.client(self._role), name)
+
+
 class Registry:
     def __init__(self, kv: EtcdKV, tls: ChannelTLS | None = None):
         self.kv = kv
@@ -253,6 +270,17 @@ class Registry:
                 self.kv, role, STUBS[role][0], server_id=server_id, retries=retries, tls=self.tls
             )
         return self._remote[key]
+
+    @overload
+    def late(self, role: Literal["rootcoord"]) -> RootCoordClient: ...
+    @overload
+    def late(self, role: Literal["datacoord"]) -> DataCoordClient: ...
+    @overload
+    def late(self, role: Literal["querycoord"]) -> QueryCoordClient: ...
+    def late(self, role: str) -> Any:
+        """The coordinator of `role`, resolved at each call (`LateBound`): for a client kept
+        by a component built before the coordinator registers."""
+        return LateBound(self, role)
 
     async def address(self, role: str, server_id: int) -> str:
         """The host of a component's session ("" once it is gone)."""

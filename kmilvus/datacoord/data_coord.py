@@ -73,7 +73,7 @@ class DataCoord(
         self.store = store
         self.registry = registry
         self.server_id = server_id
-        rootcoord = registry.client(roles.ROOTCOORD)
+        rootcoord = registry.late(roles.ROOTCOORD)
         self.tso = TimestampAllocator(rootcoord)
         self.ids = IDAllocator(rootcoord, batch=1000)
         self.meta = SegmentMeta(kv)

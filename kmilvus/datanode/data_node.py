@@ -38,8 +38,8 @@ class DataNode(data_node_pb2_grpc.DataNodeServicer):
         self.store = store
         self.registry = registry
         self.server_id = server_id
-        self.datacoord = registry.client(roles.DATACOORD)
-        self.ids = IDAllocator(registry.client(roles.ROOTCOORD), batch=1000)
+        self.datacoord = registry.late(roles.DATACOORD)
+        self.ids = IDAllocator(registry.late(roles.ROOTCOORD), batch=1000)
         self.flowgraphs: dict[str, FlowGraph] = {}
         self.buffered = 0
         self._seg_locks: dict[int, asyncio.Lock] = {}

@@ -80,8 +80,8 @@ class Proxy(
         self.server_id = server_id
         self.session_valid: Callable[[], Awaitable[bool]] = _always  # Node sets its session's check
         self.pending_insert_bytes = 0
-        self.rootcoord = registry.client(roles.ROOTCOORD)
-        self.datacoord = registry.client(roles.DATACOORD)
+        self.rootcoord = registry.late(roles.ROOTCOORD)
+        self.datacoord = registry.late(roles.DATACOORD)
         self.meta_cache = MetaCache(self.rootcoord, lambda: self.tso.meta_epoch)
         self.security = ProxySecurity(cfg, self.rootcoord)
         self.tso = TimestampAllocator(self.rootcoord)

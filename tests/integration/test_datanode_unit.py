@@ -126,7 +126,7 @@ async def test_one_ticks_reports_go_to_datacoord_in_one_message(nats_url, root):
     stream = await MsgStream.connect(nats_url, root)
     got: list[bytes] = []
     sub = await stream.subscribe_core(datanode_tt_subject(root), lambda data: _append(got, data))
-    registry = types.SimpleNamespace(client=lambda role: None)
+    registry = types.SimpleNamespace(client=lambda role: None, late=lambda role: None)
     node = DataNode(Config(cluster=root), stream, None, registry, server_id=3)
     fgs = [
         types.SimpleNamespace(vchannel=f"{root}-dml_0_{i}v0", watch_version=1, l0_due=lambda force=False: False)
