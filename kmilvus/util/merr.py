@@ -7,6 +7,7 @@ exactly as pymilvus expects to show it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -15,6 +16,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from kmilvus.log import get_logger
+from kmilvus.util.tasks import stopping
 
 log = get_logger(__name__)
 EC = common_pb2.ErrorCode
@@ -136,7 +138,9 @@ def rpc(
     `response_type=None` means the RPC returns a bare common.Status.
     The wrapped method may be called in-process (`context` omitted) or by gRPC.
     A `MilvusError` is an answer (bad input, missing collection); any other exception is a
-    defect and is logged with its traceback before it goes back as SERVICE_INTERNAL.
+    defect and is logged with its traceback before it goes back as SERVICE_INTERNAL — a
+    CancelledError from below too (an awaited future someone else cancelled), as gRPC's server
+    answers it: only the caller's own cancellation goes on up (`util.tasks.stopping`).
     """
 
     def wrap(fn: _Handler[_Self, _Req, _Rest, _Resp]) -> _Wrapped[_Self, _Req, _Rest, _Resp]:
@@ -162,7 +166,9 @@ def rpc(
                         role, getattr(self, "server_id", 0), method, request, ok(st), time.perf_counter() - started
                     )
                 return resp
-            except Exception as exc:  # every failure goes back as a status
+            except (Exception, asyncio.CancelledError) as exc:  # every failure goes back as a status
+                if stopping(exc):  # the caller's own cancellation; one from below is the call's failure
+                    raise
                 if counted:
                     metrics.observe_milvus_rpc(
                         role, getattr(self, "server_id", 0), method, request, False, time.perf_counter() - started

@@ -308,7 +308,7 @@ def test_standalone_index_lookups_stay_in_process(node, client):
     wait_until(lambda: client.describe_index("inproc", "vector")["indexed_rows"] == 300, timeout=30)
     client.load_collection("inproc")
     proxy = node.component(roles.PROXY)
-    proxy.datacoord = _NoRemote()  # what the Proxy bound at construction, before DataCoord was local
+    proxy.datacoord = _NoRemote()  # the read path resolves DataCoord at each call, never through a kept client
     assert client.describe_index("inproc", "vector")["indexed_rows"] == 300
     hits = client.search("inproc", data=[[1.0] * 8], limit=3, search_params={"params": {"ef": 16}})
     assert len(hits[0]) == 3 and hits[0][0]["distance"] == 0.0
