@@ -22,6 +22,18 @@ from kmilvus.reduce import TS, empty_search_result, groupby, merge_topk, newest_
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="segment-search")
 POOL_MIN_ROWS = 10_000  # a segment this large is worth searching in another thread
+# A search over at most this many rows in all (and a few queries) takes less than a millisecond
+# or so: the QueryNode computes it on its event loop rather than hand it to a worker thread.
+SMALL_MAX_ROWS = 65_536
+SMALL_MAX_NQ = 8
+
+
+def small(segments: Sequence[tuple[SegmentData, object]], plan: SearchPlan) -> bool:
+    """Whether a plain top-k search of `plan` over `segments` is small enough to compute on
+    the caller's thread (`SMALL_MAX_ROWS`); group-by, iterator and range searches walk wider."""
+    if plan.nq > SMALL_MAX_NQ or plan.group is not None or plan.bound is not None or plan.radius is not None:
+        return False
+    return sum(seg.num_rows for seg, _ in segments) <= SMALL_MAX_ROWS
 
 
 def _output_columns(seg: SegmentData, offsets: np.ndarray, pk_field: int, output_ids: list[int]) -> dict[str, pa.Array]:
@@ -259,9 +271,10 @@ def search_segments(segments: Sequence[tuple[SegmentData, object]], plan: Search
     def one(item) -> _Hits | None:
         return _segment_hits(item[0], item[1], plan)
 
-    # The largest segment is searched in this (already a worker) thread, and so is every small
-    # one (growing data): a hand-over to the pool and back costs more than searching a few
-    # thousand rows. Only further large segments run beside it in the pool.
+    # The largest segment is searched in the calling thread (a worker, or the event loop for a
+    # small search: QueryNode._compute), and so is every small one (growing data): a hand-over
+    # to the pool and back costs more than searching a few thousand rows. Only further large
+    # segments run beside it in the pool.
     order = sorted(segments, key=lambda item: -item[0].num_rows)
     rest = [_POOL.submit(one, item) for item in order[1:] if item[0].num_rows >= POOL_MIN_ROWS]
     found = [one(item) for i, item in enumerate(order) if i == 0 or item[0].num_rows < POOL_MIN_ROWS]
