@@ -256,9 +256,10 @@ def _merge_hits(found: list[_Hits], plan: SearchPlan) -> pa.Table:
     starts = np.cumsum([0, *sizes[:-1]])
     by_seg = np.argsort(owner, kind="stable")  # the kept rows grouped by segment, in order
     used = np.unique(owner).tolist()
+    if len(used) <= 1:  # the kept rows (if any) are one segment's, in order
+        j = used[0] if used else 0
+        return found[j].table(plan, keep - starts[j])
     parts = [found[j].table(plan, keep[by_seg][owner[by_seg] == j] - starts[j]) for j in used]
-    if len(parts) == 1:
-        return parts[0]
     back = np.empty_like(by_seg)
     back[by_seg] = np.arange(len(by_seg))
     return pa.concat_tables(parts, promote_options="default").take(pa.array(back))

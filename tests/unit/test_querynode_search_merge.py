@@ -92,3 +92,24 @@ def test_the_merge_over_segments_is_the_exact_top_k(varchar: bool, topk: int, ou
     for q in range(len(queries)):
         mine = scores[np.asarray(want_nq) == q]
         assert np.all(np.diff(mine) >= 0)  # best (smallest L2) first
+
+
+@pytest.mark.parametrize("outputs", [[], [101]])
+def test_segments_searched_without_a_hit_merge_to_an_empty_answer(outputs: list[int]) -> None:
+    """A segment whose search found no row (a BM25 query none of its documents matches) still
+    answers its (empty) hits: several of them merge to no row, with the answer's columns."""
+    seg = _segment(1, np.arange(5), np.zeros((5, DIM), np.float32), varchar=False)
+    plan = SearchPlan(
+        anns_field=102,
+        queries=np.zeros((1, DIM), np.float32),
+        topk=3,
+        metric="L2",
+        filter=compile_filter("", _schema(False), 0, None),
+        pk_field=100,
+        output_ids=outputs,
+    )
+    none = np.array([], np.int64)
+    empty = [reduce._Hits(seg, none.astype(np.int32), none.astype(np.float32), none) for _ in range(2)]
+    got = reduce._merge_hits(empty, plan)
+    assert got.num_rows == 0
+    assert got.column_names == ["nq", "score", "pk", *[str(f) for f in outputs]]
