@@ -55,7 +55,7 @@ STAGES = [
     "kmilvus.querynode.query_node:QueryNode._serviceable",
     "kmilvus.querynode.query_node:plan_from_request",
     "kmilvus.querynode.reduce:search_segments",
-    "kmilvus.querynode.reduce:_search_segment",
+    "kmilvus.querynode.reduce:_segment_hits",
     "kmilvus.index.vector_index:VectorIndex.search",
     "kmilvus.querynode.vector_search:search",
     "kmilvus.querynode.reduce:_output_columns",

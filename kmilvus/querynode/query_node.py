@@ -5,6 +5,7 @@ timestamp (Milvus' querynodev2, with the delegator and its workers in one proces
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -35,6 +36,10 @@ from kmilvus.util.timetick import demand_tick
 
 log = get_logger(__name__)
 DEFAULT_TIMEOUT_MS = 10_000
+# A search arriving within this time of the previous one's end was queued behind it: the node
+# is busy, and small searches go to worker threads too (`QueryNode._compute`). One client's next
+# request comes later than this (its round trip and its own work).
+BUSY_GAP_S = 0.001
 _T = TypeVar("_T")
 
 
@@ -135,6 +140,8 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         self.server_id = server_id
         self.collections: dict[int, LoadedCollection] = {}
         self._lock = asyncio.Lock()  # load / release steps of one node never interleave
+        self._in_workers = 0  # searches computing in worker threads now (`_compute`)
+        self._computed_at = 0.0  # monotonic time the last search's computation ended
 
     async def start(self) -> None:
         pass
@@ -466,7 +473,26 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         if plan.metric == index_params.BM25:
             return await asyncio.to_thread(lambda: then(bm25.search_channels(coll, req, plan)))
         segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
-        return await asyncio.to_thread(lambda: then(reduce.search_segments(segments, plan)))
+        return await self._compute(lambda: then(reduce.search_segments(segments, plan)), reduce.small(segments, plan))
+
+    async def _compute(self, work: Callable[[], _T], small: bool) -> _T:
+        """`work` (a search's segments, merge and answer) on the event loop when it is small
+        and the node is not busy searching, else in a worker thread. The hand-over to a worker
+        and back (two thread wake-ups, the GIL handed back and forth) costs more than a small
+        search takes; under load, searches still compute in parallel in workers (faiss and
+        BLAS release the GIL). Busy: a search is computing in a worker, or one ended less than
+        `BUSY_GAP_S` ago (requests queue behind each other)."""
+        if small and not self._in_workers and time.monotonic() - self._computed_at > BUSY_GAP_S:
+            try:
+                return work()
+            finally:
+                self._computed_at = time.monotonic()
+        self._in_workers += 1
+        try:
+            return await asyncio.to_thread(work)
+        finally:
+            self._in_workers -= 1
+            self._computed_at = time.monotonic()
 
     @merr.rpc(query_node_pb2.RetrieveResults)
     async def Query(self, req: query_node_pb2.QueryRequest, context=None):

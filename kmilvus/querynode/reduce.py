@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -17,10 +18,22 @@ from kmilvus.querynode import count, vector_search
 from kmilvus.querynode.filter import Filter
 from kmilvus.querynode.search_plan import SearchPlan
 from kmilvus.querynode.segments import SegmentData
-from kmilvus.reduce import TS, empty_search_result, groupby, merge_topk, newest_rows, orderby
+from kmilvus.reduce import TS, empty_search_result, groupby, merge_topk, newest_rows, orderby, topk_rows
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="segment-search")
 POOL_MIN_ROWS = 10_000  # a segment this large is worth searching in another thread
+# A search over at most this many rows in all (and a few queries) takes less than a millisecond
+# or so: the QueryNode computes it on its event loop rather than hand it to a worker thread.
+SMALL_MAX_ROWS = 65_536
+SMALL_MAX_NQ = 8
+
+
+def small(segments: Sequence[tuple[SegmentData, object]], plan: SearchPlan) -> bool:
+    """Whether a plain top-k search of `plan` over `segments` is small enough to compute on
+    the caller's thread (`SMALL_MAX_ROWS`); group-by, iterator and range searches walk wider."""
+    if plan.nq > SMALL_MAX_NQ or plan.group is not None or plan.bound is not None or plan.radius is not None:
+        return False
+    return sum(seg.num_rows for seg, _ in segments) <= SMALL_MAX_ROWS
 
 
 def _output_columns(seg: SegmentData, offsets: np.ndarray, pk_field: int, output_ids: list[int]) -> dict[str, pa.Array]:
@@ -164,9 +177,41 @@ def _grouped(seg: SegmentData, plan: SearchPlan, valid: np.ndarray | None, n: in
     return d, np.where(kept, i, -1)
 
 
-def _search_segment(seg: SegmentData, deletes, plan: SearchPlan) -> pa.Table | None:
-    """One segment's hits for the plan: "nq", "score", "pk", the group value for a group-by
-    search, then output fields by ID."""
+@dataclass
+class _Hits:
+    """One segment's hits, before any column is built: query index, score and row offset of
+    each, queries in order and best first within each."""
+
+    seg: SegmentData
+    nq: np.ndarray  # int32
+    score: np.ndarray  # float32
+    offsets: np.ndarray  # int64
+
+    def pks(self) -> np.ndarray:
+        """The hits' primary keys as numpy (what the merge compares)."""
+        ints = self.seg.int64_pks()
+        if ints is not None:
+            result: np.ndarray = ints[self.offsets]
+            return result
+        col = self.seg.table.column(str(self.seg.pk_field)).take(pa.array(self.offsets, pa.int64()))
+        keys: np.ndarray = col.to_numpy()
+        return keys
+
+    def table(self, plan: SearchPlan, rows: np.ndarray | None = None) -> pa.Table:
+        """The hits (`rows` of them: positions, in their order) as a result table: "nq",
+        "score", "pk", the group value for a group-by search, then output fields by ID."""
+        nq, score, offs = (self.nq, self.score, self.offsets)
+        if rows is not None:
+            nq, score, offs = nq[rows], score[rows], offs[rows]
+        cols = {"nq": pa.array(nq), "score": pa.array(score)}
+        cols.update(_output_columns(self.seg, offs, plan.pk_field, plan.output_ids))
+        if plan.group is not None:
+            cols[groupby.GROUP] = self.seg.table.column(str(plan.group.field_id)).take(pa.array(offs, pa.int64()))
+        return pa.Table.from_arrays(list(cols.values()), names=list(cols))
+
+
+def _segment_hits(seg: SegmentData, deletes, plan: SearchPlan) -> _Hits | None:
+    """One segment's hits for the plan (None: none)."""
     if seg.num_rows == 0:
         return None
     valid = _excluded(seg, plan, _alive(seg, deletes, plan.filter, plan.mvcc_ts))
@@ -183,13 +228,7 @@ def _search_segment(seg: SegmentData, deletes, plan: SearchPlan) -> pa.Table | N
         return None
     d, i = got
     hit = i >= 0
-    q_idx = np.nonzero(hit)[0].astype(np.int32)
-    offs = i[hit]
-    cols = {"nq": pa.array(q_idx), "score": pa.array(d[hit].astype(np.float32))}
-    cols.update(_output_columns(seg, offs, plan.pk_field, plan.output_ids))
-    if plan.group is not None:
-        cols[groupby.GROUP] = seg.table.column(str(plan.group.field_id)).take(pa.array(offs, pa.int64()))
-    return pa.table(cols)
+    return _Hits(seg, np.nonzero(hit)[0].astype(np.int32), d[hit].astype(np.float32, copy=False), i[hit])
 
 
 def merge_search(table: pa.Table, plan: SearchPlan) -> pa.Table:
@@ -200,26 +239,55 @@ def merge_search(table: pa.Table, plan: SearchPlan) -> pa.Table:
     return merge_topk(table, plan.topk, plan.larger_is_closer)
 
 
+def _merge_hits(found: list[_Hits], plan: SearchPlan) -> pa.Table:
+    """The top-k merge of several segments' hits (`kmilvus.reduce.topk_rows`) over their
+    arrays: columns are built for the kept rows only — without output fields straight from the
+    arrays, else each segment's kept rows at once, put back in the merged order."""
+    sizes = [len(h.offsets) for h in found]
+    pks = [h.pks() for h in found]
+    nq = np.concatenate([h.nq for h in found])
+    score = np.concatenate([h.score for h in found])
+    keep = topk_rows(nq, score.astype(np.float64), np.concatenate(pks), plan.topk, plan.larger_is_closer)
+    if not plan.output_ids:
+        pk_type = found[0].seg.table.schema.field(str(plan.pk_field)).type
+        cols = [pa.array(nq[keep]), pa.array(score[keep]), pa.array(np.concatenate(pks)[keep], pk_type)]
+        return pa.Table.from_arrays(cols, names=["nq", "score", "pk"])
+    owner = np.repeat(np.arange(len(found)), sizes)[keep]
+    starts = np.cumsum([0, *sizes[:-1]])
+    by_seg = np.argsort(owner, kind="stable")  # the kept rows grouped by segment, in order
+    used = np.unique(owner).tolist()
+    if len(used) <= 1:  # the kept rows (if any) are one segment's, in order
+        j = used[0] if used else 0
+        return found[j].table(plan, keep - starts[j])
+    parts = [found[j].table(plan, keep[by_seg][owner[by_seg] == j] - starts[j]) for j in used]
+    back = np.empty_like(by_seg)
+    back[by_seg] = np.arange(len(by_seg))
+    return pa.concat_tables(parts, promote_options="default").take(pa.array(back))
+
+
 def search_segments(segments: Sequence[tuple[SegmentData, object]], plan: SearchPlan) -> pa.Table:
     """The plan's answer over `segments` (each searched in a thread: faiss and BLAS release the
     GIL): a segment's index when it has one for the field, its raw vectors exactly otherwise."""
 
-    def one(item) -> pa.Table | None:
-        return _search_segment(item[0], item[1], plan)
+    def one(item) -> _Hits | None:
+        return _segment_hits(item[0], item[1], plan)
 
-    # The largest segment is searched in this (already a worker) thread, and so is every small
-    # one (growing data): a hand-over to the pool and back costs more than searching a few
-    # thousand rows. Only further large segments run beside it in the pool.
+    # The largest segment is searched in the calling thread (a worker, or the event loop for a
+    # small search: QueryNode._compute), and so is every small one (growing data): a hand-over
+    # to the pool and back costs more than searching a few thousand rows. Only further large
+    # segments run beside it in the pool.
     order = sorted(segments, key=lambda item: -item[0].num_rows)
     rest = [_POOL.submit(one, item) for item in order[1:] if item[0].num_rows >= POOL_MIN_ROWS]
     found = [one(item) for i, item in enumerate(order) if i == 0 or item[0].num_rows < POOL_MIN_ROWS]
     found += [f.result() for f in rest]
-    parts = [t for t in found if t is not None]
-    if not parts:
+    hits = [h for h in found if h is not None]
+    if not hits:
         return empty_search_result()
-    if len(parts) == 1 and plan.group is None:  # one segment's hits: at most k per query, best first
-        return parts[0]
-    return merge_search(pa.concat_tables(parts, promote_options="default"), plan)
+    if len(hits) == 1 and plan.group is None:  # one segment's hits: at most k per query, best first
+        return hits[0].table(plan)
+    if plan.group is None:
+        return _merge_hits(hits, plan)
+    return merge_search(pa.concat_tables([h.table(plan) for h in hits], promote_options="default"), plan)
 
 
 def retrieve_segments(

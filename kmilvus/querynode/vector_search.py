@@ -72,10 +72,10 @@ def search(
         key = -d if larger else d
         kk = min(k, n)
         part = np.argpartition(key, kk - 1, axis=1)[:, :kk] if kk < n else np.tile(np.arange(n), (len(d), 1))
-        pk = np.take_along_axis(key, part, axis=1)
-        order = np.argsort(pk, axis=1, kind="stable")
-        idx = np.take_along_axis(part, order, axis=1)
-        dist = np.take_along_axis(d, idx, axis=1)
+        rows = np.arange(len(d))[:, None]  # fancy indexing: take_along_axis' checks cost more here
+        order = np.argsort(key[rows, part], axis=1, kind="stable")
+        idx = part[rows, order]
+        dist = d[rows, idx]
         ok = np.isfinite(dist)
         out_d[q0 : q0 + len(d), :kk] = np.where(ok, dist, np.nan)
         out_i[q0 : q0 + len(d), :kk] = np.where(ok, idx, -1)

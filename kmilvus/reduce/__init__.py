@@ -41,6 +41,20 @@ def _first_of_each(*cols: np.ndarray) -> np.ndarray:
     return keep
 
 
+def topk_rows(nq: np.ndarray, score: np.ndarray, pks: np.ndarray | None, k: int, larger: bool) -> np.ndarray:
+    """Positions of the best `k` rows per query (sorted by query, then best score first), each
+    primary key (`pks`; None: no keys to merge) at most once per query: the top-k merge over
+    the hits' arrays, before any column of them is built."""
+    order = np.lexsort((-score if larger else score, nq))
+    if pks is not None:
+        order = order[_first_of_each(nq[order], pks[order])]
+    nq_sorted = nq[order]
+    starts = np.searchsorted(nq_sorted, nq_sorted, side="left")
+    rank = np.arange(len(order)) - starts
+    kept: np.ndarray = order[rank < k]
+    return kept
+
+
 def merge_topk(table: pa.Table, k: int, larger: bool) -> pa.Table:
     """The best `k` rows per query of `table` (sorted by query, then best score first), each
     primary key at most once per query."""
@@ -48,15 +62,8 @@ def merge_topk(table: pa.Table, k: int, larger: bool) -> pa.Table:
         return table
     nq = table.column("nq").to_numpy()
     score = table.column("score").to_numpy().astype(np.float64)
-    order = np.lexsort((-score if larger else score, nq))
-    if "pk" in table.column_names:
-        pks = table.column("pk").to_numpy(zero_copy_only=False)
-        order = order[_first_of_each(nq[order], pks[order])]
-    nq_sorted = nq[order]
-    starts = np.searchsorted(nq_sorted, nq_sorted, side="left")
-    rank = np.arange(len(order)) - starts
-    keep = order[rank < k]
-    return table.take(pa.array(keep))
+    pks = table.column("pk").to_numpy(zero_copy_only=False) if "pk" in table.column_names else None
+    return table.take(pa.array(topk_rows(nq, score, pks, k, larger)))
 
 
 def empty_search_result() -> pa.Table:
