@@ -67,7 +67,7 @@ STAGES = [
     # Insert.
     "kmilvus.proxy.proxy:Proxy.Insert",
     "kmilvus.proxy.insert:InsertTask.pre_execute",
-    "kmilvus.util.typeutil:fields_data_to_columns",
+    "kmilvus.util.fielddata:fields_data_to_columns",
     "kmilvus.proxy.insert:InsertTask.execute",
     "kmilvus.allocator.allocator:IDAllocator.alloc_array",
     "kmilvus.proxy.insert:shard_of",
