@@ -85,8 +85,8 @@ def newest_live(
     return keep
 
 
-def _deletes(store: ObjectStore, logs: list) -> tuple[np.ndarray, np.ndarray]:
-    tables = [_read(store, d.log_path, ["pk", "ts"]) for d in logs]
+def _columns(tables: list) -> tuple[np.ndarray, np.ndarray]:
+    """(pk, ts) of delta-log tables."""
     if not tables:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return (
@@ -95,53 +95,87 @@ def _deletes(store: ObjectStore, logs: list) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-async def stored_rows_async(etcd: str, cluster: str, storage_uri: str, coll_id: int) -> Stored:
+class _MovedAway(Exception):
+    """A file listed in etcd was gone when read, and so was its segment (or L0 delta log) on a
+    second look: compacted (or dropped) between the listing and the read — the cluster still
+    runs automatic compaction while it is checked. The listing is taken again."""
+
+
+async def _read_or_moved(
+    kv: EtcdKV, store: ObjectStore, key: str, logs: list, columns: list[str], *, segment: bool = True
+) -> list:
+    """The tables of `logs`; a missing file whose owner (`key`: a segment's meta, or with
+    `segment=False` an L0 delta log's) is still there, and not a Dropped segment, is a committed
+    file lost — raised as it is."""
+    try:
+        return [_read(store, b.log_path, columns) for b in logs]
+    except FileNotFoundError:
+        raw = await kv.get(key)
+        if raw is not None and (
+            not segment or internal_pb2.SegmentInfo.FromString(raw).state != common_pb2.SegmentState.Dropped
+        ):
+            raise
+        raise _MovedAway(key) from None
+
+
+async def stored_rows_async(etcd: str, cluster: str, storage_uri: str, coll_id: int, attempts: int = 5) -> Stored:
     kv = await _kv(etcd, cluster)
     store = ObjectStore.from_uri(storage_uri)
     try:
-        raw = await kv.get(keys.collection_key(coll_id))
-        if raw is None:
-            raise LookupError(f"collection {coll_id} is not in RootCoord's meta")
-        info = internal_pb2.CollectionInfo.FromString(raw)
-        fields = {f.name: f.fieldID for f in info.schema.fields}
-        pk_col, val_col = str(fields["id"]), str(fields["val"])
-        out = Stored(np.zeros(0, np.int64), np.zeros(0, np.int64), partitions=[p.partitionID for p in info.partitions])
-        pks, tss, vals, parts = [], [], [], []
-        deletes: list[tuple[np.ndarray, np.ndarray, int]] = []
-        for _, raw_seg in await kv.get_prefix(keys.segment_prefix(coll_id)):
-            seg = internal_pb2.SegmentInfo.FromString(raw_seg)
-            state = common_pb2.SegmentState.Name(seg.state)
-            out.segments[state] = out.segments.get(state, 0) + 1
-            if seg.state == common_pb2.SegmentState.Dropped:
+        for _ in range(attempts - 1):
+            try:
+                return await _stored_rows(kv, store, coll_id)
+            except _MovedAway:
                 continue
-            binlogs = await _binlogs(kv, keys.binlog_prefix(coll_id, seg.ID))
-            tables = [_read(store, b.log_path, [pk_col, "1", val_col]) for b in binlogs]
-            if not tables:
-                continue
-            s_pk = np.concatenate([t.column(pk_col).to_numpy() for t in tables]).astype(np.int64)
-            s_ts = np.concatenate([t.column("1").to_numpy() for t in tables]).astype(np.int64)
-            # A segment's own delta logs apply to its rows only: drop those rows here.
-            own = await _binlogs(kv, keys.deltalog_prefix(coll_id, seg.ID))
-            s_keep = live_after_deletes(s_pk, s_ts, *_deletes(store, own))
-            out.binlog_rows += len(s_pk)
-            out.deleted_rows += int((~s_keep).sum())
-            pks.append(s_pk[s_keep])
-            tss.append(s_ts[s_keep])
-            vals.append(np.concatenate([t.column(val_col).to_numpy() for t in tables]).astype(np.int64)[s_keep])
-            parts.append(np.full(int(s_keep.sum()), seg.partitionID, np.int64))
-        # The channel's L0 delta logs apply to every segment of their partition (-1: all); a key
-        # always hashes to one channel, so the channel needs no check.
-        for _, raw_l0 in await kv.get_prefix(keys.l0_deltalog_prefix(coll_id)):
-            l0 = internal_pb2.L0Deltalog.FromString(raw_l0)
-            deletes.append((*_deletes(store, [l0.binlog]), l0.partitionID))
-        if pks:
-            all_pk, all_ts = np.concatenate(pks), np.concatenate(tss)
-            keep = newest_live(all_pk, all_ts, np.concatenate(parts), deletes)
-            out.deleted_rows += int((~keep).sum())
-            out.pks, out.vals = all_pk[keep], np.concatenate(vals)[keep]
-        return out
+        return await _stored_rows(kv, store, coll_id)
     finally:
         await kv.close()
+
+
+async def _stored_rows(kv: EtcdKV, store: ObjectStore, coll_id: int) -> Stored:
+    raw = await kv.get(keys.collection_key(coll_id))
+    if raw is None:
+        raise LookupError(f"collection {coll_id} is not in RootCoord's meta")
+    info = internal_pb2.CollectionInfo.FromString(raw)
+    fields = {f.name: f.fieldID for f in info.schema.fields}
+    pk_col, val_col = str(fields["id"]), str(fields["val"])
+    out = Stored(np.zeros(0, np.int64), np.zeros(0, np.int64), partitions=[p.partitionID for p in info.partitions])
+    pks, tss, vals, parts = [], [], [], []
+    deletes: list[tuple[np.ndarray, np.ndarray, int]] = []
+    for _, raw_seg in await kv.get_prefix(keys.segment_prefix(coll_id)):
+        seg = internal_pb2.SegmentInfo.FromString(raw_seg)
+        seg_key = keys.segment_key(coll_id, seg.partitionID, seg.ID)
+        state = common_pb2.SegmentState.Name(seg.state)
+        out.segments[state] = out.segments.get(state, 0) + 1
+        if seg.state == common_pb2.SegmentState.Dropped:
+            continue
+        binlogs = await _binlogs(kv, keys.binlog_prefix(coll_id, seg.ID))
+        tables = await _read_or_moved(kv, store, seg_key, binlogs, [pk_col, "1", val_col])
+        if not tables:
+            continue
+        s_pk = np.concatenate([t.column(pk_col).to_numpy() for t in tables]).astype(np.int64)
+        s_ts = np.concatenate([t.column("1").to_numpy() for t in tables]).astype(np.int64)
+        # A segment's own delta logs apply to its rows only: drop those rows here.
+        own = await _binlogs(kv, keys.deltalog_prefix(coll_id, seg.ID))
+        s_keep = live_after_deletes(s_pk, s_ts, *_columns(await _read_or_moved(kv, store, seg_key, own, ["pk", "ts"])))
+        out.binlog_rows += len(s_pk)
+        out.deleted_rows += int((~s_keep).sum())
+        pks.append(s_pk[s_keep])
+        tss.append(s_ts[s_keep])
+        vals.append(np.concatenate([t.column(val_col).to_numpy() for t in tables]).astype(np.int64)[s_keep])
+        parts.append(np.full(int(s_keep.sum()), seg.partitionID, np.int64))
+    # The channel's L0 delta logs apply to every segment of their partition (-1: all); a key
+    # always hashes to one channel, so the channel needs no check.
+    for l0_key, raw_l0 in await kv.get_prefix(keys.l0_deltalog_prefix(coll_id)):  # keys relative, as get takes them
+        l0 = internal_pb2.L0Deltalog.FromString(raw_l0)
+        found = await _read_or_moved(kv, store, l0_key, [l0.binlog], ["pk", "ts"], segment=False)
+        deletes.append((*_columns(found), l0.partitionID))
+    if pks:
+        all_pk, all_ts = np.concatenate(pks), np.concatenate(tss)
+        keep = newest_live(all_pk, all_ts, np.concatenate(parts), deletes)
+        out.deleted_rows += int((~keep).sum())
+        out.pks, out.vals = all_pk[keep], np.concatenate(vals)[keep]
+    return out
 
 
 def stored_rows(etcd: str, cluster: str, storage_uri: str, coll_id: int) -> Stored:
