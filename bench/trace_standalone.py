@@ -86,6 +86,9 @@ STAGES = [
     # Drops and statistics.
     "kmilvus.proxy.proxy:Proxy.DropCollection",
     "kmilvus.rootcoord.root_coord:RootCoord.DropCollection",
+    "kmilvus.rootcoord.root_coord:RootCoord._drop_meta",
+    "kmilvus.rootcoord.drop_tasks:DropTask.broadcast",
+    "kmilvus.rootcoord.partitions:PartitionMixin._drop_partition_meta",
     "kmilvus.proxy.partitions:ProxyPartitionsMixin.DropPartition",
     "kmilvus.proxy.load:ProxyLoadMixin.check_partition_released",
     "kmilvus.rootcoord.partitions:PartitionMixin.DropPartition",
@@ -145,8 +148,35 @@ def _timed(name: str, fn):
     return wrap
 
 
+def _follow_queued_tasks() -> None:
+    """A Proxy task runs in its queue's worker, not in the handler that enqueued it: carry the
+    handler's trace over, so what the task calls in this process (an in-process coordinator's
+    stages) is timed as part of the request."""
+    from kmilvus.proxy import task as ptask
+
+    enqueue, run = ptask.Task.on_enqueue, ptask.Task.run
+
+    async def on_enqueue(self):
+        self._trace_events = _current.get()
+        return await enqueue(self)
+
+    async def traced_run(self):
+        events = getattr(self, "_trace_events", None)
+        if events is None:
+            return await run(self)
+        token = _current.set(events)
+        try:
+            return await run(self)
+        finally:
+            _current.reset(token)
+
+    ptask.Task.on_enqueue = on_enqueue
+    ptask.Task.run = traced_run
+
+
 def install(stages=STAGES) -> list[str]:
     """Wrap each stage that exists (a name that moved is reported, not fatal)."""
+    _follow_queued_tasks()
     missing = []
     for target in stages:
         mod_name, qual = target.split(":")
