@@ -222,6 +222,14 @@ class OpsClient:
                     raise
                 time.sleep(min(5.0, 0.5 * attempts))
 
+    @staticmethod
+    def create_partition(coll, name: str) -> None:
+        """CreatePartition as an idempotent step: an attempt whose answer was lost (a Proxy
+        killed after the commit) may have created it, and pymilvus' ORM refuses to create a
+        partition it finds (PartitionAlreadyExistException)."""
+        if not coll.has_partition(name):
+            coll.create_partition(name)
+
     # ---------------------------------------------------------------- DDL
     def incarnate(self, ln: Lineage) -> None:
         """Create (or find) the lineage's collection, its partitions, an index; load it."""
@@ -235,7 +243,7 @@ class OpsClient:
             )
             extra["collection_id"] = coll.describe()["collection_id"]
             for p in PARTITIONS[1:]:
-                self.retry_ddl(lambda p=p: coll.create_partition(p))
+                self.retry_ddl(lambda p=p: self.create_partition(coll, p))
             self.retry_ddl(lambda: None if coll.has_index() else coll.create_index("vec", idx))
             self.retry_ddl(lambda: coll.load(timeout=120))
             ln.coll = coll
@@ -266,7 +274,7 @@ class OpsClient:
             _, extra["attempts"] = self.retry_ddl(lambda: coll.drop_partition(name, timeout=60))
 
         def create(n, extra):
-            self.retry_ddl(lambda: coll.create_partition(name))
+            self.retry_ddl(lambda: self.create_partition(coll, name))
             self.retry_ddl(lambda: coll.load(timeout=120))
 
         self.record(ln, "drop_partition", drop, part=slot, name=name)
