@@ -211,8 +211,8 @@ class RemoteClient:
 
 class LateBound:
     """A coordinator's client looked up on every call (`Registry.client`): the coordinator
-    object itself once it is registered in this process, its `RemoteClient` otherwise. Server
-    builds every component before it registers any (kmilvus/server.py), so a client taken in a
+    object itself once it is registered in this process, its `RemoteClient` otherwise. The
+    server builds every component before it registers any (kmilvus/server.py), so a client taken in a
     constructor would stay a gRPC round trip over loopback for good, even in `kmilvus standalone`
     (docs/architecture/index.md, "Typed contracts")."""
 

@@ -36,10 +36,17 @@ def small(segments: Sequence[tuple[SegmentData, object]], plan: SearchPlan) -> b
     return sum(seg.num_rows for seg, _ in segments) <= SMALL_MAX_ROWS
 
 
+def _pk_array(seg: SegmentData, offsets: np.ndarray, pk_field: int) -> pa.Array:
+    """The primary keys of rows `offsets` (Int64 keys from the segment's numpy copy)."""
+    ints = seg.int64_pks()
+    if ints is not None:
+        return pa.array(ints[offsets])
+    return seg.table.column(str(pk_field)).take(pa.array(offsets, pa.int64()))
+
+
 def _output_columns(seg: SegmentData, offsets: np.ndarray, pk_field: int, output_ids: list[int]) -> dict[str, pa.Array]:
     idx = pa.array(offsets, pa.int64())
-    pks = seg.int64_pks()
-    cols = {"pk": pa.array(pks[offsets]) if pks is not None else seg.table.column(str(pk_field)).take(idx)}
+    cols = {"pk": _pk_array(seg, offsets, pk_field)}
     for fid in output_ids:
         name = str(fid)
         if name not in cols:
@@ -189,12 +196,7 @@ class _Hits:
 
     def pks(self) -> np.ndarray:
         """The hits' primary keys as numpy (what the merge compares)."""
-        ints = self.seg.int64_pks()
-        if ints is not None:
-            result: np.ndarray = ints[self.offsets]
-            return result
-        col = self.seg.table.column(str(self.seg.pk_field)).take(pa.array(self.offsets, pa.int64()))
-        keys: np.ndarray = col.to_numpy()
+        keys: np.ndarray = _pk_array(self.seg, self.offsets, self.seg.pk_field).to_numpy(zero_copy_only=False)
         return keys
 
     def table(self, plan: SearchPlan, rows: np.ndarray | None = None) -> pa.Table:
@@ -244,13 +246,13 @@ def _merge_hits(found: list[_Hits], plan: SearchPlan) -> pa.Table:
     arrays: columns are built for the kept rows only — without output fields straight from the
     arrays, else each segment's kept rows at once, put back in the merged order."""
     sizes = [len(h.offsets) for h in found]
-    pks = [h.pks() for h in found]
+    pks = np.concatenate([h.pks() for h in found])
     nq = np.concatenate([h.nq for h in found])
     score = np.concatenate([h.score for h in found])
-    keep = topk_rows(nq, score.astype(np.float64), np.concatenate(pks), plan.topk, plan.larger_is_closer)
+    keep = topk_rows(nq, score.astype(np.float64), pks, plan.topk, plan.larger_is_closer)
     if not plan.output_ids:
         pk_type = found[0].seg.table.schema.field(str(plan.pk_field)).type
-        cols = [pa.array(nq[keep]), pa.array(score[keep]), pa.array(np.concatenate(pks)[keep], pk_type)]
+        cols = [pa.array(nq[keep]), pa.array(score[keep]), pa.array(pks[keep], pk_type)]
         return pa.Table.from_arrays(cols, names=["nq", "score", "pk"])
     owner = np.repeat(np.arange(len(found)), sizes)[keep]
     starts = np.cumsum([0, *sizes[:-1]])
@@ -266,8 +268,10 @@ def _merge_hits(found: list[_Hits], plan: SearchPlan) -> pa.Table:
 
 
 def search_segments(segments: Sequence[tuple[SegmentData, object]], plan: SearchPlan) -> pa.Table:
-    """The plan's answer over `segments` (each searched in a thread: faiss and BLAS release the
-    GIL): a segment's index when it has one for the field, its raw vectors exactly otherwise."""
+    """The plan's answer over `segments`: a segment's index when it has one for the field, its
+    raw vectors exactly otherwise. Runs in the caller's thread (a worker, or the QueryNode's
+    loop for a small search); further large segments are searched beside it in a pool (faiss
+    and BLAS release the GIL)."""
 
     def one(item) -> _Hits | None:
         return _segment_hits(item[0], item[1], plan)
