@@ -67,7 +67,10 @@ class DropTask:
 
     async def broadcast(self) -> None:
         """The broadcast, once: a caller that finds one under way waits for it, and makes the
-        attempt itself when that one failed."""
+        attempt itself when that one failed. Once done it answers at once: the RPC's own call
+        must not queue behind the background task's, which holds the lock only to find it done."""
+        if self.broadcast_done:
+            return
         async with self._lock:
             if not self.broadcast_done:
                 await self._counted(self._broadcast)
