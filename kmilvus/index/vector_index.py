@@ -56,6 +56,10 @@ from kmilvus.index.vectors import SparseRows, Vectors
 # one). Larger batches keep faiss' parallel search. The setting is the calling thread's own
 # (OpenMP's nthreads ICV), so an index build in another thread keeps every core.
 SERIAL_MAX_NQ = 8
+# Every thread's OpenMP team size outside `_serial_below` (nothing else in kmilvus sets it): read
+# once, not per search. Each faiss call through SWIG gives the GIL up and takes it back, which
+# under concurrent searches is a wait of its own (docs/benchmarks/index.md, the read path at 1M).
+_OMP_THREADS = faiss.omp_get_max_threads()
 
 
 @contextlib.contextmanager
@@ -64,12 +68,11 @@ def _serial_below(nq: int) -> Iterator[None]:
     if nq > SERIAL_MAX_NQ:
         yield
         return
-    before = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
         yield
     finally:
-        faiss.omp_set_num_threads(before)
+        faiss.omp_set_num_threads(_OMP_THREADS)
 
 
 def _search(index: Any, q: np.ndarray, k: int, sp: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -153,14 +156,14 @@ class VectorIndex(AsyncSearch):
         self.index_type = index_type
         self.metric_type = metric_type
         self.params = dict(params or {})
+        # Read on every search; a built index never changes (`_OMP_THREADS` says why they are
+        # kept here rather than asked of faiss each time).
+        self.num_rows = int(index.ntotal)
+        self._neighbors = int(index.hnsw.nb_neighbors(1)) if isinstance(index, faiss.IndexHNSW) else 0  # type: ignore[attr-defined]
 
     @property
     def dim(self) -> int:
         return int(self.index.d)
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.index.ntotal)
 
     @property
     def holds_raw(self) -> bool:
@@ -203,8 +206,7 @@ class VectorIndex(AsyncSearch):
         neighbours a node, an IVF index's nprobe lists (0: a flat index, exact already)."""
         ivf = self._ivf()
         if isinstance(self.index, faiss.IndexHNSW) and "ef" in knobs:
-            result: float = knobs["ef"] * self.index.hnsw.nb_neighbors(1)  # type: ignore[attr-defined]
-            return result
+            return knobs["ef"] * self._neighbors
         if ivf is not None and "nprobe" in knobs:
             return knobs["nprobe"] * self.num_rows / max(1, int(ivf.nlist))
         return 0
