@@ -62,6 +62,14 @@ SERIAL_MAX_NQ = 8
 _OMP_THREADS = faiss.omp_get_max_threads()
 
 
+def set_threads(n: int) -> None:
+    """faiss' OpenMP team size outside a serial search, from now on (a process embedding
+    kmilvus' indexes that wants fewer threads than cores; `_serial_below` restores this)."""
+    global _OMP_THREADS
+    _OMP_THREADS = n
+    faiss.omp_set_num_threads(n)
+
+
 @contextlib.contextmanager
 def _serial_below(nq: int) -> Iterator[None]:
     """One OpenMP thread for this thread's faiss calls while the batch is small (restored after)."""

@@ -49,3 +49,20 @@ def test_serial_search_answers_as_the_parallel_one(index_type: str, build: dict,
         vector_index.SERIAL_MAX_NQ = saved
     assert np.array_equal(serial[1], parallel[1])
     assert np.array_equal(serial[0], parallel[0])
+
+
+def test_a_set_team_size_is_what_a_serial_search_restores() -> None:
+    """A process that sets faiss' team size (bench/bench_index.py --threads) keeps it after a
+    serial search: the size restored is the one set, not the one at import."""
+    saved = faiss.omp_get_max_threads()
+    try:
+        vector_index.set_threads(1)
+        with vector_index._serial_below(1):
+            pass
+        assert faiss.omp_get_max_threads() == 1
+        vector_index.set_threads(3)
+        with vector_index._serial_below(1):
+            assert faiss.omp_get_max_threads() == 1
+        assert faiss.omp_get_max_threads() == 3
+    finally:
+        vector_index.set_threads(saved)
