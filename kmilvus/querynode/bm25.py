@@ -111,11 +111,12 @@ def stats_of(index) -> BM25Stats:
     )
 
 
-def search_channels(coll, req, plan):
+def search_channels(channels, req, plan):
     """A BM25 search on one QueryNode: per channel (Milvus' delegator), the statistics of every
     segment of the channel weigh the queries (tf × idf) and give avgdl, then its requested
     segments are searched through their sparse index with the BM25 document hook; the
-    channels' hits are merged. `coll` is the node's LoadedCollection."""
+    channels' hits are merged. `channels`: each requested channel's segments, as
+    LoadedCollection.channel_segments took them on the event loop (this runs in a worker)."""
     from dataclasses import replace
 
     import pyarrow as pa
@@ -128,8 +129,7 @@ def search_channels(coll, req, plan):
     q = plan.queries  # term frequencies (SparseRows)
     parts = set(req.partitionIDs)
     tables = []
-    for ch in req.vchannels:
-        segs = coll.channel_segments(ch)
+    for segs in channels:
         indexes = [s.index_for(plan.anns_field, P.BM25) for s, _, _ in segs]
         stats = BM25Stats.merged(stats_of(ix) for ix in indexes if ix is not None)
         weighted = type(q)(q.indptr, q.indices, stats.query_values(q.indices, q.values))

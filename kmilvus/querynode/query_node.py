@@ -471,7 +471,10 @@ class QueryNode(query_node_pb2_grpc.QueryNodeServicer):
         self._still_serving(coll, req.vchannels, delegators)  # no await from here to the segments taken
         plan = plan_from_request(req, coll.schema, coll.pk_field)
         if plan.metric == index_params.BM25:
-            return await asyncio.to_thread(lambda: then(bm25.search_channels(coll, req, plan)))
+            # Taken here, on the loop, like every search's segments: a flush or load changes the
+            # maps on the loop while the worker computes.
+            channels = [coll.channel_segments(ch) for ch in req.vchannels]
+            return await asyncio.to_thread(lambda: then(bm25.search_channels(channels, req, plan)))
         segments = coll.segments(req.vchannels, req.partitionIDs, growing=not req.ignore_growing)
         return await self._compute(lambda: then(reduce.search_segments(segments, plan)), reduce.small(segments, plan))
 
