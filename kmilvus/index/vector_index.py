@@ -56,8 +56,8 @@ from kmilvus.index.vectors import SparseRows, Vectors
 # one). Larger batches keep faiss' parallel search. The setting is the calling thread's own
 # (OpenMP's nthreads ICV), so an index build in another thread keeps every core.
 SERIAL_MAX_NQ = 8
-# Every thread's OpenMP team size outside `_serial_below` (nothing else in kmilvus sets it): read
-# once, not per search. Each faiss call through SWIG gives the GIL up and takes it back, which
+# Every thread's OpenMP team size outside `_serial_below` (changed only through `set_threads`):
+# read once, not per search. Each faiss call through SWIG gives the GIL up and takes it back, which
 # under concurrent searches is a wait of its own (docs/benchmarks/index.md, the read path at 1M).
 _OMP_THREADS = faiss.omp_get_max_threads()
 

@@ -44,17 +44,6 @@ def _pk_array(seg: SegmentData, offsets: np.ndarray, pk_field: int) -> pa.Array:
     return seg.table.column(str(pk_field)).take(pa.array(offsets, pa.int64()))
 
 
-def _pk_numpy(seg: SegmentData, offsets: np.ndarray) -> np.ndarray:
-    """`_pk_array` as numpy, for the merge: Int64 keys straight from the segment's numpy copy,
-    with no Arrow array made and read back."""
-    ints = seg.int64_pks()
-    if ints is not None:
-        found: np.ndarray = ints[offsets]
-        return found
-    keys: np.ndarray = _pk_array(seg, offsets, seg.pk_field).to_numpy(zero_copy_only=False)
-    return keys
-
-
 def _output_columns(seg: SegmentData, offsets: np.ndarray, pk_field: int, output_ids: list[int]) -> dict[str, pa.Array]:
     idx = pa.array(offsets, pa.int64())
     cols = {"pk": _pk_array(seg, offsets, pk_field)}
@@ -206,8 +195,14 @@ class _Hits:
     offsets: np.ndarray  # int64
 
     def pks(self) -> np.ndarray:
-        """The hits' primary keys as numpy (what the merge compares)."""
-        return _pk_numpy(self.seg, self.offsets)
+        """The hits' primary keys as numpy (what the merge compares): Int64 keys straight from
+        the segment's numpy copy, with no Arrow array made and read back."""
+        ints = self.seg.int64_pks()
+        if ints is not None:
+            found: np.ndarray = ints[self.offsets]
+            return found
+        keys: np.ndarray = _pk_array(self.seg, self.offsets, self.seg.pk_field).to_numpy(zero_copy_only=False)
+        return keys
 
     def table(self, plan: SearchPlan, rows: np.ndarray | None = None) -> pa.Table:
         """The hits (`rows` of them: positions, in their order) as a result table: "nq",
