@@ -32,7 +32,12 @@ def _distances(base: np.ndarray, queries: np.ndarray, metric: str, base_sq: np.n
         np.maximum(d, 0.0, out=d)
         return d
     if metric == "COSINE":
-        d = normalize(queries) @ normalize(base).T
+        # cos(q, b) = (q / |q|) · b / |b|: the rows are read in place and the product divided by
+        # their norms (from the squared norms the segment keeps), never a normalized copy of them.
+        norms = np.sqrt(base_sq if base_sq is not None else np.einsum("ij,ij->i", base, base))
+        norms[norms == 0] = 1.0
+        d = normalize(queries) @ base.T
+        d /= norms[None, :]
         return d
     d = queries @ base.T
     return d
