@@ -579,6 +579,13 @@ def main(argv=None) -> int:
         for r in rs
         if r.get("read", {}).get("loadavg_end")
     )
+    read_idle = "; ".join(
+        f"{r['system']} {r['run']}: {r['read']['server_idle_cpu_per_s']:.2f}"
+        + ("" if r["read"].get("server_idle_subtracted", True) else " (background work: not subtracted)")
+        for rs in zip(*runs.values(), strict=False)
+        for r in rs
+        if r.get("read", {}).get("server_idle_cpu_per_s") is not None
+    )
     ds = readpath.DATASETS[args.read_dataset]
     rd = first["kmilvus"].get("read") or {}
     what = (
@@ -598,7 +605,9 @@ def main(argv=None) -> int:
             f"1 s warm-up, then one common {args.read_qps_seconds:g} s window; QPS = calls completed in it; "
             f"p50/p99 of those calls; recall@10 of the answers against numpy brute force ({metric}) over all rows; "
             "CPU per search of the server's process tree "
-            "(idle rate subtracted) and of the clients; query `id in [3 ids]` and count(*): p50 of one client over 2 s"
+            "(less its idle rate if that is at most 0.1 CPU-s/s: ticks and sessions; a server busier than that "
+            "when nothing is asked is working in the background, work that yields to searches, and keeps it in "
+            "its figure) and of the clients; query `id in [3 ids]` and count(*): p50 of one client over 2 s"
         ),
         (
             "client: "
@@ -640,6 +649,7 @@ def main(argv=None) -> int:
             f"per process, first run: {read_by_proc}"
         ),
         f"load average (1 min) at the start → end of each read path: {read_load}",
+        f"server CPU-s/s before the searches, nothing asked (idle rate): {read_idle}",
     ]
     notes = (
         [
