@@ -8,7 +8,7 @@ load a field whose index "has raw data"): outputs are read back from the index."
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -97,14 +97,20 @@ class SegmentData:
         table: pa.Table,
         schema: schema_pb2.CollectionSchema,
         indexed: Collection[int] = (),
+        dense: Mapping[int, tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> SegmentData:
         """`indexed`: vector fields searched through an index (no float32 matrix is made).
+        `dense`: float32 matrices (and their rows' squared norms) made already, by field ID — a
+        growing segment's, kept up to date batch by batch (`GrowingSegment`).
         Rows written before a field was added get it as the schema reads it (`typeutil.conform`)."""
         pk = next(f.fieldID for f in schema.fields if f.is_primary_key)
         seg = cls(segment_id, partition_id, typeutil.conform(table, schema), pk_field=pk)
         for f in schema.fields:
             kind = P.vector_kind(f.data_type)
             if kind is None or f.fieldID in indexed or str(f.fieldID) not in table.column_names:
+                continue
+            if dense is not None and f.fieldID in dense:
+                seg.vectors[f.fieldID], seg.sq_norms[f.fieldID] = dense[f.fieldID]
                 continue
             dim = typeutil.dim_of(f) if kind != P.SPARSE else 0
             vecs = kvectors.from_arrow(table.column(str(f.fieldID)), f.data_type, dim)
@@ -266,9 +272,51 @@ class SegmentData:
         return visible
 
 
+class _Rows:
+    """A float vector field's rows as one float32 matrix that grows in place, with the rows'
+    squared norms: a new batch is converted and appended once; what came before is copied again
+    only when the capacity doubles (each row a few times at most in all). Rows [0, n) are never
+    written again, so the views handed out (`column`, SegmentData's matrix) stay valid while
+    later batches are appended."""
+
+    def __init__(self, dim: int) -> None:
+        self.n = 0
+        self.vectors = np.empty((0, dim), dtype=np.float32)
+        self.sq_norms = np.empty(0, dtype=np.float32)
+
+    def append(self, rows: np.ndarray) -> None:
+        end = self.n + len(rows)
+        if end > len(self.vectors):
+            cap = max(end, 2 * len(self.vectors), 1024)
+            dim = self.vectors.shape[1]
+            # From Arrow's pool, which keeps freed pages for reuse: a fresh mapping would fault
+            # in every page of the copy.
+            grown = np.frombuffer(pa.allocate_buffer(cap * dim * 4), dtype=np.float32).reshape(cap, dim)
+            grown[: self.n] = self.vectors[: self.n]
+            norms = np.frombuffer(pa.allocate_buffer(cap * 4), dtype=np.float32)
+            norms[: self.n] = self.sq_norms[: self.n]
+            self.vectors, self.sq_norms = grown, norms
+        self.vectors[self.n : end] = rows
+        self.sq_norms[self.n : end] = np.einsum("ij,ij->i", rows, rows)
+        self.n = end
+
+    def column(self) -> pa.FixedSizeListArray:
+        """The rows as an Arrow column over the same memory (no copy)."""
+        flat = pa.array(self.vectors[: self.n].reshape(-1))
+        return pa.FixedSizeListArray.from_arrays(flat, self.vectors.shape[1])
+
+
+def _plain_float_rows(col: pa.ChunkedArray, dim: int) -> bool:
+    """Whether a float vector column is plain float32 rows of `dim`, with no null: what `_Rows`
+    holds (any other column is converted as a sealed segment's is)."""
+    return bool(col.type == pa.list_(pa.float32(), dim) and col.null_count == 0)
+
+
 class GrowingSegment:
     """Batches of one segment consumed from the stream; its SegmentData is rebuilt lazily after
-    new batches arrive (search cost is paid once per change, not per request)."""
+    new batches arrive (search cost is paid once per change, not per request). A float vector
+    field is kept as one matrix that grows batch by batch (`_Rows`), so a rebuild converts only
+    the new rows of it; the other columns are combined again."""
 
     def __init__(self, segment_id: int, partition_id: int, schema: schema_pb2.CollectionSchema):
         self.segment_id, self.partition_id, self.schema = segment_id, partition_id, schema
@@ -277,11 +325,14 @@ class GrowingSegment:
         self.nbytes = 0
         self.deltas = DeleteSet()  # delta logs written for it before it was flushed
         self._data: SegmentData | None = None
+        self._dense: dict[int, _Rows] = {}  # float vector field → its rows so far
+        self._dense_batches = 0  # how many of `batches` the `_dense` rows hold
 
     def adopt(self, schema: schema_pb2.CollectionSchema) -> None:
         """A newer schema: the rows are read with its fields from now on."""
         self.schema = schema
         self._data = None
+        self._dense, self._dense_batches = {}, 0
 
     def max_ts(self) -> int:
         """The timestamp of its newest row (0: none)."""
@@ -293,10 +344,40 @@ class GrowingSegment:
         self.nbytes += batch.nbytes
         self._data = None
 
+    def _float_fields(self, table: pa.Table) -> dict[int, int]:
+        """Float vector fields of the rows held as `_Rows` (field ID → dim)."""
+        out = {}
+        for f in self.schema.fields:
+            name = str(f.fieldID)
+            if f.data_type == DT.FloatVector and name in table.column_names:
+                dim = typeutil.dim_of(f)
+                if _plain_float_rows(table.column(name), dim):
+                    out[f.fieldID] = dim
+        return out
+
     def data(self) -> SegmentData:
         if self._data is None:
             tables = [b if isinstance(b, pa.Table) else pa.Table.from_batches([b]) for b in self.batches]
-            table = pa.concat_tables(tables, promote_options="default").combine_chunks()
-            self._data = SegmentData.build(self.segment_id, self.partition_id, table, self.schema)
+            table = pa.concat_tables(tables, promote_options="default")
+            fields = self._float_fields(table)
+            if set(fields) != set(self._dense):  # a field not plain (any more): start over
+                self._dense = {fid: _Rows(dim) for fid, dim in fields.items()}
+                self._dense_batches = 0
+            for t in tables[self._dense_batches :]:
+                for fid, rows in self._dense.items():
+                    matrix = kvectors.from_arrow(t.column(str(fid)), DT.FloatVector, fields[fid])
+                    assert isinstance(matrix, np.ndarray)  # a float vector column: dense rows
+                    rows.append(matrix)
+            self._dense_batches = len(tables)
+            # Every other column is combined (one chunk, as a sealed segment's); a float vector
+            # column is the matrix's memory, so its rows are not copied again.
+            names = [str(fid) for fid in self._dense]
+            at = {n: table.column_names.index(n) for n in names}
+            kept = {n: table.schema.field(n) for n in names}
+            table = table.drop_columns(names).combine_chunks()
+            for n in sorted(names, key=at.__getitem__):
+                table = table.add_column(at[n], kept[n], self._dense[int(n)].column())
+            dense = {fid: (r.vectors[: r.n], r.sq_norms[: r.n]) for fid, r in self._dense.items()}
+            self._data = SegmentData.build(self.segment_id, self.partition_id, table, self.schema, dense=dense)
             self._data.deltas = self.deltas
         return self._data
