@@ -243,6 +243,40 @@ def run_search(srv: TracedStandalone, name: str, queries, procs: int, seconds: f
     return {"client": m, "server": trace_standalone.summarise(srv.traces(), "Search"), "profile": prof}
 
 
+def scenario_growing(srv: TracedStandalone, rows: int, spy_dir: Path, settle: float = 0.3) -> dict:
+    """Searches of rows still growing: a loaded, HNSW-indexed collection receives 10,000-row
+    inserts up to `rows` (below the seal size: every row stays growing); `settle` s after each,
+    one search (Eventually) — the first after the batch, which finds the growing data changed."""
+    from pymilvus import Collection, CollectionSchema, DataType, FieldSchema, connections
+
+    connections.connect("prof_growing", host="127.0.0.1", port=str(srv.port), timeout=60)
+    schema = CollectionSchema(
+        [FieldSchema("id", DataType.INT64, is_primary=True), FieldSchema("vec", DataType.FLOAT_VECTOR, dim=128)]
+    )
+    coll = Collection("prof_growing", schema, using="prof_growing", shards_num=1)
+    coll.create_index("vec", {"index_type": "HNSW", "metric_type": "L2", "params": {"M": 16, "efConstruction": 128}})
+    coll.load()
+    rng = np.random.default_rng(7)
+    params = {"metric_type": "L2", "params": {"ef": 64}}
+    srv.traces()
+    spy = Spy(srv.pid, spy_dir / "growing.raw")
+    lat = []
+    for s in range(0, rows, 10_000):
+        coll.insert([list(range(s, s + 10_000)), rng.random((10_000, 128), dtype=np.float32)])
+        time.sleep(settle)
+        q = rng.random((1, 128), dtype=np.float32).tolist()
+        t0 = time.perf_counter()
+        coll.search(q, "vec", params, limit=10, consistency_level="Eventually")
+        lat.append(time.perf_counter() - t0)
+    prof = spy.stop()
+    connections.disconnect("prof_growing")
+    return {
+        "client": {"calls": len(lat), "p50_s": statistics.median(lat), "p99_s": pct(lat, 99)},
+        "server": trace_standalone.summarise(srv.traces(), "Search"),
+        "profile": prof,
+    }
+
+
 def timed(fn, n: int) -> list[float]:
     out = []
     for _ in range(n):
@@ -461,6 +495,7 @@ def main(argv=None) -> int:
     ap.add_argument("--scenarios", default="single_flat,single_hnsw,read8,insert,delete,ddl")
     ap.add_argument("--rows", type=int, default=20_000, help="flushed rows of the search collections")
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--growing-rows", type=int, default=200_000, help="rows inserted by the growing scenario")
     ap.add_argument("--ddl-count", type=int, default=10)
     ap.add_argument("--ddl-rows", type=int, default=20_000)
     ap.add_argument("--out", default="profile_paths")
@@ -510,6 +545,9 @@ def main(argv=None) -> int:
         if "delete10k" in wanted:
             res["scenarios"]["delete10k"] = scenario_delete(srv, args.seconds, spy_dir, batch=10_000)
             log("delete10k done")
+        if "growing" in wanted:
+            res["scenarios"]["growing"] = scenario_growing(srv, args.growing_rows, spy_dir)
+            log("growing done")
         if "ddl" in wanted:
             res["scenarios"]["ddl"] = scenario_ddl(srv, args.ddl_count, args.ddl_rows, spy_dir)
             log("ddl done")
