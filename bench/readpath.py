@@ -172,12 +172,12 @@ def idle_cpu_rate(pid: int | None) -> tuple[float, list[float]]:
     windows: list[float] = []
     if not pid:
         return 0.0, windows
-    prev = tree_cpu(pid)
+    prev, t_prev = tree_cpu(pid), time.monotonic()
     while len(windows) < IDLE_MAX_WINDOWS:
         time.sleep(IDLE_WINDOW_S)
-        now = tree_cpu(pid)
-        windows.append((now - prev) / IDLE_WINDOW_S)
-        prev = now
+        now, t_now = tree_cpu(pid), time.monotonic()
+        windows.append((now - prev) / (t_now - t_prev))  # the window as measured, walk included
+        prev, t_prev = now, t_now
         if len(windows) >= 2 and abs(windows[-1] - windows[-2]) <= IDLE_SETTLED:
             break
     return min(windows), windows

@@ -300,6 +300,13 @@ class _Rows:
         self.sq_norms[self.n : end] = np.einsum("ij,ij->i", rows, rows)
         self.n = end
 
+    def rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows so far and their squared norms, as read-only views: later versions of the
+        segment share this memory, so nothing may write through what a search was handed."""
+        vectors, norms = self.vectors[: self.n], self.sq_norms[: self.n]
+        vectors.flags.writeable = norms.flags.writeable = False
+        return vectors, norms
+
     def column(self) -> pa.FixedSizeListArray:
         """The rows as an Arrow column over the same memory (no copy)."""
         flat = pa.array(self.vectors[: self.n].reshape(-1))
@@ -364,6 +371,8 @@ class GrowingSegment:
                 self._dense = {fid: _Rows(dim) for fid, dim in fields.items()}
                 self._dense_batches = 0
             for t in tables[self._dense_batches :]:
+                if not t.num_rows:  # may lack the column (written before the field): nothing to add
+                    continue
                 for fid, rows in self._dense.items():
                     matrix = kvectors.from_arrow(t.column(str(fid)), DT.FloatVector, fields[fid])
                     assert isinstance(matrix, np.ndarray)  # a float vector column: dense rows
@@ -377,7 +386,7 @@ class GrowingSegment:
             table = table.drop_columns(names).combine_chunks()
             for n in sorted(names, key=at.__getitem__):
                 table = table.add_column(at[n], kept[n], self._dense[int(n)].column())
-            dense = {fid: (r.vectors[: r.n], r.sq_norms[: r.n]) for fid, r in self._dense.items()}
+            dense = {fid: r.rows() for fid, r in self._dense.items()}
             self._data = SegmentData.build(self.segment_id, self.partition_id, table, self.schema, dense=dense)
             self._data.deltas = self.deltas
         return self._data

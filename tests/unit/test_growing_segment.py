@@ -7,6 +7,8 @@ after every insert paid a copy of all of them)."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pyarrow as pa
 from pymilvus.grpc_gen import schema_pb2
@@ -57,7 +59,7 @@ def _at_once(g: GrowingSegment) -> SegmentData:
 
 def _same(got: SegmentData, want: SegmentData, queries: np.ndarray) -> None:
     assert got.table.num_rows == want.table.num_rows
-    assert got.table.column_names == want.table.column_names
+    assert got.table.schema.equals(want.table.schema, check_metadata=True)
     for name in want.table.column_names:
         assert got.table.column(name).equals(want.table.column(name)), name
     assert set(got.vectors) == set(want.vectors)
@@ -83,12 +85,35 @@ def test_growing_data_is_the_segment_of_all_its_rows_after_every_batch() -> None
         data = g.data()
         assert g.data() is data  # built once per change
         _same(data, _at_once(g), queries)
-        earlier.append((data, data.vectors[101].copy(), data.table.column("101")))
-    # What earlier searches were handed is unchanged by the batches appended after them.
+        column = data.table.column("101").combine_chunks().flatten().to_numpy().copy()
+        earlier.append((data, data.vectors[101].copy(), column))
+    # What earlier searches were handed is unchanged by the batches appended after them, and
+    # cannot be written through (later versions of the segment share its memory).
     for data, vectors, column in earlier:
         np.testing.assert_array_equal(data.vectors[101], vectors)
-        assert data.table.column("101").equals(column)
-        assert len(data.table.column("101")) == len(vectors)
+        np.testing.assert_array_equal(data.table.column("101").combine_chunks().flatten().to_numpy(), column)
+        assert not data.vectors[101].flags.writeable and not data.sq_norms[101].flags.writeable
+
+
+def test_batches_without_plain_float_rows_take_the_conversion_path() -> None:
+    """An empty batch without the vector column (rows written before the field existed), then
+    a batch whose vectors are null: the rows stay searchable as a segment built at once."""
+    rng = np.random.default_rng(6)
+    queries = rng.standard_normal((2, DIM)).astype(np.float32)
+    g = GrowingSegment(10, 1, _schema(half=False))
+    g.add(_batch(rng, 0, 50, half=False))
+    empty = _batch(rng, 50, 0, half=False)
+    g.add(empty.drop_columns(["101"]))
+    data = g.data()
+    _same(data, _at_once(g), queries)
+    nulls = _batch(rng, 50, 3, half=False)
+    vec = pa.FixedSizeListArray.from_arrays(
+        pa.array(np.zeros(3 * DIM, dtype=np.float32)), DIM, mask=pa.array([False, True, False])
+    )
+    g.add(nulls.set_column(3, nulls.schema.field("101"), vec))
+    table = pa.concat_tables([pa.Table.from_batches([b]) for b in g.batches], promote_options="default")
+    assert table.column("101").null_count == 1  # no longer plain rows: converted as before
+    assert g.data().table.column("101").null_count == 1
 
 
 def test_a_schema_change_rebuilds_with_the_new_field() -> None:
@@ -119,5 +144,14 @@ def test_a_batch_does_not_copy_the_float_vectors_before_it() -> None:
     grew = pa.total_allocated_bytes() - before
     rows_bytes = data.vectors[101].nbytes
     assert held is not data
-    # The new rows and the other columns combined again; not the 20k rows of vectors before.
+    # The new rows and the other columns combined again; not the 20k rows of vectors before,
+    # neither from Arrow's pool nor through numpy.
     assert grew < rows_bytes // 4, f"{grew:,} bytes allocated for a 100-row batch ({rows_bytes:,} of vectors)"
+    tracemalloc.start()
+    try:
+        g.add(_batch(rng, 20_200, 100, dim=dim, half=False))
+        g.data()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < rows_bytes // 4, f"numpy allocated {peak:,} bytes for a 100-row batch"
