@@ -1,0 +1,155 @@
+"""The IndexNode service (Milvus 2.3's internal/indexnode): runs the index builds DataCoord
+assigns it (CreateJob), at most `index_build_slots` at once, the rest queued; keeps each job's
+outcome until DataCoord has recorded it and drops it (QueryJobs, DropJobs).
+
+It holds no meta and writes nothing to etcd: a job is its request (kmilvus.indexnode.task), and a
+node that restarts forgets its jobs, which DataCoord sees (QueryJobs answers IndexStateNone) and
+assigns again. Each assignment carries a new `index_version`, part of the file's path, so an old
+attempt still running somewhere never overwrites what a newer one wrote
+(docs/architecture/indexes.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+from pymilvus.grpc_gen import common_pb2, milvus_pb2
+
+from kmilvus import components as roles
+from kmilvus import metrics
+from kmilvus.config import Config
+from kmilvus.indexnode import task
+from kmilvus.log import get_logger
+from kmilvus.proto import index_node_pb2, index_node_pb2_grpc
+from kmilvus.util import merr, metricsinfo
+
+log = get_logger(__name__)
+IndexState = common_pb2.IndexState
+
+
+@dataclass
+class Job:
+    """One build this node was given; `info` is what QueryJobs answers for it."""
+
+    req: index_node_pb2.CreateJobRequest
+    info: index_node_pb2.IndexTaskInfo
+    runner: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class IndexNode(index_node_pb2_grpc.IndexNodeServicer):
+    role = roles.INDEXNODE
+
+    def __init__(self, cfg: Config, store, registry: roles.Registry, server_id: int):
+        self.cfg = cfg
+        self.store = store
+        self.registry = registry
+        self.server_id = server_id
+        self.jobs: dict[int, Job] = {}  # buildID → its newest attempt here
+        self._slots = asyncio.Semaphore(cfg.index_build_slots)
+        self._building = 0
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        await self.drop_all()
+
+    async def drop_all(self) -> None:
+        """Cancel and forget every job: after its session was lost, DataCoord has assigned them
+        again (to this node under its new ID, or another)."""
+        await self._cancel(list(self.jobs))
+
+    # RPCs ---------------------------------------------------------------------------------
+    @merr.rpc(milvus_pb2.GetMetricsResponse)
+    async def GetMetrics(self, req, context=None):
+        return await metricsinfo.self_metrics(self, req, {"index_build_slots": self.cfg.index_build_slots})
+
+    @merr.rpc(milvus_pb2.ComponentStates)
+    async def GetComponentStates(self, req, context=None):
+        return roles.healthy(self.server_id, self.role)
+
+    @merr.rpc()
+    async def CreateJob(self, req: index_node_pb2.CreateJobRequest, context=None):
+        """Start the build unless this attempt (or a newer one) is already here: DataCoord
+        retries a CreateJob whose answer it lost. An older attempt of the build is cancelled."""
+        self._check_cluster(req.clusterID)
+        old = self.jobs.get(req.buildID)
+        if old is not None and old.req.index_version >= req.index_version:
+            return merr.success()
+        if old is not None:
+            await self._cancel([req.buildID])
+        info = index_node_pb2.IndexTaskInfo(
+            buildID=req.buildID, index_version=req.index_version, state=IndexState.Unissued
+        )
+        job = Job(req, info)
+        job.runner = asyncio.create_task(self._run(job), name=f"index-build-{req.segmentID}")
+        self.jobs[req.buildID] = job
+        return merr.success()
+
+    @merr.rpc(index_node_pb2.QueryJobsResponse)
+    async def QueryJobs(self, req: index_node_pb2.QueryJobsRequest, context=None):
+        """Each asked build's state; IndexStateNone for one this node does not have."""
+        self._check_cluster(req.clusterID)
+        resp = index_node_pb2.QueryJobsResponse(status=merr.success(), clusterID=req.clusterID)
+        for build_id in req.buildIDs:
+            job = self.jobs.get(build_id)
+            if job is None:
+                resp.index_infos.add(buildID=build_id, state=IndexState.IndexStateNone)
+            else:
+                resp.index_infos.append(job.info)
+        return resp
+
+    @merr.rpc()
+    async def DropJobs(self, req: index_node_pb2.DropJobsRequest, context=None):
+        """Forget these builds, cancelling any still running (recorded, or no longer wanted)."""
+        self._check_cluster(req.clusterID)
+        await self._cancel(list(req.buildIDs))
+        return merr.success()
+
+    @merr.rpc(index_node_pb2.GetJobStatsResponse)
+    async def GetJobStats(self, req, context=None):
+        running = [j for j in self.jobs.values() if j.info.state in (IndexState.Unissued, IndexState.InProgress)]
+        return index_node_pb2.GetJobStatsResponse(
+            status=merr.success(),
+            total_job_num=len(self.jobs),
+            in_progress_job_num=self._building,
+            enqueue_job_num=len(running) - self._building,
+            task_slots=self.cfg.index_build_slots,
+        )
+
+    # Jobs ---------------------------------------------------------------------------------
+    def _check_cluster(self, cluster: str) -> None:
+        if cluster and cluster != self.cfg.cluster:
+            raise merr.invalid(f"index job of cluster {cluster!r} sent to an IndexNode of {self.cfg.cluster!r}")
+
+    async def _run(self, job: Job) -> None:
+        req, info = job.req, job.info
+        async with self._slots:
+            info.state = IndexState.InProgress
+            self._building += 1
+            try:
+                result = await task.build(self.store, req)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("index build failed", segment=req.segmentID, index=req.index_name, exc_info=True)
+                info.state, info.fail_reason = IndexState.Failed, f"{type(exc).__name__}: {exc}"
+                metrics.INDEX_BUILDS.labels("failed").inc()
+                return
+            finally:
+                self._building -= 1
+        info.index_file_keys.extend(result.index_file_keys)
+        info.serialized_size, info.num_rows = result.serialized_size, result.num_rows
+        info.state = IndexState.Finished
+        metrics.INDEX_BUILDS.labels("finished").inc()
+        log.info("segment index built", segment=req.segmentID, index=req.index_name, rows=result.num_rows)
+
+    async def _cancel(self, build_ids: list[int]) -> None:
+        runners = [j.runner for b in build_ids if (j := self.jobs.pop(b, None)) is not None and j.runner is not None]
+        for r in runners:
+            r.cancel()
+        for r in runners:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await r
