@@ -5,7 +5,7 @@ path, then an invariant check of what the acknowledged operations imply against 
                                     [--faults datanode_kill,querynode_stop,...]
 
 The deployment (`chaos_cluster`): etcd, nats-server, the coordinators twice (active and
-standby), two DataNodes, two QueryNodes, two Proxies, each its own process. `--clients`
+standby), two DataNodes, two IndexNodes, two QueryNodes, two Proxies, each its own process. `--clients`
 processes (`ops_client`; one per Proxy, in turn) each own `--lineages` collections and insert,
 upsert, delete by ID and by expression, bulk-import Parquet files they write, flush, compact,
 build indexes, drop and re-create partitions and collections, and read with Strong consistency

@@ -45,6 +45,7 @@ RECONCILE_EVERY = 2.0  # seconds; changes also wake it at once
 MIN_PASS_INTERVAL = 0.2
 POLL_FIRST, POLL_MAX = 0.02, 1.0  # QueryJobs backoff while a job runs (small segments build in ms)
 NO_NODE_WAIT = 1.0  # seconds between looks for an IndexNode with a free slot
+REASSIGN_FIRST, REASSIGN_MAX = 0.2, 10.0  # back-off between attempts of one build (a node refusing every job)
 DROP_JOB_WAIT = 5.0  # seconds a cancelled build waits for its node to drop the job
 QUEUED_PER_NODE = 1  # jobs a node holds beyond its slots, so it never idles while DataCoord polls
 QUERY_FAILURES = 3  # QueryJobs failing this often in a row while the node's session stays: assign again
@@ -81,12 +82,14 @@ class IndexBuilder:
         self._tasks = BackgroundTasks()
         self._lock = asyncio.Lock()
         self._waiting_for_node = False
+        self._stopping = False  # builds cancelled by stop() leave their jobs running (a successor follows them)
 
     def start(self) -> None:
         self._tasks.spawn(self._loop(), "index-reconcile")
         self._tasks.spawn(self._follow_segments(), "index-segment-feed")
 
     async def stop(self) -> None:
+        self._stopping = True
         await self._tasks.stop()
         await self.cancel(list(self._running))
 
@@ -180,6 +183,7 @@ class IndexBuilder:
             si.indexID, si.fieldID, si.buildID = ix.indexID, ix.fieldID, await self.alloc_id()
             si.state = IndexState.InProgress
         node: IndexNodeClient | None = None
+        again = Backoff(REASSIGN_FIRST, REASSIGN_MAX)
         try:
             if previous is not None and si.index_version > 0 and await self._alive(si.nodeID):
                 node = self.registry.client(roles.INDEXNODE, si.nodeID)
@@ -190,14 +194,15 @@ class IndexBuilder:
                         return  # the segment or the index went meanwhile
                     node = assigned
                 info = await self._follow(node, si)
-                if info is None:  # the node went away or forgot the job: a new attempt
+                if info is None:  # the node went away or forgot the job: a new attempt, not at once
                     node = None
+                    await again.sleep()
                     continue
                 await self._record(ix, si, info, seg_key)
                 await self._drop_job(node, si.buildID)
                 return
         except asyncio.CancelledError:
-            if node is not None:  # the index or segment went: the node need not finish
+            if node is not None and not self._stopping:  # the index or segment went: the node need not finish
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self._drop_job(node, si.buildID), DROP_JOB_WAIT)
             raise

@@ -318,6 +318,39 @@ def test_coordinator_killed_before_recording_resumes_the_job(etcd_endpoint, nats
             p.kill()
 
 
+def test_coordinator_stopped_mid_build_leaves_the_job_to_its_successor(etcd_endpoint, nats_url, root, tmp_path):
+    """A DataCoord stopped gracefully (a failover, an upgrade) while an IndexNode builds does not
+    cancel the job: the next DataCoord follows it on the same node and records it (version 1,
+    built once)."""
+    from tests.harness import ProcessNode, make_config
+    from tests.system.test_drop import COORDS
+
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
+    go = tmp_path / "go"
+    procs = [
+        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode.log").start(
+            wait_for="node ready", failpoints=f"indexnode.build.after_write=wait({go})"
+        ),
+    ]
+    try:
+        c, coll_id = _build_one_flat_index(cfg, "handover")
+        wait_until(lambda: "failpoint reached" in procs[3].log_path.read_text(), timeout=30, what="the build paused")
+        assert procs[0].stop() == 0
+        procs[0] = ProcessNode(cfg, COORDS, tmp_path / "coords2.log").start(wait_for="node ready")
+        go.touch()
+        wait_until(lambda: c.describe_index("handover", "vector")["state"] == "Finished", timeout=60, what="recorded")
+        (after,) = _segment_indexes(cfg, coll_id)
+        assert (after.state, after.index_version) == (common_pb2.IndexState.Finished, 1)
+        assert procs[3].log_path.read_text().count("segment index built") == 1
+        c.close()
+    finally:
+        for p in procs:
+            p.kill()
+
+
 def test_garbage_collector_removes_index_files_no_build_refers_to(node_factory):
     node = node_factory(gc_interval=0.2, gc_tolerance=0.5)
     c = MilvusClient(uri=node.uri)
