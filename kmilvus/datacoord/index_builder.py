@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 
 from pymilvus.grpc_gen import schema_pb2
@@ -42,13 +43,13 @@ from kmilvus.util.tasks import BackgroundTasks
 
 log = get_logger(__name__)
 RECONCILE_EVERY = 2.0  # seconds; changes also wake it at once
-MIN_PASS_INTERVAL = 0.2
 POLL_FIRST, POLL_MAX = 0.02, 1.0  # QueryJobs backoff while a job runs (small segments build in ms)
+SAY_WAITING_EVERY = 60.0  # seconds between warnings while builds wait for an IndexNode to exist
 NO_NODE_WAIT = 1.0  # seconds between looks for an IndexNode with a free slot
 REASSIGN_FIRST, REASSIGN_MAX = 0.2, 10.0  # back-off between attempts of one build (a node refusing every job)
 DROP_JOB_WAIT = 5.0  # seconds a cancelled build waits for its node to drop the job
 QUEUED_PER_NODE = 1  # jobs a node holds beyond its slots, so it never idles while DataCoord polls
-QUERY_FAILURES = 3  # QueryJobs failing this often in a row while the node's session stays: assign again
+MAX_ATTEMPTS = 10  # attempts of one build no IndexNode finishes (an OOM every time) before it is Failed
 
 
 class IndexBuilder:
@@ -81,7 +82,7 @@ class IndexBuilder:
         self._wake = asyncio.Event()
         self._tasks = BackgroundTasks()
         self._lock = asyncio.Lock()
-        self._waiting_for_node = False
+        self._told_waiting = 0.0  # monotonic time builds were last said to wait for an IndexNode
         self._stopping = False  # builds cancelled by stop() leave their jobs running (a successor follows them)
 
     def start(self) -> None:
@@ -134,6 +135,11 @@ class IndexBuilder:
             self._schedule_builds()
 
     def _schedule_builds(self) -> None:
+        for seg_id, index_id in list(self._running):
+            seg = self.meta.segments.get(seg_id)
+            if seg is None or seg.info.state != SegmentState.Flushed:  # compacted away, dropped
+                task = self._running.pop((seg_id, index_id))
+                task.cancel()  # its job is dropped; its build, if recorded, goes with the segment
         for ix in list(self.index_meta.indexes.values()):
             if ix.deleted or self.dropping(ix.collectionID):
                 continue
@@ -146,8 +152,10 @@ class IndexBuilder:
                 key = (seg.id, ix.indexID)
                 self._running[key] = asyncio.create_task(self._build(ix, seg, si), name=f"index-build-{seg.id}")
 
-                def forget(_t: asyncio.Task[None], k: tuple[int, int] = key) -> None:
+                def forget(t: asyncio.Task[None], k: tuple[int, int] = key) -> None:
                     self._running.pop(k, None)
+                    if not t.cancelled() and (exc := t.exception()) is not None:  # the next pass tries again
+                        log.error("index build not followed to its end", segment=k[0], exc_info=exc)
 
                 self._running[key].add_done_callback(forget)
 
@@ -184,6 +192,7 @@ class IndexBuilder:
             si.state = IndexState.InProgress
         node: IndexNodeClient | None = None
         again = Backoff(REASSIGN_FIRST, REASSIGN_MAX)
+        lost = 0  # attempts no IndexNode finished (its node went, forgot it, or asked for a retry)
         try:
             if previous is not None and si.index_version > 0 and await self._alive(si.nodeID):
                 node = self.registry.client(roles.INDEXNODE, si.nodeID)
@@ -194,13 +203,23 @@ class IndexBuilder:
                         return  # the segment or the index went meanwhile
                     node = assigned
                 info = await self._follow(node, si)
-                if info is None:  # the node went away or forgot the job: a new attempt, not at once
-                    node = None
-                    await again.sleep()
-                    continue
-                await self._record(ix, si, info, seg_key)
+                if info is not None and info.state != IndexState.Retry:
+                    await self._record(ix, si, info, seg_key)
+                    await self._drop_job(node, si.buildID)
+                    return
+                # The node went away, forgot the job, or failed it for a reason worth another try
+                # (storage, memory): a new attempt, not at once, and not forever.
                 await self._drop_job(node, si.buildID)
-                return
+                node = None
+                lost += 1
+                if lost >= MAX_ATTEMPTS:
+                    why = info.fail_reason if info is not None else "its IndexNode went away"
+                    failed = index_node_pb2.IndexTaskInfo(
+                        state=IndexState.Failed, fail_reason=f"{lost} attempts did not finish; the last: {why}"
+                    )
+                    await self._record(ix, si, failed, seg_key)
+                    return
+                await again.sleep()
         except asyncio.CancelledError:
             if node is not None and not self._stopping:  # the index or segment went: the node need not finish
                 with contextlib.suppress(Exception):
@@ -249,7 +268,8 @@ class IndexBuilder:
         the jobs it runs or queues), waiting until one has a slot."""
         while True:
             best: tuple[int, int, IndexNodeClient] | None = None
-            for node_id, client in sorted((await self.registry.clients(roles.INDEXNODE)).items()):
+            nodes = await self.registry.clients(roles.INDEXNODE)
+            for node_id, client in sorted(nodes.items()):
                 try:
                     st = await client.GetJobStats(index_node_pb2.GetJobStatsRequest())
                     merr.check(st.status)
@@ -260,41 +280,41 @@ class IndexBuilder:
                 if free > 0 and (best is None or free > best[0]):
                     best = (free, node_id, client)
             if best is not None:
-                self._waiting_for_node = False
                 return best[1], best[2]
-            if not self._waiting_for_node:
-                self._waiting_for_node = True
-                log.info("index builds wait for an IndexNode with a free slot")
+            now = time.monotonic()
+            if not nodes and now - self._told_waiting >= SAY_WAITING_EVERY:  # none deployed: said, not hidden
+                self._told_waiting = now
+                log.warning("index builds wait: no IndexNode is running (kmilvus run indexnode)")
             await asyncio.sleep(NO_NODE_WAIT)
 
     async def _alive(self, node_id: int) -> bool:
         return bool(await self.registry.address(roles.INDEXNODE, node_id))
 
     async def _follow(self, node: IndexNodeClient, si: SegmentIndex) -> index_node_pb2.IndexTaskInfo | None:
-        """Poll the job until it ends (its info); None when it has to be assigned again: the node
-        does not know this attempt, or is gone."""
+        """Poll the job until it ends (its info: Finished, Failed or Retry); None when it has to
+        be assigned again: the node's session is gone, or the node does not run this attempt
+        (it restarted, or never received it). A node that does not answer while its session
+        lives is asked again: a long build is not thrown away for a slow answer."""
         backoff = Backoff(POLL_FIRST, POLL_MAX)
-        failures = 0
         query = index_node_pb2.QueryJobsRequest(clusterID=self.cluster, buildIDs=[si.buildID])
         while True:
             await backoff.sleep()
             try:
                 resp = await node.QueryJobs(query)
                 merr.check(resp.status)
-            except Exception as exc:  # noqa: BLE001 - judged by the node's session below
-                failures += 1
-                if failures >= QUERY_FAILURES or not await self._alive(si.nodeID):
-                    log.warning(
-                        "IndexNode lost a job; assigning it again", node=si.nodeID, build=si.buildID, error=repr(exc)
-                    )
+            except Exception as exc:  # noqa: BLE001 - judged by the node's session
+                if not await self._alive(si.nodeID):
+                    log.warning("IndexNode gone; assigning its job again", node=si.nodeID, build=si.buildID)
                     return None
+                log.info("IndexNode did not answer QueryJobs", node=si.nodeID, build=si.buildID, error=repr(exc))
                 continue
-            failures = 0
             info = resp.index_infos[0] if resp.index_infos else None
             if info is None or info.index_version != si.index_version or info.state == IndexState.IndexStateNone:
                 log.warning("IndexNode does not run the job; assigning it again", node=si.nodeID, build=si.buildID)
                 return None
-            if info.state in (IndexState.Finished, IndexState.Failed):
+            if info.state in (IndexState.Finished, IndexState.Failed, IndexState.Retry):
+                if info.state == IndexState.Retry:
+                    log.warning("index build to be tried again", build=si.buildID, reason=info.fail_reason)
                 return info
 
     async def _record(self, ix: FieldIndex, si: SegmentIndex, info: index_node_pb2.IndexTaskInfo, seg_key: str) -> None:

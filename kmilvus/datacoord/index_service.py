@@ -72,7 +72,7 @@ class DataCoordIndexRPCs(DataCoordHost):
     async def _start_indexes(self) -> None:
         await self.index_meta.load()
         self.index_builder.start()
-        self.index_builder.wake()  # InProgress builds of a previous run are redone
+        self.index_builder.wake()  # InProgress builds of a previous run: followed again, or assigned again
 
     async def _stop_indexes(self) -> None:
         await self.index_builder.stop()

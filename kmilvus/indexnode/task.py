@@ -8,6 +8,7 @@ to build and records the outcome (kmilvus.datacoord.index_builder).
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass
 
 from pymilvus.grpc_gen import schema_pb2
@@ -49,16 +50,24 @@ def read_column(store, req: index_node_pb2.CreateJobRequest):
     return typeutil.conform_column(field, binlog.read_column(store, logs, field_id, missing))
 
 
-async def build(store, req: index_node_pb2.CreateJobRequest) -> BuildResult:
-    """Build and write; the file is at `req.index_file_key` when this returns."""
+class BuildCancelled(Exception):
+    """The job was dropped while its thread built: nothing is written."""
+
+
+async def build(store, req: index_node_pb2.CreateJobRequest, cancelled: threading.Event | None = None) -> BuildResult:
+    """Build and write; the file is at `req.index_file_key` when this returns. A job `cancelled`
+    meanwhile writes nothing (its directory may already be removed: a dropped index)."""
     params = {kv.key: kv.value for kv in req.index_params}
     column = await asyncio.to_thread(read_column, store, req)
     vectors = None
     if scalar_params.is_scalar_build(params):  # kmilvus/index/scalar_index.py
         built = await scalar_index.abuild(column, params)
     else:
-        vectors = vectors_of(column, params)
+        vectors = await asyncio.to_thread(vectors_of, column, params)
         built = await kindex.abuild(vectors, params[P.INDEX_TYPE], params[P.METRIC_TYPE], params)
+    await afailpoint("indexnode.build.before_write")  # built, nothing written yet
+    if cancelled is not None and cancelled.is_set():
+        raise BuildCancelled(f"build {req.buildID} version {req.index_version} dropped")
     await store.write(req.index_file_key, built.data)
     await afailpoint("indexnode.build.after_write")  # the file written, its job not yet Finished
     result = BuildResult([req.index_file_key], built.serialized_size, built.num_rows)

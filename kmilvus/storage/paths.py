@@ -3,7 +3,7 @@
     insert_log/{collectionID}/{partitionID}/{segmentID}/{logID}   Parquet, all fields of a flush chunk
     data_definition_log/{collectionID}/ts/{idx}                   Parquet: ts
     data_definition_log/{collectionID}/ddl/{idx}                  Parquet: ts, type, payload
-    index_files/{collectionID}/{partitionID}/{segmentID}/{buildID}/index   one segment's vector index
+    index_files/{collectionID}/{partitionID}/{segmentID}/{buildID}/{version}/index   one segment's index
     stats_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk (sorted, unique) per insert binlog
     delta_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk, ts (deletes)
     delta_log/{collectionID}/{partitionID}/l0/{logID}             a channel's deletes (L0; partition -1: all)

@@ -192,8 +192,9 @@ def test_index_bad_input(node, orm):
 
 def test_builds_resume_after_restart(node_factory):
     """Index meta outlives its DataCoord: a node started after the first stopped (whatever state
-    the build was in) answers Finished with one file and one SegmentIndex per segment. The exact
-    mid-build crash is test_coordinator_killed_mid_build_redoes_it."""
+    the build was in) answers Finished with one file and one SegmentIndex per segment (a file an
+    attempt stopped with the first node wrote is collected). The exact mid-build crashes are the
+    `*_killed_*` tests below."""
     first = node_factory()
     c = MilvusClient(uri=first.uri)
     c.create_collection("rs", schema=vec_schema(c, 32))
@@ -205,12 +206,13 @@ def test_builds_resume_after_restart(node_factory):
     c.create_index("rs", params, sync=False)
     c.close()
     first.stop()  # whatever state the build was in
-    second = node_factory()  # same etcd root and storage: the same cluster
+    second = node_factory(gc_interval=0.2, gc_tolerance=0.5)  # same etcd root and storage: the same cluster
     c = MilvusClient(uri=second.uri)
     wait_until(lambda: c.describe_index("rs", "vector")["state"] == "Finished", timeout=60, what="resumed build")
-    files = index_files(second, coll_id)
-    assert len(files) == len({k.split("/")[3] for k in files}) >= 1
-    assert len(etcd_keys(second.cfg, f"datacoord-meta/segment-index/{coll_id}/")) == len(files)
+    builds = _segment_indexes(second.cfg, coll_id)
+    recorded = sorted(k for b in builds for k in b.index_file_keys)
+    assert len(recorded) == len(builds) == len({b.segmentID for b in builds}) >= 1
+    wait_until(lambda: index_files(second, coll_id) == recorded, timeout=20, what="one file per segment")
     c.drop_collection("rs")
     c.close()
 
@@ -271,7 +273,9 @@ def test_indexnode_killed_mid_build_is_assigned_again(etcd_endpoint, nats_url, r
         ]
         assert after[0].nodeID != before[0].nodeID
         wait_until(
-            lambda: [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))] == list(after[0].index_file_keys),
+            lambda: (
+                [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))] == list(after[0].index_file_keys)
+            ),
             timeout=30,
             what="the first attempt's file collected",
         )
@@ -345,6 +349,78 @@ def test_coordinator_stopped_mid_build_leaves_the_job_to_its_successor(etcd_endp
         (after,) = _segment_indexes(cfg, coll_id)
         assert (after.state, after.index_version) == (common_pb2.IndexState.Finished, 1)
         assert procs[3].log_path.read_text().count("segment index built") == 1
+        c.close()
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def test_drop_index_while_an_indexnode_builds_leaves_no_file(etcd_endpoint, nats_url, root, tmp_path):
+    """DropIndex while a remote IndexNode holds a built index in memory: DataCoord drops the job,
+    the node writes nothing, and no file, key or job is left."""
+    from tests.harness import ProcessNode, make_config
+    from tests.system.test_drop import COORDS
+
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
+    go = tmp_path / "go"
+    procs = [
+        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode.log").start(
+            wait_for="node ready", failpoints=f"indexnode.build.before_write=wait({go})"
+        ),
+    ]
+    try:
+        c, coll_id = _build_one_flat_index(cfg, "dropping")
+        wait_until(lambda: "failpoint reached" in procs[3].log_path.read_text(), timeout=30, what="the build paused")
+        c.drop_index("dropping", "vector")
+        wait_until(lambda: not _segment_indexes(cfg, coll_id), timeout=30, what="the build's record removed")
+        go.touch()
+        wait_until(lambda: "index build given up" in procs[3].log_path.read_text(), timeout=30, what="given up")
+        store = ObjectStore.from_uri(cfg.storage_uri)
+        assert not [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))]
+        assert "segment index built" not in procs[3].log_path.read_text()
+        assert c.list_indexes("dropping") == []
+        c.close()
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def test_indexnode_stopped_mid_build_hands_the_build_to_another(etcd_endpoint, nats_url, root, tmp_path):
+    """Two IndexNodes; the one building is stopped gracefully (a rolling update): it gives its
+    job up, DataCoord assigns the build to the other (next version), and the stopped node's file
+    is collected."""
+    from tests.harness import ProcessNode, make_config
+    from tests.system.test_drop import COORDS
+
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
+    gc = {"KMILVUS_GC_INTERVAL": "0.3", "KMILVUS_GC_TOLERANCE": "0.5"}
+    procs = [
+        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(wait_for="node ready", env=gc),
+        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode-a.log").start(
+            wait_for="node ready", failpoints=f"indexnode.build.after_write=wait({tmp_path / 'never'})"
+        ),
+    ]
+    try:
+        c, coll_id = _build_one_flat_index(cfg, "handoff")
+        wait_until(lambda: "failpoint reached" in procs[3].log_path.read_text(), timeout=30, what="a builds")
+        (first,) = _segment_indexes(cfg, coll_id)
+        procs.append(ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode-b.log").start(wait_for="node ready"))
+        assert procs[3].stop() == 0
+        wait_until(lambda: c.describe_index("handoff", "vector")["state"] == "Finished", timeout=60, what="b built")
+        (after,) = _segment_indexes(cfg, coll_id)
+        assert (after.buildID, after.index_version) == (first.buildID, first.index_version + 1)
+        assert after.nodeID != first.nodeID and "segment index built" in procs[4].log_path.read_text()
+        store = ObjectStore.from_uri(cfg.storage_uri)
+        wait_until(
+            lambda: [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))] == list(after.index_file_keys),
+            timeout=30,
+            what="a's file collected",
+        )
         c.close()
     finally:
         for p in procs:

@@ -5,6 +5,7 @@ its slots wait, and a file of an older attempt is garbage once a newer one is re
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -62,7 +63,7 @@ async def _until_done(node: IndexNode, build_id: int) -> index_node_pb2.IndexTas
     async with asyncio.timeout(30):
         while True:
             (info,) = (await node.QueryJobs(query)).index_infos
-            if info.state in (IndexState.Finished, IndexState.Failed):
+            if info.state in (IndexState.Finished, IndexState.Failed, IndexState.Retry):
                 return info
             await asyncio.sleep(0.01)
 
@@ -102,7 +103,9 @@ async def test_create_job_again_is_a_no_op_and_a_newer_attempt_replaces_it(tmp_p
     assert node.jobs[5].runner is first
     node._run = real_build  # type: ignore[method-assign]
     await node.CreateJob(_job(5, 2, logs))  # assigned again: the older attempt is cancelled
-    assert first is not None and first.cancelled()
+    assert first is not None
+    await asyncio.gather(first, return_exceptions=True)
+    assert first.cancelled()
     await node.CreateJob(_job(5, 1, logs))  # a late retry of the older attempt changes nothing
     info = await _until_done(node, 5)
     assert (info.state, info.index_version) == (IndexState.Finished, 2)
@@ -125,11 +128,56 @@ async def test_jobs_past_the_slots_wait_and_stats_count_them(tmp_path):
     assert (stats.in_progress_job_num, stats.enqueue_job_num, stats.total_job_num) == (0, 0, 2)
 
 
-async def test_a_failed_build_reports_why(tmp_path):
+async def test_a_failed_build_reports_why_and_whether_to_retry(tmp_path):
     node = _node(tmp_path)
-    await node.CreateJob(_job(9, 1, [paths.insert_log_key(COLL, PART, SEG, 404)]))
+    await node.CreateJob(_job(9, 1, [paths.insert_log_key(COLL, PART, SEG, 404)]))  # storage: try again
     info = await _until_done(node, 9)
+    assert info.state == IndexState.Retry and "FileNotFoundError" in info.fail_reason
+    logs = _write_segment(node.store, 20)
+    bad = _job(10, 1, logs)
+    bad.index_params.add(key="dim", value="9")  # the build's params contradict the data: for good
+    del bad.index_params[2]
+    await node.CreateJob(bad)
+    info = await _until_done(node, 10)
     assert info.state == IndexState.Failed and info.fail_reason
+    assert not [k for k, _ in await node.store.list(paths.index_files_prefix(COLL))]
+
+
+async def test_a_job_dropped_while_its_thread_builds_writes_nothing_and_keeps_its_slot(tmp_path, monkeypatch):
+    from kmilvus.indexnode import task
+
+    node = _node(tmp_path)
+    logs = _write_segment(node.store, 100)
+    started = asyncio.Event()
+    real = task.read_column
+
+    def slow_read(store, req):  # the thread's part of the build, held until released
+        node_loop.call_soon_threadsafe(started.set)
+        release_flag.wait(30)
+        return real(store, req)
+
+    release_flag = threading.Event()
+    node_loop = asyncio.get_running_loop()
+    monkeypatch.setattr(task, "read_column", slow_read)
+    await node.CreateJob(_job(3, 1, logs))
+    await asyncio.wait_for(started.wait(), 30)
+    await node.DropJobs(index_node_pb2.DropJobsRequest(clusterID="c1", buildIDs=[3]))
+    stats = await node.GetJobStats(index_node_pb2.GetJobStatsRequest())
+    assert (stats.total_job_num, stats.in_progress_job_num) == (0, 1)  # forgotten, still on its core
+    release_flag.set()
+    async with asyncio.timeout(30):
+        while node._building:
+            await asyncio.sleep(0.01)
+    assert not [k for k, _ in await node.store.list(paths.index_files_prefix(COLL))]
+
+
+async def test_a_stopping_node_offers_no_slot_and_refuses_jobs(tmp_path):
+    node = _node(tmp_path)
+    await node.stop()
+    stats = await node.GetJobStats(index_node_pb2.GetJobStatsRequest())
+    assert stats.task_slots == 0
+    status = await node.CreateJob(_job(1, 1, []))
+    assert status.code != 0 and not node.jobs
 
 
 async def test_another_clusters_job_is_refused(tmp_path):
