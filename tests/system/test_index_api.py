@@ -427,6 +427,38 @@ def test_indexnode_stopped_mid_build_hands_the_build_to_another(etcd_endpoint, n
             p.kill()
 
 
+def test_a_build_storage_refused_is_tried_again_until_it_finishes(node_factory):
+    """Storage refuses the index file (its directory is a file: the write fails with an OSError):
+    the IndexNode answers Retry, not Failed, and DataCoord assigns the build again, with a
+    back-off, until storage takes it."""
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    node = node_factory()
+    blocker = Path(urlparse(node.cfg.storage_uri).path) / paths.INDEX_FILES
+    blocker.write_bytes(b"not a directory")
+    c = MilvusClient(uri=node.uri)
+    c.create_collection("away", schema=vec_schema(c, 8))
+    c.insert("away", [{"id": i, "vector": [float(i)] * 8} for i in range(100)])
+    c.flush("away")
+    coll_id = c.describe_collection("away")["collection_id"]
+    params = c.prepare_index_params()
+    params.add_index(field_name="vector", index_type="FLAT", metric_type="L2")
+    c.create_index("away", params, sync=False)
+    wait_until(
+        lambda: any(b.index_version >= 2 for b in _segment_indexes(node.cfg, coll_id)),
+        timeout=30,
+        what="a second attempt",
+    )
+    assert c.describe_index("away", "vector")["state"] != "Failed"
+    blocker.unlink()
+    wait_until(lambda: c.describe_index("away", "vector")["state"] == "Finished", timeout=60, what="built")
+    (b,) = _segment_indexes(node.cfg, coll_id)
+    assert b.state == common_pb2.IndexState.Finished and b.index_version >= 2
+    assert index_files(node, coll_id) == list(b.index_file_keys)
+    c.close()
+
+
 def test_garbage_collector_removes_index_files_no_build_refers_to(node_factory):
     node = node_factory(gc_interval=0.2, gc_tolerance=0.5)
     c = MilvusClient(uri=node.uri)
