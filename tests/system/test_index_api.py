@@ -271,7 +271,9 @@ def test_indexnode_killed_mid_build_is_assigned_again(etcd_endpoint, nats_url, r
         ]
         assert after[0].nodeID != before[0].nodeID
         wait_until(
-            lambda: [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))] == list(after[0].index_file_keys),
+            lambda: (
+                [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))] == list(after[0].index_file_keys)
+            ),
             timeout=30,
             what="the first attempt's file collected",
         )
