@@ -134,7 +134,7 @@ class Node:
             session = Session(self.kv, r, address, ttl=cfg.session_ttl, server_id=ids[r])
             await session.register()
             self.sessions.append(session)
-            if isinstance(comp, Proxy):
+            if isinstance(comp, Proxy | IndexNode):
                 comp.session_valid = session.still_valid
             self._supervise(self._on_session_lost(r, session), f"session-watch-{r}")
             self.components[r] = comp
@@ -185,7 +185,7 @@ class Node:
             # IndexNode's jobs were assigned again elsewhere meanwhile: it drops its own.
             await _best_effort(comp.drop_all(), f"drop the channels of {role} {comp.server_id}")
         fresh = await self._register_again(role, session, comp)
-        if isinstance(comp, Proxy):
+        if isinstance(comp, Proxy | IndexNode):
             comp.session_valid = fresh.still_valid
         self.sessions[self.sessions.index(session)] = fresh
         self._supervise(self._on_session_lost(role, fresh), f"session-watch-{role}")

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pymilvus.grpc_gen import common_pb2, milvus_pb2
@@ -34,9 +35,14 @@ from kmilvus.util import merr, metricsinfo
 log = get_logger(__name__)
 IndexState = common_pb2.IndexState
 KEEP_ENDED = 600.0  # seconds an ended job's outcome waits for DataCoord (it drops it once recorded)
-# Failures of the infrastructure, not of the build: DataCoord assigns the build again (Milvus'
-# IndexState.Retry). Anything else (bad params, a corrupt binlog) fails the build for good.
-RETRIABLE = (OSError, MemoryError, TimeoutError)
+# Failures of the infrastructure, not of the build, and a build given up because this node's
+# session lapsed: DataCoord assigns the build again (Milvus' IndexState.Retry). Anything else
+# (bad params, a corrupt binlog) fails the build for good.
+RETRIABLE = (OSError, MemoryError, TimeoutError, task.BuildCancelled)
+
+
+async def _always() -> bool:
+    return True
 
 
 @dataclass
@@ -63,6 +69,7 @@ class IndexNode(index_node_pb2_grpc.IndexNodeServicer):
         self._building = 0
         self._runners: set[asyncio.Task[None]] = set()  # every build task, cancelled ones until their thread returns
         self._stopped = False
+        self.session_valid: Callable[[], Awaitable[bool]] = _always  # the Node sets its session's check
 
     async def start(self) -> None:
         self._stopped = False
@@ -158,7 +165,7 @@ class IndexNode(index_node_pb2_grpc.IndexNodeServicer):
                 return
             info.state = IndexState.InProgress
             self._building += 1
-            work = asyncio.ensure_future(task.build(self.store, req, job.cancelled))
+            work = asyncio.ensure_future(task.build(self.store, req, job.cancelled, self.session_valid))
             try:
                 # Shielded: a cancelled job keeps its slot until the build's thread returns.
                 result = await asyncio.shield(work)

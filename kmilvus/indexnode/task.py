@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pymilvus.grpc_gen import schema_pb2
@@ -54,9 +55,17 @@ class BuildCancelled(Exception):
     """The job was dropped while its thread built: nothing is written."""
 
 
-async def build(store, req: index_node_pb2.CreateJobRequest, cancelled: threading.Event | None = None) -> BuildResult:
+async def build(
+    store,
+    req: index_node_pb2.CreateJobRequest,
+    cancelled: threading.Event | None = None,
+    session_valid: Callable[[], Awaitable[bool]] | None = None,
+) -> BuildResult:
     """Build and write; the file is at `req.index_file_key` when this returns. A job `cancelled`
-    meanwhile writes nothing (its directory may already be removed: a dropped index)."""
+    meanwhile, or whose node's session lapsed (a paused process: DataCoord has assigned the build
+    again, and may have dropped the collection since), writes nothing — and takes its file back
+    if it was cancelled while writing. What is left is a pause between the last check and the
+    write itself, which storage cannot refuse: the garbage collector removes such a file."""
     params = {kv.key: kv.value for kv in req.index_params}
     column = await asyncio.to_thread(read_column, store, req)
     vectors = None
@@ -66,9 +75,13 @@ async def build(store, req: index_node_pb2.CreateJobRequest, cancelled: threadin
         vectors = await asyncio.to_thread(vectors_of, column, params)
         built = await kindex.abuild(vectors, params[P.INDEX_TYPE], params[P.METRIC_TYPE], params)
     await afailpoint("indexnode.build.before_write")  # built, nothing written yet
-    if cancelled is not None and cancelled.is_set():
-        raise BuildCancelled(f"build {req.buildID} version {req.index_version} dropped")
+    given_up = BuildCancelled(f"build {req.buildID} version {req.index_version} dropped")
+    if (cancelled is not None and cancelled.is_set()) or (session_valid is not None and not await session_valid()):
+        raise given_up
     await store.write(req.index_file_key, built.data)
+    if cancelled is not None and cancelled.is_set():
+        await store.delete(req.index_file_key)
+        raise given_up
     await afailpoint("indexnode.build.after_write")  # the file written, its job not yet Finished
     result = BuildResult([req.index_file_key], built.serialized_size, built.num_rows)
     del built, vectors, column

@@ -201,3 +201,33 @@ async def test_another_clusters_job_is_refused(tmp_path):
 )
 def test_stale_index_files(key, builds, stale):
     assert stale_index_file(key, builds) is stale
+
+
+async def test_a_node_whose_session_lapsed_writes_nothing(tmp_path):
+    node = _node(tmp_path)
+    logs = _write_segment(node.store, 50)
+
+    async def lapsed() -> bool:  # paused past its session's TTL: DataCoord has moved on
+        return False
+
+    node.session_valid = lapsed
+    await node.CreateJob(_job(4, 1, logs))
+    info = await _until_done(node, 4)
+    assert info.state == IndexState.Retry and "BuildCancelled" in info.fail_reason
+    assert not [k for k, _ in await node.store.list(paths.index_files_prefix(COLL))]
+
+
+async def test_a_job_dropped_while_its_file_is_written_takes_the_file_back(tmp_path, monkeypatch):
+    node = _node(tmp_path)
+    logs = _write_segment(node.store, 50)
+    real_write = node.store.write
+
+    async def write_then_dropped(key, data):
+        await real_write(key, data)
+        await node.DropJobs(index_node_pb2.DropJobsRequest(clusterID="c1", buildIDs=[6]))
+
+    monkeypatch.setattr(node.store, "write", write_then_dropped)
+    await node.CreateJob(_job(6, 1, logs))
+    runner = node.jobs[6].runner
+    await asyncio.gather(runner, return_exceptions=True)
+    assert not [k for k, _ in await node.store.list(paths.index_files_prefix(COLL))]
