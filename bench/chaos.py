@@ -5,7 +5,7 @@ path, then an invariant check of what the acknowledged operations imply against 
                                     [--faults datanode_kill,querynode_stop,...]
 
 The deployment (`chaos_cluster`): etcd, nats-server, the coordinators twice (active and
-standby), two DataNodes, two QueryNodes, two Proxies, each its own process. `--clients`
+standby), two DataNodes, two IndexNodes, two QueryNodes, two Proxies, each its own process. `--clients`
 processes (`ops_client`; one per Proxy, in turn) each own `--lineages` collections and insert,
 upsert, delete by ID and by expression, bulk-import Parquet files they write, flush, compact,
 build indexes, drop and re-create partitions and collections, and read with Strong consistency
@@ -21,8 +21,9 @@ read from etcd and the Parquet files alone, and (b) a Strong query; the two must
 each other. Lost, duplicated, resurrected (deleted or dropped, yet there), wrong-valued and
 stray rows, torn imports, reads that contradicted an acknowledged operation during the run, and
 anything dropped collections or partitions left behind (etcd keys, files, JetStream consumers)
-fail the run (exit status 1). The work directory (logs, journals, `verdict.json`) is kept with
-`--keep`; the same seed replays the same choices (timing still differs).
+fail the run (exit status 1), and so does an index build that ends Failed or does not end. The
+work directory (logs, journals, `verdict.json`) is kept with `--keep`; the same seed replays the
+same choices (timing still differs).
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ FAULTS = (
     "datanode_stop",
     "querynode_kill",
     "querynode_stop",
+    "indexnode_kill",
+    "indexnode_stop",
     "coordinators_kill",
     "coordinators_stop",
     "proxy_kill",
@@ -49,7 +51,8 @@ SETTINGS = {
     "KMILVUS_COMPACTION_CHECK_INTERVAL": "20",
     "KMILVUS_COMPACTION_MIN_SEGMENTS": "4",
 }
-READY = {"datanode": "node ready", "querynode": "node ready", "proxy": "kmilvus proxy ready"}
+READY = {"datanode": "node ready", "indexnode": "node ready", "querynode": "node ready", "proxy": "kmilvus proxy ready"}
+WORKERS = ("datanode", "indexnode", "querynode", "proxy")  # two processes of each
 
 
 @dataclass
@@ -133,7 +136,7 @@ class Deployment:
         coords = ("rootcoord", "datacoord", "querycoord")
         self.make("coord-a", coords).start().wait_log("component started")
         self.make("coord-b", coords).start().wait_log("standby: waiting for the leader lock")
-        for role in ("datanode", "querynode", "proxy"):
+        for role in WORKERS:
             for i in (1, 2):
                 self.make(f"{role}-{i}", (role,)).start().wait_log(READY[role])
 
@@ -186,7 +189,7 @@ def _restart(p: Proc, ready: str) -> None:
 def inject(dep: Deployment, fault: str, rng: random.Random) -> str:
     """Apply one fault and return once the system should be able to recover from it."""
     role, _, how = fault.rpartition("_")
-    if role in ("datanode", "querynode", "proxy"):
+    if role in WORKERS:
         name = rng.choice([f"{role}-1", f"{role}-2"])
         if how == "kill":
             _restart(dep.procs[name], READY[role])

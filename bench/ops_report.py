@@ -222,6 +222,7 @@ def check_lineage(where: Where, m: LineageModel, records: dict) -> LineageResult
         except Exception as exc:  # noqa: BLE001 - reported; the stored rows are still compared
             r.errors.append(f"final flush: {exc!r}"[:300])
         check_binlogs(where, m, r)
+        check_index(coll, m.name, alias, r)
         try:
             bounded(lambda: coll.load(timeout=240), "load")
             q_pks, q_vals = bounded(lambda: queried_rows(coll, m.base, m.base + m.size), "Strong query")
@@ -241,6 +242,18 @@ def new_result(m: LineageModel) -> LineageResult:
     r.expected_live = int((m.state[: m.size] == LIVE).sum())
     r.maybe = len(m.maybe)
     return r
+
+
+def check_index(coll, name: str, alias: str, r: LineageResult) -> None:
+    """Every flushed segment's index build ends Finished: none Failed by a fault (storage away,
+    an IndexNode killed), none left pending."""
+    from pymilvus import utility
+
+    try:
+        if bounded(coll.has_index, "has_index"):
+            bounded(lambda: utility.wait_for_index_building_complete(name, timeout=240, using=alias), "index builds")
+    except Exception as exc:  # noqa: BLE001 - reported
+        r.errors.append(f"index builds: {exc!r}"[:300])
 
 
 def check_binlogs(where: Where, m: LineageModel, r: LineageResult) -> None:

@@ -61,7 +61,7 @@ diagnostics() {
     kubectl -n "$NS" get events --sort-by=.lastTimestamp
     kubectl -n "$NS" describe pods
   } >"$ARTIFACTS/cluster.txt" 2>&1 || true
-  for c in operator proxy datanode etcd nats minio; do
+  for c in operator proxy datanode querynode indexnode etcd nats minio; do
     kubectl -n "$NS" logs -l "app.kubernetes.io/instance=$RELEASE,app.kubernetes.io/component=$c" \
       --all-containers --prefix --tail=-1 >"$ARTIFACTS/$c.log" 2>&1 || true
   done
@@ -135,6 +135,8 @@ done
 kubectl -n "$NS" rollout status "deployment/$RELEASE-operator" --timeout 5m
 kubectl -n "$NS" rollout status "deployment/$RELEASE-proxy" --timeout 5m
 kubectl -n "$NS" rollout status "statefulset/$RELEASE-datanode" --timeout 5m
+kubectl -n "$NS" rollout status "statefulset/$RELEASE-querynode" --timeout 5m
+kubectl -n "$NS" rollout status "deployment/$RELEASE-indexnode" --timeout 5m
 kubectl wait --for condition=established --timeout 60s \
   crd/collections.kmilvus.io crd/flushrequests.kmilvus.io crd/segments.kmilvus.io
 kubectl -n "$NS" get pods -o wide

@@ -85,7 +85,7 @@ def test_kmilvus_is_running(kube, namespace, release):
     from kubernetes import client
 
     apps = client.AppsV1Api(kube)
-    for name in (f"{release}-operator", f"{release}-proxy"):
+    for name in (f"{release}-operator", f"{release}-proxy", f"{release}-indexnode"):
         d = apps.read_namespaced_deployment(name, namespace)
         assert (d.status.ready_replicas or 0) >= 1, f"deployment {name} has no ready replica"
     s = apps.read_namespaced_stateful_set(f"{release}-datanode", namespace)

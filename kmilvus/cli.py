@@ -104,7 +104,7 @@ def standalone(
     "roles",
     nargs=-1,
     required=True,
-    type=click.Choice(["proxy", "rootcoord", "datacoord", "querycoord", "datanode", "querynode"]),
+    type=click.Choice(["proxy", "rootcoord", "datacoord", "querycoord", "datanode", "indexnode", "querynode"]),
 )
 @click.option("--etcd-endpoint", required=True, envvar="KMILVUS_ETCD_ENDPOINT", help="HOST:PORT of etcd.")
 @click.option("--nats-url", required=True, envvar="KMILVUS_NATS_URL", help="nats://HOST:PORT of JetStream.")

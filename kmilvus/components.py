@@ -21,6 +21,7 @@ from kmilvus.meta import EtcdKV
 from kmilvus.proto import (
     data_coord_pb2_grpc,
     data_node_pb2_grpc,
+    index_node_pb2_grpc,
     proxy_pb2_grpc,
     query_coord_pb2_grpc,
     query_node_pb2_grpc,
@@ -32,6 +33,7 @@ from kmilvus.types import (
     ComponentClient,
     DataCoordClient,
     DataNodeClient,
+    IndexNodeClient,
     ProxyClient,
     QueryCoordClient,
     QueryNodeClient,
@@ -48,6 +50,7 @@ QUERYCOORD: Final = "querycoord"
 DATANODE: Final = "datanode"
 PROXY: Final = "proxy"
 QUERYNODE: Final = "querynode"
+INDEXNODE: Final = "indexnode"
 
 
 def _with_service(
@@ -86,6 +89,7 @@ STUBS: dict[str, tuple[type[Any], AddServicer]] = {
         security_pb2_grpc.add_ProxySecurityServicer_to_server,
     ),
     QUERYNODE: (query_node_pb2_grpc.QueryNodeStub, query_node_pb2_grpc.add_QueryNodeServicer_to_server),
+    INDEXNODE: (index_node_pb2_grpc.IndexNodeStub, index_node_pb2_grpc.add_IndexNodeServicer_to_server),
 }
 
 
@@ -252,6 +256,8 @@ class Registry:
     @overload
     def client(self, role: Literal["proxy"], server_id: int | None = None) -> ProxyClient: ...
     @overload
+    def client(self, role: Literal["indexnode"], server_id: int | None = None) -> IndexNodeClient: ...
+    @overload
     def client(self, role: str, server_id: int | None = None) -> ComponentClient: ...
     def client(self, role: str, server_id: int | None = None) -> Any:
         """The component of `role` (the one with `server_id` when given): the object itself when
@@ -293,6 +299,8 @@ class Registry:
     async def clients(self, role: Literal["querynode"]) -> dict[int, QueryNodeClient]: ...
     @overload
     async def clients(self, role: Literal["proxy"]) -> dict[int, ProxyClient]: ...
+    @overload
+    async def clients(self, role: Literal["indexnode"]) -> dict[int, IndexNodeClient]: ...
     @overload
     async def clients(self, role: str) -> dict[int, ComponentClient]: ...
     async def clients(self, role: str) -> dict[int, Any]:

@@ -241,6 +241,16 @@ class DataNode(Section):
     """Write binlogs of the largest segment past this."""
 
 
+class IndexNode(Section):
+    """IndexNode
+
+    Building segment indexes (Milvus' indexNode.*)."""
+
+    index_build_slots: PositiveInt = 1
+    """Builds an IndexNode runs at once; the rest wait in its queue. faiss uses every core within
+    one build, so more only helps on a node with idle cores (Milvus' indexNode.scheduler.buildParallel)."""
+
+
 class Compaction(Section):
     """Compaction
 
@@ -359,6 +369,7 @@ SECTIONS: tuple[type[Section], ...] = (
     TimeTick,
     DataCoord,
     DataNode,
+    IndexNode,
     Compaction,
     Spark,
     Security,
@@ -366,7 +377,20 @@ SECTIONS: tuple[type[Section], ...] = (
 
 
 class Config(
-    Security, Spark, Compaction, DataNode, DataCoord, TimeTick, RootCoord, Http, Proxy, Storage, Nats, Etcd, Cluster
+    Security,
+    Spark,
+    Compaction,
+    IndexNode,
+    DataNode,
+    DataCoord,
+    TimeTick,
+    RootCoord,
+    Http,
+    Proxy,
+    Storage,
+    Nats,
+    Etcd,
+    Cluster,
 ):
     """Every setting of a kmilvus process (its sections: `SECTIONS`)."""
 

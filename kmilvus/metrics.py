@@ -27,6 +27,7 @@ FLUSHED_SEGMENTS = Counter("kmilvus_datanode_flushed_segments_total", "Segments 
 BINLOG_BYTES = Counter("kmilvus_datanode_binlog_bytes_total", "Bytes written to insert binlogs.")
 BINLOG_ROWS = Counter("kmilvus_datanode_binlog_rows_total", "Rows written to insert binlogs.")
 BUFFERED_BYTES = Gauge("kmilvus_datanode_buffered_bytes", "Insert data held in DataNode memory.")
+INDEX_BUILDS = Counter("kmilvus_indexnode_builds_total", "Index builds an IndexNode ran, by outcome.", ["state"])
 
 
 class _CountedWhenScraped:

@@ -26,6 +26,7 @@ from kmilvus import types
 from kmilvus.config import Config
 from kmilvus.datacoord import DataCoord
 from kmilvus.datanode import DataNode
+from kmilvus.indexnode.index_node import IndexNode
 from kmilvus.log import enable_audit, get_logger
 from kmilvus.meta import EtcdKV
 from kmilvus.msgstream import MsgStream
@@ -45,7 +46,15 @@ from kmilvus.util.grpcutil import ChannelTLS, server_credentials, start_server
 from kmilvus.util.retry import Backoff
 
 log = get_logger(__name__)
-ALL_ROLES = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD, roles.DATANODE, roles.QUERYNODE, roles.PROXY)
+ALL_ROLES = (
+    roles.ROOTCOORD,
+    roles.DATACOORD,
+    roles.QUERYCOORD,
+    roles.DATANODE,
+    roles.INDEXNODE,
+    roles.QUERYNODE,
+    roles.PROXY,
+)
 COORDINATORS = (roles.ROOTCOORD, roles.DATACOORD, roles.QUERYCOORD)
 
 
@@ -125,7 +134,7 @@ class Node:
             session = Session(self.kv, r, address, ttl=cfg.session_ttl, server_id=ids[r])
             await session.register()
             self.sessions.append(session)
-            if isinstance(comp, Proxy):
+            if isinstance(comp, Proxy | IndexNode):
                 comp.session_valid = session.still_valid
             self._supervise(self._on_session_lost(r, session), f"session-watch-{r}")
             self.components[r] = comp
@@ -170,18 +179,19 @@ class Node:
         comp = self.components.get(role)
         if comp is None:
             return
-        if isinstance(comp, DataNode | QueryNode):
+        if isinstance(comp, DataNode | QueryNode | IndexNode):
             # Whatever goes wrong dropping, the node must come back under a new ID: a node that
-            # stays away holds no channel, and with every DataNode away nothing is flushed.
+            # stays away holds no channel, and with every DataNode away nothing is flushed. An
+            # IndexNode's jobs were assigned again elsewhere meanwhile: it drops its own.
             await _best_effort(comp.drop_all(), f"drop the channels of {role} {comp.server_id}")
         fresh = await self._register_again(role, session, comp)
-        if isinstance(comp, Proxy):
+        if isinstance(comp, Proxy | IndexNode):
             comp.session_valid = fresh.still_valid
         self.sessions[self.sessions.index(session)] = fresh
         self._supervise(self._on_session_lost(role, fresh), f"session-watch-{role}")
 
     async def _register_again(self, role: str, session: Session, comp: types.Component) -> Session:
-        """A new session (a DataNode or QueryNode: under a new ID), retried until etcd answers:
+        """A new session (a DataNode, IndexNode or QueryNode: under a new ID), retried until etcd answers:
         a session lost during an etcd restart must not leave the component away for good."""
         # start() connected both before any session could be lost.
         kv, registry = cast(EtcdKV, self.kv), cast(roles.Registry, self.registry)
@@ -189,7 +199,7 @@ class Node:
         while True:
             try:
                 new_id = session.server_id
-                if role in (roles.DATANODE, roles.QUERYNODE):
+                if role in (roles.DATANODE, roles.INDEXNODE, roles.QUERYNODE):
                     new_id = await next_server_id(kv)
                     registry.remove_local(role, comp.server_id)
                     comp.server_id = new_id
@@ -218,6 +228,8 @@ class Node:
             return DataNode(cfg, stream, store, reg, sid)
         if role == roles.QUERYNODE:
             return QueryNode(cfg, stream, store, reg, sid)
+        if role == roles.INDEXNODE:
+            return IndexNode(cfg, store, reg, sid)
         return Proxy(cfg, reg, stream, sid)
 
     async def stop(self) -> None:
@@ -258,4 +270,5 @@ _DATACOORD: type[types.DataCoordClient] = DataCoord
 _QUERYCOORD: type[types.QueryCoordClient] = QueryCoord
 _DATANODE: type[types.DataNodeClient] = DataNode
 _QUERYNODE: type[types.QueryNodeClient] = QueryNode
+_INDEXNODE: type[types.IndexNodeClient] = IndexNode
 _PROXY: type[types.ProxyClient] = Proxy

@@ -22,6 +22,7 @@ from pymilvus.grpc_gen import common_pb2, milvus_pb2
 from kmilvus.proto import (
     data_coord_pb2,
     data_node_pb2,
+    index_node_pb2,
     internal_pb2,
     query_coord_pb2,
     query_node_pb2,
@@ -197,6 +198,17 @@ class DataNodeClient(ComponentClient, Protocol):
     async def WatchDmChannels(self, request: data_node_pb2.WatchDmChannelsRequest, /) -> common_pb2.Status: ...
     async def UnwatchDmChannels(self, request: data_node_pb2.UnwatchDmChannelsRequest, /) -> common_pb2.Status: ...
     async def FlushSegments(self, request: data_node_pb2.FlushSegmentsRequest, /) -> common_pb2.Status: ...
+
+
+class IndexNodeClient(ComponentClient, Protocol):
+    """An IndexNode's service."""
+
+    async def CreateJob(self, request: index_node_pb2.CreateJobRequest, /) -> common_pb2.Status: ...
+    async def QueryJobs(self, request: index_node_pb2.QueryJobsRequest, /) -> index_node_pb2.QueryJobsResponse: ...
+    async def DropJobs(self, request: index_node_pb2.DropJobsRequest, /) -> common_pb2.Status: ...
+    async def GetJobStats(
+        self, request: index_node_pb2.GetJobStatsRequest, /
+    ) -> index_node_pb2.GetJobStatsResponse: ...
 
 
 class QueryNodeClient(ComponentClient, Protocol):

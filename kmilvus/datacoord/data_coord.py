@@ -350,7 +350,13 @@ class DataCoord(
     async def GetMetrics(self, req, context=None):
         config = {"segment_max_size": float(self.cfg.segment_max_size_mb)}  # Milvus: MB
         return await metricsinfo.coordinator_metrics(
-            self, req, config, roles.DATANODE, (roles.ROOTCOORD,), cluster_key="connected_data_nodes"
+            self,
+            req,
+            config,
+            roles.DATANODE,
+            (roles.ROOTCOORD,),
+            cluster_key="connected_data_nodes",
+            more_nodes=((roles.INDEXNODE, "connected_index_nodes"),),
         )
 
     @merr.rpc(milvus_pb2.ComponentStates)

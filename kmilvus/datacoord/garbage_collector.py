@@ -11,7 +11,8 @@ stayed so for `tolerance` seconds (a flush in progress commits long before); etc
 - an insert, delta or stats log that no binlog meta references, unless its segment is reserved
   by an unfinished import or compaction (their outputs are registered at the end, or removed by
   the job itself); a channel's L0 delta log that no L0 delta log meta references;
-- index files whose build no SegmentIndex records;
+- index files whose build no SegmentIndex records, or written by an attempt older than its
+  build's current one (an IndexNode job assigned again elsewhere);
 - DDL binlogs of a collection that no longer exists, that no DDL binlog meta references.
 
 So a file of an unknown or dropped segment, partition or collection is found too, and a
@@ -23,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from kmilvus.datacoord.compaction import PLAN_DONE
 from kmilvus.datacoord.import_manager import TERMINAL
@@ -38,6 +39,21 @@ from kmilvus.storage import paths
 
 log = get_logger(__name__)
 LOG_ROOTS = (paths.INSERT_LOG, paths.DELTA_LOG, paths.STATS_LOG)
+
+
+def builds_of(segment_indexes: Iterable[data_coord_pb2.SegmentIndex]) -> dict[int, int]:
+    """buildID → the version of its current attempt."""
+    return {si.buildID: si.index_version for si in segment_indexes}
+
+
+def stale_index_file(key: str, builds: dict[int, int]) -> bool:
+    """An index file no build records, or written by an attempt older than its build's current
+    one (an IndexNode's job assigned again elsewhere that still finished)."""
+    parsed = paths.parse_index_file_key(key)
+    if parsed is None:
+        return False
+    build, version = parsed
+    return build not in builds or version < builds[build]
 
 
 class CollectionView:
@@ -55,10 +71,9 @@ class CollectionView:
         for _, raw in snap.under(keys.ddl_binlog_prefix(coll)):
             d = internal_pb2.DDLBinlogMeta.FromString(raw)
             self.logs.update((d.ddl_binlog_path, d.ts_binlog_path))
-        self.builds = {
-            data_coord_pb2.SegmentIndex.FromString(raw).buildID
-            for _, raw in snap.under(keys.segment_index_prefix(coll))
-        }
+        self.builds = builds_of(
+            data_coord_pb2.SegmentIndex.FromString(raw) for _, raw in snap.under(keys.segment_index_prefix(coll))
+        )
         self.reserved: set[int] = set()  # segments unfinished jobs may still be writing
         for _, raw in snap.under(keys.import_job_prefix(coll)):
             job = data_coord_pb2.ImportJob.FromString(raw)
@@ -103,8 +118,7 @@ class CollectionView:
             return False
         root, _, _, seg = parsed
         if root == paths.INDEX_FILES:
-            build = key.split("/")[4]
-            return build.isdigit() and int(build) not in self.builds
+            return stale_index_file(key, self.builds)
         return key not in self.logs and seg not in self.reserved
 
 
@@ -119,14 +133,14 @@ class GarbageCollector:
         self._unreferenced_since: dict[str, float] = {}
         self.index_meta: IndexMeta | None = None  # DataCoord's, when indexes are served
 
-    def _referenced_in_memory(self) -> tuple[set[str], set[int]]:
+    def _referenced_in_memory(self) -> tuple[set[str], dict[int, int]]:
         """Log paths and build IDs the memory knows (a delta log may be recorded on another
         segment: deletes redirected to a compaction target)."""
         segs = list(self.meta.segments.values())
         logs = {b.log_path for s in segs for group in (s.binlogs, s.deltalogs, s.statslogs) for b in group.values()}
         logs.update(p for s in segs for d in s.ddl_binlogs.values() for p in (d.ddl_binlog_path, d.ts_binlog_path))
         logs.update(d.binlog.log_path for l0 in list(self.meta.l0.values()) for d in l0.values())
-        builds: set[int] = {si.buildID for si in self.index_meta.segment_indexes.values()} if self.index_meta else set()
+        builds = builds_of(self.index_meta.segment_indexes.values()) if self.index_meta else {}
         return logs, builds
 
     async def _listed(self) -> list[tuple[int, str]]:
@@ -146,11 +160,10 @@ class GarbageCollector:
                     out.append((l0[0], key))
         return out
 
-    def _proposed(self, key: str, logs: set[str], builds: set[int]) -> bool:
+    def _proposed(self, key: str, logs: set[str], builds: dict[int, int]) -> bool:
         """Whether the memory does not refer to `key` (etcd decides whether it is garbage)."""
         if key.startswith(paths.INDEX_FILES + "/"):
-            build = key.split("/")[4]
-            return build.isdigit() and int(build) not in builds
+            return stale_index_file(key, builds)
         return key not in logs
 
     async def collect(self) -> list[str]:

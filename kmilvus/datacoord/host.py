@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from kmilvus.allocator import IDAllocator
+from kmilvus.components import Registry
 from kmilvus.config import Config
 from kmilvus.datacoord.channel_manager import ChannelManager
 from kmilvus.datacoord.garbage_collector import GarbageCollector
@@ -29,6 +30,7 @@ class DataCoordHost(Protocol):
     cfg: Config
     kv: EtcdKV
     store: ObjectStore
+    registry: Registry
     ids: IDAllocator
     meta: SegmentMeta
     channels: ChannelManager

@@ -113,13 +113,16 @@ class IndexMeta:
             self.indexes[m.indexID] = m
 
     async def save_build(self, si: SegmentIndex, segment_key: str) -> bool:
-        """Record a build (InProgress or its result) — only while its segment and index exist."""
+        """Record a build (InProgress or its result) — only while its segment and index exist.
+        Memory keeps a copy: what the caller changes next is not recorded until saved."""
         ix_key = keys.field_index_key(si.collectionID, si.indexID)
         ok = await self.kv.txn(
             [Op.put(segment_index_key(si), si.SerializeToString())], [Cmp.exists(segment_key), Cmp.exists(ix_key)]
         )
         if ok:
-            self.segment_indexes[(si.segmentID, si.indexID)] = si
+            saved = SegmentIndex()
+            saved.CopyFrom(si)
+            self.segment_indexes[(si.segmentID, si.indexID)] = saved
         return ok
 
     async def remove_builds(self, builds: list[SegmentIndex], indexes: Iterable[FieldIndex] = ()) -> None:

@@ -1,6 +1,6 @@
 """DataCoord's index RPCs (Milvus 2.3 merged IndexCoord into DataCoord): CreateIndex,
-DescribeIndex, DropIndex, GetIndexInfos — a mixin of DataCoord, with the IndexNode's builder
-running in this process.
+DescribeIndex, DropIndex, GetIndexInfos — a mixin of DataCoord, with the builder that assigns
+each segment's build to an IndexNode (kmilvus.datacoord.index_builder).
 
 The Proxy has already checked the params against the schema (kmilvus.index.params); here the
 rules that need the meta: one index per vector field, a name reused only with the same params,
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 else:
     DataCoordHost = object
 
-MAX_PARALLEL_BUILDS = 1  # 2 cores are shared with everything else; faiss uses OpenMP inside a build
-
 
 class DataCoordIndexRPCs(DataCoordHost):
     """Index RPCs and the builder's lifecycle (a base class of DataCoord)."""
@@ -36,9 +34,9 @@ class DataCoordIndexRPCs(DataCoordHost):
         self.index_builder = IndexBuilder(
             self.meta,
             self.index_meta,
-            self.store,
+            self.registry,
             self.ids.alloc,
-            parallel=MAX_PARALLEL_BUILDS,
+            cluster=self.cfg.cluster,
             dropping=self._dropping.__contains__,
             remove_files=self._remove_build_files,
             current_schema=self.channels.current_schema,
@@ -74,7 +72,7 @@ class DataCoordIndexRPCs(DataCoordHost):
     async def _start_indexes(self) -> None:
         await self.index_meta.load()
         self.index_builder.start()
-        self.index_builder.wake()  # InProgress builds of a previous run are redone
+        self.index_builder.wake()  # InProgress builds of a previous run: followed again, or assigned again
 
     async def _stop_indexes(self) -> None:
         await self.index_builder.stop()

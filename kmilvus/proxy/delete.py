@@ -22,7 +22,7 @@ from pymilvus.grpc_gen import milvus_pb2, schema_pb2
 
 from kmilvus.msgstream import Msg, MsgType
 from kmilvus.proxy import partial_update, partition_key
-from kmilvus.proxy.insert import InsertTask, fill_function_outputs, ipc_bytes
+from kmilvus.proxy.insert import InsertTask, all_succeeded, fill_function_outputs, ipc_bytes
 from kmilvus.proxy.meta_cache import CollectionMeta
 from kmilvus.proxy.task import Task
 from kmilvus.storage import deltalog
@@ -165,9 +165,7 @@ class UpsertTask(InsertTask):
                 raise merr.MilvusError(
                     merr.SERVICE_UNAVAILABLE, "the proxy's session expired during the upsert: outcome unknown"
                 )
-        self.result = milvus_pb2.MutationResult(
-            IDs=typeutil.primary_keys_to_ids(meta.pk, keys), upsert_cnt=n, timestamp=ts, succ_index=range(n)
-        )
+        self.result = all_succeeded(n, IDs=typeutil.primary_keys_to_ids(meta.pk, keys), upsert_cnt=n, timestamp=ts)
 
 
 class ProxyDeleteMixin(ProxyHost):

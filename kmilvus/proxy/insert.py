@@ -4,6 +4,8 @@ Arrow IPC payloads on JetStream. Columnar throughout; numpy for IDs and hashing.
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,6 +34,35 @@ def ipc_bytes(batch: pa.RecordBatch) -> pa.Buffer:
     with pa.ipc.new_stream(sink, batch.schema) as w:
         w.write_batch(batch)
     return sink.getvalue()
+
+
+def group_rows(group: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Rows grouped by `group` (a small non-negative int per row: a shard, or a shard and
+    partition): the row order that puts each group's rows together, keeping their order within
+    the group (a stable sort), and each non-empty group's [start, end) in that order.
+
+    Keys below 2¹⁶ are sorted as uint16, which numpy sorts by radix (6× faster than int64)."""
+    keys = group
+    if len(group) and int(group.min()) >= 0 and int(group.max()) < 1 << 16:
+        keys = group.astype(np.uint16)
+    order = np.argsort(keys, kind="stable")
+    bounds = [0, *(np.flatnonzero(np.diff(keys[order])) + 1).tolist(), len(group)]
+    return order, [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+@functools.lru_cache(maxsize=16)
+def _succ_index_wire(n: int) -> bytes:
+    wire: bytes = milvus_pb2.MutationResult(succ_index=range(n)).SerializeToString()
+    return wire
+
+
+def all_succeeded(n: int, **fields) -> milvus_pb2.MutationResult:
+    """A MutationResult (`fields`) whose `succ_index` is 0 … n-1. Setting 10,000 repeated ints
+    from Python costs ~0.4 ms; parsing their wire form, kept per `n` (clients repeat their batch
+    size), ~0.07 ms."""
+    result = milvus_pb2.MutationResult(**fields)
+    result.MergeFromString(_succ_index_wire(n))
+    return result
 
 
 def estimate_fields_data_bytes(fields_data) -> int:
@@ -129,34 +160,34 @@ class InsertTask(Task):
         metrics.INSERTED_ROWS.inc(n)
         metrics.INSERTED_BYTES.inc(batch.nbytes)
         metrics.PROXY_INSERT_VECTORS.labels(str(proxy.server_id)).inc(n)
-        self.result = milvus_pb2.MutationResult(
-            IDs=typeutil.primary_keys_to_ids(pk, keys), insert_cnt=n, timestamp=ts, succ_index=range(n)
-        )
+        self.result = all_succeeded(n, IDs=typeutil.primary_keys_to_ids(pk, keys), insert_cnt=n, timestamp=ts)
 
     async def _route(self, batch: pa.RecordBatch, shards: np.ndarray, ts: int) -> list[tuple[str, Msg]]:
         """Split rows by shard, ask DataCoord for segment quotas, and cut IPC payloads."""
         meta, cfg = self.meta, self.proxy.cfg
-        per_shard: list[tuple[str, np.ndarray | None, int]] = []  # (vchannel, rows or all, partition)
+        # (vchannel, [start, end) of its rows in `ordered`, partition)
+        per_shard: list[tuple[str, int, int, int]] = []
         parts = partition_key.route(meta, self.columns)  # a partition per row in partition key mode
+        ordered = batch  # the rows, grouped by (shard, partition)
         if len(meta.vchannels) == 1 and parts is None:
-            per_shard.append((meta.vchannels[0], None, self.partition_id))
+            per_shard.append((meta.vchannels[0], 0, batch.num_rows, self.partition_id))
         else:
-            # Rows grouped by (shard, partition) in one stable sort.
             if parts is None:
                 group = shards
             else:
                 kinds, slot = np.unique(parts, return_inverse=True)
                 group = shards * len(kinds) + slot
-            order = np.argsort(group, kind="stable")
-            cut = np.flatnonzero(np.diff(group[order])) + 1
-            for rows in np.split(order, cut):
-                if len(rows):
-                    part_id = self.partition_id if parts is None else int(parts[rows[0]])
-                    per_shard.append((meta.vchannels[int(shards[rows[0]])], rows, part_id))
+            order, ranges = group_rows(group)
+            if len(ranges) > 1:
+                ordered = batch.take(pa.array(order))  # one take for all groups, each a slice of it
+            for start, end in ranges:
+                first = int(order[start])
+                part_id = self.partition_id if parts is None else int(parts[first])
+                per_shard.append((meta.vchannels[int(shards[first])], start, end, part_id))
         req = data_coord_pb2.AssignSegmentIDRequest(nodeID=self.proxy.server_id, peer_role="proxy")
-        for ch, idx, part_id in per_shard:
+        for ch, start, end, part_id in per_shard:
             req.segmentIDRequests.add(
-                count=batch.num_rows if idx is None else len(idx),
+                count=end - start,
                 channel_name=ch,
                 collectionID=meta.id,
                 partitionID=part_id,
@@ -171,8 +202,8 @@ class InsertTask(Task):
         items: list[tuple[str, Msg]] = []
         row_bytes = max(1, batch.nbytes // max(1, batch.num_rows))
         chunk_rows = max(1, cfg.max_message_bytes // row_bytes)
-        for ch, idx, part_id in per_shard:
-            part = batch if idx is None else batch.take(pa.array(idx))
+        for ch, start, end, part_id in per_shard:
+            part = ordered.slice(start, end - start)
             offset = 0
             for a in by_channel.get((ch, part_id), []):
                 seg_rows = part.slice(offset, a.count)

@@ -20,6 +20,7 @@ from pymilvus.grpc_gen import schema_pb2
 from kmilvus import index as kindex
 from kmilvus.index import params as P
 from kmilvus.index import vectors as kvectors
+from kmilvus.querynode import vector_search
 from kmilvus.querynode.deletes import DeleteSet, pk_and_ts
 from kmilvus.storage.deltalog import sorted_unique
 from kmilvus.util import typeutil
@@ -117,7 +118,7 @@ class SegmentData:
             if kind == P.DENSE:
                 assert isinstance(vecs, np.ndarray)
                 seg.vectors[f.fieldID] = vecs
-                seg.sq_norms[f.fieldID] = np.einsum("ij,ij->i", vecs, vecs)
+                seg.sq_norms[f.fieldID] = vector_search.sq_norms(vecs)
             else:
                 seg.raw[f.fieldID] = vecs
         return seg
@@ -297,7 +298,7 @@ class _Rows:
             norms[: self.n] = self.sq_norms[: self.n]
             self.vectors, self.sq_norms = grown, norms
         self.vectors[self.n : end] = rows
-        self.sq_norms[self.n : end] = np.einsum("ij,ij->i", rows, rows)
+        self.sq_norms[self.n : end] = vector_search.sq_norms(rows)
         self.n = end
 
     def rows(self) -> tuple[np.ndarray, np.ndarray]:

@@ -14,6 +14,12 @@ from kmilvus.index import params as P
 _QUERY_CHUNK = 1 << 24  # distance-matrix elements computed at once (64 MiB of float32)
 
 
+def sq_norms(x: np.ndarray) -> np.ndarray:
+    """Each row's squared Euclidean norm, in one pass without a squared copy of the rows."""
+    out: np.ndarray = np.einsum("ij,ij->i", x, x)
+    return out
+
+
 def normalize(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
@@ -24,17 +30,17 @@ def normalize(x: np.ndarray) -> np.ndarray:
 def _distances(base: np.ndarray, queries: np.ndarray, metric: str, base_sq: np.ndarray | None) -> np.ndarray:
     d: np.ndarray
     if metric == "L2":
-        sq = base_sq if base_sq is not None else np.einsum("ij,ij->i", base, base)
+        sq = base_sq if base_sq is not None else sq_norms(base)
         d = queries @ base.T
         d *= -2.0
         d += sq[None, :]
-        d += np.einsum("ij,ij->i", queries, queries)[:, None]
+        d += sq_norms(queries)[:, None]
         np.maximum(d, 0.0, out=d)
         return d
     if metric == "COSINE":
         # cos(q, b) = (q / |q|) · b / |b|: the rows are read in place and the product divided by
         # their norms (from the squared norms the segment keeps), never a normalized copy of them.
-        norms = np.sqrt(base_sq if base_sq is not None else np.einsum("ij,ij->i", base, base))
+        norms = np.sqrt(base_sq if base_sq is not None else sq_norms(base))
         norms[norms == 0] = 1.0
         d = normalize(queries) @ base.T
         d /= norms[None, :]

@@ -3,7 +3,7 @@
     insert_log/{collectionID}/{partitionID}/{segmentID}/{logID}   Parquet, all fields of a flush chunk
     data_definition_log/{collectionID}/ts/{idx}                   Parquet: ts
     data_definition_log/{collectionID}/ddl/{idx}                  Parquet: ts, type, payload
-    index_files/{collectionID}/{partitionID}/{segmentID}/{buildID}/index   one segment's vector index
+    index_files/{collectionID}/{partitionID}/{segmentID}/{buildID}/{version}/index   one segment's index
     stats_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk (sorted, unique) per insert binlog
     delta_log/{collectionID}/{partitionID}/{segmentID}/{logID}    Parquet: pk, ts (deletes)
     delta_log/{collectionID}/{partitionID}/l0/{logID}             a channel's deletes (L0; partition -1: all)
@@ -79,8 +79,20 @@ def index_build_prefix(coll: int, part: int, seg: int, build_id: int) -> str:
     return f"{INDEX_FILES}/{int(coll)}/{int(part)}/{int(seg)}/{int(build_id)}/"
 
 
-def index_file_key(coll: int, part: int, seg: int, build_id: int, name: str = "index") -> str:
-    return f"{index_build_prefix(coll, part, seg, build_id)}{name}"
+def index_file_key(coll: int, part: int, seg: int, build_id: int, version: int, name: str = "index") -> str:
+    """A build's file as one attempt (`version`, an IndexNode's job) writes it: attempts never
+    share a file, so an old one still running cannot overwrite what a newer one wrote."""
+    return f"{index_build_prefix(coll, part, seg, build_id)}{int(version)}/{name}"
+
+
+def parse_index_file_key(key: str) -> tuple[int, int] | None:
+    """(buildID, version) of a key under `index_files/{coll}/{part}/{seg}/{buildID}/`; version 0
+    for a file directly under the build (the layout before versions); None for any other key."""
+    parts = key.split("/")
+    if len(parts) < 6 or parts[0] != INDEX_FILES or not parts[4].isdigit():
+        return None
+    version = int(parts[5]) if len(parts) >= 7 and parts[5].isdigit() else 0
+    return int(parts[4]), version
 
 
 def stats_log_key(coll: int, part: int, seg: int, log_id: int) -> str:

@@ -134,28 +134,36 @@ async def coordinator_metrics(
     node_role: str | None,
     connects_to: tuple[str, ...],
     cluster_key: str,
+    more_nodes: tuple[tuple[str, str], ...] = (),
 ) -> milvus_pb2.GetMetricsResponse:
     """A coordinator's topology: itself, the nodes of `node_role` it manages (each asked for
-    its own infos), and the coordinators it talks to (Milvus' ConnTopology)."""
+    its own infos) under `cluster_key`, those of each (role, key) of `more_nodes` (DataCoord's
+    IndexNodes), and the coordinators it talks to (Milvus' ConnTopology)."""
     require_system_info(req)
     ip = await comp.registry.address(comp.role, comp.server_id)
     me = component_infos(comp.role, comp.server_id, ip, configuration)
-    nodes = []
-    if node_role is not None:
-        for sid, client in (await comp.registry.clients(node_role)).items():
-            try:
-                r = await client.GetMetrics(req)
-                merr.check(r.status)
-                nodes.append(orjson.loads(r.response))
-            except Exception as exc:  # noqa: BLE001 - a node that does not answer is shown as failed
-                nodes.append(failed_infos(node_role, sid, str(exc)))
     name = f"{comp.role}{comp.server_id}"
     connections = {"name": name, "connected_components": [{"target_name": "", "target_type": t} for t in connects_to]}
     if cluster_key == "self":  # RootCoordTopology has no cluster
-        body = {"self": me, "connections": connections}
-    else:
-        body = {"cluster": {"self": me, cluster_key: nodes}, "connections": connections}
-    return response(name, body)
+        return response(name, {"self": me, "connections": connections})
+    cluster: dict[str, Any] = {"self": me}
+    managed = ((node_role, cluster_key),) if node_role is not None else ()
+    for role, key in (*managed, *more_nodes):
+        cluster[key] = await _node_infos(comp, req, role)
+    return response(name, {"cluster": cluster, "connections": connections})
+
+
+async def _node_infos(comp: Node, req: milvus_pb2.GetMetricsRequest, role: str) -> list[Any]:
+    """Each live node of `role`'s own ComponentInfos."""
+    nodes = []
+    for sid, client in (await comp.registry.clients(role)).items():
+        try:
+            r = await client.GetMetrics(req)
+            merr.check(r.status)
+            nodes.append(orjson.loads(r.response))
+        except Exception as exc:  # noqa: BLE001 - a node that does not answer is shown as failed
+            nodes.append(failed_infos(role, sid, str(exc)))
+    return nodes
 
 
 def system_topology(proxy_infos: dict[str, Any], coordinators: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -172,7 +180,7 @@ def system_topology(proxy_infos: dict[str, Any], coordinators: dict[str, dict[st
             if target in ids:
                 node["connected"].append({"connected_identifier": ids[target], "type": FORWARD, "target_type": target})
         cluster = topo.get("cluster", {})
-        for key in ("connected_nodes", "connected_data_nodes"):
+        for key in ("connected_nodes", "connected_data_nodes", "connected_index_nodes"):
             for child in cluster.get(key, []):
                 nodes_info.append({"identifier": child["id"], "connected": None, "infos": child})
                 node["connected"].append(

@@ -73,6 +73,7 @@ EXTERNAL = {
         },
     },
     "datanode": {"replicas": 2, "podDisruptionBudget": {"enabled": True}},
+    "indexnode": {"replicas": 3, "buildSlots": 2, "podDisruptionBudget": {"enabled": True}},
     "config": {"session_ttl": "15", "SEGMENT_MAX_SIZE_MB": 256},
 }
 IN_CHART = {"etcd": {"enabled": True}, "nats": {"enabled": True}, "minio": {"enabled": True}}
@@ -102,7 +103,7 @@ SCENARIOS = {
     "multi-namespace": MULTI_NS,
     "secure": SECURE,
 }
-KMILVUS_COMPONENTS = ("operator", "proxy", "datanode", "querynode")
+KMILVUS_COMPONENTS = ("operator", "proxy", "datanode", "querynode", "indexnode")
 pytestmark = pytest.mark.usefixtures("pinned_helm")  # the real helm renders the chart
 
 
@@ -372,6 +373,18 @@ def test_component_workloads(scenario):
     assert one(docs, "Service", f"{RELEASE}-querynode")["spec"]["clusterIP"] == "None"
     qn_args = qn["spec"]["template"]["spec"]["containers"][0]["args"]
     assert qn_args[:2] == ["run", "querynode"] and flag(qn_args, "--host") == ["$(POD_IP)"]
+    # IndexNodes hold no data: a Deployment (no volume claims, no Service: DataCoord finds them
+    # by their etcd sessions), replaced a pod at a time in place (no room for an extra one needed).
+    ix = one(docs, "Deployment", f"{RELEASE}-indexnode")
+    assert ix["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}
+    ix_c = ix["spec"]["template"]["spec"]["containers"][0]
+    assert ix_c["command"] == ["kmilvus"] and ix_c["args"][:2] == ["run", "indexnode"]
+    assert flag(ix_c["args"], "--host") == ["$(POD_IP)"] and flag(ix_c["args"], "--metrics-port") == ["9091"]
+    assert {p["name"]: p["containerPort"] for p in ix_c["ports"]} == {"metrics": 9091}
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert ix_c[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert not [v for v in ix["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert not [s for s in by_kind(docs, "Service") if component(s) == "indexnode"]
 
 
 def test_kmilvus_pods_have_probes_and_env(scenario):
@@ -450,11 +463,16 @@ def test_external_endpoints_and_secret_refs():
     assert op["spec"]["template"]["spec"]["tolerations"][0]["key"] == "dedicated"
     assert one(docs, "Deployment", f"{RELEASE}-proxy")["spec"]["replicas"] == 3
     assert one(docs, "StatefulSet", f"{RELEASE}-datanode")["spec"]["replicas"] == 2
+    ix = one(docs, "Deployment", f"{RELEASE}-indexnode")
+    assert ix["spec"]["replicas"] == 3
+    ix_env = {e["name"]: e for e in ix["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert ix_env["KMILVUS_INDEX_BUILD_SLOTS"] == {"name": "KMILVUS_INDEX_BUILD_SLOTS", "value": "2"}
     svc = one(docs, "Service", f"{RELEASE}-milvus")
     assert svc["spec"]["type"] == "LoadBalancer" and svc["spec"]["loadBalancerSourceRanges"] == ["10.0.0.0/8"]
     assert {p["metadata"]["name"] for p in by_kind(docs, "PodDisruptionBudget")} == {
         f"{RELEASE}-proxy",
         f"{RELEASE}-datanode",
+        f"{RELEASE}-indexnode",
     }
     assert not [w for w in workloads(docs) if component(w) in ("etcd", "nats", "minio")]
 
@@ -835,7 +853,7 @@ def test_security_values_wire_auth_tls_and_network_policies():
             f["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
             for f in policies[f"{RELEASE}-{server}"]["ingress"][0]["from"]
         ]
-        assert sorted(peers) == sorted(["operator", "proxy", "datanode", "querynode", server])
+        assert sorted(peers) == sorted(["operator", "proxy", "datanode", "querynode", "indexnode", server])
         assert "ports" not in policies[f"{RELEASE}-{server}"]["ingress"][0]
     api_rules = [
         r
@@ -843,7 +861,7 @@ def test_security_values_wire_auth_tls_and_network_policies():
         if r.get("ports") == [{"port": 19530, "protocol": "TCP"}, {"port": 19531, "protocol": "TCP"}]
     ]
     assert api_rules and api_rules[0]["from"] == SECURE["security"]["networkPolicy"]["apiFrom"]
-    for name in ("operator", "datanode", "querynode"):
+    for name in ("operator", "datanode", "querynode", "indexnode"):
         ports = [p["port"] for r in policies[f"{RELEASE}-{name}"]["ingress"] for p in r.get("ports", [])]
         assert ports == [9091]  # only metrics from outside the release's kmilvus pods
     assert not by_kind(render({}), "NetworkPolicy")
@@ -866,6 +884,65 @@ def test_security_values_wire_auth_tls_and_network_policies():
             assert env[f"{prefix}_CA"]["value"] == f"/etc/kmilvus/{name}/ca.crt"
         assert env["KMILVUS_INTERNAL_TLS_SERVER_NAME"]["value"] == "kmilvus-internal"
         assert env["KMILVUS_ETCD_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "etcd-auth", "key": "password"}
+
+
+def _pod_labels(docs, comp: str) -> dict[str, str]:
+    """The labels of `comp`'s pods (its workload's pod template)."""
+    (w,) = [w for w in workloads(docs) if component(w) == comp]
+    return w["spec"]["template"]["metadata"]["labels"]
+
+
+def _selects(selector: dict, labels: dict[str, str]) -> bool:
+    assert not selector.get("matchExpressions"), "not evaluated here"
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def _may_connect(docs, src: dict[str, str], dst: dict[str, str], port: int) -> bool:
+    """Whether the rendered NetworkPolicies let a pod of the release namespace labelled `src` open
+    a TCP connection to `port` of a pod labelled `dst`, as Kubernetes evaluates ingress: allowed
+    when no policy selects the destination, else when a rule of a selecting policy admits both the
+    source and the port. A peer with a namespaceSelector or ipBlock is taken not to match (the
+    chart writes no egress policies, so egress is never what refuses)."""
+    every = by_kind(docs, "NetworkPolicy")
+    assert all(p["spec"]["policyTypes"] == ["Ingress"] for p in every)
+    selecting = [p for p in every if _selects(p["spec"]["podSelector"], dst)]
+    if not selecting:
+        return True
+    for p in selecting:
+        for rule in p["spec"].get("ingress", []):
+            ports_ok = "ports" not in rule or any(
+                r["port"] == port and r.get("protocol", "TCP") == "TCP" for r in rule["ports"]
+            )
+            peers = rule.get("from")
+            from_ok = peers is None or any(
+                set(peer) == {"podSelector"} and _selects(peer["podSelector"], src) for peer in peers
+            )
+            if ports_ok and from_ok:
+                return True
+    return False
+
+
+def test_network_policies_let_each_component_reach_what_it_calls():
+    """With network policies on: DataCoord (in the operator pod) reaches an IndexNode's internal
+    gRPC port (chosen at start, published in its etcd session: any port), every kmilvus pod
+    reaches every other's and the in-chart etcd, NATS and MinIO; a pod that is not kmilvus'
+    reaches only the metrics ports and the Milvus API."""
+    docs = render(SECURE)
+    pod = functools.partial(_pod_labels, docs)
+    internal = 41234
+    assert _may_connect(docs, pod("operator"), pod("indexnode"), internal)
+    for src in KMILVUS_COMPONENTS:
+        for dst in KMILVUS_COMPONENTS:
+            assert _may_connect(docs, pod(src), pod(dst), internal), (src, dst)
+        for server, port in (("etcd", 2379), ("nats", 4222), ("minio", 9000)):
+            assert _may_connect(docs, pod(src), pod(server), port), (src, server)
+    stranger = {"app.kubernetes.io/name": "something-else"}
+    for dst in KMILVUS_COMPONENTS:
+        assert not _may_connect(docs, stranger, pod(dst), internal), dst
+        assert _may_connect(docs, stranger, pod(dst), 9091), dst  # metricsFrom empty: anyone scrapes
+    for server, port in (("etcd", 2379), ("nats", 4222)):
+        assert not _may_connect(docs, stranger, pod(server), port), server
+    assert not _may_connect(docs, stranger, pod("proxy"), 19530)  # apiFrom: namespaces labelled team=ml
 
 
 def test_auth_without_a_root_password_secret_does_not_render():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import subprocess
 import uuid
@@ -265,6 +266,9 @@ def chart_values(root: str, etcd_endpoint: str, nats_url: str, storage_uri: str,
         "proxy": {"port": port, "metricsPort": free_port(), "healthPort": free_port()},
         "datanode": {"metricsPort": free_port(), "healthPort": free_port()},
         "querynode": {"metricsPort": free_port(), "healthPort": free_port()},
+        # The chart's requests of every pod, the Proxy's surge pod and the Spark drivers must fit
+        # this machine's CPUs (2 on CI): the IndexNode, idle but for builds, asks for little.
+        "indexnode": {"metricsPort": free_port(), "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}},
     }
 
 
@@ -318,6 +322,46 @@ async def test_helm_install_to_uninstall(
     assert not [p for p in kube_node.pods.values() if p.ns == RELEASE_NS]
 
 
+async def all_indexed(story: Story) -> bool:
+    """Every row the story wrote is in the example's index (field `vec`), as pymilvus reports it."""
+
+    def indexed() -> int:
+        c = MilvusClient(uri=story.cluster.milvus_uri)
+        try:
+            return int(c.describe_index(story.milvus_name, "vec").get("indexed_rows", 0))
+        finally:
+            c.close()
+
+    return await asyncio.to_thread(indexed) == story.rows
+
+
+def search(story: Story) -> list:
+    """Hits of one search of the loaded collection through the Proxy pod."""
+    c = MilvusClient(uri=story.cluster.milvus_uri)
+    try:
+        (hits,) = c.search(story.milvus_name, [[0.1] * 128], anns_field="vec", limit=3)
+        return list(hits)
+    finally:
+        c.close()
+
+
+def indexnode_builds(values: dict) -> float:
+    """Index builds the IndexNode pod finished (kmilvus_indexnode_builds_total, its /metrics)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = f"http://127.0.0.1:{values['indexnode']['metricsPort']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "kmilvus_indexnode_builds_total" and s.labels.get("state") == "finished"
+    )
+
+
 async def _no_consumers(stream: MsgStream, vchannels: list[str]) -> bool:
     chans = [*vchannels, *{pchannel_of(v) for v in vchannels}]  # own (catching up) and shared consumers
     return not [n for ch in chans for n in await stream.consumer_names(ch)]
@@ -330,7 +374,8 @@ async def _scenario(cp, kube_node, spark_operator, helm, values, story, storage_
         cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}.kmilvus.io", "--timeout=60s")
     pods = json.loads(cp.kubectl("-n", RELEASE_NS, "get", "pods", "-o", "json").stdout)["items"]
     names = [p["metadata"]["name"] for p in pods]
-    for workload in ("kmilvus-operator-", "kmilvus-proxy-", "kmilvus-datanode-0", "kmilvus-querynode-0"):
+    for workload in ("kmilvus-operator-", "kmilvus-proxy-", "kmilvus-datanode-0", "kmilvus-querynode-0",
+                     "kmilvus-indexnode-"):  # fmt: skip
         assert [n for n in names if n.startswith(workload)], (workload, names)
     assert all(cond(p, "Ready")["status"] == "True" for p in pods)
     # The operator's ServiceAccount gets what the chart's Role grants in the served namespace,
@@ -354,6 +399,11 @@ async def _scenario(cp, kube_node, spark_operator, helm, values, story, storage_
     cid, vchannels = story.collection_id, story.vchannels
     story.insert(300)
     story.flush(timeout=120)
+    # The flushed segments' index is built by the IndexNode pod (DataCoord, in the operator,
+    # builds none itself), then searched on the loaded collection.
+    await eventually(functools.partial(all_indexed, story), 120, "the index of every flushed row")
+    assert await asyncio.to_thread(indexnode_builds, values) >= 1
+    assert len(await asyncio.to_thread(search, story)) == 3
     # A bulk import and a compaction in the operator (below spark.inProcessMaxMB).
     story.bulk_import(200, "imports/rows.parquet", spark=False, timeout=300)
     story.insert(100)
@@ -381,6 +431,10 @@ async def _scenario(cp, kube_node, spark_operator, helm, values, story, storage_
         return await asyncio.to_thread(count)
 
     await eventually(counted, 120, f"{story.rows} rows after the upgrade")
+    # The IndexNode pod the upgrade rolled builds the new segments' indexes.
+    story.insert(100)
+    story.flush(timeout=120)
+    await eventually(functools.partial(all_indexed, story), 120, "the index after the upgrade")
 
     # A bulk import and a compaction as SparkApplications: the stand-in made each one's driver pod
     # with the chart's driver ServiceAccount and the S3 Secret by reference, and the job ran with

@@ -86,7 +86,7 @@ def test_kustomization_builds_and_validates(built):
         "kopfpeerings.kopf.dev",
         "clusterkopfpeerings.kopf.dev",
     } <= kinds["CustomResourceDefinition"]
-    assert kinds["Deployment"] == {"kmilvus-operator", "kmilvus-proxy"}
+    assert kinds["Deployment"] == {"kmilvus-operator", "kmilvus-proxy", "kmilvus-indexnode"}
     assert kinds["StatefulSet"] == {"kmilvus-datanode", "kmilvus-querynode"}
     assert {"kmilvus-milvus", "kmilvus-datanode", "kmilvus-querynode"} <= kinds["Service"]
     assert {"kmilvus-operator", "kmilvus", "kmilvus-spark"} <= kinds["ServiceAccount"]
@@ -125,6 +125,7 @@ def test_proxy_service_and_workloads(built):
         ("Deployment", "kmilvus-proxy"),
         ("StatefulSet", "kmilvus-datanode"),
         ("StatefulSet", "kmilvus-querynode"),
+        ("Deployment", "kmilvus-indexnode"),
         ("Deployment", "kmilvus-operator"),
     ):
         w = one(built, sel_kind, name)
@@ -270,4 +271,59 @@ def test_container_args_parse_with_the_kmilvus_cli(built, monkeypatch):
         command = cli.main.get_command(click.Context(cli.main), args[0])
         assert command is not None, f"kmilvus has no `{args[0]}` command"
         ctx = command.make_context(args[0], list(args[1:]))
-        assert ctx.params["roles"] in (("proxy",), ("datanode",), ("querynode",))
+        assert ctx.params["roles"] in (("proxy",), ("datanode",), ("querynode",), ("indexnode",))
+
+
+def test_indexnode_deployment(built, monkeypatch):
+    """IndexNodes: a Deployment (they hold no data) of `kmilvus run indexnode` on the pod IP, whose
+    build slots reach its Config."""
+    from kmilvus.config import Config
+
+    ix = one(built, "Deployment", "kmilvus-indexnode")
+    assert ix["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}
+    pod = ix["spec"]["template"]["spec"]
+    assert not [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    (c,) = pod["containers"]
+    assert c["args"][:2] == ["run", "indexnode"] and flag(c["args"], "--host") == ["$(POD_IP)"]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    for key, value in one(built, "ConfigMap", "kmilvus-config")["data"].items():
+        monkeypatch.setenv(key, value)
+    for e in c["env"]:
+        if "value" in e and e["name"].startswith("KMILVUS_") and "$(" not in e["value"]:
+            monkeypatch.setenv(e["name"], e["value"])
+    assert Config.from_env().index_build_slots == 1
+
+
+def _workload_shape(w: dict) -> dict:
+    """What a kmilvus node's workload must agree on wherever it is rendered: kind, command, args,
+    ports, probes, hardening and environment names (values and sizes are each install's own)."""
+    pod = w["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    return {
+        "kind": w["kind"],
+        "strategy": w["spec"].get("strategy"),
+        "command": c["command"],
+        "args": c["args"],
+        "ports": c["ports"],
+        "probes": {p: c[p] for p in ("startupProbe", "livenessProbe", "readinessProbe")},
+        "securityContext": c["securityContext"],
+        "podSecurityContext": pod["securityContext"],
+        "automountServiceAccountToken": pod["automountServiceAccountToken"],
+        "terminationGracePeriodSeconds": pod["terminationGracePeriodSeconds"],
+        "env": sorted(e["name"] for e in c["env"]),
+    }
+
+
+@pytest.mark.usefixtures("pinned_helm")
+def test_indexnode_matches_the_charts():
+    """operator/indexnode.yaml is the chart's IndexNode with the chart's defaults (and the
+    kustomize manifests' S3 Secret `kmilvus-s3`)."""
+    from tests.deploy.test_chart import RELEASE, render
+    from tests.deploy.test_chart import one as chart_one
+
+    chart = chart_one(render({"storage": {"existingSecret": "kmilvus-s3"}}), "Deployment", f"{RELEASE}-indexnode")
+    manifest = one(load_docs(OPERATOR / "indexnode.yaml"), "Deployment", "kmilvus-indexnode")
+    assert _workload_shape(manifest) == _workload_shape(chart)
+    assert manifest["spec"]["replicas"] == chart["spec"]["replicas"]
+    res = [w["spec"]["template"]["spec"]["containers"][0]["resources"] for w in (manifest, chart)]
+    assert res[0] == res[1]

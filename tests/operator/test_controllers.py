@@ -166,7 +166,7 @@ async def refused(call, *messages: str) -> str:
 # ----------------------------------------------------------------------------------------------
 async def test_collection_flush_segments_schema_edit_and_drop(kns, operators, node_factory):
     op = await start_operator(operators)
-    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "indexnode", "proxy"))
     rc = op.component("rootcoord")
 
     await kns.create(R.COLLECTION, collection("docs", dim=8, shardsNum=2))
@@ -292,7 +292,7 @@ async def test_collection_flush_segments_schema_edit_and_drop(kns, operators, no
 
 async def test_delete_collection_while_flush_runs(kns, operators, node_factory):
     op = await start_operator(operators)
-    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "indexnode", "proxy"))
     await kns.create(R.COLLECTION, collection("busy"))
     cid = (await ready(kns, "busy"))["status"]["collectionID"]
     await asyncio.to_thread(insert_rows, data.uri, "busy", 200)
@@ -403,7 +403,7 @@ async def test_invalid_collection_reported_without_touching_etcd(kns, operators,
 
 async def test_sdk_created_collections_and_adoption(kns, operators, node_factory):
     op = await start_operator(operators)
-    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "indexnode", "proxy"))
     rc = op.component("rootcoord")
 
     def sdk_create(name: str, dim: int):
@@ -477,7 +477,7 @@ async def test_sdk_created_collections_and_adoption(kns, operators, node_factory
 
 async def test_operator_killed_mid_drop_finishes_after_restart(kns, operators, node_factory):
     op = await start_operator(operators)
-    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "indexnode", "proxy"))
     await kns.create(R.COLLECTION, collection("doomed"))
     o = await ready(kns, "doomed")
     cid, vchannels = o["status"]["collectionID"], o["status"]["vchannels"]
@@ -635,7 +635,7 @@ async def test_database_and_partitions_from_the_spec(kns, operators, node_factor
     """spec.database is created when missing; spec.partitions is declarative (a partition removed
     from the list is dropped, deletionPolicy Delete); Segments name their partition."""
     op = await start_operator(operators)
-    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "indexnode", "proxy"))
     rc = op.component("rootcoord")
     await kns.create(R.COLLECTION, collection("shop-items", database="shop", partitions=["p1", "p2"]))
     o = await eventually(
@@ -683,7 +683,7 @@ async def test_spec_load_loads_and_releases(kns, operators, node_factory):
     """spec.load true: loaded through QueryCoord once the vector field has an index (until then
     status.load says why not); false: released. status.load shows state and progress."""
     op = await start_operator(operators)
-    data = await asyncio.to_thread(node_factory, roles=("datanode", "querynode", "proxy"))
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "indexnode", "querynode", "proxy"))
     await kns.create(R.COLLECTION, collection("ld", load=True))
     cid = (await ready(kns, "ld"))["status"]["collectionID"]
 
@@ -726,7 +726,7 @@ async def test_spec_indexes_built_loaded_dropped(kns, operators, node_factory):
     changed params are refused in a condition (not flapping); removed from the spec after a
     release, the index is dropped."""
     op = await start_operator(operators)
-    data = await asyncio.to_thread(node_factory, roles=("datanode", "querynode", "proxy"))
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "indexnode", "querynode", "proxy"))
     hnsw = {"fieldName": "vec", "indexType": "HNSW", "metricType": "L2", "params": {"M": 16, "efConstruction": 64}}
     await kns.create(R.COLLECTION, collection("ix", load=True, indexes=[hnsw]))
     cid = (await ready(kns, "ix"))["status"]["collectionID"]

@@ -409,7 +409,7 @@ async def test_hostile_segments_do_not_stop_the_mirror(kns, operators, node_fact
     ignores those it did not write and goes on mirroring the real segments. (The API server
     refuses the Segments its CRD's schema refuses; the others are written.)"""
     await start_operator(operators)
-    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "indexnode", "proxy"))
     await kns.create(R.COLLECTION, _collection("docs", {"fields": _valid_fields()}))
     cid = (await ready(kns, "docs"))["status"]["collectionID"]
     hostile = []

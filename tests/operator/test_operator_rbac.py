@@ -91,7 +91,7 @@ async def test_scenario_passes_within_the_chart_rbac(kns, more_namespaces, opera
         sdk_namespace=flags(args, "--sdk-namespace")[0],
         login=cp.login(token=cp.token(release_ns, account)),
     )
-    data = await asyncio.to_thread(node_factory, roles=("datanode", "proxy"))
+    data = await asyncio.to_thread(node_factory, roles=("datanode", "indexnode", "proxy"))
     ns = namespaces[-1]  # with several: not the first (the SDK namespace)
 
     def obj(res, name: str) -> dict | None:

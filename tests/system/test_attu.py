@@ -45,7 +45,7 @@ def test_attu_replay(authed):
     # each worker as a child node joined to its coordinator by a "manage" edge.
     nodes = v["getMetric"]["response"]["nodes_info"]
     types = sorted(n["infos"]["type"] for n in nodes)
-    assert types == ["datacoord", "datanode", "proxy", "querycoord", "querynode", "rootcoord"]
+    assert types == ["datacoord", "datanode", "indexnode", "proxy", "querycoord", "querynode", "rootcoord"]
     by_id = {n["identifier"]: n for n in nodes}
     for n in nodes:
         infos = n["infos"]
@@ -57,6 +57,9 @@ def test_attu_replay(authed):
     assert sorted(e["target_type"] for e in proxy["connected"]) == ["datacoord", "querycoord", "rootcoord"]
     qc = next(n for n in nodes if n["infos"]["type"] == "querycoord")
     assert ("manage", "querynode") in {(e["type"], e["target_type"]) for e in qc["connected"]}
+    dc = next(n for n in nodes if n["infos"]["type"] == "datacoord")
+    managed = {(e["type"], e["target_type"]) for e in dc["connected"]}
+    assert {("manage", "datanode"), ("manage", "indexnode")} <= managed
     rg = v["describeResourceGroup"]["resource_group"]
     assert v["listResourceGroups"]["resource_groups"] == ["__default_resource_group"]
     assert rg["num_available_node"] == 1 and rg["num_loaded_replica"] == {"attu_coll": 1}

@@ -80,7 +80,7 @@ def cluster(etcd_endpoint, nats_url, root, tmp_path):
 
 def start_all(cluster, coord_failpoints=""):
     cluster.start("coords", COORDS, failpoints=coord_failpoints)
-    cluster.start("datanode", ("datanode",))
+    cluster.start("datanode", ("datanode", "indexnode"))
     for name in ("p1", "p2"):
         cluster.start(name, ("proxy",), proxy_port=free_port())
 
@@ -182,7 +182,7 @@ def test_datanode_killed_during_drop_brings_nothing_back(cluster):
     c.drop_collection("victim")
     cluster.procs["datanode"].kill()
     c.close()
-    cluster.start("datanode", ("datanode",))
+    cluster.start("datanode", ("datanode", "indexnode"))
     assert_nothing_left(cluster, keys_before, files_before, vchannels_of(desc, cluster), within=10)
     time.sleep(1.0)  # the new DataNode has had time to pick up anything it wrongly could
     assert etcd_keys(cluster.cfg) == keys_before and storage_tree(cluster.cfg) == files_before

@@ -97,7 +97,7 @@ def test_pressure_write_racing_flush_of_same_segment_loses_nothing(node_factory,
 def test_flush_finishes_when_an_insert_races_it(node_factory, tmp_path):
     """An insert whose timestamp was taken before the flush timestamp, but whose
     segment quota comes after the seal, must not hold the flush until the idle seal (600 s)."""
-    coords = node_factory(roles=("rootcoord", "datacoord", "querycoord", "datanode"))
+    coords = node_factory(roles=("rootcoord", "datacoord", "querycoord", "datanode", "indexnode"))
     log = tmp_path / "proxy.log"
     proxy = ProcessNode(coords.cfg, ("proxy",), log).start(
         wait_for="component started", failpoints="proxy.insert.before_assign=sleep(2)"
@@ -250,7 +250,7 @@ def test_inserts_beyond_the_proxy_bound_get_the_rate_limit_code(node_factory, tm
 
     from tests.system.test_flush import fd_long, fd_str, fd_vec
 
-    coords = node_factory(roles=("rootcoord", "datacoord", "querycoord", "datanode"))
+    coords = node_factory(roles=("rootcoord", "datacoord", "querycoord", "datanode", "indexnode"))
     log = tmp_path / "proxy.log"
     proxy = ProcessNode(coords.cfg, ("proxy",), log)
     proxy.start(

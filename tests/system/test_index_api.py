@@ -192,8 +192,9 @@ def test_index_bad_input(node, orm):
 
 def test_builds_resume_after_restart(node_factory):
     """Index meta outlives its DataCoord: a node started after the first stopped (whatever state
-    the build was in) answers Finished with one file and one SegmentIndex per segment. The exact
-    mid-build crash is test_coordinator_killed_mid_build_redoes_it."""
+    the build was in) answers Finished with one file and one SegmentIndex per segment (a file an
+    attempt stopped with the first node wrote is collected). The exact mid-build crashes are the
+    `*_killed_*` tests below."""
     first = node_factory()
     c = MilvusClient(uri=first.uri)
     c.create_collection("rs", schema=vec_schema(c, 32))
@@ -205,65 +206,257 @@ def test_builds_resume_after_restart(node_factory):
     c.create_index("rs", params, sync=False)
     c.close()
     first.stop()  # whatever state the build was in
-    second = node_factory()  # same etcd root and storage: the same cluster
+    second = node_factory(gc_interval=0.2, gc_tolerance=0.5)  # same etcd root and storage: the same cluster
     c = MilvusClient(uri=second.uri)
     wait_until(lambda: c.describe_index("rs", "vector")["state"] == "Finished", timeout=60, what="resumed build")
-    files = index_files(second, coll_id)
-    assert len(files) == len({k.split("/")[3] for k in files}) >= 1
-    assert len(etcd_keys(second.cfg, f"datacoord-meta/segment-index/{coll_id}/")) == len(files)
+    builds = _segment_indexes(second.cfg, coll_id)
+    recorded = sorted(k for b in builds for k in b.index_file_keys)
+    assert len(recorded) == len(builds) == len({b.segmentID for b in builds}) >= 1
+    wait_until(lambda: index_files(second, coll_id) == recorded, timeout=20, what="one file per segment")
     c.drop_collection("rs")
     c.close()
 
 
-def test_coordinator_killed_mid_build_redoes_it(etcd_endpoint, nats_url, root, tmp_path):
-    """SIGKILL after the index file is written but before Finished is committed: the restarted
-    DataCoord finds the build InProgress and redoes it under the same build ID (the file is
-    overwritten, not duplicated); one file and one SegmentIndex per segment."""
+def _segment_indexes(cfg, coll_id: int) -> list[data_coord_pb2.SegmentIndex]:
+    async def read():
+        kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
+        try:
+            raw = await kv.get_prefix(f"datacoord-meta/segment-index/{coll_id}/")
+            return [data_coord_pb2.SegmentIndex.FromString(v) for _, v in raw]
+        finally:
+            await kv.close()
+
+    return asyncio.run(read())
+
+
+def _build_one_flat_index(cfg, name: str) -> tuple[MilvusClient, int]:
+    c = MilvusClient(uri=f"http://127.0.0.1:{cfg.proxy_port}")
+    c.create_collection(name, schema=vec_schema(c, 16))
+    c.insert(name, [{"id": i, "vector": np.random.default_rng(i).random(16).tolist()} for i in range(1_000)])
+    c.flush(name)
+    params = c.prepare_index_params()
+    params.add_index(field_name="vector", index_type="FLAT", metric_type="L2")
+    c.create_index(name, params, sync=False)
+    return c, c.describe_collection(name)["collection_id"]
+
+
+def test_indexnode_killed_mid_build_is_assigned_again(etcd_endpoint, nats_url, root, tmp_path):
+    """SIGKILL of the IndexNode after it wrote the index file, before DataCoord heard of it: its
+    session expires, DataCoord assigns the build again (same build ID, next version) to the new
+    IndexNode, records that attempt's file, and the garbage collector removes the first one's."""
+    from tests.harness import ProcessNode, make_config
+    from tests.system.test_drop import COORDS
+
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
+    gc = {"KMILVUS_GC_INTERVAL": "0.3", "KMILVUS_GC_TOLERANCE": "0.5"}
+    procs = [
+        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(wait_for="node ready", env=gc),
+        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode.log").start(
+            wait_for="node ready", failpoints="indexnode.build.after_write"
+        ),
+    ]
+    try:
+        c, coll_id = _build_one_flat_index(cfg, "crash")
+        assert procs[3].proc.wait(30) != 0  # killed at the failpoint
+        before = _segment_indexes(cfg, coll_id)
+        assert [(b.state, b.index_version) for b in before] == [(common_pb2.IndexState.InProgress, 1)]
+        store = ObjectStore.from_uri(cfg.storage_uri)
+        first = [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))]
+        assert len(first) == 1 and paths.parse_index_file_key(first[0]) == (before[0].buildID, 1)
+        procs[3] = ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode2.log").start(wait_for="node ready")
+        wait_until(lambda: c.describe_index("crash", "vector")["state"] == "Finished", timeout=60, what="redone")
+        after = _segment_indexes(cfg, coll_id)
+        assert [(b.buildID, b.state, b.index_version) for b in after] == [
+            (before[0].buildID, common_pb2.IndexState.Finished, 2)
+        ]
+        assert after[0].nodeID != before[0].nodeID
+        wait_until(
+            lambda: (
+                [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))] == list(after[0].index_file_keys)
+            ),
+            timeout=30,
+            what="the first attempt's file collected",
+        )
+        assert kindex.load(store.read_sync(after[0].index_file_keys[0])).num_rows == 1_000
+        c.close()
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def test_coordinator_killed_before_recording_resumes_the_job(etcd_endpoint, nats_url, root, tmp_path):
+    """SIGKILL of DataCoord after the IndexNode finished, before the outcome was recorded: the
+    restarted DataCoord finds the build InProgress on a live IndexNode that still holds the job,
+    and records it without building again (same version, one file)."""
     from tests.harness import ProcessNode, make_config
     from tests.system.test_drop import COORDS
 
     cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
     procs = [
         ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(
-            wait_for="node ready", failpoints="indexnode.build.after_write"
+            wait_for="node ready", failpoints="datacoord.index.before_record"
         ),
         ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
         ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode.log").start(wait_for="node ready"),
     ]
     try:
-        c = MilvusClient(uri=f"http://127.0.0.1:{cfg.proxy_port}")
-        c.create_collection("crash", schema=vec_schema(c, 16))
-        c.insert("crash", [{"id": i, "vector": np.random.default_rng(i).random(16).tolist()} for i in range(1_000)])
-        c.flush("crash")
-        coll_id = c.describe_collection("crash")["collection_id"]
-        params = c.prepare_index_params()
-        params.add_index(field_name="vector", index_type="FLAT", metric_type="L2")
-        c.create_index("crash", params, sync=False)
+        c, coll_id = _build_one_flat_index(cfg, "resume")
         assert procs[0].proc.wait(30) != 0  # killed at the failpoint
-
-        async def builds():
-            kv = await EtcdKV.connect(cfg.etcd_endpoints, f"{cfg.cluster}/meta")
-            try:
-                raw = await kv.get_prefix(f"datacoord-meta/segment-index/{coll_id}/")
-                return [data_coord_pb2.SegmentIndex.FromString(v) for _, v in raw]
-            finally:
-                await kv.close()
-
-        before = asyncio.run(builds())
-        assert [b.state for b in before] == [common_pb2.IndexState.InProgress]
-        store = ObjectStore.from_uri(cfg.storage_uri)
-        assert len([k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))]) == 1
+        before = _segment_indexes(cfg, coll_id)
+        assert [(b.state, b.index_version) for b in before] == [(common_pb2.IndexState.InProgress, 1)]
         procs[0] = ProcessNode(cfg, COORDS, tmp_path / "coords2.log").start(wait_for="node ready")
-        wait_until(lambda: c.describe_index("crash", "vector")["state"] == "Finished", timeout=60, what="redone")
-        after = asyncio.run(builds())
-        assert [(b.buildID, b.state) for b in after] == [(before[0].buildID, common_pb2.IndexState.Finished)]
-        files = [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))]
-        assert files == list(after[0].index_file_keys)
-        assert kindex.load(store.read_sync(files[0])).num_rows == 1_000
+        wait_until(lambda: c.describe_index("resume", "vector")["state"] == "Finished", timeout=60, what="recorded")
+        after = _segment_indexes(cfg, coll_id)
+        assert [(b.buildID, b.state, b.index_version, b.nodeID) for b in after] == [
+            (before[0].buildID, common_pb2.IndexState.Finished, 1, before[0].nodeID)
+        ]
+        store = ObjectStore.from_uri(cfg.storage_uri)
+        assert [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))] == list(after[0].index_file_keys)
+        assert procs[3].log_path.read_text().count("segment index built") == 1
         c.close()
     finally:
         for p in procs:
             p.kill()
+
+
+def test_coordinator_stopped_mid_build_leaves_the_job_to_its_successor(etcd_endpoint, nats_url, root, tmp_path):
+    """A DataCoord stopped gracefully (a failover, an upgrade) while an IndexNode builds does not
+    cancel the job: the next DataCoord follows it on the same node and records it (version 1,
+    built once)."""
+    from tests.harness import ProcessNode, make_config
+    from tests.system.test_drop import COORDS
+
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
+    go = tmp_path / "go"
+    procs = [
+        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode.log").start(
+            wait_for="node ready", failpoints=f"indexnode.build.after_write=wait({go})"
+        ),
+    ]
+    try:
+        c, coll_id = _build_one_flat_index(cfg, "handover")
+        wait_until(lambda: "failpoint reached" in procs[3].log_path.read_text(), timeout=30, what="the build paused")
+        assert procs[0].stop() == 0
+        procs[0] = ProcessNode(cfg, COORDS, tmp_path / "coords2.log").start(wait_for="node ready")
+        go.touch()
+        wait_until(lambda: c.describe_index("handover", "vector")["state"] == "Finished", timeout=60, what="recorded")
+        (after,) = _segment_indexes(cfg, coll_id)
+        assert (after.state, after.index_version) == (common_pb2.IndexState.Finished, 1)
+        assert procs[3].log_path.read_text().count("segment index built") == 1
+        c.close()
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def test_drop_index_while_an_indexnode_builds_leaves_no_file(etcd_endpoint, nats_url, root, tmp_path):
+    """DropIndex while a remote IndexNode holds a built index in memory: DataCoord drops the job,
+    the node writes nothing, and no file, key or job is left."""
+    from tests.harness import ProcessNode, make_config
+    from tests.system.test_drop import COORDS
+
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
+    go = tmp_path / "go"
+    procs = [
+        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode.log").start(
+            wait_for="node ready", failpoints=f"indexnode.build.before_write=wait({go})"
+        ),
+    ]
+    try:
+        c, coll_id = _build_one_flat_index(cfg, "dropping")
+        wait_until(lambda: "failpoint reached" in procs[3].log_path.read_text(), timeout=30, what="the build paused")
+        c.drop_index("dropping", "vector")
+        wait_until(lambda: not _segment_indexes(cfg, coll_id), timeout=30, what="the build's record removed")
+        go.touch()
+        wait_until(lambda: "index build given up" in procs[3].log_path.read_text(), timeout=30, what="given up")
+        store = ObjectStore.from_uri(cfg.storage_uri)
+        assert not [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))]
+        assert "segment index built" not in procs[3].log_path.read_text()
+        assert c.list_indexes("dropping") == []
+        c.close()
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def test_indexnode_stopped_mid_build_hands_the_build_to_another(etcd_endpoint, nats_url, root, tmp_path):
+    """Two IndexNodes; the one building is stopped gracefully (a rolling update): it gives its
+    job up, DataCoord assigns the build to the other (next version), and the stopped node's file
+    is collected."""
+    from tests.harness import ProcessNode, make_config
+    from tests.system.test_drop import COORDS
+
+    cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
+    gc = {"KMILVUS_GC_INTERVAL": "0.3", "KMILVUS_GC_TOLERANCE": "0.5"}
+    procs = [
+        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(wait_for="node ready", env=gc),
+        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode-a.log").start(
+            wait_for="node ready", failpoints=f"indexnode.build.after_write=wait({tmp_path / 'never'})"
+        ),
+    ]
+    try:
+        c, coll_id = _build_one_flat_index(cfg, "handoff")
+        wait_until(lambda: "failpoint reached" in procs[3].log_path.read_text(), timeout=30, what="a builds")
+        (first,) = _segment_indexes(cfg, coll_id)
+        procs.append(ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode-b.log").start(wait_for="node ready"))
+        assert procs[3].stop() == 0
+        wait_until(lambda: c.describe_index("handoff", "vector")["state"] == "Finished", timeout=60, what="b built")
+        (after,) = _segment_indexes(cfg, coll_id)
+        assert (after.buildID, after.index_version) == (first.buildID, first.index_version + 1)
+        assert after.nodeID != first.nodeID and "segment index built" in procs[4].log_path.read_text()
+        store = ObjectStore.from_uri(cfg.storage_uri)
+        wait_until(
+            lambda: [k for k, _ in store.list_sync(paths.index_files_prefix(coll_id))] == list(after.index_file_keys),
+            timeout=30,
+            what="a's file collected",
+        )
+        c.close()
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def test_a_build_storage_refused_is_tried_again_until_it_finishes(node_factory):
+    """Storage refuses the index file (its directory is a file: the write fails with an OSError):
+    the IndexNode answers Retry, not Failed, and DataCoord assigns the build again, with a
+    back-off, until storage takes it."""
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    node = node_factory()
+    blocker = Path(urlparse(node.cfg.storage_uri).path) / paths.INDEX_FILES
+    blocker.write_bytes(b"not a directory")
+    c = MilvusClient(uri=node.uri)
+    c.create_collection("away", schema=vec_schema(c, 8))
+    c.insert("away", [{"id": i, "vector": [float(i)] * 8} for i in range(100)])
+    c.flush("away")
+    coll_id = c.describe_collection("away")["collection_id"]
+    params = c.prepare_index_params()
+    params.add_index(field_name="vector", index_type="FLAT", metric_type="L2")
+    c.create_index("away", params, sync=False)
+    wait_until(
+        lambda: any(b.index_version >= 2 for b in _segment_indexes(node.cfg, coll_id)),
+        timeout=30,
+        what="a second attempt",
+    )
+    assert c.describe_index("away", "vector")["state"] != "Failed"
+    blocker.unlink()
+    wait_until(lambda: c.describe_index("away", "vector")["state"] == "Finished", timeout=60, what="built")
+    (b,) = _segment_indexes(node.cfg, coll_id)
+    assert b.state == common_pb2.IndexState.Finished and b.index_version >= 2
+    assert index_files(node, coll_id) == list(b.index_file_keys)
+    c.close()
 
 
 def test_garbage_collector_removes_index_files_no_build_refers_to(node_factory):
@@ -278,10 +471,13 @@ def test_garbage_collector_removes_index_files_no_build_refers_to(node_factory):
     coll_id = c.describe_collection("gcx")["collection_id"]
     kept = index_files(node, coll_id)
     assert len(kept) == 1
-    _, _, part, seg, _, _ = kept[0].split("/")
-    orphan = paths.index_file_key(coll_id, int(part), int(seg), 999_999_999)  # a build that never recorded itself
+    _, _, part, seg, build, version, _ = kept[0].split("/")
+    orphan = paths.index_file_key(coll_id, int(part), int(seg), 999_999_999, 1)  # a build that never recorded itself
+    older = paths.index_file_key(coll_id, int(part), int(seg), int(build), int(version) - 1)  # an older attempt
+    node.call(node.node.store.write(older, b"late"))
     node.call(node.node.store.write(orphan, b"partial"))
     wait_until(lambda: not node.call(node.node.store.exists(orphan)), timeout=10, what="orphan index file collected")
+    wait_until(lambda: not node.call(node.node.store.exists(older)), timeout=10, what="older attempt's file collected")
     assert index_files(node, coll_id) == kept
     assert c.describe_index("gcx", "vector")["state"] == "Finished"
     c.close()

@@ -165,7 +165,7 @@ def test_coordinators_killed_after_drop_partition_meta_txn_finish_on_restart(etc
     cluster = Cluster(make_config(root, etcd_endpoint, nats_url, tmp_path / "storage"), tmp_path)
     try:
         cluster.start("coords", COORDS, failpoints="rootcoord.drop_partition.after_meta_txn")
-        cluster.start("datanode", ("datanode",))
+        cluster.start("datanode", ("datanode", "indexnode"))
         cluster.start("proxy", ("proxy",))
         c = MilvusClient(uri=cluster.proxy_uri("proxy"), timeout=10)
         c.create_collection("victim", schema=bench_schema())

@@ -16,7 +16,7 @@ from tests.harness import ProcessNode
 from tests.util import wait_until
 
 DIM = 8
-COORDS = ("rootcoord", "datacoord", "querycoord", "datanode", "proxy")
+COORDS = ("rootcoord", "datacoord", "querycoord", "datanode", "indexnode", "proxy")
 
 
 def _rows(start: int, n: int) -> list[dict]:

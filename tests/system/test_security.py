@@ -371,7 +371,7 @@ def test_internal_grpc_over_mutual_tls(node_factory, certs):
         "internal_tls_ca": certs["ca"],
         "internal_tls_server_name": "localhost",
     }
-    core = node_factory(roles=("rootcoord", "datacoord", "querycoord", "datanode"), **internal)
+    core = node_factory(roles=("rootcoord", "datacoord", "querycoord", "datanode", "indexnode"), **internal)
     proxy = node_factory(roles=("proxy",), **internal)
     c = MilvusClient(uri=proxy.uri, dedicated=True)
     c.create_collection("internal_tls", schema=_schema())

@@ -22,7 +22,7 @@ from tests.system.test_recovery import COORDS_AND_PROXY
 from tests.util import wait_until
 
 DIM = 8
-ALL_BUT_QUERYNODE = ("rootcoord", "datacoord", "querycoord", "datanode", "proxy")
+ALL_BUT_QUERYNODE = ("rootcoord", "datacoord", "querycoord", "datanode", "indexnode", "proxy")
 
 
 def _log_has(path, needle: str) -> bool:

@@ -264,6 +264,9 @@ def test_primary_keys_to_ids():
     assert ids.WhichOneof("id_field") == "int_id" and list(ids.int_id.data) == [3, 1, 2]
     ids = typeutil.primary_keys_to_ids(int_pk, np.arange(10_000, dtype=np.int64))
     assert len(ids.int_id.data) == 10_000 and ids.int_id.data[-1] == 9_999
+    extremes = [-(2**63), -1, 0, 2**63 - 1, 449_000_000_000_000_000]
+    assert list(typeutil.primary_keys_to_ids(int_pk, pa.array(extremes, pa.int64())).int_id.data) == extremes
+    assert list(typeutil.primary_keys_to_ids(int_pk, [5, 7]).int_id.data) == [5, 7]
     str_pk = schema_pb2.FieldSchema(fieldID=100, name="pk", data_type=DT.VarChar, is_primary_key=True)
     ids = typeutil.primary_keys_to_ids(str_pk, pa.chunked_array([["a", "b"], ["c"]]))
     assert ids.WhichOneof("id_field") == "str_id" and list(ids.str_id.data) == ["a", "b", "c"]
@@ -423,6 +426,19 @@ def test_nan_in_vector_and_float():
     vals = dict(VALUES, d=[1.0, math.inf, 2.0])
     with expect_error(merr.PARAMETER_INVALID, "(d)", "NaN or Inf"):
         convert(schema, all_fields_data(schema, vals))
+
+
+def test_check_finite_skips_nulls_and_respects_slices():
+    """The numpy fast path and Arrow's check agree: nulls are never offending, a slice is
+    checked only within itself, and the offending row and position are those of the slice."""
+    typeutil.check_finite("f", "float", pa.array([1.0, None, 2.0], pa.float32()))
+    values = pa.array([math.nan, 1.0, 2.0, 3.0, -math.inf, 4.0], pa.float64())
+    typeutil.check_finite("f", "double", values.slice(1, 3))
+    with pytest.raises(typeutil.RowError) as info:
+        typeutil.check_finite("v", "float vector", values.slice(1), dim=2)
+    assert info.value.row == 1
+    with pytest.raises(typeutil.RowError):
+        typeutil.check_finite("f", "float", pa.array([None, math.inf], pa.float32()))
 
 
 def test_invalid_json():

@@ -1,0 +1,1 @@
+"""IndexNode: builds segment indexes for DataCoord (docs/architecture/indexes.md)."""
