@@ -208,8 +208,10 @@ class IndexBuilder:
                     await self._drop_job(node, si.buildID)
                     return
                 # The node went away, forgot the job, or failed it for a reason worth another try
-                # (storage, memory): a new attempt, not at once, and not forever.
-                await self._drop_job(node, si.buildID)
+                # (storage, memory): a new attempt, not at once, and not forever. Only a node that
+                # answered holds anything to drop (a gone one would only be waited for).
+                if info is not None:
+                    await self._drop_job(node, si.buildID)
                 node = None
                 lost += 1
                 if lost >= MAX_ATTEMPTS:

@@ -30,6 +30,7 @@ from kmilvus.config import Config
 from kmilvus.indexnode import task
 from kmilvus.log import get_logger
 from kmilvus.proto import index_node_pb2, index_node_pb2_grpc
+from kmilvus.sessionutil import always_valid
 from kmilvus.util import merr, metricsinfo
 
 log = get_logger(__name__)
@@ -39,10 +40,6 @@ KEEP_ENDED = 600.0  # seconds an ended job's outcome waits for DataCoord (it dro
 # session lapsed: DataCoord assigns the build again (Milvus' IndexState.Retry). Anything else
 # (bad params, a corrupt binlog) fails the build for good.
 RETRIABLE = (OSError, MemoryError, TimeoutError, task.BuildCancelled)
-
-
-async def _always() -> bool:
-    return True
 
 
 @dataclass
@@ -69,7 +66,7 @@ class IndexNode(index_node_pb2_grpc.IndexNodeServicer):
         self._building = 0
         self._runners: set[asyncio.Task[None]] = set()  # every build task, cancelled ones until their thread returns
         self._stopped = False
-        self.session_valid: Callable[[], Awaitable[bool]] = _always  # the Node sets its session's check
+        self.session_valid: Callable[[], Awaitable[bool]] = always_valid  # the Node sets its session's check
 
     async def start(self) -> None:
         self._stopped = False
@@ -161,8 +158,6 @@ class IndexNode(index_node_pb2_grpc.IndexNodeServicer):
     async def _run(self, job: Job) -> None:
         req, info = job.req, job.info
         async with self._slots:
-            if job.cancelled.is_set():
-                return
             info.state = IndexState.InProgress
             self._building += 1
             work = asyncio.ensure_future(task.build(self.store, req, job.cancelled, self.session_valid))

@@ -38,6 +38,7 @@ from kmilvus.proxy.search_iterator import SearchIterators
 from kmilvus.proxy.system import ProxySystemMixin
 from kmilvus.proxy.task import DdTaskQueue, DmTaskQueue, Task
 from kmilvus.schemautil import validate_name
+from kmilvus.sessionutil import always_valid
 from kmilvus.util import merr
 from kmilvus.util.constants import DEFAULT_DB
 from kmilvus.util.metricsinfo import SERVER_VERSION
@@ -46,10 +47,6 @@ from kmilvus.util.timetick import TickSource
 
 log = get_logger(__name__)
 IDLE_REPORT_EVERY = 1.0  # seconds between an idle Proxy's reports (busy: every tick interval)
-
-
-async def _always() -> bool:
-    return True
 
 
 class Proxy(
@@ -78,7 +75,7 @@ class Proxy(
         self.registry = registry
         self.stream = stream
         self.server_id = server_id
-        self.session_valid: Callable[[], Awaitable[bool]] = _always  # Node sets its session's check
+        self.session_valid: Callable[[], Awaitable[bool]] = always_valid  # Node sets its session's check
         self.pending_insert_bytes = 0
         self.rootcoord = registry.late(roles.ROOTCOORD)
         self.datacoord = registry.late(roles.DATACOORD)

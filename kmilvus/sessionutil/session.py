@@ -57,6 +57,12 @@ async def next_server_id(kv: EtcdKV) -> int:
             return cur + 1
 
 
+async def always_valid() -> bool:
+    """A component's session check until a Node gives it its session's (`Session.still_valid`):
+    a component run outside a Node (tests, tools) has no session to lose."""
+    return True
+
+
 class Session:
     def __init__(self, kv: EtcdKV, role: str, address: str, *, ttl: int = 10, server_id: int | None = None):
         self.kv = kv

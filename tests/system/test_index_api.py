@@ -240,23 +240,33 @@ def _build_one_flat_index(cfg, name: str) -> tuple[MilvusClient, int]:
     return c, c.describe_collection(name)["collection_id"]
 
 
+def _split_cluster(cfg, tmp_path, *, coords_failpoints: str = "", coords_env=None, indexnode_failpoints: str = ""):
+    """Coordinators, a DataNode, a Proxy and an IndexNode, each its own `kmilvus run` process
+    (in that order in the list returned)."""
+    from tests.harness import ProcessNode
+    from tests.system.test_drop import COORDS
+
+    return [
+        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(
+            wait_for="node ready", failpoints=coords_failpoints, env=coords_env
+        ),
+        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
+        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode.log").start(
+            wait_for="node ready", failpoints=indexnode_failpoints
+        ),
+    ]
+
+
 def test_indexnode_killed_mid_build_is_assigned_again(etcd_endpoint, nats_url, root, tmp_path):
     """SIGKILL of the IndexNode after it wrote the index file, before DataCoord heard of it: its
     session expires, DataCoord assigns the build again (same build ID, next version) to the new
     IndexNode, records that attempt's file, and the garbage collector removes the first one's."""
     from tests.harness import ProcessNode, make_config
-    from tests.system.test_drop import COORDS
 
     cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
     gc = {"KMILVUS_GC_INTERVAL": "0.3", "KMILVUS_GC_TOLERANCE": "0.5"}
-    procs = [
-        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(wait_for="node ready", env=gc),
-        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode.log").start(
-            wait_for="node ready", failpoints="indexnode.build.after_write"
-        ),
-    ]
+    procs = _split_cluster(cfg, tmp_path, coords_env=gc, indexnode_failpoints="indexnode.build.after_write")
     try:
         c, coll_id = _build_one_flat_index(cfg, "crash")
         assert procs[3].proc.wait(30) != 0  # killed at the failpoint
@@ -294,14 +304,7 @@ def test_coordinator_killed_before_recording_resumes_the_job(etcd_endpoint, nats
     from tests.system.test_drop import COORDS
 
     cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
-    procs = [
-        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(
-            wait_for="node ready", failpoints="datacoord.index.before_record"
-        ),
-        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode.log").start(wait_for="node ready"),
-    ]
+    procs = _split_cluster(cfg, tmp_path, coords_failpoints="datacoord.index.before_record")
     try:
         c, coll_id = _build_one_flat_index(cfg, "resume")
         assert procs[0].proc.wait(30) != 0  # killed at the failpoint
@@ -331,14 +334,7 @@ def test_coordinator_stopped_mid_build_leaves_the_job_to_its_successor(etcd_endp
 
     cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
     go = tmp_path / "go"
-    procs = [
-        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode.log").start(
-            wait_for="node ready", failpoints=f"indexnode.build.after_write=wait({go})"
-        ),
-    ]
+    procs = _split_cluster(cfg, tmp_path, indexnode_failpoints=f"indexnode.build.after_write=wait({go})")
     try:
         c, coll_id = _build_one_flat_index(cfg, "handover")
         wait_until(lambda: "failpoint reached" in procs[3].log_path.read_text(), timeout=30, what="the build paused")
@@ -358,19 +354,11 @@ def test_coordinator_stopped_mid_build_leaves_the_job_to_its_successor(etcd_endp
 def test_drop_index_while_an_indexnode_builds_leaves_no_file(etcd_endpoint, nats_url, root, tmp_path):
     """DropIndex while a remote IndexNode holds a built index in memory: DataCoord drops the job,
     the node writes nothing, and no file, key or job is left."""
-    from tests.harness import ProcessNode, make_config
-    from tests.system.test_drop import COORDS
+    from tests.harness import make_config
 
     cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
     go = tmp_path / "go"
-    procs = [
-        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode.log").start(
-            wait_for="node ready", failpoints=f"indexnode.build.before_write=wait({go})"
-        ),
-    ]
+    procs = _split_cluster(cfg, tmp_path, indexnode_failpoints=f"indexnode.build.before_write=wait({go})")
     try:
         c, coll_id = _build_one_flat_index(cfg, "dropping")
         wait_until(lambda: "failpoint reached" in procs[3].log_path.read_text(), timeout=30, what="the build paused")
@@ -393,18 +381,12 @@ def test_indexnode_stopped_mid_build_hands_the_build_to_another(etcd_endpoint, n
     job up, DataCoord assigns the build to the other (next version), and the stopped node's file
     is collected."""
     from tests.harness import ProcessNode, make_config
-    from tests.system.test_drop import COORDS
 
     cfg = make_config(root, etcd_endpoint, nats_url, tmp_path / "storage")
     gc = {"KMILVUS_GC_INTERVAL": "0.3", "KMILVUS_GC_TOLERANCE": "0.5"}
-    procs = [
-        ProcessNode(cfg, COORDS, tmp_path / "coords.log").start(wait_for="node ready", env=gc),
-        ProcessNode(cfg, ("datanode",), tmp_path / "datanode.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("proxy",), tmp_path / "proxy.log").start(wait_for="node ready"),
-        ProcessNode(cfg, ("indexnode",), tmp_path / "indexnode-a.log").start(
-            wait_for="node ready", failpoints=f"indexnode.build.after_write=wait({tmp_path / 'never'})"
-        ),
-    ]
+    procs = _split_cluster(
+        cfg, tmp_path, coords_env=gc, indexnode_failpoints=f"indexnode.build.after_write=wait({tmp_path / 'never'})"
+    )
     try:
         c, coll_id = _build_one_flat_index(cfg, "handoff")
         wait_until(lambda: "failpoint reached" in procs[3].log_path.read_text(), timeout=30, what="a builds")
