@@ -253,7 +253,6 @@ class IndexBuilder:
                 data_paths=[b.log_path for b in seg.binlogs.values()],
                 index_params=ix.index_params,
                 index_file_key=paths.index_file_key(i.collectionID, i.partitionID, i.ID, si.buildID, si.index_version),
-                num_rows=i.num_of_rows,
             )
             schema = await self.current_schema(i.collectionID) if self.current_schema else None
             if (added := typeutil.added_field(schema, ix.fieldID)) is not None:
